@@ -1,0 +1,116 @@
+/**
+ * The error catalogue: every error sbx reports, on the HTTP API and on the queue, carries one of
+ * these stable `domain.reason` codes. Clients branch on `code`, never on `message`.
+ *
+ * Each code declares the HTTP status used at the API edge and a retryability:
+ * - `no`: retrying the same request cannot succeed.
+ * - `after_fix`: retry after changing the input, the policy or the environment.
+ * - `safe`: retry as is; nothing took effect.
+ * - `reconcile_first`: something may have taken effect; read the receipt/state before retrying.
+ *
+ * `docs/errors.md` lists every code; `contract/errors.test.ts` keeps the two in step.
+ */
+import { z } from 'zod';
+
+export const Retryability = z.enum(['no', 'after_fix', 'safe', 'reconcile_first']);
+export type Retryability = z.infer<typeof Retryability>;
+
+interface CodeSpec {
+  /** HTTP status at the API edge. */
+  readonly status: number;
+  readonly retryability: Retryability;
+  /** One line for docs/errors.md. */
+  readonly summary: string;
+}
+
+export const ERROR_CODES = {
+  'input.invalid': { status: 400, retryability: 'after_fix', summary: 'A field of the request is missing or malformed; `details.issues` names each field.' },
+  'input.invalid_json': { status: 400, retryability: 'after_fix', summary: 'The request body is not valid JSON.' },
+  'input.body_too_large': { status: 413, retryability: 'after_fix', summary: 'The request body exceeds the size limit for this route.' },
+  'input.unsupported_media_type': { status: 415, retryability: 'after_fix', summary: 'The Content-Type is not accepted by this route.' },
+  'input.unknown_tool': { status: 400, retryability: 'after_fix', summary: 'The named tool does not exist; `GET /v1/tools` lists the tools.' },
+  'input.path_outside_workspace': { status: 400, retryability: 'after_fix', summary: 'A path resolves outside the roots the policy allows.' },
+  'input.cwd_not_found': { status: 400, retryability: 'after_fix', summary: 'The working directory of an exec call does not exist in the sandbox.' },
+  'api.route_not_found': { status: 404, retryability: 'no', summary: 'No route matches the method and path.' },
+  'auth.missing_api_key': { status: 401, retryability: 'after_fix', summary: 'No `Authorization: Bearer <key>` header was sent.' },
+  'auth.invalid_api_key': { status: 401, retryability: 'after_fix', summary: 'The API key is not valid.' },
+  'lease.not_found': { status: 404, retryability: 'no', summary: 'No sandbox with this id exists.' },
+  'lease.expired': { status: 410, retryability: 'no', summary: 'The sandbox reached its TTL and was released.' },
+  'lease.released': { status: 410, retryability: 'no', summary: 'The sandbox was released; its receipts stay readable.' },
+  'lease.not_ready': { status: 409, retryability: 'safe', summary: 'The sandbox is still being created or is being released.' },
+  'lease.ttl_exceeds_policy': { status: 400, retryability: 'after_fix', summary: '`ttlSeconds` is above the policy\'s `maxTtlSeconds`.' },
+  'lease.idempotency_conflict': { status: 409, retryability: 'after_fix', summary: 'The Idempotency-Key was used before with a different request body.' },
+  'lease.create_failed': { status: 503, retryability: 'safe', summary: 'The sandbox could not be started; nothing was left behind.' },
+  'call.not_found': { status: 404, retryability: 'no', summary: 'No call with this id exists in this sandbox.' },
+  'call.id_conflict': { status: 409, retryability: 'after_fix', summary: 'The callId was used before with different tool or arguments.' },
+  'policy.not_found': { status: 400, retryability: 'after_fix', summary: 'No policy with this name (and version) exists.' },
+  'policy.invalid': { status: 400, retryability: 'after_fix', summary: 'A policy file does not validate against the policy schema.' },
+  'policy.unenforceable': { status: 422, retryability: 'after_fix', summary: 'The policy asks for isolation this runtime cannot enforce; the sandbox is not started with less.' },
+  'policy.tool_denied': { status: 403, retryability: 'after_fix', summary: 'The policy of the sandbox does not allow this tool or these arguments.' },
+  'files.unsafe_entry': { status: 400, retryability: 'after_fix', summary: 'An uploaded tar entry is absolute, contains `..`, or links outside the target; `details.entry` names it.' },
+  'files.invalid_archive': { status: 400, retryability: 'after_fix', summary: 'The uploaded body is not a readable tar archive.' },
+  'files.not_found': { status: 404, retryability: 'no', summary: 'The requested path does not exist in the sandbox.' },
+  'runtime.unavailable': { status: 503, retryability: 'safe', summary: 'The container runtime (Docker engine) does not answer.' },
+  'runtime.image_not_found': { status: 400, retryability: 'after_fix', summary: 'The image is not present on the runtime and cannot be pulled.' },
+  'queue.unavailable': { status: 503, retryability: 'safe', summary: 'Redis does not answer.' },
+  'execution.nonzero_exit': { status: 200, retryability: 'after_fix', summary: 'The command ran and exited with a non-zero code (`exitCode`).' },
+  'execution.signaled': { status: 200, retryability: 'reconcile_first', summary: 'The command was killed by a signal it did not get from sbx.' },
+  'execution.timeout': { status: 200, retryability: 'reconcile_first', summary: 'The call hit `timeoutMs`; its process group was killed; effects may be partial.' },
+  'execution.cancelled': { status: 200, retryability: 'reconcile_first', summary: 'The call was cancelled; if it had started, effects may be partial.' },
+  'execution.spawn_failed': { status: 200, retryability: 'after_fix', summary: 'The process could not be started; nothing ran.' },
+  'execution.effect_unknown': { status: 200, retryability: 'reconcile_first', summary: 'An earlier attempt of this call started and its outcome was lost; it was not re-run.' },
+  'execution.sandbox_lost': { status: 200, retryability: 'reconcile_first', summary: 'The sandbox went away (released, expired or crashed) while the call was pending or running.' },
+  'internal.unexpected': { status: 500, retryability: 'safe', summary: 'A fault inside sbx; the log has the details under the request id.' },
+} as const satisfies Record<string, CodeSpec>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+export const ErrorCodeSchema = z.enum(Object.keys(ERROR_CODES) as [ErrorCode, ...ErrorCode[]]);
+
+/** The error object as it crosses the wire (HTTP body `{error}` and queue messages). */
+export const ErrorInfo = z.object({
+  code: ErrorCodeSchema,
+  /** The part before the dot of `code`. */
+  domain: z.string(),
+  message: z.string(),
+  retryability: Retryability,
+  details: z.record(z.string(), z.unknown()).optional(),
+});
+export type ErrorInfo = z.infer<typeof ErrorInfo>;
+
+/** HTTP error body: `{error: ErrorInfo}`. */
+export const ErrorBody = z.object({ error: ErrorInfo });
+
+/**
+ * The one error class of sbx. Throw it with a catalogue code; the API edge maps it to
+ * `code`'s HTTP status and body `{error: {code, domain, message, retryability, details}}`.
+ */
+export class AppError extends Error {
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown> | undefined;
+
+  constructor(code: ErrorCode, message: string, options: { details?: Record<string, unknown>; cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'AppError';
+    this.code = code;
+    this.details = options.details;
+  }
+
+  get status(): number {
+    return ERROR_CODES[this.code].status;
+  }
+
+  get retryability(): Retryability {
+    return ERROR_CODES[this.code].retryability;
+  }
+
+  toInfo(): ErrorInfo {
+    return errorInfo(this.code, this.message, this.details);
+  }
+}
+
+/** Builds the wire form of an error from a catalogue code. */
+export function errorInfo(code: ErrorCode, message: string, details?: Record<string, unknown>): ErrorInfo {
+  const info: ErrorInfo = { code, domain: code.split('.')[0]!, message, retryability: ERROR_CODES[code].retryability };
+  if (details !== undefined) info.details = details;
+  return info;
+}

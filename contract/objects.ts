@@ -1,0 +1,151 @@
+/**
+ * The objects of DESIGN.md §2 as zod schemas: the wire contract between the API, the control
+ * plane and the sandbox agent. Types are `z.infer`red from these; nothing else defines them.
+ */
+import { z } from 'zod';
+import { ErrorInfo } from './errors.js';
+
+/** ISO-8601 UTC timestamp with milliseconds, e.g. `2026-11-30T10:00:00.000Z`. */
+export const Timestamp = z.string().datetime({ offset: false });
+/** `sha256:<64 hex>` content digest (see contract/digest.ts). */
+export const Digest = z.string().regex(/^sha256:[0-9a-f]{64}$/);
+
+/** The exact policy version a lease is bound to. */
+export const PolicyRef = z.object({ name: z.string(), version: z.number().int().positive(), digest: Digest });
+export type PolicyRef = z.infer<typeof PolicyRef>;
+
+/** Facts the agent measures inside a fresh sandbox before the lease is ready. */
+export const SandboxFacts = z.object({
+  os: z.object({ id: z.string(), name: z.string(), version: z.string().nullable() }),
+  arch: z.string(),
+  kernel: z.string(),
+  /** Versions as the tools print them (`null` when the tool is absent from the image). */
+  toolchain: z.object({ node: z.string().nullable(), git: z.string().nullable(), python: z.string().nullable() }),
+  user: z.object({ name: z.string(), uid: z.number().int(), gid: z.number().int(), home: z.string() }),
+  workdir: z.string(),
+  agentVersion: z.string(),
+});
+export type SandboxFacts = z.infer<typeof SandboxFacts>;
+
+/**
+ * What a sandbox *is*, content-addressed: `digest` is the sha256 of the canonical JSON of every
+ * other field. Holds hashes and names, never env or secret values.
+ */
+export const EnvironmentManifest = SandboxFacts.extend({
+  schemaVersion: z.literal(1),
+  image: z.object({ ref: z.string(), id: z.string() }),
+  runtime: z.object({ kind: z.literal('docker'), engineVersion: z.string(), ociRuntime: z.string() }),
+  policy: PolicyRef,
+  /** Lease env: the sorted variable names and the digest of the whole map (values stay out). */
+  env: z.object({ keys: z.array(z.string()), digest: Digest }),
+  /** Names of secrets the lease may receive; never values. */
+  secretRefs: z.array(z.string()),
+  createdAt: Timestamp,
+  digest: Digest,
+});
+export type EnvironmentManifest = z.infer<typeof EnvironmentManifest>;
+
+export const LeaseStatus = z.enum(['creating', 'ready', 'releasing', 'released', 'expired', 'failed']);
+export type LeaseStatus = z.infer<typeof LeaseStatus>;
+
+/** A lease: one ephemeral sandbox bound to one policy version. */
+export const Lease = z.object({
+  id: z.string(),
+  status: LeaseStatus,
+  createdAt: Timestamp,
+  expiresAt: Timestamp,
+  /** When the lease left `ready` (released, expired or failed). */
+  endedAt: Timestamp.nullable(),
+  /** Why it ended: `released`, `expired`, `container_missing`, `create_failed`. */
+  endReason: z.string().nullable(),
+  image: z.string(),
+  policy: PolicyRef,
+  manifest: EnvironmentManifest.nullable(),
+  labels: z.record(z.string(), z.string()),
+});
+export type Lease = z.infer<typeof Lease>;
+
+export const CommitState = z.enum(['not_started', 'committed', 'partial', 'unknown']);
+export type CommitState = z.infer<typeof CommitState>;
+
+export const ResultStatus = z.enum(['succeeded', 'failed', 'denied', 'cancelled', 'timed_out', 'detached', 'effect_unknown']);
+export type ResultStatus = z.infer<typeof ResultStatus>;
+
+/** Per-stream output facts: all bytes the process wrote, even past the kept limit. */
+export const StreamDigest = z.object({
+  /** Bytes the process wrote to the stream. */
+  bytes: z.number().int().nonnegative(),
+  /** sha256 hex of all those bytes. */
+  sha256: z.string(),
+  /** Bytes kept in events and in the result (≤ `bytes`). */
+  keptBytes: z.number().int().nonnegative(),
+});
+
+/**
+ * The fact record of one attempt. `commitState` says what is known about the effect:
+ * `not_started` (nothing ran), `committed` (ran to completion), `partial`, `unknown`
+ * (interrupted: a timeout or cancel is not "no effect", DESIGN.md invariant 2).
+ */
+export const EffectReceipt = z.object({
+  receiptId: z.string(),
+  callId: z.string(),
+  attemptId: z.string(),
+  leaseId: z.string(),
+  tool: z.string(),
+  toolVersion: z.string(),
+  /** Digest of the resolved call (tool + normalized args). */
+  fingerprint: Digest,
+  commitState: CommitState,
+  startedAt: Timestamp,
+  endedAt: Timestamp,
+  durationMs: z.number().nonnegative(),
+  exit: z
+    .object({ code: z.number().int().nullable(), signal: z.string().nullable(), killedBy: z.enum(['timeout', 'cancel']).nullable() })
+    .nullable(),
+  /** The environment the process saw: fixed defaults by value, caller/lease env by name only. */
+  environment: z.object({ defaults: z.record(z.string(), z.string()), keys: z.array(z.string()) }).nullable(),
+  runner: z.object({ pid: z.number().int().nullable(), uid: z.number().int(), gid: z.number().int() }).nullable(),
+  outputs: z.object({ stdout: StreamDigest, stderr: StreamDigest }).nullable(),
+  artifacts: z.array(z.object({ id: z.string(), sha256: z.string(), size: z.number().int() })),
+  manifestDigest: Digest,
+});
+export type EffectReceipt = z.infer<typeof EffectReceipt>;
+
+export const Truncation = z.object({
+  stdout: z.object({ totalBytes: z.number().int(), keptBytes: z.number().int() }).nullable(),
+  stderr: z.object({ totalBytes: z.number().int(), keptBytes: z.number().int() }).nullable(),
+});
+
+/** The normalized outcome of a call; `receipt` is the fact record behind it. */
+export const ToolResult = z.object({
+  callId: z.string(),
+  status: ResultStatus,
+  error: ErrorInfo.nullable(),
+  /** Short, lossy text for a model to read. The receipt is the record. */
+  modelText: z.string(),
+  exitCode: z.number().int().nullable(),
+  signal: z.string().nullable(),
+  /** Decoded UTF-8 of the kept bytes (invalid sequences replaced). */
+  stdout: z.string(),
+  stderr: z.string(),
+  truncation: Truncation.nullable(),
+  artifacts: z.array(z.object({ id: z.string(), sha256: z.string(), size: z.number().int() })),
+  receipt: EffectReceipt.nullable(),
+});
+export type ToolResult = z.infer<typeof ToolResult>;
+
+export const CallStatus = z.enum(['queued', 'running', 'finished']);
+export type CallStatus = z.infer<typeof CallStatus>;
+
+/** A call as the API shows it: the intent, its state and (once finished) its result. */
+export const CallView = z.object({
+  callId: z.string(),
+  leaseId: z.string(),
+  tool: z.string(),
+  args: z.record(z.string(), z.unknown()),
+  fingerprint: Digest,
+  status: CallStatus,
+  createdAt: Timestamp,
+  result: ToolResult.nullable(),
+});
+export type CallView = z.infer<typeof CallView>;

@@ -1,0 +1,84 @@
+/**
+ * Queue topology (DESIGN.md §5) and the messages that cross it.
+ *
+ * Every key a sandbox's agent may touch lives under its lease namespace
+ * `<rootPrefix>lease:<leaseId>`; the per-lease Redis ACL user is limited to that pattern, so an
+ * agent cannot read or write another sandbox's queues. Inside the namespace:
+ * - BullMQ queue `calls` (control plane → agent): one job per call, job id = `callId`.
+ * - BullMQ queue `returns` (agent → control plane): events and results, deterministic job ids.
+ * - `attempt:<callId>`: the agent's durable "an attempt started" marker (dedupe on redelivery).
+ * - `hello`: list the agent pushes its `AgentHello` onto once it is ready.
+ * - pub/sub channel `control`: cancel requests to the agent.
+ */
+import { z } from 'zod';
+import { EventBody } from './events.js';
+import { SandboxFacts, ToolResult } from './objects.js';
+import { EnvMap } from './tools.js';
+
+export const CALL_QUEUE = 'calls';
+export const RETURN_QUEUE = 'returns';
+
+/** Names of the keys of one lease's namespace. `namespace` doubles as the BullMQ `prefix`. */
+export interface LeaseKeys {
+  readonly namespace: string;
+  readonly hello: string;
+  readonly control: string;
+  attempt(callId: string): string;
+  /** Redis ACL key and channel pattern covering the namespace. */
+  readonly aclPattern: string;
+}
+
+/** Key layout of a lease under `rootPrefix` (e.g. `sbx:`). */
+export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
+  const namespace = `${rootPrefix}lease:${leaseId}`;
+  return {
+    namespace,
+    hello: `${namespace}:hello`,
+    control: `${namespace}:control`,
+    attempt: (callId) => `${namespace}:attempt:${callId}`,
+    aclPattern: `${namespace}:*`,
+  };
+}
+
+/** The agent's credentials file (mode 0400, root): how it reaches its own lease's keys. */
+export const AgentConfig = z.object({
+  leaseId: z.string(),
+  rootPrefix: z.string(),
+  redis: z.object({ path: z.string(), username: z.string(), password: z.string() }),
+  toolUser: z.object({ name: z.string(), uid: z.number().int(), gid: z.number().int(), home: z.string() }),
+  workdir: z.string(),
+  /** Lease env, applied under every call's env. */
+  env: EnvMap,
+});
+export type AgentConfig = z.infer<typeof AgentConfig>;
+
+/** A call as the agent receives it: already validated, resolved and authorized. */
+export const CallJob = z.object({
+  callId: z.string(),
+  tool: z.string(),
+  toolVersion: z.string(),
+  args: z.record(z.string(), z.unknown()),
+  fingerprint: z.string(),
+  manifestDigest: z.string(),
+  /** Effective limit after policy, ms. */
+  timeoutMs: z.number().int().positive(),
+  /** Per-stream cap on bytes kept in events and the result. */
+  maxOutputBytes: z.number().int().positive(),
+});
+export type CallJob = z.infer<typeof CallJob>;
+
+/** Agent → control plane. `n` numbers an attempt's events from 1 (the ledger's dedupe key). */
+export const ReturnMessage = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('event'), callId: z.string(), attemptId: z.string(), n: z.number().int().positive(), body: EventBody }),
+  z.object({ kind: z.literal('result'), callId: z.string(), attemptId: z.string(), result: ToolResult }),
+]);
+export type ReturnMessage = z.infer<typeof ReturnMessage>;
+
+/** What the agent pushes to `hello` once connected: the facts the manifest is built from. */
+export const AgentHello = z.object({ leaseId: z.string(), facts: SandboxFacts, startedAt: z.string() });
+export type AgentHello = z.infer<typeof AgentHello>;
+
+/** Control plane → agent over the `control` channel. */
+export const ControlMessage = z.discriminatedUnion('type', [z.object({ type: z.literal('cancel'), callId: z.string() })]);
+export type ControlMessage = z.infer<typeof ControlMessage>;
+

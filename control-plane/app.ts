@@ -1,0 +1,54 @@
+/**
+ * `buildApp(deps)`: the fastify application with every domain plugin registered, not started.
+ * Dependencies come in; nothing here reads the environment or listens (main.ts does).
+ */
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { callsRoutes } from './calls/routes.js';
+import type { CallService } from './calls/service.js';
+import { filesRoutes } from './files/routes.js';
+import { installApiKeyAuth } from './http/auth.js';
+import { installErrorHandling } from './http/errors.js';
+import type { Ledger } from './ledger/ledger.js';
+import type { CallNotifier } from './ledger/notifier.js';
+import { leasesRoutes } from './leases/routes.js';
+import type { LeaseService } from './leases/service.js';
+import type { SandboxRuntime } from './runtime/runtime.js';
+
+export interface AppDeps {
+  log: Logger;
+  apiKey: string;
+  leases: LeaseService;
+  calls: CallService;
+  ledger: Ledger;
+  notifier: CallNotifier;
+  runtime: SandboxRuntime;
+  /** Resolves when Redis answers; rejects otherwise. */
+  pingRedis: () => Promise<unknown>;
+  spoolDir: string;
+  maxUploadBytes: number;
+  /** Largest JSON body, bytes. Default 1 MiB. */
+  jsonBodyLimitBytes?: number;
+}
+
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: deps.log as FastifyBaseLogger,
+    bodyLimit: deps.jsonBodyLimitBytes ?? 1024 * 1024,
+    disableRequestLogging: false,
+    requestIdHeader: 'x-request-id',
+  });
+  installErrorHandling(app);
+  installApiKeyAuth(app, deps.apiKey);
+
+  app.get('/healthz', async (_request, reply) => {
+    const [redis, docker] = await Promise.allSettled([deps.pingRedis(), deps.runtime.info()]);
+    const body = { redis: redis.status === 'fulfilled' ? 'ok' : 'down', docker: docker.status === 'fulfilled' ? 'ok' : 'down' };
+    return reply.status(body.redis === 'ok' && body.docker === 'ok' ? 200 : 503).send(body);
+  });
+
+  await app.register(leasesRoutes, { leases: deps.leases });
+  await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, ledger: deps.ledger, notifier: deps.notifier });
+  await app.register(filesRoutes, { leases: deps.leases, runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
+  return app;
+}

@@ -1,0 +1,20 @@
+/** HTTP schemas of the calls domain. */
+import { z } from 'zod';
+
+/** Client-chosen call ids: safe in Redis keys, BullMQ job ids and URLs. */
+export const CallId = z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'letters, digits, _ and -; at most 128');
+
+export const SubmitCallBody = z
+  .object({
+    tool: z.string().min(1),
+    args: z.record(z.string(), z.unknown()),
+    /** Dedupe handle: resubmitting the same callId with the same args returns the same call. */
+    callId: CallId.optional(),
+  })
+  .strict();
+export type SubmitCallBody = z.infer<typeof SubmitCallBody>;
+
+/** `?wait=SECONDS`: how long to hold the response for the result (0–300). */
+export const SubmitCallQuery = z.object({ wait: z.coerce.number().min(0).max(300).optional() }).strict();
+
+export const CallParams = z.object({ id: z.string(), callId: CallId });

@@ -1,0 +1,160 @@
+/**
+ * Tool calls: intent in, receipt out. Submitting validates and resolves the call against the
+ * lease's policy, records the intent in the ledger and only then enqueues it for the agent;
+ * what the agent sends back (events, the result with its receipt) is ledgered here before the
+ * queue job is acknowledged.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import { ZodError } from 'zod';
+import { digestOf } from '../../contract/digest.js';
+import { AppError, errorInfo } from '../../contract/errors.js';
+import type { CallView, ToolResult } from '../../contract/objects.js';
+import type { CallJob, ReturnMessage } from '../../contract/queue.js';
+import type { LeaseRecord, Ledger } from '../ledger/ledger.js';
+import type { CallNotifier } from '../ledger/notifier.js';
+import type { LeaseChannels } from '../queue/lease-channels.js';
+import type { SubmitCallBody } from './schema.js';
+import { TOOLS } from './tools.js';
+
+export interface CallServiceDeps {
+  ledger: Ledger;
+  channels: LeaseChannels;
+  notifier: CallNotifier;
+  now: () => Date;
+  log: Logger;
+}
+
+export class CallService {
+  constructor(private readonly deps: CallServiceDeps) {}
+
+  /**
+   * Submits a call. Returns `{call, created}`; `created` is false when the callId existed with
+   * the same fingerprint (the earlier call is returned, nothing runs twice). Throws
+   * `input.unknown_tool`, `input.invalid` (details.issues with paths under `args`),
+   * `call.id_conflict`, `policy.tool_denied` (the denial is recorded as the call's result).
+   */
+  async submit(lease: LeaseRecord, body: SubmitCallBody): Promise<{ call: CallView; created: boolean }> {
+    const { ledger, channels, now } = this.deps;
+    const tool = TOOLS.get(body.tool);
+    if (!tool) throw new AppError('input.unknown_tool', `no tool named ${body.tool}`, { details: { field: 'tool', known: [...TOOLS.keys()] } });
+    const callId = body.callId ?? `call_${randomUUID().replaceAll('-', '')}`;
+    let resolved;
+    let denial: AppError | null = null;
+    try {
+      resolved = tool.resolve(body.args, lease.policySnapshot);
+    } catch (err) {
+      if (err instanceof ZodError) {
+        throw new AppError('input.invalid', `invalid args for ${tool.name}: ${err.issues.map((i) => `args.${i.path.join('.')}: ${i.message}`).join('; ')}`, {
+          details: { issues: err.issues.map((i) => ({ path: ['args', ...i.path.map(String)].join('.'), message: i.message })) },
+        });
+      }
+      if (!(err instanceof AppError)) throw err;
+      denial = err;
+    }
+    const normalizedArgs = resolved?.args ?? body.args;
+    const fingerprint = digestOf({ tool: tool.name, version: tool.version, args: normalizedArgs });
+    const createdAt = now();
+    const existing = await ledger.createCall({ callId, leaseId: lease.id, tool: tool.name, args: normalizedArgs, fingerprint, createdAt: createdAt.toISOString() });
+    if (existing) {
+      if (existing.fingerprint !== fingerprint) {
+        throw new AppError('call.id_conflict', `callId ${callId} was used with different tool or arguments`, { details: { callId, fingerprint: existing.fingerprint } });
+      }
+      return { call: await this.get(lease.id, callId), created: false };
+    }
+    await ledger.appendEvent(lease.id, callId, { type: 'call.accepted', tool: tool.name, fingerprint }, createdAt);
+    if (denial || !resolved) {
+      const error = denial!.toInfo();
+      await ledger.appendEvent(lease.id, callId, { type: 'call.denied', error }, createdAt);
+      await ledger.finishCall(lease.id, callId, emptyResult(callId, 'denied', error), createdAt);
+      throw new AppError(denial!.code, denial!.message, { details: { ...denial!.details, callId } });
+    }
+    const job: CallJob = {
+      callId,
+      tool: tool.name,
+      toolVersion: tool.version,
+      args: normalizedArgs,
+      fingerprint,
+      manifestDigest: lease.manifest!.digest,
+      timeoutMs: resolved.timeoutMs,
+      maxOutputBytes: resolved.maxOutputBytes,
+    };
+    // The intent is in the ledger before the job exists: a crash here leaves a queued call that
+    // reconcile/release finishes as `cancelled` (no attempt marker), never a job without a record.
+    await channels.enqueueCall(lease.id, job);
+    await ledger.appendEvent(lease.id, callId, { type: 'call.queued' }, now());
+    return { call: await this.get(lease.id, callId), created: true };
+  }
+
+  /** Throws `call.not_found`. */
+  async get(leaseId: string, callId: string): Promise<CallView> {
+    const call = await this.deps.ledger.getCall(leaseId, callId);
+    if (!call) throw new AppError('call.not_found', `no call ${callId} in sandbox ${leaseId}`, { details: { callId } });
+    return call;
+  }
+
+  /** The call once finished, or as it is after `timeoutMs`. */
+  async waitFinished(leaseId: string, callId: string, timeoutMs: number): Promise<CallView> {
+    const deadline = Date.now() + timeoutMs;
+    const channel = this.deps.ledger.notifyChannel(leaseId, callId);
+    for (;;) {
+      // Listen before reading, so a change between the read and the wait is not missed.
+      const wake = this.deps.notifier.next(channel, Math.max(0, Math.min(1000, deadline - Date.now())));
+      const call = await this.get(leaseId, callId);
+      if (call.status === 'finished' || Date.now() >= deadline) return call;
+      await wake;
+    }
+  }
+
+  /**
+   * Cancels a call: a queued call is taken off the queue and finishes `cancelled` with nothing
+   * run; a running one is signalled (the agent kills its process group and reports). Cancelling
+   * a finished call changes nothing. Returns the call as it is now.
+   */
+  async cancel(lease: LeaseRecord, callId: string): Promise<CallView> {
+    const { ledger, channels, now } = this.deps;
+    const call = await this.get(lease.id, callId);
+    if (call.status === 'finished') return call;
+    await ledger.appendEvent(lease.id, callId, { type: 'call.cancel_requested' }, now(), 'cancel_requested');
+    if (await channels.removeQueued(lease.id, callId)) {
+      const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
+      await ledger.finishCall(lease.id, callId, emptyResult(callId, 'cancelled', error), now());
+    } else {
+      await channels.requestCancel(lease.id, callId);
+    }
+    return this.get(lease.id, callId);
+  }
+
+  /** Ledgers one message from a sandbox agent. Idempotent: redelivered messages are stored once. */
+  async ingest(leaseId: string, message: ReturnMessage): Promise<void> {
+    const at = this.deps.now();
+    if (message.kind === 'event') {
+      await this.deps.ledger.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`);
+      if (message.body.type === 'call.started') await this.deps.ledger.markRunning(leaseId, message.callId);
+      return;
+    }
+    const stored = await this.deps.ledger.finishCall(leaseId, message.callId, message.result, at);
+    if (!stored) this.deps.log.info({ leaseId, callId: message.callId, attemptId: message.attemptId }, 'ignored a second result for a finished call');
+  }
+
+  /**
+   * Finishes every open call of a lease that is going away: `cancelled` when no attempt
+   * started, `effect_unknown` when one did (DESIGN.md invariant 2).
+   */
+  async abandonOpenCalls(leaseId: string, attemptStarted: (callId: string) => Promise<boolean>): Promise<void> {
+    for (const callId of await this.deps.ledger.openCalls(leaseId)) {
+      await this.deps.ledger.finishCall(leaseId, callId, lostCallResult(callId, await attemptStarted(callId)), this.deps.now());
+    }
+  }
+}
+
+function emptyResult(callId: string, status: ToolResult['status'], error: ToolResult['error']): ToolResult {
+  return { callId, status, error, modelText: error?.message ?? status, exitCode: null, signal: null, stdout: '', stderr: '', truncation: null, artifacts: [], receipt: null };
+}
+
+/** The result recorded for a call its sandbox took with it. */
+function lostCallResult(callId: string, started: boolean): ToolResult {
+  return started
+    ? emptyResult(callId, 'effect_unknown', errorInfo('execution.sandbox_lost', 'the sandbox went away while the call ran; its effects are unknown'))
+    : emptyResult(callId, 'cancelled', errorInfo('execution.cancelled', 'the sandbox went away before the call started; nothing ran'));
+}

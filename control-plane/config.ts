@@ -1,0 +1,86 @@
+/**
+ * Control-plane settings, read once from `SBX_*` environment variables by `main.ts` (and by the
+ * test harness). Every setting is documented in the README's settings table.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { z } from 'zod';
+
+const Env = z.object({
+  /** TCP port of the API. Default 7070. */
+  SBX_PORT: z.coerce.number().int().min(0).max(65535).default(7070),
+  /** Listen address. Default 127.0.0.1 (loopback only). */
+  SBX_HOST: z.string().default('127.0.0.1'),
+  /** State directory: API key, Redis files and socket, lease credential files, upload spool. Default /var/lib/sbx. */
+  SBX_DATA_DIR: z.string().default('/var/lib/sbx'),
+  /** Redis URL (`redis://user:pass@host:port`) or `unix:///path/to.sock`. Default: the socket setup.sh starts under the data dir. */
+  SBX_REDIS_URL: z.string().optional(),
+  /** Password of the Redis default user, when not in the URL. Default: `<data dir>/redis/password` if present. */
+  SBX_REDIS_PASSWORD: z.string().optional(),
+  /** Redis socket bind-mounted into sandboxes for the agent's channel. Default: the path of a `unix://` SBX_REDIS_URL. */
+  SBX_AGENT_REDIS_SOCKET: z.string().optional(),
+  /** Prefix of every Redis key sbx writes. Default `sbx:`. */
+  SBX_REDIS_PREFIX: z.string().default('sbx:'),
+  /** Bearer API key. Default: `<data dir>/api-key`, generated and printed on first start. */
+  SBX_API_KEY: z.string().min(16).optional(),
+  /** Identity of this installation, written as the `sbx.owner` label on everything it creates. Default `sbx`. */
+  SBX_OWNER: z.string().regex(/^[a-zA-Z0-9_.-]+$/).default('sbx'),
+  /** Default sandbox image. Default `sbx-sandbox:latest` (built by images/build.sh). */
+  SBX_IMAGE: z.string().default('sbx-sandbox:latest'),
+  /** Directory of policy files. Default `<repo>/policies`. */
+  SBX_POLICY_DIR: z.string().optional(),
+  /** Docker engine socket. Default /var/run/docker.sock. */
+  SBX_DOCKER_SOCKET: z.string().default('/var/run/docker.sock'),
+  /** Largest accepted upload (tar) body, bytes. Default 2 GiB. */
+  SBX_MAX_UPLOAD_BYTES: z.coerce.number().int().positive().default(2 * 1024 * 1024 * 1024),
+  /** pino log level. Default `info`. */
+  SBX_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+
+export interface Config {
+  port: number;
+  host: string;
+  dataDir: string;
+  redis: { path?: string; url?: string; password?: string };
+  agentRedisSocket: string;
+  redisPrefix: string;
+  apiKey: string | undefined;
+  owner: string;
+  image: string;
+  policyDir: string;
+  dockerSocket: string;
+  maxUploadBytes: number;
+  logLevel: z.infer<typeof Env>['SBX_LOG_LEVEL'];
+}
+
+/**
+ * Parses settings from `env`. Throws a ZodError naming the bad variable, or an Error when no
+ * Redis socket for the agents can be determined.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
+  const e = Env.parse(env);
+  const defaultSocket = join(e.SBX_DATA_DIR, 'redis-socket', 'redis.sock');
+  const url = e.SBX_REDIS_URL ?? `unix://${defaultSocket}`;
+  const passwordFile = join(e.SBX_DATA_DIR, 'redis', 'password');
+  const password = e.SBX_REDIS_PASSWORD ?? (existsSync(passwordFile) ? readFileSync(passwordFile, 'utf8').trim() : undefined);
+  const unixPath = url.startsWith('unix://') ? url.slice('unix://'.length) : undefined;
+  const agentRedisSocket = e.SBX_AGENT_REDIS_SOCKET ?? unixPath;
+  if (!agentRedisSocket) throw new Error('SBX_AGENT_REDIS_SOCKET must be set when SBX_REDIS_URL is not a unix:// socket');
+  const redis: Config['redis'] = unixPath ? { path: unixPath } : { url };
+  if (password !== undefined) redis.password = password;
+  return {
+    port: e.SBX_PORT,
+    host: e.SBX_HOST,
+    dataDir: e.SBX_DATA_DIR,
+    redis,
+    agentRedisSocket,
+    redisPrefix: e.SBX_REDIS_PREFIX,
+    apiKey: e.SBX_API_KEY,
+    owner: e.SBX_OWNER,
+    image: e.SBX_IMAGE,
+    policyDir: e.SBX_POLICY_DIR ?? join(repoRoot, 'policies'),
+    dockerSocket: e.SBX_DOCKER_SOCKET,
+    maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,
+    logLevel: e.SBX_LOG_LEVEL,
+  };
+}

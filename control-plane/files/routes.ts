@@ -1,0 +1,97 @@
+/**
+ * File transfer: `PUT /v1/sandboxes/:id/files?path=DIR` unpacks a tar body into DIR;
+ * `GET /v1/sandboxes/:id/files?path=PATH` returns PATH as a tar. Both go through the Docker
+ * archive API and only reach the policy's volume-backed writable roots (e.g. /workspace).
+ *
+ * An upload is spooled to disk and checked whole (tar-guard) before anything is written into
+ * the sandbox, so a rejected archive leaves the sandbox untouched.
+ */
+import { randomUUID } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdir, rm } from 'node:fs/promises';
+import { join, posix } from 'node:path';
+import { Transform, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { FastifyPluginAsync } from 'fastify';
+import { z } from 'zod';
+import { AppError } from '../../contract/errors.js';
+import { SandboxPath } from '../../contract/tools.js';
+import { parseInput } from '../http/errors.js';
+import { LeaseParams } from '../leases/schema.js';
+import type { LeaseService } from '../leases/service.js';
+import type { Policy } from '../policies/schema.js';
+import type { SandboxRuntime } from '../runtime/runtime.js';
+import { guardArchive } from './tar-guard.js';
+
+export interface FilesRoutesOptions {
+  leases: LeaseService;
+  runtime: SandboxRuntime;
+  /** Directory for upload spool files. */
+  spoolDir: string;
+  /** Largest accepted tar body, bytes. */
+  maxUploadBytes: number;
+}
+
+const FilesQuery = z.object({ path: SandboxPath }).strict();
+
+/**
+ * The volume root containing `path` and the path relative to it. Paths are normalized first
+ * (`..` resolved lexically), so `/workspace/../etc` is `/etc`. Throws
+ * `input.path_outside_workspace` when no volume root contains it.
+ */
+export function locateInVolume(policy: Policy, path: string): { root: string; relative: string } {
+  const normalized = posix.normalize(path).replace(/\/+$/, '') || '/';
+  for (const r of policy.filesystem.writableRoots) {
+    if (r.kind !== 'volume') continue;
+    if (normalized === r.path || normalized.startsWith(`${r.path}/`)) return { root: r.path, relative: posix.relative(r.path, normalized) };
+  }
+  const roots = policy.filesystem.writableRoots.filter((r) => r.kind === 'volume').map((r) => r.path);
+  throw new AppError('input.path_outside_workspace', `${path} is outside the sandbox's file roots (${roots.join(', ')})`, { details: { path, roots } });
+}
+
+export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (app, opts) => {
+  app.addContentTypeParser(['application/x-tar', 'application/octet-stream'], (_request, payload, done) => done(null, payload));
+
+  app.put('/v1/sandboxes/:id/files', async (request) => {
+    const { id } = parseInput(LeaseParams, request.params, 'params');
+    const { path } = parseInput(FilesQuery, request.query, 'query');
+    const lease = await opts.leases.active(id);
+    const { root, relative } = locateInVolume(lease.policySnapshot, path);
+    if (!request.body || typeof (request.body as Readable).pipe !== 'function') {
+      throw new AppError('input.unsupported_media_type', 'send the archive as Content-Type: application/x-tar');
+    }
+    await mkdir(opts.spoolDir, { recursive: true, mode: 0o700 });
+    const raw = join(opts.spoolDir, `${randomUUID()}.tar`);
+    const guarded = `${raw}.guarded`;
+    try {
+      await pipeline(request.body as Readable, byteLimit(opts.maxUploadBytes), createWriteStream(raw));
+      const user = lease.policySnapshot.runtime.toolUser;
+      const summary = await guardArchive(raw, guarded, { uid: user.uid, gid: user.gid, uname: user.name, gname: user.name }, relative);
+      await opts.runtime.putArchive(id, root, createReadStream(guarded));
+      return { path: posix.join(root, relative), entries: summary.entries, bytes: summary.bytes };
+    } finally {
+      await Promise.all([rm(raw, { force: true }), rm(guarded, { force: true })]);
+    }
+  });
+
+  app.get('/v1/sandboxes/:id/files', async (request, reply) => {
+    const { id } = parseInput(LeaseParams, request.params, 'params');
+    const { path } = parseInput(FilesQuery, request.query, 'query');
+    const lease = await opts.leases.active(id);
+    const { root, relative } = locateInVolume(lease.policySnapshot, path);
+    const stream = await opts.runtime.getArchive(id, posix.join(root, relative));
+    return reply.type('application/x-tar').send(stream);
+  });
+};
+
+/** Passes bytes through until `max`, then fails with `input.body_too_large`. */
+function byteLimit(max: number): Transform {
+  let seen = 0;
+  return new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      seen += chunk.length;
+      if (seen > max) cb(new AppError('input.body_too_large', `upload exceeds ${max} bytes`, { details: { maxBytes: max } }));
+      else cb(null, chunk);
+    },
+  });
+}

@@ -1,0 +1,93 @@
+/**
+ * Checks an uploaded tar archive before any byte reaches the sandbox, and rewrites it for the
+ * sandbox: entries are rejected when their name is absolute, contains a `..` segment or NUL,
+ * when a link points outside the upload's target directory, or when they are devices or FIFOs.
+ * Accepted entries are re-emitted owned by the tool user, without setuid/setgid bits.
+ *
+ * Throws AppError `files.unsafe_entry` (details.entry names it) or `files.invalid_archive`.
+ */
+import { createReadStream, createWriteStream } from 'node:fs';
+import { posix } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import * as tar from 'tar-stream';
+import { AppError } from '../../contract/errors.js';
+
+export interface Owner {
+  uid: number;
+  gid: number;
+  uname: string;
+  gname: string;
+}
+
+export interface GuardSummary {
+  entries: number;
+  /** Bytes of regular-file content. */
+  bytes: number;
+}
+
+const ALLOWED_TYPES = new Set(['file', 'directory', 'symlink', 'link', 'contiguous-file']);
+
+/**
+ * Why `name` (and `linkname` for links) is unsafe, or null when it stays inside the target.
+ * Pure; exported for unit tests.
+ */
+export function unsafeReason(type: string, name: string, linkname: string | null | undefined): string | null {
+  if (!ALLOWED_TYPES.has(type)) return `entry type ${type} is not allowed`;
+  if (name.includes('\0')) return 'name contains NUL';
+  if (name.startsWith('/')) return 'absolute name';
+  if (name.split('/').includes('..')) return 'name contains ".."';
+  if (type === 'symlink' || type === 'link') {
+    const target = linkname ?? '';
+    if (target === '' || target.includes('\0')) return 'empty or invalid link target';
+    if (target.startsWith('/')) return `link to absolute path ${target}`;
+    // A symlink resolves against its own directory; a hard link names a path in the archive.
+    const resolved = type === 'symlink' ? posix.normalize(posix.join(posix.dirname(name), target)) : posix.normalize(target);
+    if (resolved === '..' || resolved.startsWith('../')) return `link target ${target} is outside the target directory`;
+  }
+  return null;
+}
+
+/**
+ * Reads the tar at `inputPath`, checks every entry, writes the rewritten archive to
+ * `outputPath`. With `prefix` (a relative directory path, e.g. `src/app`), every entry is moved
+ * under it and the prefix's directories are created first, so an upload can target a directory
+ * that does not exist yet.
+ */
+export async function guardArchive(inputPath: string, outputPath: string, owner: Owner, prefix = ''): Promise<GuardSummary> {
+  const extract = tar.extract();
+  const pack = tar.pack();
+  const summary: GuardSummary = { entries: 0, bytes: 0 };
+  const ownership = { uid: owner.uid, gid: owner.gid, uname: owner.uname, gname: owner.gname };
+  const parts = prefix.split('/').filter(Boolean);
+  for (let i = 1; i <= parts.length; i += 1) pack.entry({ name: parts.slice(0, i).join('/'), type: 'directory', mode: 0o755, ...ownership });
+  const under = (name: string): string => (parts.length === 0 ? name : posix.join(...parts, name));
+  extract.on('entry', (header, stream, next) => {
+    const reason = unsafeReason(header.type ?? 'file', header.name, header.linkname);
+    if (reason) {
+      stream.resume();
+      extract.destroy(new AppError('files.unsafe_entry', `unsafe entry ${JSON.stringify(header.name)}: ${reason}`, { details: { entry: header.name, reason } }));
+      return;
+    }
+    summary.entries += 1;
+    if (header.type === 'file' || header.type === 'contiguous-file') summary.bytes += header.size ?? 0;
+    const rewritten: tar.Header = {
+      ...header,
+      name: under(header.name),
+      ...(header.type === 'link' && header.linkname ? { linkname: under(header.linkname) } : {}),
+      type: header.type === 'contiguous-file' ? 'file' : header.type,
+      mode: (header.mode ?? (header.type === 'directory' ? 0o755 : 0o644)) & 0o1777,
+      ...ownership,
+    };
+    const entry = pack.entry(rewritten, (err) => (err ? extract.destroy(err) : next()));
+    stream.pipe(entry);
+  });
+  extract.on('finish', () => pack.finalize());
+  try {
+    await Promise.all([pipeline(createReadStream(inputPath), extract), pipeline(pack, createWriteStream(outputPath))]);
+  } catch (err) {
+    pack.destroy();
+    if (err instanceof AppError) throw err;
+    throw new AppError('files.invalid_archive', `not a readable tar archive: ${(err as Error).message}`, { cause: err });
+  }
+  return summary;
+}

@@ -1,0 +1,28 @@
+/** Lease routes: create, read, list, release. */
+import type { FastifyPluginAsync } from 'fastify';
+import { parseInput } from '../http/errors.js';
+import { CreateSandboxBody, IdempotencyKey, LeaseParams } from './schema.js';
+import type { LeaseService } from './service.js';
+
+export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async (app, { leases }) => {
+  app.post('/v1/sandboxes', async (request, reply) => {
+    const body = parseInput(CreateSandboxBody, request.body ?? {}, 'body');
+    const rawKey = request.headers['idempotency-key'];
+    const key = rawKey === undefined ? undefined : parseInput(IdempotencyKey, rawKey, 'headers.idempotency-key');
+    const { lease, replayed } = await leases.create(body, key);
+    if (replayed) reply.header('idempotent-replayed', 'true');
+    return reply.status(replayed ? 200 : 201).send(lease);
+  });
+
+  app.get('/v1/sandboxes', async () => ({ sandboxes: await leases.list() }));
+
+  app.get('/v1/sandboxes/:id', async (request) => {
+    const { id } = parseInput(LeaseParams, request.params, 'params');
+    return leases.get(id);
+  });
+
+  app.delete('/v1/sandboxes/:id', async (request) => {
+    const { id } = parseInput(LeaseParams, request.params, 'params');
+    return leases.release(id);
+  });
+};

@@ -1,0 +1,338 @@
+/**
+ * Lease lifecycle: create (policy → spec → container → agent hello → manifest), read, release,
+ * expire, and reconcile with the runtime after a restart. The runtime's labels and the ledger
+ * are the sources of truth; no in-process map is (STYLE.md §8).
+ *
+ * Teardown is idempotent and runs every step even when one fails.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import type { Logger } from 'pino';
+import { digestOf } from '../../contract/digest.js';
+import { AppError } from '../../contract/errors.js';
+import type { Lease } from '../../contract/objects.js';
+import type { AgentConfig } from '../../contract/queue.js';
+import type { CallService } from '../calls/service.js';
+import type { Ledger, LeaseRecord } from '../ledger/ledger.js';
+import { buildManifest } from '../manifest/manifest.js';
+import { compileSandboxSpec, AGENT_REDIS_DIR } from '../policies/compiler.js';
+import type { PolicyStore } from '../policies/store.js';
+import type { LeaseChannels } from '../queue/lease-channels.js';
+import type { SandboxRuntime } from '../runtime/runtime.js';
+import type { CreateSandboxBody } from './schema.js';
+
+export interface LeaseServiceOptions {
+  owner: string;
+  sbxVersion: string;
+  dataDir: string;
+  defaultImage: string;
+  /** Host path of the Redis unix socket agents connect to. */
+  agentRedisSocket: string;
+  redisPrefix: string;
+  /** How long a new sandbox's agent has to report ready, ms. Default 30 000. */
+  helloTimeoutMs?: number;
+  /** A lease still `creating` after this long is treated as failed by reconcile, ms. Default 120 000. */
+  staleCreatingMs?: number;
+}
+
+export interface LeaseServiceDeps {
+  runtime: SandboxRuntime;
+  ledger: Ledger;
+  channels: LeaseChannels;
+  policies: PolicyStore;
+  calls: CallService;
+  now: () => Date;
+  log: Logger;
+}
+
+const TERMINAL = new Set(['released', 'expired', 'failed']);
+
+export class LeaseService {
+  constructor(
+    private readonly deps: LeaseServiceDeps,
+    private readonly options: LeaseServiceOptions,
+  ) {}
+
+  /**
+   * Leases a sandbox. With `idempotencyKey`, the same key and body return the same sandbox
+   * (`replayed: true`); the same key with another body throws `lease.idempotency_conflict`.
+   * Throws `policy.not_found`, `policy.unenforceable`, `lease.ttl_exceeds_policy`,
+   * `input.invalid`, `runtime.image_not_found`, `runtime.unavailable`, `lease.create_failed`.
+   */
+  async create(body: CreateSandboxBody, idempotencyKey?: string): Promise<{ lease: Lease; replayed: boolean }> {
+    const id = `sbx_${randomBytes(10).toString('hex')}`;
+    if (idempotencyKey !== undefined) {
+      const requestDigest = digestOf(body);
+      const earlier = await this.deps.ledger.claimIdempotencyKey(idempotencyKey, id, requestDigest);
+      if (earlier) {
+        if (earlier.requestDigest !== requestDigest) {
+          throw new AppError('lease.idempotency_conflict', 'this Idempotency-Key was used with a different request body', { details: { leaseId: earlier.leaseId } });
+        }
+        return { lease: await this.awaitCreated(earlier.leaseId), replayed: true };
+      }
+    }
+    try {
+      return { lease: await this.createNew(id, body), replayed: false };
+    } catch (err) {
+      // A failed create leaves nothing, the key included, so a retry with it starts afresh.
+      if (idempotencyKey !== undefined) await this.deps.ledger.releaseIdempotencyKey(idempotencyKey);
+      throw err;
+    }
+  }
+
+  private async createNew(id: string, body: CreateSandboxBody): Promise<Lease> {
+    const { runtime, ledger, channels, policies, now, log } = this.deps;
+    const policyName = typeof body.policy === 'string' ? body.policy : (body.policy?.name ?? 'default');
+    const policyVersion = typeof body.policy === 'object' ? body.policy.version : undefined;
+    const { policy, ref } = policies.resolve(policyName, policyVersion);
+    const ttlSeconds = body.ttlSeconds ?? policy.resources.ttlSeconds;
+    if (ttlSeconds > policy.resources.maxTtlSeconds) {
+      throw new AppError('lease.ttl_exceeds_policy', `ttlSeconds ${ttlSeconds} is above the policy's maxTtlSeconds ${policy.resources.maxTtlSeconds}`, {
+        details: { field: 'ttlSeconds', max: policy.resources.maxTtlSeconds },
+      });
+    }
+    const env = body.env ?? {};
+    const refused = policy.envAllowlist.length === 0 ? [] : Object.keys(env).filter((k) => !policy.envAllowlist.includes(k));
+    if (refused.length > 0) {
+      throw new AppError('input.invalid', `env names not allowed by policy ${ref.name}: ${refused.join(', ')}`, { details: { field: 'env', refused } });
+    }
+    const image = body.image ?? this.options.defaultImage;
+    const [info, imageId] = await Promise.all([runtime.info(), runtime.imageId(image)]);
+    const credsPath = join(this.options.dataDir, 'leases', id, 'agent.json');
+    const spec = compileSandboxSpec({
+      leaseId: id,
+      owner: this.options.owner,
+      sbxVersion: this.options.sbxVersion,
+      image,
+      policy,
+      policyRef: ref,
+      agentConfigHostPath: credsPath,
+      agentRedisSocketDir: dirname(this.options.agentRedisSocket),
+      ociRuntimes: info.ociRuntimes,
+      labels: body.labels ?? {},
+    });
+
+    const createdAt = now();
+    const record: LeaseRecord = {
+      id,
+      status: 'creating',
+      createdAt: createdAt.toISOString(),
+      expiresAt: new Date(createdAt.getTime() + ttlSeconds * 1000).toISOString(),
+      endedAt: null,
+      endReason: null,
+      image,
+      policy: ref,
+      manifest: null,
+      labels: body.labels ?? {},
+      owner: this.options.owner,
+      env,
+      policySnapshot: policy,
+      containerId: null,
+    };
+    await ledger.putLease(record);
+    try {
+      const creds = await channels.provisionAgentUser(id);
+      const agentConfig: AgentConfig = {
+        leaseId: id,
+        rootPrefix: this.options.redisPrefix,
+        redis: { path: `${AGENT_REDIS_DIR}/${this.options.agentRedisSocket.split('/').pop()}`, ...creds },
+        toolUser: policy.runtime.toolUser,
+        workdir: '/workspace',
+        env,
+      };
+      await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
+      await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
+      channels.startReturns(id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
+      const { containerId } = await runtime.start(spec);
+      const hello = await channels.awaitHello(id, this.options.helloTimeoutMs ?? 30_000);
+      const manifest = buildManifest({
+        facts: hello.facts,
+        image: { ref: image, id: imageId },
+        engineVersion: info.engineVersion,
+        ociRuntime: policy.runtime.oci,
+        policy: ref,
+        env,
+        secretRefs: policy.secrets.allowed,
+        createdAt,
+      });
+      const ready: LeaseRecord = { ...record, status: 'ready', manifest, containerId };
+      await ledger.putLease(ready);
+      await ledger.scheduleExpiry(id, Date.parse(ready.expiresAt));
+      log.info({ leaseId: id, policy: ref, ms: now().getTime() - createdAt.getTime() }, 'sandbox leased');
+      return toView(ready);
+    } catch (err) {
+      const failures = await this.teardown(id);
+      await ledger.putLease({ ...record, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed' });
+      log.warn({ leaseId: id, err, teardownFailures: failures.length }, 'sandbox create failed');
+      if (err instanceof AppError) throw err;
+      throw new AppError('lease.create_failed', `the sandbox could not be started: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  /** The lease as the API shows it. Throws `lease.not_found`. */
+  async get(id: string): Promise<Lease> {
+    return toView(await this.record(id));
+  }
+
+  async list(): Promise<Lease[]> {
+    return (await this.deps.ledger.listLeases()).map(toView);
+  }
+
+  /**
+   * The lease record if calls and files may use it now. Throws `lease.not_found`,
+   * `lease.expired`, `lease.released` (also for failed leases), `lease.not_ready`.
+   */
+  async active(id: string): Promise<LeaseRecord> {
+    let lease = await this.record(id);
+    if (lease.status === 'ready' && Date.parse(lease.expiresAt) <= this.deps.now().getTime()) {
+      await this.expire(id);
+      lease = await this.record(id);
+    }
+    switch (lease.status) {
+      case 'ready':
+        return lease;
+      case 'expired':
+        throw new AppError('lease.expired', `sandbox ${id} expired at ${lease.expiresAt}`, { details: { expiresAt: lease.expiresAt } });
+      case 'released':
+      case 'failed':
+        throw new AppError('lease.released', `sandbox ${id} was released (${lease.endReason ?? lease.status})`, { details: { endReason: lease.endReason } });
+      default:
+        throw new AppError('lease.not_ready', `sandbox ${id} is ${lease.status}`, { details: { status: lease.status } });
+    }
+  }
+
+  /** Releases the sandbox: container, volumes, queues and credentials go; calls and receipts stay. Idempotent. */
+  async release(id: string, reason: 'released' | 'expired' | 'container_missing' = 'released'): Promise<Lease> {
+    const lease = await this.record(id);
+    if (TERMINAL.has(lease.status)) return toView(lease);
+    await this.deps.ledger.putLease({ ...lease, status: 'releasing' });
+    const failures = await this.teardown(id);
+    const ended: LeaseRecord = {
+      ...lease,
+      status: reason === 'expired' ? 'expired' : 'released',
+      endedAt: this.deps.now().toISOString(),
+      endReason: reason,
+    };
+    await this.deps.ledger.putLease(ended);
+    await this.deps.ledger.claimExpiry(id);
+    if (failures.length > 0) this.deps.log.warn({ leaseId: id, failures: failures.map(String) }, 'sandbox teardown incomplete');
+    this.deps.log.info({ leaseId: id, reason }, 'sandbox released');
+    return toView(ended);
+  }
+
+  /** Expires the lease unless another process already did. */
+  async expire(id: string): Promise<void> {
+    if (await this.deps.ledger.claimExpiry(id)) await this.release(id, 'expired');
+  }
+
+  /** Releases every lease past its `expiresAt`. Returns how many this call expired. */
+  async expireDue(): Promise<number> {
+    const due = await this.deps.ledger.dueExpiries(this.deps.now().getTime());
+    let n = 0;
+    for (const id of due) {
+      if (await this.deps.ledger.claimExpiry(id)) {
+        await this.release(id, 'expired').catch((err: unknown) => this.deps.log.warn({ leaseId: id, err }, 'expiry failed'));
+        n += 1;
+      }
+    }
+    return n;
+  }
+
+  /**
+   * Makes the runtime and the ledger agree after a start or restart: containers this owner
+   * labelled without a live lease are removed; live leases without a running container are
+   * released (`container_missing`); live leases with one are adopted (their returns consumed).
+   */
+  async reconcile(): Promise<{ adopted: string[]; removed: string[]; lost: string[] }> {
+    const { runtime, ledger, channels, now } = this.deps;
+    const owned = await runtime.listOwned(this.options.owner);
+    const result = { adopted: [] as string[], removed: [] as string[], lost: [] as string[] };
+    const staleMs = this.options.staleCreatingMs ?? 120_000;
+    for (const c of owned) {
+      const lease = await ledger.getLease(c.leaseId);
+      const staleCreating = lease?.status === 'creating' && now().getTime() - Date.parse(lease.createdAt) > staleMs;
+      if (!lease || TERMINAL.has(lease.status) || staleCreating) {
+        await this.teardown(c.leaseId);
+        if (lease && staleCreating) await ledger.putLease({ ...lease, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed' });
+        result.removed.push(c.leaseId);
+      } else if (lease.status === 'ready' && c.running) {
+        channels.startReturns(lease.id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
+        await ledger.scheduleExpiry(lease.id, Date.parse(lease.expiresAt));
+        result.adopted.push(lease.id);
+      } else if (lease.status === 'ready' || lease.status === 'releasing') {
+        await this.release(lease.id, 'container_missing');
+        result.lost.push(lease.id);
+      }
+    }
+    const withContainer = new Set(owned.map((c) => c.leaseId));
+    for (const lease of await ledger.listLeases()) {
+      if (lease.owner !== this.options.owner || withContainer.has(lease.id)) continue;
+      if (lease.status === 'ready' || lease.status === 'releasing') {
+        await this.release(lease.id, 'container_missing');
+        result.lost.push(lease.id);
+      }
+    }
+    return result;
+  }
+
+  private async record(id: string): Promise<LeaseRecord> {
+    const lease = await this.deps.ledger.getLease(id);
+    if (!lease) throw new AppError('lease.not_found', `no sandbox ${id}`, { details: { id } });
+    return lease;
+  }
+
+  /** Waits for a lease another request is creating (idempotent replay), up to 60 s. */
+  private async awaitCreated(id: string): Promise<Lease> {
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const lease = await this.deps.ledger.getLease(id);
+      if (lease && lease.status !== 'creating') {
+        if (lease.status === 'failed') throw new AppError('lease.create_failed', `sandbox ${id} for this Idempotency-Key failed to start`, { details: { leaseId: id } });
+        return toView(lease);
+      }
+      if (Date.now() > deadline) throw new AppError('lease.not_ready', `sandbox ${id} is still being created`, { details: { leaseId: id } });
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /**
+   * Removes everything the lease holds, in order: the container (so the agent stops), the
+   * returns still in flight (so results the agent sent are ledgered), open calls (finished as
+   * `cancelled` if no attempt started, else `effect_unknown`), the queues and ACL user, the
+   * credentials. Every step runs; failures are returned.
+   */
+  private async teardown(id: string): Promise<unknown[]> {
+    const { runtime, channels, calls } = this.deps;
+    const failures: unknown[] = [];
+    const step = async (fn: () => Promise<unknown>): Promise<void> => {
+      try {
+        await fn();
+      } catch (err) {
+        failures.push(err);
+      }
+    };
+    await step(() => runtime.remove(id, this.options.owner));
+    await step(() => channels.drainReturns(id, 2000));
+    await step(() => calls.abandonOpenCalls(id, (callId) => channels.attemptStarted(id, callId)));
+    await step(() => channels.destroy(id));
+    await step(() => rm(join(this.options.dataDir, 'leases', id), { recursive: true, force: true }));
+    return failures;
+  }
+}
+
+/** The API view of a lease record (internal fields dropped). */
+export function toView(r: LeaseRecord): Lease {
+  return {
+    id: r.id,
+    status: r.status,
+    createdAt: r.createdAt,
+    expiresAt: r.expiresAt,
+    endedAt: r.endedAt,
+    endReason: r.endReason,
+    image: r.image,
+    policy: r.policy,
+    manifest: r.manifest,
+    labels: r.labels,
+  };
+}

@@ -1,0 +1,249 @@
+/**
+ * The ledger: durable records of leases, calls, events and receipts in Redis (AOF on,
+ * noeviction). Calls, events and receipts outlive their lease: releasing a sandbox never
+ * deletes them.
+ *
+ * Events get their `seq` here, per call from 1 without gaps, in arrival order; each append
+ * carries a dedupe key (e.g. `<attemptId>:<n>`) so a message delivered twice is stored once.
+ * Every mutation of a call publishes on `<prefix>notify:<leaseId>:<callId>` so SSE streams and
+ * long-polls wake up.
+ */
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import { canonicalJson } from '../../contract/digest.js';
+import { CallEvent, type EventBody } from '../../contract/events.js';
+import { CallStatus, EffectReceipt, Lease, ToolResult, type CallView } from '../../contract/objects.js';
+import { EnvMap } from '../../contract/tools.js';
+import { Policy } from '../policies/schema.js';
+
+/** What the ledger keeps of a lease: the API view plus what the control plane needs to run it. */
+export const LeaseRecord = Lease.extend({
+  owner: z.string(),
+  env: EnvMap,
+  /** The policy version the lease is bound to, as it was at creation. */
+  policySnapshot: Policy,
+  containerId: z.string().nullable(),
+});
+export type LeaseRecord = z.infer<typeof LeaseRecord>;
+
+/** The intent half of a call record (what the client asked for, resolved). */
+export const CallIntent = z.object({
+  callId: z.string(),
+  leaseId: z.string(),
+  tool: z.string(),
+  args: z.record(z.string(), z.unknown()),
+  fingerprint: z.string(),
+  createdAt: z.string(),
+});
+export type CallIntent = z.infer<typeof CallIntent>;
+
+const APPEND_EVENT = `
+if ARGV[1] ~= '' and redis.call('HSETNX', KEYS[2], ARGV[1], 1) == 0 then return 0 end
+local seq = redis.call('LLEN', KEYS[1]) + 1
+redis.call('RPUSH', KEYS[1], '{"seq":' .. seq .. ',' .. string.sub(ARGV[2], 2))
+redis.call('PUBLISH', ARGV[3], seq)
+return seq`;
+
+const CREATE_CALL = `
+local existing = redis.call('HGET', KEYS[1], 'intent')
+if existing then return existing end
+redis.call('HSET', KEYS[1], 'intent', ARGV[1], 'status', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+return false`;
+
+const MARK_RUNNING = `
+if redis.call('HGET', KEYS[1], 'status') == 'queued' then redis.call('HSET', KEYS[1], 'status', 'running') return 1 end
+return 0`;
+
+const FINISH_CALL = `
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status or status == 'finished' then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'finished', 'result', ARGV[1])
+if ARGV[2] ~= '' then redis.call('SET', KEYS[4], ARGV[2]) end
+for i = 3, #ARGV - 1 do
+  local seq = redis.call('LLEN', KEYS[2]) + 1
+  redis.call('RPUSH', KEYS[2], '{"seq":' .. seq .. ',' .. string.sub(ARGV[i], 2))
+end
+redis.call('HSET', KEYS[3], 'finished', 1)
+redis.call('PUBLISH', ARGV[#ARGV], 'finished')
+return 1`;
+
+export class Ledger {
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+  ) {}
+
+  private k = {
+    lease: (id: string) => `${this.prefix}leases:${id}`,
+    leases: () => `${this.prefix}leases`,
+    expiry: () => `${this.prefix}leases:expiry`,
+    idem: (key: string) => `${this.prefix}idem:${key}`,
+    call: (leaseId: string, callId: string) => `${this.prefix}calls:${leaseId}:${callId}`,
+    calls: (leaseId: string) => `${this.prefix}calls:${leaseId}`,
+    events: (leaseId: string, callId: string) => `${this.prefix}events:${leaseId}:${callId}`,
+    eventKeys: (leaseId: string, callId: string) => `${this.prefix}eventkeys:${leaseId}:${callId}`,
+    receipt: (id: string) => `${this.prefix}receipts:${id}`,
+  };
+
+  /** Pub/sub channel pattern of call notifications. */
+  get notifyPattern(): string {
+    return `${this.prefix}notify:*`;
+  }
+
+  notifyChannel(leaseId: string, callId: string): string {
+    return `${this.prefix}notify:${leaseId}:${callId}`;
+  }
+
+  // ---- leases
+
+  async putLease(lease: LeaseRecord): Promise<void> {
+    await this.redis
+      .multi()
+      .set(this.k.lease(lease.id), JSON.stringify(lease))
+      .zadd(this.k.leases(), Date.parse(lease.createdAt), lease.id)
+      .exec();
+  }
+
+  async getLease(id: string): Promise<LeaseRecord | null> {
+    const text = await this.redis.get(this.k.lease(id));
+    return text === null ? null : LeaseRecord.parse(JSON.parse(text));
+  }
+
+  /** Leases, newest first. */
+  async listLeases(limit = 1000): Promise<LeaseRecord[]> {
+    const ids = await this.redis.zrevrange(this.k.leases(), 0, limit - 1);
+    if (ids.length === 0) return [];
+    const texts = await this.redis.mget(ids.map((id) => this.k.lease(id)));
+    return texts.flatMap((t) => (t === null ? [] : [LeaseRecord.parse(JSON.parse(t))]));
+  }
+
+  async scheduleExpiry(id: string, expiresAtMs: number): Promise<void> {
+    await this.redis.zadd(this.k.expiry(), expiresAtMs, id);
+  }
+
+  /** Ids of leases whose expiry is at or before `nowMs`. */
+  async dueExpiries(nowMs: number): Promise<string[]> {
+    return this.redis.zrangebyscore(this.k.expiry(), 0, nowMs);
+  }
+
+  /** Takes the lease off the expiry schedule; true for exactly one caller (the one that expires it). */
+  async claimExpiry(id: string): Promise<boolean> {
+    return (await this.redis.zrem(this.k.expiry(), id)) === 1;
+  }
+
+  /**
+   * Binds an Idempotency-Key to a lease id. Returns null when this caller won the key, or the
+   * earlier binding `{leaseId, requestDigest}`. Keys live 24 h.
+   */
+  async claimIdempotencyKey(key: string, leaseId: string, requestDigest: string): Promise<{ leaseId: string; requestDigest: string } | null> {
+    const value = JSON.stringify({ leaseId, requestDigest });
+    const set = await this.redis.set(this.k.idem(key), value, 'EX', 24 * 3600, 'NX');
+    if (set === 'OK') return null;
+    const existing = await this.redis.get(this.k.idem(key));
+    return existing === null ? null : (JSON.parse(existing) as { leaseId: string; requestDigest: string });
+  }
+
+  async releaseIdempotencyKey(key: string): Promise<void> {
+    await this.redis.del(this.k.idem(key));
+  }
+
+  // ---- calls
+
+  /** Records a call's intent unless the callId exists; returns the existing intent if it does. */
+  async createCall(intent: CallIntent): Promise<CallIntent | null> {
+    const existing = (await this.redis.eval(
+      CREATE_CALL,
+      2,
+      this.k.call(intent.leaseId, intent.callId),
+      this.k.calls(intent.leaseId),
+      JSON.stringify(intent),
+      'queued',
+      Date.parse(intent.createdAt),
+      intent.callId,
+    )) as string | null;
+    return existing === null ? null : CallIntent.parse(JSON.parse(existing));
+  }
+
+  async getCall(leaseId: string, callId: string): Promise<CallView | null> {
+    const h = await this.redis.hgetall(this.k.call(leaseId, callId));
+    if (!h.intent) return null;
+    const intent = CallIntent.parse(JSON.parse(h.intent));
+    return {
+      ...intent,
+      status: CallStatus.parse(h.status),
+      result: h.result ? ToolResult.parse(JSON.parse(h.result)) : null,
+    };
+  }
+
+  /** Ids of the lease's calls that have not finished. */
+  async openCalls(leaseId: string): Promise<string[]> {
+    const ids = await this.redis.zrange(this.k.calls(leaseId), 0, -1);
+    const open: string[] = [];
+    for (const id of ids) {
+      const status = await this.redis.hget(this.k.call(leaseId, id), 'status');
+      if (status && status !== 'finished') open.push(id);
+    }
+    return open;
+  }
+
+  async markRunning(leaseId: string, callId: string): Promise<void> {
+    await this.redis.eval(MARK_RUNNING, 1, this.k.call(leaseId, callId));
+  }
+
+  /**
+   * Appends one event; returns its `seq`, or null when `dedupeKey` was seen before (the event
+   * is already stored). An empty `dedupeKey` never dedupes.
+   */
+  async appendEvent(leaseId: string, callId: string, body: EventBody, at: Date, dedupeKey = ''): Promise<number | null> {
+    const seq = (await this.redis.eval(
+      APPEND_EVENT,
+      2,
+      this.k.events(leaseId, callId),
+      this.k.eventKeys(leaseId, callId),
+      dedupeKey,
+      eventJson(callId, body, at),
+      this.notifyChannel(leaseId, callId),
+    )) as number;
+    return seq === 0 ? null : seq;
+  }
+
+  /**
+   * Stores the final result once: the first result wins, later ones are ignored (returns false).
+   * Appends the `receipt` event (when there is a receipt) and `call.finished`, atomically.
+   */
+  async finishCall(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<boolean> {
+    const events: EventBody[] = [];
+    if (result.receipt) events.push({ type: 'receipt', receipt: result.receipt });
+    events.push({ type: 'call.finished', status: result.status });
+    const done = (await this.redis.eval(
+      FINISH_CALL,
+      4,
+      this.k.call(leaseId, callId),
+      this.k.events(leaseId, callId),
+      this.k.eventKeys(leaseId, callId),
+      this.k.receipt(result.receipt?.receiptId ?? 'none'),
+      JSON.stringify(result),
+      result.receipt ? JSON.stringify(result.receipt) : '',
+      ...events.map((e) => eventJson(callId, e, at)),
+      this.notifyChannel(leaseId, callId),
+    )) as number;
+    return done === 1;
+  }
+
+  /** Events with `seq` > `afterSeq`, in order. */
+  async readEvents(leaseId: string, callId: string, afterSeq = 0): Promise<CallEvent[]> {
+    const texts = await this.redis.lrange(this.k.events(leaseId, callId), afterSeq, -1);
+    return texts.map((t) => CallEvent.parse(JSON.parse(t)));
+  }
+
+  async getReceipt(receiptId: string): Promise<EffectReceipt | null> {
+    const text = await this.redis.get(this.k.receipt(receiptId));
+    return text === null ? null : EffectReceipt.parse(JSON.parse(text));
+  }
+}
+
+function eventJson(callId: string, body: EventBody, at: Date): string {
+  // Starts with '{' so the scripts can splice `"seq":N,` in front; canonical for stable bytes.
+  return canonicalJson({ ...body, at: at.toISOString(), callId });
+}

@@ -1,0 +1,52 @@
+/**
+ * `npm start`: runs the control plane in the foreground. Reads `SBX_*` settings (README), makes
+ * or reads the API key, reconciles with Docker, listens, and shuts down cleanly on SIGTERM/SIGINT.
+ */
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pino from 'pino';
+import { loadConfig } from './config.js';
+import { createControlPlane } from './control-plane.js';
+
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+/** The configured key, or the one in `<data dir>/api-key`, generated (and printed) the first time. */
+function apiKeyFor(dataDir: string, configured: string | undefined): string {
+  if (configured) return configured;
+  const file = join(dataDir, 'api-key');
+  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+  const key = `sbx_dev_${randomBytes(24).toString('hex')}`;
+  mkdirSync(dataDir, { recursive: true });
+  writeFileSync(file, `${key}\n`, { mode: 0o600 });
+  process.stderr.write(`sbx: generated a development API key in ${file}:\n  ${key}\n`);
+  return key;
+}
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig(process.env, repoRoot);
+  } catch (err) {
+    process.stderr.write(`sbx: invalid settings: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(2);
+  }
+  const log = pino({ level: config.logLevel });
+  const apiKey = apiKeyFor(config.dataDir, config.apiKey);
+  const plane = await createControlPlane(config, apiKey, log);
+  const reconciled = await plane.startBackground();
+  log.info(reconciled, 'reconciled sandboxes with the container runtime');
+  await plane.app.listen({ port: config.port, host: config.host });
+  const stop = async (): Promise<void> => {
+    await plane.close();
+    process.exit(0);
+  };
+  process.once('SIGTERM', () => void stop());
+  process.once('SIGINT', () => void stop());
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`sbx: failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,39 @@
+/**
+ * Builds the EnvironmentManifest of a lease: what the sandbox *is*, content-addressed.
+ * `digest` = sha256 of the RFC 8785 canonical JSON of every other field, so two sandboxes with
+ * the same image, facts, policy and env have the same digest whatever the key order.
+ */
+import { digestOf } from '../../contract/digest.js';
+import type { EnvironmentManifest, PolicyRef, SandboxFacts } from '../../contract/objects.js';
+
+export interface ManifestInput {
+  facts: SandboxFacts;
+  image: { ref: string; id: string };
+  engineVersion: string;
+  ociRuntime: string;
+  policy: PolicyRef;
+  /** Lease env; only its names and digest enter the manifest. */
+  env: Record<string, string>;
+  secretRefs: string[];
+  createdAt: Date;
+}
+
+export function buildManifest(input: ManifestInput): EnvironmentManifest {
+  const body: Omit<EnvironmentManifest, 'digest'> = {
+    schemaVersion: 1,
+    ...input.facts,
+    image: input.image,
+    runtime: { kind: 'docker', engineVersion: input.engineVersion, ociRuntime: input.ociRuntime },
+    policy: input.policy,
+    env: { keys: Object.keys(input.env).sort(), digest: digestOf(input.env) },
+    secretRefs: [...input.secretRefs].sort(),
+    createdAt: input.createdAt.toISOString(),
+  };
+  return { ...body, digest: digestOf(body) };
+}
+
+/** Recomputes a manifest's digest from its other fields; equal to `manifest.digest` when intact. */
+export function manifestDigest(manifest: EnvironmentManifest): string {
+  const { digest: _digest, ...body } = manifest;
+  return digestOf(body);
+}

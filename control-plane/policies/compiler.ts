@@ -1,0 +1,93 @@
+/**
+ * The policy compiler: policy + lease → the container spec that enforces it. Pure: reads no
+ * clock, no Docker, no Redis, so every rule here is unit-tested alone.
+ *
+ * Fails closed: a policy section this runtime cannot enforce throws AppError
+ * `policy.unenforceable`; the sandbox is never started with less isolation than asked for.
+ */
+import { AppError } from '../../contract/errors.js';
+import type { PolicyRef } from '../../contract/objects.js';
+import { LABEL, type SandboxSpec } from '../runtime/runtime.js';
+import type { Policy } from './schema.js';
+
+/** Where the agent's credentials file and the Redis socket directory appear inside a sandbox. */
+export const AGENT_CONFIG_PATH = '/run/sbx/agent.json';
+export const AGENT_REDIS_DIR = '/run/sbx/redis';
+
+export interface CompileInput {
+  leaseId: string;
+  owner: string;
+  /** sbx version written to the `sbx.version` label. */
+  sbxVersion: string;
+  image: string;
+  policy: Policy;
+  policyRef: PolicyRef;
+  /** Host path of this lease's agent credentials file. */
+  agentConfigHostPath: string;
+  /** Host directory holding the Redis socket (and nothing else). */
+  agentRedisSocketDir: string;
+  /** OCI runtimes the engine offers. */
+  ociRuntimes: readonly string[];
+  labels: Record<string, string>;
+}
+
+export function compileSandboxSpec(input: CompileInput): SandboxSpec {
+  const { policy } = input;
+  if (policy.network.mode !== 'none') {
+    throw new AppError('policy.unenforceable', `network mode "${policy.network.mode}" needs the egress proxy, which this control plane does not run yet`, {
+      details: { field: 'network.mode', mode: policy.network.mode },
+    });
+  }
+  if (policy.secrets.allowed.length > 0) {
+    throw new AppError('policy.unenforceable', 'secret delivery is not available in this control plane yet', { details: { field: 'secrets.allowed' } });
+  }
+  if (!input.ociRuntimes.includes(policy.runtime.oci)) {
+    throw new AppError('policy.unenforceable', `OCI runtime "${policy.runtime.oci}" is not registered with the container engine`, {
+      details: { field: 'runtime.oci', available: [...input.ociRuntimes] },
+    });
+  }
+  const user = policy.runtime.toolUser;
+  const tmpfs: Record<string, string> = {};
+  const volumes: SandboxSpec['volumes'] = [];
+  for (const root of policy.filesystem.writableRoots) {
+    if (root.kind === 'volume') {
+      volumes.push({ name: `sbx-${input.leaseId}-${volumeSlug(root.path)}`, mountPath: root.path, sizeBytes: root.sizeBytes, uid: user.uid, gid: user.gid });
+    } else {
+      // /tmp is shared by every user (sticky bit, tmp(5) convention); other roots belong to the tool user.
+      const owner = root.path === '/tmp' ? 'mode=1777' : `uid=${user.uid},gid=${user.gid},mode=0755`;
+      tmpfs[root.path] = `rw,nosuid,nodev,size=${root.sizeBytes},${owner}`;
+    }
+  }
+  return {
+    leaseId: input.leaseId,
+    name: `sbx-${input.leaseId}`,
+    image: input.image,
+    labels: {
+      ...input.labels,
+      [LABEL.lease]: input.leaseId,
+      [LABEL.owner]: input.owner,
+      [LABEL.version]: input.sbxVersion,
+      [LABEL.policy]: `${input.policyRef.name}@${input.policyRef.version}`,
+    },
+    env: { SBX_AGENT_CONFIG: AGENT_CONFIG_PATH },
+    networkMode: 'none',
+    readOnlyRoot: policy.filesystem.readOnlyRoot,
+    tmpfs,
+    volumes,
+    readOnlyBinds: [
+      { hostPath: input.agentConfigHostPath, containerPath: AGENT_CONFIG_PATH },
+      { hostPath: input.agentRedisSocketDir, containerPath: AGENT_REDIS_DIR },
+    ],
+    ociRuntime: policy.runtime.oci,
+    capAdd: [...policy.runtime.capabilities],
+    noNewPrivileges: policy.runtime.noNewPrivileges,
+    nanoCpus: Math.round(policy.resources.cpus * 1e9),
+    memoryBytes: policy.resources.memoryBytes,
+    pidsLimit: policy.resources.pids,
+    openFiles: policy.resources.openFiles,
+  };
+}
+
+function volumeSlug(path: string): string {
+  return path.replace(/^\/+/, '').replace(/[^a-zA-Z0-9]+/g, '-').toLowerCase() || 'root';
+}

@@ -1,0 +1,188 @@
+/**
+ * The control plane's side of each sandbox's queues (DESIGN.md §5): the per-lease Redis ACL
+ * user the agent logs in as, the `calls` queue it produces into, the `returns` queue it
+ * consumes (one BullMQ worker per lease, concurrency 1 so events are ledgered in the order the
+ * agent sent them), the `hello` handshake and the `control` channel for cancels.
+ */
+import { randomBytes } from 'node:crypto';
+import { Queue, Worker } from 'bullmq';
+import type { Logger } from 'pino';
+import { AppError } from '../../contract/errors.js';
+import { AgentHello, CALL_QUEUE, RETURN_QUEUE, ReturnMessage, leaseKeys, type CallJob, type ControlMessage } from '../../contract/queue.js';
+import type { Redis, RedisOptions } from './redis.js';
+
+export interface AgentCredentials {
+  username: string;
+  password: string;
+}
+
+export type ReturnHandler = (leaseId: string, message: ReturnMessage) => Promise<void>;
+
+export class LeaseChannels {
+  private readonly callQueues = new Map<string, Queue>();
+  private readonly returnWorkers = new Map<string, Worker>();
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly options: RedisOptions,
+    private readonly rootPrefix: string,
+    private readonly log: Logger,
+  ) {}
+
+  /**
+   * Creates the lease's ACL user: it may touch only keys and channels of its own namespace, and
+   * no dangerous command (CONFIG, ACL, KEYS, FLUSHALL, ...); INFO and CLIENT SETNAME stay
+   * because BullMQ uses them. Redis ACL rules apply in order (https://redis.io/docs/latest/operate/oss_and_stack/management/security/acl/).
+   */
+  async provisionAgentUser(leaseId: string): Promise<AgentCredentials> {
+    const keys = leaseKeys(this.rootPrefix, leaseId);
+    const username = this.agentUsername(leaseId);
+    const password = randomBytes(32).toString('hex');
+    await this.redis.call(
+      'ACL',
+      'SETUSER',
+      username,
+      'reset',
+      'on',
+      `>${password}`,
+      `~${keys.aclPattern}`,
+      `&${keys.aclPattern}`,
+      '+@all',
+      '-@dangerous',
+      '+info',
+      '+client|setname',
+      '+client|getname',
+    );
+    return { username, password };
+  }
+
+  /** Waits for the agent's hello, ms. Throws AppError `lease.create_failed` on timeout. */
+  async awaitHello(leaseId: string, timeoutMs: number): Promise<AgentHello> {
+    const conn = this.redis.duplicate();
+    try {
+      const reply = await conn.blpop(leaseKeys(this.rootPrefix, leaseId).hello, timeoutMs / 1000);
+      if (!reply) throw new AppError('lease.create_failed', `the sandbox agent did not report ready within ${timeoutMs} ms`);
+      return AgentHello.parse(JSON.parse(reply[1]));
+    } finally {
+      conn.disconnect();
+    }
+  }
+
+  /** Adds a call to the lease's queue; the job id is the callId, so a second add is a no-op. */
+  async enqueueCall(leaseId: string, job: CallJob): Promise<void> {
+    await this.callQueue(leaseId).add(job.tool, job, { jobId: job.callId });
+  }
+
+  /** Removes a call that no agent has taken yet. True when it was removed before it started. */
+  async removeQueued(leaseId: string, callId: string): Promise<boolean> {
+    const job = await this.callQueue(leaseId).getJob(callId);
+    if (!job) return false;
+    const state = await job.getState();
+    if (state !== 'waiting' && state !== 'delayed' && state !== 'prioritized') return false;
+    try {
+      await job.remove();
+      return true;
+    } catch {
+      // The agent took it between getState and remove (the job is locked): it is running now.
+      return false;
+    }
+  }
+
+  /** Tells the agent to cancel a call (it may be starting or running). */
+  async requestCancel(leaseId: string, callId: string): Promise<void> {
+    const message: ControlMessage = { type: 'cancel', callId };
+    await this.redis.publish(leaseKeys(this.rootPrefix, leaseId).control, JSON.stringify(message));
+  }
+
+  /** Starts consuming the lease's return queue (idempotent). Messages that fail the schema are dropped and logged. */
+  startReturns(leaseId: string, handler: ReturnHandler): void {
+    if (this.returnWorkers.has(leaseId)) return;
+    const worker = new Worker(
+      RETURN_QUEUE,
+      async (job) => {
+        const parsed = ReturnMessage.safeParse(job.data);
+        if (!parsed.success) {
+          this.log.warn({ leaseId, jobId: job.id, issues: parsed.error.issues }, 'dropped malformed message from sandbox agent');
+          return;
+        }
+        await handler(leaseId, parsed.data);
+      },
+      { connection: this.options, prefix: leaseKeys(this.rootPrefix, leaseId).namespace, concurrency: 1 },
+    );
+    worker.on('error', (err) => this.log.warn({ leaseId, err }, 'return worker error'));
+    this.returnWorkers.set(leaseId, worker);
+  }
+
+  /** Stops consuming and forgets the lease's queue objects (idempotent). */
+  async stop(leaseId: string): Promise<void> {
+    const worker = this.returnWorkers.get(leaseId);
+    this.returnWorkers.delete(leaseId);
+    const queue = this.callQueues.get(leaseId);
+    this.callQueues.delete(leaseId);
+    await Promise.allSettled([worker?.close(), queue?.close()]);
+  }
+
+  /** Deletes the lease's ACL user and every key of its namespace (idempotent). */
+  async destroy(leaseId: string): Promise<void> {
+    await this.stop(leaseId);
+    await this.redis.call('ACL', 'DELUSER', this.agentUsername(leaseId));
+    const pattern = leaseKeys(this.rootPrefix, leaseId).aclPattern;
+    let cursor = '0';
+    do {
+      const [next, keys] = await this.redis.scan(cursor, 'MATCH', pattern, 'COUNT', 500);
+      cursor = next;
+      if (keys.length > 0) await this.redis.unlink(...keys);
+    } while (cursor !== '0');
+  }
+
+  /**
+   * Waits until the lease's return queue has nothing waiting or in progress (so what the agent
+   * sent before it stopped is ledgered), at most `timeoutMs`. No-op when this process does not
+   * consume the lease's returns.
+   */
+  async drainReturns(leaseId: string, timeoutMs: number): Promise<void> {
+    if (!this.returnWorkers.has(leaseId)) return;
+    const queue = new Queue(RETURN_QUEUE, { connection: this.redis, prefix: leaseKeys(this.rootPrefix, leaseId).namespace });
+    try {
+      const deadline = Date.now() + timeoutMs;
+      while (Date.now() < deadline) {
+        const counts = await queue.getJobCounts('waiting', 'active', 'prioritized', 'delayed');
+        if (Object.values(counts).every((n) => n === 0)) return;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+    } finally {
+      await queue.close();
+    }
+  }
+
+  /** True when the agent recorded that an attempt of the call started (its durable marker). */
+  async attemptStarted(leaseId: string, callId: string): Promise<boolean> {
+    return (await this.redis.exists(leaseKeys(this.rootPrefix, leaseId).attempt(callId))) === 1;
+  }
+
+  /** Lease ids this process consumes returns for. */
+  activeLeases(): string[] {
+    return [...this.returnWorkers.keys()];
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([...new Set([...this.returnWorkers.keys(), ...this.callQueues.keys()])].map((id) => this.stop(id)));
+  }
+
+  private agentUsername(leaseId: string): string {
+    return `${this.rootPrefix}agent:${leaseId}`;
+  }
+
+  private callQueue(leaseId: string): Queue {
+    let queue = this.callQueues.get(leaseId);
+    if (!queue) {
+      queue = new Queue(CALL_QUEUE, {
+        connection: this.redis,
+        prefix: leaseKeys(this.rootPrefix, leaseId).namespace,
+        defaultJobOptions: { removeOnComplete: { age: 24 * 3600 }, removeOnFail: { age: 24 * 3600 } },
+      });
+      this.callQueues.set(leaseId, queue);
+    }
+    return queue;
+  }
+}

@@ -1,0 +1,72 @@
+/**
+ * The runtime driver interface: what the lease service needs from a container runtime. Docker
+ * implements it now (docker-runtime.ts); a Kubernetes driver can later. Specs are compiled from
+ * policies by policies/compiler.ts.
+ */
+import type { Readable } from 'node:stream';
+
+/** A writable root backed by a per-lease volume (size-limited tmpfs; the files API can reach it). */
+export interface VolumeSpec {
+  name: string;
+  mountPath: string;
+  sizeBytes: number;
+  uid: number;
+  gid: number;
+}
+
+/** Everything needed to create one sandbox container, runtime-neutral where it can be. */
+export interface SandboxSpec {
+  leaseId: string;
+  name: string;
+  image: string;
+  labels: Record<string, string>;
+  env: Record<string, string>;
+  /** `none` only, for now; other modes are refused by the compiler. */
+  networkMode: 'none';
+  readOnlyRoot: boolean;
+  /** Container tmpfs mounts: path → mount options (`size=…,mode=…`). */
+  tmpfs: Record<string, string>;
+  volumes: VolumeSpec[];
+  /** Host path → container path, read-only bind mounts (agent credentials, Redis socket dir). */
+  readOnlyBinds: Array<{ hostPath: string; containerPath: string }>;
+  ociRuntime: 'runc' | 'runsc';
+  capAdd: string[];
+  noNewPrivileges: boolean;
+  nanoCpus: number;
+  memoryBytes: number;
+  pidsLimit: number;
+  openFiles: number;
+}
+
+/** A container the runtime holds for some lease, as found by label. */
+export interface OwnedSandbox {
+  leaseId: string;
+  containerId: string;
+  running: boolean;
+}
+
+export interface RuntimeInfo {
+  engineVersion: string;
+  /** OCI runtimes the engine has registered (`runc`, `runsc`, ...). */
+  ociRuntimes: string[];
+}
+
+export interface SandboxRuntime {
+  /** Throws AppError `runtime.unavailable` when the engine does not answer. */
+  info(): Promise<RuntimeInfo>;
+  /** Local image id (`sha256:…`). Throws AppError `runtime.image_not_found`. */
+  imageId(ref: string): Promise<string>;
+  /** Creates the volumes and the container and starts it. Leaves nothing behind when it throws. */
+  start(spec: SandboxSpec): Promise<{ containerId: string }>;
+  /** Removes the lease's containers and volumes. Absence is success; every step runs even when one fails. */
+  remove(leaseId: string, owner: string): Promise<void>;
+  /** Containers carrying `sbx.owner=<owner>`. */
+  listOwned(owner: string): Promise<OwnedSandbox[]>;
+  /** Unpacks a tar stream into `dir` of the lease's container (Docker archive API). */
+  putArchive(leaseId: string, dir: string, tar: Readable): Promise<void>;
+  /** A tar stream of `path`. Throws AppError `files.not_found`. */
+  getArchive(leaseId: string, path: string): Promise<Readable>;
+}
+
+/** Labels on everything sbx creates, used to find and reap it (sbx.lease, sbx.owner, sbx.version). */
+export const LABEL = { lease: 'sbx.lease', owner: 'sbx.owner', version: 'sbx.version', policy: 'sbx.policy' } as const;

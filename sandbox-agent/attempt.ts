@@ -1,0 +1,47 @@
+/**
+ * What a tool implementation gets for one attempt and what it hands back. The call runner turns
+ * an `AttemptOutcome` into the receipt and the result; tools never build those themselves.
+ */
+import type { ErrorInfo } from '../contract/errors.js';
+import type { EventBody } from '../contract/events.js';
+import type { CommitState, EffectReceipt, ResultStatus, ToolResult } from '../contract/objects.js';
+import type { AgentConfig } from '../contract/queue.js';
+
+export interface AttemptContext {
+  readonly callId: string;
+  readonly attemptId: string;
+  /** Wall-clock limit, ms. */
+  readonly timeoutMs: number;
+  /** Per-stream bytes kept in events and the result. */
+  readonly maxOutputBytes: number;
+  /** Aborted when a cancel for this call arrives. */
+  readonly cancelSignal: AbortSignal;
+  readonly toolUser: AgentConfig['toolUser'];
+  readonly leaseEnv: Record<string, string>;
+  /** Queues an event for the control plane; events keep the order of `emit` calls. */
+  emit(body: EventBody): void;
+}
+
+export interface AttemptOutcome {
+  status: ResultStatus;
+  error: ErrorInfo | null;
+  commitState: CommitState;
+  startedAt: Date;
+  endedAt: Date;
+  exit: EffectReceipt['exit'];
+  environment: EffectReceipt['environment'];
+  runner: EffectReceipt['runner'];
+  outputs: EffectReceipt['outputs'];
+  stdout: string;
+  stderr: string;
+  truncation: ToolResult['truncation'];
+  modelText: string;
+}
+
+/** A tool as the agent runs it: a name, a version and an execute function over parsed args. */
+export interface AgentTool<Args> {
+  readonly name: string;
+  readonly version: string;
+  parse(args: unknown): Args;
+  execute(ctx: AttemptContext, args: Args): Promise<AttemptOutcome>;
+}

@@ -1,0 +1,143 @@
+/**
+ * Runs the calls of one sandbox: takes a `CallJob`, makes sure the call takes effect at most once
+ * (a durable attempt marker in Redis: a redelivered call that already started is reported as
+ * `effect_unknown`, never re-run — DESIGN.md invariant 5), executes the tool, builds the receipt
+ * and the result, and sends them back.
+ */
+import { randomUUID } from 'node:crypto';
+import { errorInfo, type ErrorInfo } from '../contract/errors.js';
+import type { EffectReceipt, ToolResult } from '../contract/objects.js';
+import { CallJob, type AgentConfig, type LeaseKeys } from '../contract/queue.js';
+import type { AgentTool, AttemptOutcome } from './attempt.js';
+import type { ReturnChannel } from './return-channel.js';
+
+/** The one Redis operation the runner needs: SET key value NX, true when it was set. */
+export type ClaimAttempt = (key: string, attemptId: string) => Promise<boolean>;
+
+export interface CallRunnerDeps {
+  config: AgentConfig;
+  keys: LeaseKeys;
+  tools: ReadonlyMap<string, AgentTool<unknown>>;
+  returns: ReturnChannel;
+  claimAttempt: ClaimAttempt;
+}
+
+export class CallRunner {
+  private readonly running = new Map<string, AbortController>();
+  /** Cancels that arrived before their call started; the call then ends `cancelled`, not started. */
+  private readonly earlyCancels = new Set<string>();
+
+  constructor(private readonly deps: CallRunnerDeps) {}
+
+  /** Number of calls executing now. */
+  get activeCount(): number {
+    return this.running.size;
+  }
+
+  /** Cancels a running call (its tool kills what it started), or marks it to be cancelled on arrival. */
+  cancel(callId: string): void {
+    const controller = this.running.get(callId);
+    if (controller) controller.abort();
+    else this.earlyCancels.add(callId);
+  }
+
+  /** Processes one job from the call queue. Throws only when the return path is down. */
+  async run(data: unknown): Promise<void> {
+    const job = CallJob.parse(data);
+    const attemptId = `att_${randomUUID()}`;
+    const channel = this.deps.returns.forAttempt(job.callId, attemptId);
+    const now = new Date();
+
+    const claimed = await this.deps.claimAttempt(this.deps.keys.attempt(job.callId), attemptId);
+    if (!claimed) {
+      const error = errorInfo('execution.effect_unknown', 'an earlier attempt of this call started and its outcome was lost; not re-run');
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('effect_unknown', 'unknown', error, now)));
+      return;
+    }
+    if (this.earlyCancels.delete(job.callId)) {
+      const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('cancelled', 'not_started', error, now)));
+      return;
+    }
+    const tool = this.deps.tools.get(job.tool);
+    if (!tool) {
+      const error = errorInfo('input.unknown_tool', `this agent has no tool ${job.tool}`);
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('failed', 'not_started', error, now)));
+      return;
+    }
+
+    const controller = new AbortController();
+    this.running.set(job.callId, controller);
+    try {
+      const outcome = await tool.execute(
+        {
+          callId: job.callId,
+          attemptId,
+          timeoutMs: job.timeoutMs,
+          maxOutputBytes: job.maxOutputBytes,
+          cancelSignal: controller.signal,
+          toolUser: this.deps.config.toolUser,
+          leaseEnv: this.deps.config.env,
+          emit: channel.emit,
+        },
+        tool.parse(job.args),
+      );
+      await channel.result(this.result(job, attemptId, outcome));
+    } finally {
+      this.running.delete(job.callId);
+    }
+  }
+
+  private result(job: CallJob, attemptId: string, o: AttemptOutcome): ToolResult {
+    const receipt: EffectReceipt = {
+      receiptId: `rcpt_${job.callId}_${attemptId.slice(4, 12)}`,
+      callId: job.callId,
+      attemptId,
+      leaseId: this.deps.config.leaseId,
+      tool: job.tool,
+      toolVersion: job.toolVersion,
+      fingerprint: job.fingerprint,
+      commitState: o.commitState,
+      startedAt: o.startedAt.toISOString(),
+      endedAt: o.endedAt.toISOString(),
+      durationMs: o.endedAt.getTime() - o.startedAt.getTime(),
+      exit: o.exit,
+      environment: o.environment,
+      runner: o.runner,
+      outputs: o.outputs,
+      artifacts: [],
+      manifestDigest: job.manifestDigest,
+    };
+    return {
+      callId: job.callId,
+      status: o.status,
+      error: o.error,
+      modelText: o.modelText,
+      exitCode: o.exit?.code ?? null,
+      signal: o.exit?.signal ?? null,
+      stdout: o.stdout,
+      stderr: o.stderr,
+      truncation: o.truncation,
+      artifacts: [],
+      receipt,
+    };
+  }
+}
+
+function outcomeWithoutRun(status: AttemptOutcome['status'], commitState: AttemptOutcome['commitState'], error: ErrorInfo, at: Date): AttemptOutcome {
+  return {
+    status,
+    error,
+    commitState,
+    startedAt: at,
+    endedAt: at,
+    exit: null,
+    environment: null,
+    runner: null,
+    outputs: null,
+    stdout: '',
+    stderr: '',
+    truncation: null,
+    modelText: error.message,
+  };
+}

@@ -1,0 +1,88 @@
+/**
+ * Entry point of the sandbox agent (PID 2 under tini inside every sandbox). Reads its
+ * credentials file, connects to its lease's keys over the mounted Redis socket, announces itself
+ * with the sandbox facts, and works the lease's call queue until SIGTERM.
+ *
+ * Settings: `SBX_AGENT_CONFIG` (default `/run/sbx/agent.json`), `SBX_AGENT_CONCURRENCY`
+ * (calls run at once, default 16).
+ */
+import { readFileSync } from 'node:fs';
+import { Queue, Worker } from 'bullmq';
+import { Redis } from 'ioredis';
+import { AgentConfig, AgentHello, CALL_QUEUE, ControlMessage, RETURN_QUEUE, leaseKeys } from '../contract/queue.js';
+import type { AgentTool } from './attempt.js';
+import { CallRunner } from './call-runner.js';
+import { measureFacts } from './facts.js';
+import { ReturnChannel } from './return-channel.js';
+import { execTool } from './tools/exec.js';
+
+async function main(): Promise<void> {
+  const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent.json';
+  const config = AgentConfig.parse(JSON.parse(readFileSync(configPath, 'utf8')));
+  const keys = leaseKeys(config.rootPrefix, config.leaseId);
+  const redisOptions = {
+    path: config.redis.path,
+    username: config.redis.username,
+    password: config.redis.password,
+    maxRetriesPerRequest: null,
+    // The per-lease ACL user may not run INFO-style checks on connect.
+    enableReadyCheck: false,
+  };
+  const redis = new Redis(redisOptions);
+  const subscriber = new Redis(redisOptions);
+  const returnQueue = new Queue(RETURN_QUEUE, {
+    connection: redis,
+    prefix: keys.namespace,
+    defaultJobOptions: { removeOnComplete: { age: 3600 }, removeOnFail: false },
+  });
+  const tools = new Map<string, AgentTool<unknown>>([[execTool.name, execTool as AgentTool<unknown>]]);
+  const runner = new CallRunner({
+    config,
+    keys,
+    tools,
+    returns: new ReturnChannel(returnQueue),
+    claimAttempt: async (key, attemptId) => (await redis.set(key, attemptId, 'NX')) === 'OK',
+  });
+
+  subscriber.on('message', (_channel: string, text: string) => {
+    const parsed = ControlMessage.safeParse(safeJson(text));
+    if (parsed.success) runner.cancel(parsed.data.callId);
+  });
+  await subscriber.subscribe(keys.control);
+
+  const concurrency = Number(process.env.SBX_AGENT_CONCURRENCY ?? 16);
+  const worker = new Worker(CALL_QUEUE, (job) => runner.run(job.data), {
+    connection: redisOptions,
+    prefix: keys.namespace,
+    concurrency,
+    // A call is delivered at most once more after a crash; the attempt marker turns that
+    // redelivery into `effect_unknown`, so BullMQ's own retries stay off.
+    maxStalledCount: 1,
+  });
+  worker.on('error', (err) => process.stderr.write(`sbx-agent: worker error: ${err.message}\n`));
+  await worker.waitUntilReady();
+
+  const hello: AgentHello = { leaseId: config.leaseId, facts: await measureFacts(config), startedAt: new Date().toISOString() };
+  await redis.rpush(keys.hello, JSON.stringify(hello));
+
+  const shutdown = async (): Promise<void> => {
+    await worker.close();
+    await Promise.allSettled([returnQueue.close(), subscriber.quit(), redis.quit()]);
+    process.exit(0);
+  };
+  process.once('SIGTERM', () => void shutdown());
+  process.once('SIGINT', () => void shutdown());
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`sbx-agent: fatal: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.exit(1);
+});

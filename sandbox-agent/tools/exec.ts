@@ -1,0 +1,237 @@
+/**
+ * The `exec` tool: runs a program as the policy's tool user in its own process group, streams
+ * its output, and enforces `timeoutMs` and cancellation on the whole group.
+ *
+ * Process-group kill: the child is spawned with `detached: true`, i.e. setsid(2), so its pid is
+ * also its process-group id and `kill(-pid, sig)` reaches every process that stayed in the group
+ * (children and grandchildren alike), see kill(2).
+ */
+import { spawn } from 'node:child_process';
+import { stat } from 'node:fs/promises';
+import { errorInfo } from '../../contract/errors.js';
+import type { EffectReceipt } from '../../contract/objects.js';
+import { ExecArgs } from '../../contract/tools.js';
+import type { AgentTool, AttemptContext, AttemptOutcome } from '../attempt.js';
+import { OutputPipeline } from '../output-pipeline.js';
+
+/** Environment every exec gets, so tools behave non-interactively; recorded in the receipt. */
+export const EXEC_ENV_DEFAULTS: Readonly<Record<string, string>> = {
+  NO_COLOR: '1',
+  TERM: 'dumb',
+  GIT_TERMINAL_PROMPT: '0',
+  PAGER: 'cat',
+  GIT_PAGER: 'cat',
+  LANG: 'C.UTF-8',
+  PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+};
+
+/** After the main process exits, how long to wait for its pipes to close, ms. */
+const DRAIN_AFTER_EXIT_MS = 500;
+
+export const execTool: AgentTool<ExecArgs> = {
+  name: 'exec',
+  version: '1',
+  parse: (args) => ExecArgs.parse(args),
+  execute: runExec,
+};
+
+async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutcome> {
+  const startedAt = new Date();
+  const cwdError = await checkCwd(args.cwd);
+  if (cwdError) return notStarted(startedAt, errorInfo('input.cwd_not_found', cwdError, { cwd: args.cwd }));
+
+  const userEnv = { ...ctx.leaseEnv, ...args.env };
+  const env = {
+    ...EXEC_ENV_DEFAULTS,
+    HOME: ctx.toolUser.home,
+    USER: ctx.toolUser.name,
+    LOGNAME: ctx.toolUser.name,
+    ...userEnv,
+  };
+  const environment: EffectReceipt['environment'] = { defaults: { ...EXEC_ENV_DEFAULTS }, keys: Object.keys(userEnv).sort() };
+  // argv runs through `exec "$@"` so a missing program gets the shell's own message and 127.
+  const shellArgs = args.cmd !== undefined ? ['-c', args.cmd] : ['-c', 'exec "$@"', 'sbx-exec', ...args.argv!];
+
+  const pipeline = new OutputPipeline(
+    {
+      chunk: (stream, offset, data) => ctx.emit({ type: 'output', stream, offset, dataBase64: data.toString('base64') }),
+      truncated: (stream, keptBytes) => ctx.emit({ type: 'output.truncated', stream, keptBytes }),
+    },
+    { maxKeptBytes: ctx.maxOutputBytes },
+  );
+
+  const child = spawn('/bin/bash', shellArgs, {
+    cwd: args.cwd,
+    env,
+    uid: ctx.toolUser.uid,
+    gid: ctx.toolUser.gid,
+    detached: true,
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+
+  const spawnError = await new Promise<Error | null>((resolve) => {
+    child.once('spawn', () => resolve(null));
+    child.once('error', (err) => resolve(err));
+  });
+  if (spawnError) return notStarted(startedAt, errorInfo('execution.spawn_failed', spawnError.message));
+
+  const pid = child.pid!;
+  ctx.emit({ type: 'call.started', attemptId: ctx.attemptId, pid });
+
+  child.stdin.on('error', () => {
+    // EPIPE: the program exited or closed stdin before reading all of it; not a failure of exec.
+  });
+  child.stdin.end(args.stdin ?? '');
+  child.stdout.on('data', (d: Buffer) => pipeline.write('stdout', d));
+  child.stderr.on('data', (d: Buffer) => pipeline.write('stderr', d));
+
+  let killedBy: 'timeout' | 'cancel' | null = null;
+  let graceTimer: NodeJS.Timeout | null = null;
+  const killGroup = (signal: NodeJS.Signals): void => {
+    try {
+      process.kill(-pid, signal);
+    } catch {
+      // ESRCH: the group is already gone.
+    }
+  };
+  const stop = (reason: 'timeout' | 'cancel'): void => {
+    if (killedBy) return;
+    killedBy = reason;
+    if (reason === 'timeout') ctx.emit({ type: 'call.timed_out', timeoutMs: ctx.timeoutMs });
+    else ctx.emit({ type: 'call.cancel_acknowledged', attemptId: ctx.attemptId });
+    killGroup('SIGTERM');
+    graceTimer = setTimeout(() => killGroup('SIGKILL'), args.killGraceMs);
+  };
+  const timeoutTimer = setTimeout(() => stop('timeout'), ctx.timeoutMs);
+  const onCancel = (): void => stop('cancel');
+  if (ctx.cancelSignal.aborted) onCancel();
+  else ctx.cancelSignal.addEventListener('abort', onCancel, { once: true });
+
+  const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.once('exit', (code, signal) => resolve({ code, signal }));
+  });
+  clearTimeout(timeoutTimer);
+  ctx.cancelSignal.removeEventListener('abort', onCancel);
+  // The call ends with its main process: whatever it left running in its group goes too, so
+  // nothing outlives the call and holds its pipes open.
+  killGroup('SIGKILL');
+  if (graceTimer) clearTimeout(graceTimer);
+  await drain(child.stdout, child.stderr);
+  pipeline.flush();
+  const endedAt = new Date();
+
+  const out = pipeline.summary('stdout');
+  const err = pipeline.summary('stderr');
+  const stdout = out.kept.toString('utf8');
+  const stderr = err.kept.toString('utf8');
+  const truncated = out.keptBytes < out.bytes || err.keptBytes < err.bytes;
+  const base = {
+    startedAt,
+    endedAt,
+    exit: { code: exit.code, signal: exit.signal, killedBy },
+    environment,
+    runner: { pid, uid: ctx.toolUser.uid, gid: ctx.toolUser.gid },
+    outputs: {
+      stdout: { bytes: out.bytes, sha256: out.sha256, keptBytes: out.keptBytes },
+      stderr: { bytes: err.bytes, sha256: err.sha256, keptBytes: err.keptBytes },
+    },
+    stdout,
+    stderr,
+    truncation: truncated
+      ? {
+          stdout: out.keptBytes < out.bytes ? { totalBytes: out.bytes, keptBytes: out.keptBytes } : null,
+          stderr: err.keptBytes < err.bytes ? { totalBytes: err.bytes, keptBytes: err.keptBytes } : null,
+        }
+      : null,
+  };
+  const durationText = `${endedAt.getTime() - startedAt.getTime()} ms`;
+
+  if (killedBy === 'timeout') {
+    return {
+      ...base,
+      status: 'timed_out',
+      commitState: 'unknown',
+      error: errorInfo('execution.timeout', `timed out after ${ctx.timeoutMs} ms; process group killed`, { timeoutMs: ctx.timeoutMs }),
+      modelText: modelText(`timed out after ${ctx.timeoutMs} ms (effects may be partial)`, stdout, stderr),
+    };
+  }
+  if (killedBy === 'cancel') {
+    return {
+      ...base,
+      status: 'cancelled',
+      commitState: 'unknown',
+      error: errorInfo('execution.cancelled', 'cancelled while running; process group killed'),
+      modelText: modelText('cancelled while running (effects may be partial)', stdout, stderr),
+    };
+  }
+  if (exit.code === 0) {
+    return { ...base, status: 'succeeded', commitState: 'committed', error: null, modelText: modelText(`exit 0 in ${durationText}`, stdout, stderr) };
+  }
+  if (exit.code !== null) {
+    return {
+      ...base,
+      status: 'failed',
+      commitState: 'committed',
+      error: errorInfo('execution.nonzero_exit', `exited with code ${exit.code}`, { exitCode: exit.code }),
+      modelText: modelText(`exit ${exit.code} in ${durationText}`, stdout, stderr),
+    };
+  }
+  return {
+    ...base,
+    status: 'failed',
+    commitState: 'unknown',
+    error: errorInfo('execution.signaled', `killed by ${exit.signal}`, { signal: exit.signal }),
+    modelText: modelText(`killed by ${exit.signal}`, stdout, stderr),
+  };
+}
+
+async function checkCwd(cwd: string): Promise<string | null> {
+  try {
+    const s = await stat(cwd);
+    return s.isDirectory() ? null : `cwd is not a directory: ${cwd}`;
+  } catch (err) {
+    return `cwd does not exist: ${cwd} (${(err as NodeJS.ErrnoException).code ?? 'error'})`;
+  }
+}
+
+function notStarted(startedAt: Date, error: AttemptOutcome['error']): AttemptOutcome {
+  return {
+    status: 'failed',
+    error,
+    commitState: 'not_started',
+    startedAt,
+    endedAt: new Date(),
+    exit: null,
+    environment: null,
+    runner: null,
+    outputs: null,
+    stdout: '',
+    stderr: '',
+    truncation: null,
+    modelText: `not started: ${error?.message ?? ''}`,
+  };
+}
+
+function drain(...streams: NodeJS.ReadableStream[]): Promise<void> {
+  const closed = streams.map((s) => new Promise<void>((resolve) => {
+    const r = s as NodeJS.ReadableStream & { closed?: boolean; once(ev: string, fn: () => void): void };
+    if (r.closed) resolve();
+    else r.once('close', () => resolve());
+  }));
+  return Promise.race([Promise.all(closed).then(() => undefined), new Promise<void>((r) => setTimeout(r, DRAIN_AFTER_EXIT_MS))]).then(() => {
+    for (const s of streams) (s as NodeJS.ReadableStream & { destroy(): void }).destroy();
+  });
+}
+
+/** Head and tail of each stream, so a model sees the start and the end of long output. */
+const MODEL_TEXT_STREAM_CHARS = 4000;
+function modelText(headline: string, stdout: string, stderr: string): string {
+  const clip = (s: string): string =>
+    s.length <= MODEL_TEXT_STREAM_CHARS
+      ? s
+      : `${s.slice(0, MODEL_TEXT_STREAM_CHARS / 2)}\n[... ${s.length - MODEL_TEXT_STREAM_CHARS} chars omitted ...]\n${s.slice(-MODEL_TEXT_STREAM_CHARS / 2)}`;
+  const parts = [headline];
+  if (stdout) parts.push(`stdout:\n${clip(stdout)}`);
+  if (stderr) parts.push(`stderr:\n${clip(stderr)}`);
+  return parts.join('\n');
+}
