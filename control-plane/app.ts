@@ -35,7 +35,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: deps.jsonBodyLimitBytes ?? 1024 * 1024,
-    disableRequestLogging: false,
     requestIdHeader: 'x-request-id',
   });
   installErrorHandling(app);

@@ -3,7 +3,7 @@
  * credentials file, connects to its lease's keys over the mounted Redis socket, announces itself
  * with the sandbox facts, and works the lease's call queue until SIGTERM.
  *
- * Settings: `SBX_AGENT_CONFIG` (default `/run/sbx/agent.json`), `SBX_AGENT_CONCURRENCY`
+ * Settings: `SBX_AGENT_CONFIG` (default `/run/sbx/agent/agent.json`), `SBX_AGENT_CONCURRENCY`
  * (calls run at once, default 16).
  */
 import { readFileSync } from 'node:fs';
@@ -17,7 +17,7 @@ import { ReturnChannel } from './return-channel.js';
 import { execTool } from './tools/exec.js';
 
 async function main(): Promise<void> {
-  const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent.json';
+  const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent/agent.json';
   const config = AgentConfig.parse(JSON.parse(readFileSync(configPath, 'utf8')));
   const keys = leaseKeys(config.rootPrefix, config.leaseId);
   const redisOptions = {

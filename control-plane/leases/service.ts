@@ -107,7 +107,7 @@ export class LeaseService {
       image,
       policy,
       policyRef: ref,
-      agentConfigHostPath: credsPath,
+      agentConfigHostDir: dirname(credsPath),
       agentRedisSocketDir: dirname(this.options.agentRedisSocket),
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
@@ -146,6 +146,9 @@ export class LeaseService {
       channels.startReturns(id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
       const { containerId } = await runtime.start(spec);
       const hello = await channels.awaitHello(id, this.options.helloTimeoutMs ?? 30_000);
+      // The agent holds its credentials now; removing the file keeps them out of reach of
+      // anything that reads the sandbox's filesystem later (files API included).
+      await rm(credsPath, { force: true });
       const manifest = buildManifest({
         facts: hello.facts,
         image: { ref: image, id: imageId },

@@ -10,8 +10,12 @@ import type { PolicyRef } from '../../contract/objects.js';
 import { LABEL, type SandboxSpec } from '../runtime/runtime.js';
 import type { Policy } from './schema.js';
 
-/** Where the agent's credentials file and the Redis socket directory appear inside a sandbox. */
-export const AGENT_CONFIG_PATH = '/run/sbx/agent.json';
+/**
+ * Where the agent's credentials directory (holding `agent.json` until the agent has read it)
+ * and the Redis socket directory appear inside a sandbox.
+ */
+export const AGENT_CONFIG_DIR = '/run/sbx/agent';
+export const AGENT_CONFIG_PATH = `${AGENT_CONFIG_DIR}/agent.json`;
 export const AGENT_REDIS_DIR = '/run/sbx/redis';
 
 export interface CompileInput {
@@ -22,8 +26,8 @@ export interface CompileInput {
   image: string;
   policy: Policy;
   policyRef: PolicyRef;
-  /** Host path of this lease's agent credentials file. */
-  agentConfigHostPath: string;
+  /** Host directory holding this lease's agent credentials file. */
+  agentConfigHostDir: string;
   /** Host directory holding the Redis socket (and nothing else). */
   agentRedisSocketDir: string;
   /** OCI runtimes the engine offers. */
@@ -75,7 +79,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     tmpfs,
     volumes,
     readOnlyBinds: [
-      { hostPath: input.agentConfigHostPath, containerPath: AGENT_CONFIG_PATH },
+      { hostPath: input.agentConfigHostDir, containerPath: AGENT_CONFIG_DIR },
       { hostPath: input.agentRedisSocketDir, containerPath: AGENT_REDIS_DIR },
     ],
     ociRuntime: policy.runtime.oci,

@@ -1,0 +1,30 @@
+/**
+ * How `sbx run` and `sbx exec` turn a call's result into their own exit status: the command's
+ * exit code when it exited; 124 on timeout (as timeout(1)); 130 when cancelled (as after
+ * SIGINT); 128+N when killed by signal N (as POSIX shells); 125 when sbx itself failed (as
+ * `docker run`).
+ */
+import { constants } from 'node:os';
+import type { ToolResult } from '../contract/objects.js';
+
+/** sbx itself failed. */
+export const EXIT_PLATFORM_ERROR = 125;
+export const EXIT_TIMED_OUT = 124;
+export const EXIT_CANCELLED = 130;
+
+/** The exit status `sbx` reports for a finished call. */
+export function exitStatusOf(result: ToolResult): number {
+  switch (result.status) {
+    case 'succeeded':
+    case 'failed':
+      if (result.exitCode !== null) return result.exitCode;
+      if (result.signal) return 128 + (constants.signals[result.signal as keyof typeof constants.signals] ?? 0);
+      return EXIT_PLATFORM_ERROR;
+    case 'timed_out':
+      return EXIT_TIMED_OUT;
+    case 'cancelled':
+      return EXIT_CANCELLED;
+    default:
+      return EXIT_PLATFORM_ERROR;
+  }
+}

@@ -1,0 +1,234 @@
+#!/usr/bin/env node
+/**
+ * `sbx`: the command-line client.
+ *
+ *   sbx run [options] -- CMD...      lease, upload, run, stream, print receipt, download, release
+ *   sbx lease [options]              lease a sandbox and print its id
+ *   sbx exec ID [options] -- CMD...  run a command in a leased sandbox
+ *   sbx release ID                   release a sandbox
+ *   sbx ls                           list sandboxes
+ *
+ * One CMD argument is a bash script (`sbx run -- 'npm ci && npm test'`); several are an argv
+ * run without a shell (`sbx run -- npm test`).
+ *
+ * Exit status: the command's own exit code; 124 when it timed out; 130 when cancelled;
+ * 128+N when killed by signal N; 125 when sbx itself failed (API, sandbox or transfer error).
+ *
+ * Settings: `SBX_URL` (default http://127.0.0.1:7070), `SBX_API_KEY` (default: the key in
+ * `$SBX_DATA_DIR/api-key`, data dir default /var/lib/sbx).
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { Command, Option } from 'commander';
+import type { Lease, ToolResult } from '../contract/objects.js';
+import { ApiError, SbxClient } from './client.js';
+import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf } from './exit-status.js';
+
+function client(opts: { url?: string; apiKey?: string }): SbxClient {
+  const url = opts.url ?? process.env.SBX_URL ?? 'http://127.0.0.1:7070';
+  const keyFile = join(process.env.SBX_DATA_DIR ?? '/var/lib/sbx', 'api-key');
+  const key = opts.apiKey ?? process.env.SBX_API_KEY ?? (existsSync(keyFile) ? readFileSync(keyFile, 'utf8').trim() : undefined);
+  if (!key) throw new UsageError(`no API key: set SBX_API_KEY or pass --api-key (none in ${keyFile})`);
+  return new SbxClient(url.replace(/\/+$/, ''), key);
+}
+
+class UsageError extends Error {}
+
+/** `K=V` pairs into an object. */
+function pairs(list: string[] | undefined, what: string): Record<string, string> | undefined {
+  if (!list || list.length === 0) return undefined;
+  const out: Record<string, string> = {};
+  for (const item of list) {
+    const i = item.indexOf('=');
+    if (i <= 0) throw new UsageError(`${what} must be KEY=VALUE, got ${JSON.stringify(item)}`);
+    out[item.slice(0, i)] = item.slice(i + 1);
+  }
+  return out;
+}
+
+const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
+
+/** The exec args for a command line: one argument is a script, several are an argv. */
+function execArgs(command: string[], opts: { cwd?: string; timeoutMs?: number }): Record<string, unknown> {
+  if (command.length === 0) throw new UsageError('give the command after --');
+  return {
+    ...(command.length === 1 ? { cmd: command[0] } : { argv: command }),
+    ...(opts.cwd ? { cwd: opts.cwd } : {}),
+    ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
+  };
+}
+
+/** Runs a call, streaming its output to this process's stdout/stderr unless `quiet`. */
+async function runCall(api: SbxClient, leaseId: string, args: Record<string, unknown>, quiet: boolean, onCallId?: (id: string) => void): Promise<ToolResult> {
+  const submitted = await api.submitCall(leaseId, 'exec', args);
+  const callId = submitted.callId;
+  onCallId?.(callId);
+  for await (const event of api.events(leaseId, callId)) {
+    if (!quiet && event.type === 'output') (event.stream === 'stdout' ? process.stdout : process.stderr).write(Buffer.from(event.dataBase64, 'base64'));
+  }
+  const view = await api.getCall(leaseId, callId);
+  if (!view.result) throw new Error(`call ${callId} finished without a result`);
+  return view.result;
+}
+
+function printReceipt(lease: Lease, result: ToolResult): void {
+  const r = result.receipt;
+  const m = lease.manifest;
+  const lines = [
+    '',
+    `── sbx receipt ─────────────────────────────────────────────`,
+    `status        ${result.status}${result.error ? ` (${result.error.code}: ${result.error.message})` : ''}`,
+    `exit          ${result.exitCode ?? '-'}${result.signal ? ` signal ${result.signal}` : ''}`,
+  ];
+  if (r) {
+    lines.push(
+      `receipt       ${r.receiptId}`,
+      `commit state  ${r.commitState}`,
+      `duration      ${r.durationMs} ms`,
+      `stdout        ${r.outputs?.stdout.bytes ?? 0} bytes sha256:${r.outputs?.stdout.sha256 ?? '-'}`,
+      `stderr        ${r.outputs?.stderr.bytes ?? 0} bytes sha256:${r.outputs?.stderr.sha256 ?? '-'}`,
+      `fingerprint   ${r.fingerprint}`,
+    );
+  }
+  lines.push(`sandbox       ${lease.id} (policy ${lease.policy.name}@${lease.policy.version})`);
+  if (m) {
+    lines.push(
+      `manifest      ${m.digest}`,
+      `image         ${m.image.ref} ${m.image.id}`,
+      `platform      ${m.os.name} ${m.arch} kernel ${m.kernel}`,
+      `toolchain     node ${m.toolchain.node ?? '-'}, ${m.toolchain.git ?? 'no git'}, ${m.toolchain.python ?? 'no python'}`,
+    );
+  }
+  process.stderr.write(`${lines.join('\n')}\n`);
+}
+
+const program = new Command('sbx')
+  .description('Lease ephemeral sandboxes and run tools in them, with receipts.')
+  .option('--url <url>', 'control plane URL (env SBX_URL)')
+  .option('--api-key <key>', 'API key (env SBX_API_KEY)')
+  .option('--json', 'machine-readable output on stdout');
+
+const leaseOptions = (cmd: Command): Command =>
+  cmd
+    .option('--policy <name>', 'policy name', 'default')
+    .addOption(new Option('--ttl <seconds>', 'lease TTL in seconds').argParser(Number))
+    .option('--env <KEY=VALUE>', 'environment for every call (repeatable)', collect)
+    .option('--image <ref>', 'sandbox image');
+
+leaseOptions(program.command('run'))
+  .description('lease a sandbox, upload, run CMD, stream its output, print the receipt, download, release')
+  .option('--upload <local[:remote]>', 'upload a local directory (default remote /workspace; repeatable)', collect)
+  .option('--exclude <name>', 'skip files or directories with this name when uploading (repeatable)', collect)
+  .option('--download <remote>', 'copy this sandbox path back after the command (repeatable)', collect)
+  .option('--download-dir <dir>', 'where downloads go', '.')
+  .option('--cwd <dir>', 'working directory in the sandbox', '/workspace')
+  .addOption(new Option('--timeout-ms <ms>', 'command timeout in ms').argParser(Number))
+  .argument('<command...>')
+  .action(async (command: string[], opts) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const api = client(global);
+    const lease = await api.createSandbox({
+      policy: opts.policy,
+      ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}),
+      ...(opts.image ? { image: opts.image } : {}),
+      ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
+    });
+    let callId: string | undefined;
+    const onSignal = (): void => {
+      void (async () => {
+        if (callId) await api.cancelCall(lease.id, callId).catch(() => undefined);
+        await api.releaseSandbox(lease.id).catch(() => undefined);
+        process.exit(EXIT_CANCELLED);
+      })();
+    };
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+    try {
+      const exclude = new Set<string>(opts.exclude ?? []);
+      const uploads = [];
+      for (const spec of (opts.upload ?? []) as string[]) {
+        const i = spec.lastIndexOf(':');
+        const [local, remote] = i > 0 ? [spec.slice(0, i), spec.slice(i + 1)] : [spec, '/workspace'];
+        const ignore = exclude.size === 0 ? undefined : (rel: string) => rel.split('/').some((part) => exclude.has(part));
+        const summary = await api.upload(lease.id, resolve(local), remote, ignore);
+        uploads.push({ local, remote, ...summary });
+        if (!global.json) process.stderr.write(`sbx: uploaded ${local} → ${remote} (${summary.entries} entries, ${summary.bytes} bytes)\n`);
+      }
+      const result = await runCall(api, lease.id, execArgs(command, { cwd: opts.cwd, timeoutMs: opts.timeoutMs }), Boolean(global.json), (id) => (callId = id));
+      const downloads = [];
+      for (const remote of (opts.download ?? []) as string[]) {
+        await mkdir(opts.downloadDir, { recursive: true });
+        try {
+          await api.download(lease.id, remote, opts.downloadDir);
+          downloads.push({ remote, dir: opts.downloadDir, ok: true });
+          if (!global.json) process.stderr.write(`sbx: downloaded ${remote} → ${opts.downloadDir}\n`);
+        } catch (err) {
+          downloads.push({ remote, dir: opts.downloadDir, ok: false, error: err instanceof ApiError ? err.info : String(err) });
+          if (!global.json) process.stderr.write(`sbx: could not download ${remote}: ${(err as Error).message}\n`);
+        }
+      }
+      const finalLease = await api.getSandbox(lease.id);
+      if (global.json) process.stdout.write(`${JSON.stringify({ sandbox: finalLease, uploads, result, downloads }, null, 2)}\n`);
+      else printReceipt(finalLease, result);
+      process.exitCode = exitStatusOf(result);
+    } finally {
+      await api.releaseSandbox(lease.id).catch((err: unknown) => process.stderr.write(`sbx: release of ${lease.id} failed: ${String(err)}\n`));
+    }
+  });
+
+leaseOptions(program.command('lease'))
+  .description('lease a sandbox and print its id')
+  .option('--label <KEY=VALUE>', 'label (repeatable)', collect)
+  .action(async (opts) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const lease = await client(global).createSandbox({
+      policy: opts.policy,
+      ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}),
+      ...(opts.image ? { image: opts.image } : {}),
+      ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
+      ...(pairs(opts.label, '--label') ? { labels: pairs(opts.label, '--label') } : {}),
+    });
+    process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id}\n`);
+  });
+
+program
+  .command('exec')
+  .description('run a command in a leased sandbox, streaming its output')
+  .argument('<id>')
+  .argument('<command...>')
+  .option('--cwd <dir>', 'working directory', '/workspace')
+  .addOption(new Option('--timeout-ms <ms>', 'command timeout in ms').argParser(Number))
+  .action(async (id: string, command: string[], opts) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const result = await runCall(client(global), id, execArgs(command, opts), Boolean(global.json));
+    if (global.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+    process.exitCode = exitStatusOf(result);
+  });
+
+program
+  .command('release')
+  .description('release a sandbox (idempotent)')
+  .argument('<id>')
+  .action(async (id: string) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const lease = await client(global).releaseSandbox(id);
+    process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id} ${lease.status}\n`);
+  });
+
+program
+  .command('ls')
+  .description('list sandboxes')
+  .option('--all', 'include released and expired ones')
+  .action(async (opts: { all?: boolean }) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const leases = (await client(global).listSandboxes()).filter((l) => opts.all || l.status === 'ready' || l.status === 'creating');
+    if (global.json) process.stdout.write(`${JSON.stringify(leases, null, 2)}\n`);
+    else for (const l of leases) process.stdout.write(`${l.id}  ${l.status.padEnd(9)} ${l.policy.name}@${l.policy.version}  expires ${l.expiresAt}\n`);
+  });
+
+program.parseAsync(process.argv).catch((err: unknown) => {
+  const message = err instanceof ApiError ? `${err.code}: ${err.info.message}` : err instanceof Error ? err.message : String(err);
+  process.stderr.write(`sbx: ${message}\n`);
+  process.exit(EXIT_PLATFORM_ERROR);
+});

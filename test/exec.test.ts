@@ -1,0 +1,172 @@
+/**
+ * The exec tool end to end: API → ledger → queue → agent in a real Docker sandbox → queue →
+ * ledger → API. Real Docker engine, real Redis.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { CallEvent } from '../contract/events.js';
+import type { ToolResult } from '../contract/objects.js';
+import { reassemble, startHarness, type Harness } from './harness.js';
+
+let h: Harness;
+let leaseId: string;
+
+async function exec(args: Record<string, unknown>, waitSeconds = 60): Promise<ToolResult> {
+  const result = await h.client.submitCall(leaseId, 'exec', args, { waitSeconds });
+  if (!('status' in result) || !('receipt' in result)) throw new Error(`call did not finish: ${JSON.stringify(result)}`);
+  return result;
+}
+
+async function eventsOf(callId: string): Promise<CallEvent[]> {
+  const events: CallEvent[] = [];
+  for await (const e of h.client.events(leaseId, callId)) events.push(e);
+  return events;
+}
+
+async function processesInSandbox(): Promise<string[]> {
+  const r = await exec({ argv: ['ps', '-eo', 'user,pid,args', '--no-headers'] });
+  return r.stdout.split('\n').filter((l) => l.trim() && !l.includes('ps -eo'));
+}
+
+beforeAll(async () => {
+  h = await startHarness();
+  leaseId = (await h.client.createSandbox()).id;
+});
+afterAll(async () => h?.close());
+
+describe('exec', () => {
+  it('echo succeeds with exit 0 and exact stdout, and the receipt binds the manifest', async () => {
+    const r = await exec({ argv: ['echo', 'hello sandbox'] });
+    expect(r.status).toBe('succeeded');
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout).toBe('hello sandbox\n');
+    expect(r.stderr).toBe('');
+    const lease = await h.client.getSandbox(leaseId);
+    expect(r.receipt?.manifestDigest).toBe(lease.manifest?.digest);
+    expect(r.receipt?.commitState).toBe('committed');
+    expect(r.receipt?.runner?.uid).toBe(1000);
+  });
+
+  it('a non-zero exit is failed with the exit code and a nonzero_exit error', async () => {
+    const r = await exec({ cmd: 'exit 7' });
+    expect(r.status).toBe('failed');
+    expect(r.exitCode).toBe(7);
+    expect(r.error?.code).toBe('execution.nonzero_exit');
+  });
+
+  it('a missing command fails with 127 and the shell message on stderr', async () => {
+    const r = await exec({ argv: ['no-such-command-xyz'] });
+    expect(r.status).toBe('failed');
+    expect(r.exitCode).toBe(127);
+    expect(r.stderr).toContain('no-such-command-xyz');
+    expect(r.stderr).toMatch(/not found/);
+  });
+
+  it('keeps stderr apart from stdout, each in order', async () => {
+    const r = await exec({ cmd: 'for i in 1 2 3 4 5; do echo out$i; echo err$i >&2; done' });
+    expect(r.stdout).toBe('out1\nout2\nout3\nout4\nout5\n');
+    expect(r.stderr).toBe('err1\nerr2\nerr3\nerr4\nerr5\n');
+    const events = await eventsOf(r.callId);
+    expect(reassemble(events, 'stdout').toString()).toBe(r.stdout);
+    expect(reassemble(events, 'stderr').toString()).toBe(r.stderr);
+  });
+
+  it('1 MB of output arrives complete and in order, in the events and in the result', async () => {
+    // 100 000 numbered lines of 10 bytes each = 1 000 000 bytes.
+    const r = await exec({ cmd: "seq -f '%09g' 1 100000" });
+    expect(r.status).toBe('succeeded');
+    const expected = Array.from({ length: 100_000 }, (_, i) => `${String(i + 1).padStart(9, '0')}\n`).join('');
+    expect(r.stdout.length).toBe(1_000_000);
+    expect(r.stdout).toBe(expected);
+    const events = await eventsOf(r.callId);
+    expect(reassemble(events, 'stdout').equals(Buffer.from(expected))).toBe(true);
+    expect(r.receipt?.outputs?.stdout.bytes).toBe(1_000_000);
+    const seqs = events.map((e) => e.seq);
+    expect(seqs).toEqual(seqs.map((_, i) => i + 1));
+  });
+
+  it('timeoutMs ends sleep 100 as timed_out, kills the process group (grandchild included), leaves no process', async () => {
+    const started = Date.now();
+    const r = await exec({ cmd: 'sleep 100 & (sleep 100; echo never) & sleep 100', timeoutMs: 1000, killGraceMs: 500 });
+    const elapsed = Date.now() - started;
+    expect(r.status).toBe('timed_out');
+    expect(r.error?.code).toBe('execution.timeout');
+    expect(r.receipt?.commitState).toBe('unknown');
+    expect(r.receipt?.exit?.killedBy).toBe('timeout');
+    expect(elapsed).toBeLessThan(10_000);
+    const left = await processesInSandbox();
+    expect(left.filter((l) => l.startsWith('sandbox'))).toEqual([]);
+    const events = await eventsOf(r.callId);
+    expect(events.map((e) => e.type)).toContain('call.timed_out');
+  });
+
+  it('a program that ignores SIGTERM is killed with SIGKILL after the grace period', async () => {
+    const r = await exec({ cmd: "trap '' TERM; sleep 100", timeoutMs: 500, killGraceMs: 300 });
+    expect(r.status).toBe('timed_out');
+    expect(await processesInSandbox().then((l) => l.filter((x) => x.startsWith('sandbox')))).toEqual([]);
+  });
+
+  it('env values with spaces, quotes, $, newlines and non-ASCII arrive byte-exact', async () => {
+    const value = `a b "c" 'd' $HOME \\ \n tab\t ünïcødé 🚀`;
+    const r = await exec({ argv: ['printenv', 'WEIRD'], env: { WEIRD: value } });
+    expect(r.stdout).toBe(`${value}\n`);
+    expect(r.receipt?.environment?.keys).toContain('WEIRD');
+    expect(r.receipt?.environment?.defaults).toMatchObject({ NO_COLOR: '1', TERM: 'dumb', GIT_TERMINAL_PROMPT: '0', PAGER: 'cat' });
+  });
+
+  it('a heredoc in cmd works and stdin is delivered', async () => {
+    const r = await exec({ cmd: "cat <<'EOF'\nline one\n$NOT_EXPANDED\nEOF\ncat", stdin: 'from stdin' });
+    expect(r.stdout).toBe('line one\n$NOT_EXPANDED\nfrom stdin');
+  });
+
+  it('a missing cwd fails before anything runs', async () => {
+    const r = await exec({ argv: ['true'], cwd: '/workspace/does-not-exist' });
+    expect(r.status).toBe('failed');
+    expect(r.error?.code).toBe('input.cwd_not_found');
+    expect(r.receipt?.commitState).toBe('not_started');
+  });
+
+  it('without wait the call answers 202 at once, and the SSE stream resumes after Last-Event-ID exactly once each', async () => {
+    const pending = await h.client.submitCall(leaseId, 'exec', { cmd: 'for i in 1 2 3; do echo $i; sleep 0.1; done' });
+    expect('receipt' in pending).toBe(false);
+    const all = await eventsOf(pending.callId);
+    expect(all[0]?.type).toBe('call.accepted');
+    expect(all.at(-1)?.type).toBe('call.finished');
+    const cut = 3;
+    const resumed: CallEvent[] = [];
+    for await (const e of h.client.events(leaseId, pending.callId, cut)) resumed.push(e);
+    expect(resumed.map((e) => e.seq)).toEqual(all.filter((e) => e.seq > cut).map((e) => e.seq));
+    expect(resumed).toEqual(all.slice(cut));
+  });
+
+  it('resubmitting the same callId returns the same call and runs it once; other args conflict', async () => {
+    const callId = `once-${Date.now()}`;
+    const args = { cmd: 'echo ran >> /workspace/once.log; cat /workspace/once.log | wc -l' };
+    const first = (await h.client.submitCall(leaseId, 'exec', args, { callId, waitSeconds: 30 })) as ToolResult;
+    const second = (await h.client.submitCall(leaseId, 'exec', args, { callId, waitSeconds: 30 })) as ToolResult;
+    expect(second.receipt?.receiptId).toBe(first.receipt?.receiptId);
+    const count = await exec({ cmd: 'wc -l < /workspace/once.log' });
+    expect(count.stdout.trim()).toBe('1');
+    await expect(h.client.submitCall(leaseId, 'exec', { cmd: 'echo other' }, { callId })).rejects.toMatchObject({ code: 'call.id_conflict', status: 409 });
+  });
+
+  it('cancel kills a running call: cancelled, unknown effect, no process left', async () => {
+    const pending = await h.client.submitCall(leaseId, 'exec', { cmd: 'sleep 60 & sleep 60' });
+    for await (const e of h.client.events(leaseId, pending.callId)) if (e.type === 'call.started') break;
+    await h.client.cancelCall(leaseId, pending.callId);
+    const events = [];
+    for await (const e of h.client.events(leaseId, pending.callId)) events.push(e.type);
+    const call = await h.client.getCall(leaseId, pending.callId);
+    expect(call.result?.status).toBe('cancelled');
+    expect(call.result?.receipt?.commitState).toBe('unknown');
+    expect(events).toContain('call.cancel_requested');
+    expect(events).toContain('call.cancel_acknowledged');
+    expect(await processesInSandbox().then((l) => l.filter((x) => x.startsWith('sandbox')))).toEqual([]);
+  });
+
+  it('calls above the policy timeout are denied with policy.tool_denied and recorded', async () => {
+    const callId = `denied-${Date.now()}`;
+    await expect(h.client.submitCall(leaseId, 'exec', { argv: ['true'], timeoutMs: 24 * 3600 * 1000 }, { callId })).rejects.toMatchObject({ code: 'policy.tool_denied', status: 403 });
+    const call = await h.client.getCall(leaseId, callId);
+    expect(call.result?.status).toBe('denied');
+  });
+});

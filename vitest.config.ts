@@ -1,0 +1,28 @@
+import { defineConfig } from 'vitest/config';
+
+// Two projects: `unit` (pure modules, beside the code, no Docker or Redis: the demo runs these
+// inside a sandbox) and `integration` (test/: real Docker engine and real Redis, one file at a
+// time because they share the engine).
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: 'unit',
+          include: ['contract/**/*.test.ts', 'control-plane/**/*.test.ts', 'sandbox-agent/**/*.test.ts', 'cli/**/*.test.ts'],
+          environment: 'node',
+        },
+      },
+      {
+        test: {
+          name: 'integration',
+          include: ['test/**/*.test.ts'],
+          environment: 'node',
+          fileParallelism: false,
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+        },
+      },
+    ],
+  },
+});
