@@ -50,7 +50,7 @@ export async function startHarness(overrides: Record<string, string> = {}): Prom
   };
   const first = await start();
   const redis = connectRedis(redisOptions(config.redis));
-  return {
+  const harness: Harness = {
     config,
     plane: first.plane,
     client: first.client,
@@ -59,14 +59,16 @@ export async function startHarness(overrides: Record<string, string> = {}): Prom
     redis,
     startPeer: start,
     async close() {
-      for (const lease of await first.plane.leases.list()) {
-        if (lease.status === 'ready' || lease.status === 'creating') await first.plane.leases.release(lease.id).catch(() => undefined);
+      // Tests may swap in a peer (after closing the first plane): release through the current one.
+      for (const lease of await harness.plane.leases.list()) {
+        if (lease.status === 'ready' || lease.status === 'creating') await harness.plane.leases.release(lease.id).catch(() => undefined);
       }
       await removeContainersOf(config.owner);
       await Promise.allSettled(started.map((s) => s.plane.close()));
       redis.disconnect();
     },
   };
+  return harness;
 }
 
 /** Containers carrying `sbx.owner=<owner>` (names), as `docker ps -a` lists them. */

@@ -62,6 +62,8 @@ export async function guardArchive(inputPath: string, outputPath: string, owner:
   for (let i = 1; i <= parts.length; i += 1) pack.entry({ name: parts.slice(0, i).join('/'), type: 'directory', mode: 0o755, ...ownership });
   const under = (name: string): string => (parts.length === 0 ? name : posix.join(...parts, name));
   extract.on('entry', (header, stream, next) => {
+    // An entry stream fails with the archive's own error, which the extract pipeline reports.
+    stream.on('error', () => undefined);
     const reason = unsafeReason(header.type ?? 'file', header.name, header.linkname);
     if (reason) {
       stream.resume();
@@ -70,8 +72,12 @@ export async function guardArchive(inputPath: string, outputPath: string, owner:
     }
     summary.entries += 1;
     if (header.type === 'file' || header.type === 'contiguous-file') summary.bytes += header.size ?? 0;
+    // tar-stream has already applied pax `path`/`linkpath` to name/linkname; left in `pax`
+    // they would override the rewritten names when packed.
+    const { path: _path, linkpath: _linkpath, ...pax } = (header.pax ?? {}) as Record<string, string>;
     const rewritten: tar.Header = {
       ...header,
+      pax,
       name: under(header.name),
       ...(header.type === 'link' && header.linkname ? { linkname: under(header.linkname) } : {}),
       type: header.type === 'contiguous-file' ? 'file' : header.type,
@@ -82,12 +88,12 @@ export async function guardArchive(inputPath: string, outputPath: string, owner:
     stream.pipe(entry);
   });
   extract.on('finish', () => pack.finalize());
-  try {
-    await Promise.all([pipeline(createReadStream(inputPath), extract), pipeline(pack, createWriteStream(outputPath))]);
-  } catch (err) {
-    pack.destroy();
-    if (err instanceof AppError) throw err;
-    throw new AppError('files.invalid_archive', `not a readable tar archive: ${(err as Error).message}`, { cause: err });
-  }
-  return summary;
+  extract.on('error', (err) => pack.destroy(err));
+  // Both sides settle before deciding: a rejected entry fails the reading side first and then
+  // the writing side with the same error, and neither rejection may go unobserved.
+  const [read, write] = await Promise.allSettled([pipeline(createReadStream(inputPath), extract), pipeline(pack, createWriteStream(outputPath))]);
+  const failure = read.status === 'rejected' ? read.reason : write.status === 'rejected' ? write.reason : null;
+  if (failure === null) return summary;
+  if (failure instanceof AppError) throw failure;
+  throw new AppError('files.invalid_archive', `not a readable tar archive: ${(failure as Error).message}`, { cause: failure });
 }

@@ -1,0 +1,89 @@
+/**
+ * File transfer through the Docker archive API: round trips, and hostile archives rejected
+ * whole before anything reaches the sandbox.
+ */
+import { mkdtemp, mkdir, readFile, writeFile, readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import * as tar from 'tar-stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ToolResult } from '../contract/objects.js';
+import { ApiError } from '../cli/client.js';
+import { startHarness, type Harness } from './harness.js';
+
+let h: Harness;
+let leaseId: string;
+
+beforeAll(async () => {
+  h = await startHarness();
+  leaseId = (await h.client.createSandbox()).id;
+});
+afterAll(async () => h?.close());
+
+async function exec(cmd: string): Promise<ToolResult> {
+  return (await h.client.submitCall(leaseId, 'exec', { cmd }, { waitSeconds: 30 })) as ToolResult;
+}
+
+/** A tar archive from entries built with tar-stream. */
+async function makeTar(entries: Array<Partial<tar.Header> & { name: string; content?: string }>): Promise<Uint8Array> {
+  const pack = tar.pack();
+  for (const { content, ...header } of entries) pack.entry(header as tar.Header, content ?? '');
+  pack.finalize();
+  const chunks: Buffer[] = [];
+  for await (const chunk of pack as AsyncIterable<Buffer>) chunks.push(chunk);
+  return Buffer.concat(chunks);
+}
+
+describe('files', () => {
+  it('a directory with emoji, spaces and non-Latin names round-trips: upload, read in the sandbox, download', async () => {
+    const local = await mkdtemp(join(tmpdir(), 'sbx-up-'));
+    await mkdir(join(local, 'dir with space'));
+    await writeFile(join(local, 'dir with space', 'файл 🚀.txt'), 'content ünï\n');
+    await writeFile(join(local, '数据.json'), '{"a":1}');
+    const summary = await h.client.upload(leaseId, local, '/workspace/rt');
+    // The archive's root directory, one directory and two files.
+    expect(summary.entries).toBe(4);
+    const r = await exec("cat '/workspace/rt/dir with space/файл 🚀.txt'; stat -c '%U' /workspace/rt/数据.json");
+    expect(r.stdout).toBe('content ünï\nsandbox\n');
+    const back = await mkdtemp(join(tmpdir(), 'sbx-down-'));
+    await h.client.download(leaseId, '/workspace/rt', back);
+    expect(await readFile(join(back, 'rt', 'dir with space', 'файл 🚀.txt'), 'utf8')).toBe('content ünï\n');
+    expect((await readdir(join(back, 'rt'))).sort()).toEqual(['dir with space', '数据.json'].sort());
+  });
+
+  it.each([
+    ['a name with ..', [{ name: 'ok.txt', content: 'fine' }, { name: '../escape.txt', content: 'x' }], '../escape.txt'],
+    ['an absolute name', [{ name: '/etc/evil', content: 'x' }], '/etc/evil'],
+    ['a symlink to an absolute path', [{ name: 'link', type: 'symlink' as const, linkname: '/run/sbx' }], 'link'],
+    ['a symlink climbing out', [{ name: 'a/b/link', type: 'symlink' as const, linkname: '../../../etc' }], 'a/b/link'],
+    ['a hard link outside', [{ name: 'hard', type: 'link' as const, linkname: '../../etc/passwd' }], 'hard'],
+    ['a device node', [{ name: 'dev', type: 'character-device' as const }], 'dev'],
+  ])('rejects %s with files.unsafe_entry naming the entry, and writes nothing', async (_label, entries, entry) => {
+    const dir = `/workspace/hostile-${Math.random().toString(36).slice(2)}`;
+    const error = await h.client.uploadTar(leaseId, dir, await makeTar(entries)).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ApiError);
+    expect((error as ApiError).code).toBe('files.unsafe_entry');
+    expect((error as ApiError).info.details?.entry).toBe(entry);
+    const r = await exec(`ls ${dir} 2>&1; ls /workspace/escape.txt 2>&1`);
+    expect(r.stdout).toMatch(/No such file/);
+    expect(r.stdout).not.toMatch(/ok\.txt/);
+  });
+
+  it('allows symlinks that stay inside the target (e.g. node_modules/.bin links)', async () => {
+    const archive = await makeTar([
+      { name: 'pkg/cli.js', content: 'console.log(1)' },
+      { name: '.bin/cli', type: 'symlink', linkname: '../pkg/cli.js' },
+    ]);
+    await h.client.uploadTar(leaseId, '/workspace/links', archive);
+    const r = await exec('readlink /workspace/links/.bin/cli; cat /workspace/links/.bin/cli');
+    expect(r.stdout).toBe('../pkg/cli.js\nconsole.log(1)');
+  });
+
+  it('a garbage body is files.invalid_archive; paths outside the workspace are refused', async () => {
+    await expect(h.client.uploadTar(leaseId, '/workspace', Buffer.from('this is not a tar archive at all'.repeat(40)))).rejects.toMatchObject({ code: 'files.invalid_archive' });
+    await expect(h.client.uploadTar(leaseId, '/etc', await makeTar([{ name: 'x', content: 'x' }]))).rejects.toMatchObject({ code: 'input.path_outside_workspace', status: 400 });
+    await expect(h.client.uploadTar(leaseId, '/workspace/../run/sbx', await makeTar([{ name: 'x', content: 'x' }]))).rejects.toMatchObject({ code: 'input.path_outside_workspace' });
+    await expect(h.client.download(leaseId, '/run/sbx/agent', tmpdir())).rejects.toMatchObject({ code: 'input.path_outside_workspace' });
+    await expect(h.client.download(leaseId, '/workspace/missing-file', tmpdir())).rejects.toMatchObject({ code: 'files.not_found', status: 404 });
+  });
+});

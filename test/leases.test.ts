@@ -1,0 +1,191 @@
+/**
+ * Lease lifecycle against the real Docker engine and Redis: release, idempotent create, expiry,
+ * reconcile after a restart or beside a second control-plane process, the default policy's
+ * isolation.
+ */
+import { connect, createServer, type Server } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ToolResult } from '../contract/objects.js';
+import { containersOf, docker, startHarness, type Harness } from './harness.js';
+
+let h: Harness;
+
+beforeAll(async () => {
+  h = await startHarness();
+});
+afterAll(async () => h?.close());
+
+async function exec(leaseId: string, args: Record<string, unknown>, client = h.client): Promise<ToolResult> {
+  return (await client.submitCall(leaseId, 'exec', args, { waitSeconds: 60 })) as ToolResult;
+}
+
+describe('lease lifecycle', () => {
+  it('a new lease is ready under the default policy with a manifest whose digest is its content', async () => {
+    const lease = await h.client.createSandbox({ env: { FOO: 'bar' }, labels: { team: 'infra' } });
+    expect(lease.status).toBe('ready');
+    expect(lease.policy.name).toBe('default');
+    expect(lease.labels).toEqual({ team: 'infra' });
+    const m = lease.manifest!;
+    expect(m.policy).toEqual(lease.policy);
+    expect(m.env.keys).toEqual(['FOO']);
+    expect(JSON.stringify(m)).not.toContain('bar');
+    expect(m.toolchain.node).toMatch(/^v20\./);
+    expect(m.toolchain.git).toMatch(/git version/);
+    expect(m.toolchain.python).toMatch(/Python 3/);
+    expect(m.user).toMatchObject({ name: 'sandbox', uid: 1000 });
+    const { manifestDigest } = await import('../control-plane/manifest/manifest.js');
+    expect(manifestDigest(m)).toBe(m.digest);
+    const r = await exec(lease.id, { argv: ['printenv', 'FOO'] });
+    expect(r.stdout).toBe('bar\n');
+  });
+
+  it('the default policy: read-only root, writable /workspace and /tmp, no capabilities for tools, limits applied', async () => {
+    const lease = await h.client.createSandbox();
+    const r = await exec(lease.id, {
+      cmd: 'touch /etc/x 2>&1; touch /workspace/ok && touch /tmp/ok && echo writable; grep CapEff /proc/self/status; cat /proc/self/status | grep NoNewPrivs',
+    });
+    expect(r.stdout).toContain('Read-only file system');
+    expect(r.stdout).toContain('writable');
+    expect(r.stdout).toMatch(/CapEff:\s+0000000000000000/);
+    expect(r.stdout).toMatch(/NoNewPrivs:\s+1/);
+    const inspect = JSON.parse(await docker('inspect', `sbx-${lease.id}`))[0];
+    expect(inspect.HostConfig.ReadonlyRootfs).toBe(true);
+    expect(inspect.HostConfig.NetworkMode).toBe('none');
+    expect(inspect.HostConfig.CapDrop).toEqual(['ALL']);
+    expect(inspect.HostConfig.Memory).toBe(2 * 1024 ** 3);
+    expect(inspect.HostConfig.PidsLimit).toBe(512);
+    expect(inspect.Config.Labels['sbx.owner']).toBe(h.config.owner);
+  });
+
+  it('the sandbox user cannot read the agent credentials nor reach Redis', async () => {
+    const lease = await h.client.createSandbox();
+    const r = await exec(lease.id, { cmd: 'ls /run/sbx/agent 2>&1; ls -la /run/sbx/redis 2>&1; echo PING > /dev/null' });
+    expect(r.stdout).toContain('Permission denied');
+    expect(r.stdout).not.toContain('agent.json');
+  });
+
+  it('network none: only loopback inside, and a server on the host bridge receives nothing', async () => {
+    let connections = 0;
+    const server: Server = createServer((socket) => {
+      connections += 1;
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '0.0.0.0', resolve));
+    const port = (server.address() as { port: number }).port;
+    const gateway = JSON.parse(await docker('network', 'inspect', 'bridge'))[0].IPAM.Config[0].Gateway as string;
+    try {
+      const lease = await h.client.createSandbox();
+      const r = await exec(lease.id, {
+        cmd: `ip -o link show | awk -F': ' '{print $2}'; (exec 3<>/dev/tcp/${gateway}/${port}) 2>&1 && echo CONNECTED || echo BLOCKED`,
+        timeoutMs: 10_000,
+      });
+      expect(r.stdout.split('\n')[0]).toBe('lo');
+      expect(r.stdout).not.toMatch(/eth0/);
+      expect(r.stdout).toContain('BLOCKED');
+      expect(r.stdout).not.toContain('CONNECTED');
+      expect(connections).toBe(0);
+      // The server was reachable all along: the host itself can connect.
+      await new Promise<void>((resolve, reject) => {
+        const s = connect(port, gateway, () => (s.end(), resolve()));
+        s.on('error', reject);
+      });
+      await new Promise((r) => setTimeout(r, 100));
+      expect(connections).toBe(1);
+    } finally {
+      server.close();
+    }
+  });
+
+  it('release removes the container and its volumes; the receipt stays readable; calls then get 410', async () => {
+    const lease = await h.client.createSandbox();
+    const r = await exec(lease.id, { argv: ['echo', 'kept'] });
+    const released = await h.client.releaseSandbox(lease.id);
+    expect(released.status).toBe('released');
+    expect(await docker('ps', '-a', '--filter', `label=sbx.lease=${lease.id}`, '--format', '{{.Names}}')).toBe('');
+    expect(await docker('volume', 'ls', '--filter', `label=sbx.lease=${lease.id}`, '--format', '{{.Name}}')).toBe('');
+    const call = await h.client.getCall(lease.id, r.callId);
+    expect(call.result?.stdout).toBe('kept\n');
+    const receipt = await h.client.raw('GET', `/v1/receipts/${r.receipt!.receiptId}`);
+    expect(receipt.status).toBe(200);
+    await expect(exec(lease.id, { argv: ['true'] })).rejects.toMatchObject({ status: 410, code: 'lease.released' });
+    // Releasing again is success, not an error.
+    expect((await h.client.releaseSandbox(lease.id)).status).toBe('released');
+    // The agent's Redis user is gone with it.
+    const users = (await h.redis.call('ACL', 'USERS')) as string[];
+    expect(users.some((u) => u.includes(lease.id))).toBe(false);
+  });
+
+  it('releasing a sandbox with a running call finishes that call as effect_unknown', async () => {
+    const lease = await h.client.createSandbox();
+    const pending = await h.client.submitCall(lease.id, 'exec', { cmd: 'sleep 60' });
+    for await (const e of h.client.events(lease.id, pending.callId)) if (e.type === 'call.started') break;
+    await h.client.releaseSandbox(lease.id);
+    const call = await h.client.getCall(lease.id, pending.callId);
+    expect(call.status).toBe('finished');
+    expect(call.result?.status).toBe('effect_unknown');
+    expect(call.result?.error?.code).toBe('execution.sandbox_lost');
+  });
+
+  it('the same Idempotency-Key twice (even at once) gives one sandbox; another body with it conflicts', async () => {
+    const key = `idem-${Date.now()}`;
+    const [a, b] = await Promise.all([h.client.createSandbox({ idempotencyKey: key }), h.client.createSandbox({ idempotencyKey: key })]);
+    expect(a.id).toBe(b.id);
+    const c = await h.client.createSandbox({ idempotencyKey: key });
+    expect(c.id).toBe(a.id);
+    const containers = await docker('ps', '-a', '--filter', `label=sbx.lease=${a.id}`, '--format', '{{.Names}}');
+    expect(containers.trim().split('\n')).toHaveLength(1);
+    await expect(h.client.createSandbox({ idempotencyKey: key, ttlSeconds: 60 })).rejects.toMatchObject({ status: 409, code: 'lease.idempotency_conflict' });
+  });
+
+  it('an expired lease is released by the reaper and answers 410 lease.expired', async () => {
+    const lease = await h.client.createSandbox({ ttlSeconds: 1 });
+    await new Promise((r) => setTimeout(r, 2000));
+    await expect(exec(lease.id, { argv: ['true'] })).rejects.toMatchObject({ status: 410, code: 'lease.expired' });
+    const after = await h.client.getSandbox(lease.id);
+    expect(after.status).toBe('expired');
+    expect(await docker('ps', '-a', '--filter', `label=sbx.lease=${lease.id}`, '--format', '{{.Names}}')).toBe('');
+  });
+
+  it('a ttl above the policy maximum is refused before anything is created', async () => {
+    const before = await containersOf(h.config.owner);
+    await expect(h.client.createSandbox({ ttlSeconds: 10 ** 7 })).rejects.toMatchObject({ status: 400, code: 'lease.ttl_exceeds_policy' });
+    await expect(h.client.createSandbox({ policy: 'no-such-policy' })).rejects.toMatchObject({ status: 400, code: 'policy.not_found' });
+    await expect(h.client.createSandbox({ image: 'no-such-image:never' })).rejects.toMatchObject({ status: 400, code: 'runtime.image_not_found' });
+    expect(await containersOf(h.config.owner)).toEqual(before);
+  });
+});
+
+describe('reconcile', () => {
+  it('a restarted control plane adopts running sandboxes, removes orphans, and releases leases whose container vanished', async () => {
+    const adopted = await h.client.createSandbox();
+    const orphan = await h.client.createSandbox();
+    const vanished = await h.client.createSandbox();
+    // The orphan's ledger record disappears (as if Redis lost it); the vanished one's container is removed behind sbx's back.
+    await h.redis.del(`${h.config.redisPrefix}leases:${orphan.id}`);
+    await docker('rm', '-f', `sbx-${vanished.id}`);
+    await h.plane.close();
+
+    const peer = await h.startPeer();
+    const names = await containersOf(h.config.owner);
+    expect(names).toContain(`sbx-${adopted.id}`);
+    expect(names).not.toContain(`sbx-${orphan.id}`);
+    const r = await exec(adopted.id, { argv: ['echo', 'still here'] }, peer.client);
+    expect(r.stdout).toBe('still here\n');
+    const lost = await peer.client.getSandbox(vanished.id);
+    expect(lost.status).toBe('released');
+    expect(lost.endReason).toBe('container_missing');
+    h.plane = peer.plane;
+    h.client = peer.client;
+  });
+
+  it('a second control-plane process beside the first orphans nothing and serves the same sandboxes', async () => {
+    const lease = await h.client.createSandbox();
+    const second = await h.startPeer();
+    expect(await containersOf(h.config.owner)).toContain(`sbx-${lease.id}`);
+    const r = await exec(lease.id, { argv: ['echo', 'via second'] }, second.client);
+    expect(r.stdout).toBe('via second\n');
+    await second.close();
+    const again = await exec(lease.id, { argv: ['echo', 'via first'] });
+    expect(again.stdout).toBe('via first\n');
+  });
+});
