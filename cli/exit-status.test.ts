@@ -1,0 +1,19 @@
+import { describe, expect, it } from 'vitest';
+import type { ToolResult } from '../contract/objects.js';
+import { exitStatusOf } from './exit-status.js';
+
+const result = (over: Partial<ToolResult>): ToolResult => ({
+  callId: 'c', status: 'succeeded', error: null, modelText: '', exitCode: 0, signal: null, stdout: '', stderr: '', truncation: null, artifacts: [], receipt: null, ...over,
+});
+
+describe('sbx exit status', () => {
+  it('is the command exit code, 124 on timeout, 130 on cancel, 128+N on signal, 125 when sbx failed', () => {
+    expect(exitStatusOf(result({ exitCode: 0 }))).toBe(0);
+    expect(exitStatusOf(result({ status: 'failed', exitCode: 3 }))).toBe(3);
+    expect(exitStatusOf(result({ status: 'timed_out', exitCode: null }))).toBe(124);
+    expect(exitStatusOf(result({ status: 'cancelled', exitCode: null }))).toBe(130);
+    expect(exitStatusOf(result({ status: 'failed', exitCode: null, signal: 'SIGKILL' }))).toBe(137);
+    expect(exitStatusOf(result({ status: 'effect_unknown', exitCode: null }))).toBe(125);
+    expect(exitStatusOf(result({ status: 'failed', exitCode: null }))).toBe(125);
+  });
+});

@@ -1,0 +1,60 @@
+/**
+ * Adapters own their libraries (STYLE.md §3): a test that fails when an import crosses the
+ * lines between the parts of the architecture.
+ */
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+const root = new URL('..', import.meta.url).pathname;
+
+function sources(dir: string): string[] {
+  return readdirSync(join(root, dir)).flatMap((name) => {
+    const path = join(dir, name);
+    if (statSync(join(root, path)).isDirectory()) return sources(path);
+    return path.endsWith('.ts') && !path.endsWith('.test.ts') ? [path] : [];
+  });
+}
+
+const files = ['contract', 'control-plane', 'sandbox-agent', 'cli'].flatMap(sources);
+const importsOf = (file: string): string[] => [...readFileSync(join(root, file), 'utf8').matchAll(/^import[^'"]*['"]([^'"]+)['"]/gm)].map((m) => m[1]!);
+
+/** Package → the only places that may import it. */
+const OWNERS: Record<string, string[]> = {
+  dockerode: ['control-plane/runtime/'],
+  'tar-fs': ['cli/'],
+  'tar-stream': ['control-plane/files/tar-guard.ts'],
+  bullmq: ['control-plane/queue/', 'sandbox-agent/main.ts', 'sandbox-agent/return-channel.ts'],
+  ioredis: ['control-plane/queue/', 'control-plane/ledger/', 'sandbox-agent/main.ts'],
+  fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', 'control-plane/leases/routes.ts', 'control-plane/calls/routes.ts', 'control-plane/files/routes.ts'],
+  'better-sse': ['control-plane/calls/routes.ts'],
+};
+
+describe('import boundaries', () => {
+  it('each infrastructure library is imported only by the adapter that owns it', () => {
+    const crossings: string[] = [];
+    for (const file of files) {
+      for (const spec of importsOf(file)) {
+        const pkg = spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]!;
+        const owners = OWNERS[pkg];
+        if (owners && !owners.some((o) => file === o || file.startsWith(o))) crossings.push(`${file} imports ${pkg}`);
+      }
+    }
+    expect(crossings).toEqual([]);
+  });
+
+  it('the contract depends on neither side; the agent and the control plane do not import each other', () => {
+    const crossings: string[] = [];
+    for (const file of files) {
+      for (const spec of importsOf(file).filter((s) => s.startsWith('.'))) {
+        const target = relative(root, join(root, file, '..', spec));
+        const from = file.split('/')[0];
+        const to = target.split('/')[0];
+        if (from === 'contract' && to !== 'contract') crossings.push(`${file} → ${target}`);
+        if (from === 'sandbox-agent' && to === 'control-plane') crossings.push(`${file} → ${target}`);
+        if (from === 'control-plane' && to === 'sandbox-agent') crossings.push(`${file} → ${target}`);
+      }
+    }
+    expect(crossings).toEqual([]);
+  });
+});

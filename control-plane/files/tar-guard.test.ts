@@ -1,0 +1,85 @@
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import * as tar from 'tar-stream';
+import { describe, expect, it } from 'vitest';
+import { AppError } from '../../contract/errors.js';
+import { guardArchive, unsafeReason } from './tar-guard.js';
+
+const owner = { uid: 1000, gid: 1000, uname: 'sandbox', gname: 'sandbox' };
+
+async function tarFile(entries: Array<Partial<tar.Header> & { name: string; content?: string }>): Promise<string> {
+  const pack = tar.pack();
+  for (const { content, ...header } of entries) pack.entry(header as tar.Header, content ?? '');
+  pack.finalize();
+  const chunks: Buffer[] = [];
+  for await (const c of pack as AsyncIterable<Buffer>) chunks.push(c);
+  const file = join(await mkdtemp(join(tmpdir(), 'sbx-tar-')), 'in.tar');
+  await writeFile(file, Buffer.concat(chunks));
+  return file;
+}
+
+async function readEntries(file: string): Promise<tar.Header[]> {
+  const extract = tar.extract();
+  const headers: tar.Header[] = [];
+  extract.on('entry', (h, s, next) => {
+    headers.push(h);
+    s.on('end', next);
+    s.resume();
+  });
+  extract.end(await readFile(file));
+  await new Promise<void>((r) => extract.on('finish', () => r()));
+  return headers;
+}
+
+describe('unsafeReason', () => {
+  it.each([
+    ['file', 'a/b.txt', undefined, null],
+    ['file', 'a/..b/c', undefined, null],
+    ['file', '../x', undefined, 'name contains ".."'],
+    ['file', 'a/../../x', undefined, 'name contains ".."'],
+    ['file', '/abs', undefined, 'absolute name'],
+    ['symlink', 'a/b/l', '../c', null],
+    ['symlink', 'a/l', '../../c', 'outside'],
+    ['symlink', 'l', '/etc/passwd', 'absolute'],
+    ['link', 'h', 'a/b', null],
+    ['link', 'h', '../x', 'outside'],
+    ['character-device', 'd', undefined, 'not allowed'],
+    ['fifo', 'f', undefined, 'not allowed'],
+  ])('%s %s -> %s', (type, name, linkname, expected) => {
+    const reason = unsafeReason(type, name, linkname);
+    if (expected === null) expect(reason).toBeNull();
+    else expect(reason).toContain(expected);
+  });
+});
+
+describe('guardArchive', () => {
+  it('re-owns entries to the tool user, strips setuid/setgid, and moves them under the prefix', async () => {
+    const input = await tarFile([
+      { name: 'bin/tool', mode: 0o4755, uid: 0, gid: 0, content: '#!/bin/sh' },
+      { name: 'bin/link', type: 'symlink', linkname: 'tool' },
+    ]);
+    const output = `${input}.out`;
+    const summary = await guardArchive(input, output, owner, 'sub/dir');
+    expect(summary).toEqual({ entries: 2, bytes: 9 });
+    const headers = await readEntries(output);
+    expect(headers.map((h) => h.name)).toEqual(['sub', 'sub/dir', 'sub/dir/bin/tool', 'sub/dir/bin/link']);
+    expect(headers.every((h) => h.uid === 1000 && h.gid === 1000)).toBe(true);
+    expect(headers[2]!.mode! & 0o7000).toBe(0);
+    expect(headers[3]!.linkname).toBe('tool');
+  });
+
+  it('rejects the whole archive on one unsafe entry, naming it', async () => {
+    const input = await tarFile([{ name: 'ok', content: 'x' }, { name: '../../etc/cron.d/x', content: 'x' }]);
+    const err = await guardArchive(input, `${input}.out`, owner).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(AppError);
+    expect((err as AppError).code).toBe('files.unsafe_entry');
+    expect((err as AppError).details?.entry).toBe('../../etc/cron.d/x');
+  });
+
+  it('rejects bytes that are not a tar archive', async () => {
+    const file = join(await mkdtemp(join(tmpdir(), 'sbx-tar-')), 'junk.tar');
+    await writeFile(file, Buffer.alloc(2048, 7));
+    await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({ code: 'files.invalid_archive' });
+  });
+});

@@ -1,0 +1,93 @@
+import { describe, expect, it } from 'vitest';
+import { AppError } from '../../contract/errors.js';
+import { compileSandboxSpec, type CompileInput } from './compiler.js';
+import { Policy } from './schema.js';
+import { PolicyStore } from './store.js';
+
+const base = Policy.parse({
+  name: 'p',
+  version: 3,
+  filesystem: {
+    writableRoots: [
+      { path: '/workspace', sizeBytes: 1024 ** 3, kind: 'volume' },
+      { path: '/tmp', sizeBytes: 64 * 1024 ** 2 },
+      { path: '/home/sandbox', sizeBytes: 32 * 1024 ** 2 },
+    ],
+  },
+  network: { mode: 'none' },
+  resources: { cpus: 1.5, memoryBytes: 512 * 1024 ** 2, pids: 128, openFiles: 1024, ttlSeconds: 60, maxTtlSeconds: 600 },
+  runtime: { toolUser: { name: 'sandbox', uid: 1000, gid: 1000, home: '/home/sandbox' } },
+  tools: { exec: { defaultTimeoutMs: 1000, maxTimeoutMs: 2000, maxOutputBytes: 4096 } },
+});
+
+function input(policy: Policy, ociRuntimes = ['runc']): CompileInput {
+  return {
+    leaseId: 'sbx_abc',
+    owner: 'o',
+    sbxVersion: '0.1.0',
+    image: 'img',
+    policy,
+    policyRef: PolicyStore.entry(policy).ref,
+    agentConfigHostDir: '/data/leases/sbx_abc',
+    agentRedisSocketDir: '/data/redis-socket',
+    ociRuntimes,
+    labels: { team: 'a' },
+  };
+}
+
+function unenforceable(fn: () => unknown): Record<string, unknown> {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(AppError);
+    expect((err as AppError).code).toBe('policy.unenforceable');
+    return (err as AppError).details ?? {};
+  }
+  throw new Error('expected policy.unenforceable');
+}
+
+describe('policy compiler', () => {
+  it('compiles isolation: no network, read-only root, caps dropped but the agent minimum, limits, labels', () => {
+    const spec = compileSandboxSpec(input(base));
+    expect(spec.networkMode).toBe('none');
+    expect(spec.readOnlyRoot).toBe(true);
+    expect(spec.capAdd).toEqual(['SETUID', 'SETGID', 'KILL']);
+    expect(spec.noNewPrivileges).toBe(true);
+    expect(spec.nanoCpus).toBe(1_500_000_000);
+    expect(spec.memoryBytes).toBe(512 * 1024 ** 2);
+    expect(spec.pidsLimit).toBe(128);
+    expect(spec.openFiles).toBe(1024);
+    expect(spec.labels).toMatchObject({ team: 'a', 'sbx.lease': 'sbx_abc', 'sbx.owner': 'o', 'sbx.version': '0.1.0', 'sbx.policy': 'p@3' });
+  });
+
+  it('puts volume roots on per-lease volumes owned by the tool user, and the rest on tmpfs; /tmp is sticky and world-writable', () => {
+    const spec = compileSandboxSpec(input(base));
+    expect(spec.volumes).toEqual([{ name: 'sbx-sbx_abc-workspace', mountPath: '/workspace', sizeBytes: 1024 ** 3, uid: 1000, gid: 1000 }]);
+    expect(spec.tmpfs['/tmp']).toBe(`rw,nosuid,nodev,size=${64 * 1024 ** 2},mode=1777`);
+    expect(spec.tmpfs['/home/sandbox']).toBe(`rw,nosuid,nodev,size=${32 * 1024 ** 2},uid=1000,gid=1000,mode=0755`);
+  });
+
+  it('mounts only the credentials directory and the Redis socket directory, read-only', () => {
+    expect(compileSandboxSpec(input(base)).readOnlyBinds).toEqual([
+      { hostPath: '/data/leases/sbx_abc', containerPath: '/run/sbx/agent' },
+      { hostPath: '/data/redis-socket', containerPath: '/run/sbx/redis' },
+    ]);
+  });
+
+  it('fails closed on network modes it cannot enforce yet', () => {
+    for (const mode of ['allowlist', 'open'] as const) {
+      const details = unenforceable(() => compileSandboxSpec(input({ ...base, network: { mode, allow: [] } })));
+      expect(details.field).toBe('network.mode');
+    }
+  });
+
+  it('fails closed when gVisor is asked for and the engine lacks it, and uses it when present', () => {
+    const gvisor = { ...base, runtime: { ...base.runtime, oci: 'runsc' as const } };
+    expect(unenforceable(() => compileSandboxSpec(input(gvisor, ['runc']))).field).toBe('runtime.oci');
+    expect(compileSandboxSpec(input(gvisor, ['runc', 'runsc'])).ociRuntime).toBe('runsc');
+  });
+
+  it('fails closed on secrets, which it cannot deliver yet', () => {
+    expect(unenforceable(() => compileSandboxSpec(input({ ...base, secrets: { allowed: ['NPM_TOKEN'] } }))).field).toBe('secrets.allowed');
+  });
+});
