@@ -119,7 +119,7 @@ const leaseOptions = (cmd: Command): Command =>
 leaseOptions(program.command('run'))
   .description('lease a sandbox, upload, run CMD, stream its output, print the receipt, download, release')
   .option('--upload <local[:remote]>', 'upload a local directory (default remote /workspace; repeatable)', collect)
-  .option('--exclude <name>', 'skip files or directories with this name when uploading (repeatable)', collect)
+  .option('--exclude <name>', 'skip this top-level file or directory of each upload (repeatable)', collect)
   .option('--download <remote>', 'copy this sandbox path back after the command (repeatable)', collect)
   .option('--download-dir <dir>', 'where downloads go', '.')
   .option('--cwd <dir>', 'working directory in the sandbox', '/workspace')
@@ -150,7 +150,7 @@ leaseOptions(program.command('run'))
       for (const spec of (opts.upload ?? []) as string[]) {
         const i = spec.lastIndexOf(':');
         const [local, remote] = i > 0 ? [spec.slice(0, i), spec.slice(i + 1)] : [spec, '/workspace'];
-        const ignore = exclude.size === 0 ? undefined : (rel: string) => rel.split('/').some((part) => exclude.has(part));
+        const ignore = exclude.size === 0 ? undefined : (rel: string) => exclude.has(rel.split('/')[0]!);
         const summary = await api.upload(lease.id, resolve(local), remote, ignore);
         uploads.push({ local, remote, ...summary });
         if (!global.json) process.stderr.write(`sbx: uploaded ${local} → ${remote} (${summary.entries} entries, ${summary.bytes} bytes)\n`);
