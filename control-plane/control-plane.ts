@@ -23,8 +23,12 @@ export const SBX_VERSION = '0.1.0';
 export interface ControlPlane {
   app: FastifyInstance;
   leases: LeaseService;
-  /** Reconciles with the runtime, then expires due leases every `reapIntervalMs`. */
-  startBackground(reapIntervalMs?: number): Promise<Awaited<ReturnType<LeaseService['reconcile']>>>;
+  /**
+   * Reconciles with the runtime, then keeps doing so every `reconcileIntervalMs` (default
+   * 5000: a sandbox whose container died is released and its open calls finished within that
+   * time) and expires due leases every `reapIntervalMs` (default 1000).
+   */
+  startBackground(options?: { reapIntervalMs?: number; reconcileIntervalMs?: number }): Promise<Awaited<ReturnType<LeaseService['reconcile']>>>;
   /** Stops background work, closes the app and every connection. Sandboxes keep running. */
   close(): Promise<void>;
 }
@@ -64,20 +68,31 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     maxUploadBytes: config.maxUploadBytes,
   });
 
-  let reaper: NodeJS.Timeout | null = null;
+  const timers: NodeJS.Timeout[] = [];
+  /** Runs `task` every `ms`, never two at once. */
+  const every = (ms: number, what: string, task: () => Promise<unknown>): void => {
+    let running = false;
+    const timer = setInterval(() => {
+      if (running) return;
+      running = true;
+      task()
+        .catch((err: unknown) => log.warn({ err }, `${what} failed`))
+        .finally(() => (running = false));
+    }, ms);
+    timer.unref();
+    timers.push(timer);
+  };
   return {
     app,
     leases,
-    async startBackground(reapIntervalMs = 1000) {
+    async startBackground({ reapIntervalMs = 1000, reconcileIntervalMs = 5000 } = {}) {
       const outcome = await leases.reconcile();
-      reaper = setInterval(() => {
-        leases.expireDue().catch((err: unknown) => log.warn({ err }, 'lease reaper failed'));
-      }, reapIntervalMs);
-      reaper.unref();
+      every(reapIntervalMs, 'lease reaper', () => leases.expireDue());
+      every(reconcileIntervalMs, 'reconcile', () => leases.reconcile({ finishReleasing: false }));
       return outcome;
     },
     async close() {
-      if (reaper) clearInterval(reaper);
+      for (const timer of timers) clearInterval(timer);
       await app.close();
       await channels.close();
       await notifier.close();

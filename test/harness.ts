@@ -39,7 +39,7 @@ export async function startHarness(overrides: Record<string, string> = {}): Prom
   const started: Array<{ plane: ControlPlane; client: SbxClient }> = [];
   const start = async (): Promise<{ plane: ControlPlane; client: SbxClient; close(): Promise<void> }> => {
     const plane = await createControlPlane(config, apiKey, log);
-    await plane.startBackground(200);
+    await plane.startBackground({ reapIntervalMs: 200, reconcileIntervalMs: 500 });
     await plane.app.listen({ port: 0, host: '127.0.0.1' });
     const address = plane.app.server.address();
     if (!address || typeof address === 'string') throw new Error('no port');

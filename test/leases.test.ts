@@ -178,6 +178,23 @@ describe('reconcile', () => {
     h.client = peer.client;
   });
 
+  it('a sandbox whose container dies is released as container_missing and its running call ends effect_unknown', async () => {
+    const lease = await h.client.createSandbox();
+    const pending = await h.client.submitCall(lease.id, 'exec', { cmd: 'sleep 60' });
+    for await (const e of h.client.events(lease.id, pending.callId)) if (e.type === 'call.started') break;
+    await docker('kill', `sbx-${lease.id}`);
+    let after = await h.client.getSandbox(lease.id);
+    for (let i = 0; i < 50 && after.status === 'ready'; i += 1) {
+      await new Promise((r) => setTimeout(r, 200));
+      after = await h.client.getSandbox(lease.id);
+    }
+    expect(after.status).toBe('released');
+    expect(after.endReason).toBe('container_missing');
+    const running = await h.client.getCall(lease.id, pending.callId);
+    expect(running.result?.status).toBe('effect_unknown');
+    expect(running.result?.error?.code).toBe('execution.sandbox_lost');
+  });
+
   it('a second control-plane process beside the first orphans nothing and serves the same sandboxes', async () => {
     const lease = await h.client.createSandbox();
     const second = await h.startPeer();

@@ -246,8 +246,11 @@ export class LeaseService {
    * Makes the runtime and the ledger agree after a start or restart: containers this owner
    * labelled without a live lease are removed; live leases without a running container are
    * released (`container_missing`); live leases with one are adopted (their returns consumed).
+   * `finishReleasing` (at start-up) also completes releases a dead process left `releasing`;
+   * periodic runs leave those to the release in progress.
    */
-  async reconcile(): Promise<{ adopted: string[]; removed: string[]; lost: string[] }> {
+  async reconcile({ finishReleasing = true } = {}): Promise<{ adopted: string[]; removed: string[]; lost: string[] }> {
+    const gone = (status: string): boolean => status === 'ready' || (finishReleasing && status === 'releasing');
     const { runtime, ledger, channels, now } = this.deps;
     const owned = await runtime.listOwned(this.options.owner);
     const result = { adopted: [] as string[], removed: [] as string[], lost: [] as string[] };
@@ -263,7 +266,7 @@ export class LeaseService {
         channels.startReturns(lease.id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
         await ledger.scheduleExpiry(lease.id, Date.parse(lease.expiresAt));
         result.adopted.push(lease.id);
-      } else if (lease.status === 'ready' || lease.status === 'releasing') {
+      } else if (gone(lease.status)) {
         await this.release(lease.id, 'container_missing');
         result.lost.push(lease.id);
       }
@@ -271,7 +274,7 @@ export class LeaseService {
     const withContainer = new Set(owned.map((c) => c.leaseId));
     for (const lease of await ledger.listLeases()) {
       if (lease.owner !== this.options.owner || withContainer.has(lease.id)) continue;
-      if (lease.status === 'ready' || lease.status === 'releasing') {
+      if (gone(lease.status)) {
         await this.release(lease.id, 'container_missing');
         result.lost.push(lease.id);
       }
