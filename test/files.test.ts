@@ -69,6 +69,33 @@ describe('files', () => {
     expect(r.stdout).not.toMatch(/ok\.txt/);
   });
 
+  it('an upload through a symlink the sandbox planted cannot write into the read-only root (EROFS, nothing written)', async () => {
+    await exec('ln -sfn /etc /workspace/planted');
+    const archive = await makeTar([{ name: 'planted/evil-from-upload', content: 'x' }]);
+    const error = await h.client.uploadTar(leaseId, '/workspace', archive).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ApiError);
+    expect((error as ApiError).code).toBe('files.permission_denied');
+    expect((error as ApiError).status).toBe(403);
+    const r = await exec('ls /etc/evil-from-upload 2>&1 || true');
+    expect(r.stdout).toMatch(/No such file/);
+  });
+
+  it('an upload into a directory the tool user cannot write fails with the OS reason (EACCES) and the path', async () => {
+    await exec('mkdir -p /workspace/locked && chmod 555 /workspace/locked');
+    const error = await h.client.uploadTar(leaseId, '/workspace/locked', await makeTar([{ name: 'x.txt', content: 'x' }])).catch((e: unknown) => e);
+    expect((error as ApiError).code).toBe('files.permission_denied');
+    expect((error as ApiError).info.details?.errno).toBe('EACCES');
+    expect(String((error as ApiError).info.details?.reason)).toContain('Permission denied');
+    expect((error as ApiError).info.message).toContain('/workspace/locked');
+  });
+
+  it('a download through a planted symlink reads no more than the tool user may (agent credentials stay closed)', async () => {
+    await exec('ln -sfn /run/sbx /workspace/to-run');
+    const dir = await mkdtemp(join(tmpdir(), 'sbx-dl-'));
+    await expect(h.client.download(leaseId, '/workspace/to-run/agent', dir)).rejects.toMatchObject({ code: 'files.permission_denied', status: 403 });
+    expect(await readdir(dir)).toEqual([]);
+  });
+
   it('allows symlinks that stay inside the target (e.g. node_modules/.bin links)', async () => {
     const archive = await makeTar([
       { name: 'pkg/cli.js', content: 'console.log(1)' },

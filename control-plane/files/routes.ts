@@ -1,7 +1,8 @@
 /**
  * File transfer: `PUT /v1/sandboxes/:id/files?path=DIR` unpacks a tar body into DIR;
- * `GET /v1/sandboxes/:id/files?path=PATH` returns PATH as a tar. Both go through the Docker
- * archive API and only reach the policy's volume-backed writable roots (e.g. /workspace).
+ * `GET /v1/sandboxes/:id/files?path=PATH` returns PATH as a tar. Both run tar inside the
+ * sandbox as the tool user (so they can do no more than its own code could) and only reach
+ * the policy's volume-backed writable roots (e.g. /workspace).
  *
  * An upload is spooled to disk and checked whole (tar-guard) before anything is written into
  * the sandbox, so a rejected archive leaves the sandbox untouched.
@@ -66,8 +67,8 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (app, o
     try {
       await pipeline(request.body as Readable, byteLimit(opts.maxUploadBytes), createWriteStream(raw));
       const user = lease.policySnapshot.runtime.toolUser;
-      const summary = await guardArchive(raw, guarded, { uid: user.uid, gid: user.gid, uname: user.name, gname: user.name }, relative);
-      await opts.runtime.putArchive(id, root, createReadStream(guarded));
+      const summary = await guardArchive(raw, guarded, { uid: user.uid, gid: user.gid, uname: user.name, gname: user.name });
+      await opts.runtime.extractTar(id, posix.join(root, relative), createReadStream(guarded), user);
       return { path: posix.join(root, relative), entries: summary.entries, bytes: summary.bytes };
     } finally {
       await Promise.all([rm(raw, { force: true }), rm(guarded, { force: true })]);
@@ -79,7 +80,8 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (app, o
     const { path } = parseInput(FilesQuery, request.query, 'query');
     const lease = await opts.leases.active(id);
     const { root, relative } = locateInVolume(lease.policySnapshot, path);
-    const stream = await opts.runtime.getArchive(id, posix.join(root, relative));
+    const user = lease.policySnapshot.runtime.toolUser;
+    const stream = await opts.runtime.createTar(id, posix.join(root, relative), user);
     return reply.type('application/x-tar').send(stream);
   });
 };

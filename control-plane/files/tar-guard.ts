@@ -47,20 +47,11 @@ export function unsafeReason(type: string, name: string, linkname: string | null
   return null;
 }
 
-/**
- * Reads the tar at `inputPath`, checks every entry, writes the rewritten archive to
- * `outputPath`. With `prefix` (a relative directory path, e.g. `src/app`), every entry is moved
- * under it and the prefix's directories are created first, so an upload can target a directory
- * that does not exist yet.
- */
-export async function guardArchive(inputPath: string, outputPath: string, owner: Owner, prefix = ''): Promise<GuardSummary> {
+/** Reads the tar at `inputPath`, checks every entry, writes the rewritten archive to `outputPath`. */
+export async function guardArchive(inputPath: string, outputPath: string, owner: Owner): Promise<GuardSummary> {
   const extract = tar.extract();
   const pack = tar.pack();
   const summary: GuardSummary = { entries: 0, bytes: 0 };
-  const ownership = { uid: owner.uid, gid: owner.gid, uname: owner.uname, gname: owner.gname };
-  const parts = prefix.split('/').filter(Boolean);
-  for (let i = 1; i <= parts.length; i += 1) pack.entry({ name: parts.slice(0, i).join('/'), type: 'directory', mode: 0o755, ...ownership });
-  const under = (name: string): string => (parts.length === 0 ? name : posix.join(...parts, name));
   extract.on('entry', (header, stream, next) => {
     // An entry stream fails with the archive's own error, which the extract pipeline reports.
     stream.on('error', () => undefined);
@@ -72,17 +63,14 @@ export async function guardArchive(inputPath: string, outputPath: string, owner:
     }
     summary.entries += 1;
     if (header.type === 'file' || header.type === 'contiguous-file') summary.bytes += header.size ?? 0;
-    // tar-stream has already applied pax `path`/`linkpath` to name/linkname; left in `pax`
-    // they would override the rewritten names when packed.
-    const { path: _path, linkpath: _linkpath, ...pax } = (header.pax ?? {}) as Record<string, string>;
     const rewritten: tar.Header = {
       ...header,
-      pax,
-      name: under(header.name),
-      ...(header.type === 'link' && header.linkname ? { linkname: under(header.linkname) } : {}),
       type: header.type === 'contiguous-file' ? 'file' : header.type,
       mode: (header.mode ?? (header.type === 'directory' ? 0o755 : 0o644)) & 0o1777,
-      ...ownership,
+      uid: owner.uid,
+      gid: owner.gid,
+      uname: owner.uname,
+      gname: owner.gname,
     };
     const entry = pack.entry(rewritten, (err) => (err ? extract.destroy(err) : next()));
     stream.pipe(entry);

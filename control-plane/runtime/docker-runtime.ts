@@ -1,13 +1,17 @@
 /**
- * Docker engine driver (dockerode). The only module that talks to Docker. Responses are parsed
+ * Docker engine driver (dockerode). The only module that talks to Docker. File transfers run
+ * GNU tar inside the sandbox as the tool user (docker exec) rather than through the archive
+ * API, which writes as root through the daemon and follows symlinks the sandbox planted (into
+ * a read-only root, for one). Responses are parsed
  * with zod at this boundary; Docker errors are translated once here into AppErrors, keeping the
  * original as `cause`.
  */
-import type { Readable } from 'node:stream';
+import { posix } from 'node:path';
+import { PassThrough, Writable, type Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
-import { LABEL, type OwnedSandbox, type RuntimeInfo, type SandboxRuntime, type SandboxSpec } from './runtime.js';
+import { LABEL, type OwnedSandbox, type RunAs, type RuntimeInfo, type SandboxRuntime, type SandboxSpec } from './runtime.js';
 
 const InfoResponse = z.object({ ServerVersion: z.string(), Runtimes: z.record(z.string(), z.unknown()).default({}) });
 const ImageInspect = z.object({ Id: z.string() });
@@ -114,20 +118,77 @@ export class DockerRuntime implements SandboxRuntime {
     });
   }
 
-  async putArchive(leaseId: string, dir: string, tar: Readable): Promise<void> {
-    try {
-      await this.docker.getContainer(`sbx-${leaseId}`).putArchive(tar, { path: dir, noOverwriteDirNonDir: 'true' });
-    } catch (err) {
-      throw archiveError(err, dir);
-    }
+  async extractTar(leaseId: string, dir: string, tar: Readable, user: RunAs): Promise<void> {
+    const run = await this.execTar(leaseId, ['sh', '-c', UPLOAD_SCRIPT, 'sbx-upload', dir], user, tar);
+    run.stdout.resume();
+    const { exitCode, stderr } = await run.done;
+    if (exitCode !== 0) throw tarError(stderr, dir);
   }
 
-  async getArchive(leaseId: string, path: string): Promise<Readable> {
-    try {
-      return (await this.docker.getContainer(`sbx-${leaseId}`).getArchive({ path })) as unknown as Readable;
-    } catch (err) {
-      throw archiveError(err, path);
+  async createTar(leaseId: string, path: string, user: RunAs): Promise<Readable> {
+    const run = await this.execTar(leaseId, ['sh', '-c', DOWNLOAD_SCRIPT, 'sbx-download', path], user, null);
+    // The script checks the path before tar writes anything, so a missing or unreadable path
+    // ends with no output and becomes an HTTP error instead of a broken archive.
+    const first = await new Promise<Buffer | null>((resolve) => {
+      run.stdout.once('data', (chunk: Buffer) => resolve(chunk));
+      run.stdout.once('end', () => resolve(null));
+    });
+    if (first === null) {
+      const { exitCode, stderr } = await run.done;
+      throw tarError(exitCode === 0 ? 'tar produced no archive' : stderr, path);
     }
+    run.stdout.pause();
+    const out = new PassThrough();
+    out.write(first);
+    run.stdout.pipe(out);
+    // A failure part-way (an unreadable file deeper down) must not pass for a complete archive.
+    run.done.then(
+      ({ exitCode, stderr }) => exitCode !== 0 && out.destroy(tarError(stderr, path)),
+      (err: unknown) => out.destroy(err as Error),
+    );
+    return out;
+  }
+
+  /**
+   * Runs `cmd` in the lease's container as `user` (docker exec), feeding `stdin` when given.
+   * Resolves once started: `stdout` streams the demultiplexed output, `done` the exit code and stderr.
+   */
+  private async execTar(leaseId: string, cmd: string[], user: RunAs, stdin: Readable | null): Promise<{ stdout: PassThrough; done: Promise<{ exitCode: number; stderr: string }> }> {
+    const container = this.docker.getContainer(`sbx-${leaseId}`);
+    let exec: Docker.Exec;
+    let stream: NodeJS.ReadWriteStream;
+    try {
+      exec = await container.exec({ Cmd: cmd, User: `${user.uid}:${user.gid}`, AttachStdin: stdin !== null, AttachStdout: true, AttachStderr: true, WorkingDir: '/' });
+      stream = (await exec.start({ hijack: true, stdin: stdin !== null })) as unknown as NodeJS.ReadWriteStream;
+    } catch (err) {
+      if (statusOf(err) === 404) throw new AppError('lease.not_ready', `sandbox ${leaseId} has no running container`, { cause: err });
+      throw unavailable('exec', err);
+    }
+    const stdout = new PassThrough();
+    const stderrChunks: Buffer[] = [];
+    const stderr = new Writable({
+      write(chunk: Buffer, _enc, cb) {
+        if (stderrChunks.length < 64) stderrChunks.push(chunk);
+        cb();
+      },
+    });
+    this.docker.modem.demuxStream(stream, stdout, stderr);
+    if (stdin) {
+      stdin.on('error', (err) => (stream as unknown as { destroy(e: Error): void }).destroy(err));
+      // Ending the write side half-closes the hijacked connection: tar sees EOF on stdin.
+      stdin.pipe(stream as unknown as NodeJS.WritableStream);
+    }
+    const done = new Promise<{ exitCode: number; stderr: string }>((resolve, reject) => {
+      stream.on('end', () => {
+        stdout.end();
+        exec
+          .inspect()
+          .then((info) => resolve({ exitCode: Number(info.ExitCode ?? -1), stderr: Buffer.concat(stderrChunks).toString('utf8').trim() }))
+          .catch((err: unknown) => reject(unavailable('exec inspect', err)));
+      });
+      stream.on('error', (err) => reject(unavailable('exec stream', err)));
+    });
+    return { stdout, done };
   }
 
   private async call<T>(what: string, fn: () => Promise<T>): Promise<T> {
@@ -139,11 +200,32 @@ export class DockerRuntime implements SandboxRuntime {
   }
 }
 
-function archiveError(err: unknown, path: string): AppError {
-  const status = statusOf(err);
-  if (status === 404) return new AppError('files.not_found', `no such path in the sandbox: ${path}`, { details: { path }, cause: err });
-  if (status === 400 || status === 403) return new AppError('input.path_outside_workspace', `the sandbox refused ${path}: ${messageOf(err)}`, { details: { path }, cause: err });
-  return unavailable('archive', err);
+/**
+ * Upload: create the target directory, then unpack stdin into it. `--no-same-owner`: entries
+ * belong to the tool user that extracts them, whatever the archive says.
+ */
+const UPLOAD_SCRIPT = 'mkdir -p -- "$1" && exec tar -x -f - -C "$1" --no-same-owner';
+/** Download: refuse a missing or unreadable path before tar writes its first block. */
+const DOWNLOAD_SCRIPT = [
+  'if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "$1: Cannot stat: No such file or directory" >&2; exit 2; fi',
+  'if [ ! -r "$1" ]; then echo "$1: Cannot open: Permission denied" >&2; exit 2; fi',
+  'exec tar -c -f - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"',
+].join('\n');
+
+/**
+ * Maps GNU tar's complaint to an error code. tar reports the OS reason as text
+ * (`Cannot open: Permission denied`, `Read-only file system`, ...): strerror(3) wording.
+ */
+function tarError(stderr: string, path: string): AppError {
+  const reason = stderr.split('\n').find((l) => l.trim()) ?? 'tar failed';
+  const details = { path, reason };
+  if (/No space left on device/.test(stderr)) return new AppError('files.no_space', `no space left in the sandbox writing ${path}: ${reason}`, { details });
+  if (/Permission denied|Read-only file system|Operation not permitted|cannot create directory/.test(stderr)) {
+    const os = /Read-only file system/.test(stderr) ? 'EROFS' : /Operation not permitted/.test(stderr) ? 'EPERM' : 'EACCES';
+    return new AppError('files.permission_denied', `${os}: the sandbox user may not access ${path}: ${reason}`, { details: { ...details, errno: os } });
+  }
+  if (/No such file or directory|Cannot change to directory|Cannot stat/.test(stderr)) return new AppError('files.not_found', `no such path in the sandbox: ${path}`, { details });
+  return new AppError('files.transfer_failed', `tar in the sandbox failed for ${path}: ${reason}`, { details: { ...details, stderr: stderr.slice(0, 2000) } });
 }
 
 function unavailable(what: string, err: unknown): AppError {

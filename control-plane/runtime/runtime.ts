@@ -38,6 +38,12 @@ export interface SandboxSpec {
   openFiles: number;
 }
 
+/** The numeric identity a transfer runs as inside the sandbox. */
+export interface RunAs {
+  uid: number;
+  gid: number;
+}
+
 /** A container the runtime holds for some lease, as found by label. */
 export interface OwnedSandbox {
   leaseId: string;
@@ -62,10 +68,15 @@ export interface SandboxRuntime {
   remove(leaseId: string, owner: string): Promise<void>;
   /** Containers carrying `sbx.owner=<owner>`. */
   listOwned(owner: string): Promise<OwnedSandbox[]>;
-  /** Unpacks a tar stream into `dir` of the lease's container (Docker archive API). */
-  putArchive(leaseId: string, dir: string, tar: Readable): Promise<void>;
-  /** A tar stream of `path`. Throws AppError `files.not_found`. */
-  getArchive(leaseId: string, path: string): Promise<Readable>;
+  /**
+   * Unpacks a tar stream into `dir` inside the sandbox, as `user`: `tar -x` runs in the sandbox,
+   * so its mounts and permissions apply (read-only root, symlinks resolved inside the sandbox)
+   * and an upload can do no more than the tool user's own code could. Throws AppError
+   * `files.not_found` (no `dir`), `files.permission_denied`, `files.no_space`, `files.transfer_failed`.
+   */
+  extractTar(leaseId: string, dir: string, tar: Readable, user: RunAs): Promise<void>;
+  /** A tar stream of `path`, made inside the sandbox as `user` (`tar -c`). Throws as `extractTar`. */
+  createTar(leaseId: string, path: string, user: RunAs): Promise<Readable>;
 }
 
 /** Labels on everything sbx creates, used to find and reap it (sbx.lease, sbx.owner, sbx.version). */
