@@ -15,8 +15,9 @@ export const WritableRoot = z
     /** Size limit in bytes. */
     sizeBytes: z.number().int().min(MiB),
     /**
-     * `volume`: a per-lease Docker volume (tmpfs-backed, size-limited) that the files API can
-     * write into; `tmpfs`: a container tmpfs, invisible to the Docker archive API.
+     * `volume`: a per-lease, size-limited (tmpfs-backed) Docker volume, labelled with the lease
+     * and reaped with it; the files API reaches these roots. `tmpfs`: a container tmpfs for
+     * scratch space (/tmp, the tool user's home).
      */
     kind: z.enum(['volume', 'tmpfs']).default('tmpfs'),
   })

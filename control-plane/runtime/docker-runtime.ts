@@ -46,8 +46,8 @@ export class DockerRuntime implements SandboxRuntime {
         await this.docker.createVolume({
           Name: v.name,
           Driver: 'local',
-          // A tmpfs-backed local volume: size-limited, mounted on the host side, so the archive
-          // API (which writes through the host path) reaches it, unlike a container tmpfs.
+          // A tmpfs-backed local volume: size-limited like a container tmpfs, but a named,
+          // labelled object that reconcile can find and reap by lease.
           DriverOpts: { type: 'tmpfs', device: 'tmpfs', o: `size=${v.sizeBytes},uid=${v.uid},gid=${v.gid},mode=0755,nosuid,nodev` },
           Labels: { [LABEL.lease]: spec.leaseId, [LABEL.owner]: spec.labels[LABEL.owner] ?? '' },
         });
