@@ -1,7 +1,7 @@
 /**
- * The policy schema (DESIGN.md §6). A policy file under `policies/` is parsed with this schema;
- * `policies/policy.schema.json` is generated from it (`npm run build` → `images/agent-bundle.mjs`
- * does not touch it; `test/policies.test.ts` keeps it in step).
+ * The policy schema (DESIGN.md §6). Every policy file under `policies/` is parsed with it;
+ * `policies/policy.schema.json` is generated from it, and `control-plane/policies/store.test.ts`
+ * keeps the two in step.
  */
 import { z } from 'zod';
 import { EnvName } from '../../contract/tools.js';
