@@ -1,5 +1,5 @@
 /**
- * Call events (DESIGN.md §3). The control plane's ledger gives each event its `seq` (per call,
+ * Call events (docs/DESIGN.md §3). The control plane's ledger gives each event its `seq` (per call,
  * from 1, gap-free); SSE uses `seq` as the event id so `Last-Event-ID` resumes exactly.
  */
 import { z } from 'zod';

@@ -1,5 +1,5 @@
 /**
- * Adapters own their libraries (STYLE.md §3): a test that fails when an import crosses the
+ * Adapters own their libraries: a test that fails when an import crosses the
  * lines between the parts of the architecture.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';

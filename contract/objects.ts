@@ -1,5 +1,5 @@
 /**
- * The objects of DESIGN.md §2 as zod schemas: the wire contract between the API, the control
+ * The objects of docs/DESIGN.md §2 as zod schemas: the wire contract between the API, the control
  * plane and the sandbox agent. Types are `z.infer`red from these; nothing else defines them.
  */
 import { z } from 'zod';
@@ -84,7 +84,7 @@ export const StreamDigest = z.object({
 /**
  * The fact record of one attempt. `commitState` says what is known about the effect:
  * `not_started` (nothing ran), `committed` (ran to completion), `partial`, `unknown`
- * (interrupted: a timeout or cancel is not "no effect", DESIGN.md invariant 2).
+ * (interrupted: a timeout or cancel is not "no effect", docs/DESIGN.md invariant 2).
  */
 export const EffectReceipt = z.object({
   receiptId: z.string(),

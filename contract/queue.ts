@@ -1,5 +1,5 @@
 /**
- * Queue topology (DESIGN.md §5) and the messages that cross it.
+ * Queue topology (docs/DESIGN.md §5) and the messages that cross it.
  *
  * Every key a sandbox's agent may touch lives under its lease namespace
  * `<rootPrefix>lease:<leaseId>`; the per-lease Redis ACL user is limited to that pattern, so an

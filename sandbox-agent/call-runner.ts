@@ -1,7 +1,7 @@
 /**
  * Runs the calls of one sandbox: takes a `CallJob`, makes sure the call takes effect at most once
  * (a durable attempt marker in Redis: a redelivered call that already started is reported as
- * `effect_unknown`, never re-run — DESIGN.md invariant 5), executes the tool, builds the receipt
+ * `effect_unknown`, never re-run — docs/DESIGN.md invariant 5), executes the tool, builds the receipt
  * and the result, and sends them back.
  */
 import { randomUUID } from 'node:crypto';

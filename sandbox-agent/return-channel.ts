@@ -1,7 +1,7 @@
 /**
  * The agent's half of the return path: sends events and results to the lease's `returns` queue
  * in the order they were produced. Job ids are deterministic (`ev.<callId>.<attemptId>.<n>`,
- * `res.<callId>`), so a message sent twice is stored once by the queue (DESIGN.md §5).
+ * `res.<callId>`), so a message sent twice is stored once by the queue (docs/DESIGN.md §5).
  */
 import type { Queue } from 'bullmq';
 import type { EventBody } from '../contract/events.js';

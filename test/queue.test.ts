@@ -1,6 +1,6 @@
 /**
  * The queue channel's guarantees against real Redis and a real agent: per-lease ACL isolation,
- * and at-most-once effect per callId when a call is delivered again (DESIGN.md invariant 5).
+ * and at-most-once effect per callId when a call is delivered again (docs/DESIGN.md invariant 5).
  */
 import { Redis } from 'ioredis';
 import pino from 'pino';

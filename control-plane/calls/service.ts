@@ -139,7 +139,7 @@ export class CallService {
 
   /**
    * Finishes every open call of a lease that is going away: `cancelled` when no attempt
-   * started, `effect_unknown` when one did (DESIGN.md invariant 2).
+   * started, `effect_unknown` when one did (docs/DESIGN.md invariant 2).
    */
   async abandonOpenCalls(leaseId: string, attemptStarted: (callId: string) => Promise<boolean>): Promise<void> {
     for (const callId of await this.deps.ledger.openCalls(leaseId)) {

@@ -1,7 +1,7 @@
 /**
  * The control plane's tool registry: each tool's definition (name, version, input schema,
  * effect classes, accesses, limits) and its `resolve` step, which normalizes arguments and
- * applies the lease's policy before anything is queued (DESIGN.md §3: validate → resolve →
+ * applies the lease's policy before anything is queued (docs/DESIGN.md §3: validate → resolve →
  * authorize). `GET /v1/tools` serves these definitions.
  */
 import { z } from 'zod';

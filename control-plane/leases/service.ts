@@ -1,7 +1,7 @@
 /**
  * Lease lifecycle: create (policy → spec → container → agent hello → manifest), read, release,
  * expire, and reconcile with the runtime after a restart. The runtime's labels and the ledger
- * are the sources of truth; no in-process map is (STYLE.md §8).
+ * are the sources of truth; no in-process map is, so a restart loses nothing.
  *
  * Teardown is idempotent and runs every step even when one fails.
  */

@@ -1,5 +1,5 @@
 /**
- * The policy schema (DESIGN.md §6). Every policy file under `policies/` is parsed with it;
+ * The policy schema (docs/DESIGN.md §6). Every policy file under `policies/` is parsed with it;
  * `policies/policy.schema.json` is generated from it, and `control-plane/policies/store.test.ts`
  * keeps the two in step.
  */

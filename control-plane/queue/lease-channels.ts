@@ -1,5 +1,5 @@
 /**
- * The control plane's side of each sandbox's queues (DESIGN.md §5): the per-lease Redis ACL
+ * The control plane's side of each sandbox's queues (docs/DESIGN.md §5): the per-lease Redis ACL
  * user the agent logs in as, the `calls` queue it produces into, the `returns` queue it
  * consumes (one BullMQ worker per lease, concurrency 1 so events are ledgered in the order the
  * agent sent them), the `hello` handshake and the `control` channel for cancels.
