@@ -5,11 +5,11 @@
 import { mkdtemp, mkdir, readFile, writeFile, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import * as tar from 'tar-stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
 import { ApiError } from '../cli/client.js';
 import { startHarness, type Harness } from './harness.js';
+import { tarBytes } from './tar-fixture.js';
 
 let h: Harness;
 let leaseId: string;
@@ -22,16 +22,6 @@ afterAll(async () => h?.close());
 
 async function exec(cmd: string): Promise<ToolResult> {
   return (await h.client.submitCall(leaseId, 'exec', { cmd }, { waitSeconds: 30 })) as ToolResult;
-}
-
-/** A tar archive from entries built with tar-stream. */
-async function makeTar(entries: Array<Partial<tar.Header> & { name: string; content?: string }>): Promise<Uint8Array> {
-  const pack = tar.pack();
-  for (const { content, ...header } of entries) pack.entry(header as tar.Header, content ?? '');
-  pack.finalize();
-  const chunks: Buffer[] = [];
-  for await (const chunk of pack as AsyncIterable<Buffer>) chunks.push(chunk);
-  return Buffer.concat(chunks);
 }
 
 describe('files', () => {
@@ -60,7 +50,7 @@ describe('files', () => {
     ['a device node', [{ name: 'dev', type: 'character-device' as const }], 'dev'],
   ])('rejects %s with files.unsafe_entry naming the entry, and writes nothing', async (_label, entries, entry) => {
     const dir = `/workspace/hostile-${Math.random().toString(36).slice(2)}`;
-    const error = await h.client.uploadTar(leaseId, dir, await makeTar(entries)).catch((e: unknown) => e);
+    const error = await h.client.uploadTar(leaseId, dir, await tarBytes(entries)).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ApiError);
     expect((error as ApiError).code).toBe('files.unsafe_entry');
     expect((error as ApiError).info.details?.entry).toBe(entry);
@@ -71,7 +61,7 @@ describe('files', () => {
 
   it('an upload through a symlink the sandbox planted cannot write into the read-only root (EROFS, nothing written)', async () => {
     await exec('ln -sfn /etc /workspace/planted');
-    const archive = await makeTar([{ name: 'planted/evil-from-upload', content: 'x' }]);
+    const archive = await tarBytes([{ name: 'planted/evil-from-upload', content: 'x' }]);
     const error = await h.client.uploadTar(leaseId, '/workspace', archive).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ApiError);
     expect((error as ApiError).code).toBe('files.permission_denied');
@@ -82,7 +72,7 @@ describe('files', () => {
 
   it('an upload into a directory the tool user cannot write fails with the OS reason (EACCES) and the path', async () => {
     await exec('mkdir -p /workspace/locked && chmod 555 /workspace/locked');
-    const error = await h.client.uploadTar(leaseId, '/workspace/locked', await makeTar([{ name: 'x.txt', content: 'x' }])).catch((e: unknown) => e);
+    const error = await h.client.uploadTar(leaseId, '/workspace/locked', await tarBytes([{ name: 'x.txt', content: 'x' }])).catch((e: unknown) => e);
     expect((error as ApiError).code).toBe('files.permission_denied');
     expect((error as ApiError).info.details?.errno).toBe('EACCES');
     expect(String((error as ApiError).info.details?.reason)).toContain('Permission denied');
@@ -97,7 +87,7 @@ describe('files', () => {
   });
 
   it('allows symlinks that stay inside the target (e.g. node_modules/.bin links)', async () => {
-    const archive = await makeTar([
+    const archive = await tarBytes([
       { name: 'pkg/cli.js', content: 'console.log(1)' },
       { name: '.bin/cli', type: 'symlink', linkname: '../pkg/cli.js' },
     ]);
@@ -108,8 +98,8 @@ describe('files', () => {
 
   it('a garbage body is files.invalid_archive; paths outside the workspace are refused', async () => {
     await expect(h.client.uploadTar(leaseId, '/workspace', Buffer.from('this is not a tar archive at all'.repeat(40)))).rejects.toMatchObject({ code: 'files.invalid_archive' });
-    await expect(h.client.uploadTar(leaseId, '/etc', await makeTar([{ name: 'x', content: 'x' }]))).rejects.toMatchObject({ code: 'input.path_outside_workspace', status: 400 });
-    await expect(h.client.uploadTar(leaseId, '/workspace/../run/sbx', await makeTar([{ name: 'x', content: 'x' }]))).rejects.toMatchObject({ code: 'input.path_outside_workspace' });
+    await expect(h.client.uploadTar(leaseId, '/etc', await tarBytes([{ name: 'x', content: 'x' }]))).rejects.toMatchObject({ code: 'input.path_outside_workspace', status: 400 });
+    await expect(h.client.uploadTar(leaseId, '/workspace/../run/sbx', await tarBytes([{ name: 'x', content: 'x' }]))).rejects.toMatchObject({ code: 'input.path_outside_workspace' });
     await expect(h.client.download(leaseId, '/run/sbx/agent', tmpdir())).rejects.toMatchObject({ code: 'input.path_outside_workspace' });
     await expect(h.client.download(leaseId, '/workspace/missing-file', tmpdir())).rejects.toMatchObject({ code: 'files.not_found', status: 404 });
   });

@@ -4,18 +4,14 @@ import { join } from 'node:path';
 import * as tar from 'tar-stream';
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../contract/errors.js';
+import { tarBytes, type FixtureEntry } from '../../test/tar-fixture.js';
 import { guardArchive, unsafeReason } from './tar-guard.js';
 
 const owner = { uid: 1000, gid: 1000, uname: 'sandbox', gname: 'sandbox' };
 
-async function tarFile(entries: Array<Partial<tar.Header> & { name: string; content?: string }>): Promise<string> {
-  const pack = tar.pack();
-  for (const { content, ...header } of entries) pack.entry(header as tar.Header, content ?? '');
-  pack.finalize();
-  const chunks: Buffer[] = [];
-  for await (const c of pack as AsyncIterable<Buffer>) chunks.push(c);
+async function tarFile(entries: FixtureEntry[]): Promise<string> {
   const file = join(await mkdtemp(join(tmpdir(), 'sbx-tar-')), 'in.tar');
-  await writeFile(file, Buffer.concat(chunks));
+  await writeFile(file, await tarBytes(entries));
   return file;
 }
 
