@@ -2,6 +2,8 @@
  * A small typed client of the sbx HTTP API, used by the `sbx` CLI, the demo and the tests.
  * Errors from the API are thrown as `ApiError` carrying the stable `code`.
  */
+import { stat } from 'node:fs/promises';
+import { basename, dirname } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { EventSourceParserStream } from 'eventsource-parser/stream';
@@ -94,7 +96,7 @@ export class SbxClient {
   async *events(leaseId: string, callId: string, afterSeq = 0): AsyncGenerator<CallEvent> {
     let last = afterSeq;
     for (let attempt = 0; attempt < 20; attempt += 1) {
-      const response = await fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/calls/${callId}/events`, {
+      const response = await this.fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/calls/${callId}/events`, {
         headers: { authorization: `Bearer ${this.apiKey}`, accept: 'text/event-stream', ...(last > 0 ? { 'last-event-id': String(last) } : {}) },
       });
       if (!response.ok || !response.body) throw await this.errorOf(response);
@@ -115,10 +117,18 @@ export class SbxClient {
     throw new Error(`event stream of ${callId} kept dropping`);
   }
 
-  /** Packs local directory `dir` (tar-fs) and unpacks it into `remoteDir` of the sandbox. */
-  async upload(leaseId: string, dir: string, remoteDir: string, ignore?: (relativePath: string) => boolean): Promise<{ entries: number; bytes: number }> {
-    const pack = tarFs.pack(dir, ignore ? { ignore: (name: string) => ignore(name.slice(dir.length).replace(/^\/+/, '')) } : {});
-    const response = await fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/files?path=${encodeURIComponent(remoteDir)}`, {
+  /**
+   * Packs a local directory's contents, or a single file, with tar-fs and unpacks it into
+   * `remoteDir` of the sandbox (a file keeps its name there). `ignore` gets paths relative to
+   * the directory. Throws Error when `localPath` does not exist.
+   */
+  async upload(leaseId: string, localPath: string, remoteDir: string, ignore?: (relativePath: string) => boolean): Promise<{ entries: number; bytes: number }> {
+    const info = await stat(localPath).catch(() => null);
+    if (!info) throw new Error(`no such local file or directory: ${localPath}`);
+    const pack = info.isDirectory()
+      ? tarFs.pack(localPath, ignore ? { ignore: (name: string) => ignore(name.slice(localPath.length).replace(/^\/+/, '')) } : {})
+      : tarFs.pack(dirname(localPath), { entries: [basename(localPath)] });
+    const response = await this.fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/files?path=${encodeURIComponent(remoteDir)}`, {
       method: 'PUT',
       headers: { authorization: `Bearer ${this.apiKey}`, 'content-type': 'application/x-tar' },
       body: Readable.toWeb(Readable.from(pack as unknown as AsyncIterable<Buffer>)) as ReadableStream,
@@ -130,7 +140,7 @@ export class SbxClient {
 
   /** Raw PUT of a tar body into `remoteDir`. */
   async uploadTar(leaseId: string, remoteDir: string, tar: Uint8Array): Promise<{ entries: number; bytes: number }> {
-    const response = await fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/files?path=${encodeURIComponent(remoteDir)}`, {
+    const response = await this.fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/files?path=${encodeURIComponent(remoteDir)}`, {
       method: 'PUT',
       headers: { authorization: `Bearer ${this.apiKey}`, 'content-type': 'application/x-tar' },
       body: tar,
@@ -141,7 +151,7 @@ export class SbxClient {
 
   /** Fetches `remotePath` as a tar and unpacks it into local directory `dir`. */
   async download(leaseId: string, remotePath: string, dir: string): Promise<void> {
-    const response = await fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/files?path=${encodeURIComponent(remotePath)}`, {
+    const response = await this.fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/files?path=${encodeURIComponent(remotePath)}`, {
       headers: { authorization: `Bearer ${this.apiKey}` },
     });
     if (!response.ok || !response.body) throw await this.errorOf(response);
@@ -150,11 +160,21 @@ export class SbxClient {
 
   /** Any request, returning the raw Response (tests use it for hostile input). */
   raw(method: string, path: string, init: { body?: string | Uint8Array; headers?: Record<string, string> } = {}): Promise<Response> {
-    return fetch(`${this.baseUrl}${path}`, { method, headers: { authorization: `Bearer ${this.apiKey}`, ...init.headers }, ...(init.body !== undefined ? { body: init.body } : {}) });
+    return this.fetch(`${this.baseUrl}${path}`, { method, headers: { authorization: `Bearer ${this.apiKey}`, ...init.headers }, ...(init.body !== undefined ? { body: init.body } : {}) });
+  }
+
+  /** fetch, with network failures named: which URL, and the system's reason (ECONNREFUSED, ...). */
+  private async fetch(url: string, init: RequestInit): Promise<Response> {
+    try {
+      return await fetch(url, init);
+    } catch (err) {
+      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      throw new Error(`cannot reach sbx at ${new URL(url).origin}: ${cause?.code ?? cause?.message ?? (err as Error).message}`, { cause: err });
+    }
   }
 
   private async json(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<unknown> {
-    const response = await fetch(`${this.baseUrl}${path}`, {
+    const response = await this.fetch(`${this.baseUrl}${path}`, {
       method,
       headers: { authorization: `Bearer ${this.apiKey}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),

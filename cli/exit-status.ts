@@ -1,8 +1,8 @@
 /**
  * How `sbx run` and `sbx exec` turn a call's result into their own exit status: the command's
  * exit code when it exited; 124 on timeout (as timeout(1)); 130 when cancelled (as after
- * SIGINT); 128+N when killed by signal N (as POSIX shells); 125 when sbx itself failed (as
- * `docker run`).
+ * SIGINT); 128+N when killed by signal N (as POSIX shells); 126 when the command could not be
+ * started and 125 when sbx itself failed (as `docker run`).
  */
 import { constants } from 'node:os';
 import type { ToolResult } from '../contract/objects.js';
@@ -10,6 +10,8 @@ import type { ToolResult } from '../contract/objects.js';
 /** sbx itself failed. */
 export const EXIT_PLATFORM_ERROR = 125;
 export const EXIT_TIMED_OUT = 124;
+/** The command could not be started in the sandbox (missing cwd, spawn failure): nothing ran. */
+export const EXIT_NOT_STARTED = 126;
 export const EXIT_CANCELLED = 130;
 
 /** The exit status `sbx` reports for a finished call. */
@@ -18,6 +20,7 @@ export function exitStatusOf(result: ToolResult): number {
     case 'succeeded':
     case 'failed':
       if (result.exitCode !== null) return result.exitCode;
+      if (result.receipt?.commitState === 'not_started') return EXIT_NOT_STARTED;
       if (result.signal) return 128 + (constants.signals[result.signal as keyof typeof constants.signals] ?? 0);
       return EXIT_PLATFORM_ERROR;
     case 'timed_out':

@@ -12,7 +12,8 @@
  * run without a shell (`sbx run -- npm test`).
  *
  * Exit status: the command's own exit code; 124 when it timed out; 130 when cancelled;
- * 128+N when killed by signal N; 125 when sbx itself failed (API, sandbox or transfer error).
+ * 128+N when killed by signal N; 126 when it could not be started (e.g. no such cwd); 125 when
+ * sbx itself failed (API, sandbox or transfer error, a failed --download included).
  *
  * Settings: `SBX_URL` (default http://127.0.0.1:7070), `SBX_API_KEY` (default: the key in
  * `$SBX_DATA_DIR/api-key`, data dir default /var/lib/sbx).
@@ -20,7 +21,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import type { Lease, ToolResult } from '../contract/objects.js';
 import { ApiError, SbxClient } from './client.js';
 import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf } from './exit-status.js';
@@ -48,6 +49,19 @@ function pairs(list: string[] | undefined, what: string): Record<string, string>
 }
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
+
+/** A positive whole number option (ms, seconds). */
+function positiveInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive whole number');
+  return n;
+}
+
+/** One stderr line saying why a call did not succeed (the receipt says the rest). */
+function reportOutcome(result: ToolResult): void {
+  if (result.status === 'succeeded' || (result.status === 'failed' && result.error?.code === 'execution.nonzero_exit')) return;
+  process.stderr.write(`sbx: ${result.status}${result.error ? `: ${result.error.code}: ${result.error.message}` : ''}\n`);
+}
 
 /** The exec args for a command line: one argument is a script, several are an argv. */
 function execArgs(command: string[], opts: { cwd?: string; timeoutMs?: number }): Record<string, unknown> {
@@ -112,18 +126,18 @@ const program = new Command('sbx')
 const leaseOptions = (cmd: Command): Command =>
   cmd
     .option('--policy <name>', 'policy name', 'default')
-    .addOption(new Option('--ttl <seconds>', 'lease TTL in seconds').argParser(Number))
+    .addOption(new Option('--ttl <seconds>', 'lease TTL in seconds').argParser(positiveInt))
     .option('--env <KEY=VALUE>', 'environment for every call (repeatable)', collect)
     .option('--image <ref>', 'sandbox image');
 
 leaseOptions(program.command('run'))
   .description('lease a sandbox, upload, run CMD, stream its output, print the receipt, download, release')
-  .option('--upload <local[:remote]>', 'upload a local directory (default remote /workspace; repeatable)', collect)
+  .option('--upload <local[:remote]>', "upload a local directory's contents, or a file, into a sandbox directory (default /workspace; repeatable)", collect)
   .option('--exclude <name>', 'skip this top-level file or directory of each upload (repeatable)', collect)
   .option('--download <remote>', 'copy this sandbox path back after the command (repeatable)', collect)
-  .option('--download-dir <dir>', 'where downloads go', '.')
+  .option('--download-dir <dir>', 'where downloads go', 'sbx-downloads')
   .option('--cwd <dir>', 'working directory in the sandbox', '/workspace')
-  .addOption(new Option('--timeout-ms <ms>', 'command timeout in ms').argParser(Number))
+  .addOption(new Option('--timeout-ms <ms>', 'command timeout in ms').argParser(positiveInt))
   .argument('<command...>')
   .action(async (command: string[], opts) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
@@ -171,7 +185,9 @@ leaseOptions(program.command('run'))
       const finalLease = await api.getSandbox(lease.id);
       if (global.json) process.stdout.write(`${JSON.stringify({ sandbox: finalLease, uploads, result, downloads }, null, 2)}\n`);
       else printReceipt(finalLease, result);
-      process.exitCode = exitStatusOf(result);
+      const status = exitStatusOf(result);
+      // A download that failed is sbx's failure; it only overrides a command that succeeded.
+      process.exitCode = status === 0 && downloads.some((d) => !d.ok) ? EXIT_PLATFORM_ERROR : status;
     } finally {
       await api.releaseSandbox(lease.id).catch((err: unknown) => process.stderr.write(`sbx: release of ${lease.id} failed: ${String(err)}\n`));
     }
@@ -198,11 +214,12 @@ program
   .argument('<id>')
   .argument('<command...>')
   .option('--cwd <dir>', 'working directory', '/workspace')
-  .addOption(new Option('--timeout-ms <ms>', 'command timeout in ms').argParser(Number))
+  .addOption(new Option('--timeout-ms <ms>', 'command timeout in ms').argParser(positiveInt))
   .action(async (id: string, command: string[], opts) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
     const result = await runCall(client(global), id, execArgs(command, opts), Boolean(global.json));
     if (global.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+    else reportOutcome(result);
     process.exitCode = exitStatusOf(result);
   });
 

@@ -43,6 +43,7 @@ export const ERROR_CODES = {
   'lease.create_failed': { status: 503, retryability: 'safe', summary: 'The sandbox could not be started; nothing was left behind.' },
   'call.not_found': { status: 404, retryability: 'no', summary: 'No call with this id exists in this sandbox.' },
   'call.id_conflict': { status: 409, retryability: 'after_fix', summary: 'The callId was used before with different tool or arguments.' },
+  'receipt.not_found': { status: 404, retryability: 'no', summary: 'No receipt with this id exists.' },
   'policy.not_found': { status: 400, retryability: 'after_fix', summary: 'No policy with this name (and version) exists.' },
   'policy.invalid': { status: 400, retryability: 'after_fix', summary: 'A policy file does not validate against the policy schema.' },
   'policy.unenforceable': { status: 422, retryability: 'after_fix', summary: 'The policy asks for isolation this runtime cannot enforce; the sandbox is not started with less.' },

@@ -7,6 +7,8 @@
  * - BullMQ queue `calls` (control plane → agent): one job per call, job id = `callId`.
  * - BullMQ queue `returns` (agent → control plane): events and results, deterministic job ids.
  * - `attempt:<callId>`: the agent's durable "an attempt started" marker (dedupe on redelivery).
+ * - `cancel:<callId>`: the control plane's durable "cancel requested" marker, checked by the
+ *   agent before it starts a call (the `control` message only reaches a running one).
  * - `hello`: list the agent pushes its `AgentHello` onto once it is ready.
  * - pub/sub channel `control`: cancel requests to the agent.
  */
@@ -24,6 +26,7 @@ export interface LeaseKeys {
   readonly hello: string;
   readonly control: string;
   attempt(callId: string): string;
+  cancel(callId: string): string;
   /** Redis ACL key and channel pattern covering the namespace. */
   readonly aclPattern: string;
 }
@@ -36,6 +39,7 @@ export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
     hello: `${namespace}:hello`,
     control: `${namespace}:control`,
     attempt: (callId) => `${namespace}:attempt:${callId}`,
+    cancel: (callId) => `${namespace}:cancel:${callId}`,
     aclPattern: `${namespace}:*`,
   };
 }

@@ -38,6 +38,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     requestIdHeader: 'x-request-id',
   });
   installErrorHandling(app);
+  // JSON only: a text/plain body would otherwise reach the schemas as a string.
+  app.removeContentTypeParser('text/plain');
   installApiKeyAuth(app, deps.apiKey);
 
   app.get('/healthz', async (_request, reply) => {

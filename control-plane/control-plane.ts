@@ -69,15 +69,20 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   });
 
   const timers: NodeJS.Timeout[] = [];
-  /** Runs `task` every `ms`, never two at once. */
+  const inFlight = new Set<Promise<unknown>>();
+  /** Runs `task` every `ms`, never two at once; close() waits for a run in progress. */
   const every = (ms: number, what: string, task: () => Promise<unknown>): void => {
     let running = false;
     const timer = setInterval(() => {
       if (running) return;
       running = true;
-      task()
+      const run = task()
         .catch((err: unknown) => log.warn({ err }, `${what} failed`))
-        .finally(() => (running = false));
+        .finally(() => {
+          running = false;
+          inFlight.delete(run);
+        });
+      inFlight.add(run);
     }, ms);
     timer.unref();
     timers.push(timer);
@@ -93,6 +98,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     },
     async close() {
       for (const timer of timers) clearInterval(timer);
+      await Promise.allSettled([...inFlight]);
       await app.close();
       await channels.close();
       await notifier.close();

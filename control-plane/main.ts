@@ -16,7 +16,10 @@ const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 function apiKeyFor(dataDir: string, configured: string | undefined): string {
   if (configured) return configured;
   const file = join(dataDir, 'api-key');
-  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+  if (existsSync(file)) {
+    process.stderr.write(`sbx: using the API key in ${file}\n`);
+    return readFileSync(file, 'utf8').trim();
+  }
   const key = `sbx_dev_${randomBytes(24).toString('hex')}`;
   mkdirSync(dataDir, { recursive: true });
   writeFileSync(file, `${key}\n`, { mode: 0o600 });

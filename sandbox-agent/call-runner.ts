@@ -11,8 +11,10 @@ import { CallJob, type AgentConfig, type LeaseKeys } from '../contract/queue.js'
 import type { AgentTool, AttemptOutcome } from './attempt.js';
 import type { ReturnChannel } from './return-channel.js';
 
-/** The one Redis operation the runner needs: SET key value NX, true when it was set. */
+/** SET key value NX: true when this caller set it. */
 export type ClaimAttempt = (key: string, attemptId: string) => Promise<boolean>;
+/** EXISTS key. */
+export type KeyExists = (key: string) => Promise<boolean>;
 
 export interface CallRunnerDeps {
   config: AgentConfig;
@@ -20,12 +22,11 @@ export interface CallRunnerDeps {
   tools: ReadonlyMap<string, AgentTool<unknown>>;
   returns: ReturnChannel;
   claimAttempt: ClaimAttempt;
+  keyExists: KeyExists;
 }
 
 export class CallRunner {
   private readonly running = new Map<string, AbortController>();
-  /** Cancels that arrived before their call started; the call then ends `cancelled`, not started. */
-  private readonly earlyCancels = new Set<string>();
 
   constructor(private readonly deps: CallRunnerDeps) {}
 
@@ -34,11 +35,9 @@ export class CallRunner {
     return this.running.size;
   }
 
-  /** Cancels a running call (its tool kills what it started), or marks it to be cancelled on arrival. */
+  /** Cancels a running call: its tool kills what it started. Calls not started yet see the durable cancel marker instead. */
   cancel(callId: string): void {
-    const controller = this.running.get(callId);
-    if (controller) controller.abort();
-    else this.earlyCancels.add(callId);
+    this.running.get(callId)?.abort();
   }
 
   /** Processes one job from the call queue. Throws only when the return path is down. */
@@ -54,7 +53,7 @@ export class CallRunner {
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('effect_unknown', 'unknown', error, now)));
       return;
     }
-    if (this.earlyCancels.delete(job.callId)) {
+    if (await this.deps.keyExists(this.deps.keys.cancel(job.callId))) {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('cancelled', 'not_started', error, now)));
       return;

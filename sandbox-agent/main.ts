@@ -42,6 +42,7 @@ async function main(): Promise<void> {
     tools,
     returns: new ReturnChannel(returnQueue),
     claimAttempt: async (key, attemptId) => (await redis.set(key, attemptId, 'NX')) === 'OK',
+    keyExists: async (key) => (await redis.exists(key)) === 1,
   });
 
   subscriber.on('message', (_channel: string, text: string) => {

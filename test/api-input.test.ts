@@ -66,13 +66,23 @@ describe('API input', () => {
 
   it('a wrong media type is input.unsupported_media_type', async () => {
     await expectError(await h.client.raw('POST', '/v1/sandboxes', { body: 'image=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } }), 415, 'input.unsupported_media_type');
+    await expectError(await h.client.raw('POST', '/v1/sandboxes', { body: '{}', headers: { 'content-type': 'text/plain' } }), 415, 'input.unsupported_media_type');
   });
 
   it('unknown ids are 404 with their domain code; unknown routes are api.route_not_found', async () => {
     await expectError(await h.client.raw('GET', '/v1/sandboxes/sbx_00000000000000000000'), 404, 'lease.not_found');
-    await expectError(await h.client.raw('GET', '/v1/sandboxes/not-an-id'), 400, 'input.invalid');
+    await expectError(await h.client.raw('GET', '/v1/sandboxes/not-an-id'), 404, 'lease.not_found');
+    await expectError(await h.client.raw('GET', '/v1/sandboxes/bad.id'), 400, 'input.invalid');
+    await expectError(await h.client.raw('GET', '/v1/receipts/rcpt_nope'), 404, 'receipt.not_found');
     await expectError(await h.client.raw('GET', `/v1/sandboxes/${leaseId}/calls/nope`), 404, 'call.not_found');
     await expectError(await h.client.raw('GET', '/v1/nothing-here'), 404, 'api.route_not_found');
+  });
+
+  it('cancelling a finished call changes nothing and answers 200 with the call', async () => {
+    const done = await h.client.submitCall(leaseId, 'exec', { argv: ['true'] }, { waitSeconds: 30 });
+    const response = await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls/${done.callId}/cancel`, { body: '{}', headers: json });
+    expect(response.status).toBe(200);
+    expect(((await response.json()) as { result: { status: string } }).result.status).toBe('succeeded');
   });
 
   it('GET /v1/tools lists exec with its JSON Schema', async () => {

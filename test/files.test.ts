@@ -86,6 +86,24 @@ describe('files', () => {
     expect(await readdir(dir)).toEqual([]);
   });
 
+  it('a single file uploads into the target directory under its own name; a file as archive root is refused', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'sbx-file-'));
+    await writeFile(join(dir, 'one.txt'), 'just one\n');
+    await h.client.upload(leaseId, join(dir, 'one.txt'), '/workspace/single');
+    expect((await exec('cat /workspace/single/one.txt')).stdout).toBe('just one\n');
+    const rootFile = await tarBytes([{ name: '.', content: 'x' }]);
+    await expect(h.client.uploadTar(leaseId, '/workspace/single', rootFile)).rejects.toMatchObject({ code: 'files.unsafe_entry', status: 400 });
+  });
+
+  it('takes a tar body whatever its Content-Type (curl --data-binary sends a form type)', async () => {
+    const response = await h.client.raw('PUT', `/v1/sandboxes/${leaseId}/files?path=/workspace/ct`, {
+      body: await tarBytes([{ name: 'ct.txt', content: 'typed' }]),
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
+    expect(response.status).toBe(200);
+    expect((await exec('cat /workspace/ct/ct.txt')).stdout).toBe('typed');
+  });
+
   it('allows symlinks that stay inside the target (e.g. node_modules/.bin links)', async () => {
     const archive = await tarBytes([
       { name: 'pkg/cli.js', content: 'console.log(1)' },

@@ -47,13 +47,15 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (app, {
   app.post('/v1/sandboxes/:id/calls/:callId/cancel', async (request, reply) => {
     const { id, callId } = parseInput(CallParams, request.params, 'params');
     const lease = await leases.active(id);
+    const before = await calls.get(id, callId);
+    if (before.status === 'finished') return reply.status(200).send(before);
     return reply.status(202).send(await calls.cancel(lease, callId));
   });
 
   app.get('/v1/receipts/:receiptId', async (request) => {
     const { receiptId } = request.params as { receiptId: string };
     const receipt = await ledger.getReceipt(receiptId);
-    if (!receipt) throw new AppError('call.not_found', `no receipt ${receiptId}`, { details: { receiptId } });
+    if (!receipt) throw new AppError('receipt.not_found', `no receipt ${receiptId}`, { details: { receiptId } });
     return receipt;
   });
 

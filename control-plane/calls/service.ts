@@ -138,23 +138,44 @@ export class CallService {
   }
 
   /**
-   * Finishes every open call of a lease that is going away: `cancelled` when no attempt
-   * started, `effect_unknown` when one did (docs/DESIGN.md invariant 2).
+   * Finishes every open call of a lease that is going away: `cancelled` (`not_started`) when
+   * no attempt started, `effect_unknown` (`unknown`) when one did (docs/DESIGN.md invariant 2).
+   * The control plane writes the receipt itself, from what it knows: the agent that would have
+   * is gone. `attemptOf` returns the started attempt's id, or null.
    */
-  async abandonOpenCalls(leaseId: string, attemptStarted: (callId: string) => Promise<boolean>): Promise<void> {
+  async abandonOpenCalls(leaseId: string, manifestDigest: string | null, attemptOf: (callId: string) => Promise<string | null>): Promise<void> {
     for (const callId of await this.deps.ledger.openCalls(leaseId)) {
-      await this.deps.ledger.finishCall(leaseId, callId, lostCallResult(callId, await attemptStarted(callId)), this.deps.now());
+      const call = await this.get(leaseId, callId);
+      const attemptId = await attemptOf(callId);
+      const now = this.deps.now();
+      const result = attemptId
+        ? emptyResult(callId, 'effect_unknown', errorInfo('execution.sandbox_lost', 'the sandbox went away while the call ran; its effects are unknown'))
+        : emptyResult(callId, 'cancelled', errorInfo('execution.cancelled', 'the sandbox went away before the call started; nothing ran'));
+      // Without a manifest (a lease record lost with its sandbox) there is nothing to bind a receipt to.
+      if (manifestDigest) result.receipt = {
+        receiptId: `rcpt_${callId}_lost`,
+        callId,
+        attemptId: attemptId ?? 'none',
+        leaseId,
+        tool: call.tool,
+        toolVersion: TOOLS.get(call.tool)?.version ?? 'unknown',
+        fingerprint: call.fingerprint,
+        commitState: attemptId ? 'unknown' : 'not_started',
+        startedAt: call.createdAt,
+        endedAt: now.toISOString(),
+        durationMs: now.getTime() - Date.parse(call.createdAt),
+        exit: null,
+        environment: null,
+        runner: null,
+        outputs: null,
+        artifacts: [],
+        manifestDigest,
+      };
+      await this.deps.ledger.finishCall(leaseId, callId, result, now);
     }
   }
 }
 
 function emptyResult(callId: string, status: ToolResult['status'], error: ToolResult['error']): ToolResult {
   return { callId, status, error, modelText: error?.message ?? status, exitCode: null, signal: null, stdout: '', stderr: '', truncation: null, artifacts: [], receipt: null };
-}
-
-/** The result recorded for a call its sandbox took with it. */
-function lostCallResult(callId: string, started: boolean): ToolResult {
-  return started
-    ? emptyResult(callId, 'effect_unknown', errorInfo('execution.sandbox_lost', 'the sandbox went away while the call ran; its effects are unknown'))
-    : emptyResult(callId, 'cancelled', errorInfo('execution.cancelled', 'the sandbox went away before the call started; nothing ran'));
 }

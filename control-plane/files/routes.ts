@@ -51,7 +51,9 @@ export function locateInVolume(policy: Policy, path: string): { root: string; re
 }
 
 export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (app, opts) => {
-  app.addContentTypeParser(['application/x-tar', 'application/octet-stream'], (_request, payload, done) => done(null, payload));
+  // Any body that is not JSON is taken as the archive: `curl --data-binary @x.tar` works without
+  // a Content-Type of its own, and a wrong archive is refused by the tar guard with a code.
+  app.addContentTypeParser('*', (_request, payload, done) => done(null, payload));
 
   app.put('/v1/sandboxes/:id/files', async (request) => {
     const { id } = parseInput(LeaseParams, request.params, 'params');

@@ -42,6 +42,8 @@ describe('unsafeReason', () => {
     ['link', 'h', '../x', 'outside'],
     ['character-device', 'd', undefined, 'not allowed'],
     ['fifo', 'f', undefined, 'not allowed'],
+    ['file', '.', undefined, 'root must be a directory'],
+    ['directory', './', undefined, null],
   ])('%s %s -> %s', (type, name, linkname, expected) => {
     const reason = unsafeReason(type, name, linkname);
     if (expected === null) expect(reason).toBeNull();

@@ -36,6 +36,8 @@ export function unsafeReason(type: string, name: string, linkname: string | null
   if (name.includes('\0')) return 'name contains NUL';
   if (name.startsWith('/')) return 'absolute name';
   if (name.split('/').includes('..')) return 'name contains ".."';
+  // The archive's root is the target directory itself: as anything else it would replace it.
+  if (posix.normalize(name).replace(/\/+$/, '') === '.' && type !== 'directory') return 'the archive root must be a directory';
   if (type === 'symlink' || type === 'link') {
     const target = linkname ?? '';
     if (target === '' || target.includes('\0')) return 'empty or invalid link target';

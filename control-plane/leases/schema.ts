@@ -25,4 +25,5 @@ export type CreateSandboxBody = z.infer<typeof CreateSandboxBody>;
 
 export const IdempotencyKey = z.string().min(1).max(255).regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
 
-export const LeaseParams = z.object({ id: z.string().regex(/^sbx_[a-z0-9]{8,64}$/, 'not a sandbox id') });
+/** Any id is looked up (an unknown one is `404 lease.not_found`); only characters no id has are refused. */
+export const LeaseParams = z.object({ id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'letters, digits, _ and -; at most 128') });

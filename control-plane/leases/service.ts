@@ -165,7 +165,7 @@ export class LeaseService {
       log.info({ leaseId: id, policy: ref, ms: now().getTime() - createdAt.getTime() }, 'sandbox leased');
       return toView(ready);
     } catch (err) {
-      const failures = await this.teardown(id);
+      const failures = await this.teardown(id, null);
       await ledger.putLease({ ...record, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed' });
       log.warn({ leaseId: id, err, teardownFailures: failures.length }, 'sandbox create failed');
       if (err instanceof AppError) throw err;
@@ -210,7 +210,7 @@ export class LeaseService {
     const lease = await this.record(id);
     if (TERMINAL.has(lease.status)) return toView(lease);
     await this.deps.ledger.putLease({ ...lease, status: 'releasing' });
-    const failures = await this.teardown(id);
+    const failures = await this.teardown(id, lease.manifest?.digest ?? null);
     const ended: LeaseRecord = {
       ...lease,
       status: reason === 'expired' ? 'expired' : 'released',
@@ -259,7 +259,7 @@ export class LeaseService {
       const lease = await ledger.getLease(c.leaseId);
       const staleCreating = lease?.status === 'creating' && now().getTime() - Date.parse(lease.createdAt) > staleMs;
       if (!lease || TERMINAL.has(lease.status) || staleCreating) {
-        await this.teardown(c.leaseId);
+        await this.teardown(c.leaseId, lease?.manifest?.digest ?? null);
         if (lease && staleCreating) await ledger.putLease({ ...lease, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed' });
         result.removed.push(c.leaseId);
       } else if (lease.status === 'ready' && c.running) {
@@ -308,7 +308,7 @@ export class LeaseService {
    * `cancelled` if no attempt started, else `effect_unknown`), the queues and ACL user, the
    * credentials. Every step runs; failures are returned.
    */
-  private async teardown(id: string): Promise<unknown[]> {
+  private async teardown(id: string, manifestDigest: string | null): Promise<unknown[]> {
     const { runtime, channels, calls } = this.deps;
     const failures: unknown[] = [];
     const step = async (fn: () => Promise<unknown>): Promise<void> => {
@@ -320,7 +320,7 @@ export class LeaseService {
     };
     await step(() => runtime.remove(id, this.options.owner));
     await step(() => channels.drainReturns(id, 2000));
-    await step(() => calls.abandonOpenCalls(id, (callId) => channels.attemptStarted(id, callId)));
+    await step(() => calls.abandonOpenCalls(id, manifestDigest, (callId) => channels.attemptOf(id, callId)));
     await step(() => channels.destroy(id));
     await step(() => rm(join(this.options.dataDir, 'leases', id), { recursive: true, force: true }));
     return failures;

@@ -88,10 +88,14 @@ export class LeaseChannels {
     }
   }
 
-  /** Tells the agent to cancel a call (it may be starting or running). */
+  /**
+   * Tells the agent to cancel a call: a durable marker the agent checks before it starts the
+   * call (so a cancel that races the start is not lost), then a message for a running one.
+   */
   async requestCancel(leaseId: string, callId: string): Promise<void> {
+    const keys = leaseKeys(this.rootPrefix, leaseId);
     const message: ControlMessage = { type: 'cancel', callId };
-    await this.redis.publish(leaseKeys(this.rootPrefix, leaseId).control, JSON.stringify(message));
+    await this.redis.multi().set(keys.cancel(callId), '1', 'EX', 24 * 3600).publish(keys.control, JSON.stringify(message)).exec();
   }
 
   /** Starts consuming the lease's return queue (idempotent). Messages that fail the schema are dropped and logged. */
@@ -155,9 +159,9 @@ export class LeaseChannels {
     }
   }
 
-  /** True when the agent recorded that an attempt of the call started (its durable marker). */
-  async attemptStarted(leaseId: string, callId: string): Promise<boolean> {
-    return (await this.redis.exists(leaseKeys(this.rootPrefix, leaseId).attempt(callId))) === 1;
+  /** The id of the call's attempt the agent recorded as started (its durable marker), or null. */
+  async attemptOf(leaseId: string, callId: string): Promise<string | null> {
+    return this.redis.get(leaseKeys(this.rootPrefix, leaseId).attempt(callId));
   }
 
   /** Lease ids this process consumes returns for. */
