@@ -124,6 +124,8 @@ describe('lease lifecycle', () => {
     expect(call.status).toBe('finished');
     expect(call.result?.status).toBe('effect_unknown');
     expect(call.result?.error?.code).toBe('execution.sandbox_lost');
+    expect(call.result?.receipt?.commitState).toBe('unknown');
+    expect(call.result?.receipt?.attemptId).toMatch(/^att_/);
   });
 
   it('the same Idempotency-Key twice (even at once) gives one sandbox; another body with it conflicts', async () => {

@@ -140,8 +140,8 @@ export class CallService {
   /**
    * Finishes every open call of a lease that is going away: `cancelled` (`not_started`) when
    * no attempt started, `effect_unknown` (`unknown`) when one did (docs/DESIGN.md invariant 2).
-   * The control plane writes the receipt itself, from what it knows: the agent that would have
-   * is gone. `attemptOf` returns the started attempt's id, or null.
+   * For a started attempt the control plane writes the receipt itself, from what it knows: the
+   * agent that would have is gone. `attemptOf` returns the started attempt's id, or null.
    */
   async abandonOpenCalls(leaseId: string, manifestDigest: string | null, attemptOf: (callId: string) => Promise<string | null>): Promise<void> {
     for (const callId of await this.deps.ledger.openCalls(leaseId)) {
@@ -151,16 +151,17 @@ export class CallService {
       const result = attemptId
         ? emptyResult(callId, 'effect_unknown', errorInfo('execution.sandbox_lost', 'the sandbox went away while the call ran; its effects are unknown'))
         : emptyResult(callId, 'cancelled', errorInfo('execution.cancelled', 'the sandbox went away before the call started; nothing ran'));
-      // Without a manifest (a lease record lost with its sandbox) there is nothing to bind a receipt to.
-      if (manifestDigest) result.receipt = {
+      // A receipt records an attempt: none when nothing started, nor without a manifest to bind
+      // it to (a lease record lost with its sandbox).
+      if (attemptId && manifestDigest) result.receipt = {
         receiptId: `rcpt_${callId}_lost`,
         callId,
-        attemptId: attemptId ?? 'none',
+        attemptId,
         leaseId,
         tool: call.tool,
         toolVersion: TOOLS.get(call.tool)?.version ?? 'unknown',
         fingerprint: call.fingerprint,
-        commitState: attemptId ? 'unknown' : 'not_started',
+        commitState: 'unknown',
         startedAt: call.createdAt,
         endedAt: now.toISOString(),
         durationMs: now.getTime() - Date.parse(call.createdAt),
