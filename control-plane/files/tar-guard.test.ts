@@ -51,7 +51,26 @@ describe('unsafeReason', () => {
   });
 });
 
+describe('unsafeReason with the archive\'s own symlinks', () => {
+  it('refuses a name through an earlier symlink and a target resolving through one', () => {
+    const links = new Set(['x', 'a/l']);
+    expect(unsafeReason('file', 'x/etc/passwd', undefined, links)).toContain('passes through the symlink x');
+    expect(unsafeReason('symlink', 'esc', 'x/..', links)).toContain('passes through the symlink x');
+    expect(unsafeReason('file', 'a/l2', undefined, links)).toBeNull();
+    expect(unsafeReason('symlink', 'a/m', 'l', links)).toContain('passes through the symlink a/l');
+  });
+});
+
 describe('guardArchive', () => {
+  it('rejects the two-link escape (x -> ., esc -> x/.., esc/etc/f)', async () => {
+    const input = await tarFile([
+      { name: 'x', type: 'symlink', linkname: '.' },
+      { name: 'esc', type: 'symlink', linkname: 'x/..' },
+      { name: 'esc/etc/f', content: 'pwned' },
+    ]);
+    await expect(guardArchive(input, `${input}.out`, owner)).rejects.toMatchObject({ code: 'files.unsafe_entry', details: { entry: 'esc' } });
+  });
+
   it('re-owns entries to the tool user and strips setuid/setgid', async () => {
     const input = await tarFile([
       { name: 'bin/tool', mode: 0o4755, uid: 0, gid: 0, content: '#!/bin/sh' },

@@ -28,23 +28,39 @@ export interface GuardSummary {
 const ALLOWED_TYPES = new Set(['file', 'directory', 'symlink', 'link', 'contiguous-file']);
 
 /**
- * Why `name` (and `linkname` for links) is unsafe, or null when it stays inside the target.
+ * Why an entry is unsafe, or null when it stays inside the target. `links` holds the symlinks
+ * the archive has created so far (normalized names): an entry may not pass through one, and a
+ * link target may not resolve through one, because what a symlink points to on disk is not
+ * what its text says lexically (`x -> .` then `esc -> x/..` is `/`'s parent, not `.`).
  * Pure; exported for unit tests.
  */
-export function unsafeReason(type: string, name: string, linkname: string | null | undefined): string | null {
+export function unsafeReason(type: string, name: string, linkname: string | null | undefined, links: ReadonlySet<string> = new Set()): string | null {
   if (!ALLOWED_TYPES.has(type)) return `entry type ${type} is not allowed`;
   if (name.includes('\0')) return 'name contains NUL';
   if (name.startsWith('/')) return 'absolute name';
-  if (name.split('/').includes('..')) return 'name contains ".."';
-  // The archive's root is the target directory itself: as anything else it would replace it.
-  if (posix.normalize(name).replace(/\/+$/, '') === '.' && type !== 'directory') return 'the archive root must be a directory';
+  const parts = name.split('/').filter((p) => p !== '' && p !== '.');
+  if (parts.includes('..')) return 'name contains ".."';
+  if (parts.length === 0 && type !== 'directory') return 'the archive root must be a directory';
+  for (let i = 1; i < parts.length; i += 1) {
+    const prefix = parts.slice(0, i).join('/');
+    if (links.has(prefix)) return `name passes through the symlink ${prefix}`;
+  }
   if (type === 'symlink' || type === 'link') {
     const target = linkname ?? '';
     if (target === '' || target.includes('\0')) return 'empty or invalid link target';
     if (target.startsWith('/')) return `link to absolute path ${target}`;
     // A symlink resolves against its own directory; a hard link names a path in the archive.
-    const resolved = type === 'symlink' ? posix.normalize(posix.join(posix.dirname(name), target)) : posix.normalize(target);
-    if (resolved === '..' || resolved.startsWith('../')) return `link target ${target} is outside the target directory`;
+    const resolved = type === 'symlink' ? parts.slice(0, -1) : [];
+    for (const step of target.split('/')) {
+      if (step === '' || step === '.') continue;
+      if (step === '..') {
+        if (resolved.length === 0) return `link target ${target} is outside the target directory`;
+        resolved.pop();
+      } else {
+        resolved.push(step);
+        if (links.has(resolved.join('/'))) return `link target ${target} passes through the symlink ${resolved.join('/')}`;
+      }
+    }
   }
   return null;
 }
@@ -54,16 +70,18 @@ export async function guardArchive(inputPath: string, outputPath: string, owner:
   const extract = tar.extract();
   const pack = tar.pack();
   const summary: GuardSummary = { entries: 0, bytes: 0 };
+  const links = new Set<string>();
   extract.on('entry', (header, stream, next) => {
     // An entry stream fails with the archive's own error, which the extract pipeline reports.
     stream.on('error', () => undefined);
-    const reason = unsafeReason(header.type ?? 'file', header.name, header.linkname);
+    const reason = unsafeReason(header.type ?? 'file', header.name, header.linkname, links);
     if (reason) {
       stream.resume();
       extract.destroy(new AppError('files.unsafe_entry', `unsafe entry ${JSON.stringify(header.name)}: ${reason}`, { details: { entry: header.name, reason } }));
       return;
     }
     summary.entries += 1;
+    if (header.type === 'symlink') links.add(header.name.split('/').filter((p) => p !== '' && p !== '.').join('/'));
     if (header.type === 'file' || header.type === 'contiguous-file') summary.bytes += header.size ?? 0;
     const rewritten: tar.Header = {
       ...header,
