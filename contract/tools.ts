@@ -6,8 +6,18 @@ import { z } from 'zod';
 
 /** Environment variable names: POSIX portable names (IEEE Std 1003.1, 8.1). */
 export const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be a POSIX environment variable name');
+/**
+ * Longest single argument or `NAME=value` string execve(2) accepts: MAX_ARG_STRLEN, 32 pages
+ * = 131072 bytes including the terminating NUL (linux/binfmts.h).
+ */
+export const MAX_ARG_BYTES = 131071;
+const fitsExec = (v: string): boolean => Buffer.byteLength(v) <= MAX_ARG_BYTES;
+
 /** Values are passed byte-exact; NUL cannot be in an environment string (execve(2)). */
-export const EnvValue = z.string().refine((v) => !v.includes('\0'), 'must not contain NUL');
+export const EnvValue = z
+  .string()
+  .refine((v) => !v.includes('\0'), 'must not contain NUL')
+  .refine(fitsExec, `must be at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN)`);
 export const EnvMap = z.record(EnvName, EnvValue);
 
 /** Absolute POSIX path inside the sandbox. */
@@ -19,8 +29,12 @@ export const SandboxPath = z.string().min(1).max(4096).refine((p) => p.startsWit
  */
 export const ExecArgs = z
   .object({
-    argv: z.array(z.string().refine((s) => !s.includes('\0'), 'must not contain NUL')).min(1).optional(),
-    cmd: z.string().min(1).max(1024 * 1024).optional(),
+    argv: z
+      .array(z.string().refine((s) => !s.includes('\0'), 'must not contain NUL').refine(fitsExec, `each argument at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN)`))
+      .min(1)
+      .optional(),
+    /** Passed to bash as one argument, so at most MAX_ARG_BYTES; longer scripts go in a file (upload) or `stdin`. */
+    cmd: z.string().min(1).refine(fitsExec, `at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN); upload longer scripts`).optional(),
     /** Working directory; default `/workspace`. */
     cwd: SandboxPath.default('/workspace'),
     /** Extra environment for this call, over the lease's env. */

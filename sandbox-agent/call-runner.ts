@@ -65,10 +65,19 @@ export class CallRunner {
       return;
     }
 
+    let args: unknown;
+    try {
+      args = tool.parse(job.args);
+    } catch (err) {
+      const error = errorInfo('input.invalid', `arguments the agent cannot read: ${(err as Error).message}`);
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('failed', 'not_started', error, now)));
+      return;
+    }
     const controller = new AbortController();
     this.running.set(job.callId, controller);
+    let outcome: AttemptOutcome;
     try {
-      const outcome = await tool.execute(
+      outcome = await tool.execute(
         {
           callId: job.callId,
           attemptId,
@@ -79,12 +88,16 @@ export class CallRunner {
           leaseEnv: this.deps.config.env,
           emit: channel.emit,
         },
-        tool.parse(job.args),
+        args,
       );
-      await channel.result(this.result(job, attemptId, outcome));
+    } catch (err) {
+      // A call always ends with a result: a tool that throws has an outcome nobody observed.
+      const error = errorInfo('execution.effect_unknown', `the tool failed unexpectedly: ${(err as Error).message}`);
+      outcome = outcomeWithoutRun('effect_unknown', 'unknown', error, now);
     } finally {
       this.running.delete(job.callId);
     }
+    await channel.result(this.result(job, attemptId, outcome));
   }
 
   private result(job: CallJob, attemptId: string, o: AttemptOutcome): ToolResult {

@@ -33,7 +33,8 @@ async function main(): Promise<void> {
   const returnQueue = new Queue(RETURN_QUEUE, {
     connection: redis,
     prefix: keys.namespace,
-    defaultJobOptions: { removeOnComplete: { age: 3600 }, removeOnFail: false },
+    // Completed jobs go at once: the control plane's ledger holds what they carried.
+    defaultJobOptions: { removeOnComplete: true, removeOnFail: { age: 24 * 3600 } },
   });
   const tools = new Map<string, AgentTool<unknown>>([[execTool.name, execTool as AgentTool<unknown>]]);
   const runner = new CallRunner({

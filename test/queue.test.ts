@@ -35,6 +35,12 @@ describe('per-lease Redis ACL', () => {
       await expect(asA.keys('*')).rejects.toThrow(/NOPERM/);
       await expect(asA.call('ACL', 'LIST')).rejects.toThrow(/NOPERM/);
       await expect(asA.flushall()).rejects.toThrow(/NOPERM/);
+      await expect(asA.select(3)).rejects.toThrow(/NOPERM/);
+      await expect(asA.scan('0')).rejects.toThrow(/NOPERM/);
+      await expect(asA.dbsize()).rejects.toThrow(/NOPERM/);
+      await expect(asA.call('PUBSUB', 'CHANNELS')).rejects.toThrow(/NOPERM/);
+      await expect(asA.call('FUNCTION', 'FLUSH')).rejects.toThrow(/NOPERM/);
+      await expect(asA.call('SCRIPT', 'FLUSH')).rejects.toThrow(/NOPERM/);
     } finally {
       asA.disconnect();
       await channels.destroy('sbx_aclaaaaaaaa');

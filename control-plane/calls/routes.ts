@@ -64,8 +64,8 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (app, {
     await leases.get(id);
     await calls.get(id, callId);
     const lastEventId = request.headers['last-event-id'];
-    const after = lastEventId === undefined ? 0 : Number.parseInt(String(lastEventId), 10);
-    if (!Number.isSafeInteger(after) || after < 0) {
+    const after = lastEventId === undefined ? 0 : /^\d{1,15}$/.test(String(lastEventId)) ? Number(lastEventId) : Number.NaN;
+    if (!Number.isSafeInteger(after)) {
       throw new AppError('input.invalid', 'Last-Event-ID must be a non-negative integer seq', { details: { issues: [{ path: 'headers.last-event-id', message: 'not a seq' }] } });
     }
     reply.hijack();

@@ -1,8 +1,14 @@
 /** HTTP schemas of the calls domain. */
 import { z } from 'zod';
 
-/** Client-chosen call ids: safe in Redis keys, BullMQ job ids and URLs. */
-export const CallId = z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'letters, digits, _ and -; at most 128');
+/**
+ * Client-chosen call ids: safe in Redis keys, BullMQ job ids and URLs. Not all digits: BullMQ
+ * refuses integer-like custom job ids.
+ */
+export const CallId = z
+  .string()
+  .regex(/^[A-Za-z0-9_-]{1,128}$/, 'letters, digits, _ and -; at most 128')
+  .regex(/[^0-9]/, 'must not be all digits');
 
 export const SubmitCallBody = z
   .object({

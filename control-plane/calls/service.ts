@@ -81,7 +81,14 @@ export class CallService {
     };
     // The intent is in the ledger before the job exists: a crash here leaves a queued call that
     // reconcile/release finishes as `cancelled` (no attempt marker), never a job without a record.
-    await channels.enqueueCall(lease.id, job);
+    try {
+      await channels.enqueueCall(lease.id, job);
+    } catch (err) {
+      // Not queued means never run: the call ends here rather than waiting forever.
+      const error = errorInfo('queue.unavailable', `the call could not be queued: ${(err as Error).message}`);
+      await ledger.finishCall(lease.id, callId, emptyResult(callId, 'failed', error), now());
+      throw new AppError('queue.unavailable', error.message, { details: { callId }, cause: err });
+    }
     await ledger.appendEvent(lease.id, callId, { type: 'call.queued' }, now());
     return { call: await this.get(lease.id, callId), created: true };
   }
@@ -115,7 +122,8 @@ export class CallService {
     const { ledger, channels, now } = this.deps;
     const call = await this.get(lease.id, callId);
     if (call.status === 'finished') return call;
-    await ledger.appendEvent(lease.id, callId, { type: 'call.cancel_requested' }, now(), 'cancel_requested');
+    const requested = await ledger.appendEvent(lease.id, callId, { type: 'call.cancel_requested' }, now(), 'cancel_requested', { unlessFinished: true });
+    if (requested === null) return this.get(lease.id, callId);
     if (await channels.removeQueued(lease.id, callId)) {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
       await ledger.finishCall(lease.id, callId, emptyResult(callId, 'cancelled', error), now());
@@ -129,7 +137,7 @@ export class CallService {
   async ingest(leaseId: string, message: ReturnMessage): Promise<void> {
     const at = this.deps.now();
     if (message.kind === 'event') {
-      await this.deps.ledger.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`);
+      await this.deps.ledger.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`, { unlessFinished: true });
       if (message.body.type === 'call.started') await this.deps.ledger.markRunning(leaseId, message.callId);
       return;
     }

@@ -19,6 +19,8 @@ export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError | AppError | Error, request, reply) => {
     if (error instanceof AppError) {
       if (error.status >= 500) request.log.warn({ err: error }, error.code);
+      // The rest of an oversized body is not read: close the connection rather than leave it hanging.
+      if (error.code === 'input.body_too_large') reply.header('connection', 'close');
       return reply.status(error.status).send({ error: error.toInfo() });
     }
     if (error instanceof ZodError) {

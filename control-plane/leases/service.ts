@@ -205,10 +205,17 @@ export class LeaseService {
     }
   }
 
-  /** Releases the sandbox: container, volumes, queues and credentials go; calls and receipts stay. Idempotent. */
+  /**
+   * Releases the sandbox: container, volumes, queues and credentials go; calls and receipts
+   * stay. Idempotent. Throws `lease.not_found`, and `lease.not_ready` while it is being created.
+   */
   async release(id: string, reason: 'released' | 'expired' | 'container_missing' = 'released'): Promise<Lease> {
     const lease = await this.record(id);
     if (TERMINAL.has(lease.status)) return toView(lease);
+    if (lease.status === 'creating' && reason === 'released') {
+      // Its creation owns it until it is ready or has failed (and cleaned up after itself).
+      throw new AppError('lease.not_ready', `sandbox ${id} is still being created; release it once it is ready`, { details: { status: lease.status } });
+    }
     await this.deps.ledger.putLease({ ...lease, status: 'releasing' });
     const failures = await this.teardown(id, lease.manifest?.digest ?? null);
     const ended: LeaseRecord = {

@@ -38,6 +38,7 @@ export const CallIntent = z.object({
 export type CallIntent = z.infer<typeof CallIntent>;
 
 const APPEND_EVENT = `
+if ARGV[4] == '1' and redis.call('HGET', KEYS[3], 'status') == 'finished' then return 0 end
 if ARGV[1] ~= '' and redis.call('HSETNX', KEYS[2], ARGV[1], 1) == 0 then return 0 end
 local seq = redis.call('LLEN', KEYS[1]) + 1
 redis.call('RPUSH', KEYS[1], '{"seq":' .. seq .. ',' .. string.sub(ARGV[2], 2))
@@ -193,17 +194,20 @@ export class Ledger {
 
   /**
    * Appends one event; returns its `seq`, or null when `dedupeKey` was seen before (the event
-   * is already stored). An empty `dedupeKey` never dedupes.
+   * is already stored) or, with `unlessFinished`, when the call has finished (nothing may
+   * follow `call.finished`). An empty `dedupeKey` never dedupes.
    */
-  async appendEvent(leaseId: string, callId: string, body: EventBody, at: Date, dedupeKey = ''): Promise<number | null> {
+  async appendEvent(leaseId: string, callId: string, body: EventBody, at: Date, dedupeKey = '', options: { unlessFinished?: boolean } = {}): Promise<number | null> {
     const seq = (await this.redis.eval(
       APPEND_EVENT,
-      2,
+      3,
       this.k.events(leaseId, callId),
       this.k.eventKeys(leaseId, callId),
+      this.k.call(leaseId, callId),
       dedupeKey,
       eventJson(callId, body, at),
       this.notifyChannel(leaseId, callId),
+      options.unlessFinished ? '1' : '0',
     )) as number;
     return seq === 0 ? null : seq;
   }

@@ -32,7 +32,10 @@ export class LeaseChannels {
   /**
    * Creates the lease's ACL user: it may touch only keys and channels of its own namespace, and
    * no dangerous command (CONFIG, ACL, KEYS, FLUSHALL, ...); INFO and CLIENT SETNAME stay
-   * because BullMQ uses them. Redis ACL rules apply in order (https://redis.io/docs/latest/operate/oss_and_stack/management/security/acl/).
+   * because BullMQ uses them. Also denied, because they reach past the namespace: SELECT
+   * (other databases), SCAN/RANDOMKEY/DBSIZE (other leases' key names), PUBSUB (their
+   * channels), FUNCTION and SCRIPT FLUSH/KILL (server-wide). Redis ACL rules apply in order
+   * (https://redis.io/docs/latest/operate/oss_and_stack/management/security/acl/).
    */
   async provisionAgentUser(leaseId: string): Promise<AgentCredentials> {
     const keys = leaseKeys(this.rootPrefix, leaseId);
@@ -49,6 +52,14 @@ export class LeaseChannels {
       `&${keys.aclPattern}`,
       '+@all',
       '-@dangerous',
+      '-select',
+      '-scan',
+      '-randomkey',
+      '-dbsize',
+      '-pubsub',
+      '-function',
+      '-script|flush',
+      '-script|kill',
       '+info',
       '+client|setname',
       '+client|getname',

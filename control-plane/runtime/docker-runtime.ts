@@ -35,7 +35,9 @@ export class DockerRuntime implements SandboxRuntime {
     try {
       return ImageInspect.parse(await this.docker.getImage(ref).inspect()).Id;
     } catch (err) {
-      if (statusOf(err) === 404) throw new AppError('runtime.image_not_found', `image ${ref} is not on this Docker engine (nothing is pulled)`, { details: { image: ref }, cause: err });
+      const status = statusOf(err);
+      // 404: no such image; 400: not a valid reference. Either way the client must name another.
+      if (status === 404 || status === 400) throw new AppError('runtime.image_not_found', `image ${ref} is not on this Docker engine (nothing is pulled)`, { details: { image: ref }, cause: err });
       throw unavailable('inspect image', err);
     }
   }

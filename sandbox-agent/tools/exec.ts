@@ -6,7 +6,7 @@
  * also its process-group id and `kill(-pid, sig)` reaches every process that stayed in the group
  * (children and grandchildren alike), see kill(2).
  */
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { errorInfo } from '../../contract/errors.js';
 import type { EffectReceipt } from '../../contract/objects.js';
@@ -60,14 +60,20 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     { maxKeptBytes: ctx.maxOutputBytes },
   );
 
-  const child = spawn('/bin/bash', shellArgs, {
-    cwd: args.cwd,
-    env,
-    uid: ctx.toolUser.uid,
-    gid: ctx.toolUser.gid,
-    detached: true,
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+  let child: ChildProcessWithoutNullStreams;
+  try {
+    child = spawn('/bin/bash', shellArgs, {
+      cwd: args.cwd,
+      env,
+      uid: ctx.toolUser.uid,
+      gid: ctx.toolUser.gid,
+      detached: true,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+  } catch (err) {
+    // spawn throws synchronously for some execve failures (E2BIG, EINVAL): nothing ran.
+    return notStarted(startedAt, errorInfo('execution.spawn_failed', (err as Error).message));
+  }
 
   const spawnError = await new Promise<Error | null>((resolve) => {
     child.once('spawn', () => resolve(null));
@@ -226,10 +232,15 @@ function drain(...streams: NodeJS.ReadableStream[]): Promise<void> {
 /** Head and tail of each stream, so a model sees the start and the end of long output. */
 const MODEL_TEXT_STREAM_CHARS = 4000;
 function modelText(headline: string, stdout: string, stderr: string): string {
-  const clip = (s: string): string =>
-    s.length <= MODEL_TEXT_STREAM_CHARS
-      ? s
-      : `${s.slice(0, MODEL_TEXT_STREAM_CHARS / 2)}\n[... ${s.length - MODEL_TEXT_STREAM_CHARS} chars omitted ...]\n${s.slice(-MODEL_TEXT_STREAM_CHARS / 2)}`;
+  const clip = (s: string): string => {
+    if (s.length <= MODEL_TEXT_STREAM_CHARS) return s;
+    const half = MODEL_TEXT_STREAM_CHARS / 2;
+    // Cut between UTF-16 code units that are not the two halves of one surrogate pair.
+    const lowSurrogate = (i: number): boolean => (s.charCodeAt(i) & 0xfc00) === 0xdc00;
+    const headEnd = lowSurrogate(half) ? half - 1 : half;
+    const tailStart = lowSurrogate(s.length - half) ? s.length - half + 1 : s.length - half;
+    return `${s.slice(0, headEnd)}\n[... ${tailStart - headEnd} chars omitted ...]\n${s.slice(tailStart)}`;
+  };
   const parts = [headline];
   if (stdout) parts.push(`stdout:\n${clip(stdout)}`);
   if (stderr) parts.push(`stderr:\n${clip(stderr)}`);
