@@ -106,6 +106,8 @@ export const EffectReceipt = z.object({
   environment: z.object({ defaults: z.record(z.string(), z.string()), keys: z.array(z.string()) }).nullable(),
   runner: z.object({ pid: z.number().int().nullable(), uid: z.number().int(), gid: z.number().int() }).nullable(),
   outputs: z.object({ stdout: StreamDigest, stderr: StreamDigest }).nullable(),
+  /** Processes of the tool user still alive after the call ended (setsid, daemons), killed by the sweep. */
+  cleanup: z.object({ killedProcesses: z.number().int().nonnegative() }).nullable().default(null),
   artifacts: z.array(z.object({ id: z.string(), sha256: z.string(), size: z.number().int() })),
   manifestDigest: Digest,
 });

@@ -32,6 +32,7 @@ export interface AttemptOutcome {
   environment: EffectReceipt['environment'];
   runner: EffectReceipt['runner'];
   outputs: EffectReceipt['outputs'];
+  cleanup: EffectReceipt['cleanup'];
   stdout: string;
   stderr: string;
   truncation: ToolResult['truncation'];

@@ -117,6 +117,7 @@ export class CallRunner {
       environment: o.environment,
       runner: o.runner,
       outputs: o.outputs,
+      cleanup: o.cleanup,
       artifacts: [],
       manifestDigest: job.manifestDigest,
     };
@@ -147,6 +148,7 @@ function outcomeWithoutRun(status: AttemptOutcome['status'], commitState: Attemp
     environment: null,
     runner: null,
     outputs: null,
+    cleanup: null,
     stdout: '',
     stderr: '',
     truncation: null,

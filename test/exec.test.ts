@@ -99,6 +99,43 @@ describe('exec', () => {
     expect(events.map((e) => e.type)).toContain('call.timed_out');
   });
 
+  it('processes that left the process group (setsid, double fork) are swept when the call ends, and counted in the receipt', async () => {
+    const r = await exec({ cmd: 'setsid bash -c "sleep 300" </dev/null >/dev/null 2>&1 & (setsid sleep 301 &) ; sleep 0.3; echo started' });
+    expect(r.status).toBe('succeeded');
+    expect(r.receipt?.cleanup?.killedProcesses).toBeGreaterThanOrEqual(2);
+    expect(await processesInSandbox().then((l) => l.filter((x) => x.startsWith('sandbox')))).toEqual([]);
+  });
+
+  it('a timeout also sweeps a daemon that escaped the group', async () => {
+    const r = await exec({ cmd: '(setsid sleep 777 &); sleep 100', timeoutMs: 800, killGraceMs: 200 });
+    expect(r.status).toBe('timed_out');
+    expect(await processesInSandbox().then((l) => l.filter((x) => x.includes('sleep 777')))).toEqual([]);
+  });
+
+  it('a memory hog is OOM-killed, not the agent: the call reports the signal and the sandbox keeps working', async () => {
+    const adj = await exec({ cmd: 'cat /proc/self/oom_score_adj' });
+    expect(adj.stdout.trim()).toBe('1000');
+    const r = await exec({ cmd: 'python3 -c "x = bytearray(3 * 1024**3); print(len(x))"' });
+    expect(r.status).toBe('failed');
+    expect(r.signal).toBe('SIGKILL');
+    expect(r.error?.code).toBe('execution.signaled');
+    expect(r.stdout).toBe('');
+    const after = await exec({ argv: ['echo', 'alive'] });
+    expect(after.stdout).toBe('alive\n');
+  });
+
+  it('a cwd the tool user may not enter fails before anything runs, naming the path', async () => {
+    const r = await exec({ argv: ['pwd'], cwd: '/run/sbx/agent' });
+    expect(r.status).toBe('failed');
+    expect(r.error?.code).toBe('input.cwd_not_found');
+    expect(r.error?.message).toContain('EACCES');
+    expect(r.receipt?.commitState).toBe('not_started');
+  });
+
+  it('a script longer than execve allows for one argument is refused with input.invalid, not left hanging', async () => {
+    await expect(h.client.submitCall(leaseId, 'exec', { cmd: `echo ${'A'.repeat(200_000)}` })).rejects.toMatchObject({ status: 400, code: 'input.invalid' });
+  });
+
   it('a program that ignores SIGTERM is killed with SIGKILL after the grace period', async () => {
     const r = await exec({ cmd: "trap '' TERM; sleep 100", timeoutMs: 500, killGraceMs: 300 });
     expect(r.status).toBe('timed_out');

@@ -177,6 +177,7 @@ export class CallService {
         environment: null,
         runner: null,
         outputs: null,
+        cleanup: null,
         artifacts: [],
         manifestDigest,
       };

@@ -9,7 +9,7 @@ const base = Policy.parse({
   version: 3,
   filesystem: {
     writableRoots: [
-      { path: '/workspace', sizeBytes: 1024 ** 3, kind: 'volume' },
+      { path: '/workspace', sizeBytes: 256 * 1024 ** 2, kind: 'volume' },
       { path: '/tmp', sizeBytes: 64 * 1024 ** 2 },
       { path: '/home/sandbox', sizeBytes: 32 * 1024 ** 2 },
     ],
@@ -62,7 +62,7 @@ describe('policy compiler', () => {
 
   it('puts volume roots on per-lease volumes owned by the tool user, and the rest on tmpfs; /tmp is sticky and world-writable', () => {
     const spec = compileSandboxSpec(input(base));
-    expect(spec.volumes).toEqual([{ name: 'sbx-sbx_abc-workspace', mountPath: '/workspace', sizeBytes: 1024 ** 3, uid: 1000, gid: 1000 }]);
+    expect(spec.volumes).toEqual([{ name: 'sbx-sbx_abc-workspace', mountPath: '/workspace', sizeBytes: 256 * 1024 ** 2, uid: 1000, gid: 1000 }]);
     expect(spec.tmpfs['/tmp']).toBe(`rw,nosuid,nodev,size=${64 * 1024 ** 2},mode=1777`);
     expect(spec.tmpfs['/home/sandbox']).toBe(`rw,nosuid,nodev,size=${32 * 1024 ** 2},uid=1000,gid=1000,mode=0755`);
   });

@@ -96,6 +96,12 @@ export const Policy = z
     if (p.tools.exec.defaultTimeoutMs > p.tools.exec.maxTimeoutMs) {
       ctx.addIssue({ code: 'custom', path: ['tools', 'exec', 'defaultTimeoutMs'], message: 'must be ≤ maxTimeoutMs' });
     }
+    // Writable roots are tmpfs-backed: their pages are memory charged to the sandbox, so roots
+    // larger than the memory limit would let a full disk OOM-kill the sandbox instead of ENOSPC.
+    const rootBytes = p.filesystem.writableRoots.reduce((sum, r) => sum + r.sizeBytes, 0);
+    if (rootBytes > p.resources.memoryBytes) {
+      ctx.addIssue({ code: 'custom', path: ['filesystem', 'writableRoots'], message: `sizes add up to ${rootBytes} bytes, above resources.memoryBytes ${p.resources.memoryBytes}` });
+    }
     const paths = p.filesystem.writableRoots.map((r) => r.path);
     if (new Set(paths).size !== paths.length) {
       ctx.addIssue({ code: 'custom', path: ['filesystem', 'writableRoots'], message: 'paths must be distinct' });

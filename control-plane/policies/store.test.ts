@@ -37,6 +37,13 @@ describe('policy store', () => {
     expect(() => store.resolve('team', 9)).toThrow(AppError);
   });
 
+  it('refuses writable roots that add up to more than the memory limit (they are tmpfs)', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'sbx-pol-'));
+    const text = await readFile(join(policiesDir, 'default.yaml'), 'utf8');
+    await writeFile(join(dir, 'big.yaml'), text.replace('sizeBytes: 1073741824', 'sizeBytes: 4294967296'));
+    await expect(PolicyStore.load(dir)).rejects.toMatchObject({ code: 'policy.invalid', message: expect.stringContaining('filesystem.writableRoots') });
+  });
+
   it('an invalid policy file is policy.invalid naming the file and the field', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'sbx-pol-'));
     await writeFile(join(dir, 'broken.yaml'), 'name: broken\nversion: 1\nnetwork: { mode: sideways }\n');

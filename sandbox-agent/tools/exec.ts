@@ -13,6 +13,7 @@ import type { EffectReceipt } from '../../contract/objects.js';
 import { ExecArgs } from '../../contract/tools.js';
 import type { AgentTool, AttemptContext, AttemptOutcome } from '../attempt.js';
 import { OutputPipeline } from '../output-pipeline.js';
+import { sweepProcesses } from '../process-sweep.js';
 
 /** Environment every exec gets, so tools behave non-interactively; recorded in the receipt. */
 export const EXEC_ENV_DEFAULTS: Readonly<Record<string, string>> = {
@@ -24,6 +25,8 @@ export const EXEC_ENV_DEFAULTS: Readonly<Record<string, string>> = {
   LANG: 'C.UTF-8',
   PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
 };
+
+const OOM_FIRST = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null;';
 
 /** After the main process exits, how long to wait for its pipes to close, ms. */
 const DRAIN_AFTER_EXIT_MS = 500;
@@ -37,7 +40,7 @@ export const execTool: AgentTool<ExecArgs> = {
 
 async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutcome> {
   const startedAt = new Date();
-  const cwdError = await checkCwd(args.cwd);
+  const cwdError = await checkCwd(args.cwd, ctx.toolUser);
   if (cwdError) return notStarted(startedAt, errorInfo('input.cwd_not_found', cwdError, { cwd: args.cwd }));
 
   const userEnv = { ...ctx.leaseEnv, ...args.env };
@@ -49,8 +52,13 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     ...userEnv,
   };
   const environment: EffectReceipt['environment'] = { defaults: { ...EXEC_ENV_DEFAULTS }, keys: Object.keys(userEnv).sort() };
+  // The tool's processes are the first the kernel's OOM killer takes (oom_score_adj 1000,
+  // proc(5); raising it needs no privilege), so a memory hog cannot take the agent down with it.
   // argv runs through `exec "$@"` so a missing program gets the shell's own message and 127.
-  const shellArgs = args.cmd !== undefined ? ['-c', args.cmd] : ['-c', 'exec "$@"', 'sbx-exec', ...args.argv!];
+  const shellArgs =
+    args.cmd !== undefined
+      ? ['-c', `${OOM_FIRST} exec /bin/bash -c -- "$0"`, args.cmd]
+      : ['-c', `${OOM_FIRST} exec "$@"`, 'sbx-exec', ...args.argv!];
 
   const pipeline = new OutputPipeline(
     {
@@ -118,10 +126,11 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   });
   clearTimeout(timeoutTimer);
   ctx.cancelSignal.removeEventListener('abort', onCancel);
-  // The call ends with its main process: whatever it left running in its group goes too, so
-  // nothing outlives the call and holds its pipes open.
+  // The call ends with its main process: whatever it left running goes too, in its group or
+  // not (setsid, daemons), so nothing outlives the call, holds its pipes or sees later calls.
   killGroup('SIGKILL');
   if (graceTimer) clearTimeout(graceTimer);
+  const killedProcesses = await sweepProcesses(ctx.toolUser.uid);
   await drain(child.stdout, child.stderr);
   pipeline.flush();
   const endedAt = new Date();
@@ -137,6 +146,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     exit: { code: exit.code, signal: exit.signal, killedBy },
     environment,
     runner: { pid, uid: ctx.toolUser.uid, gid: ctx.toolUser.gid },
+    cleanup: { killedProcesses },
     outputs: {
       stdout: { bytes: out.bytes, sha256: out.sha256, keptBytes: out.keptBytes },
       stderr: { bytes: err.bytes, sha256: err.sha256, keptBytes: err.keptBytes },
@@ -191,13 +201,27 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   };
 }
 
-async function checkCwd(cwd: string): Promise<string | null> {
-  try {
-    const s = await stat(cwd);
-    return s.isDirectory() ? null : `cwd is not a directory: ${cwd}`;
-  } catch (err) {
-    return `cwd does not exist: ${cwd} (${(err as NodeJS.ErrnoException).code ?? 'error'})`;
+/**
+ * Why the tool user cannot work in `cwd`, or null. Checked here because the child changes
+ * directory before it drops to the tool user (libuv), so a directory only root may enter would
+ * otherwise be accepted. Permission rule: search (x) on every directory of the path for the
+ * owner, group or others class the user falls in (path_resolution(7)).
+ */
+async function checkCwd(cwd: string, user: { uid: number; gid: number }): Promise<string | null> {
+  const parts = cwd.split('/').filter(Boolean);
+  for (let i = 0; i <= parts.length; i += 1) {
+    const dir = `/${parts.slice(0, i).join('/')}`;
+    let s;
+    try {
+      s = await stat(dir);
+    } catch (err) {
+      return `cwd does not exist: ${cwd} (${(err as NodeJS.ErrnoException).code ?? 'error'} at ${dir})`;
+    }
+    if (!s.isDirectory()) return `cwd is not a directory: ${dir}`;
+    const bit = s.uid === user.uid ? 0o100 : s.gid === user.gid ? 0o010 : 0o001;
+    if ((s.mode & bit) === 0) return `cwd is not accessible to the tool user: ${cwd} (EACCES at ${dir})`;
   }
+  return null;
 }
 
 function notStarted(startedAt: Date, error: AttemptOutcome['error']): AttemptOutcome {
@@ -211,6 +235,7 @@ function notStarted(startedAt: Date, error: AttemptOutcome['error']): AttemptOut
     environment: null,
     runner: null,
     outputs: null,
+    cleanup: null,
     stdout: '',
     stderr: '',
     truncation: null,

@@ -1,0 +1,63 @@
+/**
+ * Finds and kills what a call left behind, including processes that left its process group
+ * (setsid, double-fork daemons): every process of the tool user, except those started by a
+ * `docker exec` (the files API's tar), whose tree hangs off a process with parent pid 0 in the
+ * sandbox's pid namespace. Only sound while no other call runs as the tool user, which the
+ * scheduler guarantees for `exec` (it declares access to everything).
+ *
+ * Reads /proc/<pid>/status (world-readable; proc(5): `Uid:` real uid, `PPid:` parent).
+ */
+import { readdir, readFile } from 'node:fs/promises';
+
+interface ProcInfo {
+  pid: number;
+  ppid: number;
+  uid: number;
+}
+
+async function listProcesses(): Promise<Map<number, ProcInfo>> {
+  const out = new Map<number, ProcInfo>();
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const text = await readFile(`/proc/${name}/status`, 'utf8').catch(() => null);
+    if (!text) continue; // exited meanwhile
+    const ppid = /^PPid:\s+(\d+)/m.exec(text);
+    const uid = /^Uid:\s+(\d+)/m.exec(text);
+    if (ppid && uid) out.set(Number(name), { pid: Number(name), ppid: Number(ppid[1]), uid: Number(uid[1]) });
+  }
+  return out;
+}
+
+/** True when `pid` descends from a process whose parent is outside the namespace (ppid 0), PID 1 aside. */
+function startedByDockerExec(pid: number, procs: Map<number, ProcInfo>): boolean {
+  let current = procs.get(pid);
+  for (let hops = 0; current && hops < 4096; hops += 1) {
+    if (current.ppid === 0) return current.pid !== 1;
+    current = procs.get(current.ppid);
+  }
+  return false;
+}
+
+/**
+ * SIGKILLs every process of `uid` not started by a docker exec and not in `keep`, repeating
+ * while new ones appear (a dying parent may have forked), up to 5 rounds. Returns how many it
+ * killed.
+ */
+export async function sweepProcesses(uid: number, keep: ReadonlySet<number> = new Set()): Promise<number> {
+  let killed = 0;
+  for (let round = 0; round < 5; round += 1) {
+    const procs = await listProcesses();
+    const victims = [...procs.values()].filter((p) => p.uid === uid && !keep.has(p.pid) && !startedByDockerExec(p.pid, procs));
+    if (victims.length === 0) break;
+    for (const victim of victims) {
+      try {
+        process.kill(victim.pid, 'SIGKILL');
+        killed += 1;
+      } catch {
+        // ESRCH: gone already.
+      }
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return killed;
+}
