@@ -33,6 +33,8 @@ const Env = z.object({
   SBX_DOCKER_SOCKET: z.string().default('/var/run/docker.sock'),
   /** Largest accepted upload (tar) body, bytes. Default 2 GiB. */
   SBX_MAX_UPLOAD_BYTES: z.coerce.number().int().positive().default(2 * 1024 * 1024 * 1024),
+  /** How long an ended sandbox's calls, events and receipts stay readable, seconds. Default 7 days. */
+  SBX_LEDGER_RETENTION_SECONDS: z.coerce.number().int().positive().default(7 * 24 * 3600),
   /** pino log level. Default `info`. */
   SBX_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
@@ -50,6 +52,7 @@ export interface Config {
   policyDir: string;
   dockerSocket: string;
   maxUploadBytes: number;
+  ledgerRetentionSeconds: number;
   logLevel: z.infer<typeof Env>['SBX_LOG_LEVEL'];
 }
 
@@ -81,6 +84,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     policyDir: e.SBX_POLICY_DIR ?? join(repoRoot, 'policies'),
     dockerSocket: e.SBX_DOCKER_SOCKET,
     maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,
+    ledgerRetentionSeconds: e.SBX_LEDGER_RETENTION_SECONDS,
     logLevel: e.SBX_LOG_LEVEL,
   };
 }

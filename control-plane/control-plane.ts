@@ -53,6 +53,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       defaultImage: config.image,
       agentRedisSocket: config.agentRedisSocket,
       redisPrefix: config.redisPrefix,
+      retentionSeconds: config.ledgerRetentionSeconds,
     },
   );
   const app = await buildApp({

@@ -110,6 +110,10 @@ describe('lease lifecycle', () => {
     await expect(exec(lease.id, { argv: ['true'] })).rejects.toMatchObject({ status: 410, code: 'lease.released' });
     // Releasing again is success, not an error.
     expect((await h.client.releaseSandbox(lease.id)).status).toBe('released');
+    // The records are kept for the retention period, then expire.
+    const ttl = await h.redis.ttl(`${h.config.redisPrefix}calls:${lease.id}:${r.callId}`);
+    expect(ttl).toBeGreaterThan(h.config.ledgerRetentionSeconds - 60);
+    expect(await h.redis.ttl(`${h.config.redisPrefix}receipts:${r.receipt!.receiptId}`)).toBeGreaterThan(0);
     // The agent's Redis user is gone with it.
     const users = (await h.redis.call('ACL', 'USERS')) as string[];
     expect(users.some((u) => u.includes(lease.id))).toBe(false);
@@ -186,7 +190,7 @@ describe('reconcile', () => {
     for await (const e of h.client.events(lease.id, pending.callId)) if (e.type === 'call.started') break;
     await docker('kill', `sbx-${lease.id}`);
     let after = await h.client.getSandbox(lease.id);
-    for (let i = 0; i < 50 && after.status === 'ready'; i += 1) {
+    for (let i = 0; i < 50 && (after.status === 'ready' || after.status === 'releasing'); i += 1) {
       await new Promise((r) => setTimeout(r, 200));
       after = await h.client.getSandbox(lease.id);
     }

@@ -34,6 +34,8 @@ export interface LeaseServiceOptions {
   helloTimeoutMs?: number;
   /** A lease still `creating` after this long is treated as failed by reconcile, ms. Default 120 000. */
   staleCreatingMs?: number;
+  /** How long an ended lease's records (calls, events, receipts) stay readable, seconds. */
+  retentionSeconds: number;
 }
 
 export interface LeaseServiceDeps {
@@ -226,6 +228,7 @@ export class LeaseService {
     };
     await this.deps.ledger.putLease(ended);
     await this.deps.ledger.claimExpiry(id);
+    await this.deps.ledger.retain(id, this.options.retentionSeconds);
     if (failures.length > 0) this.deps.log.warn({ leaseId: id, failures: failures.map(String) }, 'sandbox teardown incomplete');
     this.deps.log.info({ leaseId: id, reason }, 'sandbox released');
     return toView(ended);

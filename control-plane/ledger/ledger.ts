@@ -111,12 +111,33 @@ export class Ledger {
     return text === null ? null : LeaseRecord.parse(JSON.parse(text));
   }
 
-  /** Leases, newest first. */
+  /** Leases, newest first. Ids whose record has expired (retention) are dropped from the index. */
   async listLeases(limit = 1000): Promise<LeaseRecord[]> {
     const ids = await this.redis.zrevrange(this.k.leases(), 0, limit - 1);
     if (ids.length === 0) return [];
     const texts = await this.redis.mget(ids.map((id) => this.k.lease(id)));
+    const gone = ids.filter((_, i) => texts[i] === null);
+    if (gone.length > 0) await this.redis.zrem(this.k.leases(), ...gone);
     return texts.flatMap((t) => (t === null ? [] : [LeaseRecord.parse(JSON.parse(t))]));
+  }
+
+  /**
+   * Starts the retention clock of an ended lease: its record, calls, events and receipts
+   * expire after `seconds` (Redis EXPIRE), so a long-running installation does not grow without
+   * bound. Until then all of it stays readable.
+   */
+  async retain(leaseId: string, seconds: number): Promise<void> {
+    const callIds = await this.redis.zrange(this.k.calls(leaseId), 0, -1);
+    const multi = this.redis.multi().expire(this.k.lease(leaseId), seconds).expire(this.k.calls(leaseId), seconds);
+    for (const callId of callIds) {
+      multi.expire(this.k.call(leaseId, callId), seconds).expire(this.k.events(leaseId, callId), seconds).expire(this.k.eventKeys(leaseId, callId), seconds);
+    }
+    for (const callId of callIds) {
+      const result = await this.redis.hget(this.k.call(leaseId, callId), 'result');
+      const receiptId = result ? (JSON.parse(result) as { receipt?: { receiptId?: string } | null }).receipt?.receiptId : undefined;
+      if (receiptId) multi.expire(this.k.receipt(receiptId), seconds);
+    }
+    await multi.exec();
   }
 
   async scheduleExpiry(id: string, expiresAtMs: number): Promise<void> {
