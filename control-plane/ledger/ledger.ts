@@ -14,14 +14,14 @@ import { canonicalJson } from '../../contract/digest.js';
 import { CallEvent, type EventBody } from '../../contract/events.js';
 import { CallStatus, EffectReceipt, Lease, ToolResult, type CallView } from '../../contract/objects.js';
 import { EnvMap } from '../../contract/tools.js';
-import { Policy } from '../policies/schema.js';
+import { PolicyShape } from '../policies/schema.js';
 
 /** What the ledger keeps of a lease: the API view plus what the control plane needs to run it. */
 export const LeaseRecord = Lease.extend({
   owner: z.string(),
   env: EnvMap,
-  /** The policy version the lease is bound to, as it was at creation. */
-  policySnapshot: Policy,
+  /** The policy version the lease is bound to, as it was at creation (read back without today's cross-field rules). */
+  policySnapshot: PolicyShape,
   containerId: z.string().nullable(),
 });
 export type LeaseRecord = z.infer<typeof LeaseRecord>;

@@ -23,7 +23,11 @@ export const WritableRoot = z
   })
   .strict();
 
-export const Policy = z
+/**
+ * The shape of a policy without its cross-field rules: what a lease's stored policy snapshot
+ * is read back with, so records written under older rules stay readable.
+ */
+export const PolicyShape = z
   .object({
     name: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/),
     version: z.number().int().positive(),
@@ -88,23 +92,25 @@ export const Policy = z
     /** Env var names a lease request may set (empty = any POSIX name). */
     envAllowlist: z.array(EnvName).default([]),
   })
-  .strict()
-  .superRefine((p, ctx) => {
-    if (p.resources.ttlSeconds > p.resources.maxTtlSeconds) {
-      ctx.addIssue({ code: 'custom', path: ['resources', 'ttlSeconds'], message: 'must be ≤ maxTtlSeconds' });
-    }
-    if (p.tools.exec.defaultTimeoutMs > p.tools.exec.maxTimeoutMs) {
-      ctx.addIssue({ code: 'custom', path: ['tools', 'exec', 'defaultTimeoutMs'], message: 'must be ≤ maxTimeoutMs' });
-    }
-    // Writable roots are tmpfs-backed: their pages are memory charged to the sandbox, so roots
-    // larger than the memory limit would let a full disk OOM-kill the sandbox instead of ENOSPC.
-    const rootBytes = p.filesystem.writableRoots.reduce((sum, r) => sum + r.sizeBytes, 0);
-    if (rootBytes > p.resources.memoryBytes) {
-      ctx.addIssue({ code: 'custom', path: ['filesystem', 'writableRoots'], message: `sizes add up to ${rootBytes} bytes, above resources.memoryBytes ${p.resources.memoryBytes}` });
-    }
-    const paths = p.filesystem.writableRoots.map((r) => r.path);
-    if (new Set(paths).size !== paths.length) {
-      ctx.addIssue({ code: 'custom', path: ['filesystem', 'writableRoots'], message: 'paths must be distinct' });
-    }
-  });
+  .strict();
+
+/** A policy as loaded from a file: the shape plus its cross-field rules. */
+export const Policy = PolicyShape.superRefine((p, ctx) => {
+  if (p.resources.ttlSeconds > p.resources.maxTtlSeconds) {
+    ctx.addIssue({ code: 'custom', path: ['resources', 'ttlSeconds'], message: 'must be ≤ maxTtlSeconds' });
+  }
+  if (p.tools.exec.defaultTimeoutMs > p.tools.exec.maxTimeoutMs) {
+    ctx.addIssue({ code: 'custom', path: ['tools', 'exec', 'defaultTimeoutMs'], message: 'must be ≤ maxTimeoutMs' });
+  }
+  // Writable roots are tmpfs-backed: their pages are memory charged to the sandbox, so roots
+  // larger than the memory limit would let a full disk OOM-kill the sandbox instead of ENOSPC.
+  const rootBytes = p.filesystem.writableRoots.reduce((sum, r) => sum + r.sizeBytes, 0);
+  if (rootBytes > p.resources.memoryBytes) {
+    ctx.addIssue({ code: 'custom', path: ['filesystem', 'writableRoots'], message: `sizes add up to ${rootBytes} bytes, above resources.memoryBytes ${p.resources.memoryBytes}` });
+  }
+  const paths = p.filesystem.writableRoots.map((r) => r.path);
+  if (new Set(paths).size !== paths.length) {
+    ctx.addIssue({ code: 'custom', path: ['filesystem', 'writableRoots'], message: 'paths must be distinct' });
+  }
+});
 export type Policy = z.infer<typeof Policy>;
