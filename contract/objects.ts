@@ -106,6 +106,8 @@ export const EffectReceipt = z.object({
   environment: z.object({ defaults: z.record(z.string(), z.string()), keys: z.array(z.string()) }).nullable(),
   runner: z.object({ pid: z.number().int().nullable(), uid: z.number().int(), gid: z.number().int() }).nullable(),
   outputs: z.object({ stdout: StreamDigest, stderr: StreamDigest }).nullable(),
+  /** Files the call read or changed: sha256 before and after (null: absent). */
+  versions: z.array(z.object({ path: z.string(), before: z.string().nullable(), after: z.string().nullable() })).default([]),
   /** Processes of the tool user still alive after the call ended (setsid, daemons), killed by the sweep. */
   cleanup: z.object({ killedProcesses: z.number().int().nonnegative() }).nullable().default(null),
   artifacts: z.array(z.object({ id: z.string(), sha256: z.string(), size: z.number().int() })),
@@ -131,6 +133,8 @@ export const ToolResult = z.object({
   stdout: z.string(),
   stderr: z.string(),
   truncation: Truncation.nullable(),
+  /** The tool's structured output (file content, listing, matches, git status), null for exec. */
+  data: z.record(z.string(), z.unknown()).nullable().default(null),
   artifacts: z.array(z.object({ id: z.string(), sha256: z.string(), size: z.number().int() })),
   receipt: EffectReceipt.nullable(),
 });

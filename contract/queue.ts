@@ -53,6 +53,8 @@ export const AgentConfig = z.object({
   workdir: z.string(),
   /** Lease env, applied under every call's env. */
   env: EnvMap,
+  /** What the file tools may reach: canonical roots, and the largest file they read or write (bytes). */
+  files: z.object({ roots: z.array(z.string()), maxFileBytes: z.number().int().positive() }),
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
 
@@ -68,6 +70,8 @@ export const CallJob = z.object({
   timeoutMs: z.number().int().positive(),
   /** Per-stream cap on bytes kept in events and the result. */
   maxOutputBytes: z.number().int().positive(),
+  /** What the call touches, for the agent's scheduler (contract of sandbox-agent/scheduler.ts). */
+  accesses: z.array(z.union([z.object({ kind: z.literal('all') }), z.object({ kind: z.literal('path'), path: z.string(), mode: z.enum(['read', 'write']) })])),
 });
 export type CallJob = z.infer<typeof CallJob>;
 

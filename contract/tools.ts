@@ -50,7 +50,115 @@ export const ExecArgs = z
   .refine((a) => (a.argv === undefined) !== (a.cmd === undefined), { message: 'give exactly one of argv or cmd', path: ['argv'] });
 export type ExecArgs = z.infer<typeof ExecArgs>;
 
+/** Lower-case hex sha256 of a file's bytes. */
+export const Sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, 'a lower-case hex sha256');
+
+/** `read_file`: a window of lines of a text file, or a binary file as base64. */
+export const ReadFileArgs = z
+  .object({
+    path: SandboxPath,
+    /** First line to return, 1-based. */
+    offset: z.number().int().min(1).default(1),
+    /** Lines to return at most. */
+    limit: z.number().int().min(1).max(100_000).default(2000),
+    /** `text` refuses binary files (`files.binary`); `base64` returns any file's bytes. */
+    encoding: z.enum(['text', 'base64']).default('text'),
+  })
+  .strict();
+export type ReadFileArgs = z.infer<typeof ReadFileArgs>;
+
+/** `write_file`: replaces or creates a file atomically (temp file, fsync, rename). */
+export const WriteFileArgs = z
+  .object({
+    path: SandboxPath,
+    content: z.string().max(32 * 1024 * 1024),
+    /** How `content` is encoded. */
+    encoding: z.enum(['utf8', 'base64']).default('utf8'),
+    /** Compare-and-swap: the sha256 the file must have now; a mismatch is `files.conflict` and nothing is written. */
+    expectedSha256: Sha256Hex.optional(),
+    /** Fail with `files.exists` if the file exists. */
+    createOnly: z.boolean().default(false),
+    /** Permission bits for a new file (default 0644); an existing file keeps its own. Missing parent directories are created. */
+    mode: z.number().int().min(0).max(0o777).optional(),
+  })
+  .strict();
+export type WriteFileArgs = z.infer<typeof WriteFileArgs>;
+
+/** `edit_file`: exact-string replacement in a text file, keeping its line endings and BOM. */
+export const EditFileArgs = z
+  .object({
+    path: SandboxPath,
+    oldString: z.string().min(1),
+    newString: z.string(),
+    /** Replace every match; without it `oldString` must match exactly once. */
+    replaceAll: z.boolean().default(false),
+    expectedSha256: Sha256Hex.optional(),
+  })
+  .strict()
+  .refine((a) => a.oldString !== a.newString, { message: 'newString must differ from oldString', path: ['newString'] });
+export type EditFileArgs = z.infer<typeof EditFileArgs>;
+
+/** `list_files`: a bounded, sorted listing; symlinks are listed, never followed. */
+export const ListFilesArgs = z
+  .object({
+    path: SandboxPath.default('/workspace'),
+    /** Directory levels below `path`, 1 = its entries only. */
+    depth: z.number().int().min(1).max(32).default(3),
+    limit: z.number().int().min(1).max(20_000).default(1000),
+  })
+  .strict();
+export type ListFilesArgs = z.infer<typeof ListFilesArgs>;
+
+/** `glob`: paths under `path` matching a glob pattern (picomatch syntax), symlinks not followed. */
+export const GlobArgs = z
+  .object({
+    pattern: z.string().min(1).max(1024),
+    path: SandboxPath.default('/workspace'),
+    limit: z.number().int().min(1).max(20_000).default(1000),
+  })
+  .strict();
+export type GlobArgs = z.infer<typeof GlobArgs>;
+
+/** `search`: content search with ripgrep (regex, or literal), bounded matches with file:line. */
+export const SearchArgs = z
+  .object({
+    pattern: z.string().min(1).max(4096),
+    path: SandboxPath.default('/workspace'),
+    literal: z.boolean().default(false),
+    ignoreCase: z.boolean().default(false),
+    /** Only files matching this glob. */
+    glob: z.string().max(1024).optional(),
+    limit: z.number().int().min(1).max(10_000).default(200),
+  })
+  .strict();
+export type SearchArgs = z.infer<typeof SearchArgs>;
+
+/** `git_status`: the work tree's state from `git status --porcelain=v2 -z --branch`. */
+export const GitStatusArgs = z.object({ path: SandboxPath.default('/workspace') }).strict();
+export type GitStatusArgs = z.infer<typeof GitStatusArgs>;
+
+/** `git_diff`: the unified diff of the work tree (or the index with `staged`). */
+export const GitDiffArgs = z
+  .object({
+    path: SandboxPath.default('/workspace'),
+    staged: z.boolean().default(false),
+    /** Bytes of diff returned in the result; the rest is counted. */
+    maxBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(256 * 1024),
+  })
+  .strict();
+export type GitDiffArgs = z.infer<typeof GitDiffArgs>;
+
 /** Tools the agent offers, by name. */
-export const TOOL_ARGS = { exec: ExecArgs } as const;
+export const TOOL_ARGS = {
+  exec: ExecArgs,
+  read_file: ReadFileArgs,
+  write_file: WriteFileArgs,
+  edit_file: EditFileArgs,
+  list_files: ListFilesArgs,
+  glob: GlobArgs,
+  search: SearchArgs,
+  git_status: GitStatusArgs,
+  git_diff: GitDiffArgs,
+} as const;
 export type ToolName = keyof typeof TOOL_ARGS;
 export const ToolName = z.enum(Object.keys(TOOL_ARGS) as [ToolName, ...ToolName[]]);

@@ -18,6 +18,8 @@ export interface AttemptContext {
   readonly cancelSignal: AbortSignal;
   readonly toolUser: AgentConfig['toolUser'];
   readonly leaseEnv: Record<string, string>;
+  /** Processes of the tool user that are the agent's own (its worker): a sweep spares them. */
+  readonly agentPids: () => ReadonlySet<number>;
   /** Queues an event for the control plane; events keep the order of `emit` calls. */
   emit(body: EventBody): void;
 }
@@ -33,6 +35,8 @@ export interface AttemptOutcome {
   runner: EffectReceipt['runner'];
   outputs: EffectReceipt['outputs'];
   cleanup: EffectReceipt['cleanup'];
+  versions: EffectReceipt['versions'];
+  data: ToolResult['data'];
   stdout: string;
   stderr: string;
   truncation: ToolResult['truncation'];

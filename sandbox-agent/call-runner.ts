@@ -10,6 +10,7 @@ import type { EffectReceipt, ToolResult } from '../contract/objects.js';
 import { CallJob, type AgentConfig, type LeaseKeys } from '../contract/queue.js';
 import type { AgentTool, AttemptOutcome } from './attempt.js';
 import type { ReturnChannel } from './return-channel.js';
+import type { AccessScheduler } from './scheduler.js';
 
 /** SET key value NX: true when this caller set it. */
 export type ClaimAttempt = (key: string, attemptId: string) => Promise<boolean>;
@@ -18,6 +19,9 @@ export type KeyExists = (key: string) => Promise<boolean>;
 
 export interface CallRunnerDeps {
   config: AgentConfig;
+  scheduler: AccessScheduler;
+  /** Pids of the agent's own tool-user processes (see AttemptContext.agentPids). */
+  agentPids: () => ReadonlySet<number>;
   keys: LeaseKeys;
   tools: ReadonlyMap<string, AgentTool<unknown>>;
   returns: ReturnChannel;
@@ -40,9 +44,22 @@ export class CallRunner {
     this.running.get(callId)?.abort();
   }
 
-  /** Processes one job from the call queue. Throws only when the return path is down. */
+  /**
+   * Processes one job from the call queue. Throws only when the return path is down. Its place
+   * in the scheduler is taken before the first await, so calls queue in the order the worker
+   * took their jobs.
+   */
   async run(data: unknown): Promise<void> {
     const job = CallJob.parse(data);
+    const slot = this.deps.scheduler.acquire(job.accesses);
+    try {
+      await this.runScheduled(job, slot);
+    } finally {
+      (await slot)();
+    }
+  }
+
+  private async runScheduled(job: CallJob, slot: Promise<unknown>): Promise<void> {
     const attemptId = `att_${randomUUID()}`;
     const channel = this.deps.returns.forAttempt(job.callId, attemptId);
     const now = new Date();
@@ -75,6 +92,14 @@ export class CallRunner {
     }
     const controller = new AbortController();
     this.running.set(job.callId, controller);
+    await slot;
+    if (await this.deps.keyExists(this.deps.keys.cancel(job.callId))) {
+      // Cancelled while it waited for a conflicting call to finish.
+      this.running.delete(job.callId);
+      const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('cancelled', 'not_started', error, new Date())));
+      return;
+    }
     let outcome: AttemptOutcome;
     try {
       outcome = await tool.execute(
@@ -86,6 +111,7 @@ export class CallRunner {
           cancelSignal: controller.signal,
           toolUser: this.deps.config.toolUser,
           leaseEnv: this.deps.config.env,
+          agentPids: this.deps.agentPids,
           emit: channel.emit,
         },
         args,
@@ -118,6 +144,7 @@ export class CallRunner {
       runner: o.runner,
       outputs: o.outputs,
       cleanup: o.cleanup,
+      versions: o.versions,
       artifacts: [],
       manifestDigest: job.manifestDigest,
     };
@@ -131,6 +158,7 @@ export class CallRunner {
       stdout: o.stdout,
       stderr: o.stderr,
       truncation: o.truncation,
+      data: o.data,
       artifacts: [],
       receipt,
     };
@@ -149,6 +177,8 @@ function outcomeWithoutRun(status: AttemptOutcome['status'], commitState: Attemp
     runner: null,
     outputs: null,
     cleanup: null,
+    versions: [],
+    data: null,
     stdout: '',
     stderr: '',
     truncation: null,

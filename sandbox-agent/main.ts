@@ -14,7 +14,11 @@ import type { AgentTool } from './attempt.js';
 import { CallRunner } from './call-runner.js';
 import { measureFacts } from './facts.js';
 import { ReturnChannel } from './return-channel.js';
+import { AccessScheduler } from './scheduler.js';
+import { ToolUserWorker } from './tool-user/client.js';
+import { runToolUserWorker } from './tool-user/worker.js';
 import { execTool } from './tools/exec.js';
+import { fileTools } from './tools/file-tools.js';
 
 async function main(): Promise<void> {
   const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent/agent.json';
@@ -36,9 +40,18 @@ async function main(): Promise<void> {
     // Completed jobs go at once: the control plane's ledger holds what they carried.
     defaultJobOptions: { removeOnComplete: true, removeOnFail: { age: 24 * 3600 } },
   });
-  const tools = new Map<string, AgentTool<unknown>>([[execTool.name, execTool as AgentTool<unknown>]]);
+  const worker = new ToolUserWorker(process.argv[1]!, {
+    uid: config.toolUser.uid,
+    gid: config.toolUser.gid,
+    home: config.toolUser.home,
+    roots: config.files.roots,
+    maxFileBytes: config.files.maxFileBytes,
+  });
+  const tools = new Map<string, AgentTool<unknown>>([execTool as AgentTool<unknown>, ...fileTools(worker)].map((t) => [t.name, t]));
   const runner = new CallRunner({
     config,
+    scheduler: new AccessScheduler(),
+    agentPids: () => new Set(worker.pid === null ? [] : [worker.pid]),
     keys,
     tools,
     returns: new ReturnChannel(returnQueue),
@@ -53,7 +66,7 @@ async function main(): Promise<void> {
   await subscriber.subscribe(keys.control);
 
   const concurrency = Number(process.env.SBX_AGENT_CONCURRENCY ?? 16);
-  const worker = new Worker(CALL_QUEUE, (job) => runner.run(job.data), {
+  const queueWorker = new Worker(CALL_QUEUE, (job) => runner.run(job.data), {
     connection: redisOptions,
     prefix: keys.namespace,
     concurrency,
@@ -61,14 +74,15 @@ async function main(): Promise<void> {
     // redelivery into `effect_unknown`, so BullMQ's own retries stay off.
     maxStalledCount: 1,
   });
-  worker.on('error', (err) => process.stderr.write(`sbx-agent: worker error: ${err.message}\n`));
-  await worker.waitUntilReady();
+  queueWorker.on('error', (err) => process.stderr.write(`sbx-agent: queue worker error: ${err.message}\n`));
+  await queueWorker.waitUntilReady();
 
   const hello: AgentHello = { leaseId: config.leaseId, facts: await measureFacts(config), startedAt: new Date().toISOString() };
   await redis.rpush(keys.hello, JSON.stringify(hello));
 
   const shutdown = async (): Promise<void> => {
-    await worker.close();
+    await queueWorker.close();
+    worker.stop();
     await Promise.allSettled([returnQueue.close(), subscriber.quit(), redis.quit()]);
     process.exit(0);
   };
@@ -84,7 +98,9 @@ function safeJson(text: string): unknown {
   }
 }
 
-main().catch((err: unknown) => {
+// The same bundle is the tool-user worker when started with --tool-user-worker <config json>.
+const start = process.argv[2] === '--tool-user-worker' ? runToolUserWorker(process.argv[3] ?? '') : main();
+start.catch((err: unknown) => {
   process.stderr.write(`sbx-agent: fatal: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
   process.exit(1);
 });

@@ -78,6 +78,7 @@ export class CallService {
       manifestDigest: lease.manifest!.digest,
       timeoutMs: resolved.timeoutMs,
       maxOutputBytes: resolved.maxOutputBytes,
+      accesses: resolved.accesses,
     };
     // The intent is in the ledger before the job exists: a crash here leaves a queued call that
     // reconcile/release finishes as `cancelled` (no attempt marker), never a job without a record.
@@ -178,6 +179,7 @@ export class CallService {
         runner: null,
         outputs: null,
         cleanup: null,
+        versions: [],
         artifacts: [],
         manifestDigest,
       };
@@ -187,5 +189,5 @@ export class CallService {
 }
 
 function emptyResult(callId: string, status: ToolResult['status'], error: ToolResult['error']): ToolResult {
-  return { callId, status, error, modelText: error?.message ?? status, exitCode: null, signal: null, stdout: '', stderr: '', truncation: null, artifacts: [], receipt: null };
+  return { callId, status, error, modelText: error?.message ?? status, exitCode: null, signal: null, stdout: '', stderr: '', truncation: null, data: null, artifacts: [], receipt: null };
 }

@@ -1,17 +1,21 @@
 /**
  * The control plane's tool registry: each tool's definition (name, version, input schema,
- * effect classes, accesses, limits) and its `resolve` step, which normalizes arguments and
- * applies the lease's policy before anything is queued (docs/DESIGN.md §3: validate → resolve →
- * authorize). `GET /v1/tools` serves these definitions.
+ * effect classes, the accesses a call declares, limits) and its `resolve` step, which
+ * normalizes arguments and applies the lease's policy before anything is queued (docs/DESIGN.md
+ * §3: validate → resolve → authorize). `GET /v1/tools` serves these definitions.
  */
+import { posix } from 'node:path';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
-import { ExecArgs } from '../../contract/tools.js';
+import type { CallJob } from '../../contract/queue.js';
+import { ExecArgs, TOOL_ARGS } from '../../contract/tools.js';
 import type { Policy } from '../policies/schema.js';
 
 /** The effect of a call, after normalization and policy. */
 export interface ResolvedExecution {
   args: Record<string, unknown>;
+  /** What the call touches; the agent's scheduler keeps conflicting calls in order. */
+  accesses: CallJob['accesses'];
   /** Effective timeout after policy, ms. */
   timeoutMs: number;
   /** Per-stream output bytes kept. */
@@ -22,12 +26,11 @@ export interface ToolDefinition {
   name: string;
   version: string;
   description: string;
-  /** What running the tool may do: `process` (runs code), `fs.read`, `fs.write`, `network`. */
+  /** What running the tool may do: `process` (runs code), `fs.read`, `fs.write`. */
   effectClasses: string[];
   inputSchema: z.ZodType;
-  /** Parses args (throws ZodError) and authorizes them (throws AppError `policy.tool_denied`). */
+  /** Parses args (throws ZodError) and authorizes them (throws AppError `policy.tool_denied`, `input.path_outside_workspace`). */
   resolve(args: unknown, policy: Policy): ResolvedExecution;
-  limits(policy: Policy): { defaultTimeoutMs: number; maxTimeoutMs: number; maxOutputBytes: number };
 }
 
 const exec: ToolDefinition = {
@@ -36,7 +39,6 @@ const exec: ToolDefinition = {
   description: 'Runs a program (argv) or a bash script (cmd) as the sandbox tool user in its own process group.',
   effectClasses: ['process', 'fs.read', 'fs.write'],
   inputSchema: ExecArgs,
-  limits: (policy) => policy.tools.exec,
   resolve(raw, policy) {
     const rules = policy.tools.exec;
     if (!rules.enabled) throw new AppError('policy.tool_denied', `policy ${policy.name} disables exec`, { details: { tool: 'exec' } });
@@ -47,11 +49,50 @@ const exec: ToolDefinition = {
         details: { tool: 'exec', field: 'args.timeoutMs', max: rules.maxTimeoutMs },
       });
     }
-    return { args: { ...args, timeoutMs }, timeoutMs, maxOutputBytes: rules.maxOutputBytes };
+    // A program may touch anything: exec runs alone, in order with every other call.
+    return { args: { ...args, timeoutMs }, accesses: [{ kind: 'all' }], timeoutMs, maxOutputBytes: rules.maxOutputBytes };
   },
 };
 
-export const TOOLS: ReadonlyMap<string, ToolDefinition> = new Map([[exec.name, exec]]);
+/**
+ * A file tool: its `path` is normalized lexically and must lie in a writable root here; the
+ * agent checks the canonical path (symlinks resolved) again where the file is.
+ */
+function fileTool(name: Exclude<keyof typeof TOOL_ARGS, 'exec'>, mode: 'read' | 'write', description: string): ToolDefinition {
+  const schema = TOOL_ARGS[name] as z.ZodType<{ path: string }>;
+  return {
+    name,
+    version: '1',
+    description,
+    effectClasses: mode === 'write' ? ['fs.read', 'fs.write'] : ['fs.read'],
+    inputSchema: schema,
+    resolve(raw, policy) {
+      const rules = policy.tools.files;
+      if (!rules.enabled) throw new AppError('policy.tool_denied', `policy ${policy.name} disables the file tools`, { details: { tool: name } });
+      const args = schema.parse(raw);
+      const path = posix.normalize(args.path).replace(/(.)\/+$/, '$1');
+      const roots = policy.filesystem.writableRoots.map((r) => r.path);
+      if (!roots.some((r) => path === r || path.startsWith(`${r}/`))) {
+        throw new AppError('input.path_outside_workspace', `${args.path} is outside the sandbox's file roots (${roots.join(', ')})`, { details: { field: 'args.path', path: args.path, roots } });
+      }
+      return { args: { ...args, path }, accesses: [{ kind: 'path', path, mode }], timeoutMs: rules.defaultTimeoutMs, maxOutputBytes: policy.tools.exec.maxOutputBytes };
+    },
+  };
+}
+
+export const TOOLS: ReadonlyMap<string, ToolDefinition> = new Map(
+  [
+    exec,
+    fileTool('read_file', 'read', 'Reads a window of lines of a text file (or a binary file as base64), with the sha256 of the whole file.'),
+    fileTool('write_file', 'write', 'Writes a file atomically; expectedSha256 makes it a compare-and-swap, createOnly refuses to replace.'),
+    fileTool('edit_file', 'write', 'Replaces an exact string in a text file (once, or everywhere with replaceAll), keeping line endings and BOM.'),
+    fileTool('list_files', 'read', 'Lists a directory tree, sorted and bounded; symlinks are listed, not followed.'),
+    fileTool('glob', 'read', 'Finds paths matching a glob pattern under a directory, bounded; symlinks are not followed.'),
+    fileTool('search', 'read', 'Searches file contents with ripgrep (regex or literal), bounded matches with file and line.'),
+    fileTool('git_status', 'read', 'The work tree state from git status --porcelain=v2: staged, unstaged, untracked, conflicted.'),
+    fileTool('git_diff', 'read', 'The unified diff of the work tree or the index, bounded.'),
+  ].map((t) => [t.name, t]),
+);
 
 /** The public description of every tool, input schemas as JSON Schema (draft 2020-12). */
 export function describeTools(): Array<{ name: string; version: string; description: string; effectClasses: string[]; inputSchema: unknown }> {

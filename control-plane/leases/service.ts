@@ -142,6 +142,7 @@ export class LeaseService {
         toolUser: policy.runtime.toolUser,
         workdir: '/workspace',
         env,
+        files: { roots: policy.filesystem.writableRoots.map((r) => r.path), maxFileBytes: policy.tools.files.maxFileBytes },
       };
       await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
       await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });

@@ -87,6 +87,16 @@ export const PolicyShape = z
             maxOutputBytes: z.number().int().positive(),
           })
           .strict(),
+        /** read_file, write_file, edit_file, list_files, glob, search, git_status, git_diff: within the writable roots. */
+        files: z
+          .object({
+            enabled: z.boolean().default(true),
+            /** Largest file a file tool reads or writes, bytes. */
+            maxFileBytes: z.number().int().positive().default(16 * MiB),
+            defaultTimeoutMs: z.number().int().positive().default(60_000),
+          })
+          .strict()
+          .default({ enabled: true, maxFileBytes: 16 * MiB, defaultTimeoutMs: 60_000 }),
       })
       .strict(),
     /** Env var names a lease request may set (empty = any POSIX name). */

@@ -130,7 +130,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   // not (setsid, daemons), so nothing outlives the call, holds its pipes or sees later calls.
   killGroup('SIGKILL');
   if (graceTimer) clearTimeout(graceTimer);
-  const killedProcesses = await sweepProcesses(ctx.toolUser.uid);
+  const killedProcesses = await sweepProcesses(ctx.toolUser.uid, ctx.agentPids());
   await drain(child.stdout, child.stderr);
   pipeline.flush();
   const endedAt = new Date();
@@ -147,6 +147,8 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     environment,
     runner: { pid, uid: ctx.toolUser.uid, gid: ctx.toolUser.gid },
     cleanup: { killedProcesses },
+    versions: [],
+    data: null,
     outputs: {
       stdout: { bytes: out.bytes, sha256: out.sha256, keptBytes: out.keptBytes },
       stderr: { bytes: err.bytes, sha256: err.sha256, keptBytes: err.keptBytes },
@@ -236,6 +238,8 @@ function notStarted(startedAt: Date, error: AttemptOutcome['error']): AttemptOut
     runner: null,
     outputs: null,
     cleanup: null,
+    versions: [],
+    data: null,
     stdout: '',
     stderr: '',
     truncation: null,

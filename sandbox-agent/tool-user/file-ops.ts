@@ -1,0 +1,319 @@
+/**
+ * The file tools' operations. They run inside the tool-user worker, i.e. with the tool user's
+ * uid and gid, so the kernel applies that user's permissions; on top, every path is
+ * canonicalized (realpath: `..` and symlinks resolved) and must lie inside the lease's file
+ * roots — the policy decides on the resolved target, never on the string the caller sent.
+ *
+ * Each operation returns `{data, versions, modelText}` or throws `ToolError` with a catalogue code.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { lstat, mkdir, open, readdir, readFile, readlink, realpath, rename, rm, stat } from 'node:fs/promises';
+import { basename, dirname, join, posix } from 'node:path';
+import { createTwoFilesPatch } from 'diff';
+import { glob } from 'tinyglobby';
+import type { ErrorCode } from '../../contract/errors.js';
+import type { EditFileArgs, GlobArgs, ListFilesArgs, ReadFileArgs, WriteFileArgs } from '../../contract/tools.js';
+
+export class ToolError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details?: Record<string, unknown>,
+  ) {
+    super(message);
+  }
+}
+
+export interface FileContext {
+  /** Canonical absolute directories the file tools may reach. */
+  roots: readonly string[];
+  /** Largest file a tool reads or writes, bytes. */
+  maxFileBytes: number;
+}
+
+export interface OpResult {
+  data: Record<string, unknown>;
+  versions: Array<{ path: string; before: string | null; after: string | null }>;
+  modelText: string;
+}
+
+/** Bytes of unified diff kept in a result. */
+const MAX_DIFF_BYTES = 64 * 1024;
+
+const sha256 = (data: Uint8Array): string => createHash('sha256').update(data).digest('hex');
+
+/** Whether a canonical path is one of the roots or below one. */
+export function inside(path: string, roots: readonly string[]): boolean {
+  return roots.some((r) => path === r || path.startsWith(`${r}/`));
+}
+
+function outside(path: string, canonical: string, roots: readonly string[]): ToolError {
+  return new ToolError('input.path_outside_workspace', `${path} resolves to ${canonical}, outside the file roots (${roots.join(', ')})`, { path, resolved: canonical, roots });
+}
+
+function fsError(err: unknown, path: string): ToolError {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ENOENT') return new ToolError('files.not_found', `no such file or directory: ${path}`, { path });
+  if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') return new ToolError('files.permission_denied', `${code}: the tool user may not access ${path}`, { path, errno: code });
+  if (code === 'ENOSPC') return new ToolError('files.no_space', `no space left writing ${path}`, { path });
+  if (code === 'EISDIR' || code === 'ENOTDIR') return new ToolError('files.not_a_file', `${code}: ${path}`, { path, errno: code });
+  return new ToolError('files.transfer_failed', `${code ?? 'error'}: ${(err as Error).message}`, { path, errno: code });
+}
+
+/** realpath of an existing path, checked against the roots. */
+export async function canonicalExisting(path: string, ctx: FileContext): Promise<string> {
+  const canonical = await realpath(path).catch((err: unknown) => {
+    throw fsError(err, path);
+  });
+  if (!inside(canonical, ctx.roots)) throw outside(path, canonical, ctx.roots);
+  return canonical;
+}
+
+/**
+ * Where a write to `path` lands: the realpath of the file if it exists (a symlink is written
+ * through, to its target, which must be inside the roots too), else realpath(dir)/name, the
+ * missing directories created first (after their nearest existing ancestor passed the check).
+ */
+async function canonicalForWrite(path: string, ctx: FileContext): Promise<string> {
+  const existing = await realpath(path).catch(() => null);
+  if (existing) {
+    if (!inside(existing, ctx.roots)) throw outside(path, existing, ctx.roots);
+    return existing;
+  }
+  let ancestor = dirname(path);
+  const missing: string[] = [];
+  while (!(await realpath(ancestor).catch(() => null))) {
+    missing.unshift(basename(ancestor));
+    ancestor = dirname(ancestor);
+  }
+  const base = await canonicalExisting(ancestor, ctx);
+  const dir = join(base, ...missing);
+  if (missing.length > 0) {
+    await mkdir(dir, { recursive: true }).catch((err: unknown) => {
+      throw fsError(err, dir);
+    });
+  }
+  const canonical = join(await canonicalExisting(dir, ctx), basename(path));
+  if (!inside(canonical, ctx.roots)) throw outside(path, canonical, ctx.roots);
+  return canonical;
+}
+
+/** The file's bytes, or null when it does not exist. Throws for non-regular files and size. */
+async function readRegular(canonical: string, ctx: FileContext): Promise<Buffer | null> {
+  const s = await stat(canonical).catch((err: unknown) => {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw fsError(err, canonical);
+  });
+  if (!s) return null;
+  if (!s.isFile()) throw new ToolError('files.not_a_file', `not a regular file: ${canonical}`, { path: canonical });
+  if (s.size > ctx.maxFileBytes) throw new ToolError('files.too_large', `${canonical} is ${s.size} bytes, above the limit of ${ctx.maxFileBytes}`, { path: canonical, bytes: s.size, maxBytes: ctx.maxFileBytes });
+  return readFile(canonical).catch((err: unknown) => {
+    throw fsError(err, canonical);
+  });
+}
+
+// ignoreBOM: keep a BOM in the text (the WHATWG decoder drops it by default), so edits keep it.
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/** Text if the bytes are valid UTF-8 without NUL, else null (binary). */
+export function decodeText(bytes: Uint8Array): string | null {
+  if (bytes.includes(0)) return null;
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    return null;
+  }
+}
+
+/** Lines with their own endings kept (`\n` or `\r\n`); a final line may lack one. */
+export function splitLines(text: string): string[] {
+  if (text === '') return [];
+  return text.match(/[^\n]*\n|[^\n]+$/g) ?? [];
+}
+
+export async function readFileOp(args: ReadFileArgs, ctx: FileContext): Promise<OpResult> {
+  const canonical = await canonicalExisting(args.path, ctx);
+  const bytes = await readRegular(canonical, ctx);
+  if (!bytes) throw new ToolError('files.not_found', `no such file: ${args.path}`, { path: args.path });
+  const digest = sha256(bytes);
+  const versions = [{ path: canonical, before: digest, after: digest }];
+  if (args.encoding === 'base64') {
+    return {
+      data: { path: canonical, encoding: 'base64', content: bytes.toString('base64'), sha256: digest, totalBytes: bytes.length },
+      versions,
+      modelText: `${canonical}: ${bytes.length} bytes (base64)`,
+    };
+  }
+  const text = decodeText(bytes);
+  if (text === null) throw new ToolError('files.binary', `${canonical} is binary (NUL bytes or invalid UTF-8); read it with encoding: base64`, { path: canonical, bytes: bytes.length, sha256: digest });
+  const lines = splitLines(text);
+  const start = args.offset - 1;
+  const end = Math.min(lines.length, start + args.limit);
+  const truncated = start > 0 || end < lines.length;
+  const content = lines.slice(start, end).join('');
+  return {
+    data: {
+      path: canonical,
+      encoding: 'utf8',
+      content,
+      sha256: digest,
+      totalLines: lines.length,
+      totalBytes: bytes.length,
+      fromLine: Math.min(args.offset, lines.length + 1),
+      toLine: end,
+      truncated,
+      remaining: end < lines.length ? { fromLine: end + 1, toLine: lines.length } : null,
+    },
+    versions,
+    modelText: truncated ? `${canonical} lines ${args.offset}-${end} of ${lines.length}:\n${content}` : content,
+  };
+}
+
+/**
+ * Writes `bytes` to `canonical` atomically: a temp file in the same directory, fsync, rename
+ * over the target (rename(2) is atomic within a filesystem), fsync of the directory so the
+ * rename itself survives a crash.
+ */
+async function atomicWrite(canonical: string, bytes: Uint8Array, mode: number): Promise<void> {
+  const dir = dirname(canonical);
+  const temp = join(dir, `.${basename(canonical)}.sbx-${randomBytes(6).toString('hex')}.tmp`);
+  try {
+    const handle = await open(temp, 'wx', mode);
+    try {
+      await handle.writeFile(bytes);
+      await handle.chmod(mode);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(temp, canonical);
+    const dirHandle = await open(dir, 'r');
+    try {
+      await dirHandle.sync();
+    } finally {
+      await dirHandle.close();
+    }
+  } catch (err) {
+    await rm(temp, { force: true });
+    throw fsError(err, canonical);
+  }
+}
+
+function unifiedDiff(path: string, before: string, after: string): { diff: string; diffTruncated: boolean } {
+  const full = createTwoFilesPatch(path, path, before, after, 'before', 'after');
+  const bytes = Buffer.byteLength(full);
+  if (bytes <= MAX_DIFF_BYTES) return { diff: full, diffTruncated: false };
+  return { diff: Buffer.from(full).subarray(0, MAX_DIFF_BYTES).toString('utf8'), diffTruncated: true };
+}
+
+async function checkExpected(expected: string | undefined, actual: string | null, path: string): Promise<void> {
+  if (expected !== undefined && expected !== actual) {
+    throw new ToolError('files.conflict', `${path} changed: expected sha256 ${expected}, found ${actual ?? 'no file'}; nothing written`, { path, expected, actual });
+  }
+}
+
+export async function writeFileOp(args: WriteFileArgs, ctx: FileContext): Promise<OpResult> {
+  const bytes = args.encoding === 'base64' ? Buffer.from(args.content, 'base64') : Buffer.from(args.content, 'utf8');
+  if (bytes.length > ctx.maxFileBytes) throw new ToolError('files.too_large', `content is ${bytes.length} bytes, above the limit of ${ctx.maxFileBytes}`, { bytes: bytes.length, maxBytes: ctx.maxFileBytes });
+  const canonical = await canonicalForWrite(args.path, ctx);
+  const existing = await readRegular(canonical, ctx);
+  const before = existing ? sha256(existing) : null;
+  if (existing && args.createOnly) throw new ToolError('files.exists', `${canonical} exists (createOnly); nothing written`, { path: canonical, sha256: before });
+  await checkExpected(args.expectedSha256, before, canonical);
+  const mode = existing ? (await stat(canonical)).mode & 0o777 : (args.mode ?? 0o644);
+  await atomicWrite(canonical, bytes, mode);
+  const after = sha256(bytes);
+  const oldText = existing ? decodeText(existing) : '';
+  const newText = decodeText(bytes);
+  const diff = oldText !== null && newText !== null ? unifiedDiff(canonical, oldText, newText) : { diff: null, diffTruncated: false };
+  return {
+    data: { path: canonical, bytes: bytes.length, sha256: after, created: !existing, ...diff },
+    versions: [{ path: canonical, before, after }],
+    modelText: `${existing ? 'wrote' : 'created'} ${canonical} (${bytes.length} bytes)`,
+  };
+}
+
+export async function editFileOp(args: EditFileArgs, ctx: FileContext): Promise<OpResult> {
+  const canonical = await canonicalExisting(args.path, ctx);
+  const existing = await readRegular(canonical, ctx);
+  if (!existing) throw new ToolError('files.not_found', `no such file: ${args.path}`, { path: args.path });
+  const before = sha256(existing);
+  await checkExpected(args.expectedSha256, before, canonical);
+  const text = decodeText(existing);
+  if (text === null) throw new ToolError('files.binary', `${canonical} is binary; edit_file works on text`, { path: canonical });
+  const bom = text.startsWith('\uFEFF') ? '\uFEFF' : '';
+  const body = text.slice(bom.length);
+  // A file that is CRLF throughout is edited in LF form and written back CRLF, so an edit
+  // written with '\n' matches and the file keeps its endings; mixed files are matched as they are.
+  const crlf = body.includes('\r\n') && !/(^|[^\r])\n/.test(body);
+  const toLf = (s: string): string => (crlf ? s.replace(/\r\n/g, '\n') : s);
+  const normalized = toLf(body);
+  const oldString = toLf(args.oldString);
+  const newString = toLf(args.newString);
+  const count = normalized.split(oldString).length - 1;
+  if (count === 0) throw new ToolError('edit.no_match', `oldString does not occur in ${canonical}`, { path: canonical, count });
+  if (count > 1 && !args.replaceAll) throw new ToolError('edit.ambiguous_match', `oldString occurs ${count} times in ${canonical}; make it unique or set replaceAll`, { path: canonical, count });
+  const replaced = normalized.split(oldString).join(newString);
+  const output = bom + (crlf ? replaced.replace(/\n/g, '\r\n') : replaced);
+  const bytes = Buffer.from(output, 'utf8');
+  if (bytes.length > ctx.maxFileBytes) throw new ToolError('files.too_large', `the edited file would be ${bytes.length} bytes, above ${ctx.maxFileBytes}`, { path: canonical });
+  await atomicWrite(canonical, bytes, (await stat(canonical)).mode & 0o777);
+  const after = sha256(bytes);
+  return {
+    data: { path: canonical, replacements: count, sha256: after, ...unifiedDiff(canonical, text, output) },
+    versions: [{ path: canonical, before, after }],
+    modelText: `edited ${canonical}: ${count} replacement${count === 1 ? '' : 's'}`,
+  };
+}
+
+type EntryType = 'file' | 'directory' | 'symlink' | 'other';
+
+export async function listFilesOp(args: ListFilesArgs, ctx: FileContext): Promise<OpResult> {
+  const root = await canonicalExisting(args.path, ctx);
+  const entries: Array<{ path: string; type: EntryType; size: number; target?: string }> = [];
+  let truncated = false;
+  const walk = async (dir: string, depth: number): Promise<void> => {
+    const names = (await readdir(dir).catch((err: unknown) => {
+      throw fsError(err, dir);
+    })).sort();
+    for (const name of names) {
+      if (entries.length >= args.limit) {
+        truncated = true;
+        return;
+      }
+      const path = posix.join(dir, name);
+      const s = await lstat(path).catch(() => null);
+      if (!s) continue;
+      const type: EntryType = s.isSymbolicLink() ? 'symlink' : s.isDirectory() ? 'directory' : s.isFile() ? 'file' : 'other';
+      const entry: (typeof entries)[number] = { path, type, size: s.size };
+      if (type === 'symlink') entry.target = await readlinkSafe(path);
+      entries.push(entry);
+      // Symlinks are listed, never followed: a link cannot lead the listing out of the roots.
+      if (type === 'directory' && depth > 1) await walk(path, depth - 1);
+      if (truncated) return;
+    }
+  };
+  await walk(root, args.depth);
+  return {
+    data: { path: root, entries, truncated },
+    versions: [],
+    modelText: `${entries.map((e) => `${e.path}${e.type === 'directory' ? '/' : e.type === 'symlink' ? ` -> ${e.target}` : ''}`).join('\n')}${truncated ? `\n[truncated at ${args.limit} entries]` : ''}`,
+  };
+}
+
+async function readlinkSafe(path: string): Promise<string> {
+  return readlink(path).catch(() => '?');
+}
+
+export async function globOp(args: GlobArgs, ctx: FileContext): Promise<OpResult> {
+  const root = await canonicalExisting(args.path, ctx);
+  const found = await glob(args.pattern, { cwd: root, absolute: true, dot: true, followSymbolicLinks: false, onlyFiles: false });
+  // A pattern may climb out of cwd ('../x'): keep what stays in the roots.
+  const inRoots = found.map((p) => p.replace(/\/$/, '')).filter((p) => inside(p, ctx.roots)).sort();
+  const paths = inRoots.slice(0, args.limit);
+  return {
+    data: { path: root, pattern: args.pattern, paths, truncated: inRoots.length > paths.length },
+    versions: [],
+    modelText: paths.join('\n') + (inRoots.length > paths.length ? `\n[truncated at ${args.limit}]` : ''),
+  };
+}

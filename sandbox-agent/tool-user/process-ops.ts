@@ -1,0 +1,156 @@
+/**
+ * The tools that run a program of the image for the tool user: `search` (ripgrep) and
+ * `git_status` / `git_diff` (git). They run inside the tool-user worker, so the programs get
+ * the tool user's identity; output is read up to a bound, then the program is stopped.
+ */
+import { spawn } from 'node:child_process';
+import type { GitDiffArgs, GitStatusArgs, SearchArgs } from '../../contract/tools.js';
+import { canonicalExisting, ToolError, type FileContext, type OpResult } from './file-ops.js';
+
+interface RunOutput {
+  stdout: Buffer;
+  stdoutBytes: number;
+  stderr: string;
+  code: number | null;
+  stoppedEarly: boolean;
+}
+
+const ENV = { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', GIT_TERMINAL_PROMPT: '0', GIT_PAGER: 'cat', NO_COLOR: '1' };
+
+/** Runs `file args`, keeping at most `maxBytes` of stdout (then stops it) and 64 KiB of stderr. */
+function run(file: string, args: string[], cwd: string, maxBytes: number, home: string, stop?: (kept: Buffer) => boolean): Promise<RunOutput> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(file, args, { cwd, env: { ...ENV, HOME: home }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const out: Buffer[] = [];
+    let kept = 0;
+    let total = 0;
+    let stoppedEarly = false;
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      total += chunk.length;
+      if (kept < maxBytes) {
+        const part = chunk.subarray(0, maxBytes - kept);
+        out.push(part);
+        kept += part.length;
+      }
+      if ((kept >= maxBytes || stop?.(Buffer.concat(out))) && !stoppedEarly) {
+        stoppedEarly = true;
+        child.kill('SIGKILL');
+      }
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      if (stderr.length < 65536) stderr += chunk.toString('utf8');
+    });
+    child.on('error', (err) => reject(new ToolError('execution.spawn_failed', `${file}: ${err.message}`)));
+    child.on('close', (code) => resolve({ stdout: Buffer.concat(out), stdoutBytes: total, stderr, code, stoppedEarly }));
+  });
+}
+
+export async function searchOp(args: SearchArgs, ctx: FileContext & { home: string }): Promise<OpResult> {
+  const root = await canonicalExisting(args.path, ctx);
+  const rgArgs = ['--json', '--no-config', '--max-columns', '2000'];
+  if (args.literal) rgArgs.push('--fixed-strings');
+  if (args.ignoreCase) rgArgs.push('--ignore-case');
+  if (args.glob) rgArgs.push('--glob', args.glob);
+  rgArgs.push('--regexp', args.pattern, '--', root);
+  const matches: Array<{ path: string; line: number; text: string }> = [];
+  // ripgrep writes one JSON object per line (`rg --json`, see rg(1)); stop once `limit` matches are in.
+  const result = await run('rg', rgArgs, root, 64 * 1024 * 1024, ctx.home, (kept) => kept.toString('utf8').split('"type":"match"').length - 1 > args.limit);
+  for (const line of result.stdout.toString('utf8').split('\n')) {
+    if (!line.startsWith('{"type":"match"')) continue;
+    let event: { data?: { path?: { text?: string }; line_number?: number; lines?: { text?: string } } };
+    try {
+      event = JSON.parse(line) as typeof event;
+    } catch {
+      continue; // the last line may be cut where rg was stopped
+    }
+    if (matches.length >= args.limit) break;
+    matches.push({ path: event.data?.path?.text ?? '?', line: event.data?.line_number ?? 0, text: (event.data?.lines?.text ?? '').replace(/\n$/, '') });
+  }
+  // rg exits 1 when nothing matched, 2 on a bad pattern or other error.
+  if (result.code === 2 && matches.length === 0) throw new ToolError('input.invalid', `search failed: ${result.stderr.trim().split('\n')[0] ?? 'rg error'}`, { stderr: result.stderr.slice(0, 2000) });
+  const truncated = result.stoppedEarly || matches.length >= args.limit;
+  return {
+    data: { path: root, pattern: args.pattern, matches, truncated },
+    versions: [],
+    modelText: matches.map((m) => `${m.path}:${m.line}:${m.text}`).join('\n') + (truncated ? `\n[truncated at ${args.limit} matches]` : ''),
+  };
+}
+
+async function git(args: string[], cwd: string, maxBytes: number, home: string): Promise<RunOutput> {
+  const result = await run('git', args, cwd, maxBytes, home);
+  if (result.code !== 0 && !result.stoppedEarly) {
+    if (/not a git repository/i.test(result.stderr)) throw new ToolError('git.not_a_repository', `${cwd} is not inside a git work tree`, { path: cwd });
+    throw new ToolError('git.failed', `git ${args[0]} exited ${result.code}: ${result.stderr.trim().split('\n')[0] ?? ''}`, { stderr: result.stderr.slice(0, 4000) });
+  }
+  return result;
+}
+
+export interface GitStatus {
+  branch: { head: string | null; oid: string | null; upstream: string | null; ahead: number; behind: number };
+  staged: Array<{ path: string; status: string; from?: string }>;
+  unstaged: Array<{ path: string; status: string }>;
+  untracked: string[];
+  conflicted: Array<{ path: string; status: string }>;
+}
+
+/**
+ * Parses `git status --porcelain=v2 -z --branch` (git-status(1), "Porcelain Format Version 2"):
+ * NUL-terminated records; `# branch.*` headers, `1` ordinary and `2` renamed/copied changes
+ * (XY: index and work-tree status, `.` = unchanged; a `2` record is followed by the original
+ * path as its own NUL-terminated field), `u` unmerged, `?` untracked, `!` ignored.
+ */
+export function parsePorcelainV2(output: string): GitStatus {
+  const status: GitStatus = { branch: { head: null, oid: null, upstream: null, ahead: 0, behind: 0 }, staged: [], unstaged: [], untracked: [], conflicted: [] };
+  const fields = output.split('\0');
+  for (let i = 0; i < fields.length; i += 1) {
+    const record = fields[i]!;
+    if (record === '') continue;
+    if (record.startsWith('# branch.oid ')) status.branch.oid = record.slice(13) === '(initial)' ? null : record.slice(13);
+    else if (record.startsWith('# branch.head ')) status.branch.head = record.slice(14) === '(detached)' ? null : record.slice(14);
+    else if (record.startsWith('# branch.upstream ')) status.branch.upstream = record.slice(18);
+    else if (record.startsWith('# branch.ab ')) {
+      const m = /^\+(\d+) -(\d+)$/.exec(record.slice(12));
+      if (m) [status.branch.ahead, status.branch.behind] = [Number(m[1]), Number(m[2])];
+    } else if (record.startsWith('1 ') || record.startsWith('2 ')) {
+      const parts = record.split(' ');
+      const xy = parts[1]!;
+      // `1 XY sub mH mI mW hH hI path`; `2 XY sub mH mI mW hH hI Xscore path` + NUL + origPath.
+      const path = parts.slice(record.startsWith('1 ') ? 8 : 9).join(' ');
+      const from = record.startsWith('2 ') ? fields[++i] : undefined;
+      if (xy[0] !== '.') status.staged.push(from === undefined ? { path, status: xy[0]! } : { path, status: xy[0]!, from });
+      if (xy[1] !== '.') status.unstaged.push({ path, status: xy[1]! });
+    } else if (record.startsWith('u ')) {
+      const parts = record.split(' ');
+      status.conflicted.push({ path: parts.slice(10).join(' '), status: parts[1]! });
+    } else if (record.startsWith('? ')) status.untracked.push(record.slice(2));
+  }
+  return status;
+}
+
+export async function gitStatusOp(args: GitStatusArgs, ctx: FileContext & { home: string }): Promise<OpResult> {
+  const root = await canonicalExisting(args.path, ctx);
+  const result = await git(['status', '--porcelain=v2', '-z', '--branch', '--untracked-files=all'], root, 16 * 1024 * 1024, ctx.home);
+  const status = parsePorcelainV2(result.stdout.toString('utf8'));
+  const lines = [
+    `branch ${status.branch.head ?? '(detached)'}${status.branch.upstream ? ` (${status.branch.upstream} +${status.branch.ahead} -${status.branch.behind})` : ''}`,
+    ...status.staged.map((e) => `staged ${e.status} ${e.path}`),
+    ...status.unstaged.map((e) => `unstaged ${e.status} ${e.path}`),
+    ...status.conflicted.map((e) => `conflicted ${e.status} ${e.path}`),
+    ...status.untracked.map((p) => `untracked ${p}`),
+  ];
+  return { data: { path: root, ...status }, versions: [], modelText: lines.join('\n') };
+}
+
+export async function gitDiffOp(args: GitDiffArgs, ctx: FileContext & { home: string }): Promise<OpResult> {
+  const root = await canonicalExisting(args.path, ctx);
+  const diffArgs = ['diff', '--no-color', '--no-ext-diff', ...(args.staged ? ['--cached'] : [])];
+  const result = await git(diffArgs, root, args.maxBytes, ctx.home);
+  const diff = result.stdout.toString('utf8');
+  const truncated = result.stdoutBytes > result.stdout.length;
+  return {
+    data: { path: root, staged: args.staged, diff, totalBytes: result.stdoutBytes, truncated },
+    versions: [],
+    modelText: diff + (truncated ? `\n[diff truncated: ${result.stdoutBytes} bytes in all]` : ''),
+  };
+}

@@ -1,0 +1,44 @@
+/**
+ * Messages between the agent and its tool-user worker (Node IPC). The worker's replies are
+ * parsed with zod: it runs as the tool user, whose code could tamper with a process of its own
+ * uid, so the agent treats what it says as input.
+ */
+import { z } from 'zod';
+import { ErrorCodeSchema } from '../../contract/errors.js';
+
+export const FILE_OPS = ['read_file', 'write_file', 'edit_file', 'list_files', 'glob', 'search', 'git_status', 'git_diff'] as const;
+export type FileOpName = (typeof FILE_OPS)[number];
+
+export interface WorkerRequest {
+  id: number;
+  op: FileOpName;
+  args: unknown;
+}
+
+export const WorkerReply = z.discriminatedUnion('ok', [
+  z.object({
+    id: z.number(),
+    ok: z.literal(true),
+    result: z.object({
+      data: z.record(z.string(), z.unknown()),
+      versions: z.array(z.object({ path: z.string(), before: z.string().nullable(), after: z.string().nullable() })),
+      modelText: z.string(),
+    }),
+  }),
+  z.object({
+    id: z.number(),
+    ok: z.literal(false),
+    error: z.object({ code: ErrorCodeSchema, message: z.string(), details: z.record(z.string(), z.unknown()).optional() }),
+  }),
+]);
+export type WorkerReply = z.infer<typeof WorkerReply>;
+
+/** How the worker is configured: its identity and what it may reach (argv, as JSON). */
+export const WorkerConfig = z.object({
+  uid: z.number().int(),
+  gid: z.number().int(),
+  home: z.string(),
+  roots: z.array(z.string()),
+  maxFileBytes: z.number().int().positive(),
+});
+export type WorkerConfig = z.infer<typeof WorkerConfig>;

@@ -1,0 +1,43 @@
+/**
+ * The tool-user worker: a process of the agent's own bundle that drops to the tool user and
+ * then runs file, search and git operations for the agent over Node IPC. Dropping privileges
+ * itself (setgroups, setgid, setuid after exec) leaves it non-dumpable (prctl(2),
+ * PR_SET_DUMPABLE: reset when credentials change), so code of the same uid cannot ptrace it.
+ */
+import { TOOL_ARGS } from '../../contract/tools.js';
+import { editFileOp, globOp, listFilesOp, readFileOp, ToolError, writeFileOp, type OpResult } from './file-ops.js';
+import { gitDiffOp, gitStatusOp, searchOp } from './process-ops.js';
+import { FILE_OPS, WorkerConfig, type FileOpName, type WorkerReply, type WorkerRequest } from './protocol.js';
+
+export async function runToolUserWorker(configJson: string): Promise<void> {
+  const config = WorkerConfig.parse(JSON.parse(configJson));
+  process.setgroups?.([config.gid]);
+  process.setgid?.(config.gid);
+  process.setuid?.(config.uid);
+  process.umask(0o022);
+  const ctx = { roots: config.roots, maxFileBytes: config.maxFileBytes, home: config.home };
+  const ops: Record<FileOpName, (args: unknown) => Promise<OpResult>> = {
+    read_file: (a) => readFileOp(TOOL_ARGS.read_file.parse(a), ctx),
+    write_file: (a) => writeFileOp(TOOL_ARGS.write_file.parse(a), ctx),
+    edit_file: (a) => editFileOp(TOOL_ARGS.edit_file.parse(a), ctx),
+    list_files: (a) => listFilesOp(TOOL_ARGS.list_files.parse(a), ctx),
+    glob: (a) => globOp(TOOL_ARGS.glob.parse(a), ctx),
+    search: (a) => searchOp(TOOL_ARGS.search.parse(a), ctx),
+    git_status: (a) => gitStatusOp(TOOL_ARGS.git_status.parse(a), ctx),
+    git_diff: (a) => gitDiffOp(TOOL_ARGS.git_diff.parse(a), ctx),
+  };
+  process.on('message', (message: WorkerRequest) => {
+    void (async () => {
+      let reply: WorkerReply;
+      try {
+        if (!FILE_OPS.includes(message.op)) throw new ToolError('input.unknown_tool', `no operation ${String(message.op)}`);
+        reply = { id: message.id, ok: true, result: await ops[message.op](message.args) };
+      } catch (err) {
+        const e = err instanceof ToolError ? err : new ToolError('execution.effect_unknown', (err as Error).message);
+        reply = { id: message.id, ok: false, error: { code: e.code, message: e.message, ...(e.details ? { details: e.details } : {}) } };
+      }
+      process.send?.(reply);
+    })();
+  });
+  process.on('disconnect', () => process.exit(0));
+}

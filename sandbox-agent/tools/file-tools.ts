@@ -1,0 +1,51 @@
+/**
+ * The file, search and git tools as the agent runs them: each is one operation of the
+ * tool-user worker (tool-user/file-ops.ts, tool-user/process-ops.ts), with the receipt facts
+ * the operation reports (file versions before and after) and honest commit states: an
+ * operation that failed wrote nothing (`not_started`); a write cut off by a timeout or cancel
+ * may or may not have renamed its file into place (`unknown`).
+ */
+import { errorInfo } from '../../contract/errors.js';
+import { TOOL_ARGS } from '../../contract/tools.js';
+import type { AgentTool, AttemptOutcome } from '../attempt.js';
+import { ToolCancelled, ToolTimeout, type ToolUserWorker } from '../tool-user/client.js';
+import { ToolError } from '../tool-user/file-ops.js';
+import { FILE_OPS, type FileOpName } from '../tool-user/protocol.js';
+
+const WRITES: ReadonlySet<FileOpName> = new Set(['write_file', 'edit_file']);
+
+export function fileTools(worker: ToolUserWorker): Array<AgentTool<unknown>> {
+  return FILE_OPS.map((name) => ({
+    name,
+    version: '1',
+    parse: (args: unknown) => TOOL_ARGS[name].parse(args),
+    async execute(ctx, args): Promise<AttemptOutcome> {
+      const startedAt = new Date();
+      ctx.emit({ type: 'call.started', attemptId: ctx.attemptId, pid: worker.pid });
+      const base = { startedAt, exit: null, environment: null, outputs: null, cleanup: null, stdout: '', stderr: '', truncation: null, runner: { pid: worker.pid, uid: ctx.toolUser.uid, gid: ctx.toolUser.gid } };
+      try {
+        const r = await worker.request(name, args, ctx.timeoutMs, ctx.cancelSignal);
+        return { ...base, endedAt: new Date(), status: 'succeeded', commitState: 'committed', error: null, data: r.data, versions: r.versions, modelText: r.modelText };
+      } catch (err) {
+        const endedAt = new Date();
+        const interrupted = WRITES.has(name) ? ('unknown' as const) : ('not_started' as const);
+        if (err instanceof ToolTimeout) {
+          const error = errorInfo('execution.timeout', err.message, { timeoutMs: ctx.timeoutMs });
+          ctx.emit({ type: 'call.timed_out', timeoutMs: ctx.timeoutMs });
+          return { ...base, endedAt, status: 'timed_out', commitState: interrupted, error, data: null, versions: [], modelText: error.message };
+        }
+        if (err instanceof ToolCancelled) {
+          ctx.emit({ type: 'call.cancel_acknowledged', attemptId: ctx.attemptId });
+          const error = errorInfo('execution.cancelled', err.message);
+          return { ...base, endedAt, status: 'cancelled', commitState: interrupted, error, data: null, versions: [], modelText: error.message };
+        }
+        if (err instanceof ToolError) {
+          const error = errorInfo(err.code, err.message, err.details);
+          return { ...base, endedAt, status: 'failed', commitState: 'not_started', error, data: null, versions: [], modelText: `${err.code}: ${err.message}` };
+        }
+        const error = errorInfo('execution.effect_unknown', `the tool-user worker failed: ${(err as Error).message}`);
+        return { ...base, endedAt, status: 'effect_unknown', commitState: WRITES.has(name) ? 'unknown' : 'not_started', error, data: null, versions: [], modelText: error.message };
+      }
+    },
+  }));
+}
