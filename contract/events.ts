@@ -15,6 +15,8 @@ export const EventBody = z.discriminatedUnion('type', [
   z.object({ type: z.literal('call.denied'), error: ErrorInfo }),
   z.object({ type: z.literal('call.queued') }),
   z.object({ type: z.literal('call.started'), attemptId: z.string(), pid: z.number().int().nullable() }),
+  /** A background task handed back its handle; its output events go on until `call.finished`. */
+  z.object({ type: z.literal('call.detached'), attemptId: z.string(), pid: z.number().int().nullable() }),
   /**
    * A chunk of output. `offset` is the byte position of the chunk's first byte within its stream;
    * `dataBase64` carries the bytes exactly (a chunk may split a UTF-8 sequence).

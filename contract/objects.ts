@@ -140,7 +140,8 @@ export const ToolResult = z.object({
 });
 export type ToolResult = z.infer<typeof ToolResult>;
 
-export const CallStatus = z.enum(['queued', 'running', 'finished']);
+/** `detached`: a background task handed back its handle and keeps running; `finished` comes when it ends. */
+export const CallStatus = z.enum(['queued', 'running', 'detached', 'finished']);
 export type CallStatus = z.infer<typeof CallStatus>;
 
 /** A call as the API shows it: the intent, its state and (once finished) its result. */
@@ -152,6 +153,8 @@ export const CallView = z.object({
   fingerprint: Digest,
   status: CallStatus,
   createdAt: Timestamp,
+  /** The `detached` result a background task answered with (its handle), while and after it runs. */
+  detached: ToolResult.nullable().default(null),
   result: ToolResult.nullable(),
 });
 export type CallView = z.infer<typeof CallView>;

@@ -79,6 +79,8 @@ export type CallJob = z.infer<typeof CallJob>;
 export const ReturnMessage = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('event'), callId: z.string(), attemptId: z.string(), n: z.number().int().positive(), body: EventBody }),
   z.object({ kind: z.literal('result'), callId: z.string(), attemptId: z.string(), result: ToolResult }),
+  /** A background task's handle (status `detached`); its final `result` follows when it ends. */
+  z.object({ kind: z.literal('detached'), callId: z.string(), attemptId: z.string(), result: ToolResult }),
 ]);
 export type ReturnMessage = z.infer<typeof ReturnMessage>;
 

@@ -45,6 +45,12 @@ export const ExecArgs = z
     timeoutMs: z.number().int().min(1).max(24 * 3600 * 1000).optional(),
     /** Time between SIGTERM and SIGKILL, ms. */
     killGraceMs: z.number().int().min(0).max(60_000).default(2000),
+    /**
+     * Run as a background task: the call answers `detached` with its handle (the callId) as
+     * soon as the process started; its output streams on as events, and the call finishes when
+     * the process ends (or on cancel, or at `timeoutMs`).
+     */
+    background: z.boolean().default(false),
   })
   .strict()
   .refine((a) => (a.argv === undefined) !== (a.cmd === undefined), { message: 'give exactly one of argv or cmd', path: ['argv'] });

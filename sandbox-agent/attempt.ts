@@ -20,6 +20,14 @@ export interface AttemptContext {
   readonly leaseEnv: Record<string, string>;
   /** Processes of the tool user that are the agent's own (its worker): a sweep spares them. */
   readonly agentPids: () => ReadonlySet<number>;
+  /** Process groups of running background tasks: a sweep spares them too. */
+  readonly backgroundGroups: () => ReadonlySet<number>;
+  /**
+   * Turns the call into a background task whose process group is `pgid`: answers `detached`
+   * with the handle now and lets other calls run; the outcome the tool returns later is the
+   * call's final result.
+   */
+  detach(pgid: number): void;
   /** Queues an event for the control plane; events keep the order of `emit` calls. */
   emit(body: EventBody): void;
 }

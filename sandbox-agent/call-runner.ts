@@ -31,6 +31,8 @@ export interface CallRunnerDeps {
 
 export class CallRunner {
   private readonly running = new Map<string, AbortController>();
+  /** Process groups of background tasks still running. */
+  private readonly backgroundGroups = new Set<number>();
 
   constructor(private readonly deps: CallRunnerDeps) {}
 
@@ -101,6 +103,7 @@ export class CallRunner {
       return;
     }
     let outcome: AttemptOutcome;
+    let backgroundGroup: number | null = null;
     try {
       outcome = await tool.execute(
         {
@@ -112,6 +115,14 @@ export class CallRunner {
           toolUser: this.deps.config.toolUser,
           leaseEnv: this.deps.config.env,
           agentPids: this.deps.agentPids,
+          backgroundGroups: () => this.backgroundGroups,
+          detach: (pgid) => {
+            backgroundGroup = pgid;
+            this.backgroundGroups.add(pgid);
+            channel.detached(detachedResult(job.callId, pgid));
+            // A background task holds no access: later calls need not wait for it to end.
+            void slot.then((release) => (release as () => void)());
+          },
           emit: channel.emit,
         },
         args,
@@ -122,6 +133,7 @@ export class CallRunner {
       outcome = outcomeWithoutRun('effect_unknown', 'unknown', error, now);
     } finally {
       this.running.delete(job.callId);
+      if (backgroundGroup !== null) this.backgroundGroups.delete(backgroundGroup);
     }
     await channel.result(this.result(job, attemptId, outcome));
   }
@@ -183,5 +195,23 @@ function outcomeWithoutRun(status: AttemptOutcome['status'], commitState: Attemp
     stderr: '',
     truncation: null,
     modelText: error.message,
+  };
+}
+
+/** The answer a background task gives at once: its handle (the callId) and its process group. */
+function detachedResult(callId: string, pgid: number): ToolResult {
+  return {
+    callId,
+    status: 'detached',
+    error: null,
+    modelText: `running in the background as task ${callId} (pid ${pgid}); its output streams on the call's events`,
+    exitCode: null,
+    signal: null,
+    stdout: '',
+    stderr: '',
+    truncation: null,
+    data: { taskId: callId, pid: pgid },
+    artifacts: [],
+    receipt: null,
   };
 }

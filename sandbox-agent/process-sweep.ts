@@ -12,6 +12,7 @@ import { readdir, readFile } from 'node:fs/promises';
 interface ProcInfo {
   pid: number;
   ppid: number;
+  pgid: number;
   uid: number;
 }
 
@@ -19,11 +20,13 @@ async function listProcesses(): Promise<Map<number, ProcInfo>> {
   const out = new Map<number, ProcInfo>();
   for (const name of await readdir('/proc')) {
     if (!/^\d+$/.test(name)) continue;
-    const text = await readFile(`/proc/${name}/status`, 'utf8').catch(() => null);
-    if (!text) continue; // exited meanwhile
+    const [text, stat] = await Promise.all([readFile(`/proc/${name}/status`, 'utf8').catch(() => null), readFile(`/proc/${name}/stat`, 'utf8').catch(() => null)]);
+    if (!text || !stat) continue; // exited meanwhile
     const ppid = /^PPid:\s+(\d+)/m.exec(text);
     const uid = /^Uid:\s+(\d+)/m.exec(text);
-    if (ppid && uid) out.set(Number(name), { pid: Number(name), ppid: Number(ppid[1]), uid: Number(uid[1]) });
+    // stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses, so count after the last ')'.
+    const pgid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+    if (ppid && uid) out.set(Number(name), { pid: Number(name), ppid: Number(ppid[1]), pgid, uid: Number(uid[1]) });
   }
   return out;
 }
@@ -39,15 +42,15 @@ function startedByDockerExec(pid: number, procs: Map<number, ProcInfo>): boolean
 }
 
 /**
- * SIGKILLs every process of `uid` not started by a docker exec and not in `keep`, repeating
- * while new ones appear (a dying parent may have forked), up to 5 rounds. Returns how many it
- * killed.
+ * SIGKILLs every process of `uid` not started by a docker exec, not in `keep` and not in one of
+ * the `keepGroups` (background tasks), repeating while new ones appear (a dying parent may have
+ * forked), up to 5 rounds. Returns how many it killed.
  */
-export async function sweepProcesses(uid: number, keep: ReadonlySet<number> = new Set()): Promise<number> {
+export async function sweepProcesses(uid: number, keep: ReadonlySet<number> = new Set(), keepGroups: ReadonlySet<number> = new Set()): Promise<number> {
   let killed = 0;
   for (let round = 0; round < 5; round += 1) {
     const procs = await listProcesses();
-    const victims = [...procs.values()].filter((p) => p.uid === uid && !keep.has(p.pid) && !startedByDockerExec(p.pid, procs));
+    const victims = [...procs.values()].filter((p) => p.uid === uid && !keep.has(p.pid) && !keepGroups.has(p.pgid) && !startedByDockerExec(p.pid, procs));
     if (victims.length === 0) break;
     for (const victim of victims) {
       try {

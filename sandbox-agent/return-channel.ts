@@ -23,6 +23,7 @@ export class ReturnChannel {
         this.send({ kind: 'event', callId, attemptId, n, body }, `ev.${callId}.${attemptId}.${n}`);
       },
       result: (result) => this.sendAndWait({ kind: 'result', callId, attemptId, result }, `res.${callId}`),
+      detached: (result) => this.send({ kind: 'detached', callId, attemptId, result }, `det.${callId}`),
     };
   }
 
@@ -51,4 +52,6 @@ export class ReturnChannel {
 export interface AttemptChannel {
   emit(body: EventBody): void;
   result(result: ToolResult): Promise<void>;
+  /** A background task's handle; ordered with the events around it. */
+  detached(result: ToolResult): void;
 }

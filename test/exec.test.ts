@@ -200,6 +200,37 @@ describe('exec', () => {
     expect(await processesInSandbox().then((l) => l.filter((x) => x.startsWith('sandbox')))).toEqual([]);
   });
 
+  it('background: answers detached with a task handle at once; output streams on; the call finishes when the process ends', async () => {
+    const detached = (await h.client.submitCall(leaseId, 'exec', { cmd: 'for i in 1 2 3; do echo tick $i; sleep 0.2; done', background: true }, { waitSeconds: 30 })) as ToolResult;
+    expect(detached.status).toBe('detached');
+    expect(detached.data).toMatchObject({ taskId: detached.callId });
+    const running = await h.client.getCall(leaseId, detached.callId);
+    expect(['detached', 'finished']).toContain(running.status);
+    const events = await eventsOf(detached.callId);
+    const types = events.map((e) => e.type);
+    expect(types.indexOf('call.detached')).toBeLessThan(types.indexOf('call.finished'));
+    expect(reassemble(events, 'stdout').toString()).toBe('tick 1\ntick 2\ntick 3\n');
+    const done = await h.client.getCall(leaseId, detached.callId);
+    expect(done.status).toBe('finished');
+    expect(done.result?.status).toBe('succeeded');
+    expect(done.result?.stdout).toBe('tick 1\ntick 2\ntick 3\n');
+    expect(done.detached?.status).toBe('detached');
+  });
+
+  it('a background task survives the calls after it and their sweeps, and ends with its own cancel', async () => {
+    const task = (await h.client.submitCall(leaseId, 'exec', { cmd: 'sleep 60', background: true }, { waitSeconds: 30 })) as ToolResult;
+    expect(task.status).toBe('detached');
+    const other = await exec({ cmd: 'setsid sleep 99 & sleep 0.3; echo done' });
+    expect(other.status).toBe('succeeded');
+    expect(other.receipt?.cleanup?.killedProcesses).toBeGreaterThanOrEqual(1);
+    expect((await processesInSandbox()).some((l) => l.includes('sleep 60'))).toBe(true);
+    await h.client.cancelCall(leaseId, task.callId);
+    for await (const e of h.client.events(leaseId, task.callId)) if (e.type === 'call.finished') break;
+    const ended = await h.client.getCall(leaseId, task.callId);
+    expect(ended.result?.status).toBe('cancelled');
+    expect((await processesInSandbox()).some((l) => l.includes('sleep 60'))).toBe(false);
+  });
+
   it('calls above the policy timeout are denied with policy.tool_denied and recorded', async () => {
     const callId = `denied-${Date.now()}`;
     await expect(h.client.submitCall(leaseId, 'exec', { argv: ['true'], timeoutMs: 24 * 3600 * 1000 }, { callId })).rejects.toMatchObject({ code: 'policy.tool_denied', status: 403 });

@@ -35,6 +35,7 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (app, {
     const { call } = await calls.submit(lease, body);
     const view = wait ? await calls.waitFinished(id, call.callId, wait * 1000) : call;
     if (view.status === 'finished' && view.result) return reply.status(200).send(view.result);
+    if (view.status === 'detached' && view.detached) return reply.status(200).send(view.detached);
     return reply.status(202).send({ callId: view.callId, status: view.status });
   });
 

@@ -101,7 +101,7 @@ export class CallService {
     return call;
   }
 
-  /** The call once finished, or as it is after `timeoutMs`. */
+  /** The call once finished or detached (a background task's handle), or as it is after `timeoutMs`. */
   async waitFinished(leaseId: string, callId: string, timeoutMs: number): Promise<CallView> {
     const deadline = Date.now() + timeoutMs;
     const channel = this.deps.ledger.notifyChannel(leaseId, callId);
@@ -109,7 +109,7 @@ export class CallService {
       // Listen before reading, so a change between the read and the wait is not missed.
       const wake = this.deps.notifier.next(channel, Math.max(0, Math.min(1000, deadline - Date.now())));
       const call = await this.get(leaseId, callId);
-      if (call.status === 'finished' || Date.now() >= deadline) return call;
+      if (call.status === 'finished' || call.status === 'detached' || Date.now() >= deadline) return call;
       await wake;
     }
   }
@@ -140,6 +140,10 @@ export class CallService {
     if (message.kind === 'event') {
       await this.deps.ledger.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`, { unlessFinished: true });
       if (message.body.type === 'call.started') await this.deps.ledger.markRunning(leaseId, message.callId);
+      return;
+    }
+    if (message.kind === 'detached') {
+      await this.deps.ledger.detachCall(leaseId, message.callId, message.result, message.attemptId, at);
       return;
     }
     const stored = await this.deps.ledger.finishCall(leaseId, message.callId, message.result, at);

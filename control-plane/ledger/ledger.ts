@@ -56,6 +56,15 @@ const MARK_RUNNING = `
 if redis.call('HGET', KEYS[1], 'status') == 'queued' then redis.call('HSET', KEYS[1], 'status', 'running') return 1 end
 return 0`;
 
+const DETACH_CALL = `
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'queued' and status ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'detached', 'detached', ARGV[1])
+local seq = redis.call('LLEN', KEYS[2]) + 1
+redis.call('RPUSH', KEYS[2], '{"seq":' .. seq .. ',' .. string.sub(ARGV[2], 2))
+redis.call('PUBLISH', ARGV[3], seq)
+return 1`;
+
 const FINISH_CALL = `
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status or status == 'finished' then return 0 end
@@ -194,6 +203,7 @@ export class Ledger {
     return {
       ...intent,
       status: CallStatus.parse(h.status),
+      detached: h.detached ? ToolResult.parse(JSON.parse(h.detached)) : null,
       result: h.result ? ToolResult.parse(JSON.parse(h.result)) : null,
     };
   }
@@ -231,6 +241,24 @@ export class Ledger {
       options.unlessFinished ? '1' : '0',
     )) as number;
     return seq === 0 ? null : seq;
+  }
+
+  /**
+   * Marks a running call as a detached background task with its handle result, appending
+   * `call.detached`. False when the call is not queued or running (already detached or finished).
+   */
+  async detachCall(leaseId: string, callId: string, result: ToolResult, attemptId: string, at: Date): Promise<boolean> {
+    const pid = typeof result.data?.pid === 'number' ? result.data.pid : null;
+    const done = (await this.redis.eval(
+      DETACH_CALL,
+      2,
+      this.k.call(leaseId, callId),
+      this.k.events(leaseId, callId),
+      JSON.stringify(result),
+      eventJson(callId, { type: 'call.detached', attemptId, pid }, at),
+      this.notifyChannel(leaseId, callId),
+    )) as number;
+    return done === 1;
   }
 
   /**

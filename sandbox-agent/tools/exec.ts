@@ -91,6 +91,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
 
   const pid = child.pid!;
   ctx.emit({ type: 'call.started', attemptId: ctx.attemptId, pid });
+  if (args.background) ctx.detach(pid);
 
   child.stdin.on('error', () => {
     // EPIPE: the program exited or closed stdin before reading all of it; not a failure of exec.
@@ -130,7 +131,10 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   // not (setsid, daemons), so nothing outlives the call, holds its pipes or sees later calls.
   killGroup('SIGKILL');
   if (graceTimer) clearTimeout(graceTimer);
-  const killedProcesses = await sweepProcesses(ctx.toolUser.uid, ctx.agentPids());
+  // A background task ends while other calls may run: it takes only its own group with it. A
+  // foreground call runs alone (it declares access to everything) and sweeps, sparing the agent's
+  // worker and running background tasks.
+  const killedProcesses = args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups());
   await drain(child.stdout, child.stderr);
   pipeline.flush();
   const endedAt = new Date();
