@@ -27,6 +27,8 @@ export const EventBody = z.discriminatedUnion('type', [
   z.object({ type: z.literal('call.cancel_acknowledged'), attemptId: z.string().nullable() }),
   z.object({ type: z.literal('call.timed_out'), timeoutMs: z.number().int() }),
   z.object({ type: z.literal('receipt'), receipt: EffectReceipt }),
+  /** An artifact of the call is stored and verified. */
+  z.object({ type: z.literal('artifact'), artifactId: z.string(), name: z.string(), size: z.number().int(), sha256: z.string() }),
   z.object({ type: z.literal('call.finished'), status: ResultStatus }),
 ]);
 export type EventBody = z.infer<typeof EventBody>;

@@ -115,10 +115,37 @@ export const EffectReceipt = z.object({
 });
 export type EffectReceipt = z.infer<typeof EffectReceipt>;
 
-export const Truncation = z.object({
-  stdout: z.object({ totalBytes: z.number().int(), keptBytes: z.number().int() }).nullable(),
-  stderr: z.object({ totalBytes: z.number().int(), keptBytes: z.number().int() }).nullable(),
+/** Bytes kept outside the model's view, content-addressed and verified on arrival. */
+export const Artifact = z.object({
+  id: z.string(),
+  leaseId: z.string(),
+  callId: z.string(),
+  name: z.string(),
+  mediaType: z.string(),
+  size: z.number().int().nonnegative(),
+  /** Lower-case hex sha256 of the bytes. */
+  sha256: z.string(),
+  createdAt: Timestamp,
+  /** Until when it is kept (retention), if its sandbox has ended. */
+  expiresAt: Timestamp.nullable(),
 });
+export type Artifact = z.infer<typeof Artifact>;
+
+/**
+ * How a stream was cut for the result: `strategy: head` keeps its first `keptBytes` in the
+ * result and events (the model text shows head and tail); `fullArtifact` names the artifact
+ * holding the whole stream (up to the policy's cap; `artifactTruncated` when even that was cut).
+ */
+export const StreamTruncation = z.object({
+  truncated: z.literal(true),
+  originalBytes: z.number().int(),
+  keptBytes: z.number().int(),
+  strategy: z.literal('head'),
+  fullArtifact: z.string().nullable(),
+  artifactTruncated: z.boolean(),
+});
+export type StreamTruncation = z.infer<typeof StreamTruncation>;
+export const Truncation = z.object({ stdout: StreamTruncation.nullable(), stderr: StreamTruncation.nullable() });
 
 /** The normalized outcome of a call; `receipt` is the fact record behind it. */
 export const ToolResult = z.object({

@@ -18,6 +18,10 @@ import { SandboxFacts, ToolResult } from './objects.js';
 import { EnvMap } from './tools.js';
 
 export const CALL_QUEUE = 'calls';
+/** Bytes of every artifact chunk but the last: chunk `i` starts at byte `i * ARTIFACT_CHUNK_BYTES`. */
+export const ARTIFACT_CHUNK_BYTES = 1024 * 1024;
+/** Artifact ids: safe as file names and Redis keys. */
+export const ArtifactId = z.string().regex(/^art_[a-z0-9]{8,64}$/);
 export const RETURN_QUEUE = 'returns';
 
 /** Names of the keys of one lease's namespace. `namespace` doubles as the BullMQ `prefix`. */
@@ -53,6 +57,8 @@ export const AgentConfig = z.object({
   workdir: z.string(),
   /** Lease env, applied under every call's env. */
   env: EnvMap,
+  /** Agent-only directory for output spooled to become artifacts; `maxArtifactBytes` per stream. */
+  spool: z.object({ dir: z.string(), maxArtifactBytes: z.number().int().positive() }),
   /** What the file tools may reach: canonical roots, and the largest file they read or write (bytes). */
   files: z.object({ roots: z.array(z.string()), maxFileBytes: z.number().int().positive() }),
 });
@@ -81,6 +87,19 @@ export const ReturnMessage = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('result'), callId: z.string(), attemptId: z.string(), result: ToolResult }),
   /** A background task's handle (status `detached`); its final `result` follows when it ends. */
   z.object({ kind: z.literal('detached'), callId: z.string(), attemptId: z.string(), result: ToolResult }),
+  /** One chunk of an artifact, in order from index 0, with the sha256 (hex) of its bytes. */
+  z.object({ kind: z.literal('artifact_chunk'), callId: z.string(), artifactId: ArtifactId, index: z.number().int().nonnegative(), sha256: z.string(), dataBase64: z.string() }),
+  /** The artifact is complete: its size (bytes), chunk count and whole sha256 (hex) to verify. */
+  z.object({
+    kind: z.literal('artifact_end'),
+    callId: z.string(),
+    artifactId: ArtifactId,
+    name: z.string(),
+    mediaType: z.string(),
+    size: z.number().int().nonnegative(),
+    chunks: z.number().int().nonnegative(),
+    sha256: z.string(),
+  }),
 ]);
 export type ReturnMessage = z.infer<typeof ReturnMessage>;
 

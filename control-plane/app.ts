@@ -4,6 +4,8 @@
  */
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import { artifactsRoutes } from './artifacts/routes.js';
+import type { ArtifactStore } from './artifacts/store.js';
 import { callsRoutes } from './calls/routes.js';
 import type { CallService } from './calls/service.js';
 import { filesRoutes } from './files/routes.js';
@@ -23,6 +25,7 @@ export interface AppDeps {
   ledger: Ledger;
   notifier: CallNotifier;
   runtime: SandboxRuntime;
+  artifacts: ArtifactStore;
   /** Resolves when Redis answers; rejects otherwise. */
   pingRedis: () => Promise<unknown>;
   spoolDir: string;
@@ -50,6 +53,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   await app.register(leasesRoutes, { leases: deps.leases });
   await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, ledger: deps.ledger, notifier: deps.notifier });
+  await app.register(artifactsRoutes, { leases: deps.leases, artifacts: deps.artifacts });
   await app.register(filesRoutes, { leases: deps.leases, runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
   return app;
 }

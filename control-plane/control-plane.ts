@@ -6,6 +6,7 @@
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import { ArtifactStore } from './artifacts/store.js';
 import { CallService } from './calls/service.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
@@ -43,7 +44,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const channels = new LeaseChannels(redis, options, config.redisPrefix, log);
   const policies = await PolicyStore.load(config.policyDir);
   const now = (): Date => new Date();
-  const calls = new CallService({ ledger, channels, notifier, now, log });
+  const artifacts = new ArtifactStore(join(config.dataDir, 'artifacts'), ledger);
+  const calls = new CallService({ ledger, artifacts, channels, notifier, now, log });
   const leases = new LeaseService(
     { runtime, ledger, channels, policies, calls, now, log },
     {
@@ -64,6 +66,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     ledger,
     notifier,
     runtime,
+    artifacts,
     pingRedis: () => redis.ping(),
     spoolDir: join(config.dataDir, 'spool'),
     maxUploadBytes: config.maxUploadBytes,
@@ -95,6 +98,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       const outcome = await leases.reconcile();
       every(reapIntervalMs, 'lease reaper', () => leases.expireDue());
       every(reconcileIntervalMs, 'reconcile', () => leases.reconcile({ finishReleasing: false }));
+      // Artifact files whose records expired, and parts abandoned for a day.
+      every(10 * 60_000, 'artifact sweep', () => artifacts.sweep(24 * 3600_000));
       return outcome;
     },
     async close() {

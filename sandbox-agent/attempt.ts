@@ -30,6 +30,10 @@ export interface AttemptContext {
   detach(pgid: number): void;
   /** Queues an event for the control plane; events keep the order of `emit` calls. */
   emit(body: EventBody): void;
+  /** Where output is spooled, and the cap per stream (bytes). */
+  readonly spool: { dir: string; maxArtifactBytes: number };
+  /** Sends the file at `path` to the control plane as an artifact (chunked, sha256-checked); resolves once it is sent. */
+  uploadArtifact(path: string, name: string, mediaType: string): Promise<{ id: string; sha256: string; size: number }>;
 }
 
 export interface AttemptOutcome {
@@ -48,6 +52,8 @@ export interface AttemptOutcome {
   stdout: string;
   stderr: string;
   truncation: ToolResult['truncation'];
+  /** Artifacts the attempt produced (also listed in the receipt). */
+  artifacts?: ToolResult['artifacts'];
   modelText: string;
 }
 

@@ -5,6 +5,7 @@
  * and the result, and sends them back.
  */
 import { randomUUID } from 'node:crypto';
+import { rm } from 'node:fs/promises';
 import { errorInfo, type ErrorInfo } from '../contract/errors.js';
 import type { EffectReceipt, ToolResult } from '../contract/objects.js';
 import { CallJob, type AgentConfig, type LeaseKeys } from '../contract/queue.js';
@@ -124,6 +125,16 @@ export class CallRunner {
             void slot.then((release) => (release as () => void)());
           },
           emit: channel.emit,
+          spool: this.deps.config.spool,
+          uploadArtifact: async (path, name, mediaType) => {
+            const id = `art_${randomUUID().replaceAll('-', '')}`;
+            try {
+              const { size, sha256 } = await this.deps.returns.sendArtifact(job.callId, id, path, name, mediaType);
+              return { id, size, sha256 };
+            } finally {
+              await rm(path, { force: true });
+            }
+          },
         },
         args,
       );
@@ -157,7 +168,7 @@ export class CallRunner {
       outputs: o.outputs,
       cleanup: o.cleanup,
       versions: o.versions,
-      artifacts: [],
+      artifacts: o.artifacts ?? [],
       manifestDigest: job.manifestDigest,
     };
     return {
@@ -171,7 +182,7 @@ export class CallRunner {
       stderr: o.stderr,
       truncation: o.truncation,
       data: o.data,
-      artifacts: [],
+      artifacts: o.artifacts ?? [],
       receipt,
     };
   }

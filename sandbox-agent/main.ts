@@ -7,6 +7,7 @@
  * (calls run at once, default 16).
  */
 import { readFileSync } from 'node:fs';
+import { chmod, mkdir, readdir, rm } from 'node:fs/promises';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { AgentConfig, AgentHello, CALL_QUEUE, ControlMessage, RETURN_QUEUE, leaseKeys } from '../contract/queue.js';
@@ -32,13 +33,19 @@ async function main(): Promise<void> {
     // The per-lease ACL user may not run INFO-style checks on connect.
     enableReadyCheck: false,
   };
+  // The spool holds other calls' output: root only. Leftovers of an earlier agent go.
+  await mkdir(config.spool.dir, { recursive: true });
+  await chmod(config.spool.dir, 0o700);
+  for (const name of await readdir(config.spool.dir)) await rm(`${config.spool.dir}/${name}`, { force: true, recursive: true });
   const redis = new Redis(redisOptions);
   const subscriber = new Redis(redisOptions);
   const returnQueue = new Queue(RETURN_QUEUE, {
     connection: redis,
     prefix: keys.namespace,
-    // Completed jobs go at once: the control plane's ledger holds what they carried.
-    defaultJobOptions: { removeOnComplete: true, removeOnFail: { age: 24 * 3600 } },
+    // Completed jobs go at once: the control plane's ledger holds what they carried. A message
+    // the control plane could not take yet (an artifact's end before its last chunk, a Redis
+    // hiccup) is retried; ledgering is idempotent.
+    defaultJobOptions: { removeOnComplete: true, removeOnFail: { age: 24 * 3600 }, attempts: 10, backoff: { type: 'fixed', delay: 200 } },
   });
   const worker = new ToolUserWorker(process.argv[1]!, {
     uid: config.toolUser.uid,

@@ -71,4 +71,14 @@ describe('OutputPipeline', () => {
     await new Promise((resolve) => setTimeout(resolve, 30));
     expect(r.chunks).toEqual([{ stream: 'stderr', offset: 0, data: 'late' }]);
   });
+
+  it('keeps the last 8 KiB of each stream as its tail, past the kept limit too', () => {
+    const r = recorder();
+    const p = new OutputPipeline(r.sink, { maxKeptBytes: 10 });
+    p.write('stdout', Buffer.alloc(20_000, 'a'));
+    p.write('stdout', Buffer.from('THE END'));
+    const tail = p.summary('stdout').tail.toString();
+    expect(tail.length).toBe(8192);
+    expect(tail.endsWith('aaaTHE END')).toBe(true);
+  });
 });

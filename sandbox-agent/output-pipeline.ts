@@ -30,7 +30,12 @@ interface StreamState {
   keptBytes: number;
   hash: Hash;
   truncated: boolean;
+  /** The last TAIL_BYTES bytes written, for a model text that shows the end of long output. */
+  tail: Buffer;
 }
+
+/** Bytes of each stream's end kept for the model text. */
+const TAIL_BYTES = 8 * 1024;
 
 /** Facts about one stream once the process is done. */
 export interface StreamSummary {
@@ -38,6 +43,8 @@ export interface StreamSummary {
   sha256: string;
   keptBytes: number;
   kept: Buffer;
+  /** The stream's last bytes (up to 8 KiB), whatever was kept. */
+  tail: Buffer;
 }
 
 export class OutputPipeline {
@@ -51,7 +58,7 @@ export class OutputPipeline {
     private readonly sink: OutputSink,
     private readonly options: OutputPipelineOptions,
   ) {
-    const fresh = (): StreamState => ({ total: 0, kept: [], keptBytes: 0, hash: createHash('sha256'), truncated: false });
+    const fresh = (): StreamState => ({ total: 0, kept: [], keptBytes: 0, hash: createHash('sha256'), truncated: false, tail: Buffer.alloc(0) });
     this.streams = { stdout: fresh(), stderr: fresh() };
     this.maxBatchBytes = options.maxBatchBytes ?? 64 * 1024;
     this.flushIntervalMs = options.flushIntervalMs ?? 20;
@@ -62,6 +69,7 @@ export class OutputPipeline {
     const state = this.streams[stream];
     state.hash.update(data);
     state.total += data.length;
+    state.tail = data.length >= TAIL_BYTES ? Buffer.from(data.subarray(data.length - TAIL_BYTES)) : Buffer.concat([state.tail, data]).subarray(-TAIL_BYTES);
     if (state.truncated) return;
     const room = this.options.maxKeptBytes - state.keptBytes;
     const keep = data.length <= room ? data : data.subarray(0, room);
@@ -92,7 +100,7 @@ export class OutputPipeline {
 
   summary(stream: OutputStream): StreamSummary {
     const s = this.streams[stream];
-    return { bytes: s.total, sha256: s.hash.copy().digest('hex'), keptBytes: s.keptBytes, kept: Buffer.concat(s.kept, s.keptBytes) };
+    return { bytes: s.total, sha256: s.hash.copy().digest('hex'), keptBytes: s.keptBytes, kept: Buffer.concat(s.kept, s.keptBytes), tail: s.tail };
   }
 
   private enqueue(stream: OutputStream, offset: number, data: Buffer): void {

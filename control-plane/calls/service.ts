@@ -11,6 +11,7 @@ import { digestOf } from '../../contract/digest.js';
 import { AppError, errorInfo } from '../../contract/errors.js';
 import type { CallView, ToolResult } from '../../contract/objects.js';
 import type { CallJob, ReturnMessage } from '../../contract/queue.js';
+import type { ArtifactStore } from '../artifacts/store.js';
 import type { LeaseRecord, Ledger } from '../ledger/ledger.js';
 import type { CallNotifier } from '../ledger/notifier.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
@@ -19,6 +20,7 @@ import { TOOLS } from './tools.js';
 
 export interface CallServiceDeps {
   ledger: Ledger;
+  artifacts: ArtifactStore;
   channels: LeaseChannels;
   notifier: CallNotifier;
   now: () => Date;
@@ -140,6 +142,24 @@ export class CallService {
     if (message.kind === 'event') {
       await this.deps.ledger.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`, { unlessFinished: true });
       if (message.body.type === 'call.started') await this.deps.ledger.markRunning(leaseId, message.callId);
+      return;
+    }
+    if (message.kind === 'artifact_chunk') {
+      await this.deps.artifacts.writeChunk(message.artifactId, message.index, Buffer.from(message.dataBase64, 'base64'), message.sha256);
+      return;
+    }
+    if (message.kind === 'artifact_end') {
+      const artifact = await this.deps.artifacts.complete({
+        id: message.artifactId,
+        leaseId,
+        callId: message.callId,
+        name: message.name,
+        mediaType: message.mediaType,
+        size: message.size,
+        sha256: message.sha256,
+        chunks: message.chunks,
+      });
+      await this.deps.ledger.appendEvent(leaseId, message.callId, { type: 'artifact', artifactId: artifact.id, name: artifact.name, size: artifact.size, sha256: artifact.sha256 }, at, `artifact:${artifact.id}`, { unlessFinished: true });
       return;
     }
     if (message.kind === 'detached') {

@@ -16,7 +16,7 @@ import type { AgentConfig } from '../../contract/queue.js';
 import type { CallService } from '../calls/service.js';
 import type { Ledger, LeaseRecord } from '../ledger/ledger.js';
 import { buildManifest } from '../manifest/manifest.js';
-import { compileSandboxSpec, AGENT_REDIS_DIR } from '../policies/compiler.js';
+import { compileSandboxSpec, AGENT_REDIS_DIR, AGENT_SPOOL_DIR } from '../policies/compiler.js';
 import type { PolicyStore } from '../policies/store.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
@@ -143,6 +143,7 @@ export class LeaseService {
         workdir: '/workspace',
         env,
         files: { roots: policy.filesystem.writableRoots.map((r) => r.path), maxFileBytes: policy.tools.files.maxFileBytes },
+        spool: { dir: AGENT_SPOOL_DIR, maxArtifactBytes: policy.tools.exec.maxArtifactBytes },
       };
       await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
       await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });

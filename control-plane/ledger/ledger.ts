@@ -12,7 +12,7 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { canonicalJson } from '../../contract/digest.js';
 import { CallEvent, type EventBody } from '../../contract/events.js';
-import { CallStatus, EffectReceipt, Lease, ToolResult, type CallView } from '../../contract/objects.js';
+import { Artifact, CallStatus, EffectReceipt, Lease, ToolResult, type CallView } from '../../contract/objects.js';
 import { EnvMap } from '../../contract/tools.js';
 import { PolicyShape } from '../policies/schema.js';
 
@@ -94,6 +94,9 @@ export class Ledger {
     events: (leaseId: string, callId: string) => `${this.prefix}events:${leaseId}:${callId}`,
     eventKeys: (leaseId: string, callId: string) => `${this.prefix}eventkeys:${leaseId}:${callId}`,
     receipt: (id: string) => `${this.prefix}receipts:${id}`,
+    artifact: (id: string) => `${this.prefix}artifacts:${id}`,
+    artifactChunks: (id: string) => `${this.prefix}artifacts:${id}:chunks`,
+    leaseArtifacts: (leaseId: string) => `${this.prefix}artifacts-of:${leaseId}`,
   };
 
   /** Pub/sub channel pattern of call notifications. */
@@ -138,6 +141,12 @@ export class Ledger {
   async retain(leaseId: string, seconds: number): Promise<void> {
     const callIds = await this.redis.zrange(this.k.calls(leaseId), 0, -1);
     const multi = this.redis.multi().expire(this.k.lease(leaseId), seconds).expire(this.k.calls(leaseId), seconds);
+    const expiresAt = new Date(Date.now() + seconds * 1000).toISOString();
+    for (const id of await this.redis.smembers(this.k.leaseArtifacts(leaseId))) {
+      const artifact = await this.getArtifact(id);
+      if (artifact) multi.set(this.k.artifact(id), JSON.stringify({ ...artifact, expiresAt }), 'EX', seconds);
+    }
+    multi.expire(this.k.leaseArtifacts(leaseId), seconds);
     for (const callId of callIds) {
       multi.expire(this.k.call(leaseId, callId), seconds).expire(this.k.events(leaseId, callId), seconds).expire(this.k.eventKeys(leaseId, callId), seconds);
     }
@@ -288,6 +297,27 @@ export class Ledger {
   async readEvents(leaseId: string, callId: string, afterSeq = 0): Promise<CallEvent[]> {
     const texts = await this.redis.lrange(this.k.events(leaseId, callId), afterSeq, -1);
     return texts.map((t) => CallEvent.parse(JSON.parse(t)));
+  }
+
+  /** Records that chunk `index` of an artifact is stored; returns how many distinct chunks are. */
+  async artifactChunkStored(artifactId: string, index: number): Promise<number> {
+    const key = this.k.artifactChunks(artifactId);
+    const [, count] = (await this.redis.multi().sadd(key, index).scard(key).expire(key, 24 * 3600).exec()) ?? [];
+    return Number(count?.[1] ?? 0);
+  }
+
+  async putArtifact(artifact: Artifact): Promise<void> {
+    await this.redis
+      .multi()
+      .set(this.k.artifact(artifact.id), JSON.stringify(artifact))
+      .sadd(this.k.leaseArtifacts(artifact.leaseId), artifact.id)
+      .del(this.k.artifactChunks(artifact.id))
+      .exec();
+  }
+
+  async getArtifact(artifactId: string): Promise<Artifact | null> {
+    const text = await this.redis.get(this.k.artifact(artifactId));
+    return text === null ? null : Artifact.parse(JSON.parse(text));
   }
 
   async getReceipt(receiptId: string): Promise<EffectReceipt | null> {

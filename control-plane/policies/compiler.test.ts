@@ -60,9 +60,12 @@ describe('policy compiler', () => {
     expect(spec.labels).toMatchObject({ team: 'a', 'sbx.lease': 'sbx_abc', 'sbx.owner': 'o', 'sbx.version': '0.1.0', 'sbx.policy': 'p@3' });
   });
 
-  it('puts volume roots on per-lease volumes owned by the tool user, and the rest on tmpfs; /tmp is sticky and world-writable', () => {
+  it('puts volume roots on per-lease tmpfs volumes owned by the tool user, the agent spool on a disk volume, the rest on tmpfs; /tmp is sticky', () => {
     const spec = compileSandboxSpec(input(base));
-    expect(spec.volumes).toEqual([{ name: 'sbx-sbx_abc-workspace', mountPath: '/workspace', sizeBytes: 256 * 1024 ** 2, uid: 1000, gid: 1000 }]);
+    expect(spec.volumes).toEqual([
+      { name: 'sbx-sbx_abc-workspace', mountPath: '/workspace', backing: { tmpfs: true, sizeBytes: 256 * 1024 ** 2 }, uid: 1000, gid: 1000 },
+      { name: 'sbx-sbx_abc-agent-spool', mountPath: '/run/sbx/spool', backing: { tmpfs: false }, uid: 0, gid: 0 },
+    ]);
     expect(spec.tmpfs['/tmp']).toBe(`rw,nosuid,nodev,size=${64 * 1024 ** 2},mode=1777`);
     expect(spec.tmpfs['/home/sandbox']).toBe(`rw,nosuid,nodev,size=${32 * 1024 ** 2},uid=1000,gid=1000,mode=0755`);
   });

@@ -17,6 +17,8 @@ import type { Policy } from './schema.js';
 export const AGENT_CONFIG_DIR = '/run/sbx/agent';
 export const AGENT_CONFIG_PATH = `${AGENT_CONFIG_DIR}/agent.json`;
 export const AGENT_REDIS_DIR = '/run/sbx/redis';
+/** The agent's own scratch directory (output spooled for artifacts), on a disk-backed volume. */
+export const AGENT_SPOOL_DIR = '/run/sbx/spool';
 
 export interface CompileInput {
   leaseId: string;
@@ -52,10 +54,12 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
   }
   const user = policy.runtime.toolUser;
   const tmpfs: Record<string, string> = {};
+  // Disk, not memory: spooled output may be large; the agent caps what it keeps (maxArtifactBytes).
+  const spool = { name: `sbx-${input.leaseId}-agent-spool`, mountPath: AGENT_SPOOL_DIR, backing: { tmpfs: false as const }, uid: 0, gid: 0 };
   const volumes: SandboxSpec['volumes'] = [];
   for (const root of policy.filesystem.writableRoots) {
     if (root.kind === 'volume') {
-      volumes.push({ name: `sbx-${input.leaseId}-${volumeSlug(root.path)}`, mountPath: root.path, sizeBytes: root.sizeBytes, uid: user.uid, gid: user.gid });
+      volumes.push({ name: `sbx-${input.leaseId}-${volumeSlug(root.path)}`, mountPath: root.path, backing: { tmpfs: true, sizeBytes: root.sizeBytes }, uid: user.uid, gid: user.gid });
     } else {
       // /tmp is shared by every user (sticky bit, tmp(5) convention); other roots belong to the tool user.
       const owner = root.path === '/tmp' ? 'mode=1777' : `uid=${user.uid},gid=${user.gid},mode=0755`;
@@ -77,7 +81,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     networkMode: 'none',
     readOnlyRoot: policy.filesystem.readOnlyRoot,
     tmpfs,
-    volumes,
+    volumes: [...volumes, spool],
     readOnlyBinds: [
       { hostPath: input.agentConfigHostDir, containerPath: AGENT_CONFIG_DIR },
       { hostPath: input.agentRedisSocketDir, containerPath: AGENT_REDIS_DIR },

@@ -85,6 +85,8 @@ export const PolicyShape = z
             maxTimeoutMs: z.number().int().positive(),
             /** Bytes kept per stream in events and the result; the rest is counted and hashed. */
             maxOutputBytes: z.number().int().positive(),
+            /** Bytes of a cut stream kept whole as an artifact (the rest is still counted and hashed). */
+            maxArtifactBytes: z.number().int().positive().default(256 * MiB),
           })
           .strict(),
         /** read_file, write_file, edit_file, list_files, glob, search, git_status, git_diff: within the writable roots. */

@@ -50,7 +50,7 @@ export class DockerRuntime implements SandboxRuntime {
           Driver: 'local',
           // A tmpfs-backed local volume: size-limited like a container tmpfs, but a named,
           // labelled object that reconcile can find and reap by lease.
-          DriverOpts: { type: 'tmpfs', device: 'tmpfs', o: `size=${v.sizeBytes},uid=${v.uid},gid=${v.gid},mode=0755,nosuid,nodev` },
+          DriverOpts: v.backing.tmpfs ? { type: 'tmpfs', device: 'tmpfs', o: `size=${v.backing.sizeBytes},uid=${v.uid},gid=${v.gid},mode=0755,nosuid,nodev` } : {},
           Labels: { [LABEL.lease]: spec.leaseId, [LABEL.owner]: spec.labels[LABEL.owner] ?? '' },
         });
       }

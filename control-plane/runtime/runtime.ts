@@ -5,11 +5,14 @@
  */
 import type { Readable } from 'node:stream';
 
-/** A writable root backed by a per-lease volume (size-limited tmpfs; the files API can reach it). */
+/**
+ * A per-lease volume: a writable root (size-limited tmpfs, counted as the sandbox's memory) or
+ * the agent's spool (disk, size kept by the agent).
+ */
 export interface VolumeSpec {
   name: string;
   mountPath: string;
-  sizeBytes: number;
+  backing: { tmpfs: true; sizeBytes: number } | { tmpfs: false };
   uid: number;
   gid: number;
 }

@@ -9,10 +9,11 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { errorInfo } from '../../contract/errors.js';
-import type { EffectReceipt } from '../../contract/objects.js';
+import type { EffectReceipt, StreamTruncation } from '../../contract/objects.js';
 import { ExecArgs } from '../../contract/tools.js';
 import type { AgentTool, AttemptContext, AttemptOutcome } from '../attempt.js';
-import { OutputPipeline } from '../output-pipeline.js';
+import { OutputPipeline, type StreamSummary } from '../output-pipeline.js';
+import { StreamSpool } from '../spool.js';
 import { sweepProcesses } from '../process-sweep.js';
 
 /** Environment every exec gets, so tools behave non-interactively; recorded in the receipt. */
@@ -97,8 +98,22 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     // EPIPE: the program exited or closed stdin before reading all of it; not a failure of exec.
   });
   child.stdin.end(args.stdin ?? '');
-  child.stdout.on('data', (d: Buffer) => pipeline.write('stdout', d));
-  child.stderr.on('data', (d: Buffer) => pipeline.write('stderr', d));
+  // Every byte is counted and hashed (pipeline) and spooled up to the artifact cap; when the
+  // spool's buffer is full the pipe is paused until it drains, so memory stays bounded.
+  const spools = {
+    stdout: new StreamSpool(ctx.spool.dir, `${ctx.attemptId}.stdout`, ctx.spool.maxArtifactBytes),
+    stderr: new StreamSpool(ctx.spool.dir, `${ctx.attemptId}.stderr`, ctx.spool.maxArtifactBytes),
+  };
+  for (const stream of ['stdout', 'stderr'] as const) {
+    const source = child[stream];
+    source.on('data', (d: Buffer) => {
+      pipeline.write(stream, d);
+      if (!spools[stream].write(d)) {
+        source.pause();
+        spools[stream].onDrain(() => source.resume());
+      }
+    });
+  }
 
   let killedBy: 'timeout' | 'cancel' | null = null;
   let graceTimer: NodeJS.Timeout | null = null;
@@ -137,13 +152,26 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   const killedProcesses = args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups());
   await drain(child.stdout, child.stderr);
   pipeline.flush();
-  const endedAt = new Date();
-
+  await Promise.all([spools.stdout.close(), spools.stderr.close()]);
   const out = pipeline.summary('stdout');
   const err = pipeline.summary('stderr');
+  // A stream cut in the result goes whole (up to the cap) to an artifact; the rest of the spool goes.
+  const artifacts: AttemptOutcome['artifacts'] = [];
+  const truncationOf = async (stream: 'stdout' | 'stderr', s: StreamSummary): Promise<StreamTruncation | null> => {
+    if (s.keptBytes === s.bytes) {
+      await spools[stream].remove();
+      return null;
+    }
+    const artifact = await ctx.uploadArtifact(spools[stream].path, `${stream}.log`, 'application/octet-stream');
+    artifacts.push(artifact);
+    return { truncated: true, originalBytes: s.bytes, keptBytes: s.keptBytes, strategy: 'head', fullArtifact: artifact.id, artifactTruncated: spools[stream].truncated };
+  };
+  const truncationStdout = await truncationOf('stdout', out);
+  const truncationStderr = await truncationOf('stderr', err);
+  const endedAt = new Date();
   const stdout = out.kept.toString('utf8');
   const stderr = err.kept.toString('utf8');
-  const truncated = out.keptBytes < out.bytes || err.keptBytes < err.bytes;
+  const truncated = truncationStdout !== null || truncationStderr !== null;
   const base = {
     startedAt,
     endedAt,
@@ -159,13 +187,10 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     },
     stdout,
     stderr,
-    truncation: truncated
-      ? {
-          stdout: out.keptBytes < out.bytes ? { totalBytes: out.bytes, keptBytes: out.keptBytes } : null,
-          stderr: err.keptBytes < err.bytes ? { totalBytes: err.bytes, keptBytes: err.keptBytes } : null,
-        }
-      : null,
+    truncation: truncated ? { stdout: truncationStdout, stderr: truncationStderr } : null,
+    artifacts,
   };
+  const modelText = (headline: string): string => modelTextOf(headline, out, err);
   const durationText = `${endedAt.getTime() - startedAt.getTime()} ms`;
 
   if (killedBy === 'timeout') {
@@ -174,7 +199,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
       status: 'timed_out',
       commitState: 'unknown',
       error: errorInfo('execution.timeout', `timed out after ${ctx.timeoutMs} ms; process group killed`, { timeoutMs: ctx.timeoutMs }),
-      modelText: modelText(`timed out after ${ctx.timeoutMs} ms (effects may be partial)`, stdout, stderr),
+      modelText: modelText(`timed out after ${ctx.timeoutMs} ms (effects may be partial)`),
     };
   }
   if (killedBy === 'cancel') {
@@ -183,11 +208,11 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
       status: 'cancelled',
       commitState: 'unknown',
       error: errorInfo('execution.cancelled', 'cancelled while running; process group killed'),
-      modelText: modelText('cancelled while running (effects may be partial)', stdout, stderr),
+      modelText: modelText('cancelled while running (effects may be partial)'),
     };
   }
   if (exit.code === 0) {
-    return { ...base, status: 'succeeded', commitState: 'committed', error: null, modelText: modelText(`exit 0 in ${durationText}`, stdout, stderr) };
+    return { ...base, status: 'succeeded', commitState: 'committed', error: null, modelText: modelText(`exit 0 in ${durationText}`) };
   }
   if (exit.code !== null) {
     return {
@@ -195,7 +220,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
       status: 'failed',
       commitState: 'committed',
       error: errorInfo('execution.nonzero_exit', `exited with code ${exit.code}`, { exitCode: exit.code }),
-      modelText: modelText(`exit ${exit.code} in ${durationText}`, stdout, stderr),
+      modelText: modelText(`exit ${exit.code} in ${durationText}`),
     };
   }
   return {
@@ -203,7 +228,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     status: 'failed',
     commitState: 'unknown',
     error: errorInfo('execution.signaled', `killed by ${exit.signal}`, { signal: exit.signal }),
-    modelText: modelText(`killed by ${exit.signal}`, stdout, stderr),
+    modelText: modelText(`killed by ${exit.signal}`),
   };
 }
 
@@ -262,20 +287,41 @@ function drain(...streams: NodeJS.ReadableStream[]): Promise<void> {
   });
 }
 
-/** Head and tail of each stream, so a model sees the start and the end of long output. */
-const MODEL_TEXT_STREAM_CHARS = 4000;
-function modelText(headline: string, stdout: string, stderr: string): string {
-  const clip = (s: string): string => {
-    if (s.length <= MODEL_TEXT_STREAM_CHARS) return s;
-    const half = MODEL_TEXT_STREAM_CHARS / 2;
-    // Cut between UTF-16 code units that are not the two halves of one surrogate pair.
-    const lowSurrogate = (i: number): boolean => (s.charCodeAt(i) & 0xfc00) === 0xdc00;
-    const headEnd = lowSurrogate(half) ? half - 1 : half;
-    const tailStart = lowSurrogate(s.length - half) ? s.length - half + 1 : s.length - half;
-    return `${s.slice(0, headEnd)}\n[... ${tailStart - headEnd} chars omitted ...]\n${s.slice(tailStart)}`;
-  };
+/** Characters of each stream's head and of its tail in the model text. */
+const MODEL_TEXT_HEAD_CHARS = 2000;
+const MODEL_TEXT_TAIL_CHARS = 2000;
+
+/**
+ * The text a model reads: a headline, then each stream whole when short, else its head, how
+ * many bytes were left out, and its tail (from the bytes the pipeline kept of the stream's
+ * end, so the tail is the real end even past the kept limit). Cuts fall between characters.
+ */
+function modelTextOf(headline: string, out: StreamSummary, err: StreamSummary): string {
   const parts = [headline];
-  if (stdout) parts.push(`stdout:\n${clip(stdout)}`);
-  if (stderr) parts.push(`stderr:\n${clip(stderr)}`);
+  for (const [name, s] of [['stdout', out], ['stderr', err]] as const) {
+    if (s.bytes === 0) continue;
+    const whole = s.kept.toString('utf8');
+    if (s.keptBytes === s.bytes && whole.length <= MODEL_TEXT_HEAD_CHARS + MODEL_TEXT_TAIL_CHARS) {
+      parts.push(`${name}:\n${whole}`);
+      continue;
+    }
+    const head = cutAt(whole, MODEL_TEXT_HEAD_CHARS);
+    const tailText = s.tail.toString('utf8');
+    const tail = tailText.slice(safeStart(tailText, tailText.length - MODEL_TEXT_TAIL_CHARS));
+    const omitted = s.bytes - Buffer.byteLength(head) - Buffer.byteLength(tail);
+    parts.push(`${name} (${s.bytes} bytes):\n${head}\n[... ${omitted} bytes omitted ...]\n${tail}`);
+  }
   return parts.join('\n');
+}
+
+/** `s` cut to at most `n` UTF-16 units without splitting a surrogate pair. */
+function cutAt(s: string, n: number): string {
+  if (s.length <= n) return s;
+  return s.slice(0, (s.charCodeAt(n) & 0xfc00) === 0xdc00 ? n - 1 : n);
+}
+
+/** `i` moved forward off the second half of a surrogate pair. */
+function safeStart(s: string, i: number): number {
+  const at = Math.max(0, i);
+  return (s.charCodeAt(at) & 0xfc00) === 0xdc00 ? at + 1 : at;
 }

@@ -1,0 +1,103 @@
+/**
+ * The artifact store: artifacts arrive from sandbox agents in chunks through the queue; each
+ * chunk is checked against its sha256 and written at its own offset (chunk i at
+ * i × ARTIFACT_CHUNK_BYTES), so chunks may be ledgered in any order or twice; the end message
+ * completes the artifact only once every chunk is in and the whole file has the announced
+ * size and sha256. Files live under `<data dir>/artifacts`; metadata in the ledger.
+ *
+ * Throws AppError `artifact.corrupt` (a chunk or the whole does not match its digest) and
+ * `artifact.incomplete` (the end came before every chunk: BullMQ retries the end message).
+ */
+import { createHash } from 'node:crypto';
+import { constants, createReadStream } from 'node:fs';
+import { mkdir, open, readdir, rename, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { AppError } from '../../contract/errors.js';
+import type { Artifact } from '../../contract/objects.js';
+import { ARTIFACT_CHUNK_BYTES } from '../../contract/queue.js';
+import type { Ledger } from '../ledger/ledger.js';
+
+export class ArtifactStore {
+  constructor(
+    private readonly dir: string,
+    private readonly ledger: Ledger,
+  ) {}
+
+  private partPath(id: string): string {
+    return join(this.dir, `${id}.part`);
+  }
+
+  private finalPath(id: string): string {
+    return join(this.dir, id);
+  }
+
+  /** Stores chunk `index` after checking its sha256 (hex). Idempotent. */
+  async writeChunk(id: string, index: number, data: Buffer, sha256: string): Promise<void> {
+    if (createHash('sha256').update(data).digest('hex') !== sha256) {
+      throw new AppError('artifact.corrupt', `chunk ${index} of ${id} does not match its sha256`, { details: { artifactId: id, index } });
+    }
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    // O_RDWR|O_CREAT, not append mode: positional writes are ignored on files opened O_APPEND (pwrite(2)).
+    const handle = await open(this.partPath(id), constants.O_RDWR | constants.O_CREAT, 0o600);
+    try {
+      await handle.write(data, 0, data.length, index * ARTIFACT_CHUNK_BYTES);
+    } finally {
+      await handle.close();
+    }
+    await this.ledger.artifactChunkStored(id, index);
+  }
+
+  /** Completes the artifact once every chunk is in and the whole matches; returns its record. */
+  async complete(meta: Omit<Artifact, 'createdAt' | 'expiresAt'> & { chunks: number }): Promise<Artifact> {
+    const existing = await this.ledger.getArtifact(meta.id);
+    if (existing) return existing;
+    if (meta.size === 0) {
+      await mkdir(this.dir, { recursive: true, mode: 0o700 });
+      await (await open(this.partPath(meta.id), 'a')).close();
+    } else {
+      const stored = await this.ledger.artifactChunkStored(meta.id, 0);
+      if (stored < meta.chunks) throw new AppError('artifact.incomplete', `${meta.id}: ${stored} of ${meta.chunks} chunks stored`, { details: { artifactId: meta.id } });
+    }
+    const size = (await stat(this.partPath(meta.id))).size;
+    const digest = await sha256File(this.partPath(meta.id));
+    if (size !== meta.size || digest !== meta.sha256) {
+      await rm(this.partPath(meta.id), { force: true });
+      throw new AppError('artifact.corrupt', `${meta.id} is ${size} bytes with sha256 ${digest}; announced ${meta.size} and ${meta.sha256}`, { details: { artifactId: meta.id } });
+    }
+    await rename(this.partPath(meta.id), this.finalPath(meta.id));
+    const { chunks: _chunks, ...rest } = meta;
+    const artifact: Artifact = { ...rest, createdAt: new Date().toISOString(), expiresAt: null };
+    await this.ledger.putArtifact(artifact);
+    return artifact;
+  }
+
+  /** The artifact's record and its bytes. Throws AppError `artifact.not_found`. */
+  async open(leaseId: string, id: string): Promise<{ artifact: Artifact; stream: Readable }> {
+    const artifact = await this.ledger.getArtifact(id);
+    if (!artifact || artifact.leaseId !== leaseId) throw new AppError('artifact.not_found', `no artifact ${id} in sandbox ${leaseId}`, { details: { artifactId: id } });
+    return { artifact, stream: createReadStream(this.finalPath(id)) };
+  }
+
+  /** Deletes files whose record has expired (retention) and parts abandoned for `staleMs`. Returns how many. */
+  async sweep(staleMs: number): Promise<number> {
+    const names = await readdir(this.dir).catch(() => [] as string[]);
+    let removed = 0;
+    for (const name of names) {
+      const path = join(this.dir, name);
+      const old = Date.now() - (await stat(path).catch(() => ({ mtimeMs: Date.now() }))).mtimeMs > staleMs;
+      const gone = name.endsWith('.part') ? old : !(await this.ledger.getArtifact(name)) && old;
+      if (gone) {
+        await rm(path, { force: true });
+        removed += 1;
+      }
+    }
+    return removed;
+  }
+}
+
+async function sha256File(path: string): Promise<string> {
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  return hash.digest('hex');
+}
