@@ -51,6 +51,8 @@ export const ExecArgs = z
      * the process ends (or on cancel, or at `timeoutMs`).
      */
     background: z.boolean().default(false),
+    /** Commands run with pipes (stdout and stderr apart); a pseudo-terminal is not offered. */
+    pty: z.literal(false, { message: 'pty: true is not supported; commands run with pipes, stdout and stderr apart' }).default(false),
   })
   .strict()
   .refine((a) => (a.argv === undefined) !== (a.cmd === undefined), { message: 'give exactly one of argv or cmd', path: ['argv'] });

@@ -91,6 +91,8 @@ describe('API input', () => {
     const exec = body.tools.find((t) => t.name === 'exec');
     expect(exec?.inputSchema.properties).toHaveProperty('timeoutMs');
     expect(exec?.inputSchema.properties).toHaveProperty('argv');
+    expect(body.tools.map((t) => t.name).sort()).toEqual(['edit_file', 'exec', 'git_diff', 'git_status', 'glob', 'list_files', 'read_file', 'search', 'write_file']);
+    await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'exec', args: { argv: ['true'], pty: true } }), headers: json }), 400, 'input.invalid');
   });
 
   it('/healthz answers 200 when Redis and Docker answer', async () => {

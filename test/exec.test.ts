@@ -231,6 +231,21 @@ describe('exec', () => {
     expect((await processesInSandbox()).some((l) => l.includes('sleep 60'))).toBe(false);
   });
 
+  it('cancel of a running call that ignores SIGTERM and double-forks a daemon: TERM, grace, KILL, sweep; nothing left', async () => {
+    const pending = await h.client.submitCall(leaseId, 'exec', { cmd: "trap '' TERM; (setsid sleep 555 &); sleep 60", killGraceMs: 300 });
+    for await (const e of h.client.events(leaseId, pending.callId)) if (e.type === 'call.started') break;
+    await new Promise((r) => setTimeout(r, 300));
+    await h.client.cancelCall(leaseId, pending.callId);
+    const types: string[] = [];
+    for await (const e of h.client.events(leaseId, pending.callId)) types.push(e.type);
+    expect(types.indexOf('call.cancel_requested')).toBeLessThan(types.indexOf('call.cancel_acknowledged'));
+    const call = await h.client.getCall(leaseId, pending.callId);
+    expect(call.result?.status).toBe('cancelled');
+    expect(call.result?.receipt?.exit?.killedBy).toBe('cancel');
+    expect(call.result?.receipt?.cleanup?.killedProcesses).toBeGreaterThanOrEqual(1);
+    expect((await processesInSandbox()).filter((l) => l.startsWith('sandbox'))).toEqual([]);
+  });
+
   it('calls above the policy timeout are denied with policy.tool_denied and recorded', async () => {
     const callId = `denied-${Date.now()}`;
     await expect(h.client.submitCall(leaseId, 'exec', { argv: ['true'], timeoutMs: 24 * 3600 * 1000 }, { callId })).rejects.toMatchObject({ code: 'policy.tool_denied', status: 403 });

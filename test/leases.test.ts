@@ -169,6 +169,7 @@ describe('reconcile', () => {
     // The orphan's ledger record disappears (as if Redis lost it); the vanished one's container is removed behind sbx's back.
     await h.redis.del(`${h.config.redisPrefix}leases:${orphan.id}`);
     await docker('rm', '-f', `sbx-${vanished.id}`);
+    const before = await exec(adopted.id, { argv: ['echo', 'before restart'] });
     await h.plane.close();
 
     const peer = await h.startPeer();
@@ -177,6 +178,13 @@ describe('reconcile', () => {
     expect(names).not.toContain(`sbx-${orphan.id}`);
     const r = await exec(adopted.id, { argv: ['echo', 'still here'] }, peer.client);
     expect(r.stdout).toBe('still here\n');
+    // What the first process ledgered is there for the second: calls by id, their events, receipts.
+    const earlier = await peer.client.getCall(adopted.id, before.callId);
+    expect(earlier.result?.stdout).toBe('before restart\n');
+    expect(earlier.result?.receipt?.receiptId).toBe(before.receipt?.receiptId);
+    const replay = [];
+    for await (const e of peer.client.events(adopted.id, before.callId)) replay.push(e.type);
+    expect(replay.at(-1)).toBe('call.finished');
     const lost = await peer.client.getSandbox(vanished.id);
     expect(lost.status).toBe('released');
     expect(lost.endReason).toBe('container_missing');
