@@ -177,6 +177,25 @@ describe('git_status / git_diff', () => {
   });
 });
 
+describe('git hardening', () => {
+  it('a repository whose own config names commands (fsmonitor, hooks, textconv) does not get them run by git_status/git_diff', async () => {
+    const setup = await call('exec', {
+      cmd: [
+        'set -e; mkdir -p /workspace/evil && cd /workspace/evil && git init -q',
+        'git config core.fsmonitor "touch /tmp/fsmonitor-ran; false"',
+        'git config diff.x.textconv "sh -c \'touch /tmp/textconv-ran; cat \\"\\$1\\"\' sh"',
+        'echo "*.txt diff=x" > .gitattributes && echo a > f.txt && git add . && git -c core.fsmonitor=false commit -qm one --no-verify -c user.email=a@b -c user.name=n 2>/dev/null || git -c core.fsmonitor=false -c user.email=a@b -c user.name=n commit -qm one',
+        'echo b >> f.txt; rm -f /tmp/fsmonitor-ran /tmp/textconv-ran',
+      ].join('\n'),
+    });
+    expect(setup.status).toBe('succeeded');
+    expect((await call('git_status', { path: '/workspace/evil' })).status).toBe('succeeded');
+    expect(data(await call('git_diff', { path: '/workspace/evil' })).diff).toContain('+b');
+    const ran = await call('exec', { cmd: 'ls /tmp/fsmonitor-ran /tmp/textconv-ran 2>&1 || true' });
+    expect(ran.stdout).not.toMatch(/^\/tmp\/(fsmonitor|textconv)-ran$/m);
+  });
+});
+
 describe('ordering', () => {
   it('a read submitted right after an exec that writes the file sees the write (exec runs alone, in order)', async () => {
     const exec = await h.client.submitCall(leaseId, 'exec', { cmd: 'sleep 0.5; echo written > /workspace/ordered.txt' });

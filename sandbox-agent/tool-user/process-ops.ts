@@ -15,7 +15,7 @@ interface RunOutput {
   stoppedEarly: boolean;
 }
 
-const ENV = { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', GIT_TERMINAL_PROMPT: '0', GIT_PAGER: 'cat', NO_COLOR: '1' };
+const ENV = { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', GIT_TERMINAL_PROMPT: '0', GIT_PAGER: 'cat', NO_COLOR: '1', GIT_CONFIG_NOSYSTEM: '1' };
 
 /** Runs `file args`, keeping at most `maxBytes` of stdout (then stops it) and 64 KiB of stderr. */
 function run(file: string, args: string[], cwd: string, maxBytes: number, home: string, stop?: (kept: Buffer) => boolean): Promise<RunOutput> {
@@ -77,8 +77,15 @@ export async function searchOp(args: SearchArgs, ctx: FileContext & { home: stri
   };
 }
 
+/**
+ * Settings that keep git from running commands a repository's own config names (the sandbox's
+ * code writes `.git/config`): no fsmonitor hook, no hooks, no pager; `-c` on the command line
+ * outranks every config file (git-config(1), "FILES").
+ */
+const GIT_SAFE = ['-c', 'core.fsmonitor=false', '-c', 'core.hooksPath=/dev/null', '-c', 'core.pager=cat', '--no-pager'];
+
 async function git(args: string[], cwd: string, maxBytes: number, home: string): Promise<RunOutput> {
-  const result = await run('git', args, cwd, maxBytes, home);
+  const result = await run('git', [...GIT_SAFE, ...args], cwd, maxBytes, home);
   if (result.code !== 0 && !result.stoppedEarly) {
     if (/not a git repository/i.test(result.stderr)) throw new ToolError('git.not_a_repository', `${cwd} is not inside a git work tree`, { path: cwd });
     throw new ToolError('git.failed', `git ${args[0]} exited ${result.code}: ${result.stderr.trim().split('\n')[0] ?? ''}`, { stderr: result.stderr.slice(0, 4000) });
@@ -144,7 +151,7 @@ export async function gitStatusOp(args: GitStatusArgs, ctx: FileContext & { home
 
 export async function gitDiffOp(args: GitDiffArgs, ctx: FileContext & { home: string }): Promise<OpResult> {
   const root = await canonicalExisting(args.path, ctx);
-  const diffArgs = ['diff', '--no-color', '--no-ext-diff', ...(args.staged ? ['--cached'] : [])];
+  const diffArgs = ['diff', '--no-color', '--no-ext-diff', '--no-textconv', ...(args.staged ? ['--cached'] : [])];
   const result = await git(diffArgs, root, args.maxBytes, ctx.home);
   const diff = result.stdout.toString('utf8');
   const truncated = result.stdoutBytes > result.stdout.length;
