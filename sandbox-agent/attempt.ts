@@ -64,3 +64,25 @@ export interface AgentTool<Args> {
   parse(args: unknown): Args;
   execute(ctx: AttemptContext, args: Args): Promise<AttemptOutcome>;
 }
+
+/** The outcome of an attempt that ran nothing (or whose run nobody observed): no exit, no output. */
+export function outcomeWithoutRun(status: AttemptOutcome['status'], commitState: AttemptOutcome['commitState'], error: ErrorInfo, at: Date): AttemptOutcome {
+  return {
+    status,
+    error,
+    commitState,
+    startedAt: at,
+    endedAt: at,
+    exit: null,
+    environment: null,
+    runner: null,
+    outputs: null,
+    cleanup: null,
+    versions: [],
+    data: null,
+    stdout: '',
+    stderr: '',
+    truncation: null,
+    modelText: error.message,
+  };
+}

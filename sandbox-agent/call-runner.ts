@@ -9,7 +9,7 @@ import { rm } from 'node:fs/promises';
 import { errorInfo, type ErrorInfo } from '../contract/errors.js';
 import type { EffectReceipt, ToolResult } from '../contract/objects.js';
 import { CallJob, type AgentConfig, type LeaseKeys } from '../contract/queue.js';
-import type { AgentTool, AttemptOutcome } from './attempt.js';
+import { outcomeWithoutRun, type AgentTool, type AttemptOutcome } from './attempt.js';
 import type { ReturnChannel } from './return-channel.js';
 import type { AccessScheduler } from './scheduler.js';
 
@@ -186,27 +186,6 @@ export class CallRunner {
       receipt,
     };
   }
-}
-
-function outcomeWithoutRun(status: AttemptOutcome['status'], commitState: AttemptOutcome['commitState'], error: ErrorInfo, at: Date): AttemptOutcome {
-  return {
-    status,
-    error,
-    commitState,
-    startedAt: at,
-    endedAt: at,
-    exit: null,
-    environment: null,
-    runner: null,
-    outputs: null,
-    cleanup: null,
-    versions: [],
-    data: null,
-    stdout: '',
-    stderr: '',
-    truncation: null,
-    modelText: error.message,
-  };
 }
 
 /** The answer a background task gives at once: its handle (the callId) and its process group. */

@@ -11,7 +11,7 @@ import { stat } from 'node:fs/promises';
 import { errorInfo } from '../../contract/errors.js';
 import type { EffectReceipt, StreamTruncation } from '../../contract/objects.js';
 import { ExecArgs } from '../../contract/tools.js';
-import type { AgentTool, AttemptContext, AttemptOutcome } from '../attempt.js';
+import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../attempt.js';
 import { OutputPipeline, type StreamSummary } from '../output-pipeline.js';
 import { StreamSpool } from '../spool.js';
 import { sweepProcesses } from '../process-sweep.js';
@@ -42,7 +42,7 @@ export const execTool: AgentTool<ExecArgs> = {
 async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutcome> {
   const startedAt = new Date();
   const cwdError = await checkCwd(args.cwd, ctx.toolUser);
-  if (cwdError) return notStarted(startedAt, errorInfo('input.cwd_not_found', cwdError, { cwd: args.cwd }));
+  if (cwdError) return outcomeWithoutRun('failed', 'not_started', errorInfo('input.cwd_not_found', cwdError, { cwd: args.cwd }), startedAt);
 
   const userEnv = { ...ctx.leaseEnv, ...args.env };
   const env = {
@@ -81,14 +81,14 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     });
   } catch (err) {
     // spawn throws synchronously for some execve failures (E2BIG, EINVAL): nothing ran.
-    return notStarted(startedAt, errorInfo('execution.spawn_failed', (err as Error).message));
+    return outcomeWithoutRun('failed', 'not_started', errorInfo('execution.spawn_failed', (err as Error).message), startedAt);
   }
 
   const spawnError = await new Promise<Error | null>((resolve) => {
     child.once('spawn', () => resolve(null));
     child.once('error', (err) => resolve(err));
   });
-  if (spawnError) return notStarted(startedAt, errorInfo('execution.spawn_failed', spawnError.message));
+  if (spawnError) return outcomeWithoutRun('failed', 'not_started', errorInfo('execution.spawn_failed', spawnError.message), startedAt);
 
   const pid = child.pid!;
   ctx.emit({ type: 'call.started', attemptId: ctx.attemptId, pid });
@@ -253,27 +253,6 @@ async function checkCwd(cwd: string, user: { uid: number; gid: number }): Promis
     if ((s.mode & bit) === 0) return `cwd is not accessible to the tool user: ${cwd} (EACCES at ${dir})`;
   }
   return null;
-}
-
-function notStarted(startedAt: Date, error: AttemptOutcome['error']): AttemptOutcome {
-  return {
-    status: 'failed',
-    error,
-    commitState: 'not_started',
-    startedAt,
-    endedAt: new Date(),
-    exit: null,
-    environment: null,
-    runner: null,
-    outputs: null,
-    cleanup: null,
-    versions: [],
-    data: null,
-    stdout: '',
-    stderr: '',
-    truncation: null,
-    modelText: `not started: ${error?.message ?? ''}`,
-  };
 }
 
 function drain(...streams: NodeJS.ReadableStream[]): Promise<void> {
