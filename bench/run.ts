@@ -8,6 +8,7 @@
  * - echo round trip: exec `echo` through API → queue → agent → queue → ledger → API (`?wait=`)
  *   vs `docker exec <same container> echo`.
  * - 1 MB output: exec printing 1 000 000 bytes, result complete, vs `docker exec` of the same.
+ * - read_file of a 1 MiB text file (content, sha256, line counts) vs `docker exec cat`.
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -63,10 +64,19 @@ async function main(): Promise<void> {
     });
     const dockerMbMs = await medianOf(() => run('docker', ['exec', '--user', '1000', container, 'bash', '-c', mbCmd], { maxBuffer: 4 * 1024 * 1024 }));
 
+    const text = 'x'.repeat(1023).concat('\n').repeat(1024);
+    await client.submitCall(id, 'write_file', { path: '/workspace/bench.txt', content: text }, { waitSeconds: 30 });
+    const readMs = await medianOf(async () => {
+      const r = await client.submitCall(id, 'read_file', { path: '/workspace/bench.txt', limit: 2000 }, { waitSeconds: 30 });
+      if (!('data' in r) || (r.data as { content?: string } | null)?.content !== text) throw new Error('read_file returned other content');
+    });
+    const dockerCatMs = await medianOf(() => run('docker', ['exec', '--user', '1000', container, 'cat', '/workspace/bench.txt'], { maxBuffer: 4 * 1024 * 1024 }));
+
     const rows = [
       ['lease (ready, manifest built)', leaseMs, 'docker run --rm true', dockerRunMs],
       ['exec echo round trip', echoMs, 'docker exec echo', dockerExecMs],
       ['exec 1 MB output, complete', mbMs, 'docker exec 1 MB', dockerMbMs],
+      ['read_file 1 MiB (with sha256)', readMs, 'docker exec cat 1 MiB', dockerCatMs],
     ] as const;
     process.stdout.write(`sbx bench: median of ${RUNS} runs each (after one warm-up), same machine, same run\n\n`);
     process.stdout.write(`${'measure'.padEnd(32)}${'sbx ms'.padStart(10)}  ${'baseline'.padEnd(24)}${'ms'.padStart(8)}${'ratio'.padStart(9)}\n`);

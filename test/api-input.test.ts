@@ -56,11 +56,14 @@ describe('API input', () => {
     await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'exec', args: { argv: ['true'] }, callId: '../../etc' }), headers: json }), 400, 'input.invalid');
   });
 
-  it('a 10 MB body is input.body_too_large and creates nothing', async () => {
+  it('a 10 MB body is input.body_too_large (calls: beyond 48 MiB) and creates nothing', async () => {
     const before = await containersOf(h.config.owner);
     const big = JSON.stringify({ labels: { a: 'x'.repeat(10 * 1024 * 1024) } });
     await expectError(await h.client.raw('POST', '/v1/sandboxes', { body: big, headers: json }), 413, 'input.body_too_large');
-    await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'exec', args: { cmd: 'x'.repeat(10 * 1024 * 1024) } }), headers: json }), 413, 'input.body_too_large');
+    // Calls take bodies up to 48 MiB (write_file content); a 10 MB script is refused by its field.
+    const long = await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'exec', args: { cmd: 'x'.repeat(10 * 1024 * 1024) } }), headers: json }), 400, 'input.invalid');
+    expect(JSON.stringify(long)).toContain('args.cmd');
+    await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'write_file', args: { path: '/workspace/x', content: 'x'.repeat(50 * 1024 * 1024) } }), headers: json }), 413, 'input.body_too_large');
     expect(await containersOf(h.config.owner)).toEqual(before);
   });
 

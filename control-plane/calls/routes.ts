@@ -21,13 +21,17 @@ export interface CallsRoutesOptions {
   notifier: CallNotifier;
 }
 
+/** Largest call body, bytes. */
+const CALL_BODY_LIMIT_BYTES = 48 * 1024 * 1024;
+
 /** SSE comment heartbeat interval, ms: keeps proxies from closing an idle stream. */
 const SSE_KEEPALIVE_MS = 15_000;
 
 export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (app, { leases, calls, ledger, notifier }) => {
   app.get('/v1/tools', async () => ({ tools: describeTools() }));
 
-  app.post('/v1/sandboxes/:id/calls', async (request, reply) => {
+  // write_file carries up to 32 MiB of content (base64: 4/3 of that) in its JSON body.
+  app.post('/v1/sandboxes/:id/calls', { bodyLimit: CALL_BODY_LIMIT_BYTES }, async (request, reply) => {
     const { id } = parseInput(LeaseParams, request.params, 'params');
     const { wait } = parseInput(SubmitCallQuery, request.query, 'query');
     const body = parseInput(SubmitCallBody, request.body, 'body');
