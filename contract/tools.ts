@@ -89,7 +89,11 @@ export const WriteFileArgs = z
     /** Permission bits for a new file (default 0644); an existing file keeps its own. Missing parent directories are created. */
     mode: z.number().int().min(0).max(0o777).optional(),
   })
-  .strict();
+  .strict()
+  .refine((a) => a.encoding !== 'base64' || /^[A-Za-z0-9+/]*={0,2}$/.test(a.content) && a.content.length % 4 === 0, {
+    message: 'not valid base64 (RFC 4648 alphabet, padded)',
+    path: ['content'],
+  });
 export type WriteFileArgs = z.infer<typeof WriteFileArgs>;
 
 /** `edit_file`: exact-string replacement in a text file, keeping its line endings and BOM. */

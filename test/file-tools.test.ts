@@ -177,6 +177,34 @@ describe('git_status / git_diff', () => {
   });
 });
 
+describe('races', () => {
+  it('a directory swapped for a symlink while file calls run never lets a read or a write leave the roots', async () => {
+    await call('exec', { cmd: 'mkdir -p /workspace/race/real && echo inside > /workspace/race/real/passwd && echo shm > /dev/shm/passwd' });
+    const swapper = (await h.client.submitCall(leaseId, 'exec', {
+      // renameat2(2) with RENAME_EXCHANGE (flag 2; syscall 316 on x86-64) swaps the directory and
+      // the symlink atomically, as fast as perl can loop.
+      cmd: 'cd /workspace/race && ln -sfn /dev/shm lnk && exec perl -e \'my ($a, $b) = ("real", "lnk"); while (1) { syscall(316, -100, $a, -100, $b, 2) }\'',
+      background: true,
+      timeoutMs: 120_000,
+    }, { waitSeconds: 30 })) as ToolResult;
+    expect(swapper.status).toBe('detached');
+    const results = await Promise.all(
+      Array.from({ length: 300 }, (_, i) =>
+        i % 2 === 0 ? call('read_file', { path: '/workspace/race/real/passwd' }) : call('write_file', { path: `/workspace/race/real/w${i}`, content: 'x' }),
+      ),
+    );
+    await h.client.cancelCall(leaseId, swapper.callId);
+    for (const r of results) {
+      if (r.status === 'succeeded' && r.data && 'content' in r.data) expect(r.data.content).toBe('inside\n');
+      if (r.status === 'succeeded' && r.data && 'path' in r.data) expect(String(r.data.path)).toMatch(/^\/workspace\//);
+      if (r.status !== 'succeeded') expect(r.error?.code).toMatch(/^(input\.path_outside_workspace|files\.)/);
+    }
+    const leaked = await call('exec', { cmd: 'ls /dev/shm; ls -a /workspace/race/real /workspace/race/realx 2>/dev/null | grep -c sbx- || true' });
+    expect(leaked.stdout.split('\n')).not.toContain('w1');
+    expect(leaked.stdout).not.toMatch(/^w\d+$/m);
+  }, 120_000);
+});
+
 describe('git hardening', () => {
   it('a repository whose own config names commands (fsmonitor, hooks, textconv) does not get them run by git_status/git_diff', async () => {
     const setup = await call('exec', {

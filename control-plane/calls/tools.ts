@@ -55,27 +55,41 @@ const exec: ToolDefinition = {
 };
 
 /**
+ * How a file tool takes part in scheduling and policy:
+ * - `read`: declares a read of its (lexical) path; reads run side by side.
+ * - `write`: declares access to everything. A write may reach its file through a symlink, so
+ *   its lexical path cannot say what else it conflicts with; it runs alone, in order.
+ * - `runs-code`: git runs commands a repository's own config and attributes name (filters):
+ *   it counts as exec (needs exec enabled, runs alone, is swept afterwards).
+ */
+type FileToolKind = 'read' | 'write' | 'runs-code';
+
+/**
  * A file tool: its `path` is normalized lexically and must lie in a writable root here; the
  * agent checks the canonical path (symlinks resolved) again where the file is.
  */
-function fileTool(name: Exclude<keyof typeof TOOL_ARGS, 'exec'>, mode: 'read' | 'write', description: string): ToolDefinition {
+function fileTool(name: Exclude<keyof typeof TOOL_ARGS, 'exec'>, kind: FileToolKind, description: string): ToolDefinition {
   const schema = TOOL_ARGS[name] as z.ZodType<{ path: string }>;
   return {
     name,
     version: '1',
     description,
-    effectClasses: mode === 'write' ? ['fs.read', 'fs.write'] : ['fs.read'],
+    effectClasses: kind === 'write' ? ['fs.read', 'fs.write'] : kind === 'runs-code' ? ['fs.read', 'process'] : ['fs.read'],
     inputSchema: schema,
     resolve(raw, policy) {
       const rules = policy.tools.files;
       if (!rules.enabled) throw new AppError('policy.tool_denied', `policy ${policy.name} disables the file tools`, { details: { tool: name } });
+      if (kind === 'runs-code' && !policy.tools.exec.enabled) {
+        throw new AppError('policy.tool_denied', `${name} runs git, which runs commands a repository configures; policy ${policy.name} disables exec`, { details: { tool: name } });
+      }
       const args = schema.parse(raw);
       const path = posix.normalize(args.path).replace(/(.)\/+$/, '$1');
       const roots = policy.filesystem.writableRoots.map((r) => r.path);
       if (!roots.some((r) => path === r || path.startsWith(`${r}/`))) {
         throw new AppError('input.path_outside_workspace', `${args.path} is outside the sandbox's file roots (${roots.join(', ')})`, { details: { field: 'args.path', path: args.path, roots } });
       }
-      return { args: { ...args, path }, accesses: [{ kind: 'path', path, mode }], timeoutMs: rules.defaultTimeoutMs, maxOutputBytes: policy.tools.exec.maxOutputBytes };
+      const accesses: CallJob['accesses'] = kind === 'read' ? [{ kind: 'path', path, mode: 'read' }] : [{ kind: 'all' }];
+      return { args: { ...args, path }, accesses, timeoutMs: rules.defaultTimeoutMs, maxOutputBytes: policy.tools.exec.maxOutputBytes };
     },
   };
 }
@@ -89,8 +103,8 @@ export const TOOLS: ReadonlyMap<string, ToolDefinition> = new Map(
     fileTool('list_files', 'read', 'Lists a directory tree, sorted and bounded; symlinks are listed, not followed.'),
     fileTool('glob', 'read', 'Finds paths matching a glob pattern under a directory, bounded; symlinks are not followed.'),
     fileTool('search', 'read', 'Searches file contents with ripgrep (regex or literal), bounded matches with file and line.'),
-    fileTool('git_status', 'read', 'The work tree state from git status --porcelain=v2: staged, unstaged, untracked, conflicted.'),
-    fileTool('git_diff', 'read', 'The unified diff of the work tree or the index, bounded.'),
+    fileTool('git_status', 'runs-code', 'The work tree state from git status --porcelain=v2: staged, unstaged, untracked, conflicted.'),
+    fileTool('git_diff', 'runs-code', 'The unified diff of the work tree or the index, bounded.'),
   ].map((t) => [t.name, t]),
 );
 

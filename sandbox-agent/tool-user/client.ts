@@ -7,6 +7,9 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { ToolError, type OpResult } from './file-ops.js';
 import { WorkerReply, type FileOpName, type WorkerConfig } from './protocol.js';
 
+/** How long a worker has to answer after an operation was abandoned, ms. */
+const UNRESPONSIVE_MS = 2000;
+
 export class ToolTimeout extends Error {}
 export class ToolCancelled extends Error {}
 
@@ -35,11 +38,14 @@ export class ToolUserWorker {
     const child = this.ensure();
     const id = this.nextId++;
     return new Promise<OpResult>((resolve, reject) => {
+      // The operation is abandoned, not the worker: other operations go on. The worker stops the
+      // operation's programs; a worker that does not answer even that (stopped, hung) is replaced.
       const abandon = (error: Error): void => {
         this.pending.delete(id);
         cleanup();
         reject(error);
-        child.kill('SIGKILL');
+        child.send({ cancel: id });
+        this.expectAnswer(child);
       };
       const onAbort = (): void => abandon(new ToolCancelled(`${op} was cancelled`));
       const timer = setTimeout(() => abandon(new ToolTimeout(`${op} did not finish within ${timeoutMs} ms`)), timeoutMs);
@@ -54,6 +60,14 @@ export class ToolUserWorker {
       });
       child.send({ id, op, args });
     });
+  }
+
+  /** Kills `child` unless it answers anything within `UNRESPONSIVE_MS` (its pending operations then fail). */
+  private expectAnswer(child: ChildProcess): void {
+    const timer = setTimeout(() => child.kill('SIGKILL'), UNRESPONSIVE_MS);
+    const answered = (): void => clearTimeout(timer);
+    child.once('message', answered);
+    child.once('exit', answered);
   }
 
   stop(): void {

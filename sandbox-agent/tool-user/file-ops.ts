@@ -7,7 +7,8 @@
  * Each operation returns `{data, versions, modelText}` or throws `ToolError` with a catalogue code.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { lstat, mkdir, open, readdir, readFile, readlink, realpath, rename, rm, stat } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { lstat, mkdir, open, readdir, readlink, realpath, rename, rm } from 'node:fs/promises';
 import { basename, dirname, join, posix } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
 import { glob } from 'tinyglobby';
@@ -98,21 +99,65 @@ async function canonicalForWrite(path: string, ctx: FileContext): Promise<string
   return canonical;
 }
 
-/** The file's bytes, or null when it does not exist. Throws for non-regular files and size. */
-async function readRegular(canonical: string, ctx: FileContext): Promise<Buffer | null> {
-  const s = await stat(canonical).catch((err: unknown) => {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw fsError(err, canonical);
-  });
-  if (!s) return null;
-  if (!s.isFile()) throw new ToolError('files.not_a_file', `not a regular file: ${canonical}`, { path: canonical });
-  if (s.size > ctx.maxFileBytes) throw new ToolError('files.too_large', `${canonical} is ${s.size} bytes, above the limit of ${ctx.maxFileBytes}`, { path: canonical, bytes: s.size, maxBytes: ctx.maxFileBytes });
-  return readFile(canonical).catch((err: unknown) => {
-    throw fsError(err, canonical);
-  });
+/**
+ * A directory held open, so the operation acts on the directory it checked even if the path is
+ * swapped for a symlink a moment later (a race the sandbox's own code can run): `path` goes
+ * through /proc/self/fd (proc(5): a magic link to the open directory itself), and `real` is
+ * where that directory is, checked against the roots.
+ */
+interface PinnedDir {
+  path: string;
+  real: string;
+  sync(): Promise<void>;
+  close(): Promise<void>;
 }
 
-// ignoreBOM: keep a BOM in the text (the WHATWG decoder drops it by default), so edits keep it.
+async function pinDirectory(dir: string, ctx: FileContext): Promise<PinnedDir> {
+  const handle = await open(dir, constants.O_RDONLY | constants.O_DIRECTORY).catch((err: unknown) => {
+    throw fsError(err, dir);
+  });
+  const path = `/proc/self/fd/${handle.fd}`;
+  const real = await readlink(path);
+  if (!inside(real, ctx.roots)) {
+    await handle.close();
+    throw outside(dir, real, ctx.roots);
+  }
+  return { path, real, sync: () => handle.sync(), close: () => handle.close() };
+}
+
+/** Runs `fn` with the file's directory pinned (see PinnedDir) and its name in it. */
+async function withPinnedFile<T>(canonical: string, ctx: FileContext, fn: (dir: PinnedDir, name: string) => Promise<T>): Promise<T> {
+  const dir = await pinDirectory(dirname(canonical), ctx);
+  try {
+    return await fn(dir, basename(canonical));
+  } finally {
+    await dir.close();
+  }
+}
+
+/**
+ * The bytes and mode of `name` in a pinned directory, or null when it does not exist. Opened
+ * with O_NOFOLLOW: a symlink swapped in for the file is refused, not followed. Throws for
+ * non-regular files and size.
+ */
+async function readRegular(dir: PinnedDir, name: string, ctx: FileContext): Promise<{ bytes: Buffer; mode: number } | null> {
+  const shown = join(dir.real, name);
+  const handle = await open(join(dir.path, name), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch((err: unknown) => {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    if ((err as NodeJS.ErrnoException).code === 'ELOOP') throw new ToolError('files.not_a_file', `${shown} is a symlink (it changed during the call)`, { path: shown });
+    throw fsError(err, shown);
+  });
+  if (!handle) return null;
+  try {
+    const s = await handle.stat();
+    if (!s.isFile()) throw new ToolError('files.not_a_file', `not a regular file: ${shown}`, { path: shown });
+    if (s.size > ctx.maxFileBytes) throw new ToolError('files.too_large', `${shown} is ${s.size} bytes, above the limit of ${ctx.maxFileBytes}`, { path: shown, bytes: s.size, maxBytes: ctx.maxFileBytes });
+    return { bytes: await handle.readFile(), mode: s.mode & 0o777 };
+  } finally {
+    await handle.close();
+  }
+}
+
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 /** Text if the bytes are valid UTF-8 without NUL, else null (binary). */
@@ -132,9 +177,10 @@ export function splitLines(text: string): string[] {
 }
 
 export async function readFileOp(args: ReadFileArgs, ctx: FileContext): Promise<OpResult> {
-  const canonical = await canonicalExisting(args.path, ctx);
-  const bytes = await readRegular(canonical, ctx);
-  if (!bytes) throw new ToolError('files.not_found', `no such file: ${args.path}`, { path: args.path });
+  const found = await withPinnedFile(await canonicalExisting(args.path, ctx), ctx, async (dir, name) => ({ canonical: join(dir.real, name), file: await readRegular(dir, name, ctx) }));
+  const { canonical } = found;
+  if (!found.file) throw new ToolError('files.not_found', `no such file: ${args.path}`, { path: args.path });
+  const bytes = found.file.bytes;
   const digest = sha256(bytes);
   const versions = [{ path: canonical, before: digest, after: digest }];
   if (args.encoding === 'base64') {
@@ -170,13 +216,13 @@ export async function readFileOp(args: ReadFileArgs, ctx: FileContext): Promise<
 }
 
 /**
- * Writes `bytes` to `canonical` atomically: a temp file in the same directory, fsync, rename
- * over the target (rename(2) is atomic within a filesystem), fsync of the directory so the
- * rename itself survives a crash.
+ * Writes `bytes` as `name` in a pinned directory atomically: a temp file beside it, fsync,
+ * rename over the target (rename(2) is atomic within a filesystem), fsync of the directory so
+ * the rename itself survives a crash. Temp file and rename both go through the pinned
+ * directory, so a swapped path cannot send them elsewhere.
  */
-async function atomicWrite(canonical: string, bytes: Uint8Array, mode: number): Promise<void> {
-  const dir = dirname(canonical);
-  const temp = join(dir, `.${basename(canonical)}.sbx-${randomBytes(6).toString('hex')}.tmp`);
+async function atomicWrite(dir: PinnedDir, name: string, bytes: Uint8Array, mode: number): Promise<void> {
+  const temp = join(dir.path, `.${name}.sbx-${randomBytes(6).toString('hex')}.tmp`);
   try {
     const handle = await open(temp, 'wx', mode);
     try {
@@ -186,16 +232,11 @@ async function atomicWrite(canonical: string, bytes: Uint8Array, mode: number): 
     } finally {
       await handle.close();
     }
-    await rename(temp, canonical);
-    const dirHandle = await open(dir, 'r');
-    try {
-      await dirHandle.sync();
-    } finally {
-      await dirHandle.close();
-    }
+    await rename(temp, join(dir.path, name));
+    await dir.sync();
   } catch (err) {
     await rm(temp, { force: true });
-    throw fsError(err, canonical);
+    throw fsError(err, join(dir.real, name));
   }
 }
 
@@ -215,13 +256,16 @@ async function checkExpected(expected: string | undefined, actual: string | null
 export async function writeFileOp(args: WriteFileArgs, ctx: FileContext): Promise<OpResult> {
   const bytes = args.encoding === 'base64' ? Buffer.from(args.content, 'base64') : Buffer.from(args.content, 'utf8');
   if (bytes.length > ctx.maxFileBytes) throw new ToolError('files.too_large', `content is ${bytes.length} bytes, above the limit of ${ctx.maxFileBytes}`, { bytes: bytes.length, maxBytes: ctx.maxFileBytes });
-  const canonical = await canonicalForWrite(args.path, ctx);
-  const existing = await readRegular(canonical, ctx);
+  const { canonical, existing } = await withPinnedFile(await canonicalForWrite(args.path, ctx), ctx, async (dir, name) => {
+    const canonical = join(dir.real, name);
+    const existing = await readRegular(dir, name, ctx);
+    const before = existing ? sha256(existing.bytes) : null;
+    if (existing && args.createOnly) throw new ToolError('files.exists', `${canonical} exists (createOnly); nothing written`, { path: canonical, sha256: before });
+    await checkExpected(args.expectedSha256, before, canonical);
+    await atomicWrite(dir, name, bytes, existing ? existing.mode : (args.mode ?? 0o644));
+    return { canonical, existing: existing?.bytes ?? null };
+  });
   const before = existing ? sha256(existing) : null;
-  if (existing && args.createOnly) throw new ToolError('files.exists', `${canonical} exists (createOnly); nothing written`, { path: canonical, sha256: before });
-  await checkExpected(args.expectedSha256, before, canonical);
-  const mode = existing ? (await stat(canonical)).mode & 0o777 : (args.mode ?? 0o644);
-  await atomicWrite(canonical, bytes, mode);
   const after = sha256(bytes);
   const oldText = existing ? decodeText(existing) : '';
   const newText = decodeText(bytes);
@@ -234,18 +278,23 @@ export async function writeFileOp(args: WriteFileArgs, ctx: FileContext): Promis
 }
 
 export async function editFileOp(args: EditFileArgs, ctx: FileContext): Promise<OpResult> {
-  const canonical = await canonicalExisting(args.path, ctx);
-  const existing = await readRegular(canonical, ctx);
-  if (!existing) throw new ToolError('files.not_found', `no such file: ${args.path}`, { path: args.path });
+  return withPinnedFile(await canonicalExisting(args.path, ctx), ctx, (dir, name) => editPinned(args, ctx, dir, name));
+}
+
+async function editPinned(args: EditFileArgs, ctx: FileContext, dir: PinnedDir, name: string): Promise<OpResult> {
+  const canonical = join(dir.real, name);
+  const file = await readRegular(dir, name, ctx);
+  if (!file) throw new ToolError('files.not_found', `no such file: ${args.path}`, { path: args.path });
+  const existing = file.bytes;
   const before = sha256(existing);
   await checkExpected(args.expectedSha256, before, canonical);
   const text = decodeText(existing);
   if (text === null) throw new ToolError('files.binary', `${canonical} is binary; edit_file works on text`, { path: canonical });
   const bom = text.startsWith('\uFEFF') ? '\uFEFF' : '';
   const body = text.slice(bom.length);
-  // A file that is CRLF throughout is edited in LF form and written back CRLF, so an edit
-  // written with '\n' matches and the file keeps its endings; mixed files are matched as they are.
-  const crlf = body.includes('\r\n') && !/(^|[^\r])\n/.test(body);
+  // Exact match first. Failing that, a file that is CRLF throughout is edited in LF form and
+  // written back CRLF, so an edit written with '\n' matches and the file keeps its endings.
+  const crlf = !body.includes(args.oldString) && body.includes('\r\n') && !/(^|[^\r])\n/.test(body);
   const toLf = (s: string): string => (crlf ? s.replace(/\r\n/g, '\n') : s);
   const normalized = toLf(body);
   const oldString = toLf(args.oldString);
@@ -257,7 +306,7 @@ export async function editFileOp(args: EditFileArgs, ctx: FileContext): Promise<
   const output = bom + (crlf ? replaced.replace(/\n/g, '\r\n') : replaced);
   const bytes = Buffer.from(output, 'utf8');
   if (bytes.length > ctx.maxFileBytes) throw new ToolError('files.too_large', `the edited file would be ${bytes.length} bytes, above ${ctx.maxFileBytes}`, { path: canonical });
-  await atomicWrite(canonical, bytes, (await stat(canonical)).mode & 0o777);
+  await atomicWrite(dir, name, bytes, file.mode);
   const after = sha256(bytes);
   return {
     data: { path: canonical, replacements: count, sha256: after, ...unifiedDiff(canonical, text, output) },

@@ -17,10 +17,27 @@ interface RunOutput {
 
 const ENV = { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', GIT_TERMINAL_PROMPT: '0', GIT_PAGER: 'cat', NO_COLOR: '1', GIT_CONFIG_NOSYSTEM: '1' };
 
-/** Runs `file args`, keeping at most `maxBytes` of stdout (then stops it) and 64 KiB of stderr. */
-function run(file: string, args: string[], cwd: string, maxBytes: number, home: string, stop?: (kept: Buffer) => boolean): Promise<RunOutput> {
+/** What the program-running operations get: the file context, the tool user's home, and the operation's cancel signal. */
+type RunContext = FileContext & { home: string; signal?: AbortSignal };
+
+/**
+ * Runs `file args`, keeping at most `maxBytes` of stdout (then stops it) and 64 KiB of stderr.
+ * The program gets its own process group, and a cancel kills the group, so what it started
+ * (git's filters, say) goes with it.
+ */
+function run(file: string, args: string[], cwd: string, maxBytes: number, ctx: RunContext, stop?: (kept: Buffer) => boolean): Promise<RunOutput> {
   return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { cwd, env: { ...ENV, HOME: home }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(file, args, { cwd, env: { ...ENV, HOME: ctx.home }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const killGroup = (): void => {
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    };
+    if (ctx.signal?.aborted) killGroup();
+    ctx.signal?.addEventListener('abort', killGroup, { once: true });
+    child.on('close', () => ctx.signal?.removeEventListener('abort', killGroup));
     const out: Buffer[] = [];
     let kept = 0;
     let total = 0;
@@ -35,7 +52,7 @@ function run(file: string, args: string[], cwd: string, maxBytes: number, home: 
       }
       if ((kept >= maxBytes || stop?.(Buffer.concat(out))) && !stoppedEarly) {
         stoppedEarly = true;
-        child.kill('SIGKILL');
+        killGroup();
       }
     });
     child.stderr.on('data', (chunk: Buffer) => {
@@ -46,7 +63,7 @@ function run(file: string, args: string[], cwd: string, maxBytes: number, home: 
   });
 }
 
-export async function searchOp(args: SearchArgs, ctx: FileContext & { home: string }): Promise<OpResult> {
+export async function searchOp(args: SearchArgs, ctx: RunContext): Promise<OpResult> {
   const root = await canonicalExisting(args.path, ctx);
   const rgArgs = ['--json', '--no-config', '--max-columns', '2000'];
   if (args.literal) rgArgs.push('--fixed-strings');
@@ -55,7 +72,7 @@ export async function searchOp(args: SearchArgs, ctx: FileContext & { home: stri
   rgArgs.push('--regexp', args.pattern, '--', root);
   const matches: Array<{ path: string; line: number; text: string }> = [];
   // ripgrep writes one JSON object per line (`rg --json`, see rg(1)); stop once `limit` matches are in.
-  const result = await run('rg', rgArgs, root, 64 * 1024 * 1024, ctx.home, (kept) => kept.toString('utf8').split('"type":"match"').length - 1 > args.limit);
+  const result = await run('rg', rgArgs, root, 64 * 1024 * 1024, ctx, (kept) => kept.toString('utf8').split('"type":"match"').length - 1 > args.limit);
   for (const line of result.stdout.toString('utf8').split('\n')) {
     if (!line.startsWith('{"type":"match"')) continue;
     let event: { data?: { path?: { text?: string }; line_number?: number; lines?: { text?: string } } };
@@ -84,8 +101,8 @@ export async function searchOp(args: SearchArgs, ctx: FileContext & { home: stri
  */
 const GIT_SAFE = ['-c', 'core.fsmonitor=false', '-c', 'core.hooksPath=/dev/null', '-c', 'core.pager=cat', '--no-pager'];
 
-async function git(args: string[], cwd: string, maxBytes: number, home: string): Promise<RunOutput> {
-  const result = await run('git', [...GIT_SAFE, ...args], cwd, maxBytes, home);
+async function git(args: string[], cwd: string, maxBytes: number, ctx: RunContext): Promise<RunOutput> {
+  const result = await run('git', [...GIT_SAFE, ...args], cwd, maxBytes, ctx);
   if (result.code !== 0 && !result.stoppedEarly) {
     if (/not a git repository/i.test(result.stderr)) throw new ToolError('git.not_a_repository', `${cwd} is not inside a git work tree`, { path: cwd });
     throw new ToolError('git.failed', `git ${args[0]} exited ${result.code}: ${result.stderr.trim().split('\n')[0] ?? ''}`, { stderr: result.stderr.slice(0, 4000) });
@@ -135,9 +152,9 @@ export function parsePorcelainV2(output: string): GitStatus {
   return status;
 }
 
-export async function gitStatusOp(args: GitStatusArgs, ctx: FileContext & { home: string }): Promise<OpResult> {
+export async function gitStatusOp(args: GitStatusArgs, ctx: RunContext): Promise<OpResult> {
   const root = await canonicalExisting(args.path, ctx);
-  const result = await git(['status', '--porcelain=v2', '-z', '--branch', '--untracked-files=all'], root, 16 * 1024 * 1024, ctx.home);
+  const result = await git(['status', '--porcelain=v2', '-z', '--branch', '--untracked-files=all'], root, 16 * 1024 * 1024, ctx);
   const status = parsePorcelainV2(result.stdout.toString('utf8'));
   const lines = [
     `branch ${status.branch.head ?? '(detached)'}${status.branch.upstream ? ` (${status.branch.upstream} +${status.branch.ahead} -${status.branch.behind})` : ''}`,
@@ -149,10 +166,10 @@ export async function gitStatusOp(args: GitStatusArgs, ctx: FileContext & { home
   return { data: { path: root, ...status }, versions: [], modelText: lines.join('\n') };
 }
 
-export async function gitDiffOp(args: GitDiffArgs, ctx: FileContext & { home: string }): Promise<OpResult> {
+export async function gitDiffOp(args: GitDiffArgs, ctx: RunContext): Promise<OpResult> {
   const root = await canonicalExisting(args.path, ctx);
   const diffArgs = ['diff', '--no-color', '--no-ext-diff', '--no-textconv', ...(args.staged ? ['--cached'] : [])];
-  const result = await git(diffArgs, root, args.maxBytes, ctx.home);
+  const result = await git(diffArgs, root, args.maxBytes, ctx);
   const diff = result.stdout.toString('utf8');
   const truncated = result.stdoutBytes > result.stdout.length;
   return {

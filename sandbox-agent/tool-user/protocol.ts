@@ -9,11 +9,8 @@ import { ErrorCodeSchema } from '../../contract/errors.js';
 export const FILE_OPS = ['read_file', 'write_file', 'edit_file', 'list_files', 'glob', 'search', 'git_status', 'git_diff'] as const;
 export type FileOpName = (typeof FILE_OPS)[number];
 
-export interface WorkerRequest {
-  id: number;
-  op: FileOpName;
-  args: unknown;
-}
+/** An operation to run, or (`cancel`) the id of one to stop: its child processes are killed. */
+export type WorkerRequest = { id: number; op: FileOpName; args: unknown } | { cancel: number };
 
 export const WorkerReply = z.discriminatedUnion('ok', [
   z.object({

@@ -16,26 +16,34 @@ export async function runToolUserWorker(configJson: string): Promise<void> {
   process.setuid?.(config.uid);
   process.umask(0o022);
   const ctx = { roots: config.roots, maxFileBytes: config.maxFileBytes, home: config.home };
-  const ops: Record<FileOpName, (args: unknown) => Promise<OpResult>> = {
+  const ops: Record<FileOpName, (args: unknown, signal: AbortSignal) => Promise<OpResult>> = {
     read_file: (a) => readFileOp(TOOL_ARGS.read_file.parse(a), ctx),
     write_file: (a) => writeFileOp(TOOL_ARGS.write_file.parse(a), ctx),
     edit_file: (a) => editFileOp(TOOL_ARGS.edit_file.parse(a), ctx),
     list_files: (a) => listFilesOp(TOOL_ARGS.list_files.parse(a), ctx),
     glob: (a) => globOp(TOOL_ARGS.glob.parse(a), ctx),
-    search: (a) => searchOp(TOOL_ARGS.search.parse(a), ctx),
-    git_status: (a) => gitStatusOp(TOOL_ARGS.git_status.parse(a), ctx),
-    git_diff: (a) => gitDiffOp(TOOL_ARGS.git_diff.parse(a), ctx),
+    search: (a, signal) => searchOp(TOOL_ARGS.search.parse(a), { ...ctx, signal }),
+    git_status: (a, signal) => gitStatusOp(TOOL_ARGS.git_status.parse(a), { ...ctx, signal }),
+    git_diff: (a, signal) => gitDiffOp(TOOL_ARGS.git_diff.parse(a), { ...ctx, signal }),
   };
+  const running = new Map<number, AbortController>();
   process.on('message', (message: WorkerRequest) => {
+    if ('cancel' in message) {
+      running.get(message.cancel)?.abort();
+      return;
+    }
     void (async () => {
       let reply: WorkerReply;
+      const controller = new AbortController();
+      running.set(message.id, controller);
       try {
         if (!FILE_OPS.includes(message.op)) throw new ToolError('input.unknown_tool', `no operation ${String(message.op)}`);
-        reply = { id: message.id, ok: true, result: await ops[message.op](message.args) };
+        reply = { id: message.id, ok: true, result: await ops[message.op](message.args, controller.signal) };
       } catch (err) {
         const e = err instanceof ToolError ? err : new ToolError('execution.effect_unknown', (err as Error).message);
         reply = { id: message.id, ok: false, error: { code: e.code, message: e.message, ...(e.details ? { details: e.details } : {}) } };
       }
+      running.delete(message.id);
       process.send?.(reply);
     })();
   });

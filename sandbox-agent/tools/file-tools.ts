@@ -9,10 +9,13 @@ import { errorInfo } from '../../contract/errors.js';
 import { TOOL_ARGS } from '../../contract/tools.js';
 import type { AgentTool, AttemptOutcome } from '../attempt.js';
 import { ToolCancelled, ToolTimeout, type ToolUserWorker } from '../tool-user/client.js';
+import { sweepProcesses } from '../process-sweep.js';
 import { ToolError } from '../tool-user/file-ops.js';
 import { FILE_OPS, type FileOpName } from '../tool-user/protocol.js';
 
 const WRITES: ReadonlySet<FileOpName> = new Set(['write_file', 'edit_file']);
+/** Operations that run programs (git may run a repository's filters): swept afterwards like exec; they run alone. */
+const RUNS_CODE: ReadonlySet<FileOpName> = new Set(['git_status', 'git_diff']);
 
 export function fileTools(worker: ToolUserWorker): Array<AgentTool<unknown>> {
   return FILE_OPS.map((name) => ({
@@ -24,11 +27,13 @@ export function fileTools(worker: ToolUserWorker): Array<AgentTool<unknown>> {
       ctx.emit({ type: 'call.started', attemptId: ctx.attemptId, pid: worker.pid });
       const base = { startedAt, exit: null, environment: null, outputs: null, cleanup: null, stdout: '', stderr: '', truncation: null, runner: { pid: worker.pid, uid: ctx.toolUser.uid, gid: ctx.toolUser.gid } };
       try {
-        const r = await worker.request(name, args, ctx.timeoutMs, ctx.cancelSignal);
+        const r = await worker.request(name, args, ctx.timeoutMs, ctx.cancelSignal).finally(async () => {
+          if (RUNS_CODE.has(name)) await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups());
+        });
         return { ...base, endedAt: new Date(), status: 'succeeded', commitState: 'committed', error: null, data: r.data, versions: r.versions, modelText: r.modelText };
       } catch (err) {
         const endedAt = new Date();
-        const interrupted = WRITES.has(name) ? ('unknown' as const) : ('not_started' as const);
+        const interrupted = WRITES.has(name) || RUNS_CODE.has(name) ? ('unknown' as const) : ('not_started' as const);
         if (err instanceof ToolTimeout) {
           const error = errorInfo('execution.timeout', err.message, { timeoutMs: ctx.timeoutMs });
           ctx.emit({ type: 'call.timed_out', timeoutMs: ctx.timeoutMs });
