@@ -1,0 +1,29 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import { AppError } from '../../contract/errors.js';
+import { Policy } from '../policies/schema.js';
+import { TOOLS } from './tools.js';
+
+const base = Policy.parse(parseYaml(readFileSync(new URL('../../policies/default.yaml', import.meta.url), 'utf8')));
+const resolve = (tool: string, args: unknown, policy = base) => TOOLS.get(tool)!.resolve(args, policy);
+
+describe('tool resolution', () => {
+  it('declares accesses: reads their path, writes and exec everything', () => {
+    expect(resolve('read_file', { path: '/workspace/a/../b.txt' }).accesses).toEqual([{ kind: 'path', path: '/workspace/b.txt', mode: 'read' }]);
+    expect(resolve('write_file', { path: '/workspace/b.txt', content: '' }).accesses).toEqual([{ kind: 'all' }]);
+    expect(resolve('exec', { argv: ['true'] }).accesses).toEqual([{ kind: 'all' }]);
+  });
+
+  it('refuses a path outside the writable roots before anything is queued', () => {
+    expect(() => resolve('read_file', { path: '/workspace/../etc/passwd' })).toThrow(AppError);
+  });
+
+  it('git tools count as running code: denied when the policy disables exec, like exec itself', () => {
+    const noExec = { ...base, tools: { ...base.tools, exec: { ...base.tools.exec, enabled: false } } };
+    for (const tool of ['exec', 'git_status', 'git_diff']) {
+      expect(() => resolve(tool, tool === 'exec' ? { argv: ['true'] } : { path: '/workspace' }, noExec)).toThrow(expect.objectContaining({ code: 'policy.tool_denied' }));
+    }
+    expect(resolve('read_file', { path: '/workspace/x' }, noExec).accesses).toHaveLength(1);
+  });
+});
