@@ -33,7 +33,8 @@ describe('artifacts', () => {
       return Number(/VmHWM:\s+(\d+) kB/.exec(ps.stdout)?.[1]);
     };
     const before = await peakKb();
-    const r = await exec({ cmd: 'head -c 200000000 /dev/urandom | tee >(sha256sum >&2) ' });
+    // The bytes are made first so their sha256 is known before the output starts (stderr).
+    const r = await exec({ cmd: 'head -c 200000000 /dev/urandom > /tmp/r.bin && sha256sum /tmp/r.bin >&2 && cat /tmp/r.bin; rm -f /tmp/r.bin' });
     expect(r.status).toBe('succeeded');
     const written = /^([0-9a-f]{64})/.exec(r.stderr)?.[1];
     expect(r.receipt?.outputs?.stdout.bytes).toBe(200_000_000);

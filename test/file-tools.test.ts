@@ -177,6 +177,27 @@ describe('git_status / git_diff', () => {
   });
 });
 
+describe('diffs', () => {
+  it('a long diff stays bounded in the result and whole in an artifact (write_file and git_diff)', async () => {
+    const lines = (tag: string): string => Array.from({ length: 5000 }, (_, i) => `${tag} line ${i}\n`).join('');
+    await call('exec', { cmd: 'mkdir -p /workspace/bigdiff && cd /workspace/bigdiff && git init -q' });
+    await call('write_file', { path: '/workspace/bigdiff/f.txt', content: lines('old') });
+    await call('exec', { cmd: 'cd /workspace/bigdiff && git add f.txt && git -c user.email=a@b -c user.name=n commit -qm one' });
+    const w = await call('write_file', { path: '/workspace/bigdiff/f.txt', content: lines('new') });
+    expect(data(w).diffTruncated).toBe(true);
+    expect(Buffer.byteLength(data(w).diff)).toBeLessThanOrEqual(64 * 1024);
+    expect(w.artifacts.map((a) => a.id)).toEqual([data(w).diffArtifact]);
+    const full = await h.client.raw('GET', `/v1/sandboxes/${leaseId}/artifacts/${data(w).diffArtifact}`);
+    const patch = await full.text();
+    expect(patch).toContain('-old line 4999');
+    expect(patch).toContain('+new line 4999');
+    const d = await call('git_diff', { path: '/workspace/bigdiff', maxBytes: 2048 });
+    expect(Buffer.byteLength(data(d).diff)).toBeLessThanOrEqual(2048);
+    const gitPatch = await (await h.client.raw('GET', `/v1/sandboxes/${leaseId}/artifacts/${data(d).diffArtifact}`)).text();
+    expect(gitPatch).toContain('+new line 4999');
+  });
+});
+
 describe('races', () => {
   it('a directory swapped for a symlink while file calls run never lets a read or a write leave the roots', async () => {
     await call('exec', { cmd: 'mkdir -p /workspace/race/real && echo inside > /workspace/race/real/passwd && echo shm > /dev/shm/passwd' });

@@ -38,8 +38,11 @@ export interface OpResult {
   modelText: string;
 }
 
-/** Bytes of unified diff kept in a result. */
-const MAX_DIFF_BYTES = 64 * 1024;
+/**
+ * Bytes of unified diff an operation returns at most; the agent keeps a head of it in the
+ * result and sends the whole (up to this) as an artifact.
+ */
+export const MAX_DIFF_BYTES = 16 * 1024 * 1024;
 
 const sha256 = (data: Uint8Array): string => createHash('sha256').update(data).digest('hex');
 

@@ -5,7 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import type { GitDiffArgs, GitStatusArgs, SearchArgs } from '../../contract/tools.js';
-import { canonicalExisting, ToolError, type FileContext, type OpResult } from './file-ops.js';
+import { canonicalExisting, MAX_DIFF_BYTES, ToolError, type FileContext, type OpResult } from './file-ops.js';
 
 interface RunOutput {
   stdout: Buffer;
@@ -169,12 +169,14 @@ export async function gitStatusOp(args: GitStatusArgs, ctx: RunContext): Promise
 export async function gitDiffOp(args: GitDiffArgs, ctx: RunContext): Promise<OpResult> {
   const root = await canonicalExisting(args.path, ctx);
   const diffArgs = ['diff', '--no-color', '--no-ext-diff', '--no-textconv', ...(args.staged ? ['--cached'] : [])];
-  const result = await git(diffArgs, root, args.maxBytes, ctx);
+  // The whole diff (up to MAX_DIFF_BYTES) comes back; the agent keeps `maxBytes` of it in the
+  // result and sends the rest as an artifact.
+  const result = await git(diffArgs, root, MAX_DIFF_BYTES, ctx);
   const diff = result.stdout.toString('utf8');
-  const truncated = result.stdoutBytes > result.stdout.length;
+  const truncated = result.stoppedEarly;
   return {
-    data: { path: root, staged: args.staged, diff, totalBytes: result.stdoutBytes, truncated },
+    data: { path: root, staged: args.staged, diff, diffTruncated: truncated },
     versions: [],
-    modelText: diff + (truncated ? `\n[diff truncated: ${result.stdoutBytes} bytes in all]` : ''),
+    modelText: diff,
   };
 }

@@ -7,7 +7,9 @@
  */
 import { errorInfo } from '../../contract/errors.js';
 import { TOOL_ARGS } from '../../contract/tools.js';
-import type { AgentTool, AttemptOutcome } from '../attempt.js';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { AgentTool, AttemptContext, AttemptOutcome } from '../attempt.js';
 import { ToolCancelled, ToolTimeout, type ToolUserWorker } from '../tool-user/client.js';
 import { sweepProcesses } from '../process-sweep.js';
 import { ToolError } from '../tool-user/file-ops.js';
@@ -30,7 +32,9 @@ export function fileTools(worker: ToolUserWorker): Array<AgentTool<unknown>> {
         const r = await worker.request(name, args, ctx.timeoutMs, ctx.cancelSignal).finally(async () => {
           if (RUNS_CODE.has(name)) await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups());
         });
-        return { ...base, endedAt: new Date(), status: 'succeeded', commitState: 'committed', error: null, data: r.data, versions: r.versions, modelText: r.modelText };
+        const inline = name === 'git_diff' ? (args as { maxBytes: number }).maxBytes : DIFF_INLINE_BYTES;
+        const { data, artifacts, modelText } = await diffToArtifact(ctx, r.data, r.modelText, inline);
+        return { ...base, endedAt: new Date(), status: 'succeeded', commitState: 'committed', error: null, data, versions: r.versions, modelText, artifacts };
       } catch (err) {
         const endedAt = new Date();
         const interrupted = WRITES.has(name) || RUNS_CODE.has(name) ? ('unknown' as const) : ('not_started' as const);
@@ -53,4 +57,31 @@ export function fileTools(worker: ToolUserWorker): Array<AgentTool<unknown>> {
       }
     },
   }));
+}
+
+/** Bytes of a diff kept in the result of write_file and edit_file; a longer diff becomes an artifact. */
+const DIFF_INLINE_BYTES = 64 * 1024;
+
+/**
+ * Keeps the head of a long `data.diff` in the result and sends the whole diff as an artifact
+ * (`data.diffArtifact`), so a model reads a bounded text and the full patch stays retrievable.
+ */
+async function diffToArtifact(
+  ctx: AttemptContext,
+  data: Record<string, unknown>,
+  modelText: string,
+  inlineBytes: number,
+): Promise<{ data: Record<string, unknown>; artifacts: AttemptOutcome['artifacts']; modelText: string }> {
+  const diff = data.diff;
+  if (typeof diff !== 'string' || Buffer.byteLength(diff) <= inlineBytes) return { data, artifacts: [], modelText };
+  const path = join(ctx.spool.dir, `${ctx.attemptId}.diff`);
+  await writeFile(path, diff, { mode: 0o600 });
+  const artifact = await ctx.uploadArtifact(path, 'diff.patch', 'text/x-diff');
+  const head = Buffer.from(diff).subarray(0, inlineBytes).toString('utf8');
+  const note = `[diff truncated: ${Buffer.byteLength(diff)} bytes in all, whole diff in artifact ${artifact.id}]`;
+  return {
+    data: { ...data, diff: head, diffTruncated: true, diffBytes: Buffer.byteLength(diff), diffArtifact: artifact.id },
+    artifacts: [artifact],
+    modelText: modelText === diff ? `${head}\n${note}` : `${modelText}\n${note}`,
+  };
 }
