@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { rm } from 'node:fs/promises';
-import { errorInfo, type ErrorInfo } from '../contract/errors.js';
+import { errorInfo } from '../contract/errors.js';
 import type { EffectReceipt, ToolResult } from '../contract/objects.js';
 import { CallJob, type AgentConfig, type LeaseKeys } from '../contract/queue.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptOutcome } from './attempt.js';

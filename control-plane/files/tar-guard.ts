@@ -7,7 +7,6 @@
  * Throws AppError `files.unsafe_entry` (details.entry names it) or `files.invalid_archive`.
  */
 import { createReadStream, createWriteStream } from 'node:fs';
-import { posix } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import * as tar from 'tar-stream';
 import { AppError } from '../../contract/errors.js';

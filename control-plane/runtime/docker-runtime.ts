@@ -6,7 +6,6 @@
  * with zod at this boundary; Docker errors are translated once here into AppErrors, keeping the
  * original as `cause`.
  */
-import { posix } from 'node:path';
 import { PassThrough, Writable, type Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { z } from 'zod';
