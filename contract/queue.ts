@@ -57,8 +57,8 @@ export const AgentConfig = z.object({
   workdir: z.string(),
   /** Lease env, applied under every call's env. */
   env: EnvMap,
-  /** Agent-only directory for output spooled to become artifacts; `maxArtifactBytes` per stream. */
-  spool: z.object({ dir: z.string(), maxArtifactBytes: z.number().int().positive() }),
+  /** Agent-only directory for output spooled to become artifacts; `maxArtifactBytes` per stream, `maxTotalBytes` for all at once. */
+  spool: z.object({ dir: z.string(), maxArtifactBytes: z.number().int().positive(), maxTotalBytes: z.number().int().positive() }),
   /** What the file tools may reach: canonical roots, and the largest file they read or write (bytes). */
   files: z.object({ roots: z.array(z.string()), maxFileBytes: z.number().int().positive() }),
 });

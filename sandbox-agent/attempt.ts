@@ -6,6 +6,7 @@ import type { ErrorInfo } from '../contract/errors.js';
 import type { EventBody } from '../contract/events.js';
 import type { CommitState, EffectReceipt, ResultStatus, ToolResult } from '../contract/objects.js';
 import type { AgentConfig } from '../contract/queue.js';
+import type { SpoolBudget } from './spool.js';
 
 export interface AttemptContext {
   readonly callId: string;
@@ -30,8 +31,8 @@ export interface AttemptContext {
   detach(pgid: number): void;
   /** Queues an event for the control plane; events keep the order of `emit` calls. */
   emit(body: EventBody): void;
-  /** Where output is spooled, and the cap per stream (bytes). */
-  readonly spool: { dir: string; maxArtifactBytes: number };
+  /** Where output is spooled, the cap per stream (bytes) and the budget all spools share. */
+  readonly spool: { dir: string; maxArtifactBytes: number; budget: SpoolBudget };
   /** Sends the file at `path` to the control plane as an artifact (chunked, sha256-checked); resolves once it is sent. */
   uploadArtifact(path: string, name: string, mediaType: string): Promise<{ id: string; sha256: string; size: number }>;
 }

@@ -12,6 +12,7 @@ import { CallJob, type AgentConfig, type LeaseKeys } from '../contract/queue.js'
 import { outcomeWithoutRun, type AgentTool, type AttemptOutcome } from './attempt.js';
 import type { ReturnChannel } from './return-channel.js';
 import type { AccessScheduler } from './scheduler.js';
+import { SpoolBudget } from './spool.js';
 
 /** SET key value NX: true when this caller set it. */
 export type ClaimAttempt = (key: string, attemptId: string) => Promise<boolean>;
@@ -32,10 +33,13 @@ export interface CallRunnerDeps {
 
 export class CallRunner {
   private readonly running = new Map<string, AbortController>();
+  private readonly spoolBudget: SpoolBudget;
   /** Process groups of background tasks still running. */
   private readonly backgroundGroups = new Set<number>();
 
-  constructor(private readonly deps: CallRunnerDeps) {}
+  constructor(private readonly deps: CallRunnerDeps) {
+    this.spoolBudget = new SpoolBudget(deps.config.spool.maxTotalBytes);
+  }
 
   /** Number of calls executing now. */
   get activeCount(): number {
@@ -67,17 +71,6 @@ export class CallRunner {
     const channel = this.deps.returns.forAttempt(job.callId, attemptId);
     const now = new Date();
 
-    const claimed = await this.deps.claimAttempt(this.deps.keys.attempt(job.callId), attemptId);
-    if (!claimed) {
-      const error = errorInfo('execution.effect_unknown', 'an earlier attempt of this call started and its outcome was lost; not re-run');
-      await channel.result(this.result(job, attemptId, outcomeWithoutRun('effect_unknown', 'unknown', error, now)));
-      return;
-    }
-    if (await this.deps.keyExists(this.deps.keys.cancel(job.callId))) {
-      const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
-      await channel.result(this.result(job, attemptId, outcomeWithoutRun('cancelled', 'not_started', error, now)));
-      return;
-    }
     const tool = this.deps.tools.get(job.tool);
     if (!tool) {
       const error = errorInfo('input.unknown_tool', `this agent has no tool ${job.tool}`);
@@ -97,10 +90,18 @@ export class CallRunner {
     this.running.set(job.callId, controller);
     await slot;
     if (await this.deps.keyExists(this.deps.keys.cancel(job.callId))) {
-      // Cancelled while it waited for a conflicting call to finish.
       this.running.delete(job.callId);
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('cancelled', 'not_started', error, new Date())));
+      return;
+    }
+    // The marker says "an attempt began": set right before the tool runs, so a call that waited
+    // for its turn and was lost with the agent is not taken for one that ran.
+    const claimed = await this.deps.claimAttempt(this.deps.keys.attempt(job.callId), attemptId);
+    if (!claimed) {
+      this.running.delete(job.callId);
+      const error = errorInfo('execution.effect_unknown', 'an earlier attempt of this call started and its outcome was lost; not re-run');
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('effect_unknown', 'unknown', error, now)));
       return;
     }
     let outcome: AttemptOutcome;
@@ -125,7 +126,7 @@ export class CallRunner {
             void slot.then((release) => (release as () => void)());
           },
           emit: channel.emit,
-          spool: this.deps.config.spool,
+          spool: { ...this.deps.config.spool, budget: this.spoolBudget },
           uploadArtifact: async (path, name, mediaType) => {
             const id = `art_${randomUUID().replaceAll('-', '')}`;
             try {

@@ -8,16 +8,36 @@ import { createWriteStream, type WriteStream } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 
+/**
+ * Bytes all spools of a sandbox may hold together (disk): concurrent calls and background tasks
+ * share it, so their sum stays bounded whatever each one's own cap.
+ */
+export class SpoolBudget {
+  constructor(private remaining: number) {}
+
+  /** Grants up to `bytes`; returns how many were granted. */
+  take(bytes: number): number {
+    const granted = Math.min(bytes, this.remaining);
+    this.remaining -= granted;
+    return granted;
+  }
+
+  give(bytes: number): void {
+    this.remaining += bytes;
+  }
+}
+
 export class StreamSpool {
   private readonly file: WriteStream;
   private written = 0;
   private capped = false;
 
-  /** `dir`: the spool directory; `name`: a file name unique to the attempt and stream; `maxBytes`: the cap. */
+  /** `dir`: the spool directory; `name`: a file name unique to the attempt and stream; `maxBytes`: the cap; `budget`: shared with the sandbox's other spools. */
   constructor(
     dir: string,
     name: string,
     private readonly maxBytes: number,
+    private readonly budget: SpoolBudget,
   ) {
     this.path = join(dir, name);
     this.file = createWriteStream(this.path, { mode: 0o600 });
@@ -42,8 +62,9 @@ export class StreamSpool {
       this.capped ||= data.length > 0;
       return true;
     }
-    const part = data.length <= room ? data : data.subarray(0, room);
+    const part = data.subarray(0, this.budget.take(Math.min(room, data.length)));
     if (part.length < data.length) this.capped = true;
+    if (part.length === 0) return true;
     this.written += part.length;
     return this.file.write(part);
   }
@@ -57,7 +78,10 @@ export class StreamSpool {
     return new Promise((resolve, reject) => this.file.end((err?: Error | null) => (err ? reject(err) : resolve())));
   }
 
+  /** Deletes the file (if still there) and gives its bytes back to the budget. Once. */
   async remove(): Promise<void> {
     await rm(this.path, { force: true });
+    this.budget.give(this.written);
+    this.written = 0;
   }
 }

@@ -143,7 +143,7 @@ export class LeaseService {
         workdir: '/workspace',
         env,
         files: { roots: policy.filesystem.writableRoots.map((r) => r.path), maxFileBytes: policy.tools.files.maxFileBytes },
-        spool: { dir: AGENT_SPOOL_DIR, maxArtifactBytes: policy.tools.exec.maxArtifactBytes },
+        spool: { dir: AGENT_SPOOL_DIR, maxArtifactBytes: policy.tools.exec.maxArtifactBytes, maxTotalBytes: policy.tools.exec.maxSpoolBytes },
       };
       await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
       await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });

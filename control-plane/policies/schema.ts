@@ -87,6 +87,8 @@ export const PolicyShape = z
             maxOutputBytes: z.number().int().positive(),
             /** Bytes of a cut stream kept whole as an artifact (the rest is still counted and hashed). */
             maxArtifactBytes: z.number().int().positive().default(256 * MiB),
+            /** Disk the agent's spool may use for all running calls together (background tasks included). */
+            maxSpoolBytes: z.number().int().positive().default(1024 * MiB),
           })
           .strict(),
         /** read_file, write_file, edit_file, list_files, glob, search, git_status, git_diff: within the writable roots. */

@@ -101,8 +101,8 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   // Every byte is counted and hashed (pipeline) and spooled up to the artifact cap; when the
   // spool's buffer is full the pipe is paused until it drains, so memory stays bounded.
   const spools = {
-    stdout: new StreamSpool(ctx.spool.dir, `${ctx.attemptId}.stdout`, ctx.spool.maxArtifactBytes),
-    stderr: new StreamSpool(ctx.spool.dir, `${ctx.attemptId}.stderr`, ctx.spool.maxArtifactBytes),
+    stdout: new StreamSpool(ctx.spool.dir, `${ctx.attemptId}.stdout`, ctx.spool.maxArtifactBytes, ctx.spool.budget),
+    stderr: new StreamSpool(ctx.spool.dir, `${ctx.attemptId}.stderr`, ctx.spool.maxArtifactBytes, ctx.spool.budget),
   };
   for (const stream of ['stdout', 'stderr'] as const) {
     const source = child[stream];
@@ -163,6 +163,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
       return null;
     }
     const artifact = await ctx.uploadArtifact(spools[stream].path, `${stream}.log`, 'application/octet-stream');
+    await spools[stream].remove();
     artifacts.push(artifact);
     return { truncated: true, originalBytes: s.bytes, keptBytes: s.keptBytes, strategy: 'head', fullArtifact: artifact.id, artifactTruncated: spools[stream].truncated };
   };
