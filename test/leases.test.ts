@@ -152,6 +152,20 @@ describe('lease lifecycle', () => {
     expect(await docker('ps', '-a', '--filter', `label=sbx.lease=${lease.id}`, '--format', '{{.Names}}')).toBe('');
   });
 
+  it('the hardened policy runs the sandbox under gVisor, or is refused as unenforceable where the engine lacks runsc', async () => {
+    const runtimes = JSON.parse(await docker('info', '--format', '{{json .Runtimes}}')) as Record<string, unknown>;
+    if (!('runsc' in runtimes)) {
+      await expect(h.client.createSandbox({ policy: 'hardened' })).rejects.toMatchObject({ status: 422, code: 'policy.unenforceable' });
+      return;
+    }
+    const lease = await h.client.createSandbox({ policy: 'hardened' });
+    expect(lease.manifest?.runtime.ociRuntime).toBe('runsc');
+    const r = await exec(lease.id, { cmd: 'dmesg | head -1; id -u' });
+    expect(r.stdout).toContain('gVisor');
+    expect(r.stdout).toContain('1000');
+    expect(JSON.parse(await docker('inspect', '--format', '{{json .HostConfig.Runtime}}', `sbx-${lease.id}`))).toBe('runsc');
+  });
+
   it('a ttl above the policy maximum is refused before anything is created', async () => {
     const before = await containersOf(h.config.owner);
     await expect(h.client.createSandbox({ ttlSeconds: 10 ** 7 })).rejects.toMatchObject({ status: 400, code: 'lease.ttl_exceeds_policy' });

@@ -99,7 +99,8 @@ if (fs.existsSync(file)) {
   }
 }
 if (cfg === null || typeof cfg !== 'object' || Array.isArray(cfg)) { console.log(`${file} is not a JSON object`); process.exit(2); }
-const want = { path: '/usr/bin/runsc', runtimeArgs: ['--platform=ptrace', '--network=host'] };
+// --host-uds=open: the agent connects to the Redis socket bind-mounted from the host.
+const want = { path: '/usr/bin/runsc', runtimeArgs: ['--platform=ptrace', '--network=host', '--host-uds=open'] };
 cfg.runtimes = cfg.runtimes && typeof cfg.runtimes === 'object' ? cfg.runtimes : {};
 if (JSON.stringify(cfg.runtimes.runsc) === JSON.stringify(want)) { console.log('unchanged'); process.exit(0); }
 cfg.runtimes.runsc = want;
@@ -109,7 +110,12 @@ fs.renameSync(tmp, file);
 console.log('changed');
 EOF
 )" || die "cannot register runsc in /etc/docker/daemon.json: $merge_out"
-    if [[ "$merge_out" == changed ]]; then note "registered runtime runsc in $daemon_json"; fi
+    if [[ "$merge_out" == changed ]]; then
+      note "registered runtime runsc in $daemon_json"
+      # A running dockerd rereads its runtimes on SIGHUP (dockerd(8), "Configuration reload").
+      pid="$(dockerd_pid)"
+      if [[ -n "$pid" ]]; then kill -HUP "$pid"; sleep 1; fi
+    fi
   fi
   # Checked against the live daemon rather than "did we edit the file" so a
   # previous run that edited it but never reloaded still gets fixed.
