@@ -25,8 +25,12 @@ const Env = z.object({
   SBX_API_KEY: z.string().min(16).optional(),
   /** Identity of this installation, written as the `sbx.owner` label on everything it creates. Default `sbx`. */
   SBX_OWNER: z.string().regex(/^[a-zA-Z0-9_.-]+$/).default('sbx'),
-  /** Default sandbox image. Default `sbx-sandbox:latest` (built by images/build.sh). */
-  SBX_IMAGE: z.string().default('sbx-sandbox:latest'),
+  /**
+   * Default sandbox image. Default: the image images/build.sh built from this checkout's agent
+   * (its tag in `dist/.sbx-image`), so the control plane and the agent speak the same contract;
+   * else `sbx-sandbox:latest`.
+   */
+  SBX_IMAGE: z.string().optional(),
   /** Directory of policy files. Default `<repo>/policies`. */
   SBX_POLICY_DIR: z.string().optional(),
   /** Docker engine socket. Default /var/run/docker.sock. */
@@ -80,11 +84,17 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     redisPrefix: e.SBX_REDIS_PREFIX,
     apiKey: e.SBX_API_KEY,
     owner: e.SBX_OWNER,
-    image: e.SBX_IMAGE,
+    image: e.SBX_IMAGE ?? builtImage(repoRoot) ?? 'sbx-sandbox:latest',
     policyDir: e.SBX_POLICY_DIR ?? join(repoRoot, 'policies'),
     dockerSocket: e.SBX_DOCKER_SOCKET,
     maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,
     ledgerRetentionSeconds: e.SBX_LEDGER_RETENTION_SECONDS,
     logLevel: e.SBX_LOG_LEVEL,
   };
+}
+
+/** The tag deploy/local/setup.sh recorded for the image it built from this checkout, if any. */
+function builtImage(repoRoot: string): string | undefined {
+  const file = join(repoRoot, 'dist', '.sbx-image');
+  return existsSync(file) ? readFileSync(file, 'utf8').trim() || undefined : undefined;
 }

@@ -42,6 +42,7 @@ async function main(): Promise<void> {
   log.info(reconciled, 'reconciled sandboxes with the container runtime');
   await plane.app.listen({ port: config.port, host: config.host });
   const stop = async (): Promise<void> => {
+    log.info('shutting down: sandboxes keep running and are adopted by the next start');
     await plane.close();
     process.exit(0);
   };

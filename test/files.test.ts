@@ -79,10 +79,19 @@ describe('files', () => {
     expect((error as ApiError).info.message).toContain('/workspace/locked');
   });
 
+  it('a download or upload through a symlink leading out of /workspace is refused, even where the tool user could read', async () => {
+    await exec('ln -sfn /etc /workspace/etc-out && ln -sfn /home/sandbox /workspace/home-out');
+    const dir = await mkdtemp(join(tmpdir(), 'sbx-dl-'));
+    await expect(h.client.download(leaseId, '/workspace/etc-out/passwd', dir)).rejects.toMatchObject({ code: 'input.path_outside_workspace', status: 400 });
+    await expect(h.client.uploadTar(leaseId, '/workspace/home-out', await tarBytes([{ name: 'x.txt', content: 'x' }]))).rejects.toMatchObject({ code: 'input.path_outside_workspace' });
+    expect((await exec('ls /home/sandbox/x.txt 2>&1 || true')).stdout).toMatch(/No such file/);
+    expect(await readdir(dir)).toEqual([]);
+  });
+
   it('a download through a planted symlink reads no more than the tool user may (agent credentials stay closed)', async () => {
     await exec('ln -sfn /run/sbx /workspace/to-run');
     const dir = await mkdtemp(join(tmpdir(), 'sbx-dl-'));
-    await expect(h.client.download(leaseId, '/workspace/to-run/agent', dir)).rejects.toMatchObject({ code: 'files.permission_denied', status: 403 });
+    await expect(h.client.download(leaseId, '/workspace/to-run/agent', dir)).rejects.toMatchObject({ code: 'input.path_outside_workspace', status: 400 });
     expect(await readdir(dir)).toEqual([]);
   });
 

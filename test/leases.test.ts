@@ -3,7 +3,10 @@
  * reconcile after a restart or beside a second control-plane process, the default policy's
  * isolation.
  */
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import { connect, createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
 import { containersOf, docker, startHarness, type Harness } from './harness.js';
@@ -164,6 +167,20 @@ describe('lease lifecycle', () => {
     expect(r.stdout).toContain('gVisor');
     expect(r.stdout).toContain('1000');
     expect(JSON.parse(await docker('inspect', '--format', '{{json .HostConfig.Runtime}}', `sbx-${lease.id}`))).toBe('runsc');
+  });
+
+  it('an agent that dies before it is ready fails the lease with its last words, and leaves nothing', async () => {
+    const tag = 'sbx-test-crashing-agent:1';
+    const context = await mkdtemp(join(tmpdir(), 'sbx-crash-'));
+    await writeFile(join(context, 'Dockerfile'), `FROM ${h.config.image}\nCMD ["/usr/local/bin/node", "-e", "console.error('agent boom'); process.exit(3)"]\n`);
+    await docker('build', '-q', '-t', tag, context);
+    const before = await containersOf(h.config.owner);
+    const error = await h.client.createSandbox({ image: tag }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ status: 503, code: 'lease.create_failed' });
+    expect((error as Error).message).toContain('exited (code 3)');
+    expect((error as Error).message).toContain('agent boom');
+    expect(await containersOf(h.config.owner)).toEqual(before);
+    await docker('rmi', tag);
   });
 
   it('a ttl above the policy maximum is refused before anything is created', async () => {

@@ -51,9 +51,11 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (app, {
 
   app.post('/v1/sandboxes/:id/calls/:callId/cancel', async (request, reply) => {
     const { id, callId } = parseInput(CallParams, request.params, 'params');
-    const lease = await leases.active(id);
+    await leases.get(id);
     const before = await calls.get(id, callId);
+    // Finished is final, even after the sandbox went: nothing to cancel.
     if (before.status === 'finished') return reply.status(200).send(before);
+    const lease = await leases.active(id);
     return reply.status(202).send(await calls.cancel(lease, callId));
   });
 

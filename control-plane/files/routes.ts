@@ -70,7 +70,7 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (app, o
       await pipeline(request.body as Readable, byteLimit(opts.maxUploadBytes), createWriteStream(raw));
       const user = lease.policySnapshot.runtime.toolUser;
       const summary = await guardArchive(raw, guarded, { uid: user.uid, gid: user.gid, uname: user.name, gname: user.name });
-      await opts.runtime.extractTar(id, posix.join(root, relative), createReadStream(guarded), user);
+      await opts.runtime.extractTar(id, posix.join(root, relative), root, createReadStream(guarded), user);
       return { path: posix.join(root, relative), entries: summary.entries, bytes: summary.bytes };
     } finally {
       await Promise.all([rm(raw, { force: true }), rm(guarded, { force: true })]);
@@ -83,7 +83,7 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (app, o
     const lease = await opts.leases.active(id);
     const { root, relative } = locateInVolume(lease.policySnapshot, path);
     const user = lease.policySnapshot.runtime.toolUser;
-    const stream = await opts.runtime.createTar(id, posix.join(root, relative), user);
+    const stream = await opts.runtime.createTar(id, posix.join(root, relative), root, user);
     return reply.type('application/x-tar').send(stream);
   });
 };

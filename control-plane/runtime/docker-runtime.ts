@@ -90,6 +90,19 @@ export class DockerRuntime implements SandboxRuntime {
     }
   }
 
+  async exited(leaseId: string): Promise<{ exitCode: number | null; logTail: string }> {
+    const container = this.docker.getContainer(`sbx-${leaseId}`);
+    try {
+      const waited = z.object({ StatusCode: z.number() }).parse(await container.wait());
+      const logs = (await container.logs({ stdout: true, stderr: true, tail: 20 })) as unknown as Buffer;
+      // Non-TTY logs are multiplexed (8-byte frame headers); the readable text survives stripping them.
+      const logTail = logs.toString('utf8').replace(/[\x00-\x08]/g, '').trim();
+      return { exitCode: waited.StatusCode, logTail };
+    } catch {
+      return { exitCode: null, logTail: '' };
+    }
+  }
+
   async remove(leaseId: string, _owner: string): Promise<void> {
     const failures: unknown[] = [];
     const filters = JSON.stringify({ label: [`${LABEL.lease}=${leaseId}`] });
@@ -119,15 +132,15 @@ export class DockerRuntime implements SandboxRuntime {
     });
   }
 
-  async extractTar(leaseId: string, dir: string, tar: Readable, user: RunAs): Promise<void> {
-    const run = await this.execTar(leaseId, ['sh', '-c', UPLOAD_SCRIPT, 'sbx-upload', dir], user, tar);
+  async extractTar(leaseId: string, dir: string, root: string, tar: Readable, user: RunAs): Promise<void> {
+    const run = await this.execTar(leaseId, ['sh', '-c', UPLOAD_SCRIPT, 'sbx-upload', dir, root], user, tar);
     run.stdout.resume();
     const { exitCode, stderr } = await run.done;
     if (exitCode !== 0) throw tarError(stderr, dir);
   }
 
-  async createTar(leaseId: string, path: string, user: RunAs): Promise<Readable> {
-    const run = await this.execTar(leaseId, ['sh', '-c', DOWNLOAD_SCRIPT, 'sbx-download', path], user, null);
+  async createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable> {
+    const run = await this.execTar(leaseId, ['sh', '-c', DOWNLOAD_SCRIPT, 'sbx-download', path, root], user, null);
     // The script checks the path before tar writes anything, so a missing or unreadable path
     // ends with no output and becomes an HTTP error instead of a broken archive.
     const first = await new Promise<Buffer | null>((resolve) => {
@@ -205,12 +218,22 @@ export class DockerRuntime implements SandboxRuntime {
  * Upload: create the target directory, then unpack stdin into it. `--no-same-owner`: entries
  * belong to the tool user that extracts them, whatever the archive says.
  */
-const UPLOAD_SCRIPT = 'mkdir -p -- "$1" && exec tar -x -f - -C "$1" --no-same-owner';
-/** Download: refuse a missing or unreadable path before tar writes its first block. */
+/**
+ * Both scripts first change into the directory they work from (`cd -P`: symlinks resolved) and
+ * check that what they act on, as resolved (`pwd -P`), is inside the root `$2`; the working
+ * directory then stays put even if the path is swapped for a symlink a moment later, and tar
+ * stores a member swapped for a symlink as the symlink, without following it.
+ */
+const outsideRoot = (what: string): string => `case "${what}" in "$2"|"$2"/*) ;; *) echo "$1: resolves outside $2" >&2; exit 3 ;; esac`;
+const UPLOAD_SCRIPT = ['mkdir -p -- "$1" && cd -P -- "$1" || exit 2', outsideRoot('$(pwd -P)'), 'exec tar -x -f - --no-same-owner'].join('\n');
+/** Download: also refuse a missing or unreadable path before tar writes its first block. */
 const DOWNLOAD_SCRIPT = [
-  'if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "$1: Cannot stat: No such file or directory" >&2; exit 2; fi',
-  'if [ ! -r "$1" ]; then echo "$1: Cannot open: Permission denied" >&2; exit 2; fi',
-  'exec tar -c -f - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"',
+  'real=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1: Cannot stat: No such file or directory" >&2; exit 2; }',
+  'name=$(basename -- "$real")',
+  'cd -P -- "$(dirname -- "$real")" || exit 2',
+  outsideRoot('$(pwd -P)/$name'),
+  'if [ ! -r "$name" ]; then echo "$1: Cannot open: Permission denied" >&2; exit 2; fi',
+  'exec tar -c -f - -- "$name"',
 ].join('\n');
 
 /**
@@ -220,6 +243,7 @@ const DOWNLOAD_SCRIPT = [
 function tarError(stderr: string, path: string): AppError {
   const reason = stderr.split('\n').find((l) => l.trim()) ?? 'tar failed';
   const details = { path, reason };
+  if (/resolves outside/.test(stderr)) return new AppError('input.path_outside_workspace', `${path} resolves outside its root in the sandbox (a symlink)`, { details });
   if (/No space left on device/.test(stderr)) return new AppError('files.no_space', `no space left in the sandbox writing ${path}: ${reason}`, { details });
   if (/Permission denied|Read-only file system|Operation not permitted|cannot create directory/.test(stderr)) {
     const os = /Read-only file system/.test(stderr) ? 'EROFS' : /Operation not permitted/.test(stderr) ? 'EPERM' : 'EACCES';

@@ -67,6 +67,11 @@ export interface SandboxRuntime {
   imageId(ref: string): Promise<string>;
   /** Creates the volumes and the container and starts it. Leaves nothing behind when it throws. */
   start(spec: SandboxSpec): Promise<{ containerId: string }>;
+  /**
+   * Resolves when the lease's container stops, with its exit code and its last log lines (the
+   * agent's fatal error, typically). Never rejects; resolves with code null if it cannot tell.
+   */
+  exited(leaseId: string): Promise<{ exitCode: number | null; logTail: string }>;
   /** Removes the lease's containers and volumes. Absence is success; every step runs even when one fails. */
   remove(leaseId: string, owner: string): Promise<void>;
   /** Containers carrying `sbx.owner=<owner>`. */
@@ -77,9 +82,13 @@ export interface SandboxRuntime {
    * and an upload can do no more than the tool user's own code could. Throws AppError
    * `files.not_found` (no `dir`), `files.permission_denied`, `files.no_space`, `files.transfer_failed`.
    */
-  extractTar(leaseId: string, dir: string, tar: Readable, user: RunAs): Promise<void>;
-  /** A tar stream of `path`, made inside the sandbox as `user` (`tar -c`). Throws as `extractTar`. */
-  createTar(leaseId: string, path: string, user: RunAs): Promise<Readable>;
+  extractTar(leaseId: string, dir: string, root: string, tar: Readable, user: RunAs): Promise<void>;
+  /**
+   * A tar stream of `path`, made inside the sandbox as `user` (`tar -c`). Both refuse a path
+   * that, symlinks resolved inside the sandbox, lies outside `root` (`input.path_outside_workspace`).
+   * Throws as `extractTar`.
+   */
+  createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable>;
 }
 
 /** Labels on everything sbx creates, used to find and reap it (sbx.lease, sbx.owner, sbx.version). */

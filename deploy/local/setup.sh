@@ -273,6 +273,9 @@ fi
 
 # ---------------------------------------------------------------- h. image
 image_tag="$(bash "$repo/images/build.sh" | tail -n1)" || exit 1
+# The control plane of this checkout leases this image by default (not a shared :latest that
+# another checkout may have rebuilt with a different agent).
+[[ "$(cat dist/.sbx-image 2>/dev/null || true)" == "$image_tag" ]] || printf '%s\n' "$image_tag" >dist/.sbx-image
 
 # ---------------------------------------------------------------- i. summary
 elapsed="$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"

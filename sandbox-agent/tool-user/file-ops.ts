@@ -196,10 +196,13 @@ export async function readFileOp(args: ReadFileArgs, ctx: FileContext): Promise<
   const text = decodeText(bytes);
   if (text === null) throw new ToolError('files.binary', `${canonical} is binary (NUL bytes or invalid UTF-8); read it with encoding: base64`, { path: canonical, bytes: bytes.length, sha256: digest });
   const lines = splitLines(text);
-  const start = args.offset - 1;
+  const start = Math.min(args.offset - 1, lines.length);
   const end = Math.min(lines.length, start + args.limit);
   const truncated = start > 0 || end < lines.length;
   const content = lines.slice(start, end).join('');
+  if (start === lines.length && lines.length > 0 && args.offset > lines.length) {
+    throw new ToolError('input.invalid', `offset ${args.offset} is past the end of ${canonical} (${lines.length} lines)`, { path: canonical, totalLines: lines.length });
+  }
   return {
     data: {
       path: canonical,
@@ -295,9 +298,9 @@ async function editPinned(args: EditFileArgs, ctx: FileContext, dir: PinnedDir, 
   if (text === null) throw new ToolError('files.binary', `${canonical} is binary; edit_file works on text`, { path: canonical });
   const bom = text.startsWith('\uFEFF') ? '\uFEFF' : '';
   const body = text.slice(bom.length);
-  // Exact match first. Failing that, a file that is CRLF throughout is edited in LF form and
-  // written back CRLF, so an edit written with '\n' matches and the file keeps its endings.
-  const crlf = !body.includes(args.oldString) && body.includes('\r\n') && !/(^|[^\r])\n/.test(body);
+  // A file that is CRLF throughout is edited in LF form (oldString and newString too) and written
+  // back CRLF, so an edit written with '\n' matches and new lines get the file's ending.
+  const crlf = body.includes('\r\n') && !/(^|[^\r])\n/.test(body);
   const toLf = (s: string): string => (crlf ? s.replace(/\r\n/g, '\n') : s);
   const normalized = toLf(body);
   const oldString = toLf(args.oldString);
@@ -353,6 +356,17 @@ export async function listFilesOp(args: ListFilesArgs, ctx: FileContext): Promis
   };
 }
 
+/** True when no directory between `root` and `path` (both canonical, `path` below `root`) is a symlink. */
+async function noSymlinkBetween(root: string, path: string): Promise<boolean> {
+  const parts = posix.relative(root, path).split('/').slice(0, -1);
+  let dir = root;
+  for (const part of parts) {
+    dir = posix.join(dir, part);
+    if ((await lstat(dir).catch(() => null))?.isSymbolicLink() !== false) return false;
+  }
+  return true;
+}
+
 async function readlinkSafe(path: string): Promise<string> {
   return readlink(path).catch(() => '?');
 }
@@ -360,8 +374,11 @@ async function readlinkSafe(path: string): Promise<string> {
 export async function globOp(args: GlobArgs, ctx: FileContext): Promise<OpResult> {
   const root = await canonicalExisting(args.path, ctx);
   const found = await glob(args.pattern, { cwd: root, absolute: true, dot: true, followSymbolicLinks: false, onlyFiles: false });
-  // A pattern may climb out of cwd ('../x'): keep what stays in the roots.
-  const inRoots = found.map((p) => p.replace(/\/$/, '')).filter((p) => inside(p, ctx.roots)).sort();
+  // A pattern may climb out of cwd ('../x') or name a symlinked directory ('link/*'), which the
+  // matcher then walks: keep only paths inside the roots reached without passing a symlink.
+  const candidates = found.map((p) => p.replace(/\/$/, '')).filter((p) => inside(p, ctx.roots)).sort();
+  const inRoots: string[] = [];
+  for (const p of candidates) if (await noSymlinkBetween(root, p)) inRoots.push(p);
   const paths = inRoots.slice(0, args.limit);
   return {
     data: { path: root, pattern: args.pattern, paths, truncated: inRoots.length > paths.length },
