@@ -134,6 +134,13 @@ describe('list_files, glob, search', () => {
     expect(data(r).paths).toEqual(['/workspace/tree/a/1', '/workspace/tree/a/2']);
     const out = await call('glob', { pattern: '../../../etc/*', path: '/workspace/tree' });
     expect(data(out).paths).toEqual([]);
+    // /workspace/tree/root-link -> /: a pattern naming the link matches the link, not what is behind it.
+    const behind = await call('glob', { pattern: 'root-link/**', path: '/workspace/tree' });
+    expect(data(behind).paths).toEqual(['/workspace/tree/root-link']);
+    await call('exec', { cmd: 'mkdir -p /workspace/many && cd /workspace/many && seq 1 5000 | xargs touch' });
+    const bounded = await call('glob', { pattern: '**', path: '/workspace/many', limit: 10 });
+    expect(data(bounded).paths).toHaveLength(10);
+    expect(data(bounded).truncated).toBe(true);
   });
 
   it('search returns file:line matches, literal or regex, bounded with truncated', async () => {

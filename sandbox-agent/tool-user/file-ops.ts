@@ -11,7 +11,7 @@ import { constants } from 'node:fs';
 import { lstat, mkdir, open, readdir, readlink, realpath, rename, rm } from 'node:fs/promises';
 import { basename, dirname, join, posix } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
-import { glob } from 'tinyglobby';
+import picomatch from 'picomatch';
 import type { ErrorCode } from '../../contract/errors.js';
 import type { EditFileArgs, GlobArgs, ListFilesArgs, ReadFileArgs, WriteFileArgs } from '../../contract/tools.js';
 
@@ -356,33 +356,48 @@ export async function listFilesOp(args: ListFilesArgs, ctx: FileContext): Promis
   };
 }
 
-/** True when no directory between `root` and `path` (both canonical, `path` below `root`) is a symlink. */
-async function noSymlinkBetween(root: string, path: string): Promise<boolean> {
-  const parts = posix.relative(root, path).split('/').slice(0, -1);
-  let dir = root;
-  for (const part of parts) {
-    dir = posix.join(dir, part);
-    if ((await lstat(dir).catch(() => null))?.isSymbolicLink() !== false) return false;
-  }
-  return true;
-}
-
 async function readlinkSafe(path: string): Promise<string> {
   return readlink(path).catch(() => '?');
 }
 
+/** Entries a `glob` looks at before it gives up (bounds the time and memory of a huge tree). */
+const GLOB_MAX_VISITED = 200_000;
+/** Directory levels a `glob` descends at most. */
+const GLOB_MAX_DEPTH = 64;
+
+/**
+ * Walks the tree under `path` itself (sorted, depth-first, never through a symlink) and keeps
+ * relative paths that match the pattern (picomatch syntax, dotfiles included), stopping once it
+ * has `limit` matches or has looked at GLOB_MAX_VISITED entries: bounded in time and memory
+ * however large the tree, and unable to leave it (a pattern like `../x` or `link/*` matches
+ * nothing outside or behind a symlink).
+ */
 export async function globOp(args: GlobArgs, ctx: FileContext): Promise<OpResult> {
   const root = await canonicalExisting(args.path, ctx);
-  const found = await glob(args.pattern, { cwd: root, absolute: true, dot: true, followSymbolicLinks: false, onlyFiles: false });
-  // A pattern may climb out of cwd ('../x') or name a symlinked directory ('link/*'), which the
-  // matcher then walks: keep only paths inside the roots reached without passing a symlink.
-  const candidates = found.map((p) => p.replace(/\/$/, '')).filter((p) => inside(p, ctx.roots)).sort();
-  const inRoots: string[] = [];
-  for (const p of candidates) if (await noSymlinkBetween(root, p)) inRoots.push(p);
-  const paths = inRoots.slice(0, args.limit);
+  const isMatch = picomatch(args.pattern, { dot: true });
+  const paths: string[] = [];
+  let visited = 0;
+  let truncated = false;
+  const walk = async (dir: string, rel: string, depth: number): Promise<void> => {
+    const names = (await readdir(dir).catch(() => [] as string[])).sort();
+    for (const name of names) {
+      if (paths.length >= args.limit || visited >= GLOB_MAX_VISITED) {
+        truncated = true;
+        return;
+      }
+      visited += 1;
+      const relPath = rel === '' ? name : `${rel}/${name}`;
+      const s = await lstat(posix.join(dir, name)).catch(() => null);
+      if (!s) continue;
+      if (isMatch(relPath)) paths.push(posix.join(root, relPath));
+      if (s.isDirectory() && depth < GLOB_MAX_DEPTH) await walk(posix.join(dir, name), relPath, depth + 1);
+      if (truncated) return;
+    }
+  };
+  await walk(root, '', 1);
   return {
-    data: { path: root, pattern: args.pattern, paths, truncated: inRoots.length > paths.length },
+    data: { path: root, pattern: args.pattern, paths, truncated },
     versions: [],
-    modelText: paths.join('\n') + (inRoots.length > paths.length ? `\n[truncated at ${args.limit}]` : ''),
+    modelText: paths.join('\n') + (truncated ? `\n[truncated: ${paths.length} matches, ${visited} entries looked at]` : ''),
   };
 }
