@@ -118,10 +118,26 @@ describe('exec', () => {
     const r = await exec({ cmd: 'python3 -c "x = bytearray(3 * 1024**3); print(len(x))"' });
     expect(r.status).toBe('failed');
     expect(r.signal).toBe('SIGKILL');
-    expect(r.error?.code).toBe('execution.signaled');
+    expect(r.error?.code).toBe('execution.oom_killed');
     expect(r.stdout).toBe('');
     const after = await exec({ argv: ['echo', 'alive'] });
     expect(after.stdout).toBe('alive\n');
+  });
+
+  it('a fork bomb ends failed with resource.pids_exhausted and the sandbox keeps serving', async () => {
+    const r = await exec({ cmd: 'python3 -c "import os, time\nfor i in range(5000):\n    if os.fork() == 0:\n        time.sleep(60)\n        os._exit(0)"', timeoutMs: 60_000 });
+    expect(r.status).toBe('failed');
+    expect(r.error?.code).toBe('resource.pids_exhausted');
+    expect(r.stderr).toMatch(/Resource temporarily unavailable|BlockingIOError/);
+    expect((await exec({ argv: ['echo', 'alive'] })).stdout).toBe('alive\n');
+  });
+
+  it('filling the workspace ends failed with resource.disk_full (ENOSPC from the size-limited root)', async () => {
+    const r = await exec({ cmd: 'dd if=/dev/zero of=/workspace/fill bs=1M count=2000 status=none; s=$?; rm -f /workspace/fill; exit $s' });
+    expect(r.status).toBe('failed');
+    expect(r.error?.code).toBe('resource.disk_full');
+    expect(r.stderr).toContain('No space left on device');
+    expect((await exec({ argv: ['echo', 'alive'] })).stdout).toBe('alive\n');
   });
 
   it('a cwd the tool user may not enter fails before anything runs, naming the path', async () => {

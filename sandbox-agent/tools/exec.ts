@@ -14,6 +14,7 @@ import { ExecArgs } from '../../contract/tools.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../attempt.js';
 import { OutputPipeline, type StreamSummary } from '../output-pipeline.js';
 import { StreamSpool } from '../spool.js';
+import { readCgroupCounters, rose } from '../cgroup-counters.js';
 import { sweepProcesses } from '../process-sweep.js';
 
 /** Environment every exec gets, so tools behave non-interactively; recorded in the receipt. */
@@ -69,6 +70,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     { maxKeptBytes: ctx.maxOutputBytes },
   );
 
+  const countersBefore = await readCgroupCounters();
   let child: ChildProcessWithoutNullStreams;
   try {
     child = spawn('/bin/bash', shellArgs, {
@@ -210,6 +212,35 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
       commitState: 'unknown',
       error: errorInfo('execution.cancelled', 'cancelled while running; process group killed'),
       modelText: modelText('cancelled while running (effects may be partial)'),
+    };
+  }
+  // Why a command failed, when the cgroup or the OS says more than its exit status does.
+  const countersAfter = await readCgroupCounters();
+  if (exit.signal === 'SIGKILL' && rose(countersBefore, countersAfter, 'oomKills')) {
+    return {
+      ...base,
+      status: 'failed',
+      commitState: 'unknown',
+      error: errorInfo('execution.oom_killed', 'killed by the kernel for memory (the sandbox memory limit)', { signal: exit.signal }),
+      modelText: modelText('killed for memory (out of memory in the sandbox)'),
+    };
+  }
+  if (exit.code !== 0 && rose(countersBefore, countersAfter, 'pidsRefused')) {
+    return {
+      ...base,
+      status: 'failed',
+      commitState: 'committed',
+      error: errorInfo('resource.pids_exhausted', `exited with ${exit.code ?? exit.signal} after the sandbox process limit refused a fork`, { exitCode: exit.code }),
+      modelText: modelText(`exit ${exit.code ?? exit.signal}: process limit reached`),
+    };
+  }
+  if (exit.code !== null && exit.code !== 0 && /No space left on device/.test(stderr)) {
+    return {
+      ...base,
+      status: 'failed',
+      commitState: 'committed',
+      error: errorInfo('resource.disk_full', `exited with ${exit.code}: a writable root is full (ENOSPC)`, { exitCode: exit.code }),
+      modelText: modelText(`exit ${exit.code}: no space left on device`),
     };
   }
   if (exit.code === 0) {
