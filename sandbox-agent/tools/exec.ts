@@ -12,6 +12,7 @@ import { errorInfo } from '../../contract/errors.js';
 import type { EffectReceipt, StreamTruncation } from '../../contract/objects.js';
 import { ExecArgs } from '../../contract/tools.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../attempt.js';
+import { modelTextOf } from '../model-text.js';
 import { OutputPipeline, type StreamSummary } from '../output-pipeline.js';
 import { StreamSpool } from '../spool.js';
 import { readCgroupCounters, rose } from '../cgroup-counters.js';
@@ -296,43 +297,4 @@ function drain(...streams: NodeJS.ReadableStream[]): Promise<void> {
   return Promise.race([Promise.all(closed).then(() => undefined), new Promise<void>((r) => setTimeout(r, DRAIN_AFTER_EXIT_MS))]).then(() => {
     for (const s of streams) (s as NodeJS.ReadableStream & { destroy(): void }).destroy();
   });
-}
-
-/** Characters of each stream's head and of its tail in the model text. */
-const MODEL_TEXT_HEAD_CHARS = 2000;
-const MODEL_TEXT_TAIL_CHARS = 2000;
-
-/**
- * The text a model reads: a headline, then each stream whole when short, else its head, how
- * many bytes were left out, and its tail (from the bytes the pipeline kept of the stream's
- * end, so the tail is the real end even past the kept limit). Cuts fall between characters.
- */
-function modelTextOf(headline: string, out: StreamSummary, err: StreamSummary): string {
-  const parts = [headline];
-  for (const [name, s] of [['stdout', out], ['stderr', err]] as const) {
-    if (s.bytes === 0) continue;
-    const whole = s.kept.toString('utf8');
-    if (s.keptBytes === s.bytes && whole.length <= MODEL_TEXT_HEAD_CHARS + MODEL_TEXT_TAIL_CHARS) {
-      parts.push(`${name}:\n${whole}`);
-      continue;
-    }
-    const head = cutAt(whole, MODEL_TEXT_HEAD_CHARS);
-    const tailText = s.tail.toString('utf8');
-    const tail = tailText.slice(safeStart(tailText, tailText.length - MODEL_TEXT_TAIL_CHARS));
-    const omitted = s.bytes - Buffer.byteLength(head) - Buffer.byteLength(tail);
-    parts.push(`${name} (${s.bytes} bytes):\n${head}\n[... ${omitted} bytes omitted ...]\n${tail}`);
-  }
-  return parts.join('\n');
-}
-
-/** `s` cut to at most `n` UTF-16 units without splitting a surrogate pair. */
-function cutAt(s: string, n: number): string {
-  if (s.length <= n) return s;
-  return s.slice(0, (s.charCodeAt(n) & 0xfc00) === 0xdc00 ? n - 1 : n);
-}
-
-/** `i` moved forward off the second half of a surrogate pair. */
-function safeStart(s: string, i: number): number {
-  const at = Math.max(0, i);
-  return (s.charCodeAt(at) & 0xfc00) === 0xdc00 ? at + 1 : at;
 }
