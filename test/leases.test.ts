@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { containersOf, docker, startHarness, type Harness } from './harness.js';
+import { containersOf, docker, reassemble, startHarness, type Harness } from './harness.js';
 
 let h: Harness;
 
@@ -244,8 +244,15 @@ describe('reconcile', () => {
     const lease = await h.client.createSandbox();
     const second = await h.startPeer();
     expect(await containersOf(h.config.owner)).toContain(`sbx-${lease.id}`);
-    const r = await exec(lease.id, { argv: ['echo', 'via second'] }, second.client);
-    expect(r.stdout).toBe('via second\n');
+    const r = await exec(lease.id, { cmd: 'seq 1 20000' }, second.client);
+    expect(r.stdout).toBe(`${Array.from({ length: 20000 }, (_, i) => i + 1).join('\n')}\n`);
+    // One process consumes the lease's returns (the consumer lock), so every output event is
+    // ledgered, in order, before the result that ends the call.
+    const events = [];
+    for await (const e of second.client.events(lease.id, r.callId)) events.push(e);
+    expect(reassemble(events, 'stdout').toString()).toBe(r.stdout);
+    expect(events.at(-1)?.type).toBe('call.finished');
+    expect(await h.redis.get(`${h.config.redisPrefix}consumer:${lease.id}`)).toBeTruthy();
     await second.close();
     const again = await exec(lease.id, { argv: ['echo', 'via first'] });
     expect(again.stdout).toBe('via first\n');

@@ -147,7 +147,7 @@ export class LeaseService {
       };
       await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
       await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
-      channels.startReturns(id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
+      await channels.startReturns(id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
       const { containerId } = await runtime.start(spec);
       // The agent says hello, or its container stops first (a crashed agent: fail now, with its
       // last words, rather than after the hello timeout).
@@ -283,13 +283,18 @@ export class LeaseService {
         if (lease && staleCreating) await ledger.putLease({ ...lease, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed' });
         result.removed.push(c.leaseId);
       } else if (lease.status === 'ready' && c.running) {
-        channels.startReturns(lease.id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
+        await channels.startReturns(lease.id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
         await ledger.scheduleExpiry(lease.id, Date.parse(lease.expiresAt));
         result.adopted.push(lease.id);
       } else if (gone(lease.status)) {
         await this.release(lease.id, 'container_missing');
         result.lost.push(lease.id);
       }
+    }
+    // Returns this process consumes of leases another process ended go too.
+    for (const leaseId of channels.activeLeases()) {
+      const lease = await ledger.getLease(leaseId);
+      if (!lease || TERMINAL.has(lease.status)) await channels.stop(leaseId);
     }
     const withContainer = new Set(owned.map((c) => c.leaseId));
     for (const lease of await ledger.listLeases()) {

@@ -18,9 +18,19 @@ export interface AgentCredentials {
 
 export type ReturnHandler = (leaseId: string, message: ReturnMessage) => Promise<void>;
 
+/** A consumer lock lives this long without renewal, ms. */
+const LOCK_MS = 15_000;
+/** Renewal period of consumer locks, ms. */
+const RENEW_MS = 5_000;
+const RENEW_LOCK = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`;
+const RELEASE_LOCK = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+
 export class LeaseChannels {
   private readonly callQueues = new Map<string, Queue>();
   private readonly returnWorkers = new Map<string, Worker>();
+  /** This process's identity in consumer locks. */
+  private readonly processId = randomBytes(8).toString('hex');
+  private renewer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly redis: Redis,
@@ -109,9 +119,18 @@ export class LeaseChannels {
     await this.redis.multi().set(keys.cancel(callId), '1', 'EX', 24 * 3600).publish(keys.control, JSON.stringify(message)).exec();
   }
 
-  /** Starts consuming the lease's return queue (idempotent). Messages that fail the schema are dropped and logged. */
-  startReturns(leaseId: string, handler: ReturnHandler): void {
-    if (this.returnWorkers.has(leaseId)) return;
+  /**
+   * Starts consuming the lease's return queue, unless another control-plane process does:
+   * exactly one process holds a lease's consumer lock (`<prefix>consumer:<leaseId>`, renewed
+   * every RENEW_MS, lost after LOCK_MS), so messages are ledgered one at a time in the order the
+   * agent sent them — with two consumers, a result could overtake the output events before it.
+   * Idempotent; returns whether this process consumes. Messages that fail the schema are
+   * dropped and logged.
+   */
+  async startReturns(leaseId: string, handler: ReturnHandler): Promise<boolean> {
+    if (this.returnWorkers.has(leaseId)) return true;
+    const won = await this.redis.set(this.consumerKey(leaseId), this.processId, 'PX', LOCK_MS, 'NX');
+    if (won !== 'OK') return false;
     const worker = new Worker(
       RETURN_QUEUE,
       async (job) => {
@@ -126,15 +145,33 @@ export class LeaseChannels {
     );
     worker.on('error', (err) => this.log.warn({ leaseId, err }, 'return worker error'));
     this.returnWorkers.set(leaseId, worker);
+    this.renewer ??= setInterval(() => void this.renewLocks(), RENEW_MS).unref();
+    return true;
   }
 
-  /** Stops consuming and forgets the lease's queue objects (idempotent). */
+  /** Extends this process's consumer locks; a lock found lost (this process was too slow) stops its worker. */
+  private async renewLocks(): Promise<void> {
+    for (const leaseId of [...this.returnWorkers.keys()]) {
+      const held = (await this.redis.eval(RENEW_LOCK, 1, this.consumerKey(leaseId), this.processId, LOCK_MS).catch(() => 0)) as number;
+      if (held !== 1) {
+        this.log.warn({ leaseId }, 'lost the consumer lock of a lease; another process consumes its returns now');
+        await this.stop(leaseId);
+      }
+    }
+  }
+
+  private consumerKey(leaseId: string): string {
+    return `${this.rootPrefix}consumer:${leaseId}`;
+  }
+
+  /** Stops consuming (giving up the consumer lock) and forgets the lease's queue objects (idempotent). */
   async stop(leaseId: string): Promise<void> {
     const worker = this.returnWorkers.get(leaseId);
     this.returnWorkers.delete(leaseId);
     const queue = this.callQueues.get(leaseId);
     this.callQueues.delete(leaseId);
     await Promise.allSettled([worker?.close(), queue?.close()]);
+    if (worker) await this.redis.eval(RELEASE_LOCK, 1, this.consumerKey(leaseId), this.processId).catch(() => undefined);
   }
 
   /** Deletes the lease's ACL user and every key of its namespace (idempotent). */
@@ -181,6 +218,7 @@ export class LeaseChannels {
   }
 
   async close(): Promise<void> {
+    if (this.renewer) clearInterval(this.renewer);
     await Promise.allSettled([...new Set([...this.returnWorkers.keys(), ...this.callQueues.keys()])].map((id) => this.stop(id)));
   }
 
