@@ -8,7 +8,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { lstat, mkdir, open, readdir, readlink, realpath, rename, rm } from 'node:fs/promises';
+import { lstat, mkdir, open, opendir, readdir, readlink, realpath, rename, rm } from 'node:fs/promises';
 import { basename, dirname, join, posix } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
 import picomatch from 'picomatch';
@@ -328,9 +328,8 @@ export async function listFilesOp(args: ListFilesArgs, ctx: FileContext): Promis
   const entries: Array<{ path: string; type: EntryType; size: number; target?: string }> = [];
   let truncated = false;
   const walk = async (dir: string, depth: number): Promise<void> => {
-    const names = (await readdir(dir).catch((err: unknown) => {
-      throw fsError(err, dir);
-    })).sort();
+    const { names, complete } = await readNames(dir, LIST_MAX_DIR_ENTRIES);
+    if (!complete) truncated = true;
     for (const name of names) {
       if (entries.length >= args.limit) {
         truncated = true;
@@ -354,6 +353,26 @@ export async function listFilesOp(args: ListFilesArgs, ctx: FileContext): Promis
     versions: [],
     modelText: `${entries.map((e) => `${e.path}${e.type === 'directory' ? '/' : e.type === 'symlink' ? ` -> ${e.target}` : ''}`).join('\n')}${truncated ? `\n[truncated at ${args.limit} entries]` : ''}`,
   };
+}
+
+/** Names of one directory a listing reads at most (bounds memory on a huge directory). */
+const LIST_MAX_DIR_ENTRIES = 100_000;
+
+/** Up to `max` names of `dir`, sorted; `complete` is false when the directory had more. */
+async function readNames(dir: string, max: number): Promise<{ names: string[]; complete: boolean }> {
+  const handle = await opendir(dir).catch((err: unknown) => {
+    throw fsError(err, dir);
+  });
+  const names: string[] = [];
+  let complete = true;
+  for await (const entry of handle) {
+    if (names.length >= max) {
+      complete = false;
+      break;
+    }
+    names.push(entry.name);
+  }
+  return { names: names.sort(), complete };
 }
 
 async function readlinkSafe(path: string): Promise<string> {
