@@ -86,9 +86,19 @@ export class CallRunner {
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('failed', 'not_started', error, now)));
       return;
     }
+    // A copy of a call this agent is running now (a redelivery after a stalled lock): the
+    // running attempt will answer.
+    if (this.running.has(job.callId)) return;
     const controller = new AbortController();
     this.running.set(job.callId, controller);
     await slot;
+    // An attempt that began before (a redelivery after a crash) decides first: not re-run, and not "nothing ran".
+    if (await this.deps.keyExists(this.deps.keys.attempt(job.callId))) {
+      this.running.delete(job.callId);
+      const error = errorInfo('execution.effect_unknown', 'an earlier attempt of this call started and its outcome was lost; not re-run');
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('effect_unknown', 'unknown', error, now)));
+      return;
+    }
     if (await this.deps.keyExists(this.deps.keys.cancel(job.callId))) {
       this.running.delete(job.callId);
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');

@@ -58,7 +58,8 @@ export class StreamSpool {
   /** Appends bytes up to the cap. False: the file stream is full, wait for `onDrain`. */
   write(data: Buffer): boolean {
     const room = this.maxBytes - this.written;
-    if (room <= 0) {
+    // Once cut, nothing more: a later byte after a gap would splice the stream.
+    if (this.capped || room <= 0) {
       this.capped ||= data.length > 0;
       return true;
     }

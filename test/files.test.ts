@@ -10,6 +10,7 @@ import type { ToolResult } from '../contract/objects.js';
 import { ApiError } from '../cli/client.js';
 import { startHarness, type Harness } from './harness.js';
 import { tarBytes } from './tar-fixture.js';
+import * as tar from 'tar-stream';
 
 let h: Harness;
 let leaseId: string;
@@ -77,6 +78,25 @@ describe('files', () => {
     expect((error as ApiError).info.details?.errno).toBe('EACCES');
     expect(String((error as ApiError).info.details?.reason)).toContain('Permission denied');
     expect((error as ApiError).info.message).toContain('/workspace/locked');
+  });
+
+  it('downloads the root itself, a symlink as a symlink, and a name ending in a newline as that very file', async () => {
+    await exec("mkdir -p /workspace/dl && cd /workspace/dl && echo target > f && ln -sfn f lnk && printf secret > $'nl\\n' && printf other > nl");
+    const entriesOf = async (path: string): Promise<tar.Header[]> => {
+      const response = await h.client.raw('GET', `/v1/sandboxes/${leaseId}/files?path=${encodeURIComponent(path)}`);
+      expect(response.status).toBe(200);
+      const headers: tar.Header[] = [];
+      const extract = tar.extract();
+      extract.on('entry', (header, stream, next) => (headers.push(header), stream.on('end', next), stream.resume()));
+      extract.end(Buffer.from(await response.arrayBuffer()));
+      await new Promise<void>((r) => extract.on('finish', () => r()));
+      return headers;
+    };
+    expect((await entriesOf('/workspace')).map((x) => x.name)).toContain('workspace/dl/f');
+    expect((await entriesOf('/workspace/dl/lnk')).map((x) => [x.name, x.type, x.linkname])).toEqual([['lnk', 'symlink', 'f']]);
+    const nl = await mkdtemp(join(tmpdir(), 'sbx-dl-'));
+    await h.client.download(leaseId, '/workspace/dl/nl\n', nl);
+    expect(await readFile(join(nl, 'nl\n'), 'utf8')).toBe('secret');
   });
 
   it('a download or upload through a symlink leading out of /workspace is refused, even where the tool user could read', async () => {

@@ -130,7 +130,8 @@ export class LeaseChannels {
   async startReturns(leaseId: string, handler: ReturnHandler): Promise<boolean> {
     if (this.returnWorkers.has(leaseId)) return true;
     const won = await this.redis.set(this.consumerKey(leaseId), this.processId, 'PX', LOCK_MS, 'NX');
-    if (won !== 'OK') return false;
+    // A lock still held by this very process (a stop whose release failed) is this process's.
+    if (won !== 'OK' && (await this.redis.get(this.consumerKey(leaseId))) !== this.processId) return false;
     const worker = new Worker(
       RETURN_QUEUE,
       async (job) => {
@@ -152,8 +153,9 @@ export class LeaseChannels {
   /** Extends this process's consumer locks; a lock found lost (this process was too slow) stops its worker. */
   private async renewLocks(): Promise<void> {
     for (const leaseId of [...this.returnWorkers.keys()]) {
-      const held = (await this.redis.eval(RENEW_LOCK, 1, this.consumerKey(leaseId), this.processId, LOCK_MS).catch(() => 0)) as number;
-      if (held !== 1) {
+      // A Redis error is not a lost lock: try again next round (the lock outlives three of them).
+      const held = (await this.redis.eval(RENEW_LOCK, 1, this.consumerKey(leaseId), this.processId, LOCK_MS).catch(() => null)) as number | null;
+      if (held === 0) {
         this.log.warn({ leaseId }, 'lost the consumer lock of a lease; another process consumes its returns now');
         await this.stop(leaseId);
       }
@@ -189,11 +191,12 @@ export class LeaseChannels {
 
   /**
    * Waits until the lease's return queue has nothing waiting or in progress (so what the agent
-   * sent before it stopped is ledgered), at most `timeoutMs`. No-op when this process does not
-   * consume the lease's returns.
+   * sent before it stopped is ledgered, by this process or the one holding the consumer lock),
+   * at most `timeoutMs`. No-op when no process consumes the lease's returns.
    */
   async drainReturns(leaseId: string, timeoutMs: number): Promise<void> {
-    if (!this.returnWorkers.has(leaseId)) return;
+    // Whichever process consumes the returns (the consumer lock's holder), wait for it.
+    if (!this.returnWorkers.has(leaseId) && (await this.redis.exists(this.consumerKey(leaseId))) === 0) return;
     const queue = new Queue(RETURN_QUEUE, { connection: this.redis, prefix: leaseKeys(this.rootPrefix, leaseId).namespace });
     try {
       const deadline = Date.now() + timeoutMs;

@@ -133,7 +133,8 @@ export class DockerRuntime implements SandboxRuntime {
   }
 
   async extractTar(leaseId: string, dir: string, root: string, tar: Readable, user: RunAs): Promise<void> {
-    const run = await this.execTar(leaseId, ['sh', '-c', UPLOAD_SCRIPT, 'sbx-upload', dir, root], user, tar);
+    const relative = dir === root ? '' : dir.slice(root.length + 1);
+    const run = await this.execTar(leaseId, ['sh', '-c', UPLOAD_SCRIPT, 'sbx-upload', dir, root, relative], user, tar);
     run.stdout.resume();
     const { exitCode, stderr } = await run.done;
     if (exitCode !== 0) throw tarError(stderr, dir);
@@ -219,20 +220,40 @@ export class DockerRuntime implements SandboxRuntime {
  * belong to the tool user that extracts them, whatever the archive says.
  */
 /**
- * Both scripts first change into the directory they work from (`cd -P`: symlinks resolved) and
- * check that what they act on, as resolved (`pwd -P`), is inside the root `$2`; the working
- * directory then stays put even if the path is swapped for a symlink a moment later, and tar
- * stores a member swapped for a symlink as the symlink, without following it.
+ * Both scripts run under `sh -c` with the paths as positional arguments (never spliced into the
+ * script). They work from directories entered with `cd -P` (symlinks resolved) and checked
+ * against the root `$2` by where they really are (`$PWD` after `cd -P`); the working directory
+ * then stays put even if a path is swapped for a symlink a moment later. Names are taken with
+ * parameter expansion, not `$(...)`, which would drop trailing newlines of a name.
  */
-const outsideRoot = (what: string): string => `case "${what}" in "$2"|"$2"/*) ;; *) echo "$1: resolves outside $2" >&2; exit 3 ;; esac`;
-const UPLOAD_SCRIPT = ['mkdir -p -- "$1" && cd -P -- "$1" || exit 2', outsideRoot('$(pwd -P)'), 'exec tar -x -f - --no-same-owner'].join('\n');
-/** Download: also refuse a missing or unreadable path before tar writes its first block. */
+const REFUSE_OUTSIDE = 'echo "$1: resolves outside $2" >&2; exit 3';
+/**
+ * Upload into `$2/$3` (`$3` relative): from the root, each component is entered one by one,
+ * created when missing and refused when it is a symlink, so nothing is created outside the
+ * target and the archive lands in it.
+ */
+const UPLOAD_SCRIPT = [
+  'cd -P -- "$2" || exit 2',
+  'IFS=/; set -f',
+  'for c in $3; do',
+  '  [ -n "$c" ] || continue',
+  `  if [ -L "$c" ]; then ${REFUSE_OUTSIDE}; fi`,
+  '  [ -d "$c" ] || mkdir -- "$c" || exit 2',
+  '  cd -P -- "$c" || exit 2',
+  'done',
+  'exec tar -x -f - --no-same-owner',
+].join('\n');
+/**
+ * Download `$1`: its directory is entered and checked; the last component is archived as it is
+ * (tar stores a symlink as a symlink, without following it). A missing or unreadable path is
+ * refused before tar writes its first block.
+ */
 const DOWNLOAD_SCRIPT = [
-  'real=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1: Cannot stat: No such file or directory" >&2; exit 2; }',
-  'name=$(basename -- "$real")',
-  'cd -P -- "$(dirname -- "$real")" || exit 2',
-  outsideRoot('$(pwd -P)/$name'),
-  'if [ ! -r "$name" ]; then echo "$1: Cannot open: Permission denied" >&2; exit 2; fi',
+  'dir=${1%/*}; name=${1##*/}',
+  'cd -P -- "${dir:-/}" || { echo "$1: Cannot stat: No such file or directory" >&2; exit 2; }',
+  `case "\${PWD%/}/$name" in "$2"|"$2"/*) ;; *) ${REFUSE_OUTSIDE} ;; esac`,
+  'if [ ! -e "$name" ] && [ ! -L "$name" ]; then echo "$1: Cannot stat: No such file or directory" >&2; exit 2; fi',
+  'if [ ! -L "$name" ] && [ ! -r "$name" ]; then echo "$1: Cannot open: Permission denied" >&2; exit 2; fi',
   'exec tar -c -f - -- "$name"',
 ].join('\n');
 

@@ -8,7 +8,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { lstat, mkdir, open, opendir, readdir, readlink, realpath, rename, rm } from 'node:fs/promises';
+import { lstat, mkdir, open, opendir, readlink, realpath, rename, rm } from 'node:fs/promises';
 import { basename, dirname, join, posix } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
 import picomatch from 'picomatch';
@@ -228,7 +228,8 @@ export async function readFileOp(args: ReadFileArgs, ctx: FileContext): Promise<
  * directory, so a swapped path cannot send them elsewhere.
  */
 async function atomicWrite(dir: PinnedDir, name: string, bytes: Uint8Array, mode: number): Promise<void> {
-  const temp = join(dir.path, `.${name}.sbx-${randomBytes(6).toString('hex')}.tmp`);
+  // A fixed-length name: the file's own name may already be near NAME_MAX (255 bytes).
+  const temp = join(dir.path, `.sbx-${randomBytes(8).toString('hex')}.tmp`);
   try {
     const handle = await open(temp, 'wx', mode);
     try {
@@ -241,7 +242,7 @@ async function atomicWrite(dir: PinnedDir, name: string, bytes: Uint8Array, mode
     await rename(temp, join(dir.path, name));
     await dir.sync();
   } catch (err) {
-    await rm(temp, { force: true });
+    await rm(temp, { force: true }).catch(() => undefined);
     throw fsError(err, join(dir.real, name));
   }
 }
@@ -398,7 +399,8 @@ export async function globOp(args: GlobArgs, ctx: FileContext): Promise<OpResult
   let visited = 0;
   let truncated = false;
   const walk = async (dir: string, rel: string, depth: number): Promise<void> => {
-    const names = (await readdir(dir).catch(() => [] as string[])).sort();
+    const { names, complete } = await readNames(dir, GLOB_MAX_VISITED).catch(() => ({ names: [] as string[], complete: true }));
+    if (!complete) truncated = true;
     for (const name of names) {
       if (paths.length >= args.limit || visited >= GLOB_MAX_VISITED) {
         truncated = true;
@@ -409,7 +411,10 @@ export async function globOp(args: GlobArgs, ctx: FileContext): Promise<OpResult
       const s = await lstat(posix.join(dir, name)).catch(() => null);
       if (!s) continue;
       if (isMatch(relPath)) paths.push(posix.join(root, relPath));
-      if (s.isDirectory() && depth < GLOB_MAX_DEPTH) await walk(posix.join(dir, name), relPath, depth + 1);
+      if (s.isDirectory()) {
+        if (depth < GLOB_MAX_DEPTH) await walk(posix.join(dir, name), relPath, depth + 1);
+        else truncated = true;
+      }
       if (truncated) return;
     }
   };

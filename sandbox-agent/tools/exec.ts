@@ -165,9 +165,12 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
       await spools[stream].remove();
       return null;
     }
-    const artifact = await ctx.uploadArtifact(spools[stream].path, `${stream}.log`, 'application/octet-stream');
-    await spools[stream].remove();
-    artifacts.push(artifact);
+    try {
+      artifacts.push(await ctx.uploadArtifact(spools[stream].path, `${stream}.log`, 'application/octet-stream'));
+    } finally {
+      await spools[stream].remove();
+    }
+    const artifact = artifacts.at(-1)!;
     return { truncated: true, originalBytes: s.bytes, keptBytes: s.keptBytes, strategy: 'head', fullArtifact: artifact.id, artifactTruncated: spools[stream].truncated };
   };
   const truncationStdout = await truncationOf('stdout', out);
@@ -217,7 +220,8 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   }
   // Why a command failed, when the cgroup or the OS says more than its exit status does.
   const countersAfter = await readCgroupCounters();
-  if (exit.signal === 'SIGKILL' && rose(countersBefore, countersAfter, 'oomKills')) {
+  // bash reports a child killed by SIGKILL as exit 128+9 = 137.
+  if ((exit.signal === 'SIGKILL' || exit.code === 137) && rose(countersBefore, countersAfter, 'oomKills')) {
     return {
       ...base,
       status: 'failed',
