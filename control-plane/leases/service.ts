@@ -151,13 +151,15 @@ export class LeaseService {
       const { containerId } = await runtime.start(spec);
       // The agent says hello, or its container stops first (a crashed agent: fail now, with its
       // last words, rather than after the hello timeout).
-      const died = runtime.exited(id).then(({ exitCode, logTail }) => {
+      const helloArrived = new AbortController();
+      const died = runtime.exited(id, helloArrived.signal).then(({ exitCode, logTail }) => {
+        if (helloArrived.signal.aborted) return undefined as never;
         throw new AppError('lease.create_failed', `the sandbox agent exited (code ${exitCode ?? '?'}) before it was ready: ${logTail.slice(-500) || 'no output'}`, {
           details: { exitCode, agentLog: logTail.slice(-2000) },
         });
       });
       died.catch(() => undefined);
-      const hello = await Promise.race([channels.awaitHello(id, this.options.helloTimeoutMs ?? 30_000), died]);
+      const hello = await Promise.race([channels.awaitHello(id, this.options.helloTimeoutMs ?? 30_000), died]).finally(() => helloArrived.abort());
       // The agent holds its credentials now; removing the file keeps them out of reach of
       // anything that reads the sandbox's filesystem later (files API included).
       await rm(credsPath, { force: true });

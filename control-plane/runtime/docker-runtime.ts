@@ -90,10 +90,10 @@ export class DockerRuntime implements SandboxRuntime {
     }
   }
 
-  async exited(leaseId: string): Promise<{ exitCode: number | null; logTail: string }> {
+  async exited(leaseId: string, signal?: AbortSignal): Promise<{ exitCode: number | null; logTail: string }> {
     const container = this.docker.getContainer(`sbx-${leaseId}`);
     try {
-      const waited = z.object({ StatusCode: z.number() }).parse(await container.wait());
+      const waited = z.object({ StatusCode: z.number() }).parse(await container.wait(signal ? { abortSignal: signal } : {}));
       const logs = (await container.logs({ stdout: true, stderr: true, tail: 20 })) as unknown as Buffer;
       // Non-TTY logs are multiplexed (8-byte frame headers); the readable text survives stripping them.
       const logTail = logs.toString('utf8').replace(/[\x00-\x08]/g, '').trim();

@@ -69,9 +69,10 @@ export interface SandboxRuntime {
   start(spec: SandboxSpec): Promise<{ containerId: string }>;
   /**
    * Resolves when the lease's container stops, with its exit code and its last log lines (the
-   * agent's fatal error, typically). Never rejects; resolves with code null if it cannot tell.
+   * agent's fatal error, typically). Never rejects; resolves with code null if it cannot tell
+   * or when `signal` aborts (which ends the wait and frees its connection).
    */
-  exited(leaseId: string): Promise<{ exitCode: number | null; logTail: string }>;
+  exited(leaseId: string, signal?: AbortSignal): Promise<{ exitCode: number | null; logTail: string }>;
   /** Removes the lease's containers and volumes. Absence is success; every step runs even when one fails. */
   remove(leaseId: string, owner: string): Promise<void>;
   /** Containers carrying `sbx.owner=<owner>`. */

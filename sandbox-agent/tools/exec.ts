@@ -239,7 +239,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
       modelText: modelText(`exit ${exit.code ?? exit.signal}: process limit reached`),
     };
   }
-  if (exit.code !== null && exit.code !== 0 && /No space left on device/.test(stderr)) {
+  if (exit.code !== null && exit.code !== 0 && /No space left on device/.test(`${stderr}\n${err.tail.toString('utf8')}`)) {
     return {
       ...base,
       status: 'failed',
