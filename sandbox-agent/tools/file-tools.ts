@@ -74,14 +74,26 @@ async function diffToArtifact(
 ): Promise<{ data: Record<string, unknown>; artifacts: AttemptOutcome['artifacts']; modelText: string }> {
   const diff = data.diff;
   if (typeof diff !== 'string' || Buffer.byteLength(diff) <= inlineBytes) return { data, artifacts: [], modelText };
-  const path = join(ctx.spool.dir, `${ctx.attemptId}.diff`);
-  await writeFile(path, diff, { mode: 0o600 });
-  const artifact = await ctx.uploadArtifact(path, 'diff.patch', 'text/x-diff');
+  const bytes = Buffer.byteLength(diff);
   const head = Buffer.from(diff).subarray(0, inlineBytes).toString('utf8');
-  const note = `[diff truncated: ${Buffer.byteLength(diff)} bytes in all, whole diff in artifact ${artifact.id}]`;
-  return {
-    data: { ...data, diff: head, diffTruncated: true, diffBytes: Buffer.byteLength(diff), diffArtifact: artifact.id },
-    artifacts: [artifact],
-    modelText: modelText === diff ? `${head}\n${note}` : `${modelText}\n${note}`,
-  };
+  // The spool is shared: without room in its budget the diff stays cut, with no artifact.
+  const granted = ctx.spool.budget.take(bytes);
+  if (granted < bytes) {
+    ctx.spool.budget.give(granted);
+    const note = `[diff truncated: ${bytes} bytes in all; no spool room to keep the whole]`;
+    return { data: { ...data, diff: head, diffTruncated: true, diffBytes: bytes, diffArtifact: null }, artifacts: [], modelText: `${head}\n${note}` };
+  }
+  const path = join(ctx.spool.dir, `${ctx.attemptId}.diff`);
+  try {
+    await writeFile(path, diff, { mode: 0o600 });
+    const artifact = await ctx.uploadArtifact(path, 'diff.patch', 'text/x-diff');
+    const note = `[diff truncated: ${bytes} bytes in all, whole diff in artifact ${artifact.id}]`;
+    return {
+      data: { ...data, diff: head, diffTruncated: true, diffBytes: bytes, diffArtifact: artifact.id },
+      artifacts: [artifact],
+      modelText: modelText === diff ? `${head}\n${note}` : `${modelText}\n${note}`,
+    };
+  } finally {
+    ctx.spool.budget.give(bytes);
+  }
 }
