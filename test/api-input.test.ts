@@ -2,18 +2,17 @@
  * Hostile and malformed input at the API edge: every case is a 4xx with a stable `domain.reason`
  * code in `{error: {code, message, ...}}`, never a 500, and nothing is left half-made.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ErrorBody } from '../contract/errors.js';
-import { containersOf, startHarness, type Harness } from './harness.js';
+import { containersOf, useLeasedSandbox, type Harness } from './harness.js';
 
 let h: Harness;
 let leaseId: string;
 
-beforeAll(async () => {
-  h = await startHarness();
-  leaseId = (await h.client.createSandbox()).id;
+useLeasedSandbox((harness, id) => {
+  h = harness;
+  leaseId = id;
 });
-afterAll(async () => h?.close());
 
 async function expectError(response: Response, status: number, code: string): Promise<Record<string, unknown>> {
   const text = await response.text();

@@ -4,9 +4,9 @@
  * digest, kept after release. Real sandbox, real Redis.
  */
 import { createHash } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { startHarness, type Harness } from './harness.js';
+import { useLeasedSandbox, type Harness } from './harness.js';
 
 let h: Harness;
 let leaseId: string;
@@ -20,11 +20,10 @@ async function fetchArtifact(id: string, artifactId: string): Promise<{ status: 
   return { status: response.status, bytes: Buffer.from(await response.arrayBuffer()), headers: response.headers };
 }
 
-beforeAll(async () => {
-  h = await startHarness();
-  leaseId = (await h.client.createSandbox()).id;
+useLeasedSandbox((harness, id) => {
+  h = harness;
+  leaseId = id;
 });
-afterAll(async () => h?.close());
 
 describe('artifacts', () => {
   it('200 MB of binary output at full speed: the whole stream is an artifact whose sha256 is what the process wrote; agent memory stays bounded', async () => {

@@ -2,10 +2,10 @@
  * The exec tool end to end: API → ledger → queue → agent in a real Docker sandbox → queue →
  * ledger → API. Real Docker engine, real Redis.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
-import { reassemble, startHarness, type Harness } from './harness.js';
+import { reassemble, useLeasedSandbox, type Harness } from './harness.js';
 
 let h: Harness;
 let leaseId: string;
@@ -27,11 +27,10 @@ async function processesInSandbox(): Promise<string[]> {
   return r.stdout.split('\n').filter((l) => l.trim() && !l.includes('ps -eo'));
 }
 
-beforeAll(async () => {
-  h = await startHarness();
-  leaseId = (await h.client.createSandbox()).id;
+useLeasedSandbox((harness, id) => {
+  h = harness;
+  leaseId = id;
 });
-afterAll(async () => h?.close());
 
 describe('exec', () => {
   it('echo succeeds with exit 0 and exact stdout, and the receipt binds the manifest', async () => {

@@ -3,9 +3,9 @@
  * canonical paths inside the file roots, atomically, with before/after versions in the receipt.
  */
 import { createHash } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { startHarness, type Harness } from './harness.js';
+import { useLeasedSandbox, type Harness } from './harness.js';
 
 let h: Harness;
 let leaseId: string;
@@ -18,11 +18,10 @@ async function call(tool: string, args: Record<string, unknown>): Promise<ToolRe
 }
 const data = (r: ToolResult): Record<string, any> => r.data as Record<string, any>;
 
-beforeAll(async () => {
-  h = await startHarness();
-  leaseId = (await h.client.createSandbox()).id;
+useLeasedSandbox((harness, id) => {
+  h = harness;
+  leaseId = id;
 });
-afterAll(async () => h?.close());
 
 describe('write_file / read_file', () => {
   it('round-trips a file with emoji, spaces and non-Latin letters in its name; versions and diff in the receipt', async () => {

@@ -5,21 +5,20 @@
 import { mkdtemp, mkdir, readFile, writeFile, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
 import { ApiError } from '../cli/client.js';
-import { startHarness, type Harness } from './harness.js';
+import { useLeasedSandbox, type Harness } from './harness.js';
 import { tarBytes } from './tar-fixture.js';
 import * as tar from 'tar-stream';
 
 let h: Harness;
 let leaseId: string;
 
-beforeAll(async () => {
-  h = await startHarness();
-  leaseId = (await h.client.createSandbox()).id;
+useLeasedSandbox((harness, id) => {
+  h = harness;
+  leaseId = id;
 });
-afterAll(async () => h?.close());
 
 async function exec(cmd: string): Promise<ToolResult> {
   return (await h.client.submitCall(leaseId, 'exec', { cmd }, { waitSeconds: 30 })) as ToolResult;

@@ -9,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
 import pino from 'pino';
+import { afterAll, beforeAll } from 'vitest';
 import { SbxClient } from '../cli/client.js';
 import { loadConfig, type Config } from '../control-plane/config.js';
 import { createControlPlane, type ControlPlane } from '../control-plane/control-plane.js';
@@ -99,4 +100,18 @@ export function reassemble(events: Array<{ type: string; stream?: string; offset
     next += data.length;
   }
   return Buffer.concat(parts);
+}
+
+/**
+ * For a test file that works in one sandbox: registers `beforeAll` (start a harness, lease a
+ * sandbox under the default policy, hand both to `bind`) and `afterAll` (close the harness,
+ * which releases what is left).
+ */
+export function useLeasedSandbox(bind: (h: Harness, leaseId: string) => void): void {
+  let h: Harness | undefined;
+  beforeAll(async () => {
+    h = await startHarness();
+    bind(h, (await h.client.createSandbox()).id);
+  });
+  afterAll(async () => h?.close());
 }
