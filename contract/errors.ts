@@ -34,6 +34,7 @@ export const ERROR_CODES = {
   'api.route_not_found': { status: 404, retryability: 'no', summary: 'No route matches the method and path.' },
   'auth.missing_api_key': { status: 401, retryability: 'after_fix', summary: 'No `Authorization: Bearer <key>` header was sent.' },
   'auth.invalid_api_key': { status: 401, retryability: 'after_fix', summary: 'The API key is not valid.' },
+  'auth.admin_required': { status: 403, retryability: 'after_fix', summary: 'The route is for admin API keys; this key has the `user` role.' },
   'lease.not_found': { status: 404, retryability: 'no', summary: 'No sandbox with this id exists.' },
   'lease.expired': { status: 410, retryability: 'no', summary: 'The sandbox reached its TTL and was released.' },
   'lease.released': { status: 410, retryability: 'no', summary: 'The sandbox was released; its receipts stay readable.' },

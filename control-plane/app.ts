@@ -9,7 +9,7 @@ import type { ArtifactStore } from './artifacts/store.js';
 import { callsRoutes } from './calls/routes.js';
 import type { CallService } from './calls/service.js';
 import { filesRoutes } from './files/routes.js';
-import { installApiKeyAuth } from './http/auth.js';
+import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
 import { installErrorHandling } from './http/errors.js';
 import type { Ledger } from './ledger/ledger.js';
 import type { CallNotifier } from './ledger/notifier.js';
@@ -19,7 +19,10 @@ import type { SandboxRuntime } from './runtime/runtime.js';
 
 export interface AppDeps {
   log: Logger;
+  /** The bootstrap admin key (tenant `default`). */
   apiKey: string;
+  /** Finds the other API keys by digest. */
+  lookupPrincipal: PrincipalLookup;
   leases: LeaseService;
   calls: CallService;
   ledger: Ledger;
@@ -43,7 +46,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installErrorHandling(app);
   // JSON only: a text/plain body would otherwise reach the schemas as a string.
   app.removeContentTypeParser('text/plain');
-  installApiKeyAuth(app, deps.apiKey);
+  installApiKeyAuth(app, { bootstrapKey: deps.apiKey, lookup: deps.lookupPrincipal });
 
   app.get('/healthz', async (_request, reply) => {
     const [redis, docker] = await Promise.allSettled([deps.pingRedis(), deps.runtime.info()]);

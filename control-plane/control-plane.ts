@@ -61,6 +61,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const app = await buildApp({
     log,
     apiKey,
+    lookupPrincipal: async () => undefined,
     leases,
     calls,
     ledger,

@@ -1,19 +1,72 @@
 /**
- * Bearer API-key authentication for `/v1/*`. Keys are compared as sha256 digests with
- * `timingSafeEqual`, so the comparison takes the same time whatever the key.
+ * Bearer API-key authentication for `/v1/*` and the caller's identity (`request.principal`).
+ *
+ * Keys are looked up by their sha256 digest, never stored or compared in clear; the bootstrap
+ * key (`SBX_API_KEY` or `<data dir>/api-key`) is compared with `timingSafeEqual`, so the
+ * comparison takes the same time whatever the key.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError } from '../../contract/errors.js';
 
-export function installApiKeyAuth(app: FastifyInstance, apiKey: string): void {
-  const expected = createHash('sha256').update(apiKey).digest();
+/** `admin` manages policies, secrets, keys and sees every tenant; `user` works inside its tenant. */
+export type Role = 'admin' | 'user';
+
+/** Who is calling: the API key's id, its role and the tenant it acts for. */
+export interface Principal {
+  keyId: string;
+  role: Role;
+  tenant: string;
+}
+
+/** The tenant of the bootstrap admin key, and of sandboxes created before tenants existed. */
+export const DEFAULT_TENANT = 'default';
+
+/** Looks up a key by the hex sha256 of its secret; undefined when no such (live) key exists. */
+export type PrincipalLookup = (keySha256Hex: string) => Promise<Principal | undefined>;
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set by the auth hook on every `/v1/*` request that reaches a handler. */
+    principal: Principal;
+  }
+}
+
+/** The hex sha256 under which an API key's secret is stored and looked up. */
+export function keyDigest(secret: string): string {
+  return createHash('sha256').update(secret).digest('hex');
+}
+
+/**
+ * Installs the auth hook. Throws (as responses) AppError `auth.missing_api_key` (401) without
+ * a bearer header and `auth.invalid_api_key` (401) for an unknown or revoked key.
+ */
+export function installApiKeyAuth(app: FastifyInstance, options: { bootstrapKey: string; lookup: PrincipalLookup }): void {
+  const bootstrap = createHash('sha256').update(options.bootstrapKey).digest();
+  const bootstrapPrincipal: Principal = { keyId: 'bootstrap', role: 'admin', tenant: DEFAULT_TENANT };
+  app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRequest', async (request) => {
     if (!request.url.startsWith('/v1/')) return;
     const header = request.headers.authorization;
     if (!header) throw new AppError('auth.missing_api_key', 'send Authorization: Bearer <api key>');
     const match = /^Bearer\s+(\S+)$/i.exec(header);
-    const given = createHash('sha256').update(match?.[1] ?? '').digest();
-    if (!match || !timingSafeEqual(given, expected)) throw new AppError('auth.invalid_api_key', 'the API key is not valid');
+    if (!match) throw new AppError('auth.invalid_api_key', 'the API key is not valid');
+    const given = createHash('sha256').update(match[1]!).digest();
+    if (timingSafeEqual(given, bootstrap)) {
+      request.principal = bootstrapPrincipal;
+      return;
+    }
+    const principal = await options.lookup(given.toString('hex'));
+    if (!principal) throw new AppError('auth.invalid_api_key', 'the API key is not valid');
+    request.principal = principal;
   });
+}
+
+/**
+ * preHandler for admin-only routes. Throws AppError `auth.admin_required` (403) for user keys.
+ */
+export async function requireAdmin(request: FastifyRequest): Promise<void> {
+  if (request.principal.role !== 'admin') {
+    throw new AppError('auth.admin_required', 'this route needs an admin API key', { details: { role: request.principal.role } });
+  }
 }
