@@ -84,8 +84,9 @@ if ! out="$(docker run --rm --network none --entrypoint /usr/local/bin/node "$ta
 fi
 
 ensure_latest
-# Plain rmi (no -f) only untags and refuses images a container still uses.
+# Keeps the four newest builds (other checkouts on this engine may lease theirs);
+# plain rmi (no -f) only untags and refuses images a container still uses.
 docker image ls --format '{{.Repository}}:{{.Tag}}' sbx-sandbox \
-  | grep -E '^sbx-sandbox:[0-9a-f]{12}$' | grep -vxF "$tag" \
+  | grep -E '^sbx-sandbox:[0-9a-f]{12}$' | grep -vxF "$tag" | tail -n +4 \
   | xargs -r docker rmi >/dev/null 2>&1 || true
 echo "$tag"
