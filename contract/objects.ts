@@ -36,6 +36,8 @@ export const EnvironmentManifest = SandboxFacts.extend({
   image: z.object({ ref: z.string(), id: z.string() }),
   runtime: z.object({ kind: z.literal('docker'), engineVersion: z.string(), ociRuntime: z.string() }),
   policy: PolicyRef,
+  /** The network the policy gives: its mode, and for `allowlist` the digest of its rules. */
+  network: z.object({ mode: z.enum(['none', 'allowlist', 'open']), allowlistDigest: Digest.nullable() }),
   /** Lease env: the sorted variable names and the digest of the whole map (values stay out). */
   env: z.object({ keys: z.array(z.string()), digest: Digest }),
   /** Names of secrets the lease may receive; never values. */
@@ -64,6 +66,32 @@ export const Lease = z.object({
   labels: z.record(z.string(), z.string()),
 });
 export type Lease = z.infer<typeof Lease>;
+
+/**
+ * One connection a sandbox asked its egress proxy for (network mode `allowlist`), recorded when
+ * it ends or is refused: `GET /v1/sandboxes/:id/egress`.
+ */
+export const EgressEvent = z.object({
+  /** When the proxy received the request. */
+  at: Timestamp,
+  /** Host as the sandbox asked for it (name or IP literal), and the port. */
+  host: z.string(),
+  port: z.number().int(),
+  /** `CONNECT` (a tunnel, e.g. HTTPS) or the method of a plain-HTTP request. */
+  method: z.string(),
+  decision: z.enum(['allowed', 'denied']),
+  /** The allowlist rule that allowed it, or why it was denied. */
+  rule: z.string(),
+  /** The address the proxy resolved and dialled (null when denied before resolution). */
+  address: z.string().nullable(),
+  /** Bytes sent from the sandbox to the destination and back (payload, not headers of a tunnel). */
+  bytesOut: z.number().int().nonnegative(),
+  bytesIn: z.number().int().nonnegative(),
+  durationMs: z.number().nonnegative(),
+  /** For an allowed connection that failed: the reason (`ECONNREFUSED`, `no address` …). */
+  error: z.string().nullable(),
+});
+export type EgressEvent = z.infer<typeof EgressEvent>;
 
 export const CommitState = z.enum(['not_started', 'committed', 'partial', 'unknown']);
 export type CommitState = z.infer<typeof CommitState>;

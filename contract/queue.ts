@@ -61,6 +61,12 @@ export const AgentConfig = z.object({
   spool: z.object({ dir: z.string(), maxArtifactBytes: z.number().int().positive(), maxTotalBytes: z.number().int().positive() }),
   /** What the file tools may reach: canonical roots, and the largest file they read or write (bytes). */
   files: z.object({ roots: z.array(z.string()), maxFileBytes: z.number().int().positive() }),
+  /**
+   * Network mode `allowlist`: the agent listens on 127.0.0.1:`port` and forwards to the control
+   * plane's egress proxy at `socketPath`; tool processes get the standard proxy variables.
+   * Null for mode `none`.
+   */
+  egress: z.object({ port: z.number().int().min(1).max(65535), socketPath: z.string() }).nullable().default(null),
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
 

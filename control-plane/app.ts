@@ -8,6 +8,7 @@ import { artifactsRoutes } from './artifacts/routes.js';
 import type { ArtifactStore } from './artifacts/store.js';
 import { callsRoutes } from './calls/routes.js';
 import type { CallService } from './calls/service.js';
+import { egressRoutes } from './egress/routes.js';
 import { filesRoutes } from './files/routes.js';
 import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
 import { installErrorHandling } from './http/errors.js';
@@ -57,6 +58,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(leasesRoutes, { leases: deps.leases });
   await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, ledger: deps.ledger, notifier: deps.notifier });
   await app.register(artifactsRoutes, { leases: deps.leases, artifacts: deps.artifacts });
+  await app.register(egressRoutes, { leases: deps.leases, ledger: deps.ledger });
   await app.register(filesRoutes, { leases: deps.leases, runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
   return app;
 }

@@ -39,6 +39,14 @@ const Env = z.object({
   SBX_MAX_UPLOAD_BYTES: z.coerce.number().int().positive().default(2 * 1024 * 1024 * 1024),
   /** How long an ended sandbox's calls, events and receipts stay readable, seconds. Default 7 days. */
   SBX_LEDGER_RETENTION_SECONDS: z.coerce.number().int().positive().default(7 * 24 * 3600),
+  /**
+   * DNS servers the egress proxy resolves sandbox destinations with, comma-separated `ip` or
+   * `ip:port`. Default: the host's (resolv.conf).
+   */
+  SBX_EGRESS_DNS_SERVERS: z
+    .string()
+    .default('')
+    .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean)),
   /** pino log level. Default `info`. */
   SBX_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
@@ -58,6 +66,8 @@ export interface Config {
   maxUploadBytes: number;
   ledgerRetentionSeconds: number;
   logLevel: z.infer<typeof Env>['SBX_LOG_LEVEL'];
+  /** DNS servers of the egress proxy (`ip` or `ip:port`); empty = the host's. */
+  egressDnsServers: string[];
 }
 
 /**
@@ -90,6 +100,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,
     ledgerRetentionSeconds: e.SBX_LEDGER_RETENTION_SECONDS,
     logLevel: e.SBX_LOG_LEVEL,
+    egressDnsServers: e.SBX_EGRESS_DNS_SERVERS,
   };
 }
 

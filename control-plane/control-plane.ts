@@ -10,6 +10,8 @@ import { ArtifactStore } from './artifacts/store.js';
 import { CallService } from './calls/service.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
+import { EgressProxy } from './egress/proxy.js';
+import { createResolver } from './egress/resolver.js';
 import { Ledger } from './ledger/ledger.js';
 import { CallNotifier } from './ledger/notifier.js';
 import { LeaseService } from './leases/service.js';
@@ -46,8 +48,9 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const now = (): Date => new Date();
   const artifacts = new ArtifactStore(join(config.dataDir, 'artifacts'), ledger);
   const calls = new CallService({ ledger, artifacts, channels, notifier, now, log });
+  const egress = new EgressProxy({ resolve: createResolver(config.egressDnsServers), record: (leaseId, event) => ledger.appendEgress(leaseId, event), log });
   const leases = new LeaseService(
-    { runtime, ledger, channels, policies, calls, now, log },
+    { runtime, ledger, channels, policies, calls, egress, now, log },
     {
       owner: config.owner,
       sbxVersion: SBX_VERSION,
@@ -108,6 +111,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       await Promise.allSettled([...inFlight]);
       await app.close();
       await channels.close();
+      await egress.close();
       await notifier.close();
       redis.disconnect();
     },

@@ -19,6 +19,8 @@ export interface AttemptContext {
   readonly cancelSignal: AbortSignal;
   readonly toolUser: AgentConfig['toolUser'];
   readonly leaseEnv: Record<string, string>;
+  /** The egress proxy variables (network mode `allowlist`), under the lease env; else empty. */
+  readonly networkEnv: Record<string, string>;
   /** Processes of the tool user that are the agent's own (its worker): a sweep spares them. */
   readonly agentPids: () => ReadonlySet<number>;
   /** Process groups of running background tasks: a sweep spares them too. */

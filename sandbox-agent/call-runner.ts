@@ -36,9 +36,11 @@ export class CallRunner {
   private readonly spoolBudget: SpoolBudget;
   /** Process groups of background tasks still running. */
   private readonly backgroundGroups = new Set<number>();
+  private readonly networkEnv: Record<string, string>;
 
   constructor(private readonly deps: CallRunnerDeps) {
     this.spoolBudget = new SpoolBudget(deps.config.spool.maxTotalBytes);
+    this.networkEnv = proxyEnv(deps.config.egress);
   }
 
   /** Number of calls executing now. */
@@ -126,6 +128,7 @@ export class CallRunner {
           cancelSignal: controller.signal,
           toolUser: this.deps.config.toolUser,
           leaseEnv: this.deps.config.env,
+          networkEnv: this.networkEnv,
           agentPids: this.deps.agentPids,
           backgroundGroups: () => this.backgroundGroups,
           detach: (pgid) => {
@@ -215,4 +218,15 @@ function detachedResult(callId: string, pgid: number): ToolResult {
     artifacts: [],
     receipt: null,
   };
+}
+
+/**
+ * The proxy variables tools honour (curl, git, pip, npm via HTTP(S)_PROXY; lower-case too, since
+ * some read only those) for the agent's egress listener; loopback stays direct.
+ */
+function proxyEnv(egress: AgentConfig['egress']): Record<string, string> {
+  if (!egress) return {};
+  const url = `http://127.0.0.1:${egress.port}`;
+  const noProxy = 'localhost,127.0.0.1,::1';
+  return { HTTP_PROXY: url, HTTPS_PROXY: url, http_proxy: url, https_proxy: url, NO_PROXY: noProxy, no_proxy: noProxy };
 }

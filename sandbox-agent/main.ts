@@ -13,6 +13,7 @@ import { Redis } from 'ioredis';
 import { AgentConfig, AgentHello, CALL_QUEUE, ControlMessage, RETURN_QUEUE, leaseKeys } from '../contract/queue.js';
 import type { AgentTool } from './attempt.js';
 import { CallRunner } from './call-runner.js';
+import { startEgressForwarder } from './egress-forwarder.js';
 import { measureFacts } from './facts.js';
 import { ReturnChannel } from './return-channel.js';
 import { AccessScheduler } from './scheduler.js';
@@ -83,6 +84,7 @@ async function main(): Promise<void> {
   });
   queueWorker.on('error', (err) => process.stderr.write(`sbx-agent: queue worker error: ${err.message}\n`));
   await queueWorker.waitUntilReady();
+  if (config.egress) await startEgressForwarder(config.egress.port, config.egress.socketPath);
 
   const hello: AgentHello = { leaseId: config.leaseId, facts: await measureFacts(config), startedAt: new Date().toISOString() };
   await redis.rpush(keys.hello, JSON.stringify(hello));

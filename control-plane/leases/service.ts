@@ -16,7 +16,10 @@ import type { AgentConfig } from '../../contract/queue.js';
 import type { CallService } from '../calls/service.js';
 import type { Ledger, LeaseRecord } from '../ledger/ledger.js';
 import { buildManifest } from '../manifest/manifest.js';
-import { compileSandboxSpec, AGENT_REDIS_DIR, AGENT_SPOOL_DIR } from '../policies/compiler.js';
+import type { EgressProxy } from '../egress/proxy.js';
+import { allowlistDigest } from '../egress/rules.js';
+import { agentEgress, compileSandboxSpec, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } from '../policies/compiler.js';
+import type { Policy } from '../policies/schema.js';
 import type { PolicyStore } from '../policies/store.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
@@ -44,6 +47,8 @@ export interface LeaseServiceDeps {
   channels: LeaseChannels;
   policies: PolicyStore;
   calls: CallService;
+  /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
+  egress: EgressProxy;
   now: () => Date;
   log: Logger;
 }
@@ -111,6 +116,7 @@ export class LeaseService {
       policyRef: ref,
       agentConfigHostDir: dirname(credsPath),
       agentRedisSocketDir: dirname(this.options.agentRedisSocket),
+      egressSocketHostDir: this.egressDir(id),
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
     });
@@ -144,10 +150,12 @@ export class LeaseService {
         env,
         files: { roots: policy.filesystem.writableRoots.map((r) => r.path), maxFileBytes: policy.tools.files.maxFileBytes },
         spool: { dir: AGENT_SPOOL_DIR, maxArtifactBytes: policy.tools.exec.maxArtifactBytes, maxTotalBytes: policy.tools.exec.maxSpoolBytes },
+        egress: agentEgress(policy),
       };
       await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
       await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
       await channels.startReturns(id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
+      await this.serveEgress(id, policy);
       const { containerId } = await runtime.start(spec);
       // The agent says hello, or its container stops first (a crashed agent: fail now, with its
       // last words, rather than after the hello timeout).
@@ -169,6 +177,7 @@ export class LeaseService {
         engineVersion: info.engineVersion,
         ociRuntime: policy.runtime.oci,
         policy: ref,
+        network: { mode: policy.network.mode, allowlistDigest: policy.network.mode === 'allowlist' ? allowlistDigest(policy.network.allow) : null },
         env,
         secretRefs: policy.secrets.allowed,
         createdAt,
@@ -285,7 +294,10 @@ export class LeaseService {
         if (lease && staleCreating) await ledger.putLease({ ...lease, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed' });
         result.removed.push(c.leaseId);
       } else if (lease.status === 'ready' && c.running) {
-        await channels.startReturns(lease.id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
+        // The process consuming a lease's returns also serves its egress proxy.
+        if (await channels.startReturns(lease.id, (leaseId, message) => this.deps.calls.ingest(leaseId, message))) {
+          await this.serveEgress(lease.id, lease.policySnapshot);
+        }
         await ledger.scheduleExpiry(lease.id, Date.parse(lease.expiresAt));
         result.adopted.push(lease.id);
       } else if (gone(lease.status)) {
@@ -296,7 +308,10 @@ export class LeaseService {
     // Returns this process consumes of leases another process ended go too.
     for (const leaseId of channels.activeLeases()) {
       const lease = await ledger.getLease(leaseId);
-      if (!lease || TERMINAL.has(lease.status)) await channels.stop(leaseId);
+      if (!lease || TERMINAL.has(lease.status)) {
+        await channels.stop(leaseId);
+        await this.deps.egress.stop(leaseId);
+      }
     }
     const withContainer = new Set(owned.map((c) => c.leaseId));
     for (const lease of await ledger.listLeases()) {
@@ -307,6 +322,16 @@ export class LeaseService {
       }
     }
     return result;
+  }
+
+  /** Host directory of the lease's egress proxy socket. */
+  private egressDir(id: string): string {
+    return join(this.options.dataDir, 'egress', id);
+  }
+
+  private async serveEgress(id: string, policy: Policy): Promise<void> {
+    if (policy.network.mode !== 'allowlist') return;
+    await this.deps.egress.serve(id, policy.network.allow, join(this.egressDir(id), EGRESS_SOCKET_NAME));
   }
 
   private async record(id: string): Promise<LeaseRecord> {
@@ -349,6 +374,8 @@ export class LeaseService {
     await step(() => channels.drainReturns(id, 2000));
     await step(() => calls.abandonOpenCalls(id, manifestDigest, (callId) => channels.attemptOf(id, callId)));
     await step(() => channels.destroy(id));
+    await step(() => this.deps.egress.stop(id));
+    await step(() => rm(this.egressDir(id), { recursive: true, force: true }));
     await step(() => rm(join(this.options.dataDir, 'leases', id), { recursive: true, force: true }));
     return failures;
   }

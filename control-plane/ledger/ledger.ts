@@ -12,7 +12,7 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { canonicalJson } from '../../contract/digest.js';
 import { CallEvent, type EventBody } from '../../contract/events.js';
-import { Artifact, CallStatus, EffectReceipt, Lease, ToolResult, type CallView } from '../../contract/objects.js';
+import { Artifact, CallStatus, EffectReceipt, EgressEvent, Lease, ToolResult, type CallView } from '../../contract/objects.js';
 import { EnvMap } from '../../contract/tools.js';
 import { PolicyShape } from '../policies/schema.js';
 
@@ -78,6 +78,9 @@ redis.call('HSET', KEYS[3], 'finished', 1)
 redis.call('PUBLISH', ARGV[#ARGV], 'finished')
 return 1`;
 
+/** Egress events kept per lease (the oldest go first). */
+export const EGRESS_LOG_MAX = 10_000;
+
 export class Ledger {
   constructor(
     private readonly redis: Redis,
@@ -97,6 +100,7 @@ export class Ledger {
     artifact: (id: string) => `${this.prefix}artifacts:${id}`,
     artifactChunks: (id: string) => `${this.prefix}artifacts:${id}:chunks`,
     leaseArtifacts: (leaseId: string) => `${this.prefix}artifacts-of:${leaseId}`,
+    egress: (leaseId: string) => `${this.prefix}egress:${leaseId}`,
   };
 
   /** Pub/sub channel pattern of call notifications. */
@@ -146,7 +150,7 @@ export class Ledger {
       const artifact = await this.getArtifact(id);
       if (artifact) multi.set(this.k.artifact(id), JSON.stringify({ ...artifact, expiresAt }), 'EX', seconds);
     }
-    multi.expire(this.k.leaseArtifacts(leaseId), seconds);
+    multi.expire(this.k.leaseArtifacts(leaseId), seconds).expire(this.k.egress(leaseId), seconds);
     for (const callId of callIds) {
       multi.expire(this.k.call(leaseId, callId), seconds).expire(this.k.events(leaseId, callId), seconds).expire(this.k.eventKeys(leaseId, callId), seconds);
     }
@@ -156,6 +160,16 @@ export class Ledger {
       if (receiptId) multi.expire(this.k.receipt(receiptId), seconds);
     }
     await multi.exec();
+  }
+
+  /** Appends an egress event; the log keeps the newest EGRESS_LOG_MAX of a lease. */
+  async appendEgress(leaseId: string, event: EgressEvent): Promise<void> {
+    await this.redis.multi().rpush(this.k.egress(leaseId), JSON.stringify(event)).ltrim(this.k.egress(leaseId), -EGRESS_LOG_MAX, -1).exec();
+  }
+
+  /** A lease's egress events, oldest first. */
+  async readEgress(leaseId: string): Promise<EgressEvent[]> {
+    return (await this.redis.lrange(this.k.egress(leaseId), 0, -1)).map((t) => EgressEvent.parse(JSON.parse(t)));
   }
 
   async scheduleExpiry(id: string, expiresAtMs: number): Promise<void> {

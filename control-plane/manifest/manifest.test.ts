@@ -17,6 +17,7 @@ const input = {
   engineVersion: '20.10',
   ociRuntime: 'runc',
   policy: { name: 'default', version: 1, digest: `sha256:${'0'.repeat(64)}` },
+  network: { mode: 'none' as const, allowlistDigest: null },
   env: { B: 'secret-value', A: '1' },
   secretRefs: [],
   createdAt: new Date('2026-11-30T10:00:00.000Z'),
@@ -36,5 +37,12 @@ describe('EnvironmentManifest', () => {
     expect(m.env.keys).toEqual(['A', 'B']);
     expect(JSON.stringify(m)).not.toContain('secret-value');
     expect(buildManifest({ ...input, env: { A: '1', B: 'other' } }).env.digest).not.toBe(m.env.digest);
+  });
+
+  it('records the network mode and allowlist digest, so two allowlists give two manifests', () => {
+    const a = buildManifest({ ...input, network: { mode: 'allowlist', allowlistDigest: `sha256:${'a'.repeat(64)}` } });
+    const b = buildManifest({ ...input, network: { mode: 'allowlist', allowlistDigest: `sha256:${'b'.repeat(64)}` } });
+    expect(a.network.mode).toBe('allowlist');
+    expect(a.digest).not.toBe(b.digest);
   });
 });

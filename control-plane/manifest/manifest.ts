@@ -12,6 +12,7 @@ export interface ManifestInput {
   engineVersion: string;
   ociRuntime: string;
   policy: PolicyRef;
+  network: EnvironmentManifest['network'];
   /** Lease env; only its names and digest enter the manifest. */
   env: Record<string, string>;
   secretRefs: string[];
@@ -25,6 +26,7 @@ export function buildManifest(input: ManifestInput): EnvironmentManifest {
     image: input.image,
     runtime: { kind: 'docker', engineVersion: input.engineVersion, ociRuntime: input.ociRuntime },
     policy: input.policy,
+    network: input.network,
     env: { keys: Object.keys(input.env).sort(), digest: digestOf(input.env) },
     secretRefs: [...input.secretRefs].sort(),
     createdAt: input.createdAt.toISOString(),

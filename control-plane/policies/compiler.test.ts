@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../contract/errors.js';
-import { compileSandboxSpec, type CompileInput } from './compiler.js';
+import { agentEgress, compileSandboxSpec, type CompileInput } from './compiler.js';
 import { Policy } from './schema.js';
 import { PolicyStore } from './store.js';
 
@@ -30,6 +30,7 @@ function input(policy: Policy, ociRuntimes = ['runc']): CompileInput {
     policyRef: PolicyStore.entry(policy).ref,
     agentConfigHostDir: '/data/leases/sbx_abc',
     agentRedisSocketDir: '/data/redis-socket',
+    egressSocketHostDir: '/data/egress/sbx_abc',
     ociRuntimes,
     labels: { team: 'a' },
   };
@@ -77,11 +78,29 @@ describe('policy compiler', () => {
     ]);
   });
 
-  it('fails closed on network modes it cannot enforce yet', () => {
-    for (const mode of ['allowlist', 'open'] as const) {
-      const details = unenforceable(() => compileSandboxSpec(input({ ...base, network: { mode, allow: [] } })));
-      expect(details.field).toBe('network.mode');
-    }
+  it('fails closed on network mode open, which needs host firewall rules it does not install', () => {
+    const details = unenforceable(() => compileSandboxSpec(input({ ...base, network: { mode: 'open', allow: [] } })));
+    expect(details.field).toBe('network.mode');
+  });
+
+  it('gives an allowlist sandbox no network either, only the egress proxy socket directory and the agent listener for it', () => {
+    const allowlist = { ...base, network: { mode: 'allowlist' as const, allow: [{ host: 'registry.npmjs.org', ports: [443] }] } };
+    const spec = compileSandboxSpec(input(allowlist));
+    expect(spec.networkMode).toBe('none');
+    expect(spec.readOnlyBinds).toContainEqual({ hostPath: '/data/egress/sbx_abc', containerPath: '/run/sbx/egress' });
+    expect(agentEgress(allowlist)).toEqual({ port: 3128, socketPath: '/run/sbx/egress/proxy.sock' });
+    expect(agentEgress(base)).toBeNull();
+    expect(compileSandboxSpec(input(base)).readOnlyBinds.map((b) => b.containerPath)).not.toContain('/run/sbx/egress');
+  });
+
+  it('refuses allow rules outside mode allowlist, and malformed hosts and CIDRs, naming each', () => {
+    const parsed = Policy.safeParse({
+      ...base,
+      network: { mode: 'none', allow: [{ host: 'Bad_Host', ports: [443] }, { cidr: '10.0.0.0/33', ports: [80] }, { host: 'ok.test', ports: [] }] },
+    });
+    expect(parsed.success).toBe(false);
+    const paths = parsed.error!.issues.map((i) => i.path.join('.'));
+    expect(paths).toEqual(expect.arrayContaining(['network.allow.0.host', 'network.allow.1.cidr', 'network.allow.2.ports']));
   });
 
   it('fails closed when gVisor is asked for and the engine lacks it, and uses it when present', () => {

@@ -7,6 +7,7 @@
  */
 import { AppError } from '../../contract/errors.js';
 import type { PolicyRef } from '../../contract/objects.js';
+import type { AgentConfig } from '../../contract/queue.js';
 import { LABEL, type SandboxSpec } from '../runtime/runtime.js';
 import type { Policy } from './schema.js';
 
@@ -19,6 +20,11 @@ export const AGENT_CONFIG_PATH = `${AGENT_CONFIG_DIR}/agent.json`;
 export const AGENT_REDIS_DIR = '/run/sbx/redis';
 /** The agent's own scratch directory (output spooled for artifacts), on a disk-backed volume. */
 export const AGENT_SPOOL_DIR = '/run/sbx/spool';
+/** Where the lease's egress proxy socket directory appears inside a sandbox (mode `allowlist`). */
+export const EGRESS_SOCKET_DIR = '/run/sbx/egress';
+export const EGRESS_SOCKET_NAME = 'proxy.sock';
+/** The agent's loopback port tools use as HTTP(S) proxy (the conventional squid port). */
+export const EGRESS_PROXY_PORT = 3128;
 
 export interface CompileInput {
   leaseId: string;
@@ -32,6 +38,8 @@ export interface CompileInput {
   agentConfigHostDir: string;
   /** Host directory holding the Redis socket (and nothing else). */
   agentRedisSocketDir: string;
+  /** Host directory where the control plane serves this lease's egress proxy socket. */
+  egressSocketHostDir: string;
   /** OCI runtimes the engine offers. */
   ociRuntimes: readonly string[];
   labels: Record<string, string>;
@@ -39,8 +47,10 @@ export interface CompileInput {
 
 export function compileSandboxSpec(input: CompileInput): SandboxSpec {
   const { policy } = input;
-  if (policy.network.mode !== 'none') {
-    throw new AppError('policy.unenforceable', `network mode "${policy.network.mode}" needs the egress proxy, which this control plane does not run yet`, {
+  if (policy.network.mode === 'open') {
+    // An open bridge would need host firewall rules (no metadata/link-local access) that this
+    // control plane does not install; it refuses rather than start a sandbox without them.
+    throw new AppError('policy.unenforceable', 'network mode "open" is not offered by this control plane; use "allowlist" with the destinations the sandbox needs', {
       details: { field: 'network.mode', mode: policy.network.mode },
     });
   }
@@ -85,6 +95,9 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     readOnlyBinds: [
       { hostPath: input.agentConfigHostDir, containerPath: AGENT_CONFIG_DIR },
       { hostPath: input.agentRedisSocketDir, containerPath: AGENT_REDIS_DIR },
+      // A directory, not the socket file: a peer control plane that takes the proxy over binds a
+      // new socket at the same path, and the sandbox sees it.
+      ...(policy.network.mode === 'allowlist' ? [{ hostPath: input.egressSocketHostDir, containerPath: EGRESS_SOCKET_DIR }] : []),
     ],
     ociRuntime: policy.runtime.oci,
     capAdd: [...policy.runtime.capabilities],
@@ -98,4 +111,9 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
 
 function volumeSlug(path: string): string {
   return path.replace(/^\/+/, '').replace(/[^a-zA-Z0-9]+/g, '-').toLowerCase() || 'root';
+}
+
+/** The agent's egress settings for `policy`: its proxy listener and the socket it forwards to. */
+export function agentEgress(policy: Policy): AgentConfig['egress'] {
+  return policy.network.mode === 'allowlist' ? { port: EGRESS_PROXY_PORT, socketPath: `${EGRESS_SOCKET_DIR}/${EGRESS_SOCKET_NAME}` } : null;
 }

@@ -4,9 +4,24 @@
  * keeps the two in step.
  */
 import { z } from 'zod';
+import ipaddr from 'ipaddr.js';
 import { EnvName } from '../../contract/tools.js';
+import { HOST_PATTERN } from '../egress/rules.js';
 
 const MiB = 1024 * 1024;
+
+const Ports = z.array(z.number().int().min(1).max(65535)).min(1).max(64);
+
+/**
+ * One egress allowlist rule: a host (`api.example.com`, or `*.example.com` for names below it)
+ * or a CIDR block (`10.0.0.0/8`, `fd00::/8`), each with the ports it may use.
+ */
+export const EgressRuleSchema = z.union([
+  z.object({ host: z.string().max(253).regex(HOST_PATTERN, 'a lower-case DNS name, optionally starting with "*."'), ports: Ports }).strict(),
+  z
+    .object({ cidr: z.string().refine((c) => ipaddr.isValidCIDR(c), 'an IPv4 or IPv6 CIDR block like 10.0.0.0/8'), ports: Ports })
+    .strict(),
+]);
 
 /** A writable directory backed by a size-limited filesystem. */
 export const WritableRoot = z
@@ -41,9 +56,14 @@ export const PolicyShape = z
       .strict(),
     network: z
       .object({
-        /** `none`: no interface but loopback. `allowlist` and `open` need the egress proxy (not built yet). */
+        /**
+         * `none`: no interface but loopback. `allowlist`: still no interface, and the egress proxy
+         * of the control plane (reached through the agent's 127.0.0.1 listener) lets through only
+         * what `allow` lists. `open`: not offered by this control plane (refused as unenforceable).
+         */
         mode: z.enum(['none', 'allowlist', 'open']),
-        allow: z.array(z.object({ host: z.string(), ports: z.array(z.number().int().min(1).max(65535)) }).strict()).default([]),
+        /** Allowlist rules (mode `allowlist` only); see control-plane/egress/rules.ts for the semantics. */
+        allow: z.array(EgressRuleSchema).max(1000).default([]),
       })
       .strict(),
     secrets: z.object({ allowed: z.array(z.string()).default([]) }).strict().default({ allowed: [] }),
@@ -121,6 +141,9 @@ export const Policy = PolicyShape.superRefine((p, ctx) => {
   const rootBytes = p.filesystem.writableRoots.reduce((sum, r) => sum + r.sizeBytes, 0);
   if (rootBytes > p.resources.memoryBytes) {
     ctx.addIssue({ code: 'custom', path: ['filesystem', 'writableRoots'], message: `sizes add up to ${rootBytes} bytes, above resources.memoryBytes ${p.resources.memoryBytes}` });
+  }
+  if (p.network.mode !== 'allowlist' && p.network.allow.length > 0) {
+    ctx.addIssue({ code: 'custom', path: ['network', 'allow'], message: 'allow rules need network.mode "allowlist"' });
   }
   const paths = p.filesystem.writableRoots.map((r) => r.path);
   if (new Set(paths).size !== paths.length) {

@@ -11,7 +11,7 @@ trap '[[ $BASH_SUBSHELL -gt 0 ]] || echo "sbx-setup: build-base.sh failed at lin
 SUITE=bookworm
 # passwd is listed explicitly so the sandbox Dockerfile can rely on
 # useradd/groupadd even if minbase's notion of "required" ever changes.
-PACKAGES=(bash coreutils procps git python3-minimal ca-certificates tini ripgrep
+PACKAGES=(bash coreutils procps git python3-minimal ca-certificates tini ripgrep curl
           findutils grep sed tar gzip less file iproute2 passwd)
 
 self="$(readlink -f "${BASH_SOURCE[0]}")"

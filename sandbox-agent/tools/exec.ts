@@ -49,12 +49,13 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   const userEnv = { ...ctx.leaseEnv, ...args.env };
   const env = {
     ...EXEC_ENV_DEFAULTS,
+    ...ctx.networkEnv,
     HOME: ctx.toolUser.home,
     USER: ctx.toolUser.name,
     LOGNAME: ctx.toolUser.name,
     ...userEnv,
   };
-  const environment: EffectReceipt['environment'] = { defaults: { ...EXEC_ENV_DEFAULTS }, keys: Object.keys(userEnv).sort() };
+  const environment: EffectReceipt['environment'] = { defaults: { ...EXEC_ENV_DEFAULTS, ...ctx.networkEnv }, keys: Object.keys(userEnv).sort() };
   // The tool's processes are the first the kernel's OOM killer takes (oom_score_adj 1000,
   // proc(5); raising it needs no privilege), so a memory hog cannot take the agent down with it.
   // argv runs through `exec "$@"` so a missing program gets the shell's own message and 127.

@@ -1,0 +1,269 @@
+/**
+ * The egress proxy: the only way out of a sandbox whose policy says `network.mode: allowlist`.
+ *
+ * Such a sandbox has no network interface but loopback (Docker `NetworkMode: none`); its agent
+ * forwards 127.0.0.1:EGRESS_PROXY_PORT to a Unix socket bind-mounted from the host, where this
+ * proxy listens, one socket per lease, so the socket a connection arrives on says which lease's
+ * allowlist applies and nothing the sandbox sends can claim another identity.
+ *
+ * It speaks HTTP/1.1 forward-proxying (absolute-form requests, RFC 9112 §3.2.2) and tunnels
+ * (CONNECT, RFC 9110 §9.3.6). For every request it checks the allowlist (rules.ts) on the asked
+ * host and port, resolves the name itself, checks the resolved address, and dials exactly that
+ * address, so a name that re-resolves to an internal address in between cannot slip through
+ * (DNS rebinding). Every connection, allowed or denied, becomes an EgressEvent.
+ */
+import { chmod, mkdir, rm } from 'node:fs/promises';
+import http from 'node:http';
+import net from 'node:net';
+import { dirname } from 'node:path';
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import type { EgressEvent } from '../../contract/objects.js';
+import { EgressAllowlist, type EgressDecision, type EgressRule } from './rules.js';
+
+/** Resolves a host name to its addresses (IPv4 and IPv6), in the order to try them. */
+export type Resolve = (host: string) => Promise<string[]>;
+
+export interface EgressProxyDeps {
+  resolve: Resolve;
+  /** Stores an event of `leaseId`; failures are logged, never thrown at the sandbox. */
+  record: (leaseId: string, event: EgressEvent) => Promise<void>;
+  log: Logger;
+  /** Give up dialling a destination after this long, ms. Default 10 000. */
+  connectTimeoutMs?: number;
+}
+
+/** Headers that belong to one hop (RFC 9110 §7.6.1) or to the proxy, never forwarded. */
+const HOP_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
+
+interface Served {
+  server: http.Server;
+  sockets: Set<Duplex>;
+}
+
+export class EgressProxy {
+  private readonly served = new Map<string, Served>();
+
+  constructor(private readonly deps: EgressProxyDeps) {}
+
+  /**
+   * Starts serving `leaseId` on the Unix socket `socketPath` (its directory is created with mode
+   * 0700; a stale socket there is replaced). Idempotent per lease.
+   */
+  async serve(leaseId: string, rules: readonly EgressRule[], socketPath: string): Promise<void> {
+    if (this.served.has(leaseId)) return;
+    const allowlist = new EgressAllowlist(rules);
+    const server = http.createServer({ requestTimeout: 0 });
+    const sockets = new Set<Duplex>();
+    server.on('connection', (socket: net.Socket) => {
+      sockets.add(socket);
+      socket.once('close', () => sockets.delete(socket));
+    });
+    server.on('request', (req, res) => void this.forward(leaseId, allowlist, req, res));
+    server.on('connect', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void this.tunnel(leaseId, allowlist, req, socket, head));
+    server.on('clientError', (_err, socket) => socket.destroy());
+    await mkdir(dirname(socketPath), { recursive: true, mode: 0o700 });
+    await rm(socketPath, { force: true });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(socketPath, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    // Only root may connect (inside the sandbox: the agent, not the tool user, who goes through
+    // the agent's loopback listener like every client).
+    await chmod(socketPath, 0o600);
+    this.served.set(leaseId, { server, sockets });
+  }
+
+  /** Stops serving `leaseId` and cuts its open connections (idempotent). */
+  async stop(leaseId: string): Promise<void> {
+    const served = this.served.get(leaseId);
+    if (!served) return;
+    this.served.delete(leaseId);
+    for (const socket of served.sockets) socket.destroy();
+    await new Promise<void>((resolve) => served.server.close(() => resolve()));
+  }
+
+  /** Stops every lease this process serves. */
+  async close(): Promise<void> {
+    await Promise.all([...this.served.keys()].map((id) => this.stop(id)));
+  }
+
+  /** True while this process serves the lease's proxy. */
+  serves(leaseId: string): boolean {
+    return this.served.has(leaseId);
+  }
+
+  /**
+   * Decides a destination: the allowlist on (host, port), then the proxy's own resolution and
+   * the check of each address, in order; the first allowed address is the one to dial.
+   */
+  private async decide(allowlist: EgressAllowlist, host: string, port: number): Promise<{ decision: EgressDecision; address: string | null; error: string | null }> {
+    const first = allowlist.matchDestination(host, port);
+    if (!first.allowed) return { decision: first, address: null, error: null };
+    if (net.isIP(stripBrackets(host))) return { decision: first, address: unmapped(stripBrackets(host)), error: null };
+    let addresses: string[];
+    try {
+      addresses = await this.deps.resolve(host);
+    } catch (err) {
+      return { decision: first, address: null, error: `resolve failed: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` };
+    }
+    if (addresses.length === 0) return { decision: first, address: null, error: 'no address' };
+    let refusal: EgressDecision | undefined;
+    for (const address of addresses) {
+      const check = allowlist.checkAddress(address, port);
+      if (check.allowed) return { decision: { allowed: true, rule: first.rule }, address, error: null };
+      refusal ??= check;
+    }
+    return { decision: refusal!, address: addresses[0]!, error: null };
+  }
+
+  private async tunnel(leaseId: string, allowlist: EgressAllowlist, req: http.IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
+    const started = Date.now();
+    const target = parseAuthority(req.url ?? '');
+    if (!target) {
+      client.end('HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nsbx egress: CONNECT needs host:port\n');
+      return;
+    }
+    const event = this.eventFor(target.host, target.port, 'CONNECT', started);
+    const { decision, address, error } = await this.decide(allowlist, target.host, target.port);
+    Object.assign(event, { decision: decision.allowed ? 'allowed' : 'denied', rule: decision.rule, address, error });
+    if (!decision.allowed || !address) {
+      client.end(refusalResponse(decision, target, error));
+      await this.finish(leaseId, event, started);
+      return;
+    }
+    const upstream = net.connect({ host: address, port: target.port });
+    upstream.setTimeout(this.deps.connectTimeoutMs ?? 10_000, () => upstream.destroy(new Error('connect timeout')));
+    upstream.once('connect', () => {
+      upstream.setTimeout(0);
+      client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      if (head.length > 0) {
+        event.bytesOut += head.length;
+        upstream.write(head);
+      }
+      client.on('data', (chunk: Buffer) => (event.bytesOut += chunk.length));
+      upstream.on('data', (chunk: Buffer) => (event.bytesIn += chunk.length));
+      client.pipe(upstream);
+      upstream.pipe(client);
+    });
+    let connected = false;
+    upstream.once('connect', () => (connected = true));
+    await new Promise<void>((resolve) => {
+      let open = 2;
+      const done = (): void => {
+        if (--open === 0) resolve();
+      };
+      upstream.once('error', (err: NodeJS.ErrnoException) => {
+        event.error = err.code ?? err.message;
+        if (!connected) client.end(`HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n\r\nsbx egress: ${target.host}:${target.port} (${address}): ${event.error}\n`);
+        else client.destroy();
+      });
+      client.once('error', () => upstream.destroy());
+      upstream.once('close', () => {
+        client.end();
+        done();
+      });
+      client.once('close', () => {
+        upstream.destroy();
+        done();
+      });
+    });
+    await this.finish(leaseId, event, started);
+  }
+
+  private async forward(leaseId: string, allowlist: EgressAllowlist, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const started = Date.now();
+    let url: URL | undefined;
+    try {
+      url = new URL(req.url ?? '');
+    } catch {
+      url = undefined;
+    }
+    if (!url || url.protocol !== 'http:') {
+      res.writeHead(400, { 'content-type': 'text/plain' }).end('sbx egress: send absolute http:// URLs here, and use CONNECT for https\n');
+      return;
+    }
+    const port = url.port === '' ? 80 : Number(url.port);
+    const host = stripBrackets(url.hostname);
+    const event = this.eventFor(host, port, req.method ?? 'GET', started);
+    const { decision, address, error } = await this.decide(allowlist, host, port);
+    Object.assign(event, { decision: decision.allowed ? 'allowed' : 'denied', rule: decision.rule, address, error });
+    if (!decision.allowed || !address) {
+      res.writeHead(decision.allowed ? 502 : 403, { 'content-type': 'text/plain', 'x-sbx-egress-rule': asciiHeader(decision.rule) });
+      res.end(`sbx egress: ${decision.allowed ? 'failed' : 'denied'} ${host}:${port}: ${error ?? decision.rule}\n`);
+      req.resume();
+      await this.finish(leaseId, event, started);
+      return;
+    }
+    const headers: http.OutgoingHttpHeaders = {};
+    for (const [name, value] of Object.entries(req.headers)) if (!HOP_HEADERS.has(name) && value !== undefined) headers[name] = value;
+    await new Promise<void>((resolve) => {
+      const upstream = http.request({ host: address, port, method: req.method, path: `${url.pathname}${url.search}`, headers, setHost: false, timeout: this.deps.connectTimeoutMs ?? 10_000 });
+      upstream.once('timeout', () => upstream.destroy(new Error('timeout')));
+      upstream.once('response', (answer) => {
+        upstream.setTimeout(0);
+        const out: http.OutgoingHttpHeaders = {};
+        for (const [name, value] of Object.entries(answer.headers)) if (!HOP_HEADERS.has(name) && value !== undefined) out[name] = value;
+        res.writeHead(answer.statusCode ?? 502, out);
+        answer.on('data', (chunk: Buffer) => (event.bytesIn += chunk.length));
+        answer.pipe(res);
+        answer.once('end', resolve);
+        answer.once('error', resolve);
+      });
+      upstream.once('error', (err: NodeJS.ErrnoException) => {
+        event.error = err.code ?? err.message;
+        if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' }).end(`sbx egress: ${host}:${port} (${address}): ${event.error}\n`);
+        else res.destroy();
+        resolve();
+      });
+      res.once('close', () => {
+        upstream.destroy();
+        resolve();
+      });
+      req.on('data', (chunk: Buffer) => (event.bytesOut += chunk.length));
+      req.pipe(upstream);
+    });
+    await this.finish(leaseId, event, started);
+  }
+
+  private eventFor(host: string, port: number, method: string, started: number): EgressEvent {
+    return { at: new Date(started).toISOString(), host, port, method, decision: 'denied', rule: '', address: null, bytesOut: 0, bytesIn: 0, durationMs: 0, error: null };
+  }
+
+  private async finish(leaseId: string, event: EgressEvent, started: number): Promise<void> {
+    event.durationMs = Date.now() - started;
+    await this.deps.record(leaseId, event).catch((err: unknown) => this.deps.log.warn({ leaseId, err }, 'could not record an egress event'));
+  }
+}
+
+/** `host:port` or `[v6]:port` of a CONNECT request target (RFC 9110 §9.3.6 authority-form). */
+function parseAuthority(text: string): { host: string; port: number } | undefined {
+  const match = /^(\[[0-9a-fA-F:.]+\]|[^:\[\]\s]+):(\d{1,5})$/.exec(text);
+  if (!match) return undefined;
+  const port = Number(match[2]);
+  if (port < 1 || port > 65535) return undefined;
+  return { host: stripBrackets(match[1]!), port };
+}
+
+function stripBrackets(host: string): string {
+  return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+}
+
+/** `::ffff:a.b.c.d` dials as the IPv4 address it names (the allowlist judged it as that). */
+function unmapped(address: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  return mapped ? mapped[1]! : address;
+}
+
+function refusalResponse(decision: EgressDecision, target: { host: string; port: number }, error: string | null): string {
+  const status = decision.allowed ? '502 Bad Gateway' : '403 Forbidden';
+  const why = error ?? decision.rule;
+  return `HTTP/1.1 ${status}\r\nContent-Type: text/plain\r\nX-Sbx-Egress-Rule: ${asciiHeader(decision.rule)}\r\n\r\nsbx egress: ${decision.allowed ? 'failed' : 'denied'} ${target.host}:${target.port}: ${why}\n`;
+}
+
+function asciiHeader(text: string): string {
+  return text.replace(/[^\x20-\x7e]/g, '?');
+}

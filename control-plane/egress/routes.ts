@@ -1,0 +1,30 @@
+/**
+ * `GET /v1/sandboxes/:id/egress`: the lease's egress log (network mode `allowlist`), oldest
+ * first: every connection its sandbox asked the egress proxy for, allowed or denied, with the
+ * rule that decided and the bytes moved. Readable after release, for the ledger's retention.
+ */
+import type { FastifyPluginAsync } from 'fastify';
+import { z } from 'zod';
+import type { EgressEvent } from '../../contract/objects.js';
+import { parseInput } from '../http/errors.js';
+import type { Ledger } from '../ledger/ledger.js';
+import { LeaseParams } from '../leases/schema.js';
+import type { LeaseService } from '../leases/service.js';
+
+const Query = z
+  .object({
+    decision: z.enum(['allowed', 'denied']).optional(),
+    /** Newest `limit` events (after the decision filter). Default 1000. */
+    limit: z.coerce.number().int().min(1).max(10_000).default(1000),
+  })
+  .strict();
+
+export const egressRoutes: FastifyPluginAsync<{ leases: LeaseService; ledger: Ledger }> = async (app, { leases, ledger }) => {
+  app.get('/v1/sandboxes/:id/egress', async (request): Promise<{ events: EgressEvent[] }> => {
+    const { id } = parseInput(LeaseParams, request.params, 'params');
+    const query = parseInput(Query, request.query, 'query');
+    await leases.get(id);
+    const events = (await ledger.readEgress(id)).filter((e) => query.decision === undefined || e.decision === query.decision);
+    return { events: events.slice(-query.limit) };
+  });
+};
