@@ -10,7 +10,7 @@ import { EventSourceParserStream } from 'eventsource-parser/stream';
 import * as tarFs from 'tar-fs';
 import { ErrorBody, type ErrorInfo } from '../contract/errors.js';
 import { CallEvent } from '../contract/events.js';
-import { CallView, Lease, ToolResult } from '../contract/objects.js';
+import { CallView, EgressEvent, Lease, ToolResult } from '../contract/objects.js';
 
 export class ApiError extends Error {
   constructor(
@@ -71,6 +71,13 @@ export class SbxClient {
 
   async releaseSandbox(id: string): Promise<Lease> {
     return Lease.parse(await this.json('DELETE', `/v1/sandboxes/${id}`));
+  }
+
+  /** The sandbox's egress log (network mode `allowlist`), oldest first. */
+  async egress(leaseId: string, query: { decision?: 'allowed' | 'denied'; limit?: number } = {}): Promise<EgressEvent[]> {
+    const params = new URLSearchParams(Object.entries(query).map(([k, v]): [string, string] => [k, String(v)]));
+    const body = (await this.json('GET', `/v1/sandboxes/${leaseId}/egress${params.size > 0 ? `?${params}` : ''}`)) as { events: unknown[] };
+    return body.events.map((e) => EgressEvent.parse(e));
   }
 
   /** Submits a call; returns the ToolResult when it finished within `waitSeconds`, else `{callId, status}`. */
