@@ -48,6 +48,7 @@ export const ERROR_CODES = {
   'policy.not_found': { status: 400, retryability: 'after_fix', summary: 'No policy with this name (and version) exists.' },
   'policy.invalid': { status: 400, retryability: 'after_fix', summary: 'A policy file does not validate against the policy schema.' },
   'policy.unenforceable': { status: 422, retryability: 'after_fix', summary: 'The policy asks for isolation this runtime cannot enforce; the sandbox is not started with less.' },
+  'policy.mount_not_allowed': { status: 422, retryability: 'after_fix', summary: 'A read-only mount of the policy does not exist on the host or resolves outside the mount allowlist (`SBX_MOUNT_ALLOWLIST`); `details.field` names it.' },
   'policy.tool_denied': { status: 403, retryability: 'after_fix', summary: 'The policy of the sandbox does not allow this tool or these arguments.' },
   'files.unsafe_entry': { status: 400, retryability: 'after_fix', summary: 'An uploaded tar entry is absolute, contains `..`, or links outside the target; `details.entry` names it.' },
   'files.invalid_archive': { status: 400, retryability: 'after_fix', summary: 'The uploaded body is not a readable tar archive.' },

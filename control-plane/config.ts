@@ -47,6 +47,15 @@ const Env = z.object({
     .string()
     .default('')
     .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean)),
+  /**
+   * Host directories (comma-separated absolute paths) that policies' read-only mounts may come
+   * from. Default none: a policy with a read-only mount is refused.
+   */
+  SBX_MOUNT_ALLOWLIST: z
+    .string()
+    .default('')
+    .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean))
+    .pipe(z.array(z.string().regex(/^\//, 'absolute paths'))),
   /** pino log level. Default `info`. */
   SBX_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
@@ -66,6 +75,8 @@ export interface Config {
   maxUploadBytes: number;
   ledgerRetentionSeconds: number;
   logLevel: z.infer<typeof Env>['SBX_LOG_LEVEL'];
+  /** Host directories read-only mounts may come from. */
+  mountAllowlist: string[];
   /** DNS servers of the egress proxy (`ip` or `ip:port`); empty = the host's. */
   egressDnsServers: string[];
 }
@@ -101,6 +112,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     ledgerRetentionSeconds: e.SBX_LEDGER_RETENTION_SECONDS,
     logLevel: e.SBX_LOG_LEVEL,
     egressDnsServers: e.SBX_EGRESS_DNS_SERVERS,
+    mountAllowlist: e.SBX_MOUNT_ALLOWLIST,
   };
 }
 

@@ -59,6 +59,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       agentRedisSocket: config.agentRedisSocket,
       redisPrefix: config.redisPrefix,
       retentionSeconds: config.ledgerRetentionSeconds,
+      mountAllowlist: config.mountAllowlist,
     },
   );
   const app = await buildApp({

@@ -6,7 +6,7 @@
  * Teardown is idempotent and runs every step even when one fails.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, realpath, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { Logger } from 'pino';
 import { digestOf } from '../../contract/digest.js';
@@ -18,7 +18,7 @@ import type { Ledger, LeaseRecord } from '../ledger/ledger.js';
 import { buildManifest } from '../manifest/manifest.js';
 import type { EgressProxy } from '../egress/proxy.js';
 import { allowlistDigest } from '../egress/rules.js';
-import { agentEgress, compileSandboxSpec, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } from '../policies/compiler.js';
+import { agentEgress, compileSandboxSpec, type CompileInput, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
 import type { PolicyStore } from '../policies/store.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
@@ -39,6 +39,8 @@ export interface LeaseServiceOptions {
   staleCreatingMs?: number;
   /** How long an ended lease's records (calls, events, receipts) stay readable, seconds. */
   retentionSeconds: number;
+  /** Host directories read-only mounts may come from (`SBX_MOUNT_ALLOWLIST`). */
+  mountAllowlist: readonly string[];
 }
 
 export interface LeaseServiceDeps {
@@ -117,6 +119,7 @@ export class LeaseService {
       agentConfigHostDir: dirname(credsPath),
       agentRedisSocketDir: dirname(this.options.agentRedisSocket),
       egressSocketHostDir: this.egressDir(id),
+      mounts: await resolveMounts(policy, this.options.mountAllowlist),
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
     });
@@ -379,6 +382,18 @@ export class LeaseService {
     await step(() => rm(join(this.options.dataDir, 'leases', id), { recursive: true, force: true }));
     return failures;
   }
+}
+
+/**
+ * Resolves symlinks in the mount allowlist and in the policy's read-only mount host paths, for
+ * the compiler to check one against the other (a path that does not exist resolves to null).
+ */
+async function resolveMounts(policy: Policy, allowlist: readonly string[]): Promise<CompileInput['mounts']> {
+  const real = async (path: string): Promise<string | null> => realpath(path).catch(() => null);
+  if (policy.filesystem.readOnlyMounts.length === 0) return { allowlist: [], realpaths: new Map() };
+  const dirs = (await Promise.all(allowlist.map(real))).filter((d): d is string => d !== null);
+  const realpaths = new Map(await Promise.all(policy.filesystem.readOnlyMounts.map(async (m) => [m.hostPath, await real(m.hostPath)] as const)));
+  return { allowlist: dirs, realpaths };
 }
 
 /** The API view of a lease record (internal fields dropped). */

@@ -31,6 +31,7 @@ function input(policy: Policy, ociRuntimes = ['runc']): CompileInput {
     agentConfigHostDir: '/data/leases/sbx_abc',
     agentRedisSocketDir: '/data/redis-socket',
     egressSocketHostDir: '/data/egress/sbx_abc',
+    mounts: { allowlist: ['/srv/shared'], realpaths: new Map([['/srv/shared/data', '/srv/shared/data'], ['/srv/shared/link', '/etc'], ['/srv/sharedx', '/srv/sharedx']]) },
     ociRuntimes,
     labels: { team: 'a' },
   };
@@ -76,6 +77,20 @@ describe('policy compiler', () => {
       { hostPath: '/data/leases/sbx_abc', containerPath: '/run/sbx/agent' },
       { hostPath: '/data/redis-socket', containerPath: '/run/sbx/redis' },
     ]);
+  });
+
+  it('mounts read-only only host paths that resolve inside the mount allowlist', () => {
+    const withMount = (hostPath: string): Policy => ({ ...base, filesystem: { ...base.filesystem, readOnlyMounts: [{ hostPath, containerPath: '/data' }] } });
+    expect(compileSandboxSpec(input(withMount('/srv/shared/data'))).readOnlyBinds).toContainEqual({ hostPath: '/srv/shared/data', containerPath: '/data' });
+    for (const outside of ['/srv/shared/link', '/srv/sharedx', '/srv/missing']) {
+      try {
+        compileSandboxSpec(input(withMount(outside)));
+        expect.unreachable(outside);
+      } catch (err) {
+        expect((err as AppError).code).toBe('policy.mount_not_allowed');
+        expect((err as AppError).details).toMatchObject({ field: 'filesystem.readOnlyMounts.0.hostPath' });
+      }
+    }
   });
 
   it('fails closed on network mode open, which needs host firewall rules it does not install', () => {

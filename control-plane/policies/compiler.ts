@@ -40,6 +40,11 @@ export interface CompileInput {
   agentRedisSocketDir: string;
   /** Host directory where the control plane serves this lease's egress proxy socket. */
   egressSocketHostDir: string;
+  /**
+   * Read-only mounts: the host directories the control plane allows (`SBX_MOUNT_ALLOWLIST`,
+   * symlinks resolved), and each policy `hostPath` with symlinks resolved (null: it does not exist).
+   */
+  mounts: { allowlist: readonly string[]; realpaths: ReadonlyMap<string, string | null> };
   /** OCI runtimes the engine offers. */
   ociRuntimes: readonly string[];
   labels: Record<string, string>;
@@ -62,6 +67,19 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
       details: { field: 'runtime.oci', available: [...input.ociRuntimes] },
     });
   }
+  const mountBinds = policy.filesystem.readOnlyMounts.map((mount, i) => {
+    const real = input.mounts.realpaths.get(mount.hostPath) ?? null;
+    const field = `filesystem.readOnlyMounts.${i}.hostPath`;
+    if (real === null) throw new AppError('policy.mount_not_allowed', `read-only mount ${mount.hostPath} does not exist on the host`, { details: { field, hostPath: mount.hostPath } });
+    // Checked on the resolved path: a symlink inside an allowed directory leading out of it
+    // does not make its target mountable.
+    if (!input.mounts.allowlist.some((dir) => real === dir || real.startsWith(dir.endsWith('/') ? dir : `${dir}/`))) {
+      throw new AppError('policy.mount_not_allowed', `read-only mount ${mount.hostPath} (${real}) is not inside a directory of the mount allowlist`, {
+        details: { field, hostPath: mount.hostPath, resolved: real, allowlist: [...input.mounts.allowlist] },
+      });
+    }
+    return { hostPath: real, containerPath: mount.containerPath };
+  });
   const user = policy.runtime.toolUser;
   const tmpfs: Record<string, string> = {};
   // Disk, not memory: spooled output may be large; the agent caps what it keeps (maxArtifactBytes).
@@ -98,6 +116,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
       // A directory, not the socket file: a peer control plane that takes the proxy over binds a
       // new socket at the same path, and the sandbox sees it.
       ...(policy.network.mode === 'allowlist' ? [{ hostPath: input.egressSocketHostDir, containerPath: EGRESS_SOCKET_DIR }] : []),
+      ...mountBinds,
     ],
     ociRuntime: policy.runtime.oci,
     capAdd: [...policy.runtime.capabilities],

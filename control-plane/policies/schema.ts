@@ -38,6 +38,18 @@ export const WritableRoot = z
   })
   .strict();
 
+/** A read-only bind mount of a host path. */
+export const ReadOnlyMount = z
+  .object({
+    hostPath: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path'),
+    containerPath: z
+      .string()
+      .regex(/^\/[^\0]*$/, 'must be an absolute path')
+      .refine((p) => !/(^|\/)\.\.?(\/|$)/.test(p), 'must not contain . or .. segments')
+      .refine((p) => !['/', '/run', '/proc', '/sys', '/dev'].includes(p.replace(/\/+$/, '') || '/') && !/^\/(run\/sbx|proc|sys|dev)(\/|$)/.test(p), 'must not cover /, /run, /run/sbx, /proc, /sys or /dev'),
+  })
+  .strict();
+
 /**
  * The shape of a policy without its cross-field rules: what a lease's stored policy snapshot
  * is read back with, so records written under older rules stay readable.
@@ -52,6 +64,12 @@ export const PolicyShape = z
         /** The image's root filesystem is mounted read-only. */
         readOnlyRoot: z.boolean().default(true),
         writableRoots: z.array(WritableRoot).default([]),
+        /**
+         * Host directories or files mounted read-only, e.g. a shared dataset or toolchain. Each
+         * host path must resolve (symlinks followed) inside a directory of the control plane's
+         * mount allowlist (`SBX_MOUNT_ALLOWLIST`), else leases are refused.
+         */
+        readOnlyMounts: z.array(ReadOnlyMount).max(32).default([]),
       })
       .strict(),
     network: z
@@ -145,9 +163,19 @@ export const Policy = PolicyShape.superRefine((p, ctx) => {
   if (p.network.mode !== 'allowlist' && p.network.allow.length > 0) {
     ctx.addIssue({ code: 'custom', path: ['network', 'allow'], message: 'allow rules need network.mode "allowlist"' });
   }
+  for (const [i, mount] of p.filesystem.readOnlyMounts.entries()) {
+    const clash = p.filesystem.writableRoots.find((r) => within(mount.containerPath, r.path) || within(r.path, mount.containerPath));
+    if (clash) ctx.addIssue({ code: 'custom', path: ['filesystem', 'readOnlyMounts', i, 'containerPath'], message: `overlaps the writable root ${clash.path}` });
+  }
   const paths = p.filesystem.writableRoots.map((r) => r.path);
   if (new Set(paths).size !== paths.length) {
     ctx.addIssue({ code: 'custom', path: ['filesystem', 'writableRoots'], message: 'paths must be distinct' });
   }
 });
 export type Policy = z.infer<typeof Policy>;
+
+/** True when `path` is `dir` or below it (both absolute, normalised). */
+function within(path: string, dir: string): boolean {
+  const d = dir.replace(/\/+$/, '');
+  return path === d || path.startsWith(`${d}/`);
+}
