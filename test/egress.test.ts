@@ -2,8 +2,9 @@
  * Network policy against real containers: mode `none` and mode `allowlist` (the control plane's
  * egress proxy). The "internet" here is this machine's own servers: HTTP servers on loopback
  * addresses of the host (127.0.0.2, 127.0.0.3), a DNS server on 127.0.0.1 that the proxy
- * resolves with, and a server on the Docker bridge's host address. A destination is shown
- * blocked by running a server there and showing it received nothing.
+ * resolves with, a server on the Docker bridge's host address, and one on a link-local address
+ * this test adds to the host's loopback interface. A destination is shown blocked by running a
+ * server there and showing it received nothing, next to a control that reaches it.
  */
 import { copyFile, mkdtemp, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
@@ -85,6 +86,7 @@ beforeAll(async () => {
     },
   };
   await writeFile(join(policyDir, 'egress-test.yaml'), JSON.stringify(egressPolicy));
+  await writeFile(join(policyDir, 'open-test.yaml'), JSON.stringify({ ...defaults, name: 'open-test', version: 1, network: { mode: 'open' } }));
   h = await startHarness({ SBX_POLICY_DIR: policyDir, SBX_EGRESS_DNS_SERVERS: `127.0.0.1:${dnsPort}` });
 });
 
@@ -234,5 +236,49 @@ describe('network mode none', () => {
     expect(r.stdout).not.toContain('hello');
     expect(await h.client.egress(lease.id)).toEqual([]);
     expect(lease.manifest!.network).toEqual({ mode: 'none', allowlistDigest: null });
+  });
+});
+
+describe('network mode open', () => {
+  const LINK_LOCAL = '169.254.77.1';
+  let linkLocal: Destination;
+  let anyAddress: Destination;
+
+  beforeAll(async () => {
+    const { execFile } = await import('node:child_process');
+    const run = (await import('node:util')).promisify(execFile);
+    // On the host's loopback interface: a local address, so this traffic never leaves the machine.
+    await run('ip', ['addr', 'add', `${LINK_LOCAL}/32`, 'dev', 'lo']);
+    linkLocal = await destination(LINK_LOCAL);
+    anyAddress = await destination('0.0.0.0');
+  });
+  afterAll(async () => {
+    linkLocal?.server.close();
+    anyAddress?.server.close();
+    const { execFile } = await import('node:child_process');
+    await (await import('node:util')).promisify(execFile)('ip', ['addr', 'del', `${LINK_LOCAL}/32`, 'dev', 'lo']).catch(() => undefined);
+  });
+
+  it('has an ordinary network of its own, but a link-local server, reachable from a plain container, gets nothing from it', async () => {
+    const lease = await h.client.createSandbox({ policy: 'open-test' });
+    expect(lease.manifest!.network).toEqual({ mode: 'open', allowlistDigest: null });
+    const gateway = (await exec(lease.id, "ip -4 route | awk '/^default/ {print $3}'")).stdout.trim();
+    expect(gateway).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
+    const out = await exec(lease.id, `curl -sS --max-time 5 http://${gateway}:${anyAddress.port}/from-open`);
+    expect(out.stdout).toBe('hello from 0.0.0.0\n');
+    expect(anyAddress.hits).toEqual(['GET /from-open']);
+
+    const control = await docker('run', '--rm', '--network', 'bridge', '--entrypoint', 'curl', lease.image, '-sS', '--max-time', '5', `http://${LINK_LOCAL}:${linkLocal.port}/control`);
+    expect(control).toBe(`hello from ${LINK_LOCAL}\n`);
+    const blocked = await exec(lease.id, `curl -sS --max-time 3 http://${LINK_LOCAL}:${linkLocal.port}/from-open 2>&1; echo " exit=$?"`);
+    expect(blocked.stdout).toMatch(/exit=28/);
+    expect(linkLocal.hits).toEqual(['GET /control']);
+  });
+
+  it('its network and bridge go with the lease', async () => {
+    const lease = await h.client.createSandbox({ policy: 'open-test' });
+    expect((await docker('network', 'ls', '-q', '--filter', `name=sbx-${lease.id}`)).trim()).not.toBe('');
+    await h.client.releaseSandbox(lease.id);
+    expect((await docker('network', 'ls', '-q', '--filter', `name=sbx-${lease.id}`)).trim()).toBe('');
   });
 });

@@ -51,7 +51,7 @@ function unenforceable(fn: () => unknown): Record<string, unknown> {
 describe('policy compiler', () => {
   it('compiles isolation: no network, read-only root, caps dropped but the agent minimum, limits, labels', () => {
     const spec = compileSandboxSpec(input(base));
-    expect(spec.networkMode).toBe('none');
+    expect(spec.network).toEqual({ mode: 'none' });
     expect(spec.readOnlyRoot).toBe(true);
     expect(spec.capAdd).toEqual(['SETUID', 'SETGID', 'KILL']);
     expect(spec.noNewPrivileges).toBe(true);
@@ -93,15 +93,16 @@ describe('policy compiler', () => {
     }
   });
 
-  it('fails closed on network mode open, which needs host firewall rules it does not install', () => {
-    const details = unenforceable(() => compileSandboxSpec(input({ ...base, network: { mode: 'open', allow: [] } })));
-    expect(details.field).toBe('network.mode');
+  it('puts an open-network sandbox on a bridge of its own, named for the firewall rule that matches sbx bridges', () => {
+    const spec = compileSandboxSpec(input({ ...base, network: { mode: 'open', allow: [] } }));
+    expect(spec.network).toEqual({ mode: 'bridge', bridgeInterface: 'sbxbrabc' });
+    expect(agentEgress({ ...base, network: { mode: 'open', allow: [] } })).toBeNull();
   });
 
   it('gives an allowlist sandbox no network either, only the egress proxy socket directory and the agent listener for it', () => {
     const allowlist = { ...base, network: { mode: 'allowlist' as const, allow: [{ host: 'registry.npmjs.org', ports: [443] }] } };
     const spec = compileSandboxSpec(input(allowlist));
-    expect(spec.networkMode).toBe('none');
+    expect(spec.network).toEqual({ mode: 'none' });
     expect(spec.readOnlyBinds).toContainEqual({ hostPath: '/data/egress/sbx_abc', containerPath: '/run/sbx/egress' });
     expect(agentEgress(allowlist)).toEqual({ port: 3128, socketPath: '/run/sbx/egress/proxy.sock' });
     expect(agentEgress(base)).toBeNull();

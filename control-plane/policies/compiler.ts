@@ -8,6 +8,7 @@
 import { AppError } from '../../contract/errors.js';
 import type { PolicyRef } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
+import { SBX_BRIDGE_PREFIX } from '../runtime/link-local-guard.js';
 import { LABEL, type SandboxSpec } from '../runtime/runtime.js';
 import type { Policy } from './schema.js';
 
@@ -52,13 +53,6 @@ export interface CompileInput {
 
 export function compileSandboxSpec(input: CompileInput): SandboxSpec {
   const { policy } = input;
-  if (policy.network.mode === 'open') {
-    // An open bridge would need host firewall rules (no metadata/link-local access) that this
-    // control plane does not install; it refuses rather than start a sandbox without them.
-    throw new AppError('policy.unenforceable', 'network mode "open" is not offered by this control plane; use "allowlist" with the destinations the sandbox needs', {
-      details: { field: 'network.mode', mode: policy.network.mode },
-    });
-  }
   if (policy.secrets.allowed.length > 0) {
     throw new AppError('policy.unenforceable', 'secret delivery is not available in this control plane yet', { details: { field: 'secrets.allowed' } });
   }
@@ -106,7 +100,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
       [LABEL.policy]: `${input.policyRef.name}@${input.policyRef.version}`,
     },
     env: { SBX_AGENT_CONFIG: AGENT_CONFIG_PATH },
-    networkMode: 'none',
+    network: policy.network.mode === 'open' ? { mode: 'bridge', bridgeInterface: `${SBX_BRIDGE_PREFIX}${input.leaseId.replace(/^sbx_/, '').slice(0, 10)}` } : { mode: 'none' },
     readOnlyRoot: policy.filesystem.readOnlyRoot,
     tmpfs,
     volumes: [...volumes, spool],

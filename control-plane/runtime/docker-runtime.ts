@@ -10,11 +10,13 @@ import { PassThrough, Writable, type Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
+import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { LABEL, type OwnedSandbox, type RunAs, type RuntimeInfo, type SandboxRuntime, type SandboxSpec } from './runtime.js';
 
 const InfoResponse = z.object({ ServerVersion: z.string(), Runtimes: z.record(z.string(), z.unknown()).default({}) });
 const ImageInspect = z.object({ Id: z.string() });
 const ContainerSummary = z.object({ Id: z.string(), State: z.string(), Labels: z.record(z.string(), z.string()).nullable().default({}) });
+const NetworkList = z.array(z.object({ Id: z.string() }));
 const VolumeList = z.object({ Volumes: z.array(z.object({ Name: z.string() })).nullable().default([]) });
 
 export class DockerRuntime implements SandboxRuntime {
@@ -53,14 +55,28 @@ export class DockerRuntime implements SandboxRuntime {
           Labels: { [LABEL.lease]: spec.leaseId, [LABEL.owner]: spec.labels[LABEL.owner] ?? '' },
         });
       }
+      let networkMode = 'none';
+      if (spec.network.mode === 'bridge') {
+        // Before anything can run on the bridge, the firewall rule that keeps it off link-local
+        // addresses is in place (or the lease fails with policy.unenforceable).
+        await ensureLinkLocalBlocked();
+        networkMode = `sbx-${spec.leaseId}`;
+        await this.docker.createNetwork({
+          Name: networkMode,
+          Driver: 'bridge',
+          EnableIPv6: false,
+          Options: { 'com.docker.network.bridge.name': spec.network.bridgeInterface, 'com.docker.network.bridge.enable_icc': 'false' },
+          Labels: { [LABEL.lease]: spec.leaseId, [LABEL.owner]: spec.labels[LABEL.owner] ?? '' },
+        });
+      }
       const container = await this.docker.createContainer({
         name: spec.name,
         Image: spec.image,
         Labels: spec.labels,
         Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
-        NetworkDisabled: spec.networkMode === 'none',
+        NetworkDisabled: spec.network.mode === 'none',
         HostConfig: {
-          NetworkMode: spec.networkMode,
+          NetworkMode: networkMode,
           ReadonlyRootfs: spec.readOnlyRoot,
           Tmpfs: spec.tmpfs,
           Mounts: [
@@ -117,6 +133,13 @@ export class DockerRuntime implements SandboxRuntime {
     for (const v of volumes.Volumes ?? []) {
       await this.docker
         .getVolume(v.Name)
+        .remove()
+        .catch((err: unknown) => statusOf(err) === 404 || failures.push(err));
+    }
+    const networks = NetworkList.parse(await this.call('list networks', () => this.docker.listNetworks({ filters })));
+    for (const n of networks) {
+      await this.docker
+        .getNetwork(n.Id)
         .remove()
         .catch((err: unknown) => statusOf(err) === 404 || failures.push(err));
     }

@@ -24,8 +24,12 @@ export interface SandboxSpec {
   image: string;
   labels: Record<string, string>;
   env: Record<string, string>;
-  /** `none` only, for now; other modes are refused by the compiler. */
-  networkMode: 'none';
+  /**
+   * `none`: loopback only. `bridge`: a network of this sandbox's own (no other container on
+   * it), on a host bridge interface named `bridgeInterface` (an `sbxbr` name, ≤ 15 characters,
+   * IFNAMSIZ), with link-local destinations dropped by the host firewall.
+   */
+  network: { mode: 'none' } | { mode: 'bridge'; bridgeInterface: string };
   readOnlyRoot: boolean;
   /** Container tmpfs mounts: path → mount options (`size=…,mode=…`). */
   tmpfs: Record<string, string>;
