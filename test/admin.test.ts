@@ -350,7 +350,7 @@ describe('policy versions', () => {
     const deleted = await api(h.apiKey, 'DELETE', '/v1/policies/team');
     expect(deleted.status).toBe(200);
     expect(deleted.body).toMatchObject({ name: 'team', latest: 1, deletedBy: 'bootstrap' });
-    await expect(userClient.createSandbox({ policy: 'team' })).rejects.toMatchObject({ status: 404, code: 'policy.not_found' });
+    await expect(userClient.createSandbox({ policy: 'team' })).rejects.toMatchObject({ status: 404, code: 'policy.not_found', info: { details: { known: ['default', 'hardened'] } } });
     await expect(userClient.createSandbox({ policy: { name: 'team', version: 1 } })).rejects.toMatchObject({ status: 404, code: 'policy.not_found' });
     expectError(await api(h.apiKey, 'GET', '/v1/policies/team'), 404, 'policy.not_found');
     expect((await api(h.apiKey, 'GET', '/v1/policies')).body.policies.map((p: { name: string }) => p.name)).not.toContain('team');

@@ -7,9 +7,10 @@ import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
 import { requireAdmin } from '../http/auth.js';
 import { parseInput } from '../http/errors.js';
+import { PolicyShape } from './schema.js';
 import type { PolicyService } from './service.js';
 
-const NameParams = z.object({ name: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'a policy name: lower-case letters, digits and -') });
+const NameParams = z.object({ name: PolicyShape.shape.name });
 const VersionParams = NameParams.extend({ version: z.coerce.number().int().positive() });
 
 export const policiesRoutes: FastifyPluginAsync<{ policies: PolicyService }> = async (app, { policies }) => {

@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { digestOf } from '../../contract/digest.js';
-import type { PolicyRef } from '../../contract/objects.js';
+import { Digest, Timestamp, type PolicyRef } from '../../contract/objects.js';
 import { EnvName } from '../../contract/tools.js';
 
 const MiB = 1024 * 1024;
@@ -189,8 +189,8 @@ export const PolicyVersion = z.object({
   name: z.string(),
   version: z.number().int().positive(),
   /** `sha256:` digest of the canonical JSON of `policy`: what a lease's `policy.digest` and manifest carry. */
-  digest: z.string(),
-  createdAt: z.string(),
+  digest: Digest,
+  createdAt: Timestamp,
   /** keyId of the admin key that PUT it, or `system` for a version imported from `policies/`. */
   createdBy: z.string(),
   /** Read back with the shape only, so versions stored under older cross-field rules stay readable. */
@@ -203,8 +203,8 @@ export const PolicyHead = z.object({
   name: z.string(),
   latest: z.number().int().positive(),
   /** Digest of the latest version. */
-  digest: z.string(),
-  deletedAt: z.string().nullable(),
+  digest: Digest,
+  deletedAt: Timestamp.nullable(),
   deletedBy: z.string().nullable(),
 });
 export type PolicyHead = z.infer<typeof PolicyHead>;

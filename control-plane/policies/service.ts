@@ -56,13 +56,16 @@ export class PolicyService {
 
   /**
    * What a new lease binds to: the latest version of `name`, or exactly `version`. Throws
-   * `policy.not_found` for an unknown or deleted policy, or an unknown version.
+   * `policy.not_found` for an unknown or deleted policy, or an unknown version, with the names
+   * a lease may use in `details.known`.
    */
   async resolve(name: string, version?: number): Promise<{ policy: Policy; ref: PolicyRef }> {
     const current = await this.deps.store.head(name);
-    if (!current || current.head.deletedAt !== null) throw this.notFound(name, version, current?.head);
-    const record = await this.deps.store.version(name, version ?? current.head.latest);
-    if (!record) throw this.notFound(name, version, current.head);
+    const record = current && current.head.deletedAt === null ? await this.deps.store.version(name, version ?? current.head.latest) : null;
+    if (!record) {
+      const known = (await this.deps.store.heads()).filter((h) => h.deletedAt === null).map((h) => h.name).sort();
+      throw this.notFound(name, version, current?.head, { known });
+    }
     return { policy: record.policy, ref: { name, version: record.version, digest: record.digest } };
   }
 
@@ -178,10 +181,10 @@ export class PolicyService {
     return { name: record.name, latest: record.version, digest: record.digest, deletedAt: null, deletedBy: null };
   }
 
-  private notFound(name: string, version?: number, head?: PolicyHead): AppError {
+  private notFound(name: string, version?: number, head?: PolicyHead, extra: Record<string, unknown> = {}): AppError {
     const what = version === undefined ? `no policy named ${name}` : `no policy ${name} version ${version}`;
     return new AppError('policy.not_found', head?.deletedAt ? `policy ${name} was deleted` : what, {
-      details: { name, version: version ?? null, deletedAt: head?.deletedAt ?? null },
+      details: { name, version: version ?? null, deletedAt: head?.deletedAt ?? null, ...extra },
     });
   }
 }
