@@ -19,6 +19,7 @@ import pino from 'pino';
 import { SbxClient } from '../cli/client.js';
 import { loadConfig } from '../control-plane/config.js';
 import { createControlPlane } from '../control-plane/control-plane.js';
+import { BOOTSTRAP_PRINCIPAL } from '../control-plane/http/auth.js';
 
 const run = promisify(execFile);
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -84,7 +85,7 @@ async function main(): Promise<void> {
       process.stdout.write(`${name.padEnd(32)}${ours.toFixed(1).padStart(10)}  ${baseName.padEnd(24)}${base.toFixed(1).padStart(8)}${(ours / base).toFixed(2).padStart(8)}x\n`);
     }
   } finally {
-    for (const id of leases) await plane.leases.release(id).catch(() => undefined);
+    for (const id of leases) await plane.leases.release(id, BOOTSTRAP_PRINCIPAL).catch(() => undefined);
     await plane.close();
   }
 }

@@ -19,23 +19,21 @@ function sources(dir: string): string[] {
 const files = ['contract', 'control-plane', 'sandbox-agent', 'cli'].flatMap(sources);
 const importsOf = (file: string): string[] => [...readFileSync(join(root, file), 'utf8').matchAll(/^import[^'"]*['"]([^'"]+)['"]/gm)].map((m) => m[1]!);
 
-/** Package → the only places that may import it (`<domain>/name.ts`: that file in any domain folder). */
-const OWNERS: Record<string, string[]> = {
+/** A domain's fastify plugin (`control-plane/<domain>/routes.ts`) and its Redis adapter (`control-plane/<domain>/store.ts`). */
+const DOMAIN_ROUTES = /^control-plane\/[a-z-]+\/routes\.ts$/;
+const DOMAIN_STORE = /^control-plane\/[a-z-]+\/store\.ts$/;
+
+/** Package → the only places that may import it: path prefixes, or patterns of file paths. */
+const OWNERS: Record<string, Array<string | RegExp>> = {
   dockerode: ['control-plane/runtime/'],
   'tar-fs': ['cli/'],
   'tar-stream': ['control-plane/files/tar-guard.ts'],
   bullmq: ['control-plane/queue/', 'sandbox-agent/main.ts', 'sandbox-agent/return-channel.ts'],
-  ioredis: ['control-plane/queue/', 'control-plane/ledger/', 'sandbox-agent/main.ts'],
-  fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', 'control-plane/<domain>/routes.ts'],
+  ioredis: ['control-plane/queue/', 'control-plane/ledger/', DOMAIN_STORE, 'sandbox-agent/main.ts'],
+  fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', DOMAIN_ROUTES],
   'better-sse': ['control-plane/calls/routes.ts'],
 };
-
-/** `owner` is the file itself, a folder prefix, or `dir/<domain>/name.ts` (that file in any folder below dir). */
-function owns(owner: string, file: string): boolean {
-  if (!owner.includes('<domain>/')) return file === owner || file.startsWith(owner);
-  const [dir, name] = owner.split('<domain>/') as [string, string];
-  return file.startsWith(dir) && file.endsWith(`/${name}`);
-}
+const owns = (owner: string | RegExp, file: string): boolean => (typeof owner === 'string' ? file === owner || file.startsWith(owner) : owner.test(file));
 
 describe('import boundaries', () => {
   it('each infrastructure library is imported only by the adapter that owns it', () => {

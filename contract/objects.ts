@@ -64,6 +64,11 @@ export const Lease = z.object({
   policy: PolicyRef,
   manifest: EnvironmentManifest.nullable(),
   labels: z.record(z.string(), z.string()),
+  /**
+   * The tenant of the API key that created it; only that tenant's user keys (and admin keys)
+   * see it. Records from before tenants existed read as `default`.
+   */
+  tenant: z.string().default('default'),
 });
 export type Lease = z.infer<typeof Lease>;
 

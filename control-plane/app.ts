@@ -4,8 +4,12 @@
  */
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import { apiKeysRoutes } from './api-keys/routes.js';
+import type { ApiKeyService } from './api-keys/service.js';
 import { artifactsRoutes } from './artifacts/routes.js';
 import type { ArtifactStore } from './artifacts/store.js';
+import { auditRoutes } from './audit/routes.js';
+import type { AuditLog } from './audit/service.js';
 import { callsRoutes } from './calls/routes.js';
 import type { CallService } from './calls/service.js';
 import { egressRoutes } from './egress/routes.js';
@@ -16,6 +20,8 @@ import type { Ledger } from './ledger/ledger.js';
 import type { CallNotifier } from './ledger/notifier.js';
 import { leasesRoutes } from './leases/routes.js';
 import type { LeaseService } from './leases/service.js';
+import { policiesRoutes } from './policies/routes.js';
+import type { PolicyService } from './policies/service.js';
 import type { SandboxRuntime } from './runtime/runtime.js';
 
 export interface AppDeps {
@@ -24,6 +30,9 @@ export interface AppDeps {
   apiKey: string;
   /** Finds the other API keys by digest. */
   lookupPrincipal: PrincipalLookup;
+  apiKeys: ApiKeyService;
+  policies: PolicyService;
+  audit: AuditLog;
   leases: LeaseService;
   calls: CallService;
   ledger: Ledger;
@@ -59,6 +68,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, ledger: deps.ledger, notifier: deps.notifier });
   await app.register(artifactsRoutes, { leases: deps.leases, artifacts: deps.artifacts });
   await app.register(egressRoutes, { leases: deps.leases, ledger: deps.ledger });
+  await app.register(apiKeysRoutes, { apiKeys: deps.apiKeys });
+  await app.register(policiesRoutes, { policies: deps.policies });
+  await app.register(auditRoutes, { audit: deps.audit });
   await app.register(filesRoutes, { leases: deps.leases, runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
   return app;
 }

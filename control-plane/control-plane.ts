@@ -6,7 +6,11 @@
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import { ApiKeyService } from './api-keys/service.js';
+import { RedisApiKeyStore } from './api-keys/store.js';
 import { ArtifactStore } from './artifacts/store.js';
+import { AuditLog } from './audit/service.js';
+import { RedisAuditStore } from './audit/store.js';
 import { CallService } from './calls/service.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
@@ -15,7 +19,9 @@ import { createResolver } from './egress/resolver.js';
 import { Ledger } from './ledger/ledger.js';
 import { CallNotifier } from './ledger/notifier.js';
 import { LeaseService } from './leases/service.js';
-import { PolicyStore } from './policies/store.js';
+import { readPolicyFiles } from './policies/files.js';
+import { PolicyService } from './policies/service.js';
+import { RedisPolicyStore } from './policies/store.js';
 import { LeaseChannels } from './queue/lease-channels.js';
 import { connectRedis, redisOptions } from './queue/redis.js';
 import { DockerRuntime } from './runtime/docker-runtime.js';
@@ -44,13 +50,17 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const ledger = new Ledger(redis, config.redisPrefix);
   const notifier = await CallNotifier.start(subscriber, ledger.notifyPattern);
   const channels = new LeaseChannels(redis, options, config.redisPrefix, log);
-  const policies = await PolicyStore.load(config.policyDir);
   const now = (): Date => new Date();
+  const audit = new AuditLog(new RedisAuditStore(redis, config.redisPrefix), now);
+  const apiKeys = new ApiKeyService({ store: new RedisApiKeyStore(redis, config.redisPrefix), audit, now });
+  const policies = new PolicyService({ store: new RedisPolicyStore(redis, config.redisPrefix), audit, now });
+  const seeded = await policies.seed(await readPolicyFiles(config.policyDir));
+  if (seeded.length > 0) log.info({ policies: seeded }, 'policy files imported into the policy store');
   const artifacts = new ArtifactStore(join(config.dataDir, 'artifacts'), ledger);
   const calls = new CallService({ ledger, artifacts, channels, notifier, now, log });
   const egress = new EgressProxy({ resolve: createResolver(config.egressDnsServers), record: (leaseId, event) => ledger.appendEgress(leaseId, event), log });
   const leases = new LeaseService(
-    { runtime, ledger, channels, policies, calls, egress, now, log },
+    { runtime, ledger, channels, policies, audit, calls, egress, now, log },
     {
       owner: config.owner,
       sbxVersion: SBX_VERSION,
@@ -65,7 +75,10 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const app = await buildApp({
     log,
     apiKey,
-    lookupPrincipal: async () => undefined,
+    lookupPrincipal: (sha256) => apiKeys.lookup(sha256),
+    apiKeys,
+    policies,
+    audit,
     leases,
     calls,
     ledger,

@@ -13,6 +13,7 @@ import { afterAll, beforeAll } from 'vitest';
 import { SbxClient } from '../cli/client.js';
 import { loadConfig, type Config } from '../control-plane/config.js';
 import { createControlPlane, type ControlPlane } from '../control-plane/control-plane.js';
+import { BOOTSTRAP_PRINCIPAL } from '../control-plane/http/auth.js';
 import { connectRedis, redisOptions, type Redis } from '../control-plane/queue/redis.js';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '..');
@@ -61,8 +62,8 @@ export async function startHarness(overrides: Record<string, string> = {}): Prom
     startPeer: start,
     async close() {
       // Tests may swap in a peer (after closing the first plane): release through the current one.
-      for (const lease of await harness.plane.leases.list()) {
-        if (lease.status === 'ready' || lease.status === 'creating') await harness.plane.leases.release(lease.id).catch(() => undefined);
+      for (const lease of await harness.plane.leases.list(BOOTSTRAP_PRINCIPAL)) {
+        if (lease.status === 'ready' || lease.status === 'creating') await harness.plane.leases.release(lease.id, BOOTSTRAP_PRINCIPAL).catch(() => undefined);
       }
       await removeContainersOf(config.owner);
       await Promise.allSettled(started.map((s) => s.plane.close()));

@@ -186,7 +186,7 @@ describe('lease lifecycle', () => {
   it('a ttl above the policy maximum is refused before anything is created', async () => {
     const before = await containersOf(h.config.owner);
     await expect(h.client.createSandbox({ ttlSeconds: 10 ** 7 })).rejects.toMatchObject({ status: 400, code: 'lease.ttl_exceeds_policy' });
-    await expect(h.client.createSandbox({ policy: 'no-such-policy' })).rejects.toMatchObject({ status: 400, code: 'policy.not_found' });
+    await expect(h.client.createSandbox({ policy: 'no-such-policy' })).rejects.toMatchObject({ status: 404, code: 'policy.not_found' });
     await expect(h.client.createSandbox({ image: 'no-such-image:never' })).rejects.toMatchObject({ status: 400, code: 'runtime.image_not_found' });
     expect(await containersOf(h.config.owner)).toEqual(before);
   });

@@ -15,7 +15,7 @@ const Params = z.object({ id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/), artifa
 export const artifactsRoutes: FastifyPluginAsync<{ leases: LeaseService; artifacts: ArtifactStore }> = async (app, { leases, artifacts }) => {
   app.get('/v1/sandboxes/:id/artifacts/:artifactId', async (request, reply) => {
     const { id, artifactId } = parseInput(Params, request.params, 'params');
-    await leases.get(id);
+    await leases.get(id, request.principal);
     const { artifact, stream } = await artifacts.open(id, artifactId);
     return reply
       .type(artifact.mediaType)

@@ -35,7 +35,7 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (app, {
     const { id } = parseInput(LeaseParams, request.params, 'params');
     const { wait } = parseInput(SubmitCallQuery, request.query, 'query');
     const body = parseInput(SubmitCallBody, request.body, 'body');
-    const lease = await leases.active(id);
+    const lease = await leases.active(id, request.principal);
     const { call } = await calls.submit(lease, body);
     const view = wait ? await calls.waitFinished(id, call.callId, wait * 1000) : call;
     if (view.status === 'finished' && view.result) return reply.status(200).send(view.result);
@@ -45,30 +45,31 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (app, {
 
   app.get('/v1/sandboxes/:id/calls/:callId', async (request) => {
     const { id, callId } = parseInput(CallParams, request.params, 'params');
-    await leases.get(id);
+    await leases.get(id, request.principal);
     return calls.get(id, callId);
   });
 
   app.post('/v1/sandboxes/:id/calls/:callId/cancel', async (request, reply) => {
     const { id, callId } = parseInput(CallParams, request.params, 'params');
-    await leases.get(id);
+    await leases.get(id, request.principal);
     const before = await calls.get(id, callId);
     // Finished is final, even after the sandbox went: nothing to cancel.
     if (before.status === 'finished') return reply.status(200).send(before);
-    const lease = await leases.active(id);
+    const lease = await leases.active(id, request.principal);
     return reply.status(202).send(await calls.cancel(lease, callId));
   });
 
   app.get('/v1/receipts/:receiptId', async (request) => {
     const { receiptId } = request.params as { receiptId: string };
     const receipt = await ledger.getReceipt(receiptId);
-    if (!receipt) throw new AppError('receipt.not_found', `no receipt ${receiptId}`, { details: { receiptId } });
+    // Another tenant's receipt is as absent as a missing one.
+    if (!receipt || !(await leases.canSee(receipt.leaseId, request.principal))) throw new AppError('receipt.not_found', `no receipt ${receiptId}`, { details: { receiptId } });
     return receipt;
   });
 
   app.get('/v1/sandboxes/:id/calls/:callId/events', async (request, reply) => {
     const { id, callId } = parseInput(CallParams, request.params, 'params');
-    await leases.get(id);
+    await leases.get(id, request.principal);
     await calls.get(id, callId);
     const lastEventId = request.headers['last-event-id'];
     const after = lastEventId === undefined ? 0 : /^\d{1,15}$/.test(String(lastEventId)) ? Number(lastEventId) : Number.NaN;

@@ -23,7 +23,7 @@ export const egressRoutes: FastifyPluginAsync<{ leases: LeaseService; ledger: Le
   app.get('/v1/sandboxes/:id/egress', async (request): Promise<{ events: EgressEvent[] }> => {
     const { id } = parseInput(LeaseParams, request.params, 'params');
     const query = parseInput(Query, request.query, 'query');
-    await leases.get(id);
+    await leases.get(id, request.principal);
     const events = (await ledger.readEgress(id)).filter((e) => query.decision === undefined || e.decision === query.decision);
     return { events: events.slice(-query.limit) };
   });

@@ -58,7 +58,7 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (app, o
   app.put('/v1/sandboxes/:id/files', async (request) => {
     const { id } = parseInput(LeaseParams, request.params, 'params');
     const { path } = parseInput(FilesQuery, request.query, 'query');
-    const lease = await opts.leases.active(id);
+    const lease = await opts.leases.active(id, request.principal);
     const { root, relative } = locateInVolume(lease.policySnapshot, path);
     if (!request.body || typeof (request.body as Readable).pipe !== 'function') {
       throw new AppError('input.unsupported_media_type', 'send the archive as Content-Type: application/x-tar');
@@ -80,7 +80,7 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (app, o
   app.get('/v1/sandboxes/:id/files', async (request, reply) => {
     const { id } = parseInput(LeaseParams, request.params, 'params');
     const { path } = parseInput(FilesQuery, request.query, 'query');
-    const lease = await opts.leases.active(id);
+    const lease = await opts.leases.active(id, request.principal);
     const { root, relative } = locateInVolume(lease.policySnapshot, path);
     const user = lease.policySnapshot.runtime.toolUser;
     const stream = await opts.runtime.createTar(id, posix.join(root, relative), root, user);

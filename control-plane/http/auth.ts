@@ -22,6 +22,18 @@ export interface Principal {
 /** The tenant of the bootstrap admin key, and of sandboxes created before tenants existed. */
 export const DEFAULT_TENANT = 'default';
 
+/** The principal of the bootstrap key (`SBX_API_KEY`): admin of tenant `default`. */
+export const BOOTSTRAP_PRINCIPAL: Principal = Object.freeze({ keyId: 'bootstrap', role: 'admin', tenant: DEFAULT_TENANT });
+
+/**
+ * Whether `principal` may see and touch what belongs to `tenant`: admin keys see every tenant,
+ * user keys only their own. Callers answer "not found" otherwise, never "forbidden", so a user
+ * key cannot learn that another tenant's sandbox exists.
+ */
+export function seesTenant(principal: Principal, tenant: string): boolean {
+  return principal.role === 'admin' || principal.tenant === tenant;
+}
+
 /** Looks up a key by the hex sha256 of its secret; undefined when no such (live) key exists. */
 export type PrincipalLookup = (keySha256Hex: string) => Promise<Principal | undefined>;
 
@@ -43,7 +55,6 @@ export function keyDigest(secret: string): string {
  */
 export function installApiKeyAuth(app: FastifyInstance, options: { bootstrapKey: string; lookup: PrincipalLookup }): void {
   const bootstrap = createHash('sha256').update(options.bootstrapKey).digest();
-  const bootstrapPrincipal: Principal = { keyId: 'bootstrap', role: 'admin', tenant: DEFAULT_TENANT };
   app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRequest', async (request) => {
     if (!request.url.startsWith('/v1/')) return;
@@ -53,7 +64,7 @@ export function installApiKeyAuth(app: FastifyInstance, options: { bootstrapKey:
     if (!match) throw new AppError('auth.invalid_api_key', 'the API key is not valid');
     const given = createHash('sha256').update(match[1]!).digest();
     if (timingSafeEqual(given, bootstrap)) {
-      request.principal = bootstrapPrincipal;
+      request.principal = BOOTSTRAP_PRINCIPAL;
       return;
     }
     const principal = await options.lookup(given.toString('hex'));

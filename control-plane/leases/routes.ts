@@ -1,4 +1,7 @@
-/** Lease routes: create, read, list, release. */
+/**
+ * Lease routes: create, read, list, release. Each passes the caller's principal to the lease
+ * service, which scopes every lookup to the caller's tenant (user keys) in one place.
+ */
 import type { FastifyPluginAsync } from 'fastify';
 import { parseInput } from '../http/errors.js';
 import { CreateSandboxBody, IdempotencyKey, LeaseParams } from './schema.js';
@@ -9,20 +12,20 @@ export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async 
     const body = parseInput(CreateSandboxBody, request.body ?? {}, 'body');
     const rawKey = request.headers['idempotency-key'];
     const key = rawKey === undefined ? undefined : parseInput(IdempotencyKey, rawKey, 'headers.idempotency-key');
-    const { lease, replayed } = await leases.create(body, key);
+    const { lease, replayed } = await leases.create(body, request.principal, key);
     if (replayed) reply.header('idempotent-replayed', 'true');
     return reply.status(replayed ? 200 : 201).send(lease);
   });
 
-  app.get('/v1/sandboxes', async () => ({ sandboxes: await leases.list() }));
+  app.get('/v1/sandboxes', async (request) => ({ sandboxes: await leases.list(request.principal) }));
 
   app.get('/v1/sandboxes/:id', async (request) => {
     const { id } = parseInput(LeaseParams, request.params, 'params');
-    return leases.get(id);
+    return leases.get(id, request.principal);
   });
 
   app.delete('/v1/sandboxes/:id', async (request) => {
     const { id } = parseInput(LeaseParams, request.params, 'params');
-    return leases.release(id);
+    return leases.release(id, request.principal);
   });
 };

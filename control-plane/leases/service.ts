@@ -13,14 +13,17 @@ import { digestOf } from '../../contract/digest.js';
 import { AppError } from '../../contract/errors.js';
 import type { Lease } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
+import { actorOf, type AuditLog } from '../audit/service.js';
+import type { AuditActor } from '../audit/schema.js';
 import type { CallService } from '../calls/service.js';
+import { seesTenant, type Principal } from '../http/auth.js';
 import type { Ledger, LeaseRecord } from '../ledger/ledger.js';
 import { buildManifest } from '../manifest/manifest.js';
 import type { EgressProxy } from '../egress/proxy.js';
 import { allowlistDigest } from '../egress/rules.js';
 import { agentEgress, compileSandboxSpec, type CompileInput, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
-import type { PolicyStore } from '../policies/store.js';
+import type { PolicyService } from '../policies/service.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
 import type { CreateSandboxBody } from './schema.js';
@@ -47,7 +50,8 @@ export interface LeaseServiceDeps {
   runtime: SandboxRuntime;
   ledger: Ledger;
   channels: LeaseChannels;
-  policies: PolicyStore;
+  policies: Pick<PolicyService, 'resolve'>;
+  audit: Pick<AuditLog, 'record'>;
   calls: CallService;
   /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
   egress: EgressProxy;
@@ -64,16 +68,19 @@ export class LeaseService {
   ) {}
 
   /**
-   * Leases a sandbox. With `idempotencyKey`, the same key and body return the same sandbox
-   * (`replayed: true`); the same key with another body throws `lease.idempotency_conflict`.
-   * Throws `policy.not_found`, `policy.unenforceable`, `lease.ttl_exceeds_policy`,
-   * `input.invalid`, `runtime.image_not_found`, `runtime.unavailable`, `lease.create_failed`.
+   * Leases a sandbox for `by`'s tenant. With `idempotencyKey` (scoped to the tenant), the same
+   * key and body return the same sandbox (`replayed: true`); the same key with another body
+   * throws `lease.idempotency_conflict`. Throws `policy.not_found`, `policy.unenforceable`,
+   * `lease.ttl_exceeds_policy`, `input.invalid`, `runtime.image_not_found`,
+   * `runtime.unavailable`, `lease.create_failed`.
    */
-  async create(body: CreateSandboxBody, idempotencyKey?: string): Promise<{ lease: Lease; replayed: boolean }> {
+  async create(body: CreateSandboxBody, by: Principal, idempotencyKey?: string): Promise<{ lease: Lease; replayed: boolean }> {
     const id = `sbx_${randomBytes(10).toString('hex')}`;
-    if (idempotencyKey !== undefined) {
+    // Tenant names hold no `:`, so two tenants' keys can never meet (nor replay each other's sandbox).
+    const scopedKey = idempotencyKey === undefined ? undefined : `${by.tenant}:${idempotencyKey}`;
+    if (scopedKey !== undefined) {
       const requestDigest = digestOf(body);
-      const earlier = await this.deps.ledger.claimIdempotencyKey(idempotencyKey, id, requestDigest);
+      const earlier = await this.deps.ledger.claimIdempotencyKey(scopedKey, id, requestDigest);
       if (earlier) {
         if (earlier.requestDigest !== requestDigest) {
           throw new AppError('lease.idempotency_conflict', 'this Idempotency-Key was used with a different request body', { details: { leaseId: earlier.leaseId } });
@@ -82,19 +89,20 @@ export class LeaseService {
       }
     }
     try {
-      return { lease: await this.createNew(id, body), replayed: false };
+      return { lease: await this.createNew(id, body, by), replayed: false };
     } catch (err) {
       // A failed create leaves nothing, the key included, so a retry with it starts afresh.
-      if (idempotencyKey !== undefined) await this.deps.ledger.releaseIdempotencyKey(idempotencyKey);
+      if (scopedKey !== undefined) await this.deps.ledger.releaseIdempotencyKey(scopedKey);
       throw err;
     }
   }
 
-  private async createNew(id: string, body: CreateSandboxBody): Promise<Lease> {
+  private async createNew(id: string, body: CreateSandboxBody, by: Principal): Promise<Lease> {
     const { runtime, ledger, channels, policies, now, log } = this.deps;
     const policyName = typeof body.policy === 'string' ? body.policy : (body.policy?.name ?? 'default');
     const policyVersion = typeof body.policy === 'object' ? body.policy.version : undefined;
-    const { policy, ref } = policies.resolve(policyName, policyVersion);
+    // The version and its snapshot are fixed here: a later PUT or DELETE of the policy never reaches this lease.
+    const { policy, ref } = await policies.resolve(policyName, policyVersion);
     const ttlSeconds = body.ttlSeconds ?? policy.resources.ttlSeconds;
     if (ttlSeconds > policy.resources.maxTtlSeconds) {
       throw new AppError('lease.ttl_exceeds_policy', `ttlSeconds ${ttlSeconds} is above the policy's maxTtlSeconds ${policy.resources.maxTtlSeconds}`, {
@@ -136,6 +144,7 @@ export class LeaseService {
       policy: ref,
       manifest: null,
       labels: body.labels ?? {},
+      tenant: by.tenant,
       owner: this.options.owner,
       env,
       policySnapshot: policy,
@@ -188,6 +197,14 @@ export class LeaseService {
       const ready: LeaseRecord = { ...record, status: 'ready', manifest, containerId };
       await ledger.putLease(ready);
       await ledger.scheduleExpiry(id, Date.parse(ready.expiresAt));
+      await this.deps.audit.record({
+        actor: actorOf(by),
+        action: 'lease.create',
+        target: `lease:${id}`,
+        beforeDigest: null,
+        afterDigest: manifest.digest,
+        details: { tenant: by.tenant, policy: ref },
+      });
       log.info({ leaseId: id, policy: ref, ms: now().getTime() - createdAt.getTime() }, 'sandbox leased');
       return toView(ready);
     } catch (err) {
@@ -199,21 +216,32 @@ export class LeaseService {
     }
   }
 
-  /** The lease as the API shows it. Throws `lease.not_found`. */
-  async get(id: string): Promise<Lease> {
-    return toView(await this.record(id));
+  /**
+   * The lease as the API shows it to `by`. Throws `lease.not_found`, also for another tenant's
+   * lease when `by` is a user key.
+   */
+  async get(id: string, by: Principal): Promise<Lease> {
+    return toView(await this.visible(id, by));
   }
 
-  async list(): Promise<Lease[]> {
-    return (await this.deps.ledger.listLeases()).map(toView);
+  /** Whether lease `id` exists and `by` may see it (routes that reach a lease's records by another id use it). */
+  async canSee(id: string, by: Principal): Promise<boolean> {
+    const lease = await this.deps.ledger.getLease(id);
+    return lease !== null && seesTenant(by, lease.tenant);
+  }
+
+  /** The leases `by` may see, newest first: its tenant's for a user key, all for an admin key. */
+  async list(by: Principal): Promise<Lease[]> {
+    return (await this.deps.ledger.listLeases()).filter((l) => seesTenant(by, l.tenant)).map(toView);
   }
 
   /**
-   * The lease record if calls and files may use it now. Throws `lease.not_found`,
-   * `lease.expired`, `lease.released` (also for failed leases), `lease.not_ready`.
+   * The lease record if calls and files of `by` may use it now. Throws `lease.not_found` (also
+   * for another tenant's lease), `lease.expired`, `lease.released` (also for failed leases),
+   * `lease.not_ready`.
    */
-  async active(id: string): Promise<LeaseRecord> {
-    let lease = await this.record(id);
+  async active(id: string, by: Principal): Promise<LeaseRecord> {
+    let lease = await this.visible(id, by);
     if (lease.status === 'ready' && Date.parse(lease.expiresAt) <= this.deps.now().getTime()) {
       await this.expire(id);
       lease = await this.record(id);
@@ -232,10 +260,17 @@ export class LeaseService {
   }
 
   /**
-   * Releases the sandbox: container, volumes, queues and credentials go; calls and receipts
-   * stay. Idempotent. Throws `lease.not_found`, and `lease.not_ready` while it is being created.
+   * Releases the sandbox for `by`: container, volumes, queues and credentials go; calls and
+   * receipts stay. Idempotent. Throws `lease.not_found` (also for another tenant's lease), and
+   * `lease.not_ready` while it is being created.
    */
-  async release(id: string, reason: 'released' | 'expired' | 'container_missing' = 'released'): Promise<Lease> {
+  async release(id: string, by: Principal): Promise<Lease> {
+    await this.visible(id, by);
+    return this.end(id, 'released', actorOf(by));
+  }
+
+  /** Ends the lease for `reason` (idempotent) and records it in the audit log as done by `actor`. */
+  private async end(id: string, reason: 'released' | 'expired' | 'container_missing', actor: AuditActor): Promise<Lease> {
     const lease = await this.record(id);
     if (TERMINAL.has(lease.status)) return toView(lease);
     if (lease.status === 'creating' && reason === 'released') {
@@ -253,6 +288,14 @@ export class LeaseService {
     await this.deps.ledger.putLease(ended);
     await this.deps.ledger.claimExpiry(id);
     await this.deps.ledger.retain(id, this.options.retentionSeconds);
+    await this.deps.audit.record({
+      actor,
+      action: reason === 'expired' ? 'lease.expire' : 'lease.release',
+      target: `lease:${id}`,
+      beforeDigest: lease.manifest?.digest ?? null,
+      afterDigest: null,
+      details: { tenant: lease.tenant, reason },
+    });
     if (failures.length > 0) this.deps.log.warn({ leaseId: id, failures: failures.map(String) }, 'sandbox teardown incomplete');
     this.deps.log.info({ leaseId: id, reason }, 'sandbox released');
     return toView(ended);
@@ -260,7 +303,7 @@ export class LeaseService {
 
   /** Expires the lease unless another process already did. */
   async expire(id: string): Promise<void> {
-    if (await this.deps.ledger.claimExpiry(id)) await this.release(id, 'expired');
+    if (await this.deps.ledger.claimExpiry(id)) await this.end(id, 'expired', 'system');
   }
 
   /** Releases every lease past its `expiresAt`. Returns how many this call expired. */
@@ -269,7 +312,7 @@ export class LeaseService {
     let n = 0;
     for (const id of due) {
       if (await this.deps.ledger.claimExpiry(id)) {
-        await this.release(id, 'expired').catch((err: unknown) => this.deps.log.warn({ leaseId: id, err }, 'expiry failed'));
+        await this.end(id, 'expired', 'system').catch((err: unknown) => this.deps.log.warn({ leaseId: id, err }, 'expiry failed'));
         n += 1;
       }
     }
@@ -304,7 +347,7 @@ export class LeaseService {
         await ledger.scheduleExpiry(lease.id, Date.parse(lease.expiresAt));
         result.adopted.push(lease.id);
       } else if (gone(lease.status)) {
-        await this.release(lease.id, 'container_missing');
+        await this.end(lease.id, 'container_missing', 'system');
         result.lost.push(lease.id);
       }
     }
@@ -320,7 +363,7 @@ export class LeaseService {
     for (const lease of await ledger.listLeases()) {
       if (lease.owner !== this.options.owner || withContainer.has(lease.id)) continue;
       if (gone(lease.status)) {
-        await this.release(lease.id, 'container_missing');
+        await this.end(lease.id, 'container_missing', 'system');
         result.lost.push(lease.id);
       }
     }
@@ -335,6 +378,13 @@ export class LeaseService {
   private async serveEgress(id: string, policy: Policy): Promise<void> {
     if (policy.network.mode !== 'allowlist') return;
     await this.deps.egress.serve(id, policy.network.allow, join(this.egressDir(id), EGRESS_SOCKET_NAME));
+  }
+
+  /** The lease record if `by` may see it; another tenant's is `lease.not_found`, exactly like a missing one. */
+  private async visible(id: string, by: Principal): Promise<LeaseRecord> {
+    const lease = await this.record(id);
+    if (!seesTenant(by, lease.tenant)) throw new AppError('lease.not_found', `no sandbox ${id}`, { details: { id } });
+    return lease;
   }
 
   private async record(id: string): Promise<LeaseRecord> {
@@ -409,5 +459,6 @@ export function toView(r: LeaseRecord): Lease {
     policy: r.policy,
     manifest: r.manifest,
     labels: r.labels,
+    tenant: r.tenant,
   };
 }

@@ -1,8 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../contract/errors.js';
 import { agentEgress, compileSandboxSpec, type CompileInput } from './compiler.js';
-import { Policy } from './schema.js';
-import { PolicyStore } from './store.js';
+import { Policy, policyRef } from './schema.js';
 
 const base = Policy.parse({
   name: 'p',
@@ -27,7 +26,7 @@ function input(policy: Policy, ociRuntimes = ['runc']): CompileInput {
     sbxVersion: '0.1.0',
     image: 'img',
     policy,
-    policyRef: PolicyStore.entry(policy).ref,
+    policyRef: policyRef(policy),
     agentConfigHostDir: '/data/leases/sbx_abc',
     agentRedisSocketDir: '/data/redis-socket',
     egressSocketHostDir: '/data/egress/sbx_abc',

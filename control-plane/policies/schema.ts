@@ -5,6 +5,8 @@
  */
 import { z } from 'zod';
 import ipaddr from 'ipaddr.js';
+import { digestOf } from '../../contract/digest.js';
+import { Digest, Timestamp, type PolicyRef } from '../../contract/objects.js';
 import { EnvName } from '../../contract/tools.js';
 import { HOST_PATTERN } from '../egress/rules.js';
 
@@ -146,36 +148,120 @@ export const PolicyShape = z
   })
   .strict();
 
-/** A policy as loaded from a file: the shape plus its cross-field rules. */
-export const Policy = PolicyShape.superRefine((p, ctx) => {
-  if (p.resources.ttlSeconds > p.resources.maxTtlSeconds) {
-    ctx.addIssue({ code: 'custom', path: ['resources', 'ttlSeconds'], message: 'must be ≤ maxTtlSeconds' });
+/** One problem of a policy document: where (`resources.ttlSeconds`, `filesystem.writableRoots.0.path`) and what. */
+export interface PolicyIssue {
+  path: string;
+  message: string;
+}
+
+const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+const field = (v: unknown, key: string): unknown => (typeof v === 'object' && v !== null ? (v as Record<string, unknown>)[key] : undefined);
+
+/**
+ * The rules that relate fields to each other. Written over `unknown` so they can also run on a
+ * document whose shape has other faults: a PUT is then answered with every problem at once,
+ * not the shape's first and the cross-field ones on the next try. A rule whose fields are
+ * missing or mistyped is skipped (the shape reports those).
+ */
+export function crossFieldIssues(p: unknown): PolicyIssue[] {
+  const issues: PolicyIssue[] = [];
+  const resources = field(p, 'resources');
+  const ttl = field(resources, 'ttlSeconds');
+  const maxTtl = field(resources, 'maxTtlSeconds');
+  if (isNumber(ttl) && isNumber(maxTtl) && ttl > maxTtl) issues.push({ path: 'resources.ttlSeconds', message: 'must be ≤ maxTtlSeconds' });
+  const exec = field(field(p, 'tools'), 'exec');
+  const defaultTimeout = field(exec, 'defaultTimeoutMs');
+  const maxTimeout = field(exec, 'maxTimeoutMs');
+  if (isNumber(defaultTimeout) && isNumber(maxTimeout) && defaultTimeout > maxTimeout) {
+    issues.push({ path: 'tools.exec.defaultTimeoutMs', message: 'must be ≤ maxTimeoutMs' });
   }
-  if (p.tools.exec.defaultTimeoutMs > p.tools.exec.maxTimeoutMs) {
-    ctx.addIssue({ code: 'custom', path: ['tools', 'exec', 'defaultTimeoutMs'], message: 'must be ≤ maxTimeoutMs' });
+  const roots = field(field(p, 'filesystem'), 'writableRoots');
+  if (Array.isArray(roots)) {
+    // Writable roots are tmpfs-backed: their pages are memory charged to the sandbox, so roots
+    // larger than the memory limit would let a full disk OOM-kill the sandbox instead of ENOSPC.
+    const sizes = roots.map((r) => field(r, 'sizeBytes'));
+    const memory = field(resources, 'memoryBytes');
+    if (sizes.every(isNumber) && isNumber(memory)) {
+      const rootBytes = sizes.reduce((sum, n) => sum + n, 0);
+      if (rootBytes > memory) issues.push({ path: 'filesystem.writableRoots', message: `sizes add up to ${rootBytes} bytes, above resources.memoryBytes ${memory}` });
+    }
+    const paths = roots.map((r) => field(r, 'path'));
+    if (new Set(paths).size !== paths.length) issues.push({ path: 'filesystem.writableRoots', message: 'paths must be distinct' });
+    const mounts = field(field(p, 'filesystem'), 'readOnlyMounts');
+    if (Array.isArray(mounts) && paths.every((x): x is string => typeof x === 'string')) {
+      mounts.forEach((m, i) => {
+        const target = field(m, 'containerPath');
+        const clash = typeof target === 'string' ? paths.find((root) => within(target, root) || within(root, target)) : undefined;
+        if (clash) issues.push({ path: `filesystem.readOnlyMounts.${i}.containerPath`, message: `overlaps the writable root ${clash}` });
+      });
+    }
   }
-  // Writable roots are tmpfs-backed: their pages are memory charged to the sandbox, so roots
-  // larger than the memory limit would let a full disk OOM-kill the sandbox instead of ENOSPC.
-  const rootBytes = p.filesystem.writableRoots.reduce((sum, r) => sum + r.sizeBytes, 0);
-  if (rootBytes > p.resources.memoryBytes) {
-    ctx.addIssue({ code: 'custom', path: ['filesystem', 'writableRoots'], message: `sizes add up to ${rootBytes} bytes, above resources.memoryBytes ${p.resources.memoryBytes}` });
+  const network = field(p, 'network');
+  const allow = field(network, 'allow');
+  if (Array.isArray(allow) && allow.length > 0 && field(network, 'mode') !== 'allowlist') {
+    issues.push({ path: 'network.allow', message: 'allow rules need network.mode "allowlist"' });
   }
-  if (p.network.mode !== 'allowlist' && p.network.allow.length > 0) {
-    ctx.addIssue({ code: 'custom', path: ['network', 'allow'], message: 'allow rules need network.mode "allowlist"' });
-  }
-  for (const [i, mount] of p.filesystem.readOnlyMounts.entries()) {
-    const clash = p.filesystem.writableRoots.find((r) => within(mount.containerPath, r.path) || within(r.path, mount.containerPath));
-    if (clash) ctx.addIssue({ code: 'custom', path: ['filesystem', 'readOnlyMounts', i, 'containerPath'], message: `overlaps the writable root ${clash.path}` });
-  }
-  const paths = p.filesystem.writableRoots.map((r) => r.path);
-  if (new Set(paths).size !== paths.length) {
-    ctx.addIssue({ code: 'custom', path: ['filesystem', 'writableRoots'], message: 'paths must be distinct' });
-  }
-});
-export type Policy = z.infer<typeof Policy>;
+  return issues;
+}
 
 /** True when `path` is `dir` or below it (both absolute, normalised). */
 function within(path: string, dir: string): boolean {
   const d = dir.replace(/\/+$/, '');
   return path === d || path.startsWith(`${d}/`);
 }
+
+/** A policy as loaded from a file or a PUT: the shape plus its cross-field rules. */
+export const Policy = PolicyShape.superRefine((p, ctx) => {
+  for (const issue of crossFieldIssues(p)) ctx.addIssue({ code: 'custom', path: issue.path.split('.'), message: issue.message });
+});
+export type Policy = z.infer<typeof Policy>;
+
+/**
+ * Validates a policy document. Returns the parsed policy (defaults filled in), or every
+ * problem found: the shape's and, even when the shape has faults, the cross-field rules'.
+ */
+export function validatePolicy(input: unknown): { ok: true; policy: Policy } | { ok: false; issues: PolicyIssue[] } {
+  const shape = PolicyShape.safeParse(input);
+  if (shape.success) {
+    const issues = crossFieldIssues(shape.data);
+    return issues.length === 0 ? { ok: true, policy: shape.data } : { ok: false, issues };
+  }
+  // An unknown field is reported at its own path, like every other problem.
+  const shapeIssues = shape.error.issues.flatMap((i) =>
+    i.code === 'unrecognized_keys'
+      ? i.keys.map((key) => ({ path: [...i.path.map(String), key].join('.'), message: 'unknown field' }))
+      : [{ path: i.path.map(String).join('.'), message: i.message }],
+  );
+  // zod skips refinements of a faulty shape: run the cross-field rules on the raw input instead.
+  return { ok: false, issues: [...shapeIssues, ...crossFieldIssues(input)] };
+}
+
+/** The reference a lease binds to: name, version and the digest of the policy's canonical JSON. */
+export function policyRef(policy: Policy): PolicyRef {
+  return { name: policy.name, version: policy.version, digest: digestOf(policy) };
+}
+
+/** One stored version of a policy, as `GET /v1/policies/...` returns it. */
+export const PolicyVersion = z.object({
+  name: z.string(),
+  version: z.number().int().positive(),
+  /** `sha256:` digest of the canonical JSON of `policy`: what a lease's `policy.digest` and manifest carry. */
+  digest: Digest,
+  createdAt: Timestamp,
+  /** keyId of the admin key that PUT it, or `system` for a version imported from `policies/`. */
+  createdBy: z.string(),
+  /** Read back with the shape only, so versions stored under older cross-field rules stay readable. */
+  policy: PolicyShape,
+});
+export type PolicyVersion = z.infer<typeof PolicyVersion>;
+
+/** The state of a policy name: its latest version and whether it is deleted (tombstoned). */
+export const PolicyHead = z.object({
+  name: z.string(),
+  latest: z.number().int().positive(),
+  /** Digest of the latest version. */
+  digest: Digest,
+  deletedAt: Timestamp.nullable(),
+  deletedBy: z.string().nullable(),
+});
+export type PolicyHead = z.infer<typeof PolicyHead>;

@@ -1,70 +1,75 @@
 /**
- * Policy store: loads every `*.yaml` under the policy directory, validates each against the
- * policy schema and indexes them by name and version. A lease binds to the exact version it
- * was created with (it keeps a copy), so a later version never changes a running lease.
+ * Policy versions in Redis. `<prefix>policies` (hash: name → head JSON: latest version, its
+ * digest, tombstone) and `<prefix>policy-versions:<name>` (hash: version → version record JSON).
+ * Versions are never rewritten or removed; a delete only marks the head. Every write is a
+ * compare-and-swap on the head, so two writers (two control planes, two admins) cannot both
+ * take the same version number.
  */
-import { readdir, readFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { parse as parseYaml } from 'yaml';
-import { AppError } from '../../contract/errors.js';
-import { digestOf } from '../../contract/digest.js';
-import type { PolicyRef } from '../../contract/objects.js';
-import { Policy } from './schema.js';
+import type { Redis } from 'ioredis';
+import { PolicyHead, PolicyVersion } from './schema.js';
 
-export interface StoredPolicy {
-  ref: PolicyRef;
-  policy: Policy;
+// Writes the head (and a version record) only if the head is still what the caller read.
+const SWAP_HEAD = `
+local current = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+if current ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[2], ARGV[5], ARGV[4]) end
+return 1`;
+
+/** A head as read, with the exact text a later `swap` compares against. */
+export interface ReadHead {
+  head: PolicyHead;
+  raw: string;
 }
 
-export class PolicyStore {
-  private constructor(private readonly byName: Map<string, StoredPolicy[]>) {}
+export class RedisPolicyStore {
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+  ) {}
+
+  private k = {
+    heads: () => `${this.prefix}policies`,
+    versions: (name: string) => `${this.prefix}policy-versions:${name}`,
+  };
+
+  async head(name: string): Promise<ReadHead | null> {
+    const raw = await this.redis.hget(this.k.heads(), name);
+    return raw === null ? null : { head: PolicyHead.parse(JSON.parse(raw)), raw };
+  }
+
+  /** Every head, deleted ones included. */
+  async heads(): Promise<PolicyHead[]> {
+    return (await this.redis.hvals(this.k.heads())).map((raw) => PolicyHead.parse(JSON.parse(raw)));
+  }
+
+  async version(name: string, version: number): Promise<PolicyVersion | null> {
+    const raw = await this.redis.hget(this.k.versions(name), String(version));
+    return raw === null ? null : PolicyVersion.parse(JSON.parse(raw));
+  }
+
+  /** Every version of `name`, oldest first. */
+  async versions(name: string): Promise<PolicyVersion[]> {
+    const all = (await this.redis.hvals(this.k.versions(name))).map((raw) => PolicyVersion.parse(JSON.parse(raw)));
+    return all.sort((a, b) => a.version - b.version);
+  }
 
   /**
-   * Reads the policy files of `dir`. Throws AppError `policy.invalid` naming the file and the
-   * field when one does not validate, or when two files claim the same name and version.
+   * Sets `next` as the head of its policy (and stores `record`, a new version) if the head is
+   * still `expected` (null: there was none). Returns false, writing nothing, when it is not.
    */
-  static async load(dir: string): Promise<PolicyStore> {
-    const files = (await readdir(dir)).filter((f) => f.endsWith('.yaml') || f.endsWith('.yml')).sort();
-    const byName = new Map<string, StoredPolicy[]>();
-    for (const file of files) {
-      const text = await readFile(join(dir, file), 'utf8');
-      const parsed = Policy.safeParse(parseYaml(text));
-      if (!parsed.success) {
-        throw new AppError('policy.invalid', `policy file ${file} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, {
-          details: { file, issues: parsed.error.issues },
-        });
-      }
-      const stored = PolicyStore.entry(parsed.data);
-      const versions = byName.get(stored.ref.name) ?? [];
-      if (versions.some((v) => v.ref.version === stored.ref.version)) {
-        throw new AppError('policy.invalid', `policy ${stored.ref.name} version ${stored.ref.version} is defined twice (${file})`, { details: { file } });
-      }
-      versions.push(stored);
-      versions.sort((a, b) => a.ref.version - b.ref.version);
-      byName.set(stored.ref.name, versions);
-    }
-    return new PolicyStore(byName);
-  }
-
-  /** The policy with its reference (name, version, digest of its canonical JSON). */
-  static entry(policy: Policy): StoredPolicy {
-    return { ref: { name: policy.name, version: policy.version, digest: digestOf(policy) }, policy };
-  }
-
-  /** Latest version of `name`, or exactly `version`. Throws AppError `policy.not_found`. */
-  resolve(name: string, version?: number): StoredPolicy {
-    const versions = this.byName.get(name);
-    const found = version === undefined ? versions?.at(-1) : versions?.find((v) => v.ref.version === version);
-    if (!found) {
-      throw new AppError('policy.not_found', version === undefined ? `no policy named ${name}` : `no policy ${name} version ${version}`, {
-        details: { name, version: version ?? null, known: [...this.byName.keys()] },
-      });
-    }
-    return found;
-  }
-
-  /** Every stored policy version, by name then version. */
-  list(): StoredPolicy[] {
-    return [...this.byName.values()].flat();
+  async swap(expected: ReadHead | null, next: PolicyHead, record?: PolicyVersion): Promise<boolean> {
+    const done = await this.redis.eval(
+      SWAP_HEAD,
+      2,
+      this.k.heads(),
+      this.k.versions(next.name),
+      next.name,
+      expected?.raw ?? '',
+      JSON.stringify(next),
+      record ? JSON.stringify(record) : '',
+      record ? String(record.version) : '',
+    );
+    return done === 1;
   }
 }
