@@ -32,7 +32,19 @@ export interface CreateSandboxOptions {
   ttlSeconds?: number;
   env?: Record<string, string>;
   labels?: Record<string, string>;
+  /** Stored secrets for the lease's calls: `env` (default: the name) and/or `file` (in /run/secrets). */
+  secrets?: Array<{ name: string; env?: string; file?: string }>;
   idempotencyKey?: string;
+}
+
+/** A stored secret as the API shows it: metadata, never the value. */
+export interface SecretMetadata {
+  name: string;
+  version: number;
+  createdAt: string;
+  updatedAt: string;
+  updatedBy: string;
+  sizeBytes: number;
 }
 
 export interface SubmitCallOptions {
@@ -71,6 +83,25 @@ export class SbxClient {
 
   async releaseSandbox(id: string): Promise<Lease> {
     return Lease.parse(await this.json('DELETE', `/v1/sandboxes/${id}`));
+  }
+
+  /** Stores `value` as the next version of secret `name` (admin key). */
+  async putSecret(name: string, value: string): Promise<SecretMetadata> {
+    return (await this.json('PUT', `/v1/secrets/${encodeURIComponent(name)}`, { value })) as SecretMetadata;
+  }
+
+  async getSecret(name: string): Promise<SecretMetadata> {
+    return (await this.json('GET', `/v1/secrets/${encodeURIComponent(name)}`)) as SecretMetadata;
+  }
+
+  async listSecrets(): Promise<SecretMetadata[]> {
+    return ((await this.json('GET', '/v1/secrets')) as { secrets: SecretMetadata[] }).secrets;
+  }
+
+  /** Deletes secret `name`; deleting an absent one succeeds too. */
+  async deleteSecret(name: string): Promise<void> {
+    const response = await this.raw('DELETE', `/v1/secrets/${encodeURIComponent(name)}`);
+    if (!response.ok) throw await this.errorOf(response);
   }
 
   /** Submits a call; returns the ToolResult when it finished within `waitSeconds`, else `{callId, status}`. */

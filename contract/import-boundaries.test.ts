@@ -25,8 +25,8 @@ const OWNERS: Record<string, string[]> = {
   'tar-fs': ['cli/'],
   'tar-stream': ['control-plane/files/tar-guard.ts'],
   bullmq: ['control-plane/queue/', 'sandbox-agent/main.ts', 'sandbox-agent/return-channel.ts'],
-  ioredis: ['control-plane/queue/', 'control-plane/ledger/', 'sandbox-agent/main.ts'],
-  fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', 'control-plane/leases/routes.ts', 'control-plane/calls/routes.ts', 'control-plane/files/routes.ts', 'control-plane/artifacts/routes.ts'],
+  ioredis: ['control-plane/queue/', 'control-plane/ledger/', 'control-plane/secrets/store.ts', 'sandbox-agent/main.ts'],
+  fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', 'control-plane/leases/routes.ts', 'control-plane/calls/routes.ts', 'control-plane/files/routes.ts', 'control-plane/artifacts/routes.ts', 'control-plane/secrets/routes.ts'],
   'better-sse': ['control-plane/calls/routes.ts'],
 };
 

@@ -16,6 +16,8 @@ import type { CallNotifier } from './ledger/notifier.js';
 import { leasesRoutes } from './leases/routes.js';
 import type { LeaseService } from './leases/service.js';
 import type { SandboxRuntime } from './runtime/runtime.js';
+import { secretsRoutes } from './secrets/routes.js';
+import type { SecretService } from './secrets/service.js';
 
 export interface AppDeps {
   log: Logger;
@@ -29,6 +31,7 @@ export interface AppDeps {
   notifier: CallNotifier;
   runtime: SandboxRuntime;
   artifacts: ArtifactStore;
+  secrets: SecretService;
   /** Resolves when Redis answers; rejects otherwise. */
   pingRedis: () => Promise<unknown>;
   spoolDir: string;
@@ -57,6 +60,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(leasesRoutes, { leases: deps.leases });
   await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, ledger: deps.ledger, notifier: deps.notifier });
   await app.register(artifactsRoutes, { leases: deps.leases, artifacts: deps.artifacts });
+  await app.register(secretsRoutes, { secrets: deps.secrets });
   await app.register(filesRoutes, { leases: deps.leases, runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
   return app;
 }

@@ -16,6 +16,7 @@ import { CallRunner } from './call-runner.js';
 import { measureFacts } from './facts.js';
 import { ReturnChannel } from './return-channel.js';
 import { AccessScheduler } from './scheduler.js';
+import { LeaseSecrets } from './secrets.js';
 import { ToolUserWorker } from './tool-user/client.js';
 import { runToolUserWorker } from './tool-user/worker.js';
 import { execTool } from './tools/exec.js';
@@ -39,6 +40,8 @@ async function main(): Promise<void> {
   for (const name of await readdir(config.spool.dir)) await rm(`${config.spool.dir}/${name}`, { force: true, recursive: true });
   const redis = new Redis(redisOptions);
   const subscriber = new Redis(redisOptions);
+  // Taken before anything runs: a lease missing a granted secret fails instead of starting.
+  const secrets = await LeaseSecrets.load(config, () => redis.getdel(keys.secrets));
   const returnQueue = new Queue(RETURN_QUEUE, {
     connection: redis,
     prefix: keys.namespace,
@@ -60,6 +63,7 @@ async function main(): Promise<void> {
     scheduler: new AccessScheduler(),
     agentPids: () => new Set(worker.pid === null ? [] : [worker.pid]),
     keys,
+    secrets,
     tools,
     returns: new ReturnChannel(returnQueue),
     claimAttempt: async (key, attemptId) => (await redis.set(key, attemptId, 'NX')) === 'OK',

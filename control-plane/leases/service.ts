@@ -12,7 +12,8 @@ import type { Logger } from 'pino';
 import { digestOf } from '../../contract/digest.js';
 import { AppError } from '../../contract/errors.js';
 import type { Lease } from '../../contract/objects.js';
-import type { AgentConfig } from '../../contract/queue.js';
+import type { AgentConfig, SecretGrant } from '../../contract/queue.js';
+import { deliveryAad, seal, type SecretDelivery } from '../../contract/secrets.js';
 import type { CallService } from '../calls/service.js';
 import type { Ledger, LeaseRecord } from '../ledger/ledger.js';
 import { buildManifest } from '../manifest/manifest.js';
@@ -20,7 +21,8 @@ import { compileSandboxSpec, AGENT_REDIS_DIR, AGENT_SPOOL_DIR } from '../policie
 import type { PolicyStore } from '../policies/store.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
-import type { CreateSandboxBody } from './schema.js';
+import type { SecretService } from '../secrets/service.js';
+import type { CreateSandboxBody, SecretRequest } from './schema.js';
 
 export interface LeaseServiceOptions {
   owner: string;
@@ -44,6 +46,8 @@ export interface LeaseServiceDeps {
   channels: LeaseChannels;
   policies: PolicyStore;
   calls: CallService;
+  /** Values of the secrets a lease is granted, for its agent only. */
+  secrets: Pick<SecretService, 'reveal'>;
   now: () => Date;
   log: Logger;
 }
@@ -60,7 +64,9 @@ export class LeaseService {
    * Leases a sandbox. With `idempotencyKey`, the same key and body return the same sandbox
    * (`replayed: true`); the same key with another body throws `lease.idempotency_conflict`.
    * Throws `policy.not_found`, `policy.unenforceable`, `lease.ttl_exceeds_policy`,
-   * `input.invalid`, `runtime.image_not_found`, `runtime.unavailable`, `lease.create_failed`.
+   * `input.invalid`, `policy.secret_denied` (a secret the policy does not allow; details.name),
+   * `secret.not_found`, `secret.unreadable`, `runtime.image_not_found`, `runtime.unavailable`,
+   * `lease.create_failed`. Every check comes before anything is created.
    */
   async create(body: CreateSandboxBody, idempotencyKey?: string): Promise<{ lease: Lease; replayed: boolean }> {
     const id = `sbx_${randomBytes(10).toString('hex')}`;
@@ -99,6 +105,12 @@ export class LeaseService {
     if (refused.length > 0) {
       throw new AppError('input.invalid', `env names not allowed by policy ${ref.name}: ${refused.join(', ')}`, { details: { field: 'env', refused } });
     }
+    const grants = (body.secrets ?? []).map(grantOf);
+    const denied = grants.find((g) => !policy.secrets.allowed.includes(g.name));
+    if (denied) {
+      throw new AppError('policy.secret_denied', `policy ${ref.name} does not allow secret ${denied.name}`, { details: { name: denied.name, policy: ref.name, field: 'secrets' } });
+    }
+    const values = await this.deps.secrets.reveal(grants.map((g) => g.name));
     const image = body.image ?? this.options.defaultImage;
     const [info, imageId] = await Promise.all([runtime.info(), runtime.imageId(image)]);
     const credsPath = join(this.options.dataDir, 'leases', id, 'agent.json');
@@ -130,11 +142,13 @@ export class LeaseService {
       owner: this.options.owner,
       env,
       policySnapshot: policy,
+      secrets: grants,
       containerId: null,
     };
     await ledger.putLease(record);
     try {
       const creds = await channels.provisionAgentUser(id);
+      const deliveryKey = grants.length > 0 ? await this.deliverSecrets(id, grants, values) : null;
       const agentConfig: AgentConfig = {
         leaseId: id,
         rootPrefix: this.options.redisPrefix,
@@ -144,6 +158,7 @@ export class LeaseService {
         env,
         files: { roots: policy.filesystem.writableRoots.map((r) => r.path), maxFileBytes: policy.tools.files.maxFileBytes },
         spool: { dir: AGENT_SPOOL_DIR, maxArtifactBytes: policy.tools.exec.maxArtifactBytes, maxTotalBytes: policy.tools.exec.maxSpoolBytes },
+        secrets: { grants, deliveryKey },
       };
       await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
       await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
@@ -170,7 +185,7 @@ export class LeaseService {
         ociRuntime: policy.runtime.oci,
         policy: ref,
         env,
-        secretRefs: policy.secrets.allowed,
+        secretRefs: grants.map((g) => g.name),
         createdAt,
       });
       const ready: LeaseRecord = { ...record, status: 'ready', manifest, containerId };
@@ -184,6 +199,26 @@ export class LeaseService {
       log.warn({ leaseId: id, err, teardownFailures: failures.length }, 'sandbox create failed');
       if (err instanceof AppError) throw err;
       throw new AppError('lease.create_failed', `the sandbox could not be started: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  /**
+   * Leaves the granted values for the lease's agent in its namespace, each sealed (AES-256-GCM)
+   * under a fresh key of this lease alone, bound to the lease and the name. The key goes in the
+   * agent's config file, so the values never lie in clear on disk or in Redis; the agent takes
+   * them once, and they expire by themselves if it never does. Zeroes `values` and the key
+   * afterwards (best effort: what this process no longer holds cannot leak from its memory).
+   * Returns the key, base64.
+   */
+  private async deliverSecrets(leaseId: string, grants: readonly SecretGrant[], values: Map<string, Buffer>): Promise<string> {
+    const key = randomBytes(32);
+    try {
+      const delivery: SecretDelivery = { items: grants.map((g) => ({ name: g.name, sealed: seal(key, deliveryAad(leaseId, g.name), values.get(g.name)!) })) };
+      await this.deps.channels.leaveSecretDelivery(leaseId, delivery, (this.options.helloTimeoutMs ?? 30_000) + 30_000);
+      return key.toString('base64');
+    } finally {
+      for (const v of values.values()) v.fill(0);
+      key.fill(0);
     }
   }
 
@@ -352,6 +387,11 @@ export class LeaseService {
     await step(() => rm(join(this.options.dataDir, 'leases', id), { recursive: true, force: true }));
     return failures;
   }
+}
+
+/** How a requested secret is delivered: `env` defaults to the name when neither env nor file is given (the schema checked it is a variable name). */
+function grantOf(r: SecretRequest): SecretGrant {
+  return { name: r.name, env: r.env ?? (r.file === undefined ? r.name : null), file: r.file ?? null };
 }
 
 /** The API view of a lease record (internal fields dropped). */

@@ -4,6 +4,7 @@
  * keeps the two in step.
  */
 import { z } from 'zod';
+import { SecretName } from '../../contract/secrets.js';
 import { EnvName } from '../../contract/tools.js';
 
 const MiB = 1024 * 1024;
@@ -46,7 +47,19 @@ export const PolicyShape = z
         allow: z.array(z.object({ host: z.string(), ports: z.array(z.number().int().min(1).max(65535)) }).strict()).default([]),
       })
       .strict(),
-    secrets: z.object({ allowed: z.array(z.string()).default([]) }).strict().default({ allowed: [] }),
+    secrets: z
+      .object({
+        /**
+         * Names of the stored secrets a lease under this policy may ask for (`secrets` of
+         * `POST /v1/sandboxes`); any other is `policy.secret_denied`. Empty: none.
+         */
+        allowed: z
+          .array(SecretName)
+          .refine((names) => new Set(names).size === names.length, 'names must be distinct')
+          .default([]),
+      })
+      .strict()
+      .default({ allowed: [] }),
     resources: z
       .object({
         /** CPU count (fractions allowed), enforced as CFS quota. */
