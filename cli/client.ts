@@ -11,6 +11,7 @@ import * as tarFs from 'tar-fs';
 import { ErrorBody, type ErrorInfo } from '../contract/errors.js';
 import { CallEvent } from '../contract/events.js';
 import { CallView, Lease, ToolResult } from '../contract/objects.js';
+import { SecretMetadata } from '../contract/secrets.js';
 
 export class ApiError extends Error {
   constructor(
@@ -35,16 +36,6 @@ export interface CreateSandboxOptions {
   /** Stored secrets for the lease's calls: `env` (default: the name) and/or `file` (in /run/secrets). */
   secrets?: Array<{ name: string; env?: string; file?: string }>;
   idempotencyKey?: string;
-}
-
-/** A stored secret as the API shows it: metadata, never the value. */
-export interface SecretMetadata {
-  name: string;
-  version: number;
-  createdAt: string;
-  updatedAt: string;
-  updatedBy: string;
-  sizeBytes: number;
 }
 
 export interface SubmitCallOptions {
@@ -87,15 +78,15 @@ export class SbxClient {
 
   /** Stores `value` as the next version of secret `name` (admin key). */
   async putSecret(name: string, value: string): Promise<SecretMetadata> {
-    return (await this.json('PUT', `/v1/secrets/${encodeURIComponent(name)}`, { value })) as SecretMetadata;
+    return SecretMetadata.parse(await this.json('PUT', `/v1/secrets/${encodeURIComponent(name)}`, { value }));
   }
 
   async getSecret(name: string): Promise<SecretMetadata> {
-    return (await this.json('GET', `/v1/secrets/${encodeURIComponent(name)}`)) as SecretMetadata;
+    return SecretMetadata.parse(await this.json('GET', `/v1/secrets/${encodeURIComponent(name)}`));
   }
 
   async listSecrets(): Promise<SecretMetadata[]> {
-    return ((await this.json('GET', '/v1/secrets')) as { secrets: SecretMetadata[] }).secrets;
+    return ((await this.json('GET', '/v1/secrets')) as { secrets: unknown[] }).secrets.map((s) => SecretMetadata.parse(s));
   }
 
   /** Deletes secret `name`; deleting an absent one succeeds too. */

@@ -11,6 +11,22 @@ import { z } from 'zod';
 export const SecretName = z.string().regex(/^[A-Za-z0-9_.-]{1,128}$/, 'secret names: 1-128 of letters, digits, _ . -');
 export type SecretName = z.infer<typeof SecretName>;
 
+/** What the API shows of a stored secret: never its value, nor anything derived from it but its size. */
+export const SecretMetadata = z
+  .object({
+    name: SecretName,
+    /** 1 on the first PUT, +1 on each later one. */
+    version: z.number().int().positive(),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+    /** Key id (`principal.keyId`) of the API key that stored this version. */
+    updatedBy: z.string(),
+    /** Size of the value, bytes (UTF-8). */
+    sizeBytes: z.number().int().nonnegative(),
+  })
+  .strict();
+export type SecretMetadata = z.infer<typeof SecretMetadata>;
+
 /** Largest secret value, bytes (UTF-8). */
 export const SECRET_MAX_BYTES = 64 * 1024;
 

@@ -18,16 +18,3 @@ export const PutSecretBody = z
   })
   .strict();
 export type PutSecretBody = z.infer<typeof PutSecretBody>;
-
-/** What the API shows of a secret: never its value, nor anything derived from it but its size. */
-export interface SecretMetadata {
-  name: string;
-  /** 1 on the first PUT, +1 on each later one. */
-  version: number;
-  createdAt: string;
-  updatedAt: string;
-  /** Key id (`request.principal.keyId`) of the API key that stored this version. */
-  updatedBy: string;
-  /** Size of the value, bytes (UTF-8). */
-  sizeBytes: number;
-}

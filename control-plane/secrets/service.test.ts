@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import type { SecretMetadata } from './schema.js';
+import type { SecretMetadata } from '../../contract/secrets.js';
 import { SecretService, type SecretRecords, type StoredSecret } from './service.js';
 
 /** SecretRecords in a Map, holding what the Redis store would. */

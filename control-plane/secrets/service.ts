@@ -6,8 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { AppError } from '../../contract/errors.js';
-import { open, seal, type Sealed } from '../../contract/secrets.js';
-import type { SecretMetadata } from './schema.js';
+import { open, seal, type Sealed, type SecretMetadata } from '../../contract/secrets.js';
 
 /** A stored secret: its metadata, the id of the key that sealed it, and the sealed value. */
 export interface StoredSecret {

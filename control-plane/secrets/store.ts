@@ -4,7 +4,7 @@
  * names. Versions are counted by Redis (HINCRBY in one MULTI), so concurrent PUTs never share one.
  */
 import type { Redis } from 'ioredis';
-import type { SecretMetadata } from './schema.js';
+import type { SecretMetadata } from '../../contract/secrets.js';
 import type { SecretRecords, StoredSecret } from './service.js';
 
 const FIELDS = ['version', 'createdAt', 'updatedAt', 'updatedBy', 'sizeBytes', 'keyId', 'iv', 'tag', 'ciphertext'] as const;
