@@ -5,12 +5,14 @@
  * places a value must never reach (container config, manifest, receipts, events, Redis).
  * Real Docker engine, real Redis.
  */
+import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiError } from '../cli/client.js';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
-import { containersOf, docker, reassemble, startHarness, type Harness } from './harness.js';
+import { containersOf, docker, reassemble, REPO_ROOT, startHarness, type Harness } from './harness.js';
 
 let h: Harness;
 let leaseId: string;
@@ -75,6 +77,20 @@ function expectNoValue(text: string, where: string): void {
       if (text.includes(form)) throw new Error(`${where} holds a secret value (form ${form.slice(0, 6)}…)`);
     }
   }
+}
+
+/** Runs the built `sbx` CLI against the harness with `stdin`; its exit code and output. */
+function sbx(args: string[], stdin = ''): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, '--api-key', h.apiKey, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+    child.stdin.end(stdin);
+  });
 }
 
 beforeAll(async () => {
@@ -256,6 +272,20 @@ describe('redaction', () => {
     expect(Buffer.from(String(b64.data?.content), 'base64').toString()).toBe(`${NPM}\n`);
     expectNoValue(JSON.stringify([cat, read, b64]), 'results');
     await exec({ argv: ['rm', '/workspace/leak.txt'] });
+  });
+});
+
+describe('the CLI', () => {
+  it('`sbx secret put` reads the value from stdin; `sbx run --secret` hands it to the command and its output shows the marker', async () => {
+    const value = `cli_${randomBytes(12).toString('hex')}`;
+    const put = await sbx(['secret', 'put', 'GITHUB_TOKEN'], `${value}\n`);
+    expect([put.code, put.stdout]).toEqual([0, `GITHUB_TOKEN version 2 (${value.length} bytes)\n`]);
+    const run = await sbx(['run', '--policy', 'offline-ci', '--secret', 'GITHUB_TOKEN=GH', '--', 'echo "gh=$GH"']);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toBe('gh=[REDACTED:GITHUB_TOKEN]\n');
+    expect(run.stderr).not.toContain(value);
+    const ls = await sbx(['--json', 'secret', 'ls']);
+    expect((JSON.parse(ls.stdout) as Array<{ name: string; version: number }>).find((s) => s.name === 'GITHUB_TOKEN')?.version).toBe(2);
   });
 });
 

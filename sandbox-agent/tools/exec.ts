@@ -47,7 +47,13 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   const cwdError = await checkCwd(args.cwd, ctx.toolUser);
   if (cwdError) return outcomeWithoutRun('failed', 'not_started', errorInfo('input.cwd_not_found', cwdError, { cwd: args.cwd }), startedAt);
 
-  const provided = await ctx.secrets.provide(args.secrets ?? []);
+  let provided;
+  try {
+    provided = await ctx.secrets.provide(args.secrets ?? []);
+  } catch (err) {
+    // A secret file could not be written (the secrets tmpfs full or missing): nothing ran.
+    return outcomeWithoutRun('failed', 'not_started', errorInfo('execution.spawn_failed', `could not deliver the call's secrets: ${(err as Error).message}`), startedAt);
+  }
   if (!('release' in provided)) return outcomeWithoutRun('denied', 'not_started', provided, startedAt);
   try {
     return await runWithSecrets(ctx, args, startedAt, provided);
