@@ -20,6 +20,7 @@ export interface ProvidedSecrets {
   release(): Promise<void>;
 }
 
+/** One lease's secrets in its agent: load once at start, then `redaction` for all output and `provide` per call. */
 export class LeaseSecrets {
   /** Redacts every value of the lease; applied to the output of every call, asked or not. */
   readonly redaction: Redaction;

@@ -38,6 +38,7 @@ function storeAad(name: string): string {
   return `sbx-secret:${name}`;
 }
 
+/** Stores, describes, deletes and (for leases only) reveals secrets; the methods an audit log hooks into. */
 export class SecretService {
   /** Identifies the key (not derived reversibly from it), so a record sealed under another key is told apart from a damaged one. */
   private readonly keyId: string;

@@ -9,6 +9,7 @@ import type { SecretRecords, StoredSecret } from './service.js';
 
 const FIELDS = ['version', 'createdAt', 'updatedAt', 'updatedBy', 'sizeBytes', 'keyId', 'iv', 'tag', 'ciphertext'] as const;
 
+/** `SecretRecords` in Redis under `prefix` (the installation's key prefix, e.g. `sbx:`). */
 export class RedisSecretRecords implements SecretRecords {
   constructor(
     private readonly redis: Redis,
