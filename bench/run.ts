@@ -41,7 +41,7 @@ async function medianOf(fn: () => Promise<unknown>): Promise<number> {
 
 async function main(): Promise<void> {
   const tag = randomBytes(4).toString('hex');
-  const config = loadConfig({ ...process.env, SBX_OWNER: `bench-${tag}`, SBX_REDIS_PREFIX: `sbxbench:${tag}:` }, repoRoot);
+  const config = loadConfig({ ...process.env, SBX_OWNER: `bench-${tag}`, SBX_REDIS_PREFIX: `sbxbench:${tag}:`, SBX_SECRETS_KEY: randomBytes(32).toString('base64') }, repoRoot);
   const apiKey = randomBytes(16).toString('hex');
   const plane = await createControlPlane(config, apiKey, pino({ level: 'warn' }));
   await plane.startBackground();

@@ -11,6 +11,7 @@ import * as tarFs from 'tar-fs';
 import { ErrorBody, type ErrorInfo } from '../contract/errors.js';
 import { CallEvent } from '../contract/events.js';
 import { CallView, EgressEvent, Lease, ToolResult } from '../contract/objects.js';
+import { SecretMetadata } from '../contract/secrets.js';
 
 export class ApiError extends Error {
   constructor(
@@ -32,6 +33,8 @@ export interface CreateSandboxOptions {
   ttlSeconds?: number;
   env?: Record<string, string>;
   labels?: Record<string, string>;
+  /** Stored secrets for the lease's calls: `env` (default: the name) and/or `file` (in /run/secrets). */
+  secrets?: Array<{ name: string; env?: string; file?: string }>;
   idempotencyKey?: string;
 }
 
@@ -78,6 +81,25 @@ export class SbxClient {
     const params = new URLSearchParams(Object.entries(query).map(([k, v]): [string, string] => [k, String(v)]));
     const body = (await this.json('GET', `/v1/sandboxes/${leaseId}/egress${params.size > 0 ? `?${params}` : ''}`)) as { events: unknown[] };
     return body.events.map((e) => EgressEvent.parse(e));
+  }
+
+  /** Stores `value` as the next version of secret `name` (admin key). */
+  async putSecret(name: string, value: string): Promise<SecretMetadata> {
+    return SecretMetadata.parse(await this.json('PUT', `/v1/secrets/${encodeURIComponent(name)}`, { value }));
+  }
+
+  async getSecret(name: string): Promise<SecretMetadata> {
+    return SecretMetadata.parse(await this.json('GET', `/v1/secrets/${encodeURIComponent(name)}`));
+  }
+
+  async listSecrets(): Promise<SecretMetadata[]> {
+    return ((await this.json('GET', '/v1/secrets')) as { secrets: unknown[] }).secrets.map((s) => SecretMetadata.parse(s));
+  }
+
+  /** Deletes secret `name`; deleting an absent one succeeds too. */
+  async deleteSecret(name: string): Promise<void> {
+    const response = await this.raw('DELETE', `/v1/secrets/${encodeURIComponent(name)}`);
+    if (!response.ok) throw await this.errorOf(response);
   }
 
   /** Submits a call; returns the ToolResult when it finished within `waitSeconds`, else `{callId, status}`. */

@@ -7,6 +7,7 @@
  *   sbx exec ID [options] -- CMD...  run a command in a leased sandbox
  *   sbx release ID                   release a sandbox
  *   sbx ls                           list sandboxes
+ *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
  *
  * One CMD argument is a bash script (`sbx run -- 'npm ci && npm test'`); several are an argv
  * run without a shell (`sbx run -- npm test`).
@@ -50,6 +51,21 @@ function pairs(list: string[] | undefined, what: string): Record<string, string>
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
 
+/**
+ * `--secret NAME[=VAR]` (as env VAR, default NAME) and `--secret-file NAME=PATH` (a file in
+ * /run/secrets) into the lease's `secrets`; one name given both ways gets both.
+ */
+function secretRequests(asEnv: string[] | undefined, asFile: string[] | undefined): Array<{ name: string; env?: string; file?: string }> | undefined {
+  const byName = new Map<string, { name: string; env?: string; file?: string }>();
+  const entry = (name: string): { name: string; env?: string; file?: string } => byName.get(name) ?? byName.set(name, { name }).get(name)!;
+  for (const spec of asEnv ?? []) {
+    const [name, env] = spec.split('=', 2) as [string, string | undefined];
+    entry(name).env = env ?? name;
+  }
+  for (const [name, file] of Object.entries(pairs(asFile, '--secret-file') ?? {})) entry(name).file = file;
+  return byName.size === 0 ? undefined : [...byName.values()];
+}
+
 /** A positive whole number option (ms, seconds). */
 function positiveInt(value: string): number {
   const n = Number(value);
@@ -64,12 +80,13 @@ function reportOutcome(result: ToolResult): void {
 }
 
 /** The exec args for a command line: one argument is a script, several are an argv. */
-function execArgs(command: string[], opts: { cwd?: string; timeoutMs?: number }): Record<string, unknown> {
+function execArgs(command: string[], opts: { cwd?: string; timeoutMs?: number; secrets?: string[] }): Record<string, unknown> {
   if (command.length === 0) throw new UsageError('give the command after --');
   return {
     ...(command.length === 1 ? { cmd: command[0] } : { argv: command }),
     ...(opts.cwd ? { cwd: opts.cwd } : {}),
     ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
+    ...(opts.secrets && opts.secrets.length > 0 ? { secrets: opts.secrets } : {}),
   };
 }
 
@@ -128,6 +145,8 @@ const leaseOptions = (cmd: Command): Command =>
     .option('--policy <name>', 'policy name', 'default')
     .addOption(new Option('--ttl <seconds>', 'lease TTL in seconds').argParser(positiveInt))
     .option('--env <KEY=VALUE>', 'environment for every call (repeatable)', collect)
+    .option('--secret <NAME[=VAR]>', 'a stored secret the policy allows, as env VAR (default NAME) of the calls that ask (repeatable)', collect)
+    .option('--secret-file <NAME=PATH>', 'a stored secret as a file PATH in /run/secrets while a call that asks runs (repeatable)', collect)
     .option('--image <ref>', 'sandbox image');
 
 leaseOptions(program.command('run'))
@@ -147,6 +166,7 @@ leaseOptions(program.command('run'))
       ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}),
       ...(opts.image ? { image: opts.image } : {}),
       ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
+      ...(secretRequests(opts.secret, opts.secretFile) ? { secrets: secretRequests(opts.secret, opts.secretFile) } : {}),
     });
     let callId: string | undefined;
     const onSignal = (): void => {
@@ -169,7 +189,9 @@ leaseOptions(program.command('run'))
         uploads.push({ local, remote, ...summary });
         if (!global.json) process.stderr.write(`sbx: uploaded ${local} → ${remote} (${summary.entries} entries, ${summary.bytes} bytes)\n`);
       }
-      const result = await runCall(api, lease.id, execArgs(command, { cwd: opts.cwd, timeoutMs: opts.timeoutMs }), Boolean(global.json), (id) => (callId = id));
+      // The one command of `run` receives every secret the lease was given.
+      const secrets = (secretRequests(opts.secret, opts.secretFile) ?? []).map((r) => r.name);
+      const result = await runCall(api, lease.id, execArgs(command, { cwd: opts.cwd, timeoutMs: opts.timeoutMs, secrets }), Boolean(global.json), (id) => (callId = id));
       const downloads = [];
       for (const remote of (opts.download ?? []) as string[]) {
         await mkdir(opts.downloadDir, { recursive: true });
@@ -204,6 +226,7 @@ leaseOptions(program.command('lease'))
       ...(opts.image ? { image: opts.image } : {}),
       ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       ...(pairs(opts.label, '--label') ? { labels: pairs(opts.label, '--label') } : {}),
+      ...(secretRequests(opts.secret, opts.secretFile) ? { secrets: secretRequests(opts.secret, opts.secretFile) } : {}),
     });
     process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id}\n`);
   });
@@ -215,9 +238,10 @@ program
   .argument('<command...>')
   .option('--cwd <dir>', 'working directory', '/workspace')
   .addOption(new Option('--timeout-ms <ms>', 'command timeout in ms').argParser(positiveInt))
+  .option('--secret <NAME>', "one of the sandbox's secrets this command receives (repeatable)", collect)
   .action(async (id: string, command: string[], opts) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
-    const result = await runCall(client(global), id, execArgs(command, opts), Boolean(global.json));
+    const result = await runCall(client(global), id, execArgs(command, { ...opts, secrets: opts.secret }), Boolean(global.json));
     if (global.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
     else reportOutcome(result);
     process.exitCode = exitStatusOf(result);
@@ -242,6 +266,39 @@ program
     const leases = (await client(global).listSandboxes()).filter((l) => opts.all || l.status === 'ready' || l.status === 'creating');
     if (global.json) process.stdout.write(`${JSON.stringify(leases, null, 2)}\n`);
     else for (const l of leases) process.stdout.write(`${l.id}  ${l.status.padEnd(9)} ${l.policy.name}@${l.policy.version}  expires ${l.expiresAt}\n`);
+  });
+
+const secretCommand = program.command('secret').description('store, list and delete secrets (admin API key)');
+
+secretCommand
+  .command('put')
+  .description('store the value read from stdin (one trailing newline dropped) as the next version of NAME')
+  .argument('<name>')
+  .action(async (name: string) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    // From stdin, never an argument: argv shows in `ps` and shell history.
+    const chunks: Buffer[] = [];
+    for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+    const metadata = await client(global).putSecret(name, Buffer.concat(chunks).toString('utf8').replace(/\r?\n$/, ''));
+    process.stdout.write(global.json ? `${JSON.stringify(metadata, null, 2)}\n` : `${metadata.name} version ${metadata.version} (${metadata.sizeBytes} bytes)\n`);
+  });
+
+secretCommand
+  .command('ls')
+  .description('list secrets (metadata only)')
+  .action(async () => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const secrets = await client(global).listSecrets();
+    if (global.json) process.stdout.write(`${JSON.stringify(secrets, null, 2)}\n`);
+    else for (const s of secrets) process.stdout.write(`${s.name}  version ${s.version}  ${s.sizeBytes} bytes  updated ${s.updatedAt} by ${s.updatedBy}\n`);
+  });
+
+secretCommand
+  .command('rm')
+  .description('delete a secret (idempotent)')
+  .argument('<name>')
+  .action(async (name: string) => {
+    await client(program.opts<{ url?: string; apiKey?: string }>()).deleteSecret(name);
   });
 
 program.parseAsync(process.argv).catch((err: unknown) => {

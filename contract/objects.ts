@@ -40,7 +40,7 @@ export const EnvironmentManifest = SandboxFacts.extend({
   network: z.object({ mode: z.enum(['none', 'allowlist', 'open']), allowlistDigest: Digest.nullable() }),
   /** Lease env: the sorted variable names and the digest of the whole map (values stay out). */
   env: z.object({ keys: z.array(z.string()), digest: Digest }),
-  /** Names of secrets the lease may receive; never values. */
+  /** Names of the secrets granted to the lease, sorted; never values nor digests of values. */
   secretRefs: z.array(z.string()),
   createdAt: Timestamp,
   digest: Digest,
@@ -104,9 +104,13 @@ export type CommitState = z.infer<typeof CommitState>;
 export const ResultStatus = z.enum(['succeeded', 'failed', 'denied', 'cancelled', 'timed_out', 'detached', 'effect_unknown']);
 export type ResultStatus = z.infer<typeof ResultStatus>;
 
-/** Per-stream output facts: all bytes the process wrote, even past the kept limit. */
+/**
+ * Per-stream output facts: all bytes of the stream, even past the kept limit, as they left the
+ * sandbox — after secret redaction (each secret value replaced by `[REDACTED:name]`), so they
+ * agree with the events, the result and the artifact and never fingerprint a secret value.
+ */
 export const StreamDigest = z.object({
-  /** Bytes the process wrote to the stream. */
+  /** Bytes of the (redacted) stream; equal to what the process wrote when nothing was redacted. */
   bytes: z.number().int().nonnegative(),
   /** sha256 hex of all those bytes. */
   sha256: z.string(),
@@ -144,6 +148,8 @@ export const EffectReceipt = z.object({
   /** Processes of the tool user still alive after the call ended (setsid, daemons), killed by the sweep. */
   cleanup: z.object({ killedProcesses: z.number().int().nonnegative() }).nullable().default(null),
   artifacts: z.array(z.object({ id: z.string(), sha256: z.string(), size: z.number().int() })),
+  /** Names of the secrets the attempt's process received (never values), sorted. */
+  secretsUsed: z.array(z.string()).default([]),
   manifestDigest: Digest,
 });
 export type EffectReceipt = z.infer<typeof EffectReceipt>;

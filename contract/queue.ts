@@ -10,12 +10,15 @@
  * - `cancel:<callId>`: the control plane's durable "cancel requested" marker, checked by the
  *   agent before it starts a call (the `control` message only reaches a running one).
  * - `hello`: list the agent pushes its `AgentHello` onto once it is ready.
+ * - `secrets`: the lease's secret values sealed for its agent (`SecretDelivery`); the agent
+ *   takes it once at start (GETDEL), and it expires by itself if the agent never does.
  * - pub/sub channel `control`: cancel requests to the agent.
  */
 import { z } from 'zod';
 import { EventBody } from './events.js';
 import { SandboxFacts, ToolResult } from './objects.js';
-import { EnvMap } from './tools.js';
+import { SecretFilePath, SecretName } from './secrets.js';
+import { EnvMap, EnvName } from './tools.js';
 
 export const CALL_QUEUE = 'calls';
 /** Bytes of every artifact chunk but the last: chunk `i` starts at byte `i * ARTIFACT_CHUNK_BYTES`. */
@@ -29,6 +32,8 @@ export interface LeaseKeys {
   readonly namespace: string;
   readonly hello: string;
   readonly control: string;
+  /** The lease's secret values sealed for its agent (`SecretDelivery`), until the agent takes them. */
+  readonly secrets: string;
   attempt(callId: string): string;
   cancel(callId: string): string;
   /** Redis ACL key and channel pattern covering the namespace. */
@@ -42,11 +47,24 @@ export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
     namespace,
     hello: `${namespace}:hello`,
     control: `${namespace}:control`,
+    secrets: `${namespace}:secrets`,
     attempt: (callId) => `${namespace}:attempt:${callId}`,
     cancel: (callId) => `${namespace}:cancel:${callId}`,
     aclPattern: `${namespace}:*`,
   };
 }
+
+/** How a lease receives one secret: as an env var and/or a file, in the calls that ask for it. */
+export const SecretGrant = z
+  .object({
+    name: SecretName,
+    /** Env var set in the process of a call that asks for the secret; null: not delivered as env. */
+    env: EnvName.nullable(),
+    /** File (mode 0440, the tool user's group) present while a call that asks for it runs; null: no file. */
+    file: SecretFilePath.nullable(),
+  })
+  .strict();
+export type SecretGrant = z.infer<typeof SecretGrant>;
 
 /** The agent's credentials file (mode 0400, root): how it reaches its own lease's keys. */
 export const AgentConfig = z.object({
@@ -67,6 +85,11 @@ export const AgentConfig = z.object({
    * Null for mode `none`.
    */
   egress: z.object({ port: z.number().int().min(1).max(65535), socketPath: z.string() }).nullable().default(null),
+  /**
+   * The secrets the lease was granted (names and how to deliver them; no values) and the
+   * base64 AES-256 key the values are sealed under in `LeaseKeys.secrets` (null: none granted).
+   */
+  secrets: z.object({ grants: z.array(SecretGrant), deliveryKey: z.string().nullable() }),
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
 

@@ -3,6 +3,7 @@
  * the agent (which executes it). A tool's schema is its input contract.
  */
 import { z } from 'zod';
+import { SecretName } from './secrets.js';
 
 /** Environment variable names: POSIX portable names (IEEE Std 1003.1, 8.1). */
 export const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be a POSIX environment variable name');
@@ -39,6 +40,17 @@ export const ExecArgs = z
     cwd: SandboxPath.default('/workspace'),
     /** Extra environment for this call, over the lease's env. */
     env: EnvMap.default({}),
+    /**
+     * Names of the lease's granted secrets this call's process receives (as the env var and/or
+     * file the lease asked for); other calls never see them. A name the lease was not granted is
+     * `policy.secret_denied`.
+     */
+    secrets: z
+      .array(SecretName)
+      .min(1)
+      .max(64)
+      .refine((names) => new Set(names).size === names.length, 'names must be distinct')
+      .optional(),
     /** Bytes written to the process's stdin (UTF-8), then stdin is closed. Without it stdin is empty. */
     stdin: z.string().max(16 * 1024 * 1024).optional(),
     /** Wall-clock limit in ms; on expiry the process group gets SIGTERM, then SIGKILL after `killGraceMs`. */

@@ -23,6 +23,8 @@ import type { LeaseService } from './leases/service.js';
 import { policiesRoutes } from './policies/routes.js';
 import type { PolicyService } from './policies/service.js';
 import type { SandboxRuntime } from './runtime/runtime.js';
+import { secretsRoutes } from './secrets/routes.js';
+import type { SecretService } from './secrets/service.js';
 
 export interface AppDeps {
   log: Logger;
@@ -39,6 +41,7 @@ export interface AppDeps {
   notifier: CallNotifier;
   runtime: SandboxRuntime;
   artifacts: ArtifactStore;
+  secrets: SecretService;
   /** Resolves when Redis answers; rejects otherwise. */
   pingRedis: () => Promise<unknown>;
   spoolDir: string;
@@ -71,6 +74,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(apiKeysRoutes, { apiKeys: deps.apiKeys });
   await app.register(policiesRoutes, { policies: deps.policies });
   await app.register(auditRoutes, { audit: deps.audit });
+  await app.register(secretsRoutes, { secrets: deps.secrets });
   await app.register(filesRoutes, { leases: deps.leases, runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
   return app;
 }

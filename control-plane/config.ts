@@ -21,6 +21,14 @@ const Env = z.object({
   SBX_AGENT_REDIS_SOCKET: z.string().optional(),
   /** Prefix of every Redis key sbx writes. Default `sbx:`. */
   SBX_REDIS_PREFIX: z.string().default('sbx:'),
+  /**
+   * AES-256 key the secret store encrypts values with: base64 of exactly 32 bytes (e.g.
+   * `openssl rand -base64 32`). Default: `<data dir>/secrets-key`, generated (mode 0600) on first start.
+   */
+  SBX_SECRETS_KEY: z
+    .string()
+    .refine((v) => /^[A-Za-z0-9+/]+={0,2}$/.test(v) && Buffer.from(v, 'base64').length === 32, 'must be base64 of exactly 32 bytes')
+    .optional(),
   /** Bearer API key. Default: `<data dir>/api-key`, generated and printed on first start. */
   SBX_API_KEY: z.string().min(16).optional(),
   /** Identity of this installation, written as the `sbx.owner` label on everything it creates. Default `sbx`. */
@@ -68,6 +76,8 @@ export interface Config {
   agentRedisSocket: string;
   redisPrefix: string;
   apiKey: string | undefined;
+  /** The secret store's AES-256 key (32 bytes); main.ts fills it from `<data dir>/secrets-key` when unset. */
+  secretsKey: Buffer | undefined;
   owner: string;
   image: string;
   policyDir: string;
@@ -104,6 +114,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     agentRedisSocket,
     redisPrefix: e.SBX_REDIS_PREFIX,
     apiKey: e.SBX_API_KEY,
+    secretsKey: e.SBX_SECRETS_KEY === undefined ? undefined : Buffer.from(e.SBX_SECRETS_KEY, 'base64'),
     owner: e.SBX_OWNER,
     image: e.SBX_IMAGE ?? builtImage(repoRoot) ?? 'sbx-sandbox:latest',
     policyDir: e.SBX_POLICY_DIR ?? join(repoRoot, 'policies'),

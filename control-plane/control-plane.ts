@@ -25,6 +25,8 @@ import { RedisPolicyStore } from './policies/store.js';
 import { LeaseChannels } from './queue/lease-channels.js';
 import { connectRedis, redisOptions } from './queue/redis.js';
 import { DockerRuntime } from './runtime/docker-runtime.js';
+import { SecretService } from './secrets/service.js';
+import { RedisSecretRecords } from './secrets/store.js';
 
 /** Version written to the `sbx.version` label. */
 export const SBX_VERSION = '0.1.0';
@@ -42,7 +44,12 @@ export interface ControlPlane {
   close(): Promise<void>;
 }
 
+/**
+ * Throws Error when `config.secretsKey` is unset (main.ts reads or makes the key file first; a
+ * control plane never runs without a key to encrypt secrets with).
+ */
 export async function createControlPlane(config: Config, apiKey: string, log: Logger): Promise<ControlPlane> {
+  if (!config.secretsKey) throw new Error('no secrets key: set SBX_SECRETS_KEY or let main.ts create <data dir>/secrets-key');
   const options = redisOptions(config.redis);
   const redis = connectRedis(options);
   const subscriber = connectRedis(options);
@@ -59,8 +66,9 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const artifacts = new ArtifactStore(join(config.dataDir, 'artifacts'), ledger);
   const calls = new CallService({ ledger, artifacts, channels, notifier, now, log });
   const egress = new EgressProxy({ resolve: createResolver(config.egressDnsServers), record: (leaseId, event) => ledger.appendEgress(leaseId, event), log });
+  const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
   const leases = new LeaseService(
-    { runtime, ledger, channels, policies, audit, calls, egress, now, log },
+    { runtime, ledger, channels, policies, audit, calls, egress, secrets, now, log },
     {
       owner: config.owner,
       sbxVersion: SBX_VERSION,
@@ -85,6 +93,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     notifier,
     runtime,
     artifacts,
+    secrets,
     pingRedis: () => redis.ping(),
     spoolDir: join(config.dataDir, 'spool'),
     maxUploadBytes: config.maxUploadBytes,

@@ -27,6 +27,29 @@ function apiKeyFor(dataDir: string, configured: string | undefined): string {
   return key;
 }
 
+/**
+ * The configured secrets key, or the one in `<data dir>/secrets-key` (base64 of 32 bytes),
+ * generated with mode 0600 the first time. Throws Error when the file holds anything else:
+ * secrets stored under a key cannot be read with another, so a bad file is not replaced.
+ */
+function secretsKeyFor(dataDir: string, configured: Buffer | undefined): Buffer {
+  if (configured) return configured;
+  const file = join(dataDir, 'secrets-key');
+  if (!existsSync(file)) {
+    mkdirSync(dataDir, { recursive: true });
+    // `wx`: of two first starts at once, one writes and the other reads what it wrote.
+    try {
+      writeFileSync(file, `${randomBytes(32).toString('base64')}\n`, { mode: 0o600, flag: 'wx' });
+      process.stderr.write(`sbx: generated the secrets key in ${file}; keep it with the data: secrets stored under it are unreadable without it\n`);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+  }
+  const key = Buffer.from(readFileSync(file, 'utf8').trim(), 'base64');
+  if (key.length !== 32) throw new Error(`${file} must hold base64 of exactly 32 bytes`);
+  return key;
+}
+
 async function main(): Promise<void> {
   let config;
   try {
@@ -37,7 +60,7 @@ async function main(): Promise<void> {
   }
   const log = pino({ level: config.logLevel });
   const apiKey = apiKeyFor(config.dataDir, config.apiKey);
-  const plane = await createControlPlane(config, apiKey, log);
+  const plane = await createControlPlane({ ...config, secretsKey: secretsKeyFor(config.dataDir, config.secretsKey) }, apiKey, log);
   const reconciled = await plane.startBackground();
   log.info(reconciled, 'reconciled sandboxes with the container runtime');
   await plane.app.listen({ port: config.port, host: config.host });

@@ -6,6 +6,7 @@ import type { ErrorInfo } from '../contract/errors.js';
 import type { EventBody } from '../contract/events.js';
 import type { CommitState, EffectReceipt, ResultStatus, ToolResult } from '../contract/objects.js';
 import type { AgentConfig } from '../contract/queue.js';
+import type { LeaseSecrets } from './secrets.js';
 import type { SpoolBudget } from './spool.js';
 
 export interface AttemptContext {
@@ -21,6 +22,8 @@ export interface AttemptContext {
   readonly leaseEnv: Record<string, string>;
   /** The egress proxy variables (network mode `allowlist`), under the lease env; else empty. */
   readonly networkEnv: Record<string, string>;
+  /** The lease's secrets: their redaction (for every call's output) and delivery to calls that ask. */
+  readonly secrets: LeaseSecrets;
   /** Processes of the tool user that are the agent's own (its worker): a sweep spares them. */
   readonly agentPids: () => ReadonlySet<number>;
   /** Process groups of running background tasks: a sweep spares them too. */
@@ -55,6 +58,8 @@ export interface AttemptOutcome {
   stdout: string;
   stderr: string;
   truncation: ToolResult['truncation'];
+  /** Names of the secrets the attempt's process received (the receipt's `secretsUsed`). */
+  secretsUsed?: string[];
   /** Artifacts the attempt produced (also listed in the receipt). */
   artifacts?: ToolResult['artifacts'];
   modelText: string;

@@ -12,6 +12,7 @@ import { CallJob, type AgentConfig, type LeaseKeys } from '../contract/queue.js'
 import { outcomeWithoutRun, type AgentTool, type AttemptOutcome } from './attempt.js';
 import type { ReturnChannel } from './return-channel.js';
 import type { AccessScheduler } from './scheduler.js';
+import type { LeaseSecrets } from './secrets.js';
 import { SpoolBudget } from './spool.js';
 
 /** SET key value NX: true when this caller set it. */
@@ -25,6 +26,7 @@ export interface CallRunnerDeps {
   /** Pids of the agent's own tool-user processes (see AttemptContext.agentPids). */
   agentPids: () => ReadonlySet<number>;
   keys: LeaseKeys;
+  secrets: LeaseSecrets;
   tools: ReadonlyMap<string, AgentTool<unknown>>;
   returns: ReturnChannel;
   claimAttempt: ClaimAttempt;
@@ -129,6 +131,7 @@ export class CallRunner {
           toolUser: this.deps.config.toolUser,
           leaseEnv: this.deps.config.env,
           networkEnv: this.networkEnv,
+          secrets: this.deps.secrets,
           agentPids: this.deps.agentPids,
           backgroundGroups: () => this.backgroundGroups,
           detach: (pgid) => {
@@ -183,6 +186,7 @@ export class CallRunner {
       cleanup: o.cleanup,
       versions: o.versions,
       artifacts: o.artifacts ?? [],
+      secretsUsed: o.secretsUsed ?? [],
       manifestDigest: job.manifestDigest,
     };
     return {

@@ -17,6 +17,7 @@ import { startEgressForwarder } from './egress-forwarder.js';
 import { measureFacts } from './facts.js';
 import { ReturnChannel } from './return-channel.js';
 import { AccessScheduler } from './scheduler.js';
+import { LeaseSecrets } from './secrets.js';
 import { ToolUserWorker } from './tool-user/client.js';
 import { runToolUserWorker } from './tool-user/worker.js';
 import { execTool } from './tools/exec.js';
@@ -40,6 +41,8 @@ async function main(): Promise<void> {
   for (const name of await readdir(config.spool.dir)) await rm(`${config.spool.dir}/${name}`, { force: true, recursive: true });
   const redis = new Redis(redisOptions);
   const subscriber = new Redis(redisOptions);
+  // Taken before anything runs: a lease missing a granted secret fails instead of starting.
+  const secrets = await LeaseSecrets.load(config, () => redis.getdel(keys.secrets));
   const returnQueue = new Queue(RETURN_QUEUE, {
     connection: redis,
     prefix: keys.namespace,
@@ -61,6 +64,7 @@ async function main(): Promise<void> {
     scheduler: new AccessScheduler(),
     agentPids: () => new Set(worker.pid === null ? [] : [worker.pid]),
     keys,
+    secrets,
     tools,
     returns: new ReturnChannel(returnQueue),
     claimAttempt: async (key, attemptId) => (await redis.set(key, attemptId, 'NX')) === 'OK',

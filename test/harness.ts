@@ -34,7 +34,16 @@ export interface Harness {
 
 export async function startHarness(overrides: Record<string, string> = {}): Promise<Harness> {
   const tag = randomBytes(4).toString('hex');
-  const env = { ...process.env, SBX_OWNER: `test-${tag}`, SBX_REDIS_PREFIX: `sbxtest:${tag}:`, SBX_LOG_LEVEL: 'warn', SBX_PORT: '0', ...overrides };
+  const env = {
+    ...process.env,
+    SBX_OWNER: `test-${tag}`,
+    SBX_REDIS_PREFIX: `sbxtest:${tag}:`,
+    SBX_LOG_LEVEL: 'warn',
+    SBX_PORT: '0',
+    // Each harness encrypts its secrets under a key of its own.
+    SBX_SECRETS_KEY: randomBytes(32).toString('base64'),
+    ...overrides,
+  };
   const config = loadConfig(env, REPO_ROOT);
   const apiKey = `test-key-${randomBytes(16).toString('hex')}`;
   const log = pino({ level: config.logLevel });

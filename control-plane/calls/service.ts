@@ -34,7 +34,8 @@ export class CallService {
    * Submits a call. Returns `{call, created}`; `created` is false when the callId existed with
    * the same fingerprint (the earlier call is returned, nothing runs twice). Throws
    * `input.unknown_tool`, `input.invalid` (details.issues with paths under `args`),
-   * `call.id_conflict`, `policy.tool_denied` (the denial is recorded as the call's result).
+   * `call.id_conflict`, `policy.tool_denied`, `policy.secret_denied` (a secret the lease was
+   * not granted) — a denial is recorded as the call's result.
    */
   async submit(lease: LeaseRecord, body: SubmitCallBody): Promise<{ call: CallView; created: boolean }> {
     const { ledger, channels, now } = this.deps;
@@ -44,7 +45,7 @@ export class CallService {
     let resolved;
     let denial: AppError | null = null;
     try {
-      resolved = tool.resolve(body.args, lease.policySnapshot);
+      resolved = tool.resolve(body.args, lease.policySnapshot, lease.secrets);
     } catch (err) {
       if (err instanceof ZodError) {
         throw new AppError('input.invalid', `invalid args for ${tool.name}: ${err.issues.map((i) => `args.${i.path.join('.')}: ${i.message}`).join('; ')}`, {
@@ -205,6 +206,8 @@ export class CallService {
         cleanup: null,
         versions: [],
         artifacts: [],
+        // The attempt started, so its process had the secrets its call asked for.
+        secretsUsed: Array.isArray(call.args.secrets) ? call.args.secrets.map(String).sort() : [],
         manifestDigest,
       };
       await this.deps.ledger.finishCall(leaseId, callId, result, now);

@@ -2,11 +2,12 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { AppError } from '../../contract/errors.js';
+import type { SecretGrant } from '../../contract/queue.js';
 import { Policy } from '../policies/schema.js';
 import { TOOLS } from './tools.js';
 
 const base = Policy.parse(parseYaml(readFileSync(new URL('../../policies/default.yaml', import.meta.url), 'utf8')));
-const resolve = (tool: string, args: unknown, policy = base) => TOOLS.get(tool)!.resolve(args, policy);
+const resolve = (tool: string, args: unknown, policy = base, grants: SecretGrant[] = []) => TOOLS.get(tool)!.resolve(args, policy, grants);
 
 describe('tool resolution', () => {
   it('declares accesses: reads their path, writes and exec everything', () => {
@@ -25,5 +26,14 @@ describe('tool resolution', () => {
       expect(() => resolve(tool, tool === 'exec' ? { argv: ['true'] } : { path: '/workspace' }, noExec)).toThrow(expect.objectContaining({ code: 'policy.tool_denied' }));
     }
     expect(resolve('read_file', { path: '/workspace/x' }, noExec).accesses).toHaveLength(1);
+  });
+
+  it('exec may ask only for secrets its lease was granted (policy.secret_denied naming the secret)', () => {
+    const grants: SecretGrant[] = [{ name: 'NPM_TOKEN', env: 'NPM_TOKEN', file: null }];
+    expect(resolve('exec', { argv: ['true'], secrets: ['NPM_TOKEN'] }, base, grants).args.secrets).toEqual(['NPM_TOKEN']);
+    expect(() => resolve('exec', { argv: ['true'], secrets: ['NPM_TOKEN', 'GH_TOKEN'] }, base, grants)).toThrow(
+      expect.objectContaining({ code: 'policy.secret_denied', details: expect.objectContaining({ name: 'GH_TOKEN' }) }),
+    );
+    expect(() => resolve('exec', { argv: ['true'], secrets: ['NPM_TOKEN'] })).toThrow(expect.objectContaining({ code: 'policy.secret_denied' }));
   });
 });

@@ -7,7 +7,7 @@
 import { posix } from 'node:path';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
-import type { CallJob } from '../../contract/queue.js';
+import type { CallJob, SecretGrant } from '../../contract/queue.js';
 import { ExecArgs, TOOL_ARGS } from '../../contract/tools.js';
 import type { Policy } from '../policies/schema.js';
 
@@ -29,8 +29,12 @@ export interface ToolDefinition {
   /** What running the tool may do: `process` (runs code), `fs.read`, `fs.write`. */
   effectClasses: string[];
   inputSchema: z.ZodType;
-  /** Parses args (throws ZodError) and authorizes them (throws AppError `policy.tool_denied`, `input.path_outside_workspace`). */
-  resolve(args: unknown, policy: Policy): ResolvedExecution;
+  /**
+   * Parses args (throws ZodError) and authorizes them against the lease's policy and the secrets
+   * it was granted (throws AppError `policy.tool_denied`, `policy.secret_denied`,
+   * `input.path_outside_workspace`).
+   */
+  resolve(args: unknown, policy: Policy, grants: readonly SecretGrant[]): ResolvedExecution;
 }
 
 const exec: ToolDefinition = {
@@ -39,7 +43,7 @@ const exec: ToolDefinition = {
   description: 'Runs a program (argv) or a bash script (cmd) as the sandbox tool user in its own process group.',
   effectClasses: ['process', 'fs.read', 'fs.write'],
   inputSchema: ExecArgs,
-  resolve(raw, policy) {
+  resolve(raw, policy, grants) {
     const rules = policy.tools.exec;
     if (!rules.enabled) throw new AppError('policy.tool_denied', `policy ${policy.name} disables exec`, { details: { tool: 'exec' } });
     const args = ExecArgs.parse(raw);
@@ -47,6 +51,12 @@ const exec: ToolDefinition = {
     if (timeoutMs > rules.maxTimeoutMs) {
       throw new AppError('policy.tool_denied', `timeoutMs ${timeoutMs} is above the policy's maxTimeoutMs ${rules.maxTimeoutMs}`, {
         details: { tool: 'exec', field: 'args.timeoutMs', max: rules.maxTimeoutMs },
+      });
+    }
+    const ungranted = (args.secrets ?? []).find((name) => !grants.some((g) => g.name === name));
+    if (ungranted !== undefined) {
+      throw new AppError('policy.secret_denied', `secret ${ungranted} was not granted to this sandbox (ask for it when leasing)`, {
+        details: { tool: 'exec', field: 'args.secrets', name: ungranted },
       });
     }
     // A program may touch anything: exec runs alone, in order with every other call.

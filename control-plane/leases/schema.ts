@@ -1,8 +1,39 @@
 /** HTTP schemas of the leases domain. */
 import { z } from 'zod';
-import { EnvMap } from '../../contract/tools.js';
+import { SecretFilePath, SecretName } from '../../contract/secrets.js';
+import { EnvMap, EnvName } from '../../contract/tools.js';
 
 const LabelKey = z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_.\/-]{0,62}$/, 'label keys: letters, digits, _ . / -');
+
+/**
+ * A secret the lease asks for: its stored name, and how the calls that ask for it receive it —
+ * `env` (a variable of their process) and/or `file` (in /run/secrets). Without either, `env`
+ * is the name itself, which must then be a POSIX variable name.
+ */
+export const SecretRequest = z
+  .object({ name: SecretName, env: EnvName.optional(), file: SecretFilePath.optional() })
+  .strict()
+  .refine((r) => r.env !== undefined || r.file !== undefined || EnvName.safeParse(r.name).success, {
+    message: 'the name is not a POSIX variable name: give env (a variable name) or file',
+    path: ['env'],
+  });
+export type SecretRequest = z.infer<typeof SecretRequest>;
+
+/** Secrets of one lease: distinct names, and no two delivered to the same variable or file. */
+const SecretRequests = z
+  .array(SecretRequest)
+  .max(64)
+  .superRefine((requests, ctx) => {
+    const seen = { name: new Set<string>(), env: new Set<string>(), file: new Set<string>() };
+    requests.forEach((r, i) => {
+      const env = r.env ?? (r.file === undefined ? r.name : undefined);
+      for (const [field, value] of [['name', r.name], ['env', env], ['file', r.file]] as const) {
+        if (value === undefined) continue;
+        if (seen[field].has(value)) ctx.addIssue({ code: 'custom', path: [i, field], message: `${field} ${value} is given twice` });
+        seen[field].add(value);
+      }
+    });
+  });
 
 export const CreateSandboxBody = z
   .object({
@@ -14,6 +45,8 @@ export const CreateSandboxBody = z
     ttlSeconds: z.number().int().positive().optional(),
     /** Environment every call in the sandbox gets. */
     env: EnvMap.optional(),
+    /** Stored secrets the lease may hand to its calls; each must be allowed by the policy (`policy.secret_denied`). */
+    secrets: SecretRequests.optional(),
     /** Free-form labels, returned as given; `sbx.*` keys are reserved. */
     labels: z
       .record(LabelKey, z.string().max(256))

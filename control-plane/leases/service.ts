@@ -12,9 +12,10 @@ import type { Logger } from 'pino';
 import { digestOf } from '../../contract/digest.js';
 import { AppError } from '../../contract/errors.js';
 import type { Lease } from '../../contract/objects.js';
-import type { AgentConfig } from '../../contract/queue.js';
+import type { AgentConfig, SecretGrant } from '../../contract/queue.js';
 import { actorOf, type AuditLog } from '../audit/service.js';
 import type { AuditActor } from '../audit/schema.js';
+import { deliveryAad, seal, type SecretDelivery } from '../../contract/secrets.js';
 import type { CallService } from '../calls/service.js';
 import { seesTenant, type Principal } from '../http/auth.js';
 import type { Ledger, LeaseRecord } from '../ledger/ledger.js';
@@ -26,7 +27,8 @@ import type { Policy } from '../policies/schema.js';
 import type { PolicyService } from '../policies/service.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
-import type { CreateSandboxBody } from './schema.js';
+import type { SecretService } from '../secrets/service.js';
+import type { CreateSandboxBody, SecretRequest } from './schema.js';
 
 export interface LeaseServiceOptions {
   owner: string;
@@ -55,6 +57,8 @@ export interface LeaseServiceDeps {
   calls: CallService;
   /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
   egress: EgressProxy;
+  /** Values of the secrets a lease is granted, for its agent only. */
+  secrets: Pick<SecretService, 'reveal'>;
   now: () => Date;
   log: Logger;
 }
@@ -71,8 +75,10 @@ export class LeaseService {
    * Leases a sandbox for `by`'s tenant. With `idempotencyKey` (scoped to the tenant), the same
    * key and body return the same sandbox (`replayed: true`); the same key with another body
    * throws `lease.idempotency_conflict`. Throws `policy.not_found`, `policy.unenforceable`,
-   * `lease.ttl_exceeds_policy`, `input.invalid`, `runtime.image_not_found`,
-   * `runtime.unavailable`, `lease.create_failed`.
+   * `lease.ttl_exceeds_policy`, `input.invalid`, `policy.secret_denied` (a secret the policy
+   * does not allow; details.name), `secret.not_found`, `secret.unreadable`,
+   * `policy.mount_not_allowed`, `runtime.image_not_found`, `runtime.unavailable`,
+   * `lease.create_failed`. Every check comes before anything is created.
    */
   async create(body: CreateSandboxBody, by: Principal, idempotencyKey?: string): Promise<{ lease: Lease; replayed: boolean }> {
     const id = `sbx_${randomBytes(10).toString('hex')}`;
@@ -114,6 +120,12 @@ export class LeaseService {
     if (refused.length > 0) {
       throw new AppError('input.invalid', `env names not allowed by policy ${ref.name}: ${refused.join(', ')}`, { details: { field: 'env', refused } });
     }
+    const grants = (body.secrets ?? []).map(grantOf);
+    const denied = grants.find((g) => !policy.secrets.allowed.includes(g.name));
+    if (denied) {
+      throw new AppError('policy.secret_denied', `policy ${ref.name} does not allow secret ${denied.name}`, { details: { name: denied.name, policy: ref.name, field: 'secrets' } });
+    }
+    const values = await this.deps.secrets.reveal(grants.map((g) => g.name));
     const image = body.image ?? this.options.defaultImage;
     const [info, imageId] = await Promise.all([runtime.info(), runtime.imageId(image)]);
     const credsPath = join(this.options.dataDir, 'leases', id, 'agent.json');
@@ -148,11 +160,13 @@ export class LeaseService {
       owner: this.options.owner,
       env,
       policySnapshot: policy,
+      secrets: grants,
       containerId: null,
     };
     await ledger.putLease(record);
     try {
       const creds = await channels.provisionAgentUser(id);
+      const deliveryKey = grants.length > 0 ? await this.deliverSecrets(id, grants, values) : null;
       const agentConfig: AgentConfig = {
         leaseId: id,
         rootPrefix: this.options.redisPrefix,
@@ -163,6 +177,7 @@ export class LeaseService {
         files: { roots: policy.filesystem.writableRoots.map((r) => r.path), maxFileBytes: policy.tools.files.maxFileBytes },
         spool: { dir: AGENT_SPOOL_DIR, maxArtifactBytes: policy.tools.exec.maxArtifactBytes, maxTotalBytes: policy.tools.exec.maxSpoolBytes },
         egress: agentEgress(policy),
+        secrets: { grants, deliveryKey },
       };
       await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
       await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
@@ -191,7 +206,7 @@ export class LeaseService {
         policy: ref,
         network: { mode: policy.network.mode, allowlistDigest: policy.network.mode === 'allowlist' ? allowlistDigest(policy.network.allow) : null },
         env,
-        secretRefs: policy.secrets.allowed,
+        secretRefs: grants.map((g) => g.name),
         createdAt,
       });
       const ready: LeaseRecord = { ...record, status: 'ready', manifest, containerId };
@@ -213,6 +228,26 @@ export class LeaseService {
       log.warn({ leaseId: id, err, teardownFailures: failures.length }, 'sandbox create failed');
       if (err instanceof AppError) throw err;
       throw new AppError('lease.create_failed', `the sandbox could not be started: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  /**
+   * Leaves the granted values for the lease's agent in its namespace, each sealed (AES-256-GCM)
+   * under a fresh key of this lease alone, bound to the lease and the name. The key goes in the
+   * agent's config file, so the values never lie in clear on disk or in Redis; the agent takes
+   * them once, and they expire by themselves if it never does. Zeroes `values` and the key
+   * afterwards (best effort: what this process no longer holds cannot leak from its memory).
+   * Returns the key, base64.
+   */
+  private async deliverSecrets(leaseId: string, grants: readonly SecretGrant[], values: Map<string, Buffer>): Promise<string> {
+    const key = randomBytes(32);
+    try {
+      const delivery: SecretDelivery = { items: grants.map((g) => ({ name: g.name, sealed: seal(key, deliveryAad(leaseId, g.name), values.get(g.name)!) })) };
+      await this.deps.channels.leaveSecretDelivery(leaseId, delivery, (this.options.helloTimeoutMs ?? 30_000) + 30_000);
+      return key.toString('base64');
+    } finally {
+      for (const v of values.values()) v.fill(0);
+      key.fill(0);
     }
   }
 
@@ -444,6 +479,11 @@ async function resolveMounts(policy: Policy, allowlist: readonly string[]): Prom
   const dirs = (await Promise.all(allowlist.map(real))).filter((d): d is string => d !== null);
   const realpaths = new Map(await Promise.all(policy.filesystem.readOnlyMounts.map(async (m) => [m.hostPath, await real(m.hostPath)] as const)));
   return { allowlist: dirs, realpaths };
+}
+
+/** How a requested secret is delivered: `env` defaults to the name when neither env nor file is given (the schema checked it is a variable name). */
+function grantOf(r: SecretRequest): SecretGrant {
+  return { name: r.name, env: r.env ?? (r.file === undefined ? r.name : null), file: r.file ?? null };
 }
 
 /** The API view of a lease record (internal fields dropped). */

@@ -13,6 +13,7 @@ import { z } from 'zod';
 import { canonicalJson } from '../../contract/digest.js';
 import { CallEvent, type EventBody } from '../../contract/events.js';
 import { Artifact, CallStatus, EffectReceipt, EgressEvent, Lease, ToolResult, type CallView } from '../../contract/objects.js';
+import { SecretGrant } from '../../contract/queue.js';
 import { EnvMap } from '../../contract/tools.js';
 import { PolicyShape } from '../policies/schema.js';
 
@@ -22,6 +23,8 @@ export const LeaseRecord = Lease.extend({
   env: EnvMap,
   /** The policy version the lease is bound to, as it was at creation (read back without today's cross-field rules). */
   policySnapshot: PolicyShape,
+  /** Secrets granted to the lease: names and how they are delivered, never values. */
+  secrets: z.array(SecretGrant).default([]),
   containerId: z.string().nullable(),
 });
 export type LeaseRecord = z.infer<typeof LeaseRecord>;

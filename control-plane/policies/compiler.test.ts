@@ -124,7 +124,10 @@ describe('policy compiler', () => {
     expect(compileSandboxSpec(input(gvisor, ['runc', 'runsc'])).ociRuntime).toBe('runsc');
   });
 
-  it('fails closed on secrets, which it cannot deliver yet', () => {
-    expect(unenforceable(() => compileSandboxSpec(input({ ...base, secrets: { allowed: ['NPM_TOKEN'] } }))).field).toBe('secrets.allowed');
+  it('a policy allowing secrets gets the secrets tmpfs: memory only, root-owned, setgid to the tool group, no exec; without secrets there is none', () => {
+    const spec = compileSandboxSpec(input({ ...base, secrets: { allowed: ['NPM_TOKEN', 'GH_TOKEN'] } }));
+    expect(spec.tmpfs['/run/secrets']).toBe(`rw,noexec,nosuid,nodev,size=${2 * (64 * 1024 + 4096)},uid=0,gid=1000,mode=2750`);
+    expect(JSON.stringify(spec)).not.toContain('NPM_TOKEN');
+    expect(compileSandboxSpec(input(base)).tmpfs['/run/secrets']).toBeUndefined();
   });
 });

@@ -9,6 +9,7 @@ import { AppError } from '../../contract/errors.js';
 import type { PolicyRef } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
 import { SBX_BRIDGE_PREFIX } from '../runtime/link-local-guard.js';
+import { SECRET_FILES_DIR, SECRET_MAX_BYTES } from '../../contract/secrets.js';
 import { LABEL, type SandboxSpec } from '../runtime/runtime.js';
 import type { Policy } from './schema.js';
 
@@ -53,9 +54,6 @@ export interface CompileInput {
 
 export function compileSandboxSpec(input: CompileInput): SandboxSpec {
   const { policy } = input;
-  if (policy.secrets.allowed.length > 0) {
-    throw new AppError('policy.unenforceable', 'secret delivery is not available in this control plane yet', { details: { field: 'secrets.allowed' } });
-  }
   if (!input.ociRuntimes.includes(policy.runtime.oci)) {
     throw new AppError('policy.unenforceable', `OCI runtime "${policy.runtime.oci}" is not registered with the container engine`, {
       details: { field: 'runtime.oci', available: [...input.ociRuntimes] },
@@ -87,6 +85,14 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
       const owner = root.path === '/tmp' ? 'mode=1777' : `uid=${user.uid},gid=${user.gid},mode=0755`;
       tmpfs[root.path] = `rw,nosuid,nodev,size=${root.sizeBytes},${owner}`;
     }
+  }
+  if (policy.secrets.allowed.length > 0) {
+    // File secrets live here only while a call that asks for them runs. Memory, never disk;
+    // root-owned so only the agent writes; setgid with the tool user's group so the files the
+    // agent creates are readable by the tool user (mode 0440) and by no one else; room for
+    // every allowed secret at its largest.
+    const sizeBytes = policy.secrets.allowed.length * (SECRET_MAX_BYTES + 4096);
+    tmpfs[SECRET_FILES_DIR] = `rw,noexec,nosuid,nodev,size=${sizeBytes},uid=0,gid=${user.gid},mode=2750`;
   }
   return {
     leaseId: input.leaseId,

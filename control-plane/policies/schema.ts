@@ -7,6 +7,7 @@ import { z } from 'zod';
 import ipaddr from 'ipaddr.js';
 import { digestOf } from '../../contract/digest.js';
 import { Digest, Timestamp, type PolicyRef } from '../../contract/objects.js';
+import { SecretName } from '../../contract/secrets.js';
 import { EnvName } from '../../contract/tools.js';
 import { HOST_PATTERN } from '../egress/rules.js';
 
@@ -86,7 +87,19 @@ export const PolicyShape = z
         allow: z.array(EgressRuleSchema).max(1000).default([]),
       })
       .strict(),
-    secrets: z.object({ allowed: z.array(z.string()).default([]) }).strict().default({ allowed: [] }),
+    secrets: z
+      .object({
+        /**
+         * Names of the stored secrets a lease under this policy may ask for (`secrets` of
+         * `POST /v1/sandboxes`); any other is `policy.secret_denied`. Empty: none.
+         */
+        allowed: z
+          .array(SecretName)
+          .refine((names) => new Set(names).size === names.length, 'names must be distinct')
+          .default([]),
+      })
+      .strict()
+      .default({ allowed: [] }),
     resources: z
       .object({
         /** CPU count (fractions allowed), enforced as CFS quota. */

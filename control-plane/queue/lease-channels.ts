@@ -9,6 +9,7 @@ import { Queue, Worker } from 'bullmq';
 import type { Logger } from 'pino';
 import { AppError } from '../../contract/errors.js';
 import { AgentHello, CALL_QUEUE, RETURN_QUEUE, ReturnMessage, leaseKeys, type CallJob, type ControlMessage } from '../../contract/queue.js';
+import type { SecretDelivery } from '../../contract/secrets.js';
 import type { Redis, RedisOptions } from './redis.js';
 
 export interface AgentCredentials {
@@ -75,6 +76,14 @@ export class LeaseChannels {
       '+client|getname',
     );
     return { username, password };
+  }
+
+  /**
+   * Leaves the lease's sealed secret values where only its agent can take them (its namespace,
+   * `LeaseKeys.secrets`), for `ttlMs` at most.
+   */
+  async leaveSecretDelivery(leaseId: string, delivery: SecretDelivery, ttlMs: number): Promise<void> {
+    await this.redis.set(leaseKeys(this.rootPrefix, leaseId).secrets, JSON.stringify(delivery), 'PX', ttlMs);
   }
 
   /** Waits for the agent's hello, ms. Throws AppError `lease.create_failed` on timeout. */

@@ -12,6 +12,7 @@ import { errorInfo } from '../../contract/errors.js';
 import type { EffectReceipt, StreamTruncation } from '../../contract/objects.js';
 import { ExecArgs } from '../../contract/tools.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../attempt.js';
+import type { ProvidedSecrets } from '../secrets.js';
 import { modelTextOf } from '../model-text.js';
 import { OutputPipeline, type StreamSummary } from '../output-pipeline.js';
 import { StreamSpool } from '../spool.js';
@@ -46,7 +47,25 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   const cwdError = await checkCwd(args.cwd, ctx.toolUser);
   if (cwdError) return outcomeWithoutRun('failed', 'not_started', errorInfo('input.cwd_not_found', cwdError, { cwd: args.cwd }), startedAt);
 
-  const userEnv = { ...ctx.leaseEnv, ...args.env };
+  let provided;
+  try {
+    provided = await ctx.secrets.provide(args.secrets ?? []);
+  } catch (err) {
+    // A secret file could not be written (the secrets tmpfs full or missing): nothing ran.
+    return outcomeWithoutRun('failed', 'not_started', errorInfo('execution.spawn_failed', `could not deliver the call's secrets: ${(err as Error).message}`), startedAt);
+  }
+  if (!('release' in provided)) return outcomeWithoutRun('denied', 'not_started', provided, startedAt);
+  try {
+    return await runWithSecrets(ctx, args, startedAt, provided);
+  } finally {
+    // The call's processes are gone (killed and swept, or detached ones ended): its files go.
+    await provided.release();
+  }
+}
+
+async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Date, provided: ProvidedSecrets): Promise<AttemptOutcome> {
+  // A secret's variable wins over a lease or call variable of the same name: it was asked for by name.
+  const userEnv = { ...ctx.leaseEnv, ...args.env, ...provided.env };
   const env = {
     ...EXEC_ENV_DEFAULTS,
     ...ctx.networkEnv,
@@ -102,17 +121,25 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     // EPIPE: the program exited or closed stdin before reading all of it; not a failure of exec.
   });
   child.stdin.end(args.stdin ?? '');
-  // Every byte is counted and hashed (pipeline) and spooled up to the artifact cap; when the
-  // spool's buffer is full the pipe is paused until it drains, so memory stays bounded.
+  // Every byte is redacted first (each secret value of the lease becomes [REDACTED:name], also
+  // split across reads), then counted and hashed (pipeline) and spooled up to the artifact cap:
+  // nothing downstream ever holds a value. When the spool's buffer is full the pipe is paused
+  // until it drains, so memory stays bounded.
   const spools = {
     stdout: new StreamSpool(ctx.spool.dir, `${ctx.attemptId}.stdout`, ctx.spool.maxArtifactBytes, ctx.spool.budget),
     stderr: new StreamSpool(ctx.spool.dir, `${ctx.attemptId}.stderr`, ctx.spool.maxArtifactBytes, ctx.spool.budget),
   };
+  const redactors = { stdout: ctx.secrets.redaction.stream(), stderr: ctx.secrets.redaction.stream() };
+  /** Passes redacted bytes on; false when the spool wants the pipe paused. */
+  const forward = (stream: 'stdout' | 'stderr', data: Buffer): boolean => {
+    if (data.length === 0) return true;
+    pipeline.write(stream, data);
+    return spools[stream].write(data);
+  };
   for (const stream of ['stdout', 'stderr'] as const) {
     const source = child[stream];
     source.on('data', (d: Buffer) => {
-      pipeline.write(stream, d);
-      if (!spools[stream].write(d)) {
+      if (!forward(stream, redactors[stream].push(d))) {
         source.pause();
         spools[stream].onDrain(() => source.resume());
       }
@@ -155,6 +182,8 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   // worker and running background tasks.
   const killedProcesses = args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups());
   await drain(child.stdout, child.stderr);
+  // What a redactor held back (a possible start of a value) ends the stream; the spool takes it on close.
+  for (const stream of ['stdout', 'stderr'] as const) forward(stream, redactors[stream].end());
   pipeline.flush();
   await Promise.all([spools.stdout.close(), spools.stderr.close()]);
   const out = pipeline.summary('stdout');
@@ -197,6 +226,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     stderr,
     truncation: truncated ? { stdout: truncationStdout, stderr: truncationStderr } : null,
     artifacts,
+    secretsUsed: provided.names,
   };
   const modelText = (headline: string): string => modelTextOf(headline, out, err);
   const durationText = `${endedAt.getTime() - startedAt.getTime()} ms`;

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import type { AgentTool, AttemptContext, AttemptOutcome } from '../attempt.js';
 import { ToolCancelled, ToolTimeout, type ToolUserWorker } from '../tool-user/client.js';
 import { sweepProcesses } from '../process-sweep.js';
+import type { Redaction } from '../redactor.js';
 import { ToolError } from '../tool-user/file-ops.js';
 import { FILE_OPS, type FileOpName } from '../tool-user/protocol.js';
 
@@ -33,7 +34,10 @@ export function fileTools(worker: ToolUserWorker): Array<AgentTool<unknown>> {
           if (RUNS_CODE.has(name)) await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups());
         });
         const inline = name === 'git_diff' ? (args as { maxBytes: number }).maxBytes : DIFF_INLINE_BYTES;
-        const { data, artifacts, modelText } = await diffToArtifact(ctx, r.data, r.modelText, inline);
+        // A file may hold a secret value a call wrote there: what leaves the sandbox (data, text,
+        // diff artifact) is redacted like exec output. Hashes in data stay those of the files.
+        const { redaction } = ctx.secrets;
+        const { data, artifacts, modelText } = await diffToArtifact(ctx, redactData(redaction, r.data), redaction.redactText(r.modelText), inline);
         return { ...base, endedAt: new Date(), status: 'succeeded', commitState: 'committed', error: null, data, versions: r.versions, modelText, artifacts };
       } catch (err) {
         const endedAt = new Date();
@@ -49,14 +53,28 @@ export function fileTools(worker: ToolUserWorker): Array<AgentTool<unknown>> {
           return { ...base, endedAt, status: 'cancelled', commitState: interrupted, error, data: null, versions: [], modelText: error.message };
         }
         if (err instanceof ToolError) {
-          const error = errorInfo(err.code, err.message, err.details);
-          return { ...base, endedAt, status: 'failed', commitState: 'not_started', error, data: null, versions: [], modelText: `${err.code}: ${err.message}` };
+          const { redaction } = ctx.secrets;
+          const error = redaction.redactDeep(errorInfo(err.code, err.message, err.details));
+          return { ...base, endedAt, status: 'failed', commitState: 'not_started', error, data: null, versions: [], modelText: `${error.code}: ${error.message}` };
         }
         const error = errorInfo('execution.effect_unknown', `the tool-user worker failed: ${(err as Error).message}`);
         return { ...base, endedAt, status: 'effect_unknown', commitState: WRITES.has(name) ? 'unknown' : 'not_started', error, data: null, versions: [], modelText: error.message };
       }
     },
   }));
+}
+
+/**
+ * `data` with every secret value replaced: in its strings, and in the bytes of base64 file
+ * content (read_file `encoding: base64`), which is decoded, redacted and encoded again.
+ */
+function redactData(redaction: Redaction, data: Record<string, unknown>): Record<string, unknown> {
+  if (!redaction.active) return data;
+  if (data.encoding === 'base64' && typeof data.content === 'string') {
+    const content = redaction.redactBytes(Buffer.from(data.content, 'base64')).toString('base64');
+    return { ...redaction.redactDeep({ ...data, content: '' }), content };
+  }
+  return redaction.redactDeep(data);
 }
 
 /** Bytes of a diff kept in the result of write_file and edit_file; a longer diff becomes an artifact. */
