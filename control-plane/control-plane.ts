@@ -3,7 +3,7 @@
  * ledger, the queues, the services and the HTTP app, plus the lease reaper. Used by main.ts
  * and by the integration tests, so both run the same assembly.
  */
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { ApiKeyService } from './api-keys/service.js';
@@ -78,6 +78,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       redisPrefix: config.redisPrefix,
       retentionSeconds: config.ledgerRetentionSeconds,
       mountAllowlist: config.mountAllowlist,
+      protectedHostPaths: [config.dataDir, config.dockerSocket, dirname(config.agentRedisSocket)],
     },
   );
   const app = await buildApp({

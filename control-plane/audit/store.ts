@@ -30,6 +30,8 @@ export class RedisAuditStore {
 
   /** Up to `count` entries, newest first, strictly older than `before` (an id) when given. */
   async page(count: number, before?: string): Promise<StoredAuditEntry[]> {
+    // Nothing is older than the smallest id, and Redis refuses the interval `(0-0`.
+    if (before === '0-0') return [];
     const rows = await this.redis.xrevrange(this.key, before === undefined ? '+' : `(${before}`, '-', 'COUNT', count);
     return rows.map(([id, fields]) => ({ id, json: fields[1] ?? '{}' }));
   }

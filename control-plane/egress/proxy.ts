@@ -31,10 +31,17 @@ export interface EgressProxyDeps {
   log: Logger;
   /** Give up dialling a destination after this long, ms. Default 10 000. */
   connectTimeoutMs?: number;
+  /** A request's headers must be complete within this long, ms, so a slow client cannot hold a socket. Default 20 000. */
+  headersTimeoutMs?: number;
 }
 
 /** Headers that belong to one hop (RFC 9110 §7.6.1) or to the proxy, never forwarded. */
-const HOP_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
+const HOP_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host']);
+
+/** A tunnel or connection with no bytes either way for this long is closed, ms. */
+const IDLE_TIMEOUT_MS = 10 * 60_000;
+/** Connections one lease may hold open to its proxy at once. */
+const MAX_CONNECTIONS_PER_LEASE = 256;
 
 interface Served {
   server: http.Server;
@@ -53,14 +60,27 @@ export class EgressProxy {
   async serve(leaseId: string, rules: readonly EgressRule[], socketPath: string): Promise<void> {
     if (this.served.has(leaseId)) return;
     const allowlist = new EgressAllowlist(rules);
-    const server = http.createServer({ requestTimeout: 0 });
+    const headersTimeout = this.deps.headersTimeoutMs ?? 20_000;
+    // requestTimeout stays off (a large upload through the proxy may take long; idle sockets are
+    // closed by their own timeout); node checks headersTimeout every connectionsCheckingInterval.
+    const server = http.createServer({ headersTimeout, requestTimeout: 0, connectionsCheckingInterval: Math.min(headersTimeout, 5000) });
+    server.maxConnections = MAX_CONNECTIONS_PER_LEASE;
     const sockets = new Set<Duplex>();
     server.on('connection', (socket: net.Socket) => {
       sockets.add(socket);
       socket.once('close', () => sockets.delete(socket));
+      // A sandbox that hangs up mid-answer must cost it its connection, never this process:
+      // an 'error' event without a listener would throw.
+      socket.on('error', () => socket.destroy());
+      socket.setTimeout(IDLE_TIMEOUT_MS, () => socket.destroy());
     });
     server.on('request', (req, res) => void this.forward(leaseId, allowlist, req, res));
-    server.on('connect', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void this.tunnel(leaseId, allowlist, req, socket, head));
+    server.on('connect', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+      // node:http hands the socket over without its own 'error' listener (http docs, event
+      // 'connect'); this one must be in place before anything is written or awaited.
+      socket.on('error', () => socket.destroy());
+      void this.tunnel(leaseId, allowlist, req, socket, head);
+    });
     server.on('clientError', (_err, socket) => socket.destroy());
     await mkdir(dirname(socketPath), { recursive: true, mode: 0o700 });
     await rm(socketPath, { force: true });
@@ -138,7 +158,7 @@ export class EgressProxy {
     const upstream = net.connect({ host: address, port: target.port });
     upstream.setTimeout(this.deps.connectTimeoutMs ?? 10_000, () => upstream.destroy(new Error('connect timeout')));
     upstream.once('connect', () => {
-      upstream.setTimeout(0);
+      upstream.setTimeout(IDLE_TIMEOUT_MS, () => upstream.destroy());
       client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
       if (head.length > 0) {
         event.bytesOut += head.length;
@@ -156,12 +176,12 @@ export class EgressProxy {
       const done = (): void => {
         if (--open === 0) resolve();
       };
-      upstream.once('error', (err: NodeJS.ErrnoException) => {
-        event.error = err.code ?? err.message;
-        if (!connected) client.end(`HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n\r\nsbx egress: ${target.host}:${target.port} (${address}): ${event.error}\n`);
+      upstream.on('error', (err: NodeJS.ErrnoException) => {
+        event.error ??= err.code ?? err.message;
+        if (!connected && client.writable) client.end(`HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n\r\nsbx egress: ${target.host}:${target.port} (${address}): ${event.error}\n`);
         else client.destroy();
       });
-      client.once('error', () => upstream.destroy());
+      client.on('error', () => upstream.destroy());
       upstream.once('close', () => {
         client.end();
         done();
@@ -198,16 +218,26 @@ export class EgressProxy {
       await this.finish(leaseId, event, started);
       return;
     }
-    const headers: http.OutgoingHttpHeaders = {};
-    for (const [name, value] of Object.entries(req.headers)) if (!HOP_HEADERS.has(name) && value !== undefined) headers[name] = value;
+    const headers = forwardHeaders(req.headers);
+    // RFC 9112 §3.2.2: the authority of the absolute-form target is the Host, whatever the
+    // client wrote there (a made-up Host would reach another virtual host at the same address).
+    headers.host = url.host;
+    // Framing is set here, never inherited: a body goes on only with the client's own framing
+    // (length or chunked), so leftover bytes cannot reach the upstream as a second request.
+    const chunked = req.headers['transfer-encoding'] !== undefined;
+    if (chunked) {
+      headers['transfer-encoding'] = 'chunked';
+      delete headers['content-length'];
+    }
+    const hasBody = chunked || Number(req.headers['content-length'] ?? 0) > 0;
     await new Promise<void>((resolve) => {
-      const upstream = http.request({ host: address, port, method: req.method, path: `${url.pathname}${url.search}`, headers, setHost: false, timeout: this.deps.connectTimeoutMs ?? 10_000 });
+      // agent: false — a connection of this request alone: no upstream socket is pooled and
+      // reused for another lease's request.
+      const upstream = http.request({ host: address, port, method: req.method, path: `${url.pathname}${url.search}`, headers, setHost: false, agent: false, timeout: this.deps.connectTimeoutMs ?? 10_000 });
       upstream.once('timeout', () => upstream.destroy(new Error('timeout')));
       upstream.once('response', (answer) => {
         upstream.setTimeout(0);
-        const out: http.OutgoingHttpHeaders = {};
-        for (const [name, value] of Object.entries(answer.headers)) if (!HOP_HEADERS.has(name) && value !== undefined) out[name] = value;
-        res.writeHead(answer.statusCode ?? 502, out);
+        res.writeHead(answer.statusCode ?? 502, forwardHeaders(answer.headers));
         answer.on('data', (chunk: Buffer) => (event.bytesIn += chunk.length));
         answer.pipe(res);
         answer.once('end', resolve);
@@ -223,8 +253,13 @@ export class EgressProxy {
         upstream.destroy();
         resolve();
       });
-      req.on('data', (chunk: Buffer) => (event.bytesOut += chunk.length));
-      req.pipe(upstream);
+      if (hasBody) {
+        req.on('data', (chunk: Buffer) => (event.bytesOut += chunk.length));
+        req.pipe(upstream);
+      } else {
+        req.resume();
+        upstream.end();
+      }
     });
     await this.finish(leaseId, event, started);
   }
@@ -237,6 +272,22 @@ export class EgressProxy {
     event.durationMs = Date.now() - started;
     await this.deps.record(leaseId, event).catch((err: unknown) => this.deps.log.warn({ leaseId, err }, 'could not record an egress event'));
   }
+}
+
+/**
+ * `headers` without hop-by-hop ones: the fixed list, and every header the `Connection` header
+ * names (RFC 9110 §7.6.1). `host` is left out too; the caller sets it.
+ */
+function forwardHeaders(headers: http.IncomingHttpHeaders): http.OutgoingHttpHeaders {
+  const named = new Set(
+    String(headers.connection ?? '')
+      .split(',')
+      .map((t) => t.trim().toLowerCase())
+      .filter(Boolean),
+  );
+  const out: http.OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(headers)) if (!HOP_HEADERS.has(name) && !named.has(name) && value !== undefined) out[name] = value;
+  return out;
 }
 
 /** `host:port` or `[v6]:port` of a CONNECT request target (RFC 9110 §9.3.6 authority-form). */

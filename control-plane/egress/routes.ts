@@ -2,6 +2,7 @@
  * `GET /v1/sandboxes/:id/egress`: the lease's egress log (network mode `allowlist`), oldest
  * first: every connection its sandbox asked the egress proxy for, allowed or denied, with the
  * rule that decided and the bytes moved. Readable after release, for the ledger's retention.
+ * The newest 10 000 allowed and 10 000 denied events are kept; `dropped` counts the older ones.
  */
 import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
@@ -20,11 +21,12 @@ const Query = z
   .strict();
 
 export const egressRoutes: FastifyPluginAsync<{ leases: LeaseService; ledger: Ledger }> = async (app, { leases, ledger }) => {
-  app.get('/v1/sandboxes/:id/egress', async (request): Promise<{ events: EgressEvent[] }> => {
+  app.get('/v1/sandboxes/:id/egress', async (request): Promise<{ events: EgressEvent[]; dropped: { allowed: number; denied: number } }> => {
     const { id } = parseInput(LeaseParams, request.params, 'params');
     const query = parseInput(Query, request.query, 'query');
     await leases.get(id, request.principal);
-    const events = (await ledger.readEgress(id)).filter((e) => query.decision === undefined || e.decision === query.decision);
-    return { events: events.slice(-query.limit) };
+    const log = await ledger.readEgress(id);
+    const events = log.events.filter((e) => query.decision === undefined || e.decision === query.decision);
+    return { events: events.slice(-query.limit), dropped: log.dropped };
   });
 };

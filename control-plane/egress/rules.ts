@@ -73,7 +73,9 @@ export class EgressAllowlist {
     }
     const range = parsed.range();
     if (literal) return { allowed: false, rule: `no cidr rule allows ${parsed.toString()}:${port}` };
-    if (range === 'unicast') return { allowed: true, rule: 'public unicast address' };
+    // ipaddr.js calls every IPv6 address outside its special ranges `unicast`, the deprecated
+    // IPv4-compatible ::a.b.c.d included; only global unicast (2000::/3, RFC 4291 §2.4) is public.
+    if (range === 'unicast' && (parsed.kind() === 'ipv4' || parsed.match(GLOBAL_UNICAST_V6))) return { allowed: true, rule: 'public unicast address' };
     return { allowed: false, rule: `${RANGE_NAMES[range] ?? range} address ${parsed.toString()} needs a cidr rule` };
   }
 }
@@ -92,6 +94,8 @@ function parseAddress(text: string): ipaddr.IPv4 | ipaddr.IPv6 | undefined {
   if (!ipaddr.IPv4.isValidFourPartDecimal(bare) && !(bare.includes(':') && ipaddr.IPv6.isValid(bare))) return undefined;
   return ipaddr.process(bare);
 }
+
+const GLOBAL_UNICAST_V6 = ipaddr.parseCIDR('2000::/3');
 
 const RANGE_NAMES: Record<string, string> = {
   loopback: 'loopback',

@@ -50,14 +50,21 @@ export function keyDigest(secret: string): string {
 }
 
 /**
- * Installs the auth hook. Throws (as responses) AppError `auth.missing_api_key` (401) without
- * a bearer header and `auth.invalid_api_key` (401) for an unknown or revoked key.
+ * Installs the auth hook on every route but `publicRoutes` (route patterns, default
+ * `/healthz`). Throws (as responses) AppError `auth.missing_api_key` (401) without a bearer
+ * header and `auth.invalid_api_key` (401) for an unknown or revoked key.
+ *
+ * The check goes by the route the router matched, not the raw URL: the router decodes
+ * percent-escapes (`/%761/tools` is `/v1/tools`), so a prefix test of the URL could be walked
+ * around. A request no route matches runs no handler (404) and needs no key.
  */
-export function installApiKeyAuth(app: FastifyInstance, options: { bootstrapKey: string; lookup: PrincipalLookup }): void {
+export function installApiKeyAuth(app: FastifyInstance, options: { bootstrapKey: string; lookup: PrincipalLookup; publicRoutes?: readonly string[] }): void {
   const bootstrap = createHash('sha256').update(options.bootstrapKey).digest();
+  const publicRoutes = new Set(options.publicRoutes ?? ['/healthz']);
   app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRequest', async (request) => {
-    if (!request.url.startsWith('/v1/')) return;
+    const route = request.routeOptions.url;
+    if (route === undefined || publicRoutes.has(route)) return;
     const header = request.headers.authorization;
     if (!header) throw new AppError('auth.missing_api_key', 'send Authorization: Bearer <api key>');
     const match = /^Bearer\s+(\S+)$/i.exec(header);

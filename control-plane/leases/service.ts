@@ -46,6 +46,8 @@ export interface LeaseServiceOptions {
   retentionSeconds: number;
   /** Host directories read-only mounts may come from (`SBX_MOUNT_ALLOWLIST`). */
   mountAllowlist: readonly string[];
+  /** Host paths no read-only mount may contain: the data dir, the Docker and Redis sockets. */
+  protectedHostPaths: readonly string[];
 }
 
 export interface LeaseServiceDeps {
@@ -139,7 +141,7 @@ export class LeaseService {
       agentConfigHostDir: dirname(credsPath),
       agentRedisSocketDir: dirname(this.options.agentRedisSocket),
       egressSocketHostDir: this.egressDir(id),
-      mounts: await resolveMounts(policy, this.options.mountAllowlist),
+      mounts: await resolveMounts(policy, this.options.mountAllowlist, this.options.protectedHostPaths),
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
     });
@@ -473,12 +475,12 @@ export class LeaseService {
  * Resolves symlinks in the mount allowlist and in the policy's read-only mount host paths, for
  * the compiler to check one against the other (a path that does not exist resolves to null).
  */
-async function resolveMounts(policy: Policy, allowlist: readonly string[]): Promise<CompileInput['mounts']> {
+async function resolveMounts(policy: Policy, allowlist: readonly string[], protectedHostPaths: readonly string[]): Promise<CompileInput['mounts']> {
   const real = async (path: string): Promise<string | null> => realpath(path).catch(() => null);
-  if (policy.filesystem.readOnlyMounts.length === 0) return { allowlist: [], realpaths: new Map() };
-  const dirs = (await Promise.all(allowlist.map(real))).filter((d): d is string => d !== null);
+  if (policy.filesystem.readOnlyMounts.length === 0) return { allowlist: [], realpaths: new Map(), protectedPaths: [] };
+  const existing = async (paths: readonly string[]): Promise<string[]> => (await Promise.all(paths.map(real))).filter((d): d is string => d !== null);
   const realpaths = new Map(await Promise.all(policy.filesystem.readOnlyMounts.map(async (m) => [m.hostPath, await real(m.hostPath)] as const)));
-  return { allowlist: dirs, realpaths };
+  return { allowlist: await existing(allowlist), realpaths, protectedPaths: await existing(protectedHostPaths) };
 }
 
 /** How a requested secret is delivered: `env` defaults to the name when neither env nor file is given (the schema checked it is a variable name). */

@@ -81,8 +81,17 @@ redis.call('HSET', KEYS[3], 'finished', 1)
 redis.call('PUBLISH', ARGV[#ARGV], 'finished')
 return 1`;
 
-/** Egress events kept per lease (the oldest go first). */
+/** Egress events kept per lease and decision (the oldest go first, counted). */
 export const EGRESS_LOG_MAX = 10_000;
+
+const APPEND_EGRESS = `
+local n = redis.call('RPUSH', KEYS[1], ARGV[1])
+local max = tonumber(ARGV[2])
+if n > max then
+  redis.call('LTRIM', KEYS[1], n - max, -1)
+  redis.call('HINCRBY', KEYS[2], ARGV[3], n - max)
+end
+return n`;
 
 export class Ledger {
   constructor(
@@ -103,7 +112,8 @@ export class Ledger {
     artifact: (id: string) => `${this.prefix}artifacts:${id}`,
     artifactChunks: (id: string) => `${this.prefix}artifacts:${id}:chunks`,
     leaseArtifacts: (leaseId: string) => `${this.prefix}artifacts-of:${leaseId}`,
-    egress: (leaseId: string) => `${this.prefix}egress:${leaseId}`,
+    egress: (leaseId: string, decision: EgressEvent['decision']) => `${this.prefix}egress:${leaseId}:${decision}`,
+    egressDropped: (leaseId: string) => `${this.prefix}egress:${leaseId}:dropped`,
   };
 
   /** Pub/sub channel pattern of call notifications. */
@@ -153,7 +163,8 @@ export class Ledger {
       const artifact = await this.getArtifact(id);
       if (artifact) multi.set(this.k.artifact(id), JSON.stringify({ ...artifact, expiresAt }), 'EX', seconds);
     }
-    multi.expire(this.k.leaseArtifacts(leaseId), seconds).expire(this.k.egress(leaseId), seconds);
+    multi.expire(this.k.leaseArtifacts(leaseId), seconds);
+    for (const key of [this.k.egress(leaseId, 'allowed'), this.k.egress(leaseId, 'denied'), this.k.egressDropped(leaseId)]) multi.expire(key, seconds);
     for (const callId of callIds) {
       multi.expire(this.k.call(leaseId, callId), seconds).expire(this.k.events(leaseId, callId), seconds).expire(this.k.eventKeys(leaseId, callId), seconds);
     }
@@ -165,14 +176,24 @@ export class Ledger {
     await multi.exec();
   }
 
-  /** Appends an egress event; the log keeps the newest EGRESS_LOG_MAX of a lease. */
+  /**
+   * Appends an egress event. Allowed and denied events are kept apart, the newest
+   * EGRESS_LOG_MAX of each, and what falls off is counted: a sandbox flooding denied requests
+   * cannot push its allowed connections out of the log, and no loss goes unreported.
+   */
   async appendEgress(leaseId: string, event: EgressEvent): Promise<void> {
-    await this.redis.multi().rpush(this.k.egress(leaseId), JSON.stringify(event)).ltrim(this.k.egress(leaseId), -EGRESS_LOG_MAX, -1).exec();
+    await this.redis.eval(APPEND_EGRESS, 2, this.k.egress(leaseId, event.decision), this.k.egressDropped(leaseId), JSON.stringify(event), EGRESS_LOG_MAX, event.decision);
   }
 
-  /** A lease's egress events, oldest first. */
-  async readEgress(leaseId: string): Promise<EgressEvent[]> {
-    return (await this.redis.lrange(this.k.egress(leaseId), 0, -1)).map((t) => EgressEvent.parse(JSON.parse(t)));
+  /** A lease's egress events, oldest first, and how many of each decision were dropped as the oldest. */
+  async readEgress(leaseId: string): Promise<{ events: EgressEvent[]; dropped: { allowed: number; denied: number } }> {
+    const [allowed, denied, dropped] = await Promise.all([
+      this.redis.lrange(this.k.egress(leaseId, 'allowed'), 0, -1),
+      this.redis.lrange(this.k.egress(leaseId, 'denied'), 0, -1),
+      this.redis.hgetall(this.k.egressDropped(leaseId)),
+    ]);
+    const events = [...allowed, ...denied].map((t) => EgressEvent.parse(JSON.parse(t))).sort((a, b) => a.at.localeCompare(b.at));
+    return { events, dropped: { allowed: Number(dropped.allowed ?? 0), denied: Number(dropped.denied ?? 0) } };
   }
 
   async scheduleExpiry(id: string, expiresAtMs: number): Promise<void> {

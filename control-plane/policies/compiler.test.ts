@@ -30,7 +30,7 @@ function input(policy: Policy, ociRuntimes = ['runc']): CompileInput {
     agentConfigHostDir: '/data/leases/sbx_abc',
     agentRedisSocketDir: '/data/redis-socket',
     egressSocketHostDir: '/data/egress/sbx_abc',
-    mounts: { allowlist: ['/srv/shared'], realpaths: new Map([['/srv/shared/data', '/srv/shared/data'], ['/srv/shared/link', '/etc'], ['/srv/sharedx', '/srv/sharedx']]) },
+    mounts: { allowlist: ['/srv/shared'], realpaths: new Map([['/srv/shared/data', '/srv/shared/data'], ['/srv/shared/link', '/etc'], ['/srv/sharedx', '/srv/sharedx'], ['/srv/shared', '/srv/shared']]), protectedPaths: ['/srv/shared/sbx-data'] },
     ociRuntimes,
     labels: { team: 'a' },
   };
@@ -81,7 +81,7 @@ describe('policy compiler', () => {
   it('mounts read-only only host paths that resolve inside the mount allowlist', () => {
     const withMount = (hostPath: string): Policy => ({ ...base, filesystem: { ...base.filesystem, readOnlyMounts: [{ hostPath, containerPath: '/data' }] } });
     expect(compileSandboxSpec(input(withMount('/srv/shared/data'))).readOnlyBinds).toContainEqual({ hostPath: '/srv/shared/data', containerPath: '/data' });
-    for (const outside of ['/srv/shared/link', '/srv/sharedx', '/srv/missing']) {
+    for (const outside of ['/srv/shared/link', '/srv/sharedx', '/srv/missing', '/srv/shared']) {
       try {
         compileSandboxSpec(input(withMount(outside)));
         expect.unreachable(outside);
@@ -90,6 +90,14 @@ describe('policy compiler', () => {
         expect((err as AppError).details).toMatchObject({ field: 'filesystem.readOnlyMounts.0.hostPath' });
       }
     }
+  });
+
+  it('refuses paths that are not in normal form, so no check can be walked around with // or ..', () => {
+    for (const [containerPath, hostPath] of [['//run/sbx', '/srv/shared/data'], ['/run//sbx/egress', '/srv/shared/data'], ['/data/', '/srv/shared/data'], ['/data', '/srv/shared/../etc']]) {
+      const parsed = Policy.safeParse({ ...base, filesystem: { ...base.filesystem, readOnlyMounts: [{ hostPath, containerPath }] } });
+      expect(parsed.success, `${containerPath} ${hostPath}`).toBe(false);
+    }
+    expect(Policy.safeParse({ ...base, filesystem: { ...base.filesystem, writableRoots: [{ path: '/tmp/', sizeBytes: 1024 ** 2 }] } }).success).toBe(false);
   });
 
   it('puts an open-network sandbox on a bridge of its own, named for the firewall rule that matches sbx bridges', () => {

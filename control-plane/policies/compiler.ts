@@ -44,9 +44,10 @@ export interface CompileInput {
   egressSocketHostDir: string;
   /**
    * Read-only mounts: the host directories the control plane allows (`SBX_MOUNT_ALLOWLIST`,
-   * symlinks resolved), and each policy `hostPath` with symlinks resolved (null: it does not exist).
+   * symlinks resolved), each policy `hostPath` with symlinks resolved (null: it does not exist),
+   * and the host paths no mount may contain (data dir, Docker and Redis sockets; resolved).
    */
-  mounts: { allowlist: readonly string[]; realpaths: ReadonlyMap<string, string | null> };
+  mounts: { allowlist: readonly string[]; realpaths: ReadonlyMap<string, string | null>; protectedPaths: readonly string[] };
   /** OCI runtimes the engine offers. */
   ociRuntimes: readonly string[];
   labels: Record<string, string>;
@@ -69,6 +70,12 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
       throw new AppError('policy.mount_not_allowed', `read-only mount ${mount.hostPath} (${real}) is not inside a directory of the mount allowlist`, {
         details: { field, hostPath: mount.hostPath, resolved: real, allowlist: [...input.mounts.allowlist] },
       });
+    }
+    // The control plane's own state and sockets (Docker, Redis) are never mounted, even under an
+    // allowlisted directory: a socket stays connectable through a read-only bind.
+    const exposed = input.mounts.protectedPaths.find((p) => p === real || p.startsWith(real.endsWith('/') ? real : `${real}/`));
+    if (exposed) {
+      throw new AppError('policy.mount_not_allowed', `read-only mount ${mount.hostPath} (${real}) would expose ${exposed}, which sandboxes never see`, { details: { field, hostPath: mount.hostPath, resolved: real } });
     }
     return { hostPath: real, containerPath: mount.containerPath };
   });

@@ -4,6 +4,7 @@
  * keeps the two in step.
  */
 import { z } from 'zod';
+import { posix } from 'node:path';
 import ipaddr from 'ipaddr.js';
 import { digestOf } from '../../contract/digest.js';
 import { Digest, Timestamp, type PolicyRef } from '../../contract/objects.js';
@@ -26,10 +27,20 @@ export const EgressRuleSchema = z.union([
     .strict(),
 ]);
 
+/**
+ * An absolute path in normal form (`path.posix.normalize`): no `//`, `.` or `..` segments, no
+ * trailing `/`. Checks of one path against another are then exact; Docker would otherwise take
+ * `//run/sbx` for a mount apart from, and on top of, `/run/sbx`.
+ */
+const NormalPath = z
+  .string()
+  .regex(/^\/[^\0]*$/, 'must be an absolute path')
+  .refine((p) => posix.normalize(p) === p && (p === '/' || !p.endsWith('/')), 'must be in normal form: no //, . or .. segments, no trailing /');
+
 /** A writable directory backed by a size-limited filesystem. */
 export const WritableRoot = z
   .object({
-    path: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path'),
+    path: NormalPath,
     /** Size limit in bytes. */
     sizeBytes: z.number().int().min(MiB),
     /**
@@ -44,12 +55,8 @@ export const WritableRoot = z
 /** A read-only bind mount of a host path. */
 export const ReadOnlyMount = z
   .object({
-    hostPath: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path'),
-    containerPath: z
-      .string()
-      .regex(/^\/[^\0]*$/, 'must be an absolute path')
-      .refine((p) => !/(^|\/)\.\.?(\/|$)/.test(p), 'must not contain . or .. segments')
-      .refine((p) => !['/', '/run', '/proc', '/sys', '/dev'].includes(p.replace(/\/+$/, '') || '/') && !/^\/(run\/sbx|proc|sys|dev)(\/|$)/.test(p), 'must not cover /, /run, /run/sbx, /proc, /sys or /dev'),
+    hostPath: NormalPath,
+    containerPath: NormalPath.refine((p) => !['/', '/run', '/proc', '/sys', '/dev'].includes(p.replace(/\/+$/, '') || '/') && !/^\/(run\/sbx|proc|sys|dev)(\/|$)/.test(p), 'must not cover /, /run, /run/sbx, /proc, /sys or /dev'),
   })
   .strict();
 
