@@ -62,8 +62,14 @@ async function main(): Promise<number> {
 
   process.stderr.write(`demo: starting the control plane on ${url}\n`);
   const plane = spawn(process.execPath, [join(repoRoot, 'dist/control-plane/main.js')], { stdio: ['ignore', 'inherit', 'inherit'], env });
+  const planeExited = new Promise<number>((res) => plane.once('exit', (code) => res(code ?? 1)));
   try {
-    await waitHealthy(url, 30_000);
+    await Promise.race([
+      waitHealthy(url, 30_000),
+      planeExited.then((code) => {
+        throw new Error(`the control plane exited (code ${code}) before it was healthy`);
+      }),
+    ]);
     const script = [
       'set -e',
       'echo "node $(node --version) in $(pwd) as $(id -un), network: $(ls /sys/class/net | tr "\\n" " ")"',
@@ -98,8 +104,10 @@ async function main(): Promise<number> {
     process.stderr.write(`demo: sbx run exited ${status} after ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
     return report ? status : status || 1;
   } finally {
+    // A process that already exited emits no second 'exit': wait on the promise made at spawn,
+    // or node would find nothing left to run and end this demo with status 0.
     plane.kill('SIGTERM');
-    await new Promise((r) => plane.once('exit', r));
+    await planeExited;
   }
 }
 

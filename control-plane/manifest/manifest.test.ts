@@ -39,6 +39,12 @@ describe('EnvironmentManifest', () => {
     expect(buildManifest({ ...input, env: { A: '1', B: 'other' } }).env.digest).not.toBe(m.env.digest);
   });
 
+  it('reads a manifest stored before the network field existed as mode none (the only mode then)', async () => {
+    const { EnvironmentManifest } = await import('../../contract/objects.js');
+    const { network: _network, ...older } = buildManifest(input);
+    expect(EnvironmentManifest.parse(older).network).toEqual({ mode: 'none', allowlistDigest: null });
+  });
+
   it('records the network mode and allowlist digest, so two allowlists give two manifests', () => {
     const a = buildManifest({ ...input, network: { mode: 'allowlist', allowlistDigest: `sha256:${'a'.repeat(64)}` } });
     const b = buildManifest({ ...input, network: { mode: 'allowlist', allowlistDigest: `sha256:${'b'.repeat(64)}` } });
