@@ -29,7 +29,7 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   'tar-fs': ['cli/'],
   'tar-stream': ['control-plane/files/tar-guard.ts'],
   bullmq: ['control-plane/queue/', 'sandbox-agent/main.ts', 'sandbox-agent/return-channel.ts'],
-  ioredis: ['control-plane/queue/', 'control-plane/ledger/', DOMAIN_STORE, 'sandbox-agent/main.ts'],
+  ioredis: ['control-plane/queue/', 'control-plane/ledger/', 'control-plane/pools/warm-pools.ts', DOMAIN_STORE, 'sandbox-agent/main.ts'],
   fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', DOMAIN_ROUTES],
   'better-sse': ['control-plane/calls/routes.ts'],
 };

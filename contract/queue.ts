@@ -13,6 +13,8 @@
  * - `secrets`: the lease's secret values sealed for its agent (`SecretDelivery`); the agent
  *   takes it once at start (GETDEL), and it expires by itself if the agent never does.
  * - pub/sub channel `control`: cancel requests to the agent.
+ * - `bound`: list a pooled sandbox's agent pushes its `BindAck` onto once it took its lease's
+ *   binding (the `bind` job on the `calls` queue).
  */
 import { z } from 'zod';
 import { EventBody } from './events.js';
@@ -34,6 +36,8 @@ export interface LeaseKeys {
   readonly control: string;
   /** The lease's secret values sealed for its agent (`SecretDelivery`), until the agent takes them. */
   readonly secrets: string;
+  /** Where a pooled sandbox's agent acknowledges its binding. */
+  readonly bound: string;
   attempt(callId: string): string;
   cancel(callId: string): string;
   /** Redis ACL key and channel pattern covering the namespace. */
@@ -48,6 +52,7 @@ export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
     hello: `${namespace}:hello`,
     control: `${namespace}:control`,
     secrets: `${namespace}:secrets`,
+    bound: `${namespace}:bound`,
     attempt: (callId) => `${namespace}:attempt:${callId}`,
     cancel: (callId) => `${namespace}:cancel:${callId}`,
     aclPattern: `${namespace}:*`,
@@ -85,6 +90,11 @@ export const AgentConfig = z.object({
    * Null for mode `none`.
    */
   egress: z.object({ port: z.number().int().min(1).max(65535), socketPath: z.string() }).nullable().default(null),
+  /**
+   * Started ahead of demand for a warm pool: `env` and `secrets` are empty until the lease that
+   * claims the sandbox sends its `LeaseBinding` (job `BIND_JOB`).
+   */
+  pooled: z.boolean().default(false),
   /**
    * The secrets the lease was granted (names and how to deliver them; no values) and the
    * base64 AES-256 key the values are sealed under in `LeaseKeys.secrets` (null: none granted).
@@ -140,3 +150,19 @@ export type AgentHello = z.infer<typeof AgentHello>;
 export const ControlMessage = z.discriminatedUnion('type', [z.object({ type: z.literal('cancel'), callId: z.string() })]);
 export type ControlMessage = z.infer<typeof ControlMessage>;
 
+/**
+ * Name and job id of the job that binds a pooled sandbox to the lease that claimed it. It is
+ * the first job of such a sandbox's call queue: nothing is submitted before the lease exists.
+ */
+export const BIND_JOB = 'sbx.bind';
+
+/** What a pooled sandbox learns when a lease claims it: the lease's env and secrets. */
+export const LeaseBinding = z.object({
+  env: EnvMap,
+  secrets: z.object({ grants: z.array(SecretGrant), deliveryKey: z.string().nullable() }),
+});
+export type LeaseBinding = z.infer<typeof LeaseBinding>;
+
+/** The agent's answer to a binding: taken, or why not (the sandbox is then discarded). */
+export const BindAck = z.union([z.object({ ok: z.literal(true) }), z.object({ ok: z.literal(false), error: z.string() })]);
+export type BindAck = z.infer<typeof BindAck>;

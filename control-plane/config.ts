@@ -5,6 +5,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
+import { PoolSpec } from './pools/warm-pools.js';
 
 const Env = z.object({
   /** TCP port of the API. Default 7070. */
@@ -64,6 +65,22 @@ const Env = z.object({
     .default('')
     .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean))
     .pipe(z.array(z.string().regex(/^\//, 'absolute paths'))),
+  /**
+   * Warm pools, a JSON array of `{policy, image?, min, max, idleSeconds?}` (see
+   * control-plane/pools/warm-pools.ts). Default none: every lease starts cold.
+   */
+  SBX_WARM_POOLS: z
+    .string()
+    .default('[]')
+    .transform((s, ctx) => {
+      try {
+        return JSON.parse(s) as unknown;
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'must be a JSON array' });
+        return z.NEVER;
+      }
+    })
+    .pipe(z.array(PoolSpec)),
   /** pino log level. Default `info`. */
   SBX_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
@@ -87,6 +104,8 @@ export interface Config {
   logLevel: z.infer<typeof Env>['SBX_LOG_LEVEL'];
   /** Host directories read-only mounts may come from. */
   mountAllowlist: string[];
+  /** Warm pools to keep filled. */
+  warmPools: PoolSpec[];
   /** DNS servers of the egress proxy (`ip` or `ip:port`); empty = the host's. */
   egressDnsServers: string[];
 }
@@ -124,6 +143,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     logLevel: e.SBX_LOG_LEVEL,
     egressDnsServers: e.SBX_EGRESS_DNS_SERVERS,
     mountAllowlist: e.SBX_MOUNT_ALLOWLIST,
+    warmPools: e.SBX_WARM_POOLS,
   };
 }
 

@@ -19,6 +19,7 @@ import { createResolver } from './egress/resolver.js';
 import { Ledger } from './ledger/ledger.js';
 import { CallNotifier } from './ledger/notifier.js';
 import { LeaseService } from './leases/service.js';
+import { WarmPools } from './pools/warm-pools.js';
 import { readPolicyFiles } from './policies/files.js';
 import { PolicyService } from './policies/service.js';
 import { RedisPolicyStore } from './policies/store.js';
@@ -37,9 +38,10 @@ export interface ControlPlane {
   /**
    * Reconciles with the runtime, then keeps doing so every `reconcileIntervalMs` (default
    * 5000: a sandbox whose container died is released and its open calls finished within that
-   * time) and expires due leases every `reapIntervalMs` (default 1000).
+   * time), expires due leases every `reapIntervalMs` (default 1000) and keeps the warm pools
+   * filled with a round every `poolIntervalMs` (default 1000; one sandbox started per pool and round).
    */
-  startBackground(options?: { reapIntervalMs?: number; reconcileIntervalMs?: number }): Promise<Awaited<ReturnType<LeaseService['reconcile']>>>;
+  startBackground(options?: { reapIntervalMs?: number; reconcileIntervalMs?: number; poolIntervalMs?: number }): Promise<Awaited<ReturnType<LeaseService['reconcile']>>>;
   /** Stops background work, closes the app and every connection. Sandboxes keep running. */
   close(): Promise<void>;
 }
@@ -67,8 +69,27 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const calls = new CallService({ ledger, artifacts, channels, notifier, now, log });
   const egress = new EgressProxy({ resolve: createResolver(config.egressDnsServers), record: (leaseId, event) => ledger.appendEgress(leaseId, event), log });
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
-  const leases = new LeaseService(
-    { runtime, ledger, channels, policies, audit, calls, egress, secrets, now, log },
+  // The pools start sandboxes through the lease service, which claims from the pools: the
+  // launcher reaches `leases` once both exist (it is only called from background rounds and creates).
+  const pools =
+    config.warmPools.length === 0
+      ? undefined
+      : new WarmPools(
+          {
+            redis,
+            prefix: config.redisPrefix,
+            owner: config.owner,
+            defaultImage: config.image,
+            launcher: { launchWarm: (id, policy, image) => leases.launchWarm(id, policy, image), discardWarm: (id) => leases.discardWarm(id) },
+            runtime,
+            latestPolicy: async (name) => (await policies.resolve(name)).ref,
+            log,
+            now: () => Date.now(),
+          },
+          config.warmPools,
+        );
+  const leases: LeaseService = new LeaseService(
+    { runtime, ledger, channels, policies, audit, calls, egress, secrets, ...(pools ? { pools } : {}), now, log },
     {
       owner: config.owner,
       sbxVersion: SBX_VERSION,
@@ -122,10 +143,11 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   return {
     app,
     leases,
-    async startBackground({ reapIntervalMs = 1000, reconcileIntervalMs = 5000 } = {}) {
+    async startBackground({ reapIntervalMs = 1000, reconcileIntervalMs = 5000, poolIntervalMs = 1000 } = {}) {
       const outcome = await leases.reconcile();
       every(reapIntervalMs, 'lease reaper', () => leases.expireDue());
       every(reconcileIntervalMs, 'reconcile', () => leases.reconcile({ finishReleasing: false }));
+      if (pools) every(poolIntervalMs, 'warm pools', () => pools.maintain());
       // Artifact files whose records expired, and parts abandoned for a day.
       every(10 * 60_000, 'artifact sweep', () => artifacts.sweep(24 * 3600_000));
       return outcome;

@@ -39,10 +39,29 @@ export class CallRunner {
   /** Process groups of background tasks still running. */
   private readonly backgroundGroups = new Set<number>();
   private readonly networkEnv: Record<string, string>;
+  /** The lease's env and secrets: from the config, or from the binding of a pooled sandbox. */
+  private leaseEnv: Record<string, string>;
+  private secrets: LeaseSecrets;
+  private bound: boolean;
 
   constructor(private readonly deps: CallRunnerDeps) {
     this.spoolBudget = new SpoolBudget(deps.config.spool.maxTotalBytes);
     this.networkEnv = proxyEnv(deps.config.egress);
+    this.leaseEnv = deps.config.env;
+    this.secrets = deps.secrets;
+    this.bound = !deps.config.pooled;
+  }
+
+  /**
+   * Binds a pooled sandbox to the lease that claimed it: its env and secrets apply to every
+   * call from now on. Throws Error when the sandbox is not pooled or was bound already (a
+   * sandbox serves one lease, once).
+   */
+  bind(env: Record<string, string>, secrets: LeaseSecrets): void {
+    if (this.bound) throw new Error('this sandbox is bound to its lease already');
+    this.bound = true;
+    this.leaseEnv = env;
+    this.secrets = secrets;
   }
 
   /** Number of calls executing now. */
@@ -129,9 +148,9 @@ export class CallRunner {
           maxOutputBytes: job.maxOutputBytes,
           cancelSignal: controller.signal,
           toolUser: this.deps.config.toolUser,
-          leaseEnv: this.deps.config.env,
+          leaseEnv: this.leaseEnv,
           networkEnv: this.networkEnv,
-          secrets: this.deps.secrets,
+          secrets: this.secrets,
           agentPids: this.deps.agentPids,
           backgroundGroups: () => this.backgroundGroups,
           detach: (pgid) => {

@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { chmod, mkdir, readdir, rm } from 'node:fs/promises';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import { AgentConfig, AgentHello, CALL_QUEUE, ControlMessage, RETURN_QUEUE, leaseKeys } from '../contract/queue.js';
+import { AgentConfig, AgentHello, BIND_JOB, CALL_QUEUE, ControlMessage, LeaseBinding, RETURN_QUEUE, leaseKeys, type BindAck } from '../contract/queue.js';
 import type { AgentTool } from './attempt.js';
 import { CallRunner } from './call-runner.js';
 import { startEgressForwarder } from './egress-forwarder.js';
@@ -78,7 +78,20 @@ async function main(): Promise<void> {
   await subscriber.subscribe(keys.control);
 
   const concurrency = Number(process.env.SBX_AGENT_CONCURRENCY ?? 16);
-  const queueWorker = new Worker(CALL_QUEUE, (job) => runner.run(job.data), {
+  // A pooled sandbox's first job binds it to the lease that claimed it; every other is a call.
+  const bind = async (data: unknown): Promise<void> => {
+    let ack: BindAck;
+    try {
+      const binding = LeaseBinding.parse(data);
+      const leaseSecrets = await LeaseSecrets.load({ ...config, secrets: binding.secrets }, () => redis.getdel(keys.secrets));
+      runner.bind(binding.env, leaseSecrets);
+      ack = { ok: true };
+    } catch (err) {
+      ack = { ok: false, error: err instanceof Error ? err.message : String(err) };
+    }
+    await redis.rpush(keys.bound, JSON.stringify(ack));
+  };
+  const queueWorker = new Worker(CALL_QUEUE, (job) => (job.name === BIND_JOB && job.id === BIND_JOB ? bind(job.data) : runner.run(job.data)), {
     connection: redisOptions,
     prefix: keys.namespace,
     concurrency,

@@ -11,7 +11,7 @@ import { dirname, join } from 'node:path';
 import type { Logger } from 'pino';
 import { digestOf } from '../../contract/digest.js';
 import { AppError } from '../../contract/errors.js';
-import type { Lease } from '../../contract/objects.js';
+import type { Lease, PolicyRef, SandboxFacts } from '../../contract/objects.js';
 import type { AgentConfig, SecretGrant } from '../../contract/queue.js';
 import { actorOf, type AuditLog } from '../audit/service.js';
 import type { AuditActor } from '../audit/schema.js';
@@ -26,7 +26,7 @@ import { agentEgress, compileSandboxSpec, type CompileInput, AGENT_REDIS_DIR, AG
 import type { Policy } from '../policies/schema.js';
 import type { PolicyService } from '../policies/service.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
-import type { SandboxRuntime } from '../runtime/runtime.js';
+import type { SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
 import type { CreateSandboxBody, SecretRequest } from './schema.js';
 
@@ -59,6 +59,8 @@ export interface LeaseServiceDeps {
   calls: CallService;
   /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
   egress: EgressProxy;
+  /** Warm pools a lease may claim a started sandbox from (none: every lease starts cold). */
+  pools?: { claim(ref: PolicyRef, image: string): Promise<WarmSandbox | undefined>; owns(id: string): Promise<boolean> };
   /** Values of the secrets a lease is granted, for its agent only. */
   secrets: Pick<SecretService, 'reveal'>;
   now: () => Date;
@@ -105,8 +107,12 @@ export class LeaseService {
     }
   }
 
-  private async createNew(id: string, body: CreateSandboxBody, by: Principal): Promise<Lease> {
-    const { runtime, ledger, channels, policies, now, log } = this.deps;
+  /**
+   * Everything a lease needs decided before anything is made: the policy version, TTL, env,
+   * secret grants and values, image, and the compiled container spec. Throws the create errors.
+   */
+  private async plan(id: string, body: CreateSandboxBody): Promise<LeasePlan> {
+    const { runtime, policies } = this.deps;
     const policyName = typeof body.policy === 'string' ? body.policy : (body.policy?.name ?? 'default');
     const policyVersion = typeof body.policy === 'object' ? body.policy.version : undefined;
     // The version and its snapshot are fixed here: a later PUT or DELETE of the policy never reaches this lease.
@@ -130,7 +136,6 @@ export class LeaseService {
     const values = await this.deps.secrets.reveal(grants.map((g) => g.name));
     const image = body.image ?? this.options.defaultImage;
     const [info, imageId] = await Promise.all([runtime.info(), runtime.imageId(image)]);
-    const credsPath = join(this.options.dataDir, 'leases', id, 'agent.json');
     const spec = compileSandboxSpec({
       leaseId: id,
       owner: this.options.owner,
@@ -138,80 +143,81 @@ export class LeaseService {
       image,
       policy,
       policyRef: ref,
-      agentConfigHostDir: dirname(credsPath),
+      agentConfigHostDir: this.credentialsDir(id),
       agentRedisSocketDir: dirname(this.options.agentRedisSocket),
       egressSocketHostDir: this.egressDir(id),
       mounts: await resolveMounts(policy, this.options.mountAllowlist, this.options.protectedHostPaths),
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
     });
+    return { policy, ref, ttlSeconds, env, grants, values, image, imageId, engineVersion: info.engineVersion, spec };
+  }
 
+  private async createNew(id: string, body: CreateSandboxBody, by: Principal): Promise<Lease> {
+    const plan = await this.plan(id, body);
+    try {
+      const warm = await this.deps.pools?.claim(plan.ref, plan.image);
+      if (warm) {
+        try {
+          return await this.make(warm.id, plan, body, by, warm);
+        } catch (err) {
+          // The claimed sandbox is torn down (never reused); the lease still gets one, cold.
+          this.deps.log.warn({ sandboxId: warm.id, err }, 'claimed pooled sandbox failed to bind; starting cold');
+        }
+      }
+      return await this.make(id, plan, body, by, undefined);
+    } finally {
+      for (const v of plan.values.values()) v.fill(0);
+    }
+  }
+
+  /**
+   * Makes lease `id` from `plan`: on the claimed `warm` sandbox (bound to the lease), or on a
+   * container started now. The record is `creating` until the agent is ready; on failure
+   * everything is torn down and the record ends `failed`.
+   */
+  private async make(id: string, plan: LeasePlan, body: CreateSandboxBody, by: Principal, warm: WarmSandbox | undefined): Promise<Lease> {
+    const { ledger, now, log } = this.deps;
     const createdAt = now();
     const record: LeaseRecord = {
       id,
       status: 'creating',
       createdAt: createdAt.toISOString(),
-      expiresAt: new Date(createdAt.getTime() + ttlSeconds * 1000).toISOString(),
+      expiresAt: new Date(createdAt.getTime() + plan.ttlSeconds * 1000).toISOString(),
       endedAt: null,
       endReason: null,
-      image,
-      policy: ref,
+      image: plan.image,
+      policy: plan.ref,
       manifest: null,
       labels: body.labels ?? {},
       tenant: by.tenant,
       owner: this.options.owner,
-      env,
-      policySnapshot: policy,
-      secrets: grants,
-      containerId: null,
+      env: plan.env,
+      policySnapshot: plan.policy,
+      secrets: plan.grants,
+      containerId: warm?.containerId ?? null,
     };
     await ledger.putLease(record);
     try {
-      const creds = await channels.provisionAgentUser(id);
-      const deliveryKey = grants.length > 0 ? await this.deliverSecrets(id, grants, values) : null;
-      const agentConfig: AgentConfig = {
-        leaseId: id,
-        rootPrefix: this.options.redisPrefix,
-        redis: { path: `${AGENT_REDIS_DIR}/${this.options.agentRedisSocket.split('/').pop()}`, ...creds },
-        toolUser: policy.runtime.toolUser,
-        workdir: '/workspace',
-        env,
-        files: { roots: policy.filesystem.writableRoots.map((r) => r.path), maxFileBytes: policy.tools.files.maxFileBytes },
-        spool: { dir: AGENT_SPOOL_DIR, maxArtifactBytes: policy.tools.exec.maxArtifactBytes, maxTotalBytes: policy.tools.exec.maxSpoolBytes },
-        egress: agentEgress(policy),
-        secrets: { grants, deliveryKey },
-      };
-      await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
-      await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
-      await channels.startReturns(id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
-      await this.serveEgress(id, policy);
-      const { containerId } = await runtime.start(spec);
-      // The agent says hello, or its container stops first (a crashed agent: fail now, with its
-      // last words, rather than after the hello timeout).
-      const helloArrived = new AbortController();
-      const died = runtime.exited(id, helloArrived.signal).then(({ exitCode, logTail }) => {
-        if (helloArrived.signal.aborted) return undefined as never;
-        throw new AppError('lease.create_failed', `the sandbox agent exited (code ${exitCode ?? '?'}) before it was ready: ${logTail.slice(-500) || 'no output'}`, {
-          details: { exitCode, agentLog: logTail.slice(-2000) },
-        });
-      });
-      died.catch(() => undefined);
-      const hello = await Promise.race([channels.awaitHello(id, this.options.helloTimeoutMs ?? 30_000), died]).finally(() => helloArrived.abort());
-      // The agent holds its credentials now; removing the file keeps them out of reach of
-      // anything that reads the sandbox's filesystem later (files API included).
-      await rm(credsPath, { force: true });
+      let launched: Launched;
+      if (warm) {
+        await this.bindWarm(id, plan);
+        launched = warm;
+      } else {
+        launched = await this.launch(id, plan, { pooled: false });
+      }
       const manifest = buildManifest({
-        facts: hello.facts,
-        image: { ref: image, id: imageId },
-        engineVersion: info.engineVersion,
-        ociRuntime: policy.runtime.oci,
-        policy: ref,
-        network: { mode: policy.network.mode, allowlistDigest: policy.network.mode === 'allowlist' ? allowlistDigest(policy.network.allow) : null },
-        env,
-        secretRefs: grants.map((g) => g.name),
+        facts: launched.facts,
+        image: { ref: plan.image, id: plan.imageId },
+        engineVersion: plan.engineVersion,
+        ociRuntime: plan.policy.runtime.oci,
+        policy: plan.ref,
+        network: { mode: plan.policy.network.mode, allowlistDigest: plan.policy.network.mode === 'allowlist' ? allowlistDigest(plan.policy.network.allow) : null },
+        env: plan.env,
+        secretRefs: plan.grants.map((g) => g.name),
         createdAt,
       });
-      const ready: LeaseRecord = { ...record, status: 'ready', manifest, containerId };
+      const ready: LeaseRecord = { ...record, status: 'ready', manifest, containerId: launched.containerId };
       await ledger.putLease(ready);
       await ledger.scheduleExpiry(id, Date.parse(ready.expiresAt));
       await this.deps.audit.record({
@@ -220,25 +226,106 @@ export class LeaseService {
         target: `lease:${id}`,
         beforeDigest: null,
         afterDigest: manifest.digest,
-        details: { tenant: by.tenant, policy: ref },
+        details: { tenant: by.tenant, policy: plan.ref, warm: warm !== undefined },
       });
-      log.info({ leaseId: id, policy: ref, ms: now().getTime() - createdAt.getTime() }, 'sandbox leased');
+      log.info({ sandboxId: id, policy: plan.ref, warm: warm !== undefined, ms: now().getTime() - createdAt.getTime() }, 'sandbox leased');
       return toView(ready);
     } catch (err) {
       const failures = await this.teardown(id, null);
       await ledger.putLease({ ...record, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed' });
-      log.warn({ leaseId: id, err, teardownFailures: failures.length }, 'sandbox create failed');
+      log.warn({ sandboxId: id, err, teardownFailures: failures.length }, 'sandbox create failed');
       if (err instanceof AppError) throw err;
       throw new AppError('lease.create_failed', `the sandbox could not be started: ${(err as Error).message}`, { cause: err });
     }
   }
 
   /**
+   * Starts the container of `id` from `plan` and waits for its agent's hello. With `pooled`,
+   * the agent starts without the lease's env and secrets, to be bound later (`bindWarm`).
+   * Throws `lease.create_failed` (the agent died or never said hello) and runtime errors;
+   * what it made is the caller's to tear down.
+   */
+  private async launch(id: string, plan: LeasePlan, { pooled }: { pooled: boolean }): Promise<Launched> {
+    const { runtime, channels } = this.deps;
+    const credsPath = join(this.credentialsDir(id), 'agent.json');
+    const creds = await channels.provisionAgentUser(id);
+    const deliveryKey = !pooled && plan.grants.length > 0 ? await this.deliverSecrets(id, plan.grants, plan.values) : null;
+    const agentConfig: AgentConfig = {
+      leaseId: id,
+      rootPrefix: this.options.redisPrefix,
+      redis: { path: `${AGENT_REDIS_DIR}/${this.options.agentRedisSocket.split('/').pop()}`, ...creds },
+      toolUser: plan.policy.runtime.toolUser,
+      workdir: '/workspace',
+      env: pooled ? {} : plan.env,
+      files: { roots: plan.policy.filesystem.writableRoots.map((r) => r.path), maxFileBytes: plan.policy.tools.files.maxFileBytes },
+      spool: { dir: AGENT_SPOOL_DIR, maxArtifactBytes: plan.policy.tools.exec.maxArtifactBytes, maxTotalBytes: plan.policy.tools.exec.maxSpoolBytes },
+      egress: agentEgress(plan.policy),
+      secrets: { grants: pooled ? [] : plan.grants, deliveryKey },
+      pooled,
+    };
+    await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
+    await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
+    await channels.startReturns(id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
+    await this.serveEgress(id, plan.policy);
+    const { containerId } = await runtime.start(plan.spec);
+    // The agent says hello, or its container stops first (a crashed agent: fail now, with its
+    // last words, rather than after the hello timeout).
+    const helloArrived = new AbortController();
+    const died = runtime.exited(id, helloArrived.signal).then(({ exitCode, logTail }) => {
+      if (helloArrived.signal.aborted) return undefined as never;
+      throw new AppError('lease.create_failed', `the sandbox agent exited (code ${exitCode ?? '?'}) before it was ready: ${logTail.slice(-500) || 'no output'}`, {
+        details: { exitCode, agentLog: logTail.slice(-2000) },
+      });
+    });
+    died.catch(() => undefined);
+    const hello = await Promise.race([channels.awaitHello(id, this.options.helloTimeoutMs ?? 30_000), died]).finally(() => helloArrived.abort());
+    // The agent holds its credentials now; removing the file keeps them out of reach of
+    // anything that reads the sandbox's filesystem later (files API included).
+    await rm(credsPath, { force: true });
+    return { containerId, facts: hello.facts };
+  }
+
+  /**
+   * Starts a sandbox for a warm pool: leased to nobody yet, under `policy` (name and version)
+   * and `image`, with a lease id it keeps when claimed. The pool records it; on failure
+   * everything made is torn down and the error thrown.
+   */
+  async launchWarm(id: string, policy: { name: string; version?: number }, image: string): Promise<Launched & { ref: PolicyRef; image: string }> {
+    const plan = await this.plan(id, { policy, image, labels: {} });
+    try {
+      return { ...(await this.launch(id, plan, { pooled: true })), ref: plan.ref, image: plan.image };
+    } catch (err) {
+      await this.teardown(id, null);
+      throw err;
+    }
+  }
+
+  /** Removes a pooled sandbox that no lease claimed (shrinking, failed health check). */
+  async discardWarm(id: string): Promise<void> {
+    const failures = await this.teardown(id, null);
+    if (failures.length > 0) this.deps.log.warn({ sandboxId: id, failures: failures.map(String) }, 'pooled sandbox teardown incomplete');
+  }
+
+  /**
+   * Gives a claimed pooled sandbox its lease's env and secrets (job `BIND_JOB`, acknowledged on
+   * `bound`). Throws `lease.create_failed` when the agent does not take it in time.
+   */
+  private async bindWarm(id: string, plan: LeasePlan): Promise<void> {
+    // The process that filled the pool may be gone: whoever consumes the returns serves egress.
+    if (await this.deps.channels.startReturns(id, (leaseId, message) => this.deps.calls.ingest(leaseId, message))) await this.serveEgress(id, plan.policy);
+    const deliveryKey = plan.grants.length > 0 ? await this.deliverSecrets(id, plan.grants, plan.values) : null;
+    // A ready agent takes its binding in milliseconds; one that does not within BIND_TIMEOUT_MS
+    // is not waited for longer (the lease starts cold instead).
+    const ack = await this.deps.channels.bind(id, { env: plan.env, secrets: { grants: plan.grants, deliveryKey } }, BIND_TIMEOUT_MS);
+    if (!ack.ok) throw new AppError('lease.create_failed', `the pooled sandbox did not take its lease: ${ack.error}`, { details: { sandboxId: id } });
+  }
+
+  /**
    * Leaves the granted values for the lease's agent in its namespace, each sealed (AES-256-GCM)
    * under a fresh key of this lease alone, bound to the lease and the name. The key goes in the
    * agent's config file, so the values never lie in clear on disk or in Redis; the agent takes
-   * them once, and they expire by themselves if it never does. Zeroes `values` and the key
-   * afterwards (best effort: what this process no longer holds cannot leak from its memory).
+   * them once, and they expire by themselves if it never does. Zeroes the key afterwards (best
+   * effort; `createNew` zeroes the values once the lease is made or has failed).
    * Returns the key, base64.
    */
   private async deliverSecrets(leaseId: string, grants: readonly SecretGrant[], values: Map<string, Buffer>): Promise<string> {
@@ -248,7 +335,6 @@ export class LeaseService {
       await this.deps.channels.leaveSecretDelivery(leaseId, delivery, (this.options.helloTimeoutMs ?? 30_000) + 30_000);
       return key.toString('base64');
     } finally {
-      for (const v of values.values()) v.fill(0);
       key.fill(0);
     }
   }
@@ -372,6 +458,8 @@ export class LeaseService {
     for (const c of owned) {
       const lease = await ledger.getLease(c.leaseId);
       const staleCreating = lease?.status === 'creating' && now().getTime() - Date.parse(lease.createdAt) > staleMs;
+      // A warm pool's sandbox has no lease until one claims it; the pool looks after it.
+      if (!lease && (await this.deps.pools?.owns(c.leaseId))) continue;
       if (!lease || TERMINAL.has(lease.status) || staleCreating) {
         await this.teardown(c.leaseId, lease?.manifest?.digest ?? null);
         if (lease && staleCreating) await ledger.putLease({ ...lease, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed' });
@@ -405,6 +493,11 @@ export class LeaseService {
       }
     }
     return result;
+  }
+
+  /** Host directory holding the lease's agent credentials file until the agent read it. */
+  private credentialsDir(id: string): string {
+    return join(this.options.dataDir, 'leases', id);
   }
 
   /** Host directory of the lease's egress proxy socket. */
@@ -486,6 +579,35 @@ async function resolveMounts(policy: Policy, allowlist: readonly string[], prote
 /** How a requested secret is delivered: `env` defaults to the name when neither env nor file is given (the schema checked it is a variable name). */
 function grantOf(r: SecretRequest): SecretGrant {
   return { name: r.name, env: r.env ?? (r.file === undefined ? r.name : null), file: r.file ?? null };
+}
+
+/** How long a claimed pooled sandbox may take to acknowledge its binding, ms. */
+const BIND_TIMEOUT_MS = 5000;
+
+/** A lease's decisions before anything is made (see `LeaseService.plan`). */
+interface LeasePlan {
+  policy: Policy;
+  ref: PolicyRef;
+  ttlSeconds: number;
+  env: Record<string, string>;
+  grants: SecretGrant[];
+  /** Secret values in clear, zeroed when the create ends. */
+  values: Map<string, Buffer>;
+  image: string;
+  imageId: string;
+  engineVersion: string;
+  spec: SandboxSpec;
+}
+
+/** A pooled sandbox a lease claimed: its id (the lease's from now on), container and facts. */
+export interface WarmSandbox extends Launched {
+  id: string;
+}
+
+/** A started sandbox whose agent said hello. */
+export interface Launched {
+  containerId: string;
+  facts: SandboxFacts;
 }
 
 /** The API view of a lease record (internal fields dropped). */

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { Queue, Worker } from 'bullmq';
 import type { Logger } from 'pino';
 import { AppError } from '../../contract/errors.js';
-import { AgentHello, CALL_QUEUE, RETURN_QUEUE, ReturnMessage, leaseKeys, type CallJob, type ControlMessage } from '../../contract/queue.js';
+import { AgentHello, BIND_JOB, BindAck, CALL_QUEUE, RETURN_QUEUE, ReturnMessage, leaseKeys, type CallJob, type ControlMessage, type LeaseBinding } from '../../contract/queue.js';
 import type { SecretDelivery } from '../../contract/secrets.js';
 import type { Redis, RedisOptions } from './redis.js';
 
@@ -93,6 +93,24 @@ export class LeaseChannels {
       const reply = await conn.blpop(leaseKeys(this.rootPrefix, leaseId).hello, timeoutMs / 1000);
       if (!reply) throw new AppError('lease.create_failed', `the sandbox agent did not report ready within ${timeoutMs} ms`);
       return AgentHello.parse(JSON.parse(reply[1]));
+    } finally {
+      conn.disconnect();
+    }
+  }
+
+  /**
+   * Sends a pooled sandbox its lease's binding (job `BIND_JOB`, removed once taken so no call id
+   * can ever collide with it) and waits up to `timeoutMs` for the agent's `BindAck`; no answer
+   * in time is an `ok: false` ack.
+   */
+  async bind(leaseId: string, binding: LeaseBinding, timeoutMs: number): Promise<BindAck> {
+    const keys = leaseKeys(this.rootPrefix, leaseId);
+    await this.callQueue(leaseId).add(BIND_JOB, binding, { jobId: BIND_JOB, removeOnComplete: true, removeOnFail: true });
+    const conn = this.redis.duplicate();
+    try {
+      const reply = await conn.blpop(keys.bound, timeoutMs / 1000);
+      if (!reply) return { ok: false, error: `no answer within ${timeoutMs} ms` };
+      return BindAck.parse(JSON.parse(reply[1]));
     } finally {
       conn.disconnect();
     }

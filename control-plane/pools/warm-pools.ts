@@ -1,0 +1,217 @@
+/**
+ * Warm pools: sandboxes started ahead of demand, per (policy version, image), so a lease that
+ * matches one takes a started, agent-ready sandbox instead of waiting for a container.
+ *
+ * State lives in Redis, shared by every control-plane process of the installation:
+ * - `<prefix>pool:members`: hash, sandbox id → `Member` (which pool, starting or ready, its facts);
+ * - `<prefix>pool:<name>:ready`: list of ready ids, oldest first;
+ * - `<prefix>pool:<name>:claimed-at`: when a lease last claimed from the pool (ms);
+ * - `<prefix>pool:<name>:filler`: lock of the one process filling the pool now.
+ *
+ * A claim pops an id and deletes its member record in one Lua script, so no two leases get one
+ * sandbox, and a claimed sandbox leaves the pool for good: it is released like any lease and
+ * never comes back. Reconcile leaves members alone (`owns`); the pool's own health check
+ * replaces members whose container stopped.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import { PolicyRef, SandboxFacts } from '../../contract/objects.js';
+import type { Launched, WarmSandbox } from '../leases/service.js';
+import type { SandboxRuntime } from '../runtime/runtime.js';
+
+/** One configured pool (`SBX_WARM_POOLS`, a JSON array of these). */
+export const PoolSpec = z
+  .object({
+    /** Policy name; the pool follows its latest version (sandboxes of an older one are replaced). */
+    policy: z.string().min(1),
+    /** Image; default the control plane's default image. */
+    image: z.string().min(1).optional(),
+    /** Ready sandboxes kept while the pool is idle. */
+    min: z.number().int().min(0).max(100),
+    /** Ready sandboxes kept while leases claim from it. */
+    max: z.number().int().min(1).max(100),
+    /** No claim for this long and the pool shrinks back to `min`, seconds. Default 600. */
+    idleSeconds: z.number().int().positive().default(600),
+  })
+  .strict()
+  .refine((p) => p.min <= p.max, { message: 'min must be ≤ max', path: ['min'] });
+export type PoolSpec = z.infer<typeof PoolSpec>;
+
+const Member = z.object({
+  pool: z.string(),
+  state: z.enum(['starting', 'ready']),
+  /** When it entered this state, ms since the epoch. */
+  since: z.number(),
+  sandbox: z.object({ id: z.string(), containerId: z.string(), facts: SandboxFacts, ref: PolicyRef, image: z.string() }).nullable(),
+});
+type Member = z.infer<typeof Member>;
+
+/** Pops the oldest ready id of a pool and forgets its member record, atomically. */
+const CLAIM = `
+local id = redis.call('LPOP', KEYS[1])
+if not id then return false end
+local member = redis.call('HGET', KEYS[2], id)
+redis.call('HDEL', KEYS[2], id)
+return member`;
+
+/** What the pools need from the lease service: start and remove unleased sandboxes. */
+export interface WarmLauncher {
+  launchWarm(id: string, policy: { name: string }, image: string): Promise<Launched & { ref: PolicyRef; image: string }>;
+  discardWarm(id: string): Promise<void>;
+}
+
+export interface WarmPoolsDeps {
+  redis: Redis;
+  prefix: string;
+  owner: string;
+  defaultImage: string;
+  launcher: WarmLauncher;
+  runtime: Pick<SandboxRuntime, 'listOwned'>;
+  /** The latest version of a policy now (the pools refill when it changes). */
+  latestPolicy: (name: string) => Promise<PolicyRef>;
+  log: Logger;
+  now: () => number;
+  /** Reports a pool's sizes after each maintenance round (metrics). */
+  onSizes?: (pool: string, sizes: { starting: number; ready: number }) => void;
+}
+
+/** A member still `starting` after this long was left by a process that died mid-start, ms. */
+const STALE_STARTING_MS = 120_000;
+
+export class WarmPools {
+  private readonly specs: Array<PoolSpec & { name: string; image: string }>;
+  private readonly token = randomBytes(8).toString('hex');
+
+  constructor(
+    private readonly deps: WarmPoolsDeps,
+    specs: readonly PoolSpec[],
+  ) {
+    this.specs = specs.map((s) => {
+      const image = s.image ?? deps.defaultImage;
+      return { ...s, image, name: `${s.policy}@${image}` };
+    });
+  }
+
+  private k = {
+    members: () => `${this.deps.prefix}pool:members`,
+    ready: (pool: string) => `${this.deps.prefix}pool:${pool}:ready`,
+    claimedAt: (pool: string) => `${this.deps.prefix}pool:${pool}:claimed-at`,
+    filler: (pool: string) => `${this.deps.prefix}pool:${pool}:filler`,
+  };
+
+  /**
+   * Takes a ready sandbox of the pool for (`ref`, `image`), or undefined when there is none (the
+   * lease then starts cold). A popped sandbox of another policy version is discarded, not used.
+   */
+  async claim(ref: PolicyRef, image: string): Promise<WarmSandbox | undefined> {
+    const spec = this.specs.find((s) => s.policy === ref.name && s.image === image);
+    if (!spec) return undefined;
+    await this.deps.redis.set(this.k.claimedAt(spec.name), String(this.deps.now()));
+    for (;;) {
+      const text = (await this.deps.redis.eval(CLAIM, 2, this.k.ready(spec.name), this.k.members())) as string | null;
+      if (text === null) return undefined;
+      const member = Member.parse(JSON.parse(text));
+      if (member.sandbox && member.sandbox.ref.digest === ref.digest) return { id: member.sandbox.id, containerId: member.sandbox.containerId, facts: member.sandbox.facts };
+      if (member.sandbox) void this.discard(member.sandbox.id);
+    }
+  }
+
+  /** True when `id` is a pooled sandbox (starting or ready): not an orphan, though no lease names it. */
+  async owns(id: string): Promise<boolean> {
+    return (await this.deps.redis.hexists(this.k.members(), id)) === 1;
+  }
+
+  /**
+   * One maintenance round of every pool this process may fill (it holds the pool's filler
+   * lock): drops members whose container stopped or whose start was abandoned, replaces
+   * sandboxes of an older policy version, grows to `max` while leases claimed within
+   * `idleSeconds` (else to `min`), and shrinks past the target.
+   */
+  async maintain(): Promise<void> {
+    for (const spec of this.specs) {
+      if (!(await this.lock(spec.name))) continue;
+      try {
+        await this.maintainPool(spec);
+      } catch (err) {
+        this.deps.log.warn({ pool: spec.name, err }, 'warm pool maintenance failed');
+      }
+    }
+  }
+
+  private async maintainPool(spec: PoolSpec & { name: string; image: string }): Promise<void> {
+    const { redis, now } = this.deps;
+    const members = await this.membersOf(spec.name);
+    const running = new Set((await this.deps.runtime.listOwned(this.deps.owner)).filter((c) => c.running).map((c) => c.leaseId));
+    const latest = await this.deps.latestPolicy(spec.policy);
+    for (const [id, m] of members) {
+      const dead = m.state === 'ready' && !running.has(id);
+      const stale = m.state === 'starting' && now() - m.since > STALE_STARTING_MS;
+      const outdated = m.state === 'ready' && m.sandbox?.ref.digest !== latest.digest;
+      if (!dead && !stale && !outdated) continue;
+      // Only a member still in the ready list is this round's to remove (a claim may have taken it).
+      if (m.state === 'ready' && (await redis.lrem(this.k.ready(spec.name), 1, id)) === 0) continue;
+      await redis.hdel(this.k.members(), id);
+      members.delete(id);
+      this.deps.log.info({ pool: spec.name, sandboxId: id, reason: dead ? 'container stopped' : stale ? 'start abandoned' : 'policy changed' }, 'pooled sandbox replaced');
+      await this.discard(id);
+    }
+    const claimedAt = Number((await redis.get(this.k.claimedAt(spec.name))) ?? 0);
+    const target = now() - claimedAt < spec.idleSeconds * 1000 ? spec.max : spec.min;
+    const ready = [...members.values()].filter((m) => m.state === 'ready').length;
+    const starting = members.size - ready;
+    this.deps.onSizes?.(spec.name, { starting, ready });
+    if (members.size < target) {
+      await this.startOne(spec);
+    } else if (ready > target) {
+      const text = (await redis.eval(CLAIM, 2, this.k.ready(spec.name), this.k.members())) as string | null;
+      const member = text === null ? null : Member.parse(JSON.parse(text));
+      if (member?.sandbox) await this.discard(member.sandbox.id);
+    }
+  }
+
+  /** Starts one sandbox for the pool; on failure its member record goes and the error is logged. */
+  private async startOne(spec: PoolSpec & { name: string; image: string }): Promise<void> {
+    const { redis, now } = this.deps;
+    const id = `sbx_${randomBytes(10).toString('hex')}`;
+    const starting: Member = { pool: spec.name, state: 'starting', since: now(), sandbox: null };
+    await redis.hset(this.k.members(), id, JSON.stringify(starting));
+    try {
+      const launched = await this.deps.launcher.launchWarm(id, { name: spec.policy }, spec.image);
+      const ready: Member = { pool: spec.name, state: 'ready', since: now(), sandbox: { id, containerId: launched.containerId, facts: launched.facts, ref: launched.ref, image: launched.image } };
+      await redis.multi().hset(this.k.members(), id, JSON.stringify(ready)).rpush(this.k.ready(spec.name), id).exec();
+    } catch (err) {
+      await redis.hdel(this.k.members(), id);
+      this.deps.log.warn({ pool: spec.name, sandboxId: id, err }, 'warm pool could not start a sandbox');
+    }
+  }
+
+  private async discard(id: string): Promise<void> {
+    await this.deps.launcher.discardWarm(id).catch((err: unknown) => this.deps.log.warn({ sandboxId: id, err }, 'pooled sandbox could not be removed'));
+  }
+
+  private async membersOf(pool: string): Promise<Map<string, Member>> {
+    const all = await this.deps.redis.hgetall(this.k.members());
+    const out = new Map<string, Member>();
+    for (const [id, text] of Object.entries(all)) {
+      const parsed = Member.safeParse(JSON.parse(text));
+      if (parsed.success && parsed.data.pool === pool) out.set(id, parsed.data);
+    }
+    return out;
+  }
+
+  /** Takes or renews this process's filler lock of `pool` (30 s): one process fills a pool at a time. */
+  private async lock(pool: string): Promise<boolean> {
+    const key = this.k.filler(pool);
+    if ((await this.deps.redis.set(key, this.token, 'PX', 30_000, 'NX')) === 'OK') return true;
+    if ((await this.deps.redis.get(key)) !== this.token) return false;
+    await this.deps.redis.pexpire(key, 30_000);
+    return true;
+  }
+
+  /** The pool names with their specs, for `GET` views and metrics. */
+  get pools(): ReadonlyArray<PoolSpec & { name: string; image: string }> {
+    return this.specs;
+  }
+}

@@ -1,0 +1,106 @@
+/**
+ * Warm pools against the real Docker engine and Redis: filled in the background, claimed
+ * atomically, bound to the claiming lease (env, secrets), never reused, replaced when their
+ * container dies, left alone by reconcile, shrunk when idle.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ToolResult } from '../contract/objects.js';
+import { docker, startHarness, type Harness } from './harness.js';
+
+const POOLS = [
+  { policy: 'default', min: 2, max: 3, idleSeconds: 4 },
+  { policy: 'offline-ci', min: 1, max: 1 },
+];
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({ SBX_WARM_POOLS: JSON.stringify(POOLS) });
+}, 120_000);
+afterAll(async () => h?.close());
+
+const readyKey = (policy: string): string => `${h.config.redisPrefix}pool:${policy}@${h.config.image}:ready`;
+const readyIds = (policy = 'default'): Promise<string[]> => h.redis.lrange(readyKey(policy), 0, -1);
+const members = async (): Promise<string[]> => Object.keys(await h.redis.hgetall(`${h.config.redisPrefix}pool:members`));
+
+/** Polls `probe` until `done` holds (or fails after `timeoutMs`); returns the last value. */
+async function until<T>(probe: () => Promise<T>, done: (v: T) => boolean, timeoutMs = 90_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (done(value)) return value;
+    if (Date.now() > deadline) throw new Error(`not reached in ${timeoutMs} ms: ${JSON.stringify(value)}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+async function exec(leaseId: string, cmd: string): Promise<ToolResult> {
+  return (await h.client.submitCall(leaseId, 'exec', { cmd }, { waitSeconds: 60 })) as ToolResult;
+}
+
+describe('warm pools', () => {
+  it('fill to min in the background; a lease claims a ready sandbox and gets its own env, which the container config never held', { timeout: 120_000 }, async () => {
+    const ready = await until(readyIds, (ids) => ids.length >= 2);
+    const lease = await h.client.createSandbox({ env: { FOO: 'warm-bound' } });
+    expect(ready).toContain(lease.id);
+    expect(await readyIds()).not.toContain(lease.id);
+    expect(await members()).not.toContain(lease.id);
+    expect((await exec(lease.id, 'printenv FOO')).stdout).toBe('warm-bound\n');
+    expect(lease.manifest!.env.keys).toEqual(['FOO']);
+    const inspect = JSON.parse(await docker('inspect', `sbx-${lease.id}`))[0];
+    expect(JSON.stringify(inspect.Config.Env)).not.toContain('warm-bound');
+  });
+
+  it('concurrent leases never share a sandbox: more requests than ready sandboxes all succeed, on distinct containers', { timeout: 180_000 }, async () => {
+    await until(readyIds, (ids) => ids.length >= 2);
+    const before = new Set(await readyIds());
+    const leases = await Promise.all(Array.from({ length: 5 }, () => h.client.createSandbox()));
+    const ids = leases.map((l) => l.id);
+    expect(new Set(ids).size).toBe(5);
+    const containers = await Promise.all(ids.map(async (id) => (await docker('inspect', '-f', '{{.Id}}', `sbx-${id}`)).trim()));
+    expect(new Set(containers).size).toBe(5);
+    const warm = ids.filter((id) => before.has(id));
+    expect(warm.length).toBeGreaterThanOrEqual(1);
+    expect(warm.length).toBeLessThanOrEqual(before.size);
+    for (const id of ids) expect((await exec(id, 'echo ok')).stdout).toBe('ok\n');
+    await Promise.all(ids.map((id) => h.client.releaseSandbox(id)));
+  });
+
+  it('a released pooled sandbox is gone for good, and the pool refills with new ones', { timeout: 120_000 }, async () => {
+    await until(readyIds, (ids) => ids.length >= 2);
+    const lease = await h.client.createSandbox();
+    await h.client.releaseSandbox(lease.id);
+    expect((await docker('ps', '-aq', '--filter', `name=sbx-${lease.id}`)).trim()).toBe('');
+    const refilled = await until(readyIds, (ids) => ids.length >= 2);
+    expect(refilled).not.toContain(lease.id);
+    expect(await members()).not.toContain(lease.id);
+  });
+
+  it('a pooled sandbox whose container stops is replaced; reconcile leaves the others alone', { timeout: 120_000 }, async () => {
+    const [victim, ...others] = await until(readyIds, (ids) => ids.length >= 2);
+    await h.plane.leases.reconcile();
+    expect(await members()).toEqual(expect.arrayContaining([victim!, ...others]));
+    await docker('kill', `sbx-${victim}`);
+    const after = await until(readyIds, (ids) => !ids.includes(victim!) && ids.length >= 2);
+    expect(after).toEqual(expect.arrayContaining(others));
+    expect(await members()).not.toContain(victim);
+  });
+
+  it('grows to max while claimed, then shrinks back to min once idle', { timeout: 120_000 }, async () => {
+    await until(readyIds, (ids) => ids.length >= 2);
+    const lease = await h.client.createSandbox();
+    await until(readyIds, (ids) => ids.length === 3);
+    await h.client.releaseSandbox(lease.id);
+    await until(readyIds, (ids) => ids.length === 2, 30_000);
+  });
+
+  it('a claimed sandbox receives the secrets of its lease at claim time', { timeout: 120_000 }, async () => {
+    await h.client.putSecret('NPM_TOKEN', 'npm-pooled-value');
+    const [pooled] = await until(() => readyIds('offline-ci'), (ids) => ids.length >= 1);
+    const lease = await h.client.createSandbox({ policy: 'offline-ci', secrets: [{ name: 'NPM_TOKEN' }] });
+    expect(lease.id).toBe(pooled);
+    const r = (await h.client.submitCall(lease.id, 'exec', { cmd: 'test "$NPM_TOKEN" = npm-pooled-value && echo "$NPM_TOKEN"', secrets: ['NPM_TOKEN'] }, { waitSeconds: 60 })) as ToolResult;
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout).toBe('[REDACTED:NPM_TOKEN]\n');
+    expect(lease.manifest!.secretRefs).toEqual(['NPM_TOKEN']);
+  });
+});
