@@ -5,6 +5,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
+import { QuotaLimits } from './quotas/schema.js';
 
 const Env = z.object({
   /** TCP port of the API. Default 7070. */
@@ -64,6 +65,23 @@ const Env = z.object({
     .default('')
     .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean))
     .pipe(z.array(z.string().regex(/^\//, 'absolute paths'))),
+  /**
+   * Quota of every tenant an admin set none for (`PUT /v1/tenants/:tenant/quota`), as JSON:
+   * `{"maxSandboxes": 10, "maxCpus": 8, "maxMemoryBytes": 17179869184}`; a field left out or
+   * null is no limit. Default `{}`: no limits.
+   */
+  SBX_DEFAULT_TENANT_QUOTA: z
+    .string()
+    .default('{}')
+    .transform((text, ctx) => {
+      try {
+        return JSON.parse(text) as unknown;
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'must be a JSON object' });
+        return z.NEVER;
+      }
+    })
+    .pipe(QuotaLimits),
   /** pino log level. Default `info`. */
   SBX_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
@@ -89,6 +107,8 @@ export interface Config {
   mountAllowlist: string[];
   /** DNS servers of the egress proxy (`ip` or `ip:port`); empty = the host's. */
   egressDnsServers: string[];
+  /** Quota of tenants without one of their own. */
+  defaultTenantQuota: QuotaLimits;
 }
 
 /**
@@ -124,6 +144,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     logLevel: e.SBX_LOG_LEVEL,
     egressDnsServers: e.SBX_EGRESS_DNS_SERVERS,
     mountAllowlist: e.SBX_MOUNT_ALLOWLIST,
+    defaultTenantQuota: e.SBX_DEFAULT_TENANT_QUOTA,
   };
 }
 
