@@ -43,6 +43,7 @@ export const ERROR_CODES = {
   'lease.ttl_exceeds_policy': { status: 400, retryability: 'after_fix', summary: '`ttlSeconds` is above the policy\'s `maxTtlSeconds`.' },
   'lease.idempotency_conflict': { status: 409, retryability: 'after_fix', summary: 'The Idempotency-Key was used before with a different request body.' },
   'lease.create_failed': { status: 503, retryability: 'safe', summary: 'The sandbox could not be started; nothing was left behind.' },
+  'quota.exceeded': { status: 429, retryability: 'after_fix', summary: 'The lease would take its tenant over a quota (`details`: `tenant`, `resource` = `sandboxes`, `cpus` or `memoryBytes`, `limit`, `used`, `requested`); nothing was created. Release sandboxes, or ask an admin to raise the quota (`PUT /v1/tenants/:tenant/quota`).' },
   'call.not_found': { status: 404, retryability: 'no', summary: 'No call with this id exists in this sandbox.' },
   'call.id_conflict': { status: 409, retryability: 'after_fix', summary: 'The callId was used before with different tool or arguments.' },
   'receipt.not_found': { status: 404, retryability: 'no', summary: 'No receipt with this id exists.' },

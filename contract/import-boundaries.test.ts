@@ -32,6 +32,7 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   ioredis: ['control-plane/queue/', 'control-plane/ledger/', 'control-plane/pools/warm-pools.ts', DOMAIN_STORE, 'sandbox-agent/main.ts'],
   fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', DOMAIN_ROUTES],
   'better-sse': ['control-plane/calls/routes.ts'],
+  'prom-client': ['control-plane/metrics/service.ts'],
 };
 const owns = (owner: string | RegExp, file: string): boolean => (typeof owner === 'string' ? file === owner || file.startsWith(owner) : owner.test(file));
 

@@ -3,6 +3,7 @@
  * Dependencies come in; nothing here reads the environment or listens (main.ts does).
  */
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import { z } from 'zod';
 import type { Logger } from 'pino';
 import { apiKeysRoutes } from './api-keys/routes.js';
 import type { ApiKeyService } from './api-keys/service.js';
@@ -11,6 +12,7 @@ import type { ArtifactStore } from './artifacts/store.js';
 import { auditRoutes } from './audit/routes.js';
 import type { AuditLog } from './audit/service.js';
 import { callsRoutes } from './calls/routes.js';
+import { CallId } from './calls/schema.js';
 import type { CallService } from './calls/service.js';
 import { egressRoutes } from './egress/routes.js';
 import { filesRoutes } from './files/routes.js';
@@ -18,10 +20,15 @@ import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
 import { installErrorHandling } from './http/errors.js';
 import type { Ledger } from './ledger/ledger.js';
 import type { CallNotifier } from './ledger/notifier.js';
+import { metricsRoutes } from './metrics/routes.js';
+import type { Metrics } from './metrics/service.js';
 import { leasesRoutes } from './leases/routes.js';
+import { LeaseParams } from './leases/schema.js';
 import type { LeaseService } from './leases/service.js';
 import { policiesRoutes } from './policies/routes.js';
 import type { PolicyService } from './policies/service.js';
+import { quotasRoutes } from './quotas/routes.js';
+import type { QuotaService } from './quotas/service.js';
 import type { SandboxRuntime } from './runtime/runtime.js';
 import { secretsRoutes } from './secrets/routes.js';
 import type { SecretService } from './secrets/service.js';
@@ -42,6 +49,9 @@ export interface AppDeps {
   runtime: SandboxRuntime;
   artifacts: ArtifactStore;
   secrets: SecretService;
+  quotas: QuotaService;
+  /** Rendered by the public `GET /metrics`. */
+  metrics: Metrics;
   /** Resolves when Redis answers; rejects otherwise. */
   pingRedis: () => Promise<unknown>;
   spoolDir: string;
@@ -49,6 +59,11 @@ export interface AppDeps {
   /** Largest JSON body, bytes. Default 1 MiB. */
   jsonBodyLimitBytes?: number;
 }
+
+/** Ids in the params of `/v1/sandboxes/:id/...` routes, as log bindings: `sandboxId`, and `callId` on call routes. */
+const SandboxLogIds = z
+  .object({ id: LeaseParams.shape.id, callId: CallId.optional() })
+  .transform(({ id, callId }) => (callId === undefined ? { sandboxId: id } : { sandboxId: id, callId }));
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
@@ -59,7 +74,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installErrorHandling(app);
   // JSON only: a text/plain body would otherwise reach the schemas as a string.
   app.removeContentTypeParser('text/plain');
-  installApiKeyAuth(app, { bootstrapKey: deps.apiKey, lookup: deps.lookupPrincipal });
+  installApiKeyAuth(app, { bootstrapKey: deps.apiKey, lookup: deps.lookupPrincipal, publicRoutes: ['/healthz', '/metrics'] });
+  // Every log line of a request about one sandbox or call says which (fastify's own request
+  // lines too: they log through reply.log). Ids that are not well-formed are left out of logs.
+  app.addHook('onRequest', async (request, reply) => {
+    if (!request.routeOptions.url?.startsWith('/v1/sandboxes/:id')) return;
+    const ids = SandboxLogIds.safeParse(request.params);
+    if (ids.success) request.log = reply.log = request.log.child(ids.data);
+  });
 
   app.get('/healthz', async (_request, reply) => {
     const [redis, docker] = await Promise.allSettled([deps.pingRedis(), deps.runtime.info()]);
@@ -75,6 +97,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(policiesRoutes, { policies: deps.policies });
   await app.register(auditRoutes, { audit: deps.audit });
   await app.register(secretsRoutes, { secrets: deps.secrets });
+  await app.register(quotasRoutes, { quotas: deps.quotas });
+  await app.register(metricsRoutes, { metrics: deps.metrics });
   await app.register(filesRoutes, { leases: deps.leases, runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
   return app;
 }

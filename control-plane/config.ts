@@ -6,6 +6,22 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { PoolSpec } from './pools/warm-pools.js';
+import { QuotaLimits } from './quotas/schema.js';
+
+/** A setting holding JSON (default `fallback`), parsed before its schema checks it. */
+function jsonSetting(fallback: string, what: string) {
+  return z
+    .string()
+    .default(fallback)
+    .transform((text, ctx) => {
+      try {
+        return JSON.parse(text) as unknown;
+      } catch {
+        ctx.addIssue({ code: 'custom', message: `must be ${what}` });
+        return z.NEVER;
+      }
+    });
+}
 
 const Env = z.object({
   /** TCP port of the API. Default 7070. */
@@ -69,18 +85,13 @@ const Env = z.object({
    * Warm pools, a JSON array of `{policy, image?, min, max, idleSeconds?}` (see
    * control-plane/pools/warm-pools.ts). Default none: every lease starts cold.
    */
-  SBX_WARM_POOLS: z
-    .string()
-    .default('[]')
-    .transform((s, ctx) => {
-      try {
-        return JSON.parse(s) as unknown;
-      } catch {
-        ctx.addIssue({ code: 'custom', message: 'must be a JSON array' });
-        return z.NEVER;
-      }
-    })
-    .pipe(z.array(PoolSpec)),
+  SBX_WARM_POOLS: jsonSetting('[]', 'a JSON array').pipe(z.array(PoolSpec)),
+  /**
+   * Quota of every tenant an admin set none for (`PUT /v1/tenants/:tenant/quota`), as JSON:
+   * `{"maxSandboxes": 10, "maxCpus": 8, "maxMemoryBytes": 17179869184}`; a field left out or
+   * null is no limit. Default `{}`: no limits.
+   */
+  SBX_DEFAULT_TENANT_QUOTA: jsonSetting('{}', 'a JSON object').pipe(QuotaLimits),
   /** pino log level. Default `info`. */
   SBX_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
@@ -108,6 +119,8 @@ export interface Config {
   warmPools: PoolSpec[];
   /** DNS servers of the egress proxy (`ip` or `ip:port`); empty = the host's. */
   egressDnsServers: string[];
+  /** Quota of tenants without one of their own. */
+  defaultTenantQuota: QuotaLimits;
 }
 
 /**
@@ -144,6 +157,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     egressDnsServers: e.SBX_EGRESS_DNS_SERVERS,
     mountAllowlist: e.SBX_MOUNT_ALLOWLIST,
     warmPools: e.SBX_WARM_POOLS,
+    defaultTenantQuota: e.SBX_DEFAULT_TENANT_QUOTA,
   };
 }
 

@@ -18,11 +18,14 @@ import { EgressProxy } from './egress/proxy.js';
 import { createResolver } from './egress/resolver.js';
 import { Ledger } from './ledger/ledger.js';
 import { CallNotifier } from './ledger/notifier.js';
-import { LeaseService } from './leases/service.js';
+import { LeaseService, TERMINAL } from './leases/service.js';
+import { Metrics } from './metrics/service.js';
 import { WarmPools } from './pools/warm-pools.js';
 import { readPolicyFiles } from './policies/files.js';
 import { PolicyService } from './policies/service.js';
 import { RedisPolicyStore } from './policies/store.js';
+import { QuotaService, type LeaseHold } from './quotas/service.js';
+import { RedisQuotaStore } from './quotas/store.js';
 import { LeaseChannels } from './queue/lease-channels.js';
 import { connectRedis, redisOptions } from './queue/redis.js';
 import { DockerRuntime } from './runtime/docker-runtime.js';
@@ -35,6 +38,8 @@ export const SBX_VERSION = '0.1.0';
 export interface ControlPlane {
   app: FastifyInstance;
   leases: LeaseService;
+  /** This control plane's metrics (its own registry); warm pools report to it. */
+  metrics: Metrics;
   /**
    * Reconciles with the runtime, then keeps doing so every `reconcileIntervalMs` (default
    * 5000: a sandbox whose container died is released and its open calls finished within that
@@ -66,8 +71,30 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const seeded = await policies.seed(await readPolicyFiles(config.policyDir));
   if (seeded.length > 0) log.info({ policies: seeded }, 'policy files imported into the policy store');
   const artifacts = new ArtifactStore(join(config.dataDir, 'artifacts'), ledger);
-  const calls = new CallService({ ledger, artifacts, channels, notifier, now, log });
-  const egress = new EgressProxy({ resolve: createResolver(config.egressDnsServers), record: (leaseId, event) => ledger.appendEgress(leaseId, event), log });
+  const liveLeaseIds = async (): Promise<string[]> => (await ledger.leaseStatuses()).filter((l) => l.status === 'ready').map((l) => l.id);
+  const metrics = new Metrics({
+    leaseStates: async () => {
+      const counts: Record<string, number> = {};
+      for (const { status } of await ledger.leaseStatuses()) counts[status] = (counts[status] ?? 0) + 1;
+      return counts;
+    },
+    queueDepth: async () => channels.callQueueDepth(await liveLeaseIds()),
+  });
+  const calls = new CallService({ ledger, artifacts, channels, notifier, metrics, now, log });
+  const egress = new EgressProxy({
+    resolve: createResolver(config.egressDnsServers),
+    record: async (leaseId, event) => {
+      metrics.egressDecided(event.decision);
+      await ledger.appendEgress(leaseId, event);
+    },
+    log,
+  });
+  const quotas = new QuotaService({ store: new RedisQuotaStore(redis, config.redisPrefix), audit, defaults: config.defaultTenantQuota, now });
+  const leaseHold = async (id: string): Promise<LeaseHold | null> => {
+    const lease = await ledger.getLease(id);
+    if (!lease) return null;
+    return { tenant: lease.tenant, ended: TERMINAL.has(lease.status), cpus: lease.policySnapshot.resources.cpus, memoryBytes: lease.policySnapshot.resources.memoryBytes };
+  };
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
   // The pools start sandboxes through the lease service, which claims from the pools: the
   // launcher reaches `leases` once both exist (it is only called from background rounds and creates).
@@ -85,11 +112,15 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
             latestPolicy: async (name) => (await policies.resolve(name)).ref,
             log,
             now: () => Date.now(),
+            onSizes: (pool, sizes) => {
+              metrics.setPoolSize(pool, 'starting', sizes.starting);
+              metrics.setPoolSize(pool, 'ready', sizes.ready);
+            },
           },
           config.warmPools,
         );
   const leases: LeaseService = new LeaseService(
-    { runtime, ledger, channels, policies, audit, calls, egress, secrets, ...(pools ? { pools } : {}), now, log },
+    { runtime, ledger, channels, policies, audit, calls, egress, secrets, quotas, metrics, ...(pools ? { pools } : {}), now, log },
     {
       owner: config.owner,
       sbxVersion: SBX_VERSION,
@@ -116,6 +147,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     runtime,
     artifacts,
     secrets,
+    quotas,
+    metrics,
     pingRedis: () => redis.ping(),
     spoolDir: join(config.dataDir, 'spool'),
     maxUploadBytes: config.maxUploadBytes,
@@ -140,13 +173,31 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     timer.unref();
     timers.push(timer);
   };
+  /**
+   * Reconciles leases and counts what it did. `adopted` counts the leases this process took over
+   * in this run: every run lists all running leases as adopted, also those it already served.
+   */
+  const reconcile = async (options?: { finishReleasing?: boolean }): Promise<Awaited<ReturnType<LeaseService['reconcile']>>> => {
+    const before = new Set(channels.activeLeases());
+    const outcome = await leases.reconcile(options);
+    const serving = new Set(channels.activeLeases());
+    metrics.reconciled({ ...outcome, adopted: outcome.adopted.filter((id) => !before.has(id) && serving.has(id)) });
+    return outcome;
+  };
+  const reconcileQuotas = async (): Promise<void> => {
+    const { released, adopted } = await quotas.reconcile(await liveLeaseIds(), leaseHold);
+    if (released.length + adopted.length > 0) log.info({ released, adopted }, 'tenant quota reservations reconciled with the leases');
+  };
   return {
     app,
     leases,
+    metrics,
     async startBackground({ reapIntervalMs = 1000, reconcileIntervalMs = 5000, poolIntervalMs = 1000 } = {}) {
-      const outcome = await leases.reconcile();
+      const outcome = await reconcile();
+      await reconcileQuotas();
       every(reapIntervalMs, 'lease reaper', () => leases.expireDue());
-      every(reconcileIntervalMs, 'reconcile', () => leases.reconcile({ finishReleasing: false }));
+      every(reconcileIntervalMs, 'reconcile', () => reconcile({ finishReleasing: false }));
+      every(reconcileIntervalMs, 'quota reconcile', reconcileQuotas);
       if (pools) every(poolIntervalMs, 'warm pools', () => pools.maintain());
       // Artifact files whose records expired, and parts abandoned for a day.
       every(10 * 60_000, 'artifact sweep', () => artifacts.sweep(24 * 3600_000));

@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { rm } from 'node:fs/promises';
+import type { Logger } from 'pino';
 import { errorInfo } from '../contract/errors.js';
 import type { EffectReceipt, ToolResult } from '../contract/objects.js';
 import { CallJob, type AgentConfig, type LeaseKeys } from '../contract/queue.js';
@@ -31,6 +32,8 @@ export interface CallRunnerDeps {
   returns: ReturnChannel;
   claimAttempt: ClaimAttempt;
   keyExists: KeyExists;
+  /** The agent's logger (bound to the sandbox); each attempt logs through a child bound to its call and attempt. */
+  log: Logger;
 }
 
 export class CallRunner {
@@ -91,6 +94,7 @@ export class CallRunner {
 
   private async runScheduled(job: CallJob, slot: Promise<unknown>): Promise<void> {
     const attemptId = `att_${randomUUID()}`;
+    const log = this.deps.log.child({ callId: job.callId, attemptId });
     const channel = this.deps.returns.forAttempt(job.callId, attemptId);
     const now = new Date();
 
@@ -119,6 +123,7 @@ export class CallRunner {
     if (await this.deps.keyExists(this.deps.keys.attempt(job.callId))) {
       this.running.delete(job.callId);
       const error = errorInfo('execution.effect_unknown', 'an earlier attempt of this call started and its outcome was lost; not re-run');
+      log.warn('redelivered call: an earlier attempt started, so it is not run again');
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('effect_unknown', 'unknown', error, now)));
       return;
     }
@@ -134,11 +139,13 @@ export class CallRunner {
     if (!claimed) {
       this.running.delete(job.callId);
       const error = errorInfo('execution.effect_unknown', 'an earlier attempt of this call started and its outcome was lost; not re-run');
+      log.warn('redelivered call: an earlier attempt started, so it is not run again');
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('effect_unknown', 'unknown', error, now)));
       return;
     }
     let outcome: AttemptOutcome;
     let backgroundGroup: number | null = null;
+    log.info({ tool: job.tool }, 'call started');
     try {
       outcome = await tool.execute(
         {
@@ -177,11 +184,13 @@ export class CallRunner {
     } catch (err) {
       // A call always ends with a result: a tool that throws has an outcome nobody observed.
       const error = errorInfo('execution.effect_unknown', `the tool failed unexpectedly: ${(err as Error).message}`);
+      log.error({ err }, 'the tool threw');
       outcome = outcomeWithoutRun('effect_unknown', 'unknown', error, now);
     } finally {
       this.running.delete(job.callId);
       if (backgroundGroup !== null) this.backgroundGroups.delete(backgroundGroup);
     }
+    log.info({ tool: job.tool, status: outcome.status, exitCode: outcome.exit?.code ?? null, durationMs: outcome.endedAt.getTime() - outcome.startedAt.getTime() }, 'call finished');
     await channel.result(this.result(job, attemptId, outcome));
   }
 

@@ -5,11 +5,15 @@
  *
  * Settings: `SBX_AGENT_CONFIG` (default `/run/sbx/agent/agent.json`), `SBX_AGENT_CONCURRENCY`
  * (calls run at once, default 16).
+ *
+ * Logs: JSON lines (pino) on stderr, which the container runtime keeps (`docker logs`); every
+ * line carries `sandboxId`, and a call's lines its `callId` and `attemptId`.
  */
 import { readFileSync } from 'node:fs';
 import { chmod, mkdir, readdir, rm } from 'node:fs/promises';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
+import pino from 'pino';
 import { AgentConfig, AgentHello, BIND_JOB, CALL_QUEUE, ControlMessage, LeaseBinding, RETURN_QUEUE, leaseKeys, type BindAck } from '../contract/queue.js';
 import type { AgentTool } from './attempt.js';
 import { CallRunner } from './call-runner.js';
@@ -27,6 +31,8 @@ async function main(): Promise<void> {
   const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent/agent.json';
   const config = AgentConfig.parse(JSON.parse(readFileSync(configPath, 'utf8')));
   const keys = leaseKeys(config.rootPrefix, config.leaseId);
+  // Synchronous writes: the lines before a crash are the ones worth having.
+  const log = pino({ base: { pid: process.pid, sandboxId: config.leaseId } }, pino.destination({ dest: 2, sync: true }));
   const redisOptions = {
     path: config.redis.path,
     username: config.redis.username,
@@ -67,6 +73,7 @@ async function main(): Promise<void> {
     secrets,
     tools,
     returns: new ReturnChannel(returnQueue),
+    log,
     claimAttempt: async (key, attemptId) => (await redis.set(key, attemptId, 'NX')) === 'OK',
     keyExists: async (key) => (await redis.exists(key)) === 1,
   });
@@ -99,12 +106,13 @@ async function main(): Promise<void> {
     // redelivery into `effect_unknown`, so BullMQ's own retries stay off.
     maxStalledCount: 1,
   });
-  queueWorker.on('error', (err) => process.stderr.write(`sbx-agent: queue worker error: ${err.message}\n`));
+  queueWorker.on('error', (err) => log.warn({ err }, 'queue worker error'));
   await queueWorker.waitUntilReady();
   if (config.egress) await startEgressForwarder(config.egress.port, config.egress.socketPath);
 
   const hello: AgentHello = { leaseId: config.leaseId, facts: await measureFacts(config), startedAt: new Date().toISOString() };
   await redis.rpush(keys.hello, JSON.stringify(hello));
+  log.info({ concurrency }, 'agent ready');
 
   const shutdown = async (): Promise<void> => {
     await queueWorker.close();

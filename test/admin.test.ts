@@ -83,7 +83,7 @@ const SHIPPED_POLICIES = readdirSync(join(REPO_ROOT, 'policies'))
   .map((f) => f.replace(/\.yaml$/, ''))
   .sort();
 
-const ADMIN_PREFIXES = ['/v1/api-keys', '/v1/policies', '/v1/audit', '/v1/secrets'];
+const ADMIN_PREFIXES = ['/v1/api-keys', '/v1/policies', '/v1/audit', '/v1/secrets', '/v1/tenants'];
 const isAdminRoute = (path: string): boolean => ADMIN_PREFIXES.some((p) => path === p || path.startsWith(`${p}/`));
 
 /** The current `default` policy as a PUT body (name and version left out: both are optional), changed by `edit`. */
@@ -119,15 +119,18 @@ describe('admin routes and API keys', () => {
       'GET /v1/policies/:name/versions/:version',
       'GET /v1/secrets',
       'GET /v1/secrets/:name',
+      'GET /v1/tenants/:tenant/quota',
       'POST /v1/api-keys',
       'PUT /v1/policies/:name',
       'PUT /v1/secrets/:name',
+      'PUT /v1/tenants/:tenant/quota',
     ]);
     const policyBody = await defaultPolicyWith((p) => (p.description = 'user edit'));
-    const fill = (path: string): string => path.replace(':id', user.id).replace(':name', 'default').replace(':version', '1');
+    const fill = (path: string): string => path.replace(':id', user.id).replace(':name', 'default').replace(':version', '1').replace(':tenant', 'alpha');
     for (const route of admin) {
       const secret = route.path.startsWith('/v1/secrets');
-      const body = route.method === 'PUT' ? (secret ? { value: 'user-written' } : policyBody) : route.method === 'POST' ? { name: 'x', role: 'admin', tenant: 'alpha' } : undefined;
+      const quota = route.path.startsWith('/v1/tenants');
+      const body = route.method === 'PUT' ? (secret ? { value: 'user-written' } : quota ? { maxSandboxes: 1000 } : policyBody) : route.method === 'POST' ? { name: 'x', role: 'admin', tenant: 'alpha' } : undefined;
       expectError(await api(user.secret, route.method, fill(route.path), body), 403, 'auth.admin_required');
     }
     // Nothing the user asked for happened: its key is live, default is unchanged, no admin key was made.
@@ -136,6 +139,7 @@ describe('admin routes and API keys', () => {
     const keys = (await api(h.apiKey, 'GET', '/v1/api-keys')).body.keys as Array<{ role: string; tenant: string }>;
     expect(keys.filter((k) => k.role === 'admin' && k.tenant === 'alpha')).toEqual([]);
     expectError(await api(h.apiKey, 'GET', '/v1/secrets/default'), 404, 'secret.not_found');
+    expect((await api(h.apiKey, 'GET', '/v1/tenants/alpha/quota')).body.configured).toBeNull();
   });
 
   it('a created key works at once, is listed without its secret, and fails 401 from the request after its revocation', async () => {

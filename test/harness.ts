@@ -8,7 +8,7 @@ import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
-import pino from 'pino';
+import pino, { type DestinationStream } from 'pino';
 import { afterAll, beforeAll } from 'vitest';
 import { SbxClient } from '../cli/client.js';
 import { loadConfig, type Config } from '../control-plane/config.js';
@@ -32,7 +32,11 @@ export interface Harness {
   close(): Promise<void>;
 }
 
-export async function startHarness(overrides: Record<string, string> = {}): Promise<Harness> {
+/**
+ * Starts a harness; `overrides` are `SBX_*` settings. `logStream` receives the control planes'
+ * log lines (JSON, one a line) instead of stdout, for tests that check what is logged.
+ */
+export async function startHarness(overrides: Record<string, string> = {}, options: { logStream?: DestinationStream } = {}): Promise<Harness> {
   const tag = randomBytes(4).toString('hex');
   const env = {
     ...process.env,
@@ -46,7 +50,7 @@ export async function startHarness(overrides: Record<string, string> = {}): Prom
   };
   const config = loadConfig(env, REPO_ROOT);
   const apiKey = `test-key-${randomBytes(16).toString('hex')}`;
-  const log = pino({ level: config.logLevel });
+  const log = options.logStream ? pino({ level: config.logLevel }, options.logStream) : pino({ level: config.logLevel });
   const started: Array<{ plane: ControlPlane; client: SbxClient }> = [];
   const start = async (): Promise<{ plane: ControlPlane; client: SbxClient; close(): Promise<void> }> => {
     const plane = await createControlPlane(config, apiKey, log);

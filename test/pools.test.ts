@@ -48,6 +48,9 @@ describe('warm pools', () => {
     expect(lease.manifest!.env.keys).toEqual(['FOO']);
     const inspect = JSON.parse(await docker('inspect', `sbx-${lease.id}`))[0];
     expect(JSON.stringify(inspect.Config.Env)).not.toContain('warm-bound');
+    const metrics = await (await fetch(`${h.url}/metrics`)).text();
+    expect(Number(/^sbx_lease_create_seconds_count\{path="warm"\} (\d+)/m.exec(metrics)?.[1] ?? 0)).toBeGreaterThanOrEqual(1);
+    expect(metrics).toMatch(new RegExp(`^sbx_pool_sandboxes\\{pool="default@${h.config.image.replace(/[.:]/g, '\\$&')}",state="ready"\\} \\d+`, 'm'));
   });
 
   it('concurrent leases never share a sandbox: more requests than ready sandboxes all succeed, on distinct containers', { timeout: 180_000 }, async () => {

@@ -14,6 +14,7 @@ import type { CallJob, ReturnMessage } from '../../contract/queue.js';
 import type { ArtifactStore } from '../artifacts/store.js';
 import type { LeaseRecord, Ledger } from '../ledger/ledger.js';
 import type { CallNotifier } from '../ledger/notifier.js';
+import type { Metrics } from '../metrics/service.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
 import type { SubmitCallBody } from './schema.js';
 import { TOOLS } from './tools.js';
@@ -23,6 +24,8 @@ export interface CallServiceDeps {
   artifacts: ArtifactStore;
   channels: LeaseChannels;
   notifier: CallNotifier;
+  /** Counts calls reaching a terminal result, and how long they took from submission. */
+  metrics: Pick<Metrics, 'callFinished'>;
   now: () => Date;
   log: Logger;
 }
@@ -69,7 +72,7 @@ export class CallService {
     if (denial || !resolved) {
       const error = denial!.toInfo();
       await ledger.appendEvent(lease.id, callId, { type: 'call.denied', error }, createdAt);
-      await ledger.finishCall(lease.id, callId, emptyResult(callId, 'denied', error), createdAt);
+      await this.finish(lease.id, callId, emptyResult(callId, 'denied', error), createdAt);
       throw new AppError(denial!.code, denial!.message, { details: { ...denial!.details, callId } });
     }
     const job: CallJob = {
@@ -90,10 +93,11 @@ export class CallService {
     } catch (err) {
       // Not queued means never run: the call ends here rather than waiting forever.
       const error = errorInfo('queue.unavailable', `the call could not be queued: ${(err as Error).message}`);
-      await ledger.finishCall(lease.id, callId, emptyResult(callId, 'failed', error), now());
+      await this.finish(lease.id, callId, emptyResult(callId, 'failed', error), now());
       throw new AppError('queue.unavailable', error.message, { details: { callId }, cause: err });
     }
     await ledger.appendEvent(lease.id, callId, { type: 'call.queued' }, now());
+    this.deps.log.debug({ sandboxId: lease.id, callId, tool: tool.name }, 'call queued');
     return { call: await this.get(lease.id, callId), created: true };
   }
 
@@ -130,7 +134,7 @@ export class CallService {
     if (requested === null) return this.get(lease.id, callId);
     if (await channels.removeQueued(lease.id, callId)) {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
-      await ledger.finishCall(lease.id, callId, emptyResult(callId, 'cancelled', error), now());
+      await this.finish(lease.id, callId, emptyResult(callId, 'cancelled', error), now());
     } else {
       await channels.requestCancel(lease.id, callId);
     }
@@ -142,7 +146,10 @@ export class CallService {
     const at = this.deps.now();
     if (message.kind === 'event') {
       await this.deps.ledger.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`, { unlessFinished: true });
-      if (message.body.type === 'call.started') await this.deps.ledger.markRunning(leaseId, message.callId);
+      if (message.body.type === 'call.started') {
+        await this.deps.ledger.markRunning(leaseId, message.callId);
+        this.deps.log.info({ sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId }, 'call started');
+      }
       return;
     }
     if (message.kind === 'artifact_chunk') {
@@ -167,8 +174,28 @@ export class CallService {
       await this.deps.ledger.detachCall(leaseId, message.callId, message.result, message.attemptId, at);
       return;
     }
-    const stored = await this.deps.ledger.finishCall(leaseId, message.callId, message.result, at);
-    if (!stored) this.deps.log.info({ leaseId, callId: message.callId, attemptId: message.attemptId }, 'ignored a second result for a finished call');
+    const stored = await this.finish(leaseId, message.callId, message.result, at);
+    if (!stored) this.deps.log.info({ sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId }, 'ignored a second result for a finished call');
+  }
+
+  /**
+   * Stores a call's terminal result (ledger.finishCall) and, when this was the one that
+   * finished it, counts it and logs it with the sandbox, call and attempt ids. Returns whether
+   * it was stored (false: the call had finished before).
+   */
+  private async finish(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<boolean> {
+    const stored = await this.deps.ledger.finishCall(leaseId, callId, result, at);
+    if (!stored) return false;
+    const call = await this.deps.ledger.getCall(leaseId, callId);
+    if (call) {
+      const seconds = Math.max(0, at.getTime() - Date.parse(call.createdAt)) / 1000;
+      this.deps.metrics.callFinished(call.tool, result.status, seconds);
+      this.deps.log.info(
+        { sandboxId: leaseId, callId, attemptId: result.receipt?.attemptId ?? null, tool: call.tool, status: result.status, durationMs: Math.round(seconds * 1000) },
+        'call finished',
+      );
+    }
+    return true;
   }
 
   /**
@@ -210,7 +237,7 @@ export class CallService {
         secretsUsed: Array.isArray(call.args.secrets) ? call.args.secrets.map(String).sort() : [],
         manifestDigest,
       };
-      await this.deps.ledger.finishCall(leaseId, callId, result, now);
+      await this.finish(leaseId, callId, result, now);
     }
   }
 }

@@ -4,7 +4,7 @@
  */
 import type { FastifyPluginAsync } from 'fastify';
 import { parseInput } from '../http/errors.js';
-import { CreateSandboxBody, IdempotencyKey, LeaseParams } from './schema.js';
+import { CreateSandboxBody, IdempotencyKey, LeaseParams, ListSandboxesQuery, matchesListQuery } from './schema.js';
 import type { LeaseService } from './service.js';
 
 export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async (app, { leases }) => {
@@ -17,7 +17,10 @@ export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async 
     return reply.status(replayed ? 200 : 201).send(lease);
   });
 
-  app.get('/v1/sandboxes', async (request) => ({ sandboxes: await leases.list(request.principal) }));
+  app.get('/v1/sandboxes', async (request) => {
+    const query = parseInput(ListSandboxesQuery, request.query, 'query');
+    return { sandboxes: (await leases.list(request.principal)).filter((lease) => matchesListQuery(lease, query)) };
+  });
 
   app.get('/v1/sandboxes/:id', async (request) => {
     const { id } = parseInput(LeaseParams, request.params, 'params');

@@ -1,5 +1,6 @@
 /** HTTP schemas of the leases domain. */
 import { z } from 'zod';
+import { LeaseStatus, type Lease } from '../../contract/objects.js';
 import { SecretFilePath, SecretName } from '../../contract/secrets.js';
 import { EnvMap, EnvName } from '../../contract/tools.js';
 
@@ -60,3 +61,32 @@ export const IdempotencyKey = z.string().min(1).max(255).regex(/^[\x21-\x7e]+$/,
 
 /** Any id is looked up (an unknown one is `404 lease.not_found`); only characters no id has are refused. */
 export const LeaseParams = z.object({ id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'letters, digits, _ and -; at most 128') });
+
+/** A query parameter given once (a string) or repeated (an array), as a list. */
+const Repeatable = <T extends z.ZodType>(item: T) => z.union([item, z.array(item)]).transform((v) => (Array.isArray(v) ? v : [v]) as Array<z.infer<T>>);
+
+/** `key=value`: the key a label key, the value what follows the first `=` (may be empty). */
+const LabelSelector = z
+  .string()
+  .regex(/^[^=]+=/, 'key=value')
+  .transform((s) => ({ key: s.slice(0, s.indexOf('=')), value: s.slice(s.indexOf('=') + 1) }))
+  .pipe(z.object({ key: LabelKey, value: z.string().max(256) }));
+
+/**
+ * `GET /v1/sandboxes` query: `label=key=value` (repeatable: every one must match), `status=`
+ * (repeatable: any may match).
+ */
+export const ListSandboxesQuery = z
+  .object({
+    label: Repeatable(LabelSelector).optional(),
+    status: Repeatable(LeaseStatus).optional(),
+  })
+  .strict();
+export type ListSandboxesQuery = z.infer<typeof ListSandboxesQuery>;
+
+/** Whether `lease` passes the list filter: it carries every label asked for, and has one of the statuses asked for. */
+export function matchesListQuery(lease: Lease, query: ListSandboxesQuery): boolean {
+  const labels = query.label ?? [];
+  const statuses = query.status ?? [];
+  return labels.every(({ key, value }) => Object.hasOwn(lease.labels, key) && lease.labels[key] === value) && (statuses.length === 0 || statuses.includes(lease.status));
+}

@@ -25,7 +25,9 @@ import { allowlistDigest } from '../egress/rules.js';
 import { agentEgress, compileSandboxSpec, type CompileInput, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
 import type { PolicyService } from '../policies/service.js';
+import type { LeaseMetrics } from '../metrics/service.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
+import type { QuotaService } from '../quotas/service.js';
 import type { SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
 import type { CreateSandboxBody, SecretRequest } from './schema.js';
@@ -63,11 +65,15 @@ export interface LeaseServiceDeps {
   pools?: { claim(ref: PolicyRef, image: string): Promise<WarmSandbox | undefined>; owns(id: string): Promise<boolean> };
   /** Values of the secrets a lease is granted, for its agent only. */
   secrets: Pick<SecretService, 'reveal'>;
+  /** The tenant's share a lease holds from before it is created until it has ended. */
+  quotas: Pick<QuotaService, 'reserve' | 'release'>;
+  metrics: LeaseMetrics;
   now: () => Date;
   log: Logger;
 }
 
-const TERMINAL = new Set(['released', 'expired', 'failed']);
+/** Statuses of a lease that has ended. */
+export const TERMINAL: ReadonlySet<string> = new Set(['released', 'expired', 'failed']);
 
 export class LeaseService {
   constructor(
@@ -81,8 +87,8 @@ export class LeaseService {
    * throws `lease.idempotency_conflict`. Throws `policy.not_found`, `policy.unenforceable`,
    * `lease.ttl_exceeds_policy`, `input.invalid`, `policy.secret_denied` (a secret the policy
    * does not allow; details.name), `secret.not_found`, `secret.unreadable`,
-   * `policy.mount_not_allowed`, `runtime.image_not_found`, `runtime.unavailable`,
-   * `lease.create_failed`. Every check comes before anything is created.
+   * `policy.mount_not_allowed`, `quota.exceeded`, `runtime.image_not_found`,
+   * `runtime.unavailable`, `lease.create_failed`. Every check comes before anything is created.
    */
   async create(body: CreateSandboxBody, by: Principal, idempotencyKey?: string): Promise<{ lease: Lease; replayed: boolean }> {
     const id = `sbx_${randomBytes(10).toString('hex')}`;
@@ -161,7 +167,12 @@ export class LeaseService {
         try {
           return await this.make(warm.id, plan, body, by, warm);
         } catch (err) {
-          // The claimed sandbox is torn down (never reused); the lease still gets one, cold.
+          // The claimed sandbox is torn down (never reused). Over quota, the lease gets none;
+          // otherwise the bind failed and it still gets one, cold.
+          if (err instanceof AppError && err.code === 'quota.exceeded') {
+            await this.discardWarm(warm.id);
+            throw err;
+          }
           this.deps.log.warn({ sandboxId: warm.id, err }, 'claimed pooled sandbox failed to bind; starting cold');
         }
       }
@@ -197,6 +208,8 @@ export class LeaseService {
       secrets: plan.grants,
       containerId: warm?.containerId ?? null,
     };
+    // Quota is taken before anything exists, and given back by the failure path or end().
+    await this.deps.quotas.reserve(id, by.tenant, { cpus: plan.policy.resources.cpus, memoryBytes: plan.policy.resources.memoryBytes });
     await ledger.putLease(record);
     try {
       let launched: Launched;
@@ -228,11 +241,13 @@ export class LeaseService {
         afterDigest: manifest.digest,
         details: { tenant: by.tenant, policy: plan.ref, warm: warm !== undefined },
       });
+      this.deps.metrics.leaseCreated(warm ? 'warm' : 'cold', (now().getTime() - createdAt.getTime()) / 1000);
       log.info({ sandboxId: id, policy: plan.ref, warm: warm !== undefined, ms: now().getTime() - createdAt.getTime() }, 'sandbox leased');
       return toView(ready);
     } catch (err) {
       const failures = await this.teardown(id, null);
       await ledger.putLease({ ...record, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed' });
+      await this.deps.quotas.release(id);
       log.warn({ sandboxId: id, err, teardownFailures: failures.length }, 'sandbox create failed');
       if (err instanceof AppError) throw err;
       throw new AppError('lease.create_failed', `the sandbox could not be started: ${(err as Error).message}`, { cause: err });
@@ -409,6 +424,7 @@ export class LeaseService {
       endReason: reason,
     };
     await this.deps.ledger.putLease(ended);
+    await this.deps.quotas.release(id);
     await this.deps.ledger.claimExpiry(id);
     await this.deps.ledger.retain(id, this.options.retentionSeconds);
     await this.deps.audit.record({

@@ -102,6 +102,7 @@ export class Ledger {
   private k = {
     lease: (id: string) => `${this.prefix}leases:${id}`,
     leases: () => `${this.prefix}leases`,
+    statuses: () => `${this.prefix}leases:statuses`,
     expiry: () => `${this.prefix}leases:expiry`,
     idem: (key: string) => `${this.prefix}idem:${key}`,
     call: (leaseId: string, callId: string) => `${this.prefix}calls:${leaseId}:${callId}`,
@@ -132,7 +133,43 @@ export class Ledger {
       .multi()
       .set(this.k.lease(lease.id), JSON.stringify(lease))
       .zadd(this.k.leases(), Date.parse(lease.createdAt), lease.id)
+      // The status alone, for counting leases by state without reading every record.
+      .hset(this.k.statuses(), lease.id, lease.status)
       .exec();
+  }
+
+  /**
+   * Every lease the ledger holds (those whose records retention has not expired yet) with its
+   * status. Reads the status index `putLease` keeps, not the records; entries of expired records
+   * are dropped from it here, and leases written before the index existed are added to it.
+   */
+  async leaseStatuses(): Promise<Array<{ id: string; status: string }>> {
+    const [indexed, total] = await Promise.all([this.redis.hlen(this.k.statuses()), this.redis.zcard(this.k.leases())]);
+    if (indexed < total) await this.indexStatuses();
+    const entries = Object.entries(await this.redis.hgetall(this.k.statuses()));
+    if (entries.length === 0) return [];
+    const exists = (await entries.reduce((p, [id]) => p.exists(this.k.lease(id)), this.redis.pipeline()).exec()) ?? [];
+    const gone = entries.filter((_, i) => exists[i]?.[1] === 0).map(([id]) => id);
+    if (gone.length > 0) await this.redis.hdel(this.k.statuses(), ...gone);
+    return entries.filter((_, i) => exists[i]?.[1] !== 0).map(([id, status]) => ({ id, status }));
+  }
+
+  /** Adds to the status index the leases of the lease index it lacks; drops index ids whose record expired. */
+  private async indexStatuses(): Promise<void> {
+    const ids = await this.redis.zrange(this.k.leases(), 0, -1);
+    const known = await this.redis.hmget(this.k.statuses(), ...ids);
+    const missing = ids.filter((_, i) => known[i] === null);
+    for (let i = 0; i < missing.length; i += 500) {
+      const page = missing.slice(i, i + 500);
+      const texts = await this.redis.mget(page.map((id) => this.k.lease(id)));
+      const multi = this.redis.multi();
+      page.forEach((id, j) => {
+        const text = texts[j];
+        if (text === null || text === undefined) multi.zrem(this.k.leases(), id);
+        else multi.hsetnx(this.k.statuses(), id, LeaseRecord.parse(JSON.parse(text)).status);
+      });
+      await multi.exec();
+    }
   }
 
   async getLease(id: string): Promise<LeaseRecord | null> {

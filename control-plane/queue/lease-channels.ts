@@ -164,14 +164,14 @@ export class LeaseChannels {
       async (job) => {
         const parsed = ReturnMessage.safeParse(job.data);
         if (!parsed.success) {
-          this.log.warn({ leaseId, jobId: job.id, issues: parsed.error.issues }, 'dropped malformed message from sandbox agent');
+          this.log.warn({ sandboxId: leaseId, jobId: job.id, issues: parsed.error.issues }, 'dropped malformed message from sandbox agent');
           return;
         }
         await handler(leaseId, parsed.data);
       },
       { connection: this.options, prefix: leaseKeys(this.rootPrefix, leaseId).namespace, concurrency: 1 },
     );
-    worker.on('error', (err) => this.log.warn({ leaseId, err }, 'return worker error'));
+    worker.on('error', (err) => this.log.warn({ sandboxId: leaseId, err }, 'return worker error'));
     this.returnWorkers.set(leaseId, worker);
     this.renewer ??= setInterval(() => void this.renewLocks(), RENEW_MS).unref();
     return true;
@@ -183,7 +183,7 @@ export class LeaseChannels {
       // A Redis error is not a lost lock: try again next round (the lock outlives three of them).
       const held = (await this.redis.eval(RENEW_LOCK, 1, this.consumerKey(leaseId), this.processId, LOCK_MS).catch(() => null)) as number | null;
       if (held === 0) {
-        this.log.warn({ leaseId }, 'lost the consumer lock of a lease; another process consumes its returns now');
+        this.log.warn({ sandboxId: leaseId }, 'lost the consumer lock of a lease; another process consumes its returns now');
         await this.stop(leaseId);
       }
     }
@@ -235,6 +235,27 @@ export class LeaseChannels {
     } finally {
       await queue.close();
     }
+  }
+
+  /**
+   * Jobs on the call queues of `leaseIds`, summed: `waiting` (waiting, prioritized, delayed:
+   * not taken by the agent yet) and `active` (taken by the agent). Reads the queues in Redis,
+   * so it counts every lease's, whichever process produced its calls.
+   */
+  async callQueueDepth(leaseIds: readonly string[]): Promise<{ waiting: number; active: number }> {
+    const depth = { waiting: 0, active: 0 };
+    for (const leaseId of leaseIds) {
+      // A throwaway handle, not callQueue()'s cache: most of these leases are not this process's to keep queues for.
+      const queue = new Queue(CALL_QUEUE, { connection: this.redis, prefix: leaseKeys(this.rootPrefix, leaseId).namespace });
+      try {
+        const counts = await queue.getJobCounts('waiting', 'prioritized', 'delayed', 'active');
+        depth.waiting += (counts.waiting ?? 0) + (counts.prioritized ?? 0) + (counts.delayed ?? 0);
+        depth.active += counts.active ?? 0;
+      } finally {
+        await queue.close();
+      }
+    }
+    return depth;
   }
 
   /** The id of the call's attempt the agent recorded as started (its durable marker), or null. */
