@@ -1,7 +1,7 @@
 /**
  * Wires a whole control plane from its config: Redis connections, the Docker runtime, the
- * ledger, the queues, the services and the HTTP app, plus the lease reaper. Used by main.ts
- * and by the integration tests, so both run the same assembly.
+ * ledger, the queues, the services and the HTTP app, plus background work (expiry timers,
+ * reconcile). Used by main.ts and by the integration tests, so both run the same assembly.
  */
 import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -18,10 +18,11 @@ import { EgressProxy } from './egress/proxy.js';
 import { createResolver } from './egress/resolver.js';
 import { Ledger } from './ledger/ledger.js';
 import { CallNotifier } from './ledger/notifier.js';
-import { LeaseService } from './leases/service.js';
+import { LeaseService, type ReconcileOutcome } from './leases/service.js';
 import { readPolicyFiles } from './policies/files.js';
 import { PolicyService } from './policies/service.js';
 import { RedisPolicyStore } from './policies/store.js';
+import { ExpiryTimers } from './queue/expiry-timers.js';
 import { LeaseChannels } from './queue/lease-channels.js';
 import { connectRedis, redisOptions } from './queue/redis.js';
 import { DockerRuntime } from './runtime/docker-runtime.js';
@@ -35,11 +36,12 @@ export interface ControlPlane {
   app: FastifyInstance;
   leases: LeaseService;
   /**
-   * Reconciles with the runtime, then keeps doing so every `reconcileIntervalMs` (default
-   * 5000: a sandbox whose container died is released and its open calls finished within that
-   * time) and expires due leases every `reapIntervalMs` (default 1000).
+   * Reconciles with the runtime, starts this process's worker of the durable expiry timers
+   * (leases expire on time whichever process made them), then reconciles every
+   * `reconcileIntervalMs` (default 5000: a sandbox whose container died is `lost` and its open
+   * calls finished within that time; work of a dead process is taken over).
    */
-  startBackground(options?: { reapIntervalMs?: number; reconcileIntervalMs?: number }): Promise<Awaited<ReturnType<LeaseService['reconcile']>>>;
+  startBackground(options?: { reconcileIntervalMs?: number }): Promise<ReconcileOutcome>;
   /** Stops background work, closes the app and every connection. Sandboxes keep running. */
   close(): Promise<void>;
 }
@@ -57,6 +59,9 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const ledger = new Ledger(redis, config.redisPrefix);
   const notifier = await CallNotifier.start(subscriber, ledger.notifyPattern);
   const channels = new LeaseChannels(redis, options, config.redisPrefix, log);
+  // Before any lease work: other processes tell by this key that this one's creates and releases are alive.
+  await channels.startHeartbeat();
+  const expiry = new ExpiryTimers(redis, options, config.redisPrefix, log);
   const now = (): Date => new Date();
   const audit = new AuditLog(new RedisAuditStore(redis, config.redisPrefix), now);
   const apiKeys = new ApiKeyService({ store: new RedisApiKeyStore(redis, config.redisPrefix), audit, now });
@@ -68,7 +73,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const egress = new EgressProxy({ resolve: createResolver(config.egressDnsServers), record: (leaseId, event) => ledger.appendEgress(leaseId, event), log });
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
   const leases = new LeaseService(
-    { runtime, ledger, channels, policies, audit, calls, egress, secrets, now, log },
+    { runtime, ledger, channels, expiry, policies, audit, calls, egress, secrets, now, log },
     {
       owner: config.owner,
       sbxVersion: SBX_VERSION,
@@ -122,10 +127,10 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   return {
     app,
     leases,
-    async startBackground({ reapIntervalMs = 1000, reconcileIntervalMs = 5000 } = {}) {
+    async startBackground({ reconcileIntervalMs = 5000 } = {}) {
       const outcome = await leases.reconcile();
-      every(reapIntervalMs, 'lease reaper', () => leases.expireDue());
-      every(reconcileIntervalMs, 'reconcile', () => leases.reconcile({ finishReleasing: false }));
+      expiry.start((leaseId) => leases.onExpiryTimer(leaseId));
+      every(reconcileIntervalMs, 'reconcile', () => leases.reconcile());
       // Artifact files whose records expired, and parts abandoned for a day.
       every(10 * 60_000, 'artifact sweep', () => artifacts.sweep(24 * 3600_000));
       return outcome;
@@ -134,6 +139,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       for (const timer of timers) clearInterval(timer);
       await Promise.allSettled([...inFlight]);
       await app.close();
+      await expiry.close();
       await channels.close();
       await egress.close();
       await notifier.close();

@@ -50,7 +50,7 @@ export async function startHarness(overrides: Record<string, string> = {}): Prom
   const started: Array<{ plane: ControlPlane; client: SbxClient }> = [];
   const start = async (): Promise<{ plane: ControlPlane; client: SbxClient; close(): Promise<void> }> => {
     const plane = await createControlPlane(config, apiKey, log);
-    await plane.startBackground({ reapIntervalMs: 200, reconcileIntervalMs: 500 });
+    await plane.startBackground({ reconcileIntervalMs: 500 });
     await plane.app.listen({ port: 0, host: '127.0.0.1' });
     const address = plane.app.server.address();
     if (!address || typeof address === 'string') throw new Error('no port');
@@ -72,7 +72,7 @@ export async function startHarness(overrides: Record<string, string> = {}): Prom
     async close() {
       // Tests may swap in a peer (after closing the first plane): release through the current one.
       for (const lease of await harness.plane.leases.list(BOOTSTRAP_PRINCIPAL)) {
-        if (lease.status === 'ready' || lease.status === 'creating') await harness.plane.leases.release(lease.id, BOOTSTRAP_PRINCIPAL).catch(() => undefined);
+        if (lease.status === 'ready') await harness.plane.leases.release(lease.id, BOOTSTRAP_PRINCIPAL).catch(() => undefined);
       }
       await removeContainersOf(config.owner);
       await Promise.allSettled(started.map((s) => s.plane.close()));
