@@ -125,3 +125,17 @@ export function useLeasedSandbox(bind: (h: Harness, leaseId: string) => void): v
   });
   afterAll(async () => h?.close());
 }
+
+/**
+ * Reads `read()` every `intervalMs` until `done(value)` holds, and returns that value; throws
+ * with the last value seen after `timeoutMs`.
+ */
+export async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 30_000, intervalMs = 100): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value)) return value;
+    if (Date.now() > deadline) throw new Error(`not reached within ${timeoutMs} ms; last: ${JSON.stringify(value)?.slice(0, 500)}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
