@@ -55,6 +55,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const options = redisOptions(config.redis);
   const redis = connectRedis(options);
   const subscriber = connectRedis(options);
+  // ioredis reconnects by itself (commands wait meanwhile); say so in the log, not on bare stderr.
+  for (const conn of [redis, subscriber]) conn.on('error', (err: Error) => log.warn({ err: err.message }, 'redis connection error; reconnecting'));
   const runtime = new DockerRuntime(config.dockerSocket);
   const ledger = new Ledger(redis, config.redisPrefix);
   const notifier = await CallNotifier.start(subscriber, ledger.notifyPattern);
