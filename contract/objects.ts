@@ -96,7 +96,12 @@ export const LeaseEvent = z.object({
   at: Timestamp,
   from: LeaseStatus.nullable(),
   to: LeaseStatus,
-  /** Why: `created`, `starting`, `ready`, `renewed`, `released`, `expired`, `container_missing`, `container_exited`, `create_failed`, `create_interrupted`, `release_resumed`. */
+  /**
+   * Why: `created`, `starting`, `ready`, `renewed`, `released`, `expired`, `container_missing`,
+   * `container_exited`, `create_failed`, `create_interrupted`; within `releasing`:
+   * `release_resumed` (another process took over the release of a dead one) and
+   * `teardown_incomplete` (a step failed; reconcile finishes it).
+   */
   reason: z.string(),
   details: z.record(z.string(), z.unknown()).default({}),
 });

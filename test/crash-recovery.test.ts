@@ -21,7 +21,7 @@ import type { CallView, ToolResult } from '../contract/objects.js';
 import { loadConfig } from '../control-plane/config.js';
 import { Ledger } from '../control-plane/ledger/ledger.js';
 import { connectRedis, redisOptions, type Redis } from '../control-plane/queue/redis.js';
-import { planeIdentity, startChildPlane } from './child-plane.js';
+import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
 import { docker, eventually, REPO_ROOT, startHarness, type Harness } from './harness.js';
 
 /** Containers, volumes and networks labelled with `owner`. */
@@ -58,6 +58,28 @@ async function expectOneTerminal(client: SbxClient, call: CallView): Promise<voi
 
 const since = (t0: number): number => Date.now() - t0;
 
+/**
+ * Runs `body` against a `main.js` control plane of its own (owner, prefix, key); `restart()`
+ * starts a harness with the same identity, as the next control plane after a crash would.
+ * Both are stopped afterwards, whatever happened.
+ */
+async function withChildPlane(name: string, body: (ctx: { id: ReturnType<typeof planeIdentity>; child: ChildPlane; ledger: Ledger; restart(): Promise<Harness> }) => Promise<void>): Promise<void> {
+  const id = planeIdentity(name);
+  const child = await startChildPlane(id);
+  let h: Harness | undefined;
+  try {
+    await body({
+      id,
+      child,
+      ledger: new Ledger(shared, id.prefix),
+      restart: async () => (h = await startHarness({ SBX_OWNER: id.owner, SBX_REDIS_PREFIX: id.prefix, SBX_SECRETS_KEY: id.secretsKey })),
+    });
+  } finally {
+    await child.kill9();
+    await h?.close();
+  }
+}
+
 let shared: Redis;
 beforeAll(() => {
   shared = connectRedis(redisOptions(loadConfig(process.env, REPO_ROOT).redis));
@@ -72,63 +94,55 @@ describe('kill -9 of the control plane', () => {
     const image = loadConfig(process.env, REPO_ROOT).image;
     await writeFile(join(context, 'Dockerfile'), `FROM ${image}\nCMD ["/bin/bash", "-c", "sleep 3; exec /usr/local/bin/node /opt/sbx/sbx-agent.cjs"]\n`);
     await docker('build', '-q', '-t', tag, context);
-    const id = planeIdentity('crash-create');
-    const child = await startChildPlane(id);
-    const ledger = new Ledger(shared, id.prefix);
-    let h: Harness | undefined;
     try {
-      const t0 = Date.now();
-      const request = child.client.createSandbox({ image: tag }).catch((e: unknown) => e);
-      const seen = new Set<string>();
-      const starting = await eventually(
-        async () => {
-          const [lease] = await ledger.listLeases();
-          if (lease) seen.add(lease.status);
-          return lease?.status === 'starting' && (await leftoversOf(id.owner)).some((l) => l.startsWith('container ')) ? lease : null;
-        },
-        (l) => l !== null,
-        30_000,
-        20,
-      );
-      const killedAt = since(t0);
-      await child.kill9();
-      expect(await request).toBeInstanceOf(Error);
-      const tKill = Date.now();
-      expect(await leftoversOf(id.owner)).toContain(`container sbx-${starting!.id}`);
+      await withChildPlane('crash-create', async ({ id, child, ledger, restart }) => {
+        const t0 = Date.now();
+        const request = child.client.createSandbox({ image: tag }).catch((e: unknown) => e);
+        const seen = new Set<string>();
+        const starting = await eventually(
+          async () => {
+            const [lease] = await ledger.listLeases();
+            if (lease) seen.add(lease.status);
+            return lease?.status === 'starting' && (await leftoversOf(id.owner)).some((l) => l.startsWith('container ')) ? lease : null;
+          },
+          (l) => l !== null,
+          30_000,
+          20,
+        );
+        const killedAt = since(t0);
+        await child.kill9();
+        expect(await request).toBeInstanceOf(Error);
+        const tKill = Date.now();
+        expect(await leftoversOf(id.owner)).toContain(`container sbx-${starting!.id}`);
 
-      h = await startHarness({ SBX_OWNER: id.owner, SBX_REDIS_PREFIX: id.prefix, SBX_SECRETS_KEY: id.secretsKey });
-      const failed = await eventually(() => h!.client.getSandbox(starting!.id), (l) => l.status === 'failed', 30_000);
-      const failedAfter = since(tKill);
-      expect(failed.endReason).toBe('create_interrupted');
-      const events = (await h.client.leaseEvents(failed.id)).map((e) => `${e.from ?? '-'}>${e.to}:${e.reason}`);
-      expect(events).toEqual(['->pending:created', 'pending>starting:starting', 'starting>failed:create_interrupted']);
-      await eventually(() => leftoversOf(id.owner), (l) => l.length === 0, 15_000);
-      expect(await agentUsers(shared, failed.id)).toEqual([]);
-      const reaped = (await (await h.client.raw('GET', `/v1/audit?action=lease.reap&target=lease:${failed.id}`)).json()) as { entries: unknown[] };
-      expect(reaped.entries).toHaveLength(1);
-      console.info('[crash] create:', JSON.stringify({ statesSeen: [...seen], killedAtMs: killedAt, failedMsAfterKill: failedAfter, events }));
+        const h = await restart();
+        const failed = await eventually(() => h.client.getSandbox(starting!.id), (l) => l.status === 'failed', 30_000);
+        const failedAfter = since(tKill);
+        expect(failed.endReason).toBe('create_interrupted');
+        const events = (await h.client.leaseEvents(failed.id)).map((e) => `${e.from ?? '-'}>${e.to}:${e.reason}`);
+        expect(events).toEqual(['->pending:created', 'pending>starting:starting', 'starting>failed:create_interrupted']);
+        await eventually(() => leftoversOf(id.owner), (l) => l.length === 0, 15_000);
+        expect(await agentUsers(shared, failed.id)).toEqual([]);
+        const reaped = (await (await h.client.raw('GET', `/v1/audit?action=lease.reap&target=lease:${failed.id}`)).json()) as { entries: unknown[] };
+        expect(reaped.entries).toHaveLength(1);
+        console.info('[crash] create:', JSON.stringify({ statesSeen: [...seen], killedAtMs: killedAt, failedMsAfterKill: failedAfter, events }));
+      });
     } finally {
-      await child.kill9();
-      await h?.close();
       await docker('rmi', tag).catch(() => undefined);
       await rm(context, { recursive: true, force: true });
     }
   });
 
   it('in the middle of a running call: the call runs on, and its result and receipt reach the ledger through the next control plane', { timeout: 120_000 }, async () => {
-    const id = planeIdentity('crash-call');
-    const child = await startChildPlane(id);
-    const ledger = new Ledger(shared, id.prefix);
-    let h: Harness | undefined;
-    try {
+    await withChildPlane('crash-call', async ({ id, child, ledger, restart }) => {
       const lease = await child.client.createSandbox();
       const { callId } = await child.client.submitCall(lease.id, 'exec', { cmd: 'echo started; sleep 3; echo finished' });
       await eventually(() => ledger.getCall(lease.id, callId), (c) => c?.status === 'running', 20_000, 20);
       await child.kill9();
       const tKill = Date.now();
 
-      h = await startHarness({ SBX_OWNER: id.owner, SBX_REDIS_PREFIX: id.prefix, SBX_SECRETS_KEY: id.secretsKey });
-      const call = await eventually(() => h!.client.getCall(lease.id, callId), (c) => c.status === 'finished', 40_000);
+      const h = await restart();
+      const call = await eventually(() => h.client.getCall(lease.id, callId), (c) => c.status === 'finished', 40_000);
       const finishedAfter = since(tKill);
       expect(call.result?.status).toBe('succeeded');
       expect(call.result?.stdout).toBe('started\nfinished\n');
@@ -142,18 +156,11 @@ describe('kill -9 of the control plane', () => {
       expect((await h.client.releaseSandbox(lease.id)).status).toBe('released');
       expect(await leftoversOf(id.owner)).toEqual([]);
       console.info('[crash] running call:', JSON.stringify({ callStatusAtKill: 'running', resultMsAfterKill: finishedAfter, result: call.result?.status }));
-    } finally {
-      await child.kill9();
-      await h?.close();
-    }
+    });
   });
 
   it('in the middle of a release (waiting out its grace): the next control plane takes the release over and finishes it once', { timeout: 120_000 }, async () => {
-    const id = planeIdentity('crash-release');
-    const child = await startChildPlane(id);
-    const ledger = new Ledger(shared, id.prefix);
-    let h: Harness | undefined;
-    try {
+    await withChildPlane('crash-release', async ({ id, child, ledger, restart }) => {
       const lease = await child.client.createSandbox();
       const { callId } = await child.client.submitCall(lease.id, 'exec', { cmd: 'sleep 60' });
       await eventually(() => ledger.getCall(lease.id, callId), (c) => c?.status === 'running', 20_000, 20);
@@ -163,8 +170,8 @@ describe('kill -9 of the control plane', () => {
       expect(await request).toBeInstanceOf(Error);
       const tKill = Date.now();
 
-      h = await startHarness({ SBX_OWNER: id.owner, SBX_REDIS_PREFIX: id.prefix, SBX_SECRETS_KEY: id.secretsKey });
-      const released = await eventually(() => h!.client.getSandbox(lease.id), (l) => l.status === 'released', 40_000);
+      const h = await restart();
+      const released = await eventually(() => h.client.getSandbox(lease.id), (l) => l.status === 'released', 40_000);
       const releasedAfter = since(tKill);
       const events = (await h.client.leaseEvents(lease.id)).map((e) => `${e.from ?? '-'}>${e.to}:${e.reason}`);
       expect(events.slice(-3)).toEqual(['ready>releasing:released', 'releasing>releasing:release_resumed', 'releasing>released:released']);
@@ -180,30 +187,21 @@ describe('kill -9 of the control plane', () => {
       expect(await agentUsers(shared, lease.id)).toEqual([]);
       expect(released.endedAt).not.toBeNull();
       console.info('[crash] release:', JSON.stringify({ statusAtKill: releasing!.status, releasedMsAfterKill: releasedAfter, call: call.result?.status, events }));
-    } finally {
-      await child.kill9();
-      await h?.close();
-    }
+    });
   });
 
   it('right after creating a lease: its durable timer still expires it on time, through another process', { timeout: 120_000 }, async () => {
-    const id = planeIdentity('crash-expiry');
-    const child = await startChildPlane(id);
-    let h: Harness | undefined;
-    try {
+    await withChildPlane('crash-expiry', async ({ id, child, restart }) => {
       const lease = await child.client.createSandbox({ ttlSeconds: 6 });
       await child.kill9();
-      h = await startHarness({ SBX_OWNER: id.owner, SBX_REDIS_PREFIX: id.prefix, SBX_SECRETS_KEY: id.secretsKey });
-      const expired = await eventually(() => h!.client.getSandbox(lease.id), (l) => l.status === 'expired', 30_000);
+      const h = await restart();
+      const expired = await eventually(() => h.client.getSandbox(lease.id), (l) => l.status === 'expired', 30_000);
       const lateMs = Date.parse(expired.endedAt!) - Date.parse(lease.expiresAt);
       expect(lateMs).toBeGreaterThanOrEqual(0);
       expect(lateMs).toBeLessThan(3000);
       expect(await leftoversOf(id.owner)).toEqual([]);
       console.info('[crash] expiry after creator died:', JSON.stringify({ endedMsAfterExpiresAt: lateMs }));
-    } finally {
-      await child.kill9();
-      await h?.close();
-    }
+    });
   });
 });
 
