@@ -10,7 +10,7 @@ import { EventSourceParserStream } from 'eventsource-parser/stream';
 import * as tarFs from 'tar-fs';
 import { ErrorBody, type ErrorInfo } from '../contract/errors.js';
 import { CallEvent } from '../contract/events.js';
-import { CallView, EgressEvent, Lease, ToolResult } from '../contract/objects.js';
+import { CallView, EgressEvent, Lease, LeaseEvent, ToolResult } from '../contract/objects.js';
 import { SecretMetadata } from '../contract/secrets.js';
 
 export class ApiError extends Error {
@@ -72,8 +72,20 @@ export class SbxClient {
     return body.sandboxes.map((s) => Lease.parse(s));
   }
 
-  async releaseSandbox(id: string): Promise<Lease> {
-    return Lease.parse(await this.json('DELETE', `/v1/sandboxes/${id}`));
+  /** Releases the sandbox; running calls may go on for `graceMs` before they are cancelled (default 0). */
+  async releaseSandbox(id: string, options: { graceMs?: number } = {}): Promise<Lease> {
+    const query = options.graceMs !== undefined ? `?graceMs=${options.graceMs}` : '';
+    return Lease.parse(await this.json('DELETE', `/v1/sandboxes/${id}${query}`));
+  }
+
+  /** Moves the sandbox's expiry to now + `ttlSeconds`. */
+  async renewSandbox(id: string, ttlSeconds: number): Promise<Lease> {
+    return Lease.parse(await this.json('POST', `/v1/sandboxes/${id}/renew`, { ttlSeconds }));
+  }
+
+  /** The sandbox's status transitions, oldest first. */
+  async leaseEvents(id: string): Promise<LeaseEvent[]> {
+    return ((await this.json('GET', `/v1/sandboxes/${id}/events`)) as { events: unknown[] }).events.map((e) => LeaseEvent.parse(e));
   }
 
   /** The sandbox's egress log (network mode `allowlist`), oldest first. */

@@ -5,7 +5,9 @@
  *   sbx run [options] -- CMD...      lease, upload, run, stream, print receipt, download, release
  *   sbx lease [options]              lease a sandbox and print its id
  *   sbx exec ID [options] -- CMD...  run a command in a leased sandbox
- *   sbx release ID                   release a sandbox
+ *   sbx release ID [--grace-ms MS]   release a sandbox (running calls cancelled after the grace)
+ *   sbx renew ID --ttl S             move a sandbox's expiry to now + S seconds
+ *   sbx events ID                    a sandbox's status transitions
  *   sbx ls                           list sandboxes
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
  *
@@ -23,7 +25,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import type { Lease, ToolResult } from '../contract/objects.js';
+import { TERMINAL_LEASE_STATUSES, type Lease, type ToolResult } from '../contract/objects.js';
 import { ApiError, SbxClient } from './client.js';
 import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf } from './exit-status.js';
 
@@ -70,6 +72,12 @@ function secretRequests(asEnv: string[] | undefined, asFile: string[] | undefine
 function positiveInt(value: string): number {
   const n = Number(value);
   if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive whole number');
+  return n;
+}
+
+function nonNegativeInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError('must be a whole number, 0 or more');
   return n;
 }
 
@@ -249,21 +257,44 @@ program
 
 program
   .command('release')
-  .description('release a sandbox (idempotent)')
+  .description('release a sandbox (idempotent); running calls are cancelled, after --grace-ms')
+  .argument('<id>')
+  .addOption(new Option('--grace-ms <ms>', 'how long running calls may go on before they are cancelled').argParser(nonNegativeInt))
+  .action(async (id: string, opts: { graceMs?: number }) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const lease = await client(global).releaseSandbox(id, opts.graceMs === undefined ? {} : { graceMs: opts.graceMs });
+    process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id} ${lease.status}\n`);
+  });
+
+program
+  .command('renew')
+  .description("set a sandbox's expiry to now + --ttl seconds (within its policy's maxTtlSeconds from creation)")
+  .argument('<id>')
+  .requiredOption('--ttl <seconds>', 'seconds from now', positiveInt)
+  .action(async (id: string, opts: { ttl: number }) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const lease = await client(global).renewSandbox(id, opts.ttl);
+    process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id} ${lease.status} expires ${lease.expiresAt}\n`);
+  });
+
+program
+  .command('events')
+  .description("a sandbox's status transitions, oldest first")
   .argument('<id>')
   .action(async (id: string) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
-    const lease = await client(global).releaseSandbox(id);
-    process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id} ${lease.status}\n`);
+    const events = await client(global).leaseEvents(id);
+    if (global.json) process.stdout.write(`${JSON.stringify(events, null, 2)}\n`);
+    else for (const e of events) process.stdout.write(`${e.at}  ${(e.from ?? '-').padEnd(9)} → ${e.to.padEnd(9)} ${e.reason}\n`);
   });
 
 program
   .command('ls')
   .description('list sandboxes')
-  .option('--all', 'include released and expired ones')
+  .option('--all', 'include ended ones (released, expired, failed, lost)')
   .action(async (opts: { all?: boolean }) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
-    const leases = (await client(global).listSandboxes()).filter((l) => opts.all || l.status === 'ready' || l.status === 'creating');
+    const leases = (await client(global).listSandboxes()).filter((l) => opts.all || !TERMINAL_LEASE_STATUSES.has(l.status));
     if (global.json) process.stdout.write(`${JSON.stringify(leases, null, 2)}\n`);
     else for (const l of leases) process.stdout.write(`${l.id}  ${l.status.padEnd(9)} ${l.policy.name}@${l.policy.version}  expires ${l.expiresAt}\n`);
   });

@@ -50,8 +50,18 @@ export const EnvironmentManifest = SandboxFacts.extend({
 });
 export type EnvironmentManifest = z.infer<typeof EnvironmentManifest>;
 
-export const LeaseStatus = z.enum(['creating', 'ready', 'releasing', 'released', 'expired', 'failed']);
+/**
+ * Where a lease is in its life: `pending` (recorded, nothing created yet) → `starting` (its
+ * credentials, container and agent are being made) → `ready` → `releasing` (calls drained or
+ * cancelled, container and credentials removed) → one of the terminal states: `released`,
+ * `expired` (its TTL ran out), `failed` (it never became ready) or `lost` (its container
+ * vanished or stopped on its own; calls that were running end `effect_unknown`).
+ */
+export const LeaseStatus = z.enum(['pending', 'starting', 'ready', 'releasing', 'released', 'expired', 'failed', 'lost']);
 export type LeaseStatus = z.infer<typeof LeaseStatus>;
+
+/** The states a lease never leaves. */
+export const TERMINAL_LEASE_STATUSES: ReadonlySet<LeaseStatus> = new Set(['released', 'expired', 'failed', 'lost']);
 
 /** A lease: one ephemeral sandbox bound to one policy version. */
 export const Lease = z.object({
@@ -59,9 +69,13 @@ export const Lease = z.object({
   status: LeaseStatus,
   createdAt: Timestamp,
   expiresAt: Timestamp,
-  /** When the lease left `ready` (released, expired or failed). */
+  /** When the lease reached its terminal state. */
   endedAt: Timestamp.nullable(),
-  /** Why it ended: `released`, `expired`, `container_missing`, `create_failed`. */
+  /**
+   * Why it ends, set when it starts to: `released` (a client), `expired` (its TTL),
+   * `container_missing` / `container_exited` (status `lost`), `create_failed`,
+   * `create_interrupted` (the control plane creating it died; status `failed`).
+   */
   endReason: z.string().nullable(),
   image: z.string(),
   policy: PolicyRef,
@@ -74,6 +88,27 @@ export const Lease = z.object({
   tenant: z.string().default('default'),
 });
 export type Lease = z.infer<typeof Lease>;
+
+/**
+ * One transition of a lease's status, as `GET /v1/sandboxes/:id/events` lists them: `seq`
+ * numbers a lease's events from 1 without gaps; `from` is null for the first (`pending`). A
+ * renewal is an event from `ready` to `ready` (reason `renewed`, `details.expiresAt`).
+ */
+export const LeaseEvent = z.object({
+  seq: z.number().int().positive(),
+  at: Timestamp,
+  from: LeaseStatus.nullable(),
+  to: LeaseStatus,
+  /**
+   * Why: `created`, `starting`, `ready`, `renewed`, `released`, `expired`, `container_missing`,
+   * `container_exited`, `create_failed`, `create_interrupted`; within `releasing`:
+   * `release_resumed` (another process took over the release of a dead one) and
+   * `teardown_incomplete` (a step failed; reconcile finishes it).
+   */
+  reason: z.string(),
+  details: z.record(z.string(), z.unknown()).default({}),
+});
+export type LeaseEvent = z.infer<typeof LeaseEvent>;
 
 /**
  * One connection a sandbox asked its egress proxy for (network mode `allowlist`), recorded when

@@ -1,10 +1,11 @@
 /**
  * Wires a whole control plane from its config: Redis connections, the Docker runtime, the
- * ledger, the queues, the services and the HTTP app, plus the lease reaper. Used by main.ts
- * and by the integration tests, so both run the same assembly.
+ * ledger, the queues, the services and the HTTP app, plus background work (expiry timers,
+ * reconcile). Used by main.ts and by the integration tests, so both run the same assembly.
  */
 import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
+import { TERMINAL_LEASE_STATUSES } from '../contract/objects.js';
 import type { Logger } from 'pino';
 import { ApiKeyService } from './api-keys/service.js';
 import { RedisApiKeyStore } from './api-keys/store.js';
@@ -18,12 +19,13 @@ import { EgressProxy } from './egress/proxy.js';
 import { createResolver } from './egress/resolver.js';
 import { Ledger } from './ledger/ledger.js';
 import { CallNotifier } from './ledger/notifier.js';
-import { LeaseService, TERMINAL } from './leases/service.js';
+import { LeaseService, type ReconcileOutcome } from './leases/service.js';
 import { Metrics } from './metrics/service.js';
 import { WarmPools } from './pools/warm-pools.js';
 import { readPolicyFiles } from './policies/files.js';
 import { PolicyService } from './policies/service.js';
 import { RedisPolicyStore } from './policies/store.js';
+import { ExpiryTimers } from './queue/expiry-timers.js';
 import { QuotaService, type LeaseHold } from './quotas/service.js';
 import { RedisQuotaStore } from './quotas/store.js';
 import { LeaseChannels } from './queue/lease-channels.js';
@@ -41,12 +43,14 @@ export interface ControlPlane {
   /** This control plane's metrics (its own registry); warm pools report to it. */
   metrics: Metrics;
   /**
-   * Reconciles with the runtime, then keeps doing so every `reconcileIntervalMs` (default
-   * 5000: a sandbox whose container died is released and its open calls finished within that
-   * time), expires due leases every `reapIntervalMs` (default 1000) and keeps the warm pools
-   * filled with a round every `poolIntervalMs` (default 1000; one sandbox started per pool and round).
+   * Reconciles with the runtime, starts this process's worker of the durable expiry timers
+   * (leases expire on time whichever process made them), then reconciles every
+   * `reconcileIntervalMs` (default 5000: a sandbox whose container died is `lost` and its open
+   * calls finished within that time; work of a dead process is taken over) and keeps the warm
+   * pools filled with a round every `poolIntervalMs` (default 1000; one sandbox started per
+   * pool and round).
    */
-  startBackground(options?: { reapIntervalMs?: number; reconcileIntervalMs?: number; poolIntervalMs?: number }): Promise<Awaited<ReturnType<LeaseService['reconcile']>>>;
+  startBackground(options?: { reconcileIntervalMs?: number; poolIntervalMs?: number }): Promise<ReconcileOutcome>;
   /** Stops background work, closes the app and every connection. Sandboxes keep running. */
   close(): Promise<void>;
 }
@@ -60,10 +64,15 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const options = redisOptions(config.redis);
   const redis = connectRedis(options);
   const subscriber = connectRedis(options);
+  // ioredis reconnects by itself (commands wait meanwhile); say so in the log, not on bare stderr.
+  for (const conn of [redis, subscriber]) conn.on('error', (err: Error) => log.warn({ err: err.message }, 'redis connection error; reconnecting'));
   const runtime = new DockerRuntime(config.dockerSocket);
   const ledger = new Ledger(redis, config.redisPrefix);
   const notifier = await CallNotifier.start(subscriber, ledger.notifyPattern);
   const channels = new LeaseChannels(redis, options, config.redisPrefix, log);
+  // Before any lease work: other processes tell by this key that this one's creates and releases are alive.
+  await channels.startHeartbeat();
+  const expiry = new ExpiryTimers(redis, options, config.redisPrefix, log);
   const now = (): Date => new Date();
   const audit = new AuditLog(new RedisAuditStore(redis, config.redisPrefix), now);
   const apiKeys = new ApiKeyService({ store: new RedisApiKeyStore(redis, config.redisPrefix), audit, now });
@@ -93,7 +102,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const leaseHold = async (id: string): Promise<LeaseHold | null> => {
     const lease = await ledger.getLease(id);
     if (!lease) return null;
-    return { tenant: lease.tenant, ended: TERMINAL.has(lease.status), cpus: lease.policySnapshot.resources.cpus, memoryBytes: lease.policySnapshot.resources.memoryBytes };
+    return { tenant: lease.tenant, ended: TERMINAL_LEASE_STATUSES.has(lease.status), cpus: lease.policySnapshot.resources.cpus, memoryBytes: lease.policySnapshot.resources.memoryBytes };
   };
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
   // The pools start sandboxes through the lease service, which claims from the pools: the
@@ -120,7 +129,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
           config.warmPools,
         );
   const leases: LeaseService = new LeaseService(
-    { runtime, ledger, channels, policies, audit, calls, egress, secrets, quotas, metrics, ...(pools ? { pools } : {}), now, log },
+    { runtime, ledger, channels, expiry, policies, audit, calls, egress, secrets, quotas, metrics, ...(pools ? { pools } : {}), now, log },
     {
       owner: config.owner,
       sbxVersion: SBX_VERSION,
@@ -177,9 +186,9 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
    * Reconciles leases and counts what it did. `adopted` counts the leases this process took over
    * in this run: every run lists all running leases as adopted, also those it already served.
    */
-  const reconcile = async (options?: { finishReleasing?: boolean }): Promise<Awaited<ReturnType<LeaseService['reconcile']>>> => {
+  const reconcile = async (): Promise<ReconcileOutcome> => {
     const before = new Set(channels.activeLeases());
-    const outcome = await leases.reconcile(options);
+    const outcome = await leases.reconcile();
     const serving = new Set(channels.activeLeases());
     metrics.reconciled({ ...outcome, adopted: outcome.adopted.filter((id) => !before.has(id) && serving.has(id)) });
     return outcome;
@@ -192,11 +201,11 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     app,
     leases,
     metrics,
-    async startBackground({ reapIntervalMs = 1000, reconcileIntervalMs = 5000, poolIntervalMs = 1000 } = {}) {
+    async startBackground({ reconcileIntervalMs = 5000, poolIntervalMs = 1000 } = {}) {
       const outcome = await reconcile();
       await reconcileQuotas();
-      every(reapIntervalMs, 'lease reaper', () => leases.expireDue());
-      every(reconcileIntervalMs, 'reconcile', () => reconcile({ finishReleasing: false }));
+      expiry.start((leaseId) => leases.onExpiryTimer(leaseId));
+      every(reconcileIntervalMs, 'reconcile', reconcile);
       every(reconcileIntervalMs, 'quota reconcile', reconcileQuotas);
       if (pools) every(poolIntervalMs, 'warm pools', () => pools.maintain());
       // Artifact files whose records expired, and parts abandoned for a day.
@@ -207,6 +216,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       for (const timer of timers) clearInterval(timer);
       await Promise.allSettled([...inFlight]);
       await app.close();
+      await expiry.close();
       await channels.close();
       await egress.close();
       await notifier.close();

@@ -219,7 +219,9 @@ describe('tenancy', () => {
           : route.method === 'POST'
             ? route.path.endsWith('/calls')
               ? { tool: 'exec', args: { cmd: `touch /workspace/by-${who}` }, callId: `${who}-call` }
-              : {}
+              : route.path.endsWith('/renew')
+                ? { ttlSeconds: 600 }
+                : {}
             : undefined;
       // The events stream of a finished call ends by itself; ask for nothing after its last event.
       return api(who === 'a' ? userA : userB, route.method, path, body, route.path.endsWith('/events') ? { 'last-event-id': '999999' } : {});

@@ -10,56 +10,26 @@
  * No packet leaves the machine: the CONNECT targets are refused (denied.test) or are this
  * machine's own loopback; the resolver is never asked about a name that has no rule.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import net from 'node:net';
-import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { SbxClient } from '../cli/client.js';
+import type { SbxClient } from '../cli/client.js';
 import type { ToolResult } from '../contract/objects.js';
-import { REPO_ROOT, startHarness } from './harness.js';
+import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
+import { startHarness } from './harness.js';
 
-const tag = randomBytes(4).toString('hex');
-const owner = `test-crash-${tag}`;
-const prefix = `sbxtest:crash-${tag}:`;
-const apiKey = `crash-key-${randomBytes(16).toString('hex')}`;
-let child: ChildProcess;
-let stderr = '';
+const identity = planeIdentity('crash');
+let plane: ChildPlane;
 let client: SbxClient;
-let exited: Promise<number | null>;
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 beforeAll(async () => {
-  const port = await freePort();
-  child = spawn(process.execPath, [join(REPO_ROOT, 'dist/control-plane/main.js')], {
-    env: { ...process.env, SBX_OWNER: owner, SBX_REDIS_PREFIX: prefix, SBX_API_KEY: apiKey, SBX_PORT: String(port), SBX_HOST: '127.0.0.1', SBX_LOG_LEVEL: 'warn' },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  exited = new Promise((r) => child.once('exit', (code) => r(code)));
-  client = new SbxClient(`http://127.0.0.1:${port}`, apiKey);
-  for (let i = 0; ; i++) {
-    try {
-      await fetch(`http://127.0.0.1:${port}/healthz`);
-      break;
-    } catch {
-      if (i > 100) throw new Error(`control plane did not start: ${stderr}`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  }
+  plane = await startChildPlane(identity);
+  client = plane.client;
 }, 60_000);
 
 afterAll(async () => {
-  if (child.exitCode === null) child.kill('SIGTERM');
+  if (plane.child.exitCode === null) plane.child.kill('SIGTERM');
+  await plane.exited;
   // Adopt and release whatever the crashed process left (same owner and prefix).
-  const h = await startHarness({ SBX_OWNER: owner, SBX_REDIS_PREFIX: prefix });
+  const h = await startHarness({ SBX_OWNER: identity.owner, SBX_REDIS_PREFIX: identity.prefix });
   await h.close();
 }, 60_000);
 
@@ -77,8 +47,8 @@ it('CONNECT + hang-up from inside an allowlist sandbox does not take the control
   ].join('\n');
   const r = (await client.submitCall(attacker.id, 'exec', { cmd: `python3 -c "$S"`, env: { S: script }, timeoutMs: 20_000 }, { waitSeconds: 30 }).catch((e: unknown) => e)) as ToolResult | Error;
   // Give a crash time to happen.
-  const code = await Promise.race([exited, new Promise<'alive'>((res) => setTimeout(() => res('alive'), 3000))]);
-  expect(stderr).not.toMatch(/Unhandled 'error' event/);
+  const code = await Promise.race([plane.exited, new Promise<'alive'>((res) => setTimeout(() => res('alive'), 3000))]);
+  expect(plane.stderr()).not.toMatch(/Unhandled 'error' event/);
   expect(code).toBe('alive');
   // The other tenant's lease is still served.
   expect((await client.getSandbox(victim.id)).status).toBe('ready');

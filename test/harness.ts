@@ -54,7 +54,7 @@ export async function startHarness(overrides: Record<string, string> = {}, optio
   const started: Array<{ plane: ControlPlane; client: SbxClient }> = [];
   const start = async (): Promise<{ plane: ControlPlane; client: SbxClient; close(): Promise<void> }> => {
     const plane = await createControlPlane(config, apiKey, log);
-    await plane.startBackground({ reapIntervalMs: 200, reconcileIntervalMs: 500 });
+    await plane.startBackground({ reconcileIntervalMs: 500 });
     await plane.app.listen({ port: 0, host: '127.0.0.1' });
     const address = plane.app.server.address();
     if (!address || typeof address === 'string') throw new Error('no port');
@@ -65,6 +65,8 @@ export async function startHarness(overrides: Record<string, string> = {}, optio
   };
   const first = await start();
   const redis = connectRedis(redisOptions(config.redis));
+  // A test may restart Redis under it; reconnecting is ioredis's job, the noise is not wanted.
+  redis.on('error', () => undefined);
   const harness: Harness = {
     config,
     plane: first.plane,
@@ -76,7 +78,7 @@ export async function startHarness(overrides: Record<string, string> = {}, optio
     async close() {
       // Tests may swap in a peer (after closing the first plane): release through the current one.
       for (const lease of await harness.plane.leases.list(BOOTSTRAP_PRINCIPAL)) {
-        if (lease.status === 'ready' || lease.status === 'creating') await harness.plane.leases.release(lease.id, BOOTSTRAP_PRINCIPAL).catch(() => undefined);
+        if (lease.status === 'ready') await harness.plane.leases.release(lease.id, BOOTSTRAP_PRINCIPAL).catch(() => undefined);
       }
       await removeContainersOf(config.owner);
       await Promise.allSettled(started.map((s) => s.plane.close()));
@@ -128,4 +130,18 @@ export function useLeasedSandbox(bind: (h: Harness, leaseId: string) => void): v
     bind(h, (await h.client.createSandbox()).id);
   });
   afterAll(async () => h?.close());
+}
+
+/**
+ * Reads `read()` every `intervalMs` until `done(value)` holds, and returns that value; throws
+ * with the last value seen after `timeoutMs`.
+ */
+export async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 30_000, intervalMs = 100): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value)) return value;
+    if (Date.now() > deadline) throw new Error(`not reached within ${timeoutMs} ms; last: ${JSON.stringify(value)?.slice(0, 500)}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
 }

@@ -1,5 +1,5 @@
 /**
- * Lease lifecycle against the real Docker engine and Redis: release, idempotent create, expiry,
+ * Leases against the real Docker engine and Redis: release, idempotent create, expiry,
  * reconcile after a restart or beside a second control-plane process, the default policy's
  * isolation.
  */
@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { containersOf, docker, reassemble, startHarness, type Harness } from './harness.js';
+import { containersOf, docker, eventually, reassemble, startHarness, type Harness } from './harness.js';
 
 let h: Harness;
 
@@ -122,16 +122,17 @@ describe('lease lifecycle', () => {
     expect(users.some((u) => u.includes(lease.id))).toBe(false);
   });
 
-  it('releasing a sandbox with a running call finishes that call as effect_unknown', async () => {
+  it('releasing a sandbox with a running call cancels it through the agent: cancelled, with the agent\'s receipt', async () => {
     const lease = await h.client.createSandbox();
     const pending = await h.client.submitCall(lease.id, 'exec', { cmd: 'sleep 60' });
     for await (const e of h.client.events(lease.id, pending.callId)) if (e.type === 'call.started') break;
     await h.client.releaseSandbox(lease.id);
     const call = await h.client.getCall(lease.id, pending.callId);
     expect(call.status).toBe('finished');
-    expect(call.result?.status).toBe('effect_unknown');
-    expect(call.result?.error?.code).toBe('execution.sandbox_lost');
+    expect(call.result?.status).toBe('cancelled');
+    expect(call.result?.error?.code).toBe('execution.cancelled');
     expect(call.result?.receipt?.commitState).toBe('unknown');
+    expect(call.result?.receipt?.exit?.killedBy).toBe('cancel');
     expect(call.result?.receipt?.attemptId).toMatch(/^att_/);
   });
 
@@ -146,12 +147,12 @@ describe('lease lifecycle', () => {
     await expect(h.client.createSandbox({ idempotencyKey: key, ttlSeconds: 60 })).rejects.toMatchObject({ status: 409, code: 'lease.idempotency_conflict' });
   });
 
-  it('an expired lease is released by the reaper and answers 410 lease.expired', async () => {
+  it('an expired lease is released by its durable timer and answers 410 lease.expired', async () => {
     const lease = await h.client.createSandbox({ ttlSeconds: 1 });
     await new Promise((r) => setTimeout(r, 2000));
     await expect(exec(lease.id, { argv: ['true'] })).rejects.toMatchObject({ status: 410, code: 'lease.expired' });
-    const after = await h.client.getSandbox(lease.id);
-    expect(after.status).toBe('expired');
+    // Calls are refused from expiresAt on; the timer's release follows within moments.
+    await eventually(() => h.client.getSandbox(lease.id), (l) => l.status === 'expired', 10_000);
     expect(await docker('ps', '-a', '--filter', `label=sbx.lease=${lease.id}`, '--format', '{{.Names}}')).toBe('');
   });
 
@@ -193,7 +194,7 @@ describe('lease lifecycle', () => {
 });
 
 describe('reconcile', () => {
-  it('a restarted control plane adopts running sandboxes, removes orphans, and releases leases whose container vanished', async () => {
+  it('a restarted control plane adopts running sandboxes, removes orphans, and marks leases whose container vanished lost', async () => {
     const adopted = await h.client.createSandbox();
     const orphan = await h.client.createSandbox();
     const vanished = await h.client.createSandbox();
@@ -217,13 +218,13 @@ describe('reconcile', () => {
     for await (const e of peer.client.events(adopted.id, before.callId)) replay.push(e.type);
     expect(replay.at(-1)).toBe('call.finished');
     const lost = await peer.client.getSandbox(vanished.id);
-    expect(lost.status).toBe('released');
+    expect(lost.status).toBe('lost');
     expect(lost.endReason).toBe('container_missing');
     h.plane = peer.plane;
     h.client = peer.client;
   });
 
-  it('a sandbox whose container dies is released as container_missing and its running call ends effect_unknown', async () => {
+  it('a sandbox whose container dies is lost (container_exited) and its running call ends effect_unknown', async () => {
     const lease = await h.client.createSandbox();
     const pending = await h.client.submitCall(lease.id, 'exec', { cmd: 'sleep 60' });
     for await (const e of h.client.events(lease.id, pending.callId)) if (e.type === 'call.started') break;
@@ -233,8 +234,8 @@ describe('reconcile', () => {
       await new Promise((r) => setTimeout(r, 200));
       after = await h.client.getSandbox(lease.id);
     }
-    expect(after.status).toBe('released');
-    expect(after.endReason).toBe('container_missing');
+    expect(after.status).toBe('lost');
+    expect(after.endReason).toBe('container_exited');
     const running = await h.client.getCall(lease.id, pending.callId);
     expect(running.result?.status).toBe('effect_unknown');
     expect(running.result?.error?.code).toBe('execution.sandbox_lost');

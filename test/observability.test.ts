@@ -108,7 +108,7 @@ describe('GET /metrics', () => {
 
     // A sandbox whose container vanishes is lost at the next reconcile.
     await docker('rm', '-f', '-v', `sbx-${egressLease.id}`);
-    await until('the lost sandbox released', async () => ((await h.client.getSandbox(egressLease.id)).status === 'released' ? true : undefined));
+    await until('the sandbox lost', async () => ((await h.client.getSandbox(egressLease.id)).status === 'lost' ? true : undefined));
 
     h.plane.metrics.setPoolSize('default', 'ready', 3);
     const after = await scrape();
@@ -121,7 +121,7 @@ describe('GET /metrics', () => {
     expect(moved(before, after, 'sbx_egress_decisions_total{decision="denied"}')).toBe(1);
     expect(moved(before, after, 'sbx_reconcile_actions_total{action="lost"}')).toBe(1);
     expect(after.get('sbx_leases{state="ready"}')).toBe(1);
-    expect(after.get('sbx_leases{state="released"}')).toBe(1);
+    expect(after.get('sbx_leases{state="lost"}')).toBe(1);
     expect(after.get('sbx_pool_sandboxes{pool="default",state="ready"}')).toBe(3);
     // The default process metrics come along, on this plane's own registry.
     expect(after.has('sbx_process_cpu_seconds_total')).toBe(true);

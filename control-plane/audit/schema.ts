@@ -11,7 +11,7 @@ export type AuditActor = z.infer<typeof AuditActor>;
 
 /**
  * `domain.verb`. Recorded today: `api_key.create`, `api_key.revoke`, `policy.seed`, `policy.put`,
- * `policy.delete`, `lease.create`, `lease.release`, `lease.expire`. Other domains add their own
+ * `policy.delete`, `lease.create`, `lease.renew`, `lease.release`, `lease.expire`, `lease.lost`, `lease.reap`. Other domains add their own
  * (e.g. `secret.put`) without changing this schema.
  */
 export const AuditAction = z.string().regex(/^[a-z_]+\.[a-z_]+$/, 'domain.verb, lower case');

@@ -1,10 +1,10 @@
 /**
- * Lease routes: create, read, list, release. Each passes the caller's principal to the lease
+ * Lease routes: create, read, list, lease events, renew, release. Each passes the caller's principal to the lease
  * service, which scopes every lookup to the caller's tenant (user keys) in one place.
  */
 import type { FastifyPluginAsync } from 'fastify';
 import { parseInput } from '../http/errors.js';
-import { CreateSandboxBody, IdempotencyKey, LeaseParams, ListSandboxesQuery, matchesListQuery } from './schema.js';
+import { CreateSandboxBody, IdempotencyKey, LeaseParams, ListSandboxesQuery, ReleaseQuery, RenewSandboxBody, matchesListQuery } from './schema.js';
 import type { LeaseService } from './service.js';
 
 export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async (app, { leases }) => {
@@ -27,8 +27,20 @@ export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async 
     return leases.get(id, request.principal);
   });
 
+  app.get('/v1/sandboxes/:id/events', async (request) => {
+    const { id } = parseInput(LeaseParams, request.params, 'params');
+    return { events: await leases.events(id, request.principal) };
+  });
+
+  app.post('/v1/sandboxes/:id/renew', async (request) => {
+    const { id } = parseInput(LeaseParams, request.params, 'params');
+    const { ttlSeconds } = parseInput(RenewSandboxBody, request.body ?? {}, 'body');
+    return leases.renew(id, request.principal, ttlSeconds);
+  });
+
   app.delete('/v1/sandboxes/:id', async (request) => {
     const { id } = parseInput(LeaseParams, request.params, 'params');
-    return leases.release(id, request.principal);
+    const { graceMs } = parseInput(ReleaseQuery, request.query, 'query');
+    return leases.release(id, request.principal, graceMs);
   });
 };

@@ -57,6 +57,23 @@ export const CreateSandboxBody = z
   .strict();
 export type CreateSandboxBody = z.infer<typeof CreateSandboxBody>;
 
+/** `POST /v1/sandboxes/:id/renew`: the lease's new remaining life, from now. */
+export const RenewSandboxBody = z
+  .object({
+    /** Seconds from now until the new `expiresAt`; the whole life stays within the policy's `maxTtlSeconds`. */
+    ttlSeconds: z.number().int().positive(),
+  })
+  .strict();
+export type RenewSandboxBody = z.infer<typeof RenewSandboxBody>;
+
+/** `DELETE /v1/sandboxes/:id` query. */
+export const ReleaseQuery = z
+  .object({
+    /** How long running calls may go on before they are cancelled, ms (0–600 000). Default 0: cancel at once. */
+    graceMs: z.coerce.number().int().min(0).max(600_000).default(0),
+  })
+  .strict();
+
 export const IdempotencyKey = z.string().min(1).max(255).regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
 
 /** Any id is looked up (an unknown one is `404 lease.not_found`); only characters no id has are refused. */

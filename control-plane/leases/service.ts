@@ -1,7 +1,12 @@
 /**
- * Lease lifecycle: create (policy → spec → container → agent hello → manifest), read, release,
- * expire, and reconcile with the runtime after a restart. The runtime's labels and the ledger
- * are the sources of truth; no in-process map is, so a restart loses nothing.
+ * Lease lifecycle: create (policy → spec → container → agent hello → manifest), read, renew,
+ * release, expire, and reconcile with the runtime. States: `pending` → `starting` → `ready` →
+ * `releasing` → `released`, or `expired`, `failed`, `lost` (contract/objects.ts). Every change
+ * of state is a compare-and-swap on the lease record in the ledger that appends a lease event,
+ * so of several control-plane processes exactly one makes each transition. The runtime's
+ * labels, the ledger and the durable expiry timers in Redis are the sources of truth; no
+ * in-process map is, so a crash loses nothing: work a dead process left half-done (a create, a
+ * release) is found by its `inProgressBy` process's missing liveness key and finished or undone.
  *
  * Teardown is idempotent and runs every step even when one fails.
  */
@@ -11,24 +16,25 @@ import { dirname, join } from 'node:path';
 import type { Logger } from 'pino';
 import { digestOf } from '../../contract/digest.js';
 import { AppError } from '../../contract/errors.js';
-import type { Lease, PolicyRef, SandboxFacts } from '../../contract/objects.js';
+import { TERMINAL_LEASE_STATUSES, type Lease, type LeaseEvent, type LeaseStatus, type PolicyRef, type SandboxFacts } from '../../contract/objects.js';
 import type { AgentConfig, SecretGrant } from '../../contract/queue.js';
 import { actorOf, type AuditLog } from '../audit/service.js';
 import type { AuditActor } from '../audit/schema.js';
 import { deliveryAad, seal, type SecretDelivery } from '../../contract/secrets.js';
 import type { CallService } from '../calls/service.js';
 import { seesTenant, type Principal } from '../http/auth.js';
-import type { Ledger, LeaseRecord } from '../ledger/ledger.js';
+import type { Ledger, LeaseRecord, LeaseTransition } from '../ledger/ledger.js';
 import { buildManifest } from '../manifest/manifest.js';
 import type { EgressProxy } from '../egress/proxy.js';
 import { allowlistDigest } from '../egress/rules.js';
 import { agentEgress, compileSandboxSpec, type CompileInput, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
 import type { PolicyService } from '../policies/service.js';
+import type { ExpiryOutcome, ExpiryTimers } from '../queue/expiry-timers.js';
 import type { LeaseMetrics } from '../metrics/service.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
 import type { QuotaService } from '../quotas/service.js';
-import type { SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
+import type { OwnedSandbox, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
 import type { CreateSandboxBody, SecretRequest } from './schema.js';
 
@@ -42,8 +48,12 @@ export interface LeaseServiceOptions {
   redisPrefix: string;
   /** How long a new sandbox's agent has to report ready, ms. Default 30 000. */
   helloTimeoutMs?: number;
-  /** A lease still `creating` after this long is treated as failed by reconcile, ms. Default 120 000. */
-  staleCreatingMs?: number;
+  /**
+   * How long a release waits, after it cancelled the calls still running, for their agent to
+   * report them ended (the process group killed: SIGTERM, then SIGKILL after the call's
+   * `killGraceMs`), ms. Calls still open then end `effect_unknown`. Default 10 000.
+   */
+  cancelWaitMs?: number;
   /** How long an ended lease's records (calls, events, receipts) stay readable, seconds. */
   retentionSeconds: number;
   /** Host directories read-only mounts may come from (`SBX_MOUNT_ALLOWLIST`). */
@@ -56,24 +66,48 @@ export interface LeaseServiceDeps {
   runtime: SandboxRuntime;
   ledger: Ledger;
   channels: LeaseChannels;
+  /** Durable expiry timers (BullMQ delayed jobs), one per lease. */
+  expiry: Pick<ExpiryTimers, 'set' | 'ensure' | 'clear'>;
   policies: Pick<PolicyService, 'resolve'>;
   audit: Pick<AuditLog, 'record'>;
   calls: CallService;
   /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
   egress: EgressProxy;
-  /** Warm pools a lease may claim a started sandbox from (none: every lease starts cold). */
-  pools?: { claim(ref: PolicyRef, image: string): Promise<WarmSandbox | undefined>; owns(id: string): Promise<boolean> };
   /** Values of the secrets a lease is granted, for its agent only. */
   secrets: Pick<SecretService, 'reveal'>;
   /** The tenant's share a lease holds from before it is created until it has ended. */
   quotas: Pick<QuotaService, 'reserve' | 'release'>;
   metrics: LeaseMetrics;
+  /** Warm pools a lease may claim a started sandbox from (none: every lease starts cold). */
+  pools?: { claim(ref: PolicyRef, image: string): Promise<WarmSandbox | undefined>; owns(id: string): Promise<boolean> };
   now: () => Date;
   log: Logger;
 }
 
-/** Statuses of a lease that has ended. */
-export const TERMINAL: ReadonlySet<string> = new Set(['released', 'expired', 'failed']);
+/** Why a lease ends (its `endReason` while `releasing`), and what that makes of it. */
+type EndReason = 'released' | 'expired' | 'container_missing' | 'container_exited';
+const ENDINGS: Record<EndReason, { status: LeaseStatus; action: string; settleCalls: boolean }> = {
+  // Calls get their grace and are then cancelled through the agent, which reports how each ended.
+  released: { status: 'released', action: 'lease.release', settleCalls: true },
+  expired: { status: 'expired', action: 'lease.expire', settleCalls: true },
+  // No agent is left to cancel anything: open calls end `effect_unknown` (or `cancelled` if never started).
+  container_missing: { status: 'lost', action: 'lease.lost', settleCalls: false },
+  container_exited: { status: 'lost', action: 'lease.lost', settleCalls: false },
+};
+
+/** What one reconcile run did, by lease id. */
+export interface ReconcileOutcome {
+  /** Ready leases with a running container, whose returns (and egress) this process now serves if no live process did. */
+  adopted: string[];
+  /** Leases whose container, volumes or network were removed: no lease record, or an ended lease's leftovers. */
+  removed: string[];
+  /** Ready leases whose container is gone or stopped, now `lost`. */
+  lost: string[];
+  /** Creates whose control-plane process died, now `failed` (`create_interrupted`). */
+  failed: string[];
+  /** Releases whose control-plane process died, finished here. */
+  resumed: string[];
+}
 
 export class LeaseService {
   constructor(
@@ -87,8 +121,8 @@ export class LeaseService {
    * throws `lease.idempotency_conflict`. Throws `policy.not_found`, `policy.unenforceable`,
    * `lease.ttl_exceeds_policy`, `input.invalid`, `policy.secret_denied` (a secret the policy
    * does not allow; details.name), `secret.not_found`, `secret.unreadable`,
-   * `policy.mount_not_allowed`, `quota.exceeded`, `runtime.image_not_found`,
-   * `runtime.unavailable`, `lease.create_failed`. Every check comes before anything is created.
+   * `policy.mount_not_allowed`, `runtime.image_not_found`, `runtime.unavailable`,
+   * `lease.create_failed`. Every check comes before anything is created.
    */
   async create(body: CreateSandboxBody, by: Principal, idempotencyKey?: string): Promise<{ lease: Lease; replayed: boolean }> {
     const id = `sbx_${randomBytes(10).toString('hex')}`;
@@ -184,15 +218,16 @@ export class LeaseService {
 
   /**
    * Makes lease `id` from `plan`: on the claimed `warm` sandbox (bound to the lease), or on a
-   * container started now. The record is `creating` until the agent is ready; on failure
-   * everything is torn down and the record ends `failed`.
+   * container started now. `pending` → `starting` → `ready`, each step this process's own; on
+   * failure everything is torn down and the lease ends `failed`. The tenant's quota share is
+   * taken before anything exists.
    */
   private async make(id: string, plan: LeasePlan, body: CreateSandboxBody, by: Principal, warm: WarmSandbox | undefined): Promise<Lease> {
-    const { ledger, now, log } = this.deps;
+    const { ledger, channels, now, log } = this.deps;
     const createdAt = now();
     const record: LeaseRecord = {
       id,
-      status: 'creating',
+      status: 'pending',
       createdAt: createdAt.toISOString(),
       expiresAt: new Date(createdAt.getTime() + plan.ttlSeconds * 1000).toISOString(),
       endedAt: null,
@@ -207,11 +242,17 @@ export class LeaseService {
       policySnapshot: plan.policy,
       secrets: plan.grants,
       containerId: warm?.containerId ?? null,
+      inProgressBy: channels.processId,
+      releaseGraceUntil: null,
+      endedBy: null,
     };
-    // Quota is taken before anything exists, and given back by the failure path or end().
     await this.deps.quotas.reserve(id, by.tenant, { cpus: plan.policy.resources.cpus, memoryBytes: plan.policy.resources.memoryBytes });
-    await ledger.putLease(record);
+    await ledger.createLease(record, warm ? 'created_from_pool' : 'created', createdAt);
     try {
+      // The timer is in Redis before anything else exists: if this process dies from here on,
+      // the lease still ends on time (or reconcile fails the create first).
+      await this.deps.expiry.set(id, Date.parse(record.expiresAt));
+      await this.advance(id, 'pending', (l) => ({ record: { ...l, status: 'starting' }, reason: 'starting' }));
       let launched: Launched;
       if (warm) {
         await this.bindWarm(id, plan);
@@ -230,9 +271,7 @@ export class LeaseService {
         secretRefs: plan.grants.map((g) => g.name),
         createdAt,
       });
-      const ready: LeaseRecord = { ...record, status: 'ready', manifest, containerId: launched.containerId };
-      await ledger.putLease(ready);
-      await ledger.scheduleExpiry(id, Date.parse(ready.expiresAt));
+      const ready = await this.advance(id, 'starting', (l) => ({ record: { ...l, status: 'ready', manifest, containerId: launched.containerId, inProgressBy: null }, reason: 'ready' }));
       await this.deps.audit.record({
         actor: actorOf(by),
         action: 'lease.create',
@@ -241,12 +280,17 @@ export class LeaseService {
         afterDigest: manifest.digest,
         details: { tenant: by.tenant, policy: plan.ref, warm: warm !== undefined },
       });
-      this.deps.metrics.leaseCreated(warm ? 'warm' : 'cold', (now().getTime() - createdAt.getTime()) / 1000);
-      log.info({ sandboxId: id, policy: plan.ref, warm: warm !== undefined, ms: now().getTime() - createdAt.getTime() }, 'sandbox leased');
+      const ms = now().getTime() - createdAt.getTime();
+      this.deps.metrics.leaseCreated(warm ? 'warm' : 'cold', ms / 1000);
+      log.info({ sandboxId: id, policy: plan.ref, warm: warm !== undefined, ms }, 'sandbox leased');
       return toView(ready);
     } catch (err) {
       const failures = await this.teardown(id, null);
-      await ledger.putLease({ ...record, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed' });
+      const code = err instanceof AppError ? err.code : 'lease.create_failed';
+      const failed = await this.transition(id, (l) =>
+        l.status === 'pending' || l.status === 'starting' ? { record: { ...l, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed', inProgressBy: null }, reason: 'create_failed', details: { code } } : null,
+      );
+      if (failed.applied) await this.closeRecords(id);
       await this.deps.quotas.release(id);
       log.warn({ sandboxId: id, err, teardownFailures: failures.length }, 'sandbox create failed');
       if (err instanceof AppError) throw err;
@@ -280,8 +324,7 @@ export class LeaseService {
     };
     await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
     await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
-    await channels.startReturns(id, (leaseId, message) => this.deps.calls.ingest(leaseId, message));
-    await this.serveEgress(id, plan.policy);
+    await this.consumeReturns(id, plan.policy);
     const { containerId } = await runtime.start(plan.spec);
     // The agent says hello, or its container stops first (a crashed agent: fail now, with its
     // last words, rather than after the hello timeout).
@@ -301,11 +344,11 @@ export class LeaseService {
   }
 
   /**
-   * Starts a sandbox for a warm pool: leased to nobody yet, under `policy` (name and version)
+   * Starts a sandbox for a warm pool: leased to nobody yet, under `policy` (its latest version)
    * and `image`, with a lease id it keeps when claimed. The pool records it; on failure
    * everything made is torn down and the error thrown.
    */
-  async launchWarm(id: string, policy: { name: string; version?: number }, image: string): Promise<Launched & { ref: PolicyRef; image: string }> {
+  async launchWarm(id: string, policy: { name: string }, image: string): Promise<Launched & { ref: PolicyRef; image: string }> {
     const plan = await this.plan(id, { policy, image, labels: {} });
     try {
       return { ...(await this.launch(id, plan, { pooled: true })), ref: plan.ref, image: plan.image };
@@ -323,16 +366,29 @@ export class LeaseService {
 
   /**
    * Gives a claimed pooled sandbox its lease's env and secrets (job `BIND_JOB`, acknowledged on
-   * `bound`). Throws `lease.create_failed` when the agent does not take it in time.
+   * `bound`). Throws `lease.create_failed` when the agent does not take it in BIND_TIMEOUT_MS.
    */
   private async bindWarm(id: string, plan: LeasePlan): Promise<void> {
     // The process that filled the pool may be gone: whoever consumes the returns serves egress.
-    if (await this.deps.channels.startReturns(id, (leaseId, message) => this.deps.calls.ingest(leaseId, message))) await this.serveEgress(id, plan.policy);
+    await this.consumeReturns(id, plan.policy);
     const deliveryKey = plan.grants.length > 0 ? await this.deliverSecrets(id, plan.grants, plan.values) : null;
-    // A ready agent takes its binding in milliseconds; one that does not within BIND_TIMEOUT_MS
-    // is not waited for longer (the lease starts cold instead).
+    // A ready agent takes its binding in milliseconds; one that does not in time is not waited
+    // for longer (the lease starts cold instead).
     const ack = await this.deps.channels.bind(id, { env: plan.env, secrets: { grants: plan.grants, deliveryKey } }, BIND_TIMEOUT_MS);
     if (!ack.ok) throw new AppError('lease.create_failed', `the pooled sandbox did not take its lease: ${ack.error}`, { details: { sandboxId: id } });
+  }
+
+  /**
+   * One step of this process's create: `from` → what `step` makes of it, as long as the lease
+   * is still this process's to create. Throws `lease.create_failed` when it is not (another
+   * process took this one for dead and failed the create).
+   */
+  private async advance(id: string, from: LeaseStatus, step: (lease: LeaseRecord) => LeaseTransition): Promise<LeaseRecord> {
+    const moved = await this.transition(id, (l) => (l.status === from && l.inProgressBy === this.deps.channels.processId ? step(l) : null));
+    if (!moved.applied) {
+      throw new AppError('lease.create_failed', `sandbox ${id} was taken over while it started (it is ${moved.lease?.status ?? 'gone'})`, { details: { status: moved.lease?.status ?? null } });
+    }
+    return moved.lease!;
   }
 
   /**
@@ -362,6 +418,15 @@ export class LeaseService {
     return toView(await this.visible(id, by));
   }
 
+  /**
+   * The lease's status transitions, oldest first (`GET /v1/sandboxes/:id/events`). Throws
+   * `lease.not_found` as `get`.
+   */
+  async events(id: string, by: Principal): Promise<LeaseEvent[]> {
+    await this.visible(id, by);
+    return this.deps.ledger.leaseEvents(id);
+  }
+
   /** Whether lease `id` exists and `by` may see it (routes that reach a lease's records by another id use it). */
   async canSee(id: string, by: Principal): Promise<boolean> {
     const lease = await this.deps.ledger.getLease(id);
@@ -375,140 +440,361 @@ export class LeaseService {
 
   /**
    * The lease record if calls and files of `by` may use it now. Throws `lease.not_found` (also
-   * for another tenant's lease), `lease.expired`, `lease.released` (also for failed leases),
-   * `lease.not_ready`.
+   * for another tenant's lease), `lease.expired` (also a ready lease past its `expiresAt` whose
+   * timer is about to end it), `lease.released` (also for failed and lost leases),
+   * `lease.not_ready` (pending, starting, releasing).
    */
   async active(id: string, by: Principal): Promise<LeaseRecord> {
-    let lease = await this.visible(id, by);
-    if (lease.status === 'ready' && Date.parse(lease.expiresAt) <= this.deps.now().getTime()) {
-      await this.expire(id);
-      lease = await this.record(id);
+    const lease = await this.visible(id, by);
+    const due = lease.status === 'ready' && Date.parse(lease.expiresAt) <= this.deps.now().getTime();
+    if (due || lease.status === 'expired') {
+      throw new AppError('lease.expired', `sandbox ${id} expired at ${lease.expiresAt}`, { details: { expiresAt: lease.expiresAt } });
     }
     switch (lease.status) {
       case 'ready':
         return lease;
-      case 'expired':
-        throw new AppError('lease.expired', `sandbox ${id} expired at ${lease.expiresAt}`, { details: { expiresAt: lease.expiresAt } });
       case 'released':
       case 'failed':
-        throw new AppError('lease.released', `sandbox ${id} was released (${lease.endReason ?? lease.status})`, { details: { endReason: lease.endReason } });
+      case 'lost':
+        throw new AppError('lease.released', `sandbox ${id} was released (${lease.endReason ?? lease.status})`, { details: { status: lease.status, endReason: lease.endReason } });
       default:
         throw new AppError('lease.not_ready', `sandbox ${id} is ${lease.status}`, { details: { status: lease.status } });
     }
   }
 
   /**
-   * Releases the sandbox for `by`: container, volumes, queues and credentials go; calls and
-   * receipts stay. Idempotent. Throws `lease.not_found` (also for another tenant's lease), and
-   * `lease.not_ready` while it is being created.
+   * Renews a ready lease: its new `expiresAt` is now + `ttlSeconds` (earlier than before is
+   * allowed: a client may shorten its lease), and its durable timer moves with it. The bound is
+   * on the lease's whole life: `expiresAt − createdAt` may not exceed the policy's
+   * `maxTtlSeconds`, so renewing cannot keep a sandbox past what its policy allows. Throws
+   * `lease.ttl_exceeds_policy` (details: `max`, `maxExpiresAt`), `lease.not_found`,
+   * `lease.expired`, `lease.released`, `lease.not_ready`.
    */
-  async release(id: string, by: Principal): Promise<Lease> {
+  async renew(id: string, by: Principal, ttlSeconds: number): Promise<Lease> {
     await this.visible(id, by);
-    return this.end(id, 'released', actorOf(by));
-  }
-
-  /** Ends the lease for `reason` (idempotent) and records it in the audit log as done by `actor`. */
-  private async end(id: string, reason: 'released' | 'expired' | 'container_missing', actor: AuditActor): Promise<Lease> {
-    const lease = await this.record(id);
-    if (TERMINAL.has(lease.status)) return toView(lease);
-    if (lease.status === 'creating' && reason === 'released') {
-      // Its creation owns it until it is ready or has failed (and cleaned up after itself).
-      throw new AppError('lease.not_ready', `sandbox ${id} is still being created; release it once it is ready`, { details: { status: lease.status } });
+    const renewed = await this.transition(id, (l) => {
+      const nowMs = this.deps.now().getTime();
+      if (l.status !== 'ready' || Date.parse(l.expiresAt) <= nowMs) return null;
+      const maxMs = Date.parse(l.createdAt) + l.policySnapshot.resources.maxTtlSeconds * 1000;
+      const expiresAtMs = nowMs + ttlSeconds * 1000;
+      if (expiresAtMs > maxMs) {
+        throw new AppError('lease.ttl_exceeds_policy', `the lease may live until ${new Date(maxMs).toISOString()} (policy maxTtlSeconds ${l.policySnapshot.resources.maxTtlSeconds} from its creation); ttlSeconds ${ttlSeconds} goes past that`, {
+          details: { field: 'ttlSeconds', max: l.policySnapshot.resources.maxTtlSeconds, maxExpiresAt: new Date(maxMs).toISOString(), remainingSeconds: Math.max(0, Math.floor((maxMs - nowMs) / 1000)) },
+        });
+      }
+      const expiresAt = new Date(expiresAtMs).toISOString();
+      return { record: { ...l, expiresAt }, reason: 'renewed', details: { ttlSeconds, expiresAt } };
+    });
+    if (!renewed.applied) {
+      await this.active(id, by);
+      // Ready again between the two reads cannot be: a renewal only applies to a ready lease.
+      throw new AppError('lease.not_ready', `sandbox ${id} changed while it was renewed; read it and try again`);
     }
-    await this.deps.ledger.putLease({ ...lease, status: 'releasing' });
-    const failures = await this.teardown(id, lease.manifest?.digest ?? null);
-    const ended: LeaseRecord = {
-      ...lease,
-      status: reason === 'expired' ? 'expired' : 'released',
-      endedAt: this.deps.now().toISOString(),
-      endReason: reason,
-    };
-    await this.deps.ledger.putLease(ended);
-    await this.deps.quotas.release(id);
-    await this.deps.ledger.claimExpiry(id);
-    await this.deps.ledger.retain(id, this.options.retentionSeconds);
+    const lease = renewed.lease!;
+    await this.deps.expiry.set(id, Date.parse(lease.expiresAt));
     await this.deps.audit.record({
-      actor,
-      action: reason === 'expired' ? 'lease.expire' : 'lease.release',
+      actor: actorOf(by),
+      action: 'lease.renew',
       target: `lease:${id}`,
       beforeDigest: lease.manifest?.digest ?? null,
-      afterDigest: null,
-      details: { tenant: lease.tenant, reason },
+      afterDigest: lease.manifest?.digest ?? null,
+      details: { tenant: lease.tenant, ttlSeconds, expiresAt: lease.expiresAt },
     });
-    if (failures.length > 0) this.deps.log.warn({ leaseId: id, failures: failures.map(String) }, 'sandbox teardown incomplete');
-    this.deps.log.info({ leaseId: id, reason }, 'sandbox released');
-    return toView(ended);
-  }
-
-  /** Expires the lease unless another process already did. */
-  async expire(id: string): Promise<void> {
-    if (await this.deps.ledger.claimExpiry(id)) await this.end(id, 'expired', 'system');
-  }
-
-  /** Releases every lease past its `expiresAt`. Returns how many this call expired. */
-  async expireDue(): Promise<number> {
-    const due = await this.deps.ledger.dueExpiries(this.deps.now().getTime());
-    let n = 0;
-    for (const id of due) {
-      if (await this.deps.ledger.claimExpiry(id)) {
-        await this.end(id, 'expired', 'system').catch((err: unknown) => this.deps.log.warn({ leaseId: id, err }, 'expiry failed'));
-        n += 1;
-      }
-    }
-    return n;
+    return toView(lease);
   }
 
   /**
-   * Makes the runtime and the ledger agree after a start or restart: containers this owner
-   * labelled without a live lease are removed; live leases without a running container are
-   * released (`container_missing`); live leases with one are adopted (their returns consumed).
-   * `finishReleasing` (at start-up) also completes releases a dead process left `releasing`;
-   * periodic runs leave those to the release in progress.
+   * Releases the sandbox for `by`. Calls still running get up to `graceMs` to finish, then are
+   * cancelled through the agent (each ends as the agent reports it, typically `cancelled` with
+   * a receipt); what they sent is ledgered; then the container, its volumes and network, its
+   * queues and Redis credentials go. Calls, events and receipts stay. Idempotent: a second
+   * release, also one arriving while the first is in progress, answers the same final record.
+   * Throws `lease.not_found` (also for another tenant's lease), and `lease.not_ready` while it
+   * is being created.
    */
-  async reconcile({ finishReleasing = true } = {}): Promise<{ adopted: string[]; removed: string[]; lost: string[] }> {
-    const gone = (status: string): boolean => status === 'ready' || (finishReleasing && status === 'releasing');
-    const { runtime, ledger, channels, now } = this.deps;
-    const owned = await runtime.listOwned(this.options.owner);
-    const result = { adopted: [] as string[], removed: [] as string[], lost: [] as string[] };
-    const staleMs = this.options.staleCreatingMs ?? 120_000;
-    for (const c of owned) {
-      const lease = await ledger.getLease(c.leaseId);
-      const staleCreating = lease?.status === 'creating' && now().getTime() - Date.parse(lease.createdAt) > staleMs;
-      // A warm pool's sandbox has no lease until one claims it; the pool looks after it.
-      if (!lease && (await this.deps.pools?.owns(c.leaseId))) continue;
-      if (!lease || TERMINAL.has(lease.status) || staleCreating) {
-        await this.teardown(c.leaseId, lease?.manifest?.digest ?? null);
-        if (lease && staleCreating) await ledger.putLease({ ...lease, status: 'failed', endedAt: now().toISOString(), endReason: 'create_failed' });
-        result.removed.push(c.leaseId);
-      } else if (lease.status === 'ready' && c.running) {
-        // The process consuming a lease's returns also serves its egress proxy.
-        if (await channels.startReturns(lease.id, (leaseId, message) => this.deps.calls.ingest(leaseId, message))) {
-          await this.serveEgress(lease.id, lease.policySnapshot);
-        }
-        await ledger.scheduleExpiry(lease.id, Date.parse(lease.expiresAt));
-        result.adopted.push(lease.id);
-      } else if (gone(lease.status)) {
-        await this.end(lease.id, 'container_missing', 'system');
-        result.lost.push(lease.id);
+  async release(id: string, by: Principal, graceMs = 0): Promise<Lease> {
+    await this.visible(id, by);
+    const begun = await this.beginEnd(id, 'released', actorOf(by), graceMs);
+    if (begun.applied) return this.finishEnd(begun.lease);
+    const lease = begun.lease;
+    if (TERMINAL_LEASE_STATUSES.has(lease.status)) return toView(lease);
+    if (lease.status === 'releasing') return this.awaitEnded(lease);
+    // Its creation owns it until it is ready or has failed (and cleaned up after itself).
+    throw new AppError('lease.not_ready', `sandbox ${id} is still being created; release it once it is ready`, { details: { status: lease.status } });
+  }
+
+  /**
+   * Handles the lease's expiry timer when it falls due: expires a ready lease whose `expiresAt`
+   * has passed (exactly once across processes: the `ready` → `releasing` compare-and-swap
+   * decides), or says when to fire again (renewed, or not ready yet).
+   */
+  async onExpiryTimer(id: string): Promise<ExpiryOutcome> {
+    const lease = await this.deps.ledger.getLease(id);
+    if (!lease || lease.status === 'releasing' || TERMINAL_LEASE_STATUSES.has(lease.status)) return { done: true };
+    const nowMs = this.deps.now().getTime();
+    const dueMs = Date.parse(lease.expiresAt);
+    if (lease.status !== 'ready') return { retryAtMs: Math.max(dueMs, nowMs + 1000) };
+    if (dueMs > nowMs) return { retryAtMs: dueMs };
+    const begun = await this.beginEnd(id, 'expired', 'system', 0);
+    if (begun.applied) await this.finishEnd(begun.lease);
+    return { done: true };
+  }
+
+  /**
+   * Starts ending a ready lease for `reason`: the `ready` → `releasing` compare-and-swap that
+   * exactly one caller wins (an expiry only while the lease is past its `expiresAt`, so a
+   * renewal that came first wins). Returns whether this caller won, and the lease as it is.
+   */
+  private async beginEnd(id: string, reason: EndReason, actor: AuditActor, graceMs: number): Promise<{ applied: boolean; lease: LeaseRecord }> {
+    const { now, channels } = this.deps;
+    const begun = await this.transition(id, (l) => {
+      if (l.status !== 'ready') return null;
+      if (reason === 'expired' && Date.parse(l.expiresAt) > now().getTime()) return null;
+      const releaseGraceUntil = new Date(now().getTime() + graceMs).toISOString();
+      return {
+        record: { ...l, status: 'releasing', endReason: reason, endedBy: actor, inProgressBy: channels.processId, releaseGraceUntil },
+        reason,
+        details: graceMs > 0 ? { graceMs } : {},
+      };
+    });
+    if (!begun.lease) throw new AppError('lease.not_found', `no sandbox ${id}`, { details: { id } });
+    return { applied: begun.applied, lease: begun.lease };
+  }
+
+  /**
+   * Finishes a release this process holds (`inProgressBy`): settles the calls (grace, then the
+   * cancel chain) where an agent is there to do it, tears everything down, and only then
+   * records the final status, its lease event and its audit entry. When a teardown step fails,
+   * the lease stays `releasing`, handed back (`inProgressBy` null) for reconcile to finish.
+   */
+  private async finishEnd(lease: LeaseRecord): Promise<Lease> {
+    const { now, log, channels } = this.deps;
+    const ending = ENDINGS[lease.endReason as EndReason] ?? ENDINGS.released;
+    if (ending.settleCalls) await this.settleCalls(lease);
+    const failures = await this.teardown(lease.id, lease.manifest?.digest ?? null);
+    const mine = (l: LeaseRecord): boolean => l.status === 'releasing' && l.inProgressBy === channels.processId;
+    if (failures.length > 0) {
+      log.warn({ leaseId: lease.id, failures: failures.map(String) }, 'sandbox teardown incomplete; reconcile will finish it');
+      const handedBack = await this.transition(lease.id, (l) =>
+        mine(l) ? { record: { ...l, inProgressBy: null }, reason: 'teardown_incomplete', details: { failures: failures.map(String).slice(0, 5) } } : null,
+      );
+      return toView(handedBack.lease ?? lease);
+    }
+    const ended = await this.transition(lease.id, (l) =>
+      mine(l) ? { record: { ...l, status: ending.status, endedAt: now().toISOString(), inProgressBy: null, releaseGraceUntil: null }, reason: l.endReason ?? 'released' } : null,
+    );
+    if (!ended.lease) throw new AppError('lease.not_found', `no sandbox ${lease.id}`, { details: { id: lease.id } });
+    if (ended.applied) {
+      await this.closeRecords(lease.id);
+      await this.deps.quotas.release(lease.id);
+      await this.deps.audit.record({
+        actor: ended.lease.endedBy ?? 'system',
+        action: ending.action,
+        target: `lease:${lease.id}`,
+        beforeDigest: lease.manifest?.digest ?? null,
+        afterDigest: null,
+        details: { tenant: lease.tenant, reason: lease.endReason },
+      });
+      log.info({ leaseId: lease.id, status: ending.status, reason: lease.endReason }, 'sandbox ended');
+    }
+    return toView(ended.lease);
+  }
+
+  /** Starts the retention clock of an ended lease's records and drops its expiry timer. */
+  private async closeRecords(id: string): Promise<void> {
+    await this.deps.ledger.retain(id, this.options.retentionSeconds);
+    await this.deps.expiry.clear(id);
+  }
+
+  /**
+   * Lets the lease's open calls finish until its `releaseGraceUntil`, then cancels the rest
+   * through the normal chain (queued ones end `cancelled` with nothing run; the agent kills the
+   * process group of running ones and reports) and waits up to `cancelWaitMs` for the agent's
+   * reports. This process consumes the lease's returns meanwhile, unless a live one does.
+   */
+  private async settleCalls(lease: LeaseRecord): Promise<void> {
+    const { ledger, calls, log, now } = this.deps;
+    await this.consumeReturns(lease.id, lease.policySnapshot);
+    await this.waitCallsFinished(lease.id, Date.parse(lease.releaseGraceUntil ?? now().toISOString()));
+    const open = await ledger.openCalls(lease.id);
+    if (open.length === 0) return;
+    for (const callId of open) {
+      await calls.cancel(lease, callId).catch((err: unknown) => log.warn({ leaseId: lease.id, callId, err }, 'cancel at release failed'));
+    }
+    await this.waitCallsFinished(lease.id, now().getTime() + (this.options.cancelWaitMs ?? 10_000));
+  }
+
+  private async waitCallsFinished(leaseId: string, untilMs: number): Promise<void> {
+    while ((await this.deps.ledger.openCalls(leaseId)).length > 0 && this.deps.now().getTime() < untilMs) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /**
+   * Waits for a release another request or process is doing, and returns the final record; a
+   * release whose process died is taken over. Gives up (returning the lease as it is,
+   * `releasing`) after its grace plus a minute.
+   */
+  private async awaitEnded(lease: LeaseRecord): Promise<Lease> {
+    const deadline = Date.parse(lease.releaseGraceUntil ?? this.deps.now().toISOString()) + 60_000;
+    for (;;) {
+      const current = await this.record(lease.id);
+      if (current.status !== 'releasing' || this.deps.now().getTime() > deadline) return toView(current);
+      if (!(await this.isAlive(current.inProgressBy))) {
+        const resumed = await this.resumeRelease(current);
+        if (resumed) return resumed;
       }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+
+  /**
+   * Takes over a release whose process is gone (compare-and-swap of `inProgressBy`, so one
+   * process does) and finishes it. Returns null when another process took it first.
+   */
+  private async resumeRelease(lease: LeaseRecord): Promise<Lease | null> {
+    const taken = await this.transition(lease.id, (l) =>
+      l.status === 'releasing' && l.inProgressBy === lease.inProgressBy ? { record: { ...l, inProgressBy: this.deps.channels.processId }, reason: 'release_resumed', details: { from: lease.inProgressBy } } : null,
+    );
+    return taken.applied ? this.finishEnd(taken.lease!) : null;
+  }
+
+  /**
+   * Makes the runtime and the ledger agree; runs at start and then periodically, in every
+   * control-plane process at once (each change is a compare-and-swap, so they do not repeat
+   * each other's work). What it finds, by lease of this owner:
+   * - container, volumes or network but no lease record, or an ended lease → removed (`lease.reap`);
+   * - `pending`/`starting` whose process is gone → `failed` (`create_interrupted`), leftovers removed;
+   * - `ready` with a running container → adopted: its returns consumed (and its egress served)
+   *   when no live process does, its expiry timer ensured (one past due fires at once);
+   * - `ready` whose container is gone or stopped → `lost`, open calls `effect_unknown`;
+   * - `releasing` whose process is gone → the release finished here.
+   * Also stops consuming returns of leases others ended, and deletes agent ACL users of ended leases.
+   */
+  async reconcile(): Promise<ReconcileOutcome> {
+    const { runtime, ledger, channels } = this.deps;
+    const result: ReconcileOutcome = { adopted: [], removed: [], lost: [], failed: [], resumed: [] };
+    const owned = await runtime.listOwned(this.options.owner);
+    for (const sandbox of owned) {
+      const lease = await ledger.getLease(sandbox.leaseId);
+      // A warm pool's sandbox has no lease until one claims it; the pool looks after it.
+      if (!lease && (await this.deps.pools?.owns(sandbox.leaseId))) continue;
+      if (lease && !TERMINAL_LEASE_STATUSES.has(lease.status)) {
+        await this.reconcileLease(lease, sandbox, result);
+      } else {
+        await this.reap(sandbox.leaseId, lease, lease ? 'lease_ended' : 'no_lease');
+        result.removed.push(sandbox.leaseId);
+      }
+    }
+    const listed = new Set(owned.map((s) => s.leaseId));
+    const unlisted = (await ledger.listLeases()).filter((l) => l.owner === this.options.owner && !listed.has(l.id) && !TERMINAL_LEASE_STATUSES.has(l.status));
+    if (unlisted.length > 0) {
+      // Listed again after the ledger was read: a lease that became ready after the first
+      // listing has its container in this one, and is not taken for lost.
+      const present = new Set((await runtime.listOwned(this.options.owner)).map((s) => s.leaseId));
+      for (const lease of unlisted) if (!present.has(lease.id)) await this.reconcileLease(lease, null, result);
     }
     // Returns this process consumes of leases another process ended go too.
     for (const leaseId of channels.activeLeases()) {
       const lease = await ledger.getLease(leaseId);
-      if (!lease || TERMINAL.has(lease.status)) {
+      if (!lease || TERMINAL_LEASE_STATUSES.has(lease.status)) {
         await channels.stop(leaseId);
         await this.deps.egress.stop(leaseId);
       }
     }
-    const withContainer = new Set(owned.map((c) => c.leaseId));
-    for (const lease of await ledger.listLeases()) {
-      if (lease.owner !== this.options.owner || withContainer.has(lease.id)) continue;
-      if (gone(lease.status)) {
-        await this.end(lease.id, 'container_missing', 'system');
-        result.lost.push(lease.id);
-      }
+    for (const leaseId of await channels.agentUserLeases()) {
+      const lease = await ledger.getLease(leaseId);
+      if (!lease && (await this.deps.pools?.owns(leaseId))) continue;
+      if (!lease || TERMINAL_LEASE_STATUSES.has(lease.status)) await channels.destroy(leaseId);
     }
     return result;
+  }
+
+  private async reconcileLease(lease: LeaseRecord, sandbox: OwnedSandbox | null, result: ReconcileOutcome): Promise<void> {
+    switch (lease.status) {
+      case 'pending':
+      case 'starting':
+        if (await this.isAlive(lease.inProgressBy)) return;
+        if (await this.failInterrupted(lease)) result.failed.push(lease.id);
+        return;
+      case 'releasing':
+        if (await this.isAlive(lease.inProgressBy)) return;
+        if (await this.resumeRelease(lease)) result.resumed.push(lease.id);
+        return;
+      case 'ready':
+        if (sandbox?.running) {
+          await this.consumeReturns(lease.id, lease.policySnapshot);
+          await this.deps.expiry.ensure(lease.id, Date.parse(lease.expiresAt));
+          result.adopted.push(lease.id);
+          return;
+        }
+        {
+          const begun = await this.beginEnd(lease.id, sandbox?.containerId ? 'container_exited' : 'container_missing', 'system', 0);
+          if (!begun.applied) return;
+          await this.finishEnd(begun.lease);
+          result.lost.push(lease.id);
+        }
+        return;
+      default:
+        return;
+    }
+  }
+
+  /**
+   * Fails a create whose process died: `failed` first (one process wins), then its leftovers
+   * go; a crash in between leaves an ended lease with leftovers, which the next reconcile
+   * reaps. True when this call failed it.
+   */
+  private async failInterrupted(lease: LeaseRecord): Promise<boolean> {
+    const failed = await this.transition(lease.id, (l) =>
+      (l.status === 'pending' || l.status === 'starting') && l.inProgressBy === lease.inProgressBy
+        ? { record: { ...l, status: 'failed', endedAt: this.deps.now().toISOString(), endReason: 'create_interrupted', inProgressBy: null }, reason: 'create_interrupted', details: { from: lease.inProgressBy } }
+        : null,
+    );
+    if (!failed.applied) return false;
+    await this.reap(lease.id, failed.lease, 'create_interrupted');
+    await this.closeRecords(lease.id);
+    await this.deps.quotas.release(lease.id);
+    return true;
+  }
+
+  /**
+   * Removes what a lease left in the runtime and Redis (container, volumes, network, queues,
+   * credentials) and records it once in the audit log as `lease.reap` by `system`.
+   */
+  private async reap(leaseId: string, lease: LeaseRecord | null, reason: 'no_lease' | 'lease_ended' | 'create_interrupted'): Promise<void> {
+    const failures = await this.teardown(leaseId, lease?.manifest?.digest ?? null);
+    if (failures.length > 0) {
+      this.deps.log.warn({ leaseId, failures: failures.map(String) }, 'reaping a sandbox was incomplete; the next reconcile tries again');
+      return;
+    }
+    if (!(await this.deps.ledger.claimOnce(`reap:${leaseId}`, 300))) return;
+    await this.deps.audit.record({
+      actor: 'system',
+      action: 'lease.reap',
+      target: `lease:${leaseId}`,
+      beforeDigest: lease?.manifest?.digest ?? null,
+      afterDigest: null,
+      details: { reason, status: lease?.status ?? null },
+    });
+    this.deps.log.info({ leaseId, reason }, 'removed what a sandbox left behind');
+  }
+
+  /** Whether the control-plane process `processId` is alive (null: no process). */
+  private async isAlive(processId: string | null): Promise<boolean> {
+    return processId !== null && (await this.deps.channels.isAlive(processId));
+  }
+
+  /**
+   * Consumes the lease's returns in this process unless a live one does (the consumer lock);
+   * the process that consumes them also serves the lease's egress proxy.
+   */
+  private async consumeReturns(id: string, policy: Policy): Promise<void> {
+    if (await this.deps.channels.startReturns(id, (leaseId, message) => this.deps.calls.ingest(leaseId, message))) await this.serveEgress(id, policy);
+  }
+
+  private transition(id: string, decide: (lease: LeaseRecord) => LeaseTransition | null): ReturnType<Ledger['transitionLease']> {
+    return this.deps.ledger.transitionLease(id, decide, this.deps.now);
   }
 
   /** Host directory holding the lease's agent credentials file until the agent read it. */
@@ -544,7 +830,7 @@ export class LeaseService {
     const deadline = Date.now() + 60_000;
     for (;;) {
       const lease = await this.deps.ledger.getLease(id);
-      if (lease && lease.status !== 'creating') {
+      if (lease && lease.status !== 'pending' && lease.status !== 'starting') {
         if (lease.status === 'failed') throw new AppError('lease.create_failed', `sandbox ${id} for this Idempotency-Key failed to start`, { details: { leaseId: id } });
         return toView(lease);
       }
@@ -570,7 +856,7 @@ export class LeaseService {
       }
     };
     await step(() => runtime.remove(id, this.options.owner));
-    await step(() => channels.drainReturns(id, 2000));
+    await step(() => channels.drainReturns(id, 5000));
     await step(() => calls.abandonOpenCalls(id, manifestDigest, (callId) => channels.attemptOf(id, callId)));
     await step(() => channels.destroy(id));
     await step(() => this.deps.egress.stop(id));
@@ -615,15 +901,15 @@ interface LeasePlan {
   spec: SandboxSpec;
 }
 
-/** A pooled sandbox a lease claimed: its id (the lease's from now on), container and facts. */
-export interface WarmSandbox extends Launched {
-  id: string;
-}
-
 /** A started sandbox whose agent said hello. */
 export interface Launched {
   containerId: string;
   facts: SandboxFacts;
+}
+
+/** A pooled sandbox a lease claimed: its id (the lease's from now on), container and facts. */
+export interface WarmSandbox extends Launched {
+  id: string;
 }
 
 /** The API view of a lease record (internal fields dropped). */

@@ -12,13 +12,16 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { canonicalJson } from '../../contract/digest.js';
 import { CallEvent, type EventBody } from '../../contract/events.js';
-import { Artifact, CallStatus, EffectReceipt, EgressEvent, Lease, ToolResult, type CallView } from '../../contract/objects.js';
+import { Artifact, CallStatus, EffectReceipt, EgressEvent, Lease, LeaseEvent, LeaseStatus, Timestamp, ToolResult, type CallView } from '../../contract/objects.js';
 import { SecretGrant } from '../../contract/queue.js';
 import { EnvMap } from '../../contract/tools.js';
+import { AuditActor } from '../audit/schema.js';
 import { PolicyShape } from '../policies/schema.js';
 
 /** What the ledger keeps of a lease: the API view plus what the control plane needs to run it. */
 export const LeaseRecord = Lease.extend({
+  /** Records written before the lifecycle had `pending`/`starting` say `creating`. */
+  status: z.preprocess((s) => (s === 'creating' ? 'starting' : s), LeaseStatus),
   owner: z.string(),
   env: EnvMap,
   /** The policy version the lease is bound to, as it was at creation (read back without today's cross-field rules). */
@@ -26,8 +29,41 @@ export const LeaseRecord = Lease.extend({
   /** Secrets granted to the lease: names and how they are delivered, never values. */
   secrets: z.array(SecretGrant).default([]),
   containerId: z.string().nullable(),
+  /**
+   * The control-plane process creating (`pending`, `starting`) or releasing (`releasing`) the
+   * lease; another process takes that work over once this one's liveness key is gone
+   * (`LeaseChannels.isAlive`). Null in the other states.
+   */
+  inProgressBy: z.string().nullable().default(null),
+  /** While `releasing`: until when running calls may finish before they are cancelled. */
+  releaseGraceUntil: Timestamp.nullable().default(null),
+  /** Who ended it (the audit actor of its release, expiry or loss), set with `endReason`. */
+  endedBy: AuditActor.nullable().default(null),
 });
 export type LeaseRecord = z.infer<typeof LeaseRecord>;
+
+/** A change of a lease decided by `Ledger.transitionLease`: the new record and why. */
+export interface LeaseTransition {
+  record: LeaseRecord;
+  reason: string;
+  details?: Record<string, unknown>;
+}
+
+const CREATE_LEASE = `
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+redis.call('RPUSH', KEYS[3], '{"seq":1,' .. string.sub(ARGV[4], 2))
+redis.call('HSET', KEYS[4], ARGV[3], ARGV[5])
+return 1`;
+
+/** Compare-and-swap of a lease record (exact stored text), appending its lease event. */
+const TRANSITION_LEASE = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+local seq = redis.call('LLEN', KEYS[2]) + 1
+redis.call('RPUSH', KEYS[2], '{"seq":' .. seq .. ',' .. string.sub(ARGV[3], 2))
+redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+return seq`;
 
 /** The intent half of a call record (what the client asked for, resolved). */
 export const CallIntent = z.object({
@@ -103,7 +139,7 @@ export class Ledger {
     lease: (id: string) => `${this.prefix}leases:${id}`,
     leases: () => `${this.prefix}leases`,
     statuses: () => `${this.prefix}leases:statuses`,
-    expiry: () => `${this.prefix}leases:expiry`,
+    leaseEvents: (id: string) => `${this.prefix}lease-events:${id}`,
     idem: (key: string) => `${this.prefix}idem:${key}`,
     call: (leaseId: string, callId: string) => `${this.prefix}calls:${leaseId}:${callId}`,
     calls: (leaseId: string) => `${this.prefix}calls:${leaseId}`,
@@ -128,19 +164,57 @@ export class Ledger {
 
   // ---- leases
 
-  async putLease(lease: LeaseRecord): Promise<void> {
-    await this.redis
-      .multi()
-      .set(this.k.lease(lease.id), JSON.stringify(lease))
-      .zadd(this.k.leases(), Date.parse(lease.createdAt), lease.id)
-      // The status alone, for counting leases by state without reading every record.
-      .hset(this.k.statuses(), lease.id, lease.status)
-      .exec();
+  /**
+   * Records a new lease and its first lease event (`from: null`), atomically. Returns false when
+   * a lease with this id exists (nothing is written).
+   */
+  async createLease(lease: LeaseRecord, reason: string, at: Date): Promise<boolean> {
+    const created = (await this.redis.eval(
+      CREATE_LEASE,
+      4,
+      this.k.lease(lease.id),
+      this.k.leases(),
+      this.k.leaseEvents(lease.id),
+      this.k.statuses(),
+      JSON.stringify(lease),
+      Date.parse(lease.createdAt),
+      lease.id,
+      leaseEventJson({ from: null, to: lease.status, reason, details: {} }, at),
+      lease.status,
+    )) as number;
+    return created === 1;
+  }
+
+  /**
+   * Changes a lease atomically: `decide` sees the stored record and returns the next one (and
+   * why), or null to leave it. The write is a compare-and-swap on the record as read, retried
+   * with a fresh read when another writer came first, so of two processes deciding the same
+   * transition (say `ready` → `releasing`) exactly one applies it. Each applied change appends
+   * one lease event `{from, to, reason, details}`. Returns whether it applied and the record
+   * as it is now (null when there is no lease). `decide` may throw; nothing is written then.
+   */
+  async transitionLease(id: string, decide: (lease: LeaseRecord) => LeaseTransition | null, at: () => Date): Promise<{ applied: boolean; lease: LeaseRecord | null }> {
+    for (;;) {
+      const text = await this.redis.get(this.k.lease(id));
+      if (text === null) return { applied: false, lease: null };
+      const current = LeaseRecord.parse(JSON.parse(text));
+      const next = decide(current);
+      if (next === null) return { applied: false, lease: current };
+      const event = leaseEventJson({ from: current.status, to: next.record.status, reason: next.reason, details: next.details ?? {} }, at());
+      // The status index (for counting leases by state without reading every record) moves with the record.
+      const seq = (await this.redis.eval(TRANSITION_LEASE, 3, this.k.lease(id), this.k.leaseEvents(id), this.k.statuses(), text, JSON.stringify(next.record), event, id, next.record.status)) as number;
+      if (seq > 0) return { applied: true, lease: next.record };
+    }
+  }
+
+  /** The lease's status transitions, oldest first. */
+  async leaseEvents(id: string): Promise<LeaseEvent[]> {
+    return (await this.redis.lrange(this.k.leaseEvents(id), 0, -1)).map((t) => LeaseEvent.parse(JSON.parse(t)));
   }
 
   /**
    * Every lease the ledger holds (those whose records retention has not expired yet) with its
-   * status. Reads the status index `putLease` keeps, not the records; entries of expired records
+   * status. Reads the status index `createLease` and `transitionLease` keep, not the records; entries of expired records
    * are dropped from it here, and leases written before the index existed are added to it.
    */
   async leaseStatuses(): Promise<Array<{ id: string; status: string }>> {
@@ -194,7 +268,7 @@ export class Ledger {
    */
   async retain(leaseId: string, seconds: number): Promise<void> {
     const callIds = await this.redis.zrange(this.k.calls(leaseId), 0, -1);
-    const multi = this.redis.multi().expire(this.k.lease(leaseId), seconds).expire(this.k.calls(leaseId), seconds);
+    const multi = this.redis.multi().expire(this.k.lease(leaseId), seconds).expire(this.k.leaseEvents(leaseId), seconds).expire(this.k.calls(leaseId), seconds);
     const expiresAt = new Date(Date.now() + seconds * 1000).toISOString();
     for (const id of await this.redis.smembers(this.k.leaseArtifacts(leaseId))) {
       const artifact = await this.getArtifact(id);
@@ -233,20 +307,6 @@ export class Ledger {
     return { events, dropped: { allowed: Number(dropped.allowed ?? 0), denied: Number(dropped.denied ?? 0) } };
   }
 
-  async scheduleExpiry(id: string, expiresAtMs: number): Promise<void> {
-    await this.redis.zadd(this.k.expiry(), expiresAtMs, id);
-  }
-
-  /** Ids of leases whose expiry is at or before `nowMs`. */
-  async dueExpiries(nowMs: number): Promise<string[]> {
-    return this.redis.zrangebyscore(this.k.expiry(), 0, nowMs);
-  }
-
-  /** Takes the lease off the expiry schedule; true for exactly one caller (the one that expires it). */
-  async claimExpiry(id: string): Promise<boolean> {
-    return (await this.redis.zrem(this.k.expiry(), id)) === 1;
-  }
-
   /**
    * Binds an Idempotency-Key to a lease id. Returns null when this caller won the key, or the
    * earlier binding `{leaseId, requestDigest}`. Keys live 24 h.
@@ -257,6 +317,14 @@ export class Ledger {
     if (set === 'OK') return null;
     const existing = await this.redis.get(this.k.idem(key));
     return existing === null ? null : (JSON.parse(existing) as { leaseId: string; requestDigest: string });
+  }
+
+  /**
+   * True for the first caller to claim `name` within `ttlSeconds`, false for the others: makes
+   * something several processes may do at once (reaping one sandbox's leftovers) recorded once.
+   */
+  async claimOnce(name: string, ttlSeconds: number): Promise<boolean> {
+    return (await this.redis.set(`${this.prefix}claims:${name}`, '1', 'EX', ttlSeconds, 'NX')) === 'OK';
   }
 
   async releaseIdempotencyKey(key: string): Promise<void> {
@@ -399,6 +467,11 @@ export class Ledger {
     const text = await this.redis.get(this.k.receipt(receiptId));
     return text === null ? null : EffectReceipt.parse(JSON.parse(text));
   }
+}
+
+function leaseEventJson(event: Omit<LeaseEvent, 'seq' | 'at'>, at: Date): string {
+  // Starts with '{' so the scripts can splice `"seq":N,` in front.
+  return canonicalJson({ ...event, at: at.toISOString() });
 }
 
 function eventJson(callId: string, body: EventBody, at: Date): string {

@@ -2,7 +2,9 @@
  * The control plane's side of each sandbox's queues (docs/DESIGN.md §5): the per-lease Redis ACL
  * user the agent logs in as, the `calls` queue it produces into, the `returns` queue it
  * consumes (one BullMQ worker per lease, concurrency 1 so events are ledgered in the order the
- * agent sent them), the `hello` handshake and the `control` channel for cancels.
+ * agent sent them), the `hello` handshake and the `control` channel for cancels. Also this
+ * process's liveness key, by which other processes tell that work it started (a create, a
+ * release, a consumer lock) has no one left to finish it.
  */
 import { randomBytes } from 'node:crypto';
 import { Queue, Worker } from 'bullmq';
@@ -23,15 +25,27 @@ export type ReturnHandler = (leaseId: string, message: ReturnMessage) => Promise
 const LOCK_MS = 15_000;
 /** Renewal period of consumer locks, ms. */
 const RENEW_MS = 5_000;
+/**
+ * A process's liveness key lives this long without renewal, ms: how soon after a crash
+ * (kill -9) others take over its creates, releases and consumer locks.
+ */
+const LIVENESS_MS = 10_000;
+/** Renewal period of the liveness key, ms. */
+const HEARTBEAT_MS = 2_500;
 const RENEW_LOCK = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`;
 const RELEASE_LOCK = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+/** Takes a lock from a holder known to be dead: only if it is still the holder read. */
+const STEAL_LOCK = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end return 0`;
 
 export class LeaseChannels {
   private readonly callQueues = new Map<string, Queue>();
   private readonly returnWorkers = new Map<string, Worker>();
-  /** This process's identity in consumer locks. */
-  private readonly processId = randomBytes(8).toString('hex');
+  /** This process's identity in consumer locks, lease records (`inProgressBy`) and its liveness key. */
+  readonly processId = randomBytes(8).toString('hex');
   private renewer: NodeJS.Timeout | null = null;
+  private heartbeat: NodeJS.Timeout | null = null;
+  /** Whether Redis persists ACL users in an ACL file (`aclfile`): then each change is saved to it. */
+  private aclFile: Promise<boolean> | null = null;
 
   constructor(
     private readonly redis: Redis,
@@ -75,7 +89,43 @@ export class LeaseChannels {
       '+client|setname',
       '+client|getname',
     );
+    await this.saveAcl();
     return { username, password };
+  }
+
+  /**
+   * ACL users are server configuration, not data: AOF does not keep them, so after a Redis
+   * restart every agent would fail to log in again. Where Redis has an ACL file
+   * (deploy/local/setup.sh configures one) each change is written to it (ACL SAVE), and a
+   * restarted Redis loads the agents' users before it accepts connections.
+   */
+  private async saveAcl(): Promise<void> {
+    this.aclFile ??= (this.redis.call('CONFIG', 'GET', 'aclfile') as Promise<string[]>).then((reply) => {
+      const configured = Boolean(reply[1]);
+      if (!configured) this.log.warn('Redis has no aclfile: sandbox agents cannot log in again after a Redis restart');
+      return configured;
+    });
+    if (await this.aclFile) await this.redis.call('ACL', 'SAVE');
+  }
+
+  /**
+   * Starts renewing this process's liveness key (`<prefix>process:<processId>`, LIVENESS_MS,
+   * renewed every HEARTBEAT_MS). Idempotent.
+   */
+  async startHeartbeat(): Promise<void> {
+    if (this.heartbeat) return;
+    const beat = (): Promise<unknown> => this.redis.set(this.livenessKey(this.processId), '1', 'PX', LIVENESS_MS);
+    await beat();
+    this.heartbeat = setInterval(() => void beat().catch((err: unknown) => this.log.warn({ err }, 'liveness heartbeat failed')), HEARTBEAT_MS).unref();
+  }
+
+  /** Whether the control-plane process `processId` renewed its liveness key within LIVENESS_MS. */
+  async isAlive(processId: string): Promise<boolean> {
+    return processId === this.processId || (await this.redis.exists(this.livenessKey(processId))) === 1;
+  }
+
+  private livenessKey(processId: string): string {
+    return `${this.rootPrefix}process:${processId}`;
   }
 
   /**
@@ -151,14 +201,21 @@ export class LeaseChannels {
    * exactly one process holds a lease's consumer lock (`<prefix>consumer:<leaseId>`, renewed
    * every RENEW_MS, lost after LOCK_MS), so messages are ledgered one at a time in the order the
    * agent sent them — with two consumers, a result could overtake the output events before it.
+   * A lock whose holder's liveness key is gone (it crashed) is taken over at once.
    * Idempotent; returns whether this process consumes. Messages that fail the schema are
    * dropped and logged.
    */
   async startReturns(leaseId: string, handler: ReturnHandler): Promise<boolean> {
     if (this.returnWorkers.has(leaseId)) return true;
-    const won = await this.redis.set(this.consumerKey(leaseId), this.processId, 'PX', LOCK_MS, 'NX');
-    // A lock still held by this very process (a stop whose release failed) is this process's.
-    if (won !== 'OK' && (await this.redis.get(this.consumerKey(leaseId))) !== this.processId) return false;
+    const key = this.consumerKey(leaseId);
+    const won = await this.redis.set(key, this.processId, 'PX', LOCK_MS, 'NX');
+    if (won !== 'OK') {
+      const holder = await this.redis.get(key);
+      // A lock still held by this very process (a stop whose release failed) is this process's.
+      const mine = holder === this.processId;
+      const orphaned = holder !== null && !mine && !(await this.isAlive(holder)) && (await this.redis.eval(STEAL_LOCK, 1, key, holder, this.processId, LOCK_MS)) === 1;
+      if (!mine && !orphaned) return false;
+    }
     const worker = new Worker(
       RETURN_QUEUE,
       async (job) => {
@@ -169,7 +226,9 @@ export class LeaseChannels {
         }
         await handler(leaseId, parsed.data);
       },
-      { connection: this.options, prefix: leaseKeys(this.rootPrefix, leaseId).namespace, concurrency: 1 },
+      // Ledgering is idempotent, so a message whose consumer died mid-way is simply taken
+      // again: soon (a 10 s lock, checked every 5 s) rather than BullMQ's default 30 s.
+      { connection: this.options, prefix: leaseKeys(this.rootPrefix, leaseId).namespace, concurrency: 1, lockDuration: 10_000, stalledInterval: 5_000 },
     );
     worker.on('error', (err) => this.log.warn({ sandboxId: leaseId, err }, 'return worker error'));
     this.returnWorkers.set(leaseId, worker);
@@ -206,7 +265,7 @@ export class LeaseChannels {
   /** Deletes the lease's ACL user and every key of its namespace (idempotent). */
   async destroy(leaseId: string): Promise<void> {
     await this.stop(leaseId);
-    await this.redis.call('ACL', 'DELUSER', this.agentUsername(leaseId));
+    if (((await this.redis.call('ACL', 'DELUSER', this.agentUsername(leaseId))) as number) > 0) await this.saveAcl();
     const pattern = leaseKeys(this.rootPrefix, leaseId).aclPattern;
     let cursor = '0';
     do {
@@ -268,9 +327,18 @@ export class LeaseChannels {
     return [...this.returnWorkers.keys()];
   }
 
+  /** Lease ids that have an agent ACL user under this prefix (reconcile removes those of ended leases). */
+  async agentUserLeases(): Promise<string[]> {
+    const prefix = this.agentUsername('');
+    return ((await this.redis.call('ACL', 'USERS')) as string[]).filter((u) => u.startsWith(prefix)).map((u) => u.slice(prefix.length));
+  }
+
+  /** Stops consuming, gives up every lock and the liveness key (a clean shutdown: others take over at once). */
   async close(): Promise<void> {
     if (this.renewer) clearInterval(this.renewer);
+    if (this.heartbeat) clearInterval(this.heartbeat);
     await Promise.allSettled([...new Set([...this.returnWorkers.keys(), ...this.callQueues.keys()])].map((id) => this.stop(id)));
+    await this.redis.del(this.livenessKey(this.processId)).catch(() => undefined);
   }
 
   private agentUsername(leaseId: string): string {

@@ -18,6 +18,9 @@ const ImageInspect = z.object({ Id: z.string() });
 const ContainerSummary = z.object({ Id: z.string(), State: z.string(), Labels: z.record(z.string(), z.string()).nullable().default({}) });
 const NetworkList = z.array(z.object({ Id: z.string() }));
 const VolumeList = z.object({ Volumes: z.array(z.object({ Name: z.string() })).nullable().default([]) });
+const Labelled = z.object({ Labels: z.record(z.string(), z.string()).nullable().default({}) });
+const OwnedVolumeList = z.object({ Volumes: z.array(Labelled).nullable().default([]) });
+const OwnedNetworkList = z.array(Labelled);
 
 export class DockerRuntime implements SandboxRuntime {
   private readonly docker: Docker;
@@ -148,11 +151,21 @@ export class DockerRuntime implements SandboxRuntime {
 
   async listOwned(owner: string): Promise<OwnedSandbox[]> {
     const filters = JSON.stringify({ label: [`${LABEL.owner}=${owner}`] });
-    const containers = z.array(ContainerSummary).parse(await this.call('list containers', () => this.docker.listContainers({ all: true, filters })));
-    return containers.flatMap((c) => {
+    const [containers, volumes, networks] = await Promise.all([
+      this.call('list containers', () => this.docker.listContainers({ all: true, filters })).then((r) => z.array(ContainerSummary).parse(r)),
+      this.call('list volumes', () => this.docker.listVolumes({ filters })).then((r) => OwnedVolumeList.parse(r).Volumes ?? []),
+      this.call('list networks', () => this.docker.listNetworks({ filters })).then((r) => OwnedNetworkList.parse(r)),
+    ]);
+    const owned = new Map<string, OwnedSandbox>();
+    for (const c of containers) {
       const leaseId = c.Labels?.[LABEL.lease];
-      return leaseId ? [{ leaseId, containerId: c.Id, running: c.State === 'running' }] : [];
-    });
+      if (leaseId) owned.set(leaseId, { leaseId, containerId: c.Id, running: c.State === 'running' });
+    }
+    for (const r of [...volumes, ...networks]) {
+      const leaseId = r.Labels?.[LABEL.lease];
+      if (leaseId && !owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false });
+    }
+    return [...owned.values()];
   }
 
   async extractTar(leaseId: string, dir: string, root: string, tar: Readable, user: RunAs): Promise<void> {

@@ -51,10 +51,13 @@ export interface RunAs {
   gid: number;
 }
 
-/** A container the runtime holds for some lease, as found by label. */
+/**
+ * What the runtime holds for some lease, as found by label: its container, or (a create or
+ * teardown cut short) only volumes or a network, with `containerId` null.
+ */
 export interface OwnedSandbox {
   leaseId: string;
-  containerId: string;
+  containerId: string | null;
   running: boolean;
 }
 
@@ -79,7 +82,7 @@ export interface SandboxRuntime {
   exited(leaseId: string, signal?: AbortSignal): Promise<{ exitCode: number | null; logTail: string }>;
   /** Removes the lease's containers and volumes. Absence is success; every step runs even when one fails. */
   remove(leaseId: string, owner: string): Promise<void>;
-  /** Containers carrying `sbx.owner=<owner>`. */
+  /** One entry per lease that has a container, volume or network carrying `sbx.owner=<owner>`. */
   listOwned(owner: string): Promise<OwnedSandbox[]>;
   /**
    * Unpacks a tar stream into `dir` inside the sandbox, as `user`: `tar -x` runs in the sandbox,
