@@ -178,6 +178,10 @@ describe('admin console', () => {
     expect(await page.locator(`.code-line[data-line="${gpusLine}"] .inline-issue`).textContent()).toContain('unknown field');
     expect(await page.locator('.code-line.has-issue').count()).toBe(2);
     expect(await page.textContent('.editor-status')).toContain('policy.invalid');
+    // The editor scrolled to the first marked line (the text was filled in, leaving it at the end).
+    const [scrollTop, height] = await editor.evaluate((textarea) => [textarea.scrollTop, textarea.clientHeight]);
+    expect(scrollTop).toBeLessThanOrEqual((cpusLine - 1) * 20);
+    expect(scrollTop + height).toBeGreaterThanOrEqual(gpusLine * 20);
     await shot('policy-invalid');
     expect((await api(h.apiKey, 'GET', '/v1/policies/console-test')).body.version).toBe(1);
 

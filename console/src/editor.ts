@@ -59,8 +59,15 @@ export class CodeEditor {
     const start = lines.slice(0, line - 1).reduce((sum, l) => sum + l.length + 1, 0);
     this.textarea.focus();
     this.textarea.setSelectionRange(start, start + (lines[line - 1]?.length ?? 0));
+    this.revealLine(line);
+  }
+
+  /** Scrolls so that line `line` (1-based) shows near the top, with two lines of context above it. */
+  revealLine(line: number): void {
     const lineHeight = parseFloat(getComputedStyle(this.textarea).lineHeight) || 20;
     this.textarea.scrollTop = Math.max(0, (line - 3) * lineHeight);
+    // Setting scrollTop fires 'scroll' only later (or not at all when unchanged): align now.
+    this.textarea.dispatchEvent(new Event('scroll'));
   }
 
   private render(): void {

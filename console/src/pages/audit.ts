@@ -36,11 +36,11 @@ export const auditPage: PageFactory = (ctx) => {
           h(
             'tr',
             { 'data-id': e.id, 'data-action': e.action },
-            h('td', {}, formatTime(e.at)),
+            h('td', { class: 'nowrap' }, formatTime(e.at)),
             h('td', {}, h('code', {}, e.action)),
             h('td', {}, h('code', {}, e.target)),
             h('td', {}, actor(e)),
-            h('td', {}, h('code', {}, `${shortDigest(e.beforeDigest)} → ${shortDigest(e.afterDigest)}`)),
+            h('td', { class: 'nowrap' }, h('code', {}, `${shortDigest(e.beforeDigest)} → ${shortDigest(e.afterDigest)}`)),
             h('td', { class: 'details' }, Object.keys(e.details).length === 0 ? '' : JSON.stringify(e.details)),
           ),
         ),

@@ -18,7 +18,7 @@ export const egressPage: PageFactory = (ctx, selected) => {
     h(
       'tr',
       { 'data-host': e.host, 'data-decision': e.decision },
-      h('td', {}, formatTime(e.at)),
+      h('td', { class: 'nowrap' }, formatTime(e.at)),
       h('td', {}, h('span', { class: `badge decision-${e.decision}` }, e.decision)),
       h('td', {}, e.method),
       h('td', {}, h('code', {}, `${e.host}:${e.port}`)),

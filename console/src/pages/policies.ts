@@ -81,6 +81,7 @@ export const policiesPage: PageFactory = (ctx, selected) => {
     const revertButton = h('button', { type: 'button' }, 'Revert to latest');
     const load = (version: PolicyVersionView): void => {
       editor.setText(policyToText(version.policy));
+      editor.revealLine(1);
       base.textContent = version.version === history.latest ? `editing from the latest, v${version.version}` : `editing from v${version.version} (latest is v${history.latest})`;
       issues = [];
       showIssues();
@@ -93,6 +94,7 @@ export const policiesPage: PageFactory = (ctx, selected) => {
         title,
         name,
         h('span', { class: 'muted' }, ` v${history.latest}`),
+        history.deletedAt === null ? null : ' ',
         history.deletedAt === null ? null : h('span', { class: 'badge status-released' }, 'deleted'),
       );
       replace(
@@ -103,7 +105,7 @@ export const policiesPage: PageFactory = (ctx, selected) => {
           return h(
             'tr',
             { 'data-version': v.version },
-            h('td', {}, `v${v.version}`, v.version === history.latest ? h('span', { class: 'badge status-ready' }, 'latest') : null),
+            h('td', {}, `v${v.version} `, v.version === history.latest ? h('span', { class: 'badge status-ready' }, 'latest') : null),
             h('td', {}, formatTime(v.createdAt)),
             h('td', {}, h('code', {}, v.createdBy)),
             h('td', {}, h('code', { title: v.digest }, shortDigest(v.digest))),
@@ -144,6 +146,8 @@ export const policiesPage: PageFactory = (ctx, selected) => {
           const details = PolicyIssues.safeParse(err.details);
           issues = details.success ? details.data.issues : [{ path: '', message: err.message }];
           showIssues();
+          const first = located.find((issue) => issue.line !== null);
+          if (first?.line) editor.revealLine(first.line);
           status.textContent = `Not saved: ${issues.length} problem${issues.length === 1 ? '' : 's'} (policy.invalid).`;
         } else if (err instanceof ApiError && err.code === 'policy.version_conflict') {
           status.textContent = `Not saved: another version was saved meanwhile (policy.version_conflict). Copy your change, revert to the latest and apply it again.`;
