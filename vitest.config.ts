@@ -9,7 +9,7 @@ export default defineConfig({
       {
         test: {
           name: 'unit',
-          include: ['contract/**/*.test.ts', 'control-plane/**/*.test.ts', 'sandbox-agent/**/*.test.ts', 'cli/**/*.test.ts'],
+          include: ['contract/**/*.test.ts', 'control-plane/**/*.test.ts', 'sandbox-agent/**/*.test.ts', 'cli/**/*.test.ts', 'console/**/*.test.ts', 'deploy/**/*.test.ts'],
           environment: 'node',
         },
       },

@@ -33,6 +33,7 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', DOMAIN_ROUTES],
   'better-sse': ['control-plane/calls/routes.ts'],
   'prom-client': ['control-plane/metrics/service.ts'],
+  '@fastify/static': ['control-plane/console/routes.ts'],
 };
 const owns = (owner: string | RegExp, file: string): boolean => (typeof owner === 'string' ? file === owner || file.startsWith(owner) : owner.test(file));
 

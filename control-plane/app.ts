@@ -14,6 +14,7 @@ import type { AuditLog } from './audit/service.js';
 import { callsRoutes } from './calls/routes.js';
 import { CallId } from './calls/schema.js';
 import type { CallService } from './calls/service.js';
+import { CONSOLE_ROUTES, consoleRoutes } from './console/routes.js';
 import { egressRoutes } from './egress/routes.js';
 import { filesRoutes } from './files/routes.js';
 import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
@@ -58,6 +59,8 @@ export interface AppDeps {
   maxUploadBytes: number;
   /** Largest JSON body, bytes. Default 1 MiB. */
   jsonBodyLimitBytes?: number;
+  /** Built admin console served (publicly) at `/console`. */
+  consoleDir: string;
 }
 
 /** Ids in the params of `/v1/sandboxes/:id/...` routes, as log bindings: `sandboxId`, and `callId` on call routes. */
@@ -74,7 +77,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installErrorHandling(app);
   // JSON only: a text/plain body would otherwise reach the schemas as a string.
   app.removeContentTypeParser('text/plain');
-  installApiKeyAuth(app, { bootstrapKey: deps.apiKey, lookup: deps.lookupPrincipal, publicRoutes: ['/healthz', '/metrics'] });
+  installApiKeyAuth(app, { bootstrapKey: deps.apiKey, lookup: deps.lookupPrincipal, publicRoutes: ['/healthz', '/metrics', ...CONSOLE_ROUTES] });
   // Every log line of a request about one sandbox or call says which (fastify's own request
   // lines too: they log through reply.log). Ids that are not well-formed are left out of logs.
   app.addHook('onRequest', async (request, reply) => {
@@ -99,6 +102,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(secretsRoutes, { secrets: deps.secrets });
   await app.register(quotasRoutes, { quotas: deps.quotas });
   await app.register(metricsRoutes, { metrics: deps.metrics });
+  await app.register(consoleRoutes, { consoleDir: deps.consoleDir });
   await app.register(filesRoutes, { leases: deps.leases, runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
   return app;
 }

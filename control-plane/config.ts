@@ -92,9 +92,17 @@ const Env = z.object({
    * null is no limit. Default `{}`: no limits.
    */
   SBX_DEFAULT_TENANT_QUOTA: jsonSetting('{}', 'a JSON object').pipe(QuotaLimits),
+  /**
+   * Directory of the admin console's built files (`node console/build.mjs` writes them), served
+   * at `/console`. Default `<repo>/dist/console`.
+   */
+  SBX_CONSOLE_DIR: z.string().optional(),
   /** pino log level. Default `info`. */
   SBX_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
+
+/** The names of every setting `loadConfig` reads (deploy manifests are checked against them). */
+export const SETTING_NAMES: readonly string[] = Object.keys(Env.shape);
 
 export interface Config {
   port: number;
@@ -121,6 +129,8 @@ export interface Config {
   egressDnsServers: string[];
   /** Quota of tenants without one of their own. */
   defaultTenantQuota: QuotaLimits;
+  /** Built admin console served at `/console`. */
+  consoleDir: string;
 }
 
 /**
@@ -158,6 +168,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     mountAllowlist: e.SBX_MOUNT_ALLOWLIST,
     warmPools: e.SBX_WARM_POOLS,
     defaultTenantQuota: e.SBX_DEFAULT_TENANT_QUOTA,
+    consoleDir: e.SBX_CONSOLE_DIR ?? join(repoRoot, 'dist', 'console'),
   };
 }
 

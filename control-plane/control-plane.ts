@@ -161,6 +161,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     pingRedis: () => redis.ping(),
     spoolDir: join(config.dataDir, 'spool'),
     maxUploadBytes: config.maxUploadBytes,
+    consoleDir: config.consoleDir,
   });
 
   const timers: NodeJS.Timeout[] = [];

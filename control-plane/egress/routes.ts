@@ -15,6 +15,8 @@ import type { LeaseService } from '../leases/service.js';
 const Query = z
   .object({
     decision: z.enum(['allowed', 'denied']).optional(),
+    /** Only events whose host contains this text (case-insensitive). */
+    host: z.string().min(1).max(253).optional(),
     /** Newest `limit` events (after the decision filter). Default 1000. */
     limit: z.coerce.number().int().min(1).max(10_000).default(1000),
   })
@@ -26,7 +28,10 @@ export const egressRoutes: FastifyPluginAsync<{ leases: LeaseService; ledger: Le
     const query = parseInput(Query, request.query, 'query');
     await leases.get(id, request.principal);
     const log = await ledger.readEgress(id);
-    const events = log.events.filter((e) => query.decision === undefined || e.decision === query.decision);
+    const host = query.host?.toLowerCase();
+    const events = log.events.filter(
+      (e) => (query.decision === undefined || e.decision === query.decision) && (host === undefined || e.host.toLowerCase().includes(host)),
+    );
     return { events: events.slice(-query.limit), dropped: log.dropped };
   });
 };

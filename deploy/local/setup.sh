@@ -69,6 +69,8 @@ require redis-server redis-server
 require redis-cli redis-tools
 require debootstrap debootstrap
 require iptables iptables
+# Headless browser for the admin console's end-to-end tests (test/console.test.ts).
+require chromium chromium
 if [[ ! -x /usr/bin/runsc ]]; then
   if apt-cache show runsc >/dev/null 2>&1; then
     apt_install runsc || warn "cannot install runsc: $apt_err; sandboxes will run without gVisor"
@@ -268,7 +270,7 @@ fi
 # ---------------------------------------------------------------- g. build
 build_stamp=dist/.sbx-build-stamp
 build_inputs=()
-for p in contract control-plane sandbox-agent cli demo bench test images/agent-bundle.mjs tsconfig.json package.json; do
+for p in contract control-plane sandbox-agent cli console demo bench test images/agent-bundle.mjs tsconfig.json package.json; do
   [[ -e "$p" ]] && build_inputs+=("$p")
 done
 # Directories are included on purpose: deleting or renaming a source file

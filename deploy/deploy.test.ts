@@ -1,0 +1,131 @@
+/**
+ * The deploy manifests against the control plane's own settings: they parse, set only settings
+ * `loadConfig` knows, point the control plane and Redis at the same socket (the one loadConfig
+ * would derive for the data dir), keep Redis persistent (AOF, noeviction, a password), and mount
+ * the data dir at the same path on the host as inside (the Docker engine resolves the bind mounts
+ * the control plane asks for on the host).
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parse, parseAllDocuments } from 'yaml';
+import { loadConfig, SETTING_NAMES } from '../control-plane/config.js';
+
+const here = import.meta.dirname;
+const repoRoot = join(here, '..');
+const DATA_DIR = '/var/lib/sbx';
+/** The socket loadConfig derives for the data dir the manifests use. */
+const DEFAULT_SOCKET = loadConfig({ SBX_DATA_DIR: DATA_DIR }, repoRoot).redis.path;
+
+/** `KEY value` lines of a redis.conf. */
+function redisSettings(text: string): Map<string, string> {
+  return new Map(
+    text
+      .split('\n')
+      .map((line) => line.trim())
+      .filter((line) => line !== '' && !line.startsWith('#'))
+      .map((line) => [line.split(/\s+/)[0]!, line.split(/\s+/).slice(1).join(' ')] as [string, string]),
+  );
+}
+
+function expectPersistentRedis(conf: Map<string, string>): void {
+  expect(conf.get('appendonly')).toBe('yes');
+  expect(conf.get('maxmemory-policy')).toBe('noeviction');
+  expect(conf.get('unixsocket')).toBe(DEFAULT_SOCKET);
+  expect(conf.get('unixsocketperm')).toBe('700');
+}
+
+describe('deploy/compose', () => {
+  const compose = parse(readFileSync(join(here, 'compose', 'compose.yaml'), 'utf8'));
+  const controlPlane = compose.services['control-plane'];
+  const env = controlPlane.environment as Record<string, string>;
+
+  it('sets only settings the control plane reads, and the socket loadConfig derives for its data dir', () => {
+    expect(Object.keys(env).filter((name) => !SETTING_NAMES.includes(name))).toEqual([]);
+    expect(env.SBX_DATA_DIR).toBe(DATA_DIR);
+    expect(env.SBX_REDIS_URL).toBe(`unix://${DEFAULT_SOCKET}`);
+    expect(env.SBX_HOST).toBe('0.0.0.0');
+  });
+
+  it('mounts the Docker socket and the data dir at the same path as on the host, in the control plane and Redis', () => {
+    expect(controlPlane.volumes).toEqual(expect.arrayContaining([`${env.SBX_DOCKER_SOCKET}:${env.SBX_DOCKER_SOCKET}`, `${DATA_DIR}:${DATA_DIR}`]));
+    expect(compose.services.redis.volumes).toContain(`${DATA_DIR}:${DATA_DIR}`);
+  });
+
+  it('runs Redis with AOF, noeviction, the socket and the password file the control plane reads', () => {
+    expectPersistentRedis(redisSettings(readFileSync(join(here, 'compose', 'redis.conf'), 'utf8')));
+    const passwordFile = join(DATA_DIR, 'redis', 'password');
+    expect(compose.services.redis.entrypoint.join(' ')).toContain(`--requirepass "$$(cat ${passwordFile})"`);
+    expect(compose.services.init.command.join('\n')).toContain(passwordFile);
+  });
+
+  it('builds an image that carries what the control plane needs at run time: the build, the console, the policies', () => {
+    const dockerfile = readFileSync(join(here, 'compose', 'Dockerfile'), 'utf8');
+    expect(controlPlane.build.dockerfile).toBe('deploy/compose/Dockerfile');
+    for (const step of ['npx tsc -p tsconfig.json', 'node images/agent-bundle.mjs', 'node console/build.mjs', 'COPY policies ./policies', 'CMD ["node", "dist/control-plane/main.js"]']) {
+      expect(dockerfile).toContain(step);
+    }
+  });
+});
+
+describe('deploy/kubernetes', () => {
+  const files = (dir: string): string[] => readdirSync(dir).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml').map((f) => join(dir, f));
+  const docs = [...files(join(here, 'kubernetes')), ...files(join(here, 'kubernetes', 'kubernetes-driver'))].flatMap((file) =>
+    parseAllDocuments(readFileSync(file, 'utf8')).map((doc) => {
+      expect(doc.errors, file).toEqual([]);
+      return doc.toJS() as { apiVersion: string; kind: string; metadata: { name: string; namespace?: string }; [key: string]: any };
+    }),
+  );
+  const find = (kind: string, name: string) => {
+    const doc = docs.find((d) => d.kind === kind && d.metadata.name === name);
+    if (!doc) throw new Error(`no ${kind} ${name}`);
+    return doc;
+  };
+
+  it('every manifest has an apiVersion, a kind and a name; the kustomization lists the files beside it', () => {
+    for (const doc of docs) expect([typeof doc.apiVersion, typeof doc.kind, typeof doc.metadata?.name]).toEqual(['string', 'string', 'string']);
+    const kustomization = parse(readFileSync(join(here, 'kubernetes', 'kustomization.yaml'), 'utf8'));
+    expect([...kustomization.resources].sort()).toEqual(files(join(here, 'kubernetes')).map((f) => f.slice(join(here, 'kubernetes').length + 1)).sort());
+  });
+
+  it("the control plane sets only settings it reads, gets its keys from Secrets, and shares the node's socket and data dir", () => {
+    const deployment = find('Deployment', 'sbx-control-plane');
+    const container = deployment.spec.template.spec.containers[0];
+    const env = container.env as Array<{ name: string; value?: string; valueFrom?: { secretKeyRef: { name: string; key: string } } }>;
+    expect(env.map((e) => e.name).filter((name) => !SETTING_NAMES.includes(name))).toEqual([]);
+    const value = (name: string) => env.find((e) => e.name === name);
+    expect(value('SBX_REDIS_URL')?.value).toBe(`unix://${DEFAULT_SOCKET}`);
+    for (const secret of ['SBX_API_KEY', 'SBX_SECRETS_KEY', 'SBX_REDIS_PASSWORD']) expect(value(secret)?.valueFrom?.secretKeyRef, secret).toBeDefined();
+    const volumes = deployment.spec.template.spec.volumes as Array<{ name: string; hostPath?: { path: string } }>;
+    for (const mount of container.volumeMounts as Array<{ name: string; mountPath: string }>) {
+      expect(volumes.find((v) => v.name === mount.name)?.hostPath?.path, mount.name).toBe(mount.mountPath);
+    }
+    expect((container.volumeMounts as Array<{ mountPath: string }>).map((m) => m.mountPath).sort()).toEqual([DATA_DIR, value('SBX_DOCKER_SOCKET')?.value].sort());
+  });
+
+  it('Redis persists (AOF, noeviction), needs the password the control plane is given, and puts its socket where the control plane looks', () => {
+    const conf = redisSettings(find('ConfigMap', 'sbx-redis-config').data['redis.conf']);
+    expectPersistentRedis(conf);
+    const redis = find('StatefulSet', 'sbx-redis');
+    const pod = redis.spec.template.spec;
+    expect(pod.containers[0].command.join(' ')).toContain('--requirepass');
+    expect(pod.volumes.find((v: any) => v.name === 'password').secret.secretName).toBe('sbx-redis');
+    expect(pod.volumes.find((v: any) => v.name === 'socket').hostPath.path).toBe(join(DATA_DIR, 'redis-socket'));
+    expect(redis.spec.volumeClaimTemplates[0].metadata.name).toBe('data');
+    // Both land on the node whose Docker engine runs the sandboxes.
+    expect(pod.nodeSelector).toEqual(find('Deployment', 'sbx-control-plane').spec.template.spec.nodeSelector);
+  });
+
+  it("prepares the Kubernetes driver: a namespaced Role for Pods, Secrets and NetworkPolicies bound to the control plane's account, a deny-by-default NetworkPolicy, a gVisor RuntimeClass", () => {
+    const rules = find('Role', 'sbx-sandbox-driver').rules as Array<{ resources: string[]; verbs: string[] }>;
+    expect(rules.flatMap((r) => r.resources).sort()).toEqual(['networkpolicies', 'pods', 'pods/log', 'secrets']);
+    expect(rules.flatMap((r) => r.resources)).not.toContain('pods/exec');
+    expect(find('RoleBinding', 'sbx-sandbox-driver').subjects).toEqual([{ kind: 'ServiceAccount', name: 'sbx-control-plane', namespace: 'sbx-system' }]);
+    expect(find('ServiceAccount', 'sbx-control-plane').metadata.namespace).toBe('sbx-system');
+    const baseline = find('NetworkPolicy', 'sbx-sandbox-baseline').spec;
+    expect(baseline.policyTypes).toEqual(['Ingress', 'Egress']);
+    expect(baseline.ingress).toEqual([]);
+    expect(baseline.egress.flatMap((e: any) => e.ports)).toEqual([{ protocol: 'TCP', port: 6379 }]);
+    expect(find('RuntimeClass', 'gvisor').handler).toBe('runsc');
+  });
+});
