@@ -27,9 +27,8 @@ const durationMs = Number(process.argv[1]);
   process.stderr.write('profiling\\n');
   await new Promise((r) => setTimeout(r, durationMs));
   const { profile } = await send('Profiler.stop');
-  process.stdout.write(JSON.stringify(profile));
   ws.close();
-  process.exit(0);
+  process.stdout.write(JSON.stringify(profile), () => process.exit(0));
 })().catch((e) => { process.stderr.write(String(e && e.stack || e)); process.exit(1); });
 `;
 

@@ -12,13 +12,21 @@ export interface Memory {
   rssBytes: number;
   /** Peak resident set since the process started (VmHWM). */
   hwmBytes: number;
+  /**
+   * Proportional set size (smaps_rollup `Pss`): resident pages, each shared page divided by the
+   * processes sharing it — what one more agent costs, where RSS counts the node binary's pages
+   * (shared by every agent) in full for each. NaN where the kernel has no smaps_rollup.
+   */
+  pssBytes: number;
 }
 
 /** VmRSS and VmHWM of `pid`; throws when the process is gone. */
 export async function memoryOf(pid: number): Promise<Memory> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8');
   const kb = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN) * 1024;
-  return { rssBytes: kb('VmRSS'), hwmBytes: kb('VmHWM') };
+  const rollup = await readFile(`/proc/${pid}/smaps_rollup`, 'utf8').catch(() => '');
+  const pssKb = Number(/^Pss:\s+(\d+) kB/m.exec(rollup)?.[1] ?? NaN);
+  return { rssBytes: kb('VmRSS'), hwmBytes: kb('VmHWM'), pssBytes: pssKb * 1024 };
 }
 
 /** Host pid of the sandbox agent (`node /opt/sbx/sbx-agent.cjs`) in container `name`. */

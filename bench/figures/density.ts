@@ -1,7 +1,8 @@
 /**
  * Density: N idle sandboxes (default 100) leased at once (C creates in flight), each then
  * asked to run `exec true` (ready for a first call, not just "ready" in the ledger), then every
- * agent's resident memory read from the host, and the control plane's before and after. No
+ * agent's resident memory (RSS, and PSS: shared pages split between the agents) read from the
+ * host, and the control plane's before and after. No
  * baseline. All are released at the end (outside any timing).
  */
 import type { BenchContext } from '../context.js';
@@ -25,7 +26,9 @@ export async function density(ctx: BenchContext): Promise<Figure> {
     });
     const answered = await mapLimit(ids.length, concurrency, (i) => ctx.call(ids[i]!, 'exec', { argv: ['true'] }, 60).then(() => true, () => false));
     const ready = answered.filter(Boolean).length;
-    const agentRss = await mapLimit(ids.length, 8, async (i) => (await ctx.agentMemory(ids[i]!)).rssBytes / MiB);
+    const agentMemory = await mapLimit(ids.length, 8, (i) => ctx.agentMemory(ids[i]!));
+    const agentRss = agentMemory.map((m) => m.rssBytes / MiB);
+    const agentPss = agentMemory.map((m) => m.pssBytes / MiB).filter(Number.isFinite);
     const planeAfter = await ctx.planeMemory();
     const rss = summarize(agentRss);
     return figure({
@@ -38,6 +41,7 @@ export async function density(ctx: BenchContext): Promise<Figure> {
       ],
       extra: [
         { what: 'agent RSS per sandbox', unit: 'MiB', stats: rss },
+        { what: 'agent PSS per sandbox (shared pages split)', unit: 'MiB', stats: summarize(agentPss) },
         { what: 'control-plane RSS before', unit: 'MiB', stats: summarize([planeBefore.rssBytes / MiB]) },
         { what: `control-plane RSS with ${ids.length} sandboxes`, unit: 'MiB', stats: summarize([planeAfter.rssBytes / MiB]) },
       ],
