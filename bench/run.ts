@@ -1,96 +1,164 @@
 /**
- * `npm run bench`: how much sbx adds on top of the Docker engine, as ratios against a baseline
- * measured in the same run on the same machine (absolute times vary between machines; ratios
- * much less). Each figure is the median of N runs (`SBX_BENCH_RUNS`, default 10).
- *
- * - lease: POST /v1/sandboxes until `ready` (agent connected, manifest built) vs `docker run`
- *   of the same image with `--network none` running `true`.
- * - echo round trip: exec `echo` through API → queue → agent → queue → ledger → API (`?wait=`)
- *   vs `docker exec <same container> echo`.
- * - 1 MB output: exec printing 1 000 000 bytes, result complete, vs `docker exec` of the same.
- * - read_file of a 1 MiB text file (content, sha256, line counts) vs `docker exec cat`.
+ * `npm run bench`: what sbx costs next to the raw Docker Engine API (dockerode), every figure
+ * measured side by side in one run on the same machine, image and containers, so that a ratio
+ * survives a noisy machine. Starts its own control plane (bench/plane.ts) against the Docker
+ * engine and Redis that deploy/local/setup.sh started, runs the figures in bench/figures/ one
+ * after another, prints one Markdown table and writes the results (bench/schema.ts) to
+ * `bench/results/latest.json`. Settings: bench/settings.ts (`SBX_BENCH_*`). Everything it makes
+ * carries its own `sbx.owner` label and Redis prefix and is removed at the end.
  */
-import { execFile } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { dirname, resolve } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
-import pino from 'pino';
-import { SbxClient } from '../cli/client.js';
-import { loadConfig } from '../control-plane/config.js';
-import { createControlPlane } from '../control-plane/control-plane.js';
-import { BOOTSTRAP_PRINCIPAL } from '../control-plane/http/auth.js';
+import { removeOwned } from './baseline.js';
+import { BenchContext } from './context.js';
+import { density } from './figures/density.js';
+import { execRoundTrip } from './figures/exec-rtt.js';
+import { filesReadWrite } from './figures/files-rw.js';
+import { leaseCold } from './figures/lease-cold.js';
+import { leaseWarm, WARM_POLICY } from './figures/lease-warm.js';
+import { stdoutStream } from './figures/stdout-stream.js';
+import { throughput } from './figures/throughput.js';
+import { uploadTree } from './figures/upload.js';
+import { startPlane } from './plane.js';
+import { Results, type Figure } from './schema.js';
+import { flatSettings, readSettings, type Settings } from './settings.js';
+import { renderTable } from './table.js';
 
-const run = promisify(execFile);
-const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const RUNS = Number(process.env.SBX_BENCH_RUNS ?? 10);
+/** The figures, in the order they run. */
+export const FIGURES: ReadonlyArray<{ id: string; run: (ctx: BenchContext) => Promise<Figure> }> = [
+  { id: 'lease-cold', run: leaseCold },
+  { id: 'lease-warm', run: leaseWarm },
+  { id: 'exec-rtt', run: execRoundTrip },
+  { id: 'throughput', run: throughput },
+  { id: 'stdout-stream', run: stdoutStream },
+  { id: 'files-rw', run: filesReadWrite },
+  { id: 'upload', run: uploadTree },
+  { id: 'density', run: density },
+];
 
-async function timed(fn: () => Promise<unknown>): Promise<number> {
-  const start = process.hrtime.bigint();
-  await fn();
-  return Number(process.hrtime.bigint() - start) / 1e6;
+/** The checkout (this file is dist/bench/run.js or bench/run.ts). */
+export function repoRootOf(url: string): string {
+  const here = dirname(fileURLToPath(url));
+  return here.includes(`${join('dist', 'bench')}`) ? resolve(here, '..', '..') : resolve(here, '..');
 }
 
-async function medianOf(fn: () => Promise<unknown>): Promise<number> {
-  await fn(); // warm-up, not counted
-  const samples: number[] = [];
-  for (let i = 0; i < RUNS; i += 1) samples.push(await timed(fn));
-  samples.sort((a, b) => a - b);
-  return samples[Math.floor(samples.length / 2)]!;
-}
-
-async function main(): Promise<void> {
-  const tag = randomBytes(4).toString('hex');
-  const config = loadConfig({ ...process.env, SBX_OWNER: `bench-${tag}`, SBX_REDIS_PREFIX: `sbxbench:${tag}:`, SBX_SECRETS_KEY: randomBytes(32).toString('base64') }, repoRoot);
-  const apiKey = randomBytes(16).toString('hex');
-  const plane = await createControlPlane(config, apiKey, pino({ level: 'warn' }));
-  await plane.startBackground();
-  await plane.app.listen({ port: 0, host: '127.0.0.1' });
-  const { port } = plane.app.server.address() as { port: number };
-  const client = new SbxClient(`http://127.0.0.1:${port}`, apiKey);
-  const leases: string[] = [];
+function git(repoRoot: string, ...args: string[]): string {
   try {
-    const leaseMs = await medianOf(async () => leases.push((await client.createSandbox()).id));
-    const dockerRunMs = await medianOf(() => run('docker', ['run', '--rm', '--network', 'none', '--entrypoint', 'true', config.image]));
-
-    const id = leases[0]!;
-    const container = `sbx-${id}`;
-    const echoMs = await medianOf(() => client.submitCall(id, 'exec', { argv: ['echo', 'hi'] }, { waitSeconds: 30 }));
-    const dockerExecMs = await medianOf(() => run('docker', ['exec', '--user', '1000', container, 'echo', 'hi']));
-
-    const mbCmd = "head -c 1000000 /dev/zero | tr '\\0' x";
-    const mbMs = await medianOf(async () => {
-      const r = await client.submitCall(id, 'exec', { cmd: mbCmd }, { waitSeconds: 60 });
-      if (!('stdout' in r) || r.stdout.length !== 1_000_000) throw new Error('1 MB output incomplete');
-    });
-    const dockerMbMs = await medianOf(() => run('docker', ['exec', '--user', '1000', container, 'bash', '-c', mbCmd], { maxBuffer: 4 * 1024 * 1024 }));
-
-    const text = 'x'.repeat(1023).concat('\n').repeat(1024);
-    await client.submitCall(id, 'write_file', { path: '/workspace/bench.txt', content: text }, { waitSeconds: 30 });
-    const readMs = await medianOf(async () => {
-      const r = await client.submitCall(id, 'read_file', { path: '/workspace/bench.txt', limit: 2000 }, { waitSeconds: 30 });
-      if (!('data' in r) || (r.data as { content?: string } | null)?.content !== text) throw new Error('read_file returned other content');
-    });
-    const dockerCatMs = await medianOf(() => run('docker', ['exec', '--user', '1000', container, 'cat', '/workspace/bench.txt'], { maxBuffer: 4 * 1024 * 1024 }));
-
-    const rows = [
-      ['lease (ready, manifest built)', leaseMs, 'docker run --rm true', dockerRunMs],
-      ['exec echo round trip', echoMs, 'docker exec echo', dockerExecMs],
-      ['exec 1 MB output, complete', mbMs, 'docker exec 1 MB', dockerMbMs],
-      ['read_file 1 MiB (with sha256)', readMs, 'docker exec cat 1 MiB', dockerCatMs],
-    ] as const;
-    process.stdout.write(`sbx bench: median of ${RUNS} runs each (after one warm-up), same machine, same run\n\n`);
-    process.stdout.write(`${'measure'.padEnd(32)}${'sbx ms'.padStart(10)}  ${'baseline'.padEnd(24)}${'ms'.padStart(8)}${'ratio'.padStart(9)}\n`);
-    for (const [name, ours, baseName, base] of rows) {
-      process.stdout.write(`${name.padEnd(32)}${ours.toFixed(1).padStart(10)}  ${baseName.padEnd(24)}${base.toFixed(1).padStart(8)}${(ours / base).toFixed(2).padStart(8)}x\n`);
-    }
-  } finally {
-    for (const id of leases) await plane.leases.release(id, BOOTSTRAP_PRINCIPAL).catch(() => undefined);
-    await plane.close();
+    return execFileSync('git', args, { cwd: repoRoot, encoding: 'utf8' }).trim();
+  } catch {
+    return 'unknown';
   }
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`bench: ${err instanceof Error ? err.message : String(err)}\n`);
-  process.exit(1);
-});
+/** Copies `default` into the warm-pool policy (the pool was configured when the plane started). */
+async function createWarmPolicy(ctx: BenchContext): Promise<void> {
+  const auth = { authorization: `Bearer ${ctx.plane.apiKey}` };
+  const defaults = (await (await fetch(`${ctx.plane.url}/v1/policies/default`, { headers: auth })).json()) as { policy: Record<string, unknown> };
+  const put = await fetch(`${ctx.plane.url}/v1/policies/${WARM_POLICY}`, {
+    method: 'PUT',
+    headers: { ...auth, 'content-type': 'application/json' },
+    body: JSON.stringify({ ...defaults.policy, name: WARM_POLICY, version: 1, description: 'default, with a warm pool (bench)' }),
+  });
+  if (!put.ok) throw new Error(`could not create the ${WARM_POLICY} policy: ${await put.text()}`);
+}
+
+/**
+ * Runs the selected figures and writes the results; returns them with the path written.
+ * A figure that throws is recorded under `failures` and the others still run.
+ */
+export async function runBench(settings: Settings, repoRoot: string, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<{ results: Results; path: string }> {
+  const started = Date.now();
+  const selected = FIGURES.filter((f) => settings.only.length === 0 || settings.only.includes(f.id));
+  const unknown = settings.only.filter((id) => !FIGURES.some((f) => f.id === id));
+  if (unknown.length > 0) throw new Error(`SBX_BENCH_ONLY names unknown figures: ${unknown.join(', ')} (known: ${FIGURES.map((f) => f.id).join(', ')})`);
+  const loadStart = os.loadavg()[0]!;
+  const plane = await startPlane({
+    repoRoot,
+    warmPools: selected.some((f) => f.id === 'lease-warm') ? [{ policy: WARM_POLICY, min: 2, max: 2 }] : [],
+    cpuProfDir: settings.cpuProfDir,
+  });
+  const ctx = new BenchContext(plane, settings, log);
+  const figures: Figure[] = [];
+  const failures: Array<{ id: string; message: string }> = [];
+  let otherContainers = 0;
+  let dockerVersion = 'unknown';
+  try {
+    dockerVersion = ((await ctx.docker.version()) as { Version: string }).Version;
+    const running = await ctx.docker.listContainers();
+    otherContainers = running.filter((c) => c.Labels?.['sbx.owner'] !== plane.config.owner).length;
+    await createWarmPolicy(ctx);
+    for (const f of selected) {
+      const t0 = Date.now();
+      log(`bench: ${f.id} ...`);
+      try {
+        figures.push(await f.run(ctx));
+        log(`bench: ${f.id} done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        failures.push({ id: f.id, message });
+        log(`bench: ${f.id} FAILED: ${message}`);
+      }
+    }
+  } finally {
+    await ctx.close().catch(() => undefined);
+    await plane.stop();
+    await removeOwned(ctx.docker, plane.config.owner).catch(() => undefined);
+    await dropKeys(ctx, plane.config.redisPrefix).catch(() => undefined);
+  }
+  const cpus = os.cpus();
+  const results = Results.parse({
+    schema: 'sbx-bench/1',
+    date: new Date(started).toISOString(),
+    durationMs: Date.now() - started,
+    git: { commit: git(repoRoot, 'rev-parse', 'HEAD'), branch: git(repoRoot, 'rev-parse', '--abbrev-ref', 'HEAD'), dirty: git(repoRoot, 'status', '--porcelain', '--untracked-files=no') !== '' },
+    machine: {
+      hostname: os.hostname(),
+      platform: os.platform(),
+      release: os.release(),
+      arch: os.arch(),
+      cpuModel: cpus[0]?.model ?? 'unknown',
+      cpus: cpus.length,
+      totalMemoryBytes: os.totalmem(),
+      node: process.version,
+      dockerVersion,
+      loadAverage: { start: loadStart, end: os.loadavg()[0]! },
+      otherContainersAtStart: otherContainers,
+    },
+    settings: flatSettings(settings),
+    figures,
+    failures,
+  });
+  const path = settings.out ?? join(repoRoot, 'bench', 'results', settings.only.length === 0 ? 'latest.json' : `only-${settings.only.join('+')}.json`);
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileSync(path, `${JSON.stringify(results, null, 2)}\n`);
+  return { results, path };
+}
+
+/** Removes the plane's Redis keys (its prefix only): ledger, queues, pools. */
+async function dropKeys(ctx: BenchContext, prefix: string): Promise<void> {
+  const redis = ctx.redis();
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+    if (keys.length > 0) await redis.unlink(...keys);
+    cursor = next;
+  } while (cursor !== '0');
+  redis.disconnect();
+}
+
+async function main(): Promise<void> {
+  const settings = readSettings(process.env);
+  const { results, path } = await runBench(settings, repoRootOf(import.meta.url));
+  process.stdout.write(`${renderTable(results)}\n\nwritten to ${path}\n`);
+  if (results.failures.length > 0) process.exitCode = 1;
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  main().catch((err: unknown) => {
+    process.stderr.write(`bench: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,37 @@
+/**
+ * Lease latency, cold: `POST /v1/sandboxes` under `default` (no pool) until the answer says
+ * `ready` — container started, agent connected, manifest built — against dockerode create +
+ * start of the same image plus exec `true` until a process inside answers. Ours and the
+ * baseline alternate, so load from elsewhere falls on both; one warm-up of each is not counted.
+ * Releases and removals happen outside the timings.
+ */
+import type { BenchContext } from '../context.js';
+import { createStartReady } from '../baseline.js';
+import { figure, side, target, times } from '../figure.js';
+import type { Figure } from '../schema.js';
+import { timeMs } from '../stats.js';
+
+export async function leaseCold(ctx: BenchContext): Promise<Figure> {
+  const ours: number[] = [];
+  const base: number[] = [];
+  for (let i = 0; i <= ctx.settings.leases; i += 1) {
+    let id = '';
+    const t = await timeMs(async () => (id = await ctx.lease()));
+    await ctx.release(id);
+    let cid = '';
+    const b = await timeMs(async () => (cid = await createStartReady(ctx.docker, ctx.image, ctx.labels)));
+    await ctx.docker.getContainer(cid).remove({ force: true, v: true });
+    if (i === 0) continue;
+    ours.push(t);
+    base.push(b);
+  }
+  return figure({
+    id: 'lease-cold',
+    title: 'lease latency, cold',
+    ours: side('POST /v1/sandboxes → ready (policy default)', ours),
+    baseline: side('dockerode create+start, exec true answers', base),
+    basis: 'p50',
+    targets: (s) => [target('p50 ≤ 1.3 × baseline (speed-up ≥ 0.77×)', s ?? NaN, '>=', 1 / 1.3, times)],
+    notes: ['the baseline container runs `sleep infinity` with no network; ours also makes volumes, a Redis ACL user and the manifest, under the policy limits'],
+  });
+}

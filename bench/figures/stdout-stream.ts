@@ -1,0 +1,89 @@
+/**
+ * stdout streaming: `exec head -c N /dev/zero` (default 200 MB), received the way a client gets
+ * all of it — the call's events over SSE until `call.finished` (live output up to the kept
+ * limit), then the artifact that holds the whole stream, read and sha256-checked against the
+ * receipt — against dockerode exec attach reading (and hashing) the same bytes. The agent's
+ * resident memory is sampled from the host every 100 ms meanwhile.
+ */
+import { createHash } from 'node:crypto';
+import type { BenchContext } from '../context.js';
+import { dockerExecOk } from '../baseline.js';
+import { figure, mib, side, target, times } from '../figure.js';
+import type { Figure } from '../schema.js';
+import { MiB, summarize, timeMs } from '../stats.js';
+
+export async function stdoutStream(ctx: BenchContext): Promise<Figure> {
+  const { bytes, runs } = ctx.settings.stream;
+  const id = await ctx.lease();
+  const container = ctx.container(id);
+  const cmd = ['head', '-c', String(bytes), '/dev/zero'];
+  const ours: number[] = [];
+  const base: number[] = [];
+  const peakRss: number[] = [];
+  const growth: number[] = [];
+  let eventBytes = 0;
+  try {
+    for (let r = 0; r < runs; r += 1) {
+      const before = await ctx.agentMemory(id);
+      let peak = before.rssBytes;
+      const sampler = setInterval(() => void ctx.agentMemory(id).then((m) => (peak = Math.max(peak, m.rssBytes)), () => undefined), 100);
+      try {
+        ours.push(
+          await timeMs(async () => {
+            const pending = await ctx.client.submitCall(id, 'exec', { argv: cmd });
+            eventBytes = 0;
+            for await (const e of ctx.client.events(id, pending.callId)) {
+              if (e.type === 'output' && 'dataBase64' in e) eventBytes += Buffer.byteLength(String(e.dataBase64), 'base64');
+            }
+            const call = await ctx.client.getCall(id, pending.callId);
+            const result = call.result;
+            if (result?.status !== 'succeeded') throw new Error(`stream exec ${result?.status ?? 'unfinished'}`);
+            const artifactId = result.truncation?.stdout?.fullArtifact;
+            const expected = result.receipt?.outputs?.stdout;
+            if (!artifactId || !expected) throw new Error(`no artifact for ${bytes} bytes of stdout (kept ${result.stdout.length})`);
+            const response = await ctx.client.raw('GET', `/v1/sandboxes/${id}/artifacts/${artifactId}`);
+            if (!response.ok || !response.body) throw new Error(`artifact ${artifactId}: HTTP ${response.status}`);
+            const hash = createHash('sha256');
+            let got = 0;
+            for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+              hash.update(chunk);
+              got += chunk.length;
+            }
+            if (got !== bytes || hash.digest('hex') !== expected.sha256) throw new Error(`artifact has ${got} bytes / another sha256 than the receipt`);
+          }),
+        );
+      } finally {
+        clearInterval(sampler);
+      }
+      const after = await ctx.agentMemory(id);
+      peakRss.push(Math.max(peak, after.rssBytes) / MiB);
+      growth.push((Math.max(peak, after.rssBytes) - before.rssBytes) / MiB);
+      base.push(
+        await timeMs(async () => {
+          const hash = createHash('sha256');
+          const out = await dockerExecOk(ctx.docker, container, cmd, { onStdout: (c) => hash.update(c) });
+          hash.digest();
+          if (out.stdoutBytes !== bytes) throw new Error(`baseline read ${out.stdoutBytes} bytes`);
+        }),
+      );
+    }
+  } finally {
+    await ctx.release(id);
+  }
+  const mb = bytes / 1e6;
+  const rate = (samples: number[]): { value: number; unit: string } => ({ value: (mb * samples.length) / (samples.reduce((a, b) => a + b, 0) / 1000), unit: 'MB/s' });
+  const grew = summarize(growth);
+  return figure({
+    id: 'stdout-stream',
+    title: `stdout streaming, ${mb} MB`,
+    ours: side('exec → SSE events + artifact (sha256-checked)', ours, { rate: rate(ours) }),
+    baseline: side('dockerode exec attach, same bytes hashed', base, { rate: rate(base) }),
+    basis: 'rate',
+    targets: (s) => [target('≥ 0.5× baseline rate', s ?? NaN, '>=', 0.5, times), target('agent RSS growth ≤ 128 MiB', grew.max, '<=', 128, mib)],
+    extra: [
+      { what: 'agent peak RSS during the run', unit: 'MiB', stats: summarize(peakRss) },
+      { what: 'agent RSS growth over the run', unit: 'MiB', stats: grew },
+    ],
+    notes: [`live output events carried ${(eventBytes / MiB).toFixed(1)} MiB (the kept limit); the artifact carries all ${mb} MB`],
+  });
+}

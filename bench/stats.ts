@@ -1,0 +1,49 @@
+/** Small timing and summary helpers shared by the figures. */
+import type { Stats } from './schema.js';
+
+/** count, p50, p95 and max of `samples`, nearest-rank; all 0 for an empty sample. */
+export function summarize(samples: readonly number[]): Stats {
+  if (samples.length === 0) return { count: 0, p50: 0, p95: 0, max: 0 };
+  const sorted = [...samples].sort((a, b) => a - b);
+  const rank = (p: number): number => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+  return { count: sorted.length, p50: rank(50), p95: rank(95), max: sorted.at(-1)! };
+}
+
+/** Milliseconds `fn` took (monotonic clock). */
+export async function timeMs(fn: () => Promise<unknown>): Promise<number> {
+  const start = performance.now();
+  await fn();
+  return performance.now() - start;
+}
+
+/** Runs `fn(i)` for i in [0, count) with at most `concurrency` at once; results in order. */
+export async function mapLimit<T>(count: number, concurrency: number, fn: (i: number) => Promise<T>): Promise<T[]> {
+  const out: T[] = new Array(count);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < count) {
+      const i = next++;
+      out[i] = await fn(i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, count) }, worker));
+  return out;
+}
+
+/**
+ * Runs `workers` loops of `op` until `durationMs` has passed; each loop starts its next op when
+ * its last ended. Returns every op's latency (ms) and the elapsed time until the last op ended.
+ */
+export async function closedLoop(workers: number, durationMs: number, op: (worker: number) => Promise<void>): Promise<{ latenciesMs: number[]; elapsedMs: number }> {
+  const latenciesMs: number[] = [];
+  const start = performance.now();
+  const deadline = start + durationMs;
+  await Promise.all(
+    Array.from({ length: workers }, async (_, w) => {
+      while (performance.now() < deadline) latenciesMs.push(await timeMs(() => op(w)));
+    }),
+  );
+  return { latenciesMs, elapsedMs: performance.now() - start };
+}
+
+export const MiB = 1024 * 1024;
