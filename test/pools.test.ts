@@ -88,6 +88,18 @@ describe('warm pools', () => {
     expect(await members()).not.toContain(victim);
   });
 
+  it('a claimed sandbox whose lease record is not written yet is no orphan to reconcile; unclaimed and unleased it is', { timeout: 120_000 }, async () => {
+    const [id] = await until(readyIds, (ids) => ids.length >= 1);
+    const p = h.config.redisPrefix;
+    // What a claim does, held at the moment before the claiming lease's record exists.
+    await h.redis.multi().lrem(readyKey('default'), 1, id!).hdel(`${p}pool:members`, id!).hset(`${p}pool:claimed`, id!, String(Date.now())).exec();
+    await h.plane.leases.reconcile();
+    expect((await docker('inspect', '-f', '{{.State.Running}}', `sbx-${id}`)).trim()).toBe('true');
+    await h.redis.hdel(`${p}pool:claimed`, id!);
+    await h.plane.leases.reconcile();
+    expect((await docker('ps', '-aq', '--filter', `name=sbx-${id}`)).trim()).toBe('');
+  });
+
   it('grows to max while claimed, then shrinks back to min once idle', { timeout: 120_000 }, async () => {
     await until(readyIds, (ids) => ids.length >= 2);
     const lease = await h.client.createSandbox();

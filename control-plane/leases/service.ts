@@ -32,6 +32,7 @@ import type { Policy } from '../policies/schema.js';
 import type { PolicyService } from '../policies/service.js';
 import type { ExpiryOutcome, ExpiryTimers } from '../queue/expiry-timers.js';
 import type { LeaseMetrics } from '../metrics/service.js';
+import type { WarmPools } from '../pools/warm-pools.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
 import type { QuotaService } from '../quotas/service.js';
 import type { OwnedSandbox, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
@@ -79,7 +80,7 @@ export interface LeaseServiceDeps {
   quotas: Pick<QuotaService, 'reserve' | 'release'>;
   metrics: LeaseMetrics;
   /** Warm pools a lease may claim a started sandbox from (none: every lease starts cold). */
-  pools?: { claim(ref: PolicyRef, image: string): Promise<WarmSandbox | undefined>; owns(id: string): Promise<boolean> };
+  pools?: Pick<WarmPools, 'claim' | 'owns' | 'settle'>;
   now: () => Date;
   log: Logger;
 }
@@ -201,6 +202,7 @@ export class LeaseService {
         try {
           return await this.make(warm.id, plan, body, by, warm);
         } catch (err) {
+          await this.deps.pools?.settle(warm.id);
           // The claimed sandbox is torn down (never reused). Over quota, the lease gets none;
           // otherwise the bind failed and it still gets one, cold.
           if (err instanceof AppError && err.code === 'quota.exceeded') {
@@ -248,6 +250,8 @@ export class LeaseService {
     };
     await this.deps.quotas.reserve(id, by.tenant, { cpus: plan.policy.resources.cpus, memoryBytes: plan.policy.resources.memoryBytes });
     await ledger.createLease(record, warm ? 'created_from_pool' : 'created', createdAt);
+    // The claimed sandbox is the lease's now, as reconcile sees it.
+    if (warm) await this.deps.pools?.settle(id);
     try {
       // The timer is in Redis before anything else exists: if this process dies from here on,
       // the lease still ends on time (or reconcile fails the create first).
@@ -697,6 +701,7 @@ export class LeaseService {
     // Returns this process consumes of leases another process ended go too.
     for (const leaseId of channels.activeLeases()) {
       const lease = await ledger.getLease(leaseId);
+      if (!lease && (await this.deps.pools?.owns(leaseId))) continue;
       if (!lease || TERMINAL_LEASE_STATUSES.has(lease.status)) {
         await channels.stop(leaseId);
         await this.deps.egress.stop(leaseId);

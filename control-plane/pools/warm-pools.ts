@@ -6,7 +6,10 @@
  * - `<prefix>pool:members`: hash, sandbox id → `Member` (which pool, starting or ready, its facts);
  * - `<prefix>pool:<name>:ready`: list of ready ids, oldest first;
  * - `<prefix>pool:<name>:claimed-at`: when a lease last claimed from the pool (ms);
- * - `<prefix>pool:<name>:filler`: lock of the one process filling the pool now.
+ * - `<prefix>pool:<name>:filler`: lock of the one process filling the pool now;
+ * - `<prefix>pool:claimed`: hash, id → when it was claimed (ms), until the claiming lease's
+ *   record exists (`settle`): in between the sandbox is neither a member nor a lease, and
+ *   reconcile must still not take it for an orphan.
  *
  * A claim pops an id and deletes its member record in one Lua script, so no two leases get one
  * sandbox, and a claimed sandbox leaves the pool for good: it is released like any lease and
@@ -48,13 +51,17 @@ const Member = z.object({
 });
 type Member = z.infer<typeof Member>;
 
-/** Pops the oldest ready id of a pool and forgets its member record, atomically. */
+/** Pops the oldest ready id of a pool, forgets its member record and marks it claimed, atomically. */
 const CLAIM = `
 local id = redis.call('LPOP', KEYS[1])
 if not id then return false end
 local member = redis.call('HGET', KEYS[2], id)
 redis.call('HDEL', KEYS[2], id)
+redis.call('HSET', KEYS[3], id, ARGV[1])
 return member`;
+
+/** A claim not settled after this long belongs to a create that died; reconcile may reap it, ms. */
+const CLAIM_SETTLE_MS = 60_000;
 
 /** What the pools need from the lease service: start and remove unleased sandboxes. */
 export interface WarmLauncher {
@@ -99,7 +106,14 @@ export class WarmPools {
     ready: (pool: string) => `${this.deps.prefix}pool:${pool}:ready`,
     claimedAt: (pool: string) => `${this.deps.prefix}pool:${pool}:claimed-at`,
     filler: (pool: string) => `${this.deps.prefix}pool:${pool}:filler`,
+    claimed: () => `${this.deps.prefix}pool:claimed`,
   };
+
+  /** Pops a ready sandbox of `pool` (see CLAIM); null when there is none. */
+  private async pop(pool: string): Promise<Member | null> {
+    const text = (await this.deps.redis.eval(CLAIM, 3, this.k.ready(pool), this.k.members(), this.k.claimed(), String(this.deps.now()))) as string | null;
+    return text === null ? null : Member.parse(JSON.parse(text));
+  }
 
   /**
    * Takes a ready sandbox of the pool for (`ref`, `image`), or undefined when there is none (the
@@ -110,17 +124,25 @@ export class WarmPools {
     if (!spec) return undefined;
     await this.deps.redis.set(this.k.claimedAt(spec.name), String(this.deps.now()));
     for (;;) {
-      const text = (await this.deps.redis.eval(CLAIM, 2, this.k.ready(spec.name), this.k.members())) as string | null;
-      if (text === null) return undefined;
-      const member = Member.parse(JSON.parse(text));
+      const member = await this.pop(spec.name);
+      if (member === null) return undefined;
       if (member.sandbox && member.sandbox.ref.digest === ref.digest) return { id: member.sandbox.id, containerId: member.sandbox.containerId, facts: member.sandbox.facts };
       if (member.sandbox) void this.discard(member.sandbox.id);
     }
   }
 
-  /** True when `id` is a pooled sandbox (starting or ready): not an orphan, though no lease names it. */
+  /** The claiming lease's record exists now (or its create failed and tore the sandbox down). */
+  async settle(id: string): Promise<void> {
+    await this.deps.redis.hdel(this.k.claimed(), id);
+  }
+
+  /**
+   * True when `id` is a pooled sandbox (starting, ready, or claimed and not yet settled): not
+   * an orphan, though no lease names it.
+   */
   async owns(id: string): Promise<boolean> {
-    return (await this.deps.redis.hexists(this.k.members(), id)) === 1;
+    const [member, claimed] = await Promise.all([this.deps.redis.hexists(this.k.members(), id), this.deps.redis.hexists(this.k.claimed(), id)]);
+    return member === 1 || claimed === 1;
   }
 
   /**
@@ -130,6 +152,9 @@ export class WarmPools {
    * `idleSeconds` (else to `min`), and shrinks past the target.
    */
   async maintain(): Promise<void> {
+    const claims = await this.deps.redis.hgetall(this.k.claimed());
+    const stale = Object.entries(claims).filter(([, at]) => this.deps.now() - Number(at) > CLAIM_SETTLE_MS).map(([id]) => id);
+    if (stale.length > 0) await this.deps.redis.hdel(this.k.claimed(), ...stale);
     for (const spec of this.specs) {
       if (!(await this.lock(spec.name))) continue;
       try {
@@ -165,9 +190,11 @@ export class WarmPools {
     if (members.size < target) {
       await this.startOne(spec);
     } else if (ready > target) {
-      const text = (await redis.eval(CLAIM, 2, this.k.ready(spec.name), this.k.members())) as string | null;
-      const member = text === null ? null : Member.parse(JSON.parse(text));
-      if (member?.sandbox) await this.discard(member.sandbox.id);
+      const member = await this.pop(spec.name);
+      if (member?.sandbox) {
+        await this.discard(member.sandbox.id);
+        await this.settle(member.sandbox.id);
+      }
     }
   }
 
