@@ -33,6 +33,9 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', DOMAIN_ROUTES],
   'better-sse': ['control-plane/calls/routes.ts'],
   'prom-client': ['control-plane/metrics/service.ts'],
+  '@fastify/swagger': ['control-plane/http/openapi.ts'],
+  '@fastify/swagger-ui': ['control-plane/http/openapi.ts'],
+  'fastify-type-provider-zod': ['control-plane/http/', DOMAIN_ROUTES],
 };
 const owns = (owner: string | RegExp, file: string): boolean => (typeof owner === 'string' ? file === owner || file.startsWith(owner) : owner.test(file));
 

@@ -152,6 +152,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     pingRedis: () => redis.ping(),
     spoolDir: join(config.dataDir, 'spool'),
     maxUploadBytes: config.maxUploadBytes,
+    version: SBX_VERSION,
   });
 
   const timers: NodeJS.Timeout[] = [];

@@ -8,6 +8,7 @@ import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
+import type { FastifyInstance } from 'fastify';
 import pino, { type DestinationStream } from 'pino';
 import { afterAll, beforeAll } from 'vitest';
 import { SbxClient } from '../cli/client.js';
@@ -100,6 +101,21 @@ async function removeContainersOf(owner: string): Promise<void> {
 /** `docker` with arguments; stdout. */
 export async function docker(...args: string[]): Promise<string> {
   return (await run('docker', args)).stdout;
+}
+
+/** The routes an app has, from fastify's route tree: `METHOD /path` (HEAD left out). */
+export function routesOf(app: FastifyInstance): Array<{ method: string; path: string }> {
+  const routes: Array<{ method: string; path: string }> = [];
+  const stack: string[] = [];
+  for (const line of app.printRoutes({ commonPrefix: false }).split('\n')) {
+    const match = /^((?:│ {3}| {4})*)[├└]── (\S+) \(([^)]+)\)$/.exec(line.trimEnd());
+    if (!match) continue;
+    const depth = match[1]!.length / 4;
+    stack.length = depth;
+    stack.push(match[2]!);
+    for (const method of match[3]!.split(', ')) if (method !== 'HEAD') routes.push({ method, path: stack.join('') });
+  }
+  return routes;
 }
 
 /** Concatenates a finished call's output events of one stream, checking offsets are contiguous. */
