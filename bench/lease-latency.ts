@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pino from 'pino';
-import { SbxClient } from '../cli/client.js';
+import { SbxClient } from '../sdk/index.js';
 import { loadConfig } from '../control-plane/config.js';
 import { createControlPlane } from '../control-plane/control-plane.js';
 import { connectRedis, redisOptions } from '../control-plane/queue/redis.js';

@@ -16,7 +16,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import pino from 'pino';
-import { SbxClient } from '../cli/client.js';
+import { SbxClient } from '../sdk/index.js';
 import { loadConfig } from '../control-plane/config.js';
 import { createControlPlane } from '../control-plane/control-plane.js';
 import { BOOTSTRAP_PRINCIPAL } from '../control-plane/http/auth.js';

@@ -6,7 +6,7 @@
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SbxClient } from '../cli/client.js';
+import { SbxClient } from '../sdk/index.js';
 import { digestOf } from '../contract/digest.js';
 import { ErrorBody } from '../contract/errors.js';
 import type { Lease } from '../contract/objects.js';

@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { SbxClient } from '../cli/client.js';
+import { SbxClient } from '../sdk/index.js';
 import type { ToolResult } from '../contract/objects.js';
 import { REPO_ROOT, startHarness } from './harness.js';
 

@@ -11,7 +11,7 @@ import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
 import pino, { type DestinationStream } from 'pino';
 import { afterAll, beforeAll } from 'vitest';
-import { SbxClient } from '../cli/client.js';
+import { SbxClient } from '../sdk/index.js';
 import { loadConfig, type Config } from '../control-plane/config.js';
 import { createControlPlane, type ControlPlane } from '../control-plane/control-plane.js';
 import { BOOTSTRAP_PRINCIPAL } from '../control-plane/http/auth.js';
