@@ -18,7 +18,7 @@ import { egressRoutes } from './egress/routes.js';
 import { filesRoutes } from './files/routes.js';
 import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
 import { installErrorHandling } from './http/errors.js';
-import { DOCS_ROUTES, installOpenApi } from './http/openapi.js';
+import { DOCS_ROUTES, installOpenApi, installZodValidation } from './http/openapi.js';
 import type { Ledger } from './ledger/ledger.js';
 import type { CallNotifier } from './ledger/notifier.js';
 import { metricsRoutes } from './metrics/routes.js';
@@ -86,6 +86,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     if (ids.success) request.log = reply.log = request.log.child(ids.data);
   });
 
+  installZodValidation(app);
   await installOpenApi(app, { version: deps.version });
 
   app.get('/healthz', { schema: { tags: ['meta'], summary: 'Health: 200 when Redis and Docker answer, else 503', security: [] } }, async (_request, reply) => {

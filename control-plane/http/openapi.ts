@@ -36,10 +36,11 @@ export function validatedByHandler(schema: ZodType): z.ZodUnknown {
 }
 
 /**
- * Installs zod validation for every route with a `schema:` and registers the document and the
- * docs UI. Call before registering routes: `@fastify/swagger` collects them as they are added.
+ * Validates every route's `schema:` parts with their zod schemas (`parseInput`): the parsed
+ * value replaces the part, a failure is `400 input.invalid`. Set on the root before routes are
+ * registered (domain plugins inherit it).
  */
-export async function installOpenApi(app: FastifyInstance, info: { version: string }): Promise<void> {
+export function installZodValidation(app: FastifyInstance): void {
   app.setValidatorCompiler(({ schema, httpPart }) => (data: unknown) => {
     if (handlerValidated.has(schema as ZodType)) return { value: data };
     const part = PART_NAMES[httpPart ?? 'body'] ?? 'body';
@@ -51,6 +52,13 @@ export async function installOpenApi(app: FastifyInstance, info: { version: stri
       return { error: error as Error };
     }
   });
+}
+
+/**
+ * Registers the OpenAPI document (`GET /openapi.json`) and the docs UI (`/docs`). Call before
+ * registering routes: `@fastify/swagger` collects them as they are added.
+ */
+export async function installOpenApi(app: FastifyInstance, info: { version: string }): Promise<void> {
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
