@@ -19,6 +19,8 @@ export class SbxError extends Error {
   readonly status: number | null;
   /** The call's result when a tool call ended with this error (its receipt says what took effect). */
   readonly result: ToolResult | null;
+  /** The error in its wire form `{code, domain, message, retryability, details}`, as the platform sent it. */
+  readonly info: ErrorInfo;
 
   constructor(info: ErrorInfo, options: { status?: number | null; result?: ToolResult | null; cause?: unknown } = {}) {
     super(`${info.code}: ${info.message}`, options.cause === undefined ? undefined : { cause: options.cause });
@@ -29,14 +31,7 @@ export class SbxError extends Error {
     this.details = info.details;
     this.status = options.status ?? null;
     this.result = options.result ?? null;
-  }
-
-  /** The error in its wire form `{code, domain, message, retryability, details}`. */
-  get info(): ErrorInfo {
-    const message = this.message.slice(this.code.length + 2);
-    return this.details === undefined
-      ? { code: this.code, domain: this.domain, message, retryability: this.retryability }
-      : { code: this.code, domain: this.domain, message, retryability: this.retryability, details: this.details };
+    this.info = info;
   }
 }
 

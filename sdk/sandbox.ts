@@ -35,7 +35,7 @@ export function connect(options: ConnectionOptions = {}): SbxClient {
   const keyFile = join(process.env.SBX_DATA_DIR ?? '/var/lib/sbx', 'api-key');
   const apiKey = options.apiKey ?? process.env.SBX_API_KEY ?? (existsSync(keyFile) ? readFileSync(keyFile, 'utf8').trim() : undefined);
   if (!apiKey) {
-    throw new SbxError({ code: 'auth.missing_api_key', domain: 'auth', retryability: 'after_fix', message: `no API key: set SBX_API_KEY or pass apiKey (none in ${keyFile})` });
+    throw new SbxError({ code: 'auth.missing_api_key', domain: 'auth', retryability: 'after_fix', message: `no API key: set SBX_API_KEY or pass one (--api-key, apiKey) (none in ${keyFile})` });
   }
   return new SbxClient(url, apiKey, options.fetch ? { fetch: options.fetch } : {});
 }
