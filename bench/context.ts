@@ -4,7 +4,7 @@
  * calls that must succeed, and read memory of the plane and of agents.
  */
 import Docker from 'dockerode';
-import { SbxClient } from '../cli/client.js';
+import { SbxClient } from '../sdk/index.js';
 import { connectRedis, redisOptions, type Redis } from '../control-plane/queue/redis.js';
 import type { ToolResult } from '../contract/objects.js';
 import { memoryOf, agentPid, type Memory } from './procfs.js';

@@ -10,6 +10,7 @@
  *   sbx events ID                    a sandbox's status transitions
  *   sbx ls                           list sandboxes
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
+ *   sbx mcp [options]                an MCP server on stdio: the sandbox tools for coding agents
  *
  * One CMD argument is a bash script (`sbx run -- 'npm ci && npm test'`); several are an argv
  * run without a shell (`sbx run -- npm test`).
@@ -21,20 +22,17 @@
  * Settings: `SBX_URL` (default http://127.0.0.1:7070), `SBX_API_KEY` (default: the key in
  * `$SBX_DATA_DIR/api-key`, data dir default /var/lib/sbx).
  */
-import { existsSync, readFileSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { TERMINAL_LEASE_STATUSES, type Lease, type ToolResult } from '../contract/objects.js';
-import { ApiError, SbxClient } from './client.js';
+import { Sandbox, SbxError, connect, type ConnectionOptions, type ExecOptions } from '../sdk/index.js';
 import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf } from './exit-status.js';
+import { runMcpServer } from './mcp.js';
 
-function client(opts: { url?: string; apiKey?: string }): SbxClient {
-  const url = opts.url ?? process.env.SBX_URL ?? 'http://127.0.0.1:7070';
-  const keyFile = join(process.env.SBX_DATA_DIR ?? '/var/lib/sbx', 'api-key');
-  const key = opts.apiKey ?? process.env.SBX_API_KEY ?? (existsSync(keyFile) ? readFileSync(keyFile, 'utf8').trim() : undefined);
-  if (!key) throw new UsageError(`no API key: set SBX_API_KEY or pass --api-key (none in ${keyFile})`);
-  return new SbxClient(url.replace(/\/+$/, ''), key);
+/** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
+function connection(opts: { url?: string; apiKey?: string }): ConnectionOptions {
+  return { ...(opts.url ? { url: opts.url } : {}), ...(opts.apiKey ? { apiKey: opts.apiKey } : {}) };
 }
 
 class UsageError extends Error {}
@@ -87,28 +85,25 @@ function reportOutcome(result: ToolResult): void {
   process.stderr.write(`sbx: ${result.status}${result.error ? `: ${result.error.code}: ${result.error.message}` : ''}\n`);
 }
 
-/** The exec args for a command line: one argument is a script, several are an argv. */
-function execArgs(command: string[], opts: { cwd?: string; timeoutMs?: number; secrets?: string[] }): Record<string, unknown> {
+/** A command line as `exec` takes it: one argument is a script, several are an argv. */
+function commandOf(command: string[]): string | string[] {
   if (command.length === 0) throw new UsageError('give the command after --');
-  return {
-    ...(command.length === 1 ? { cmd: command[0] } : { argv: command }),
+  return command.length === 1 ? command[0]! : command;
+}
+
+/**
+ * Runs a command in `sandbox`, its output bytes written as they come to this process's stdout
+ * and stderr (unless `quiet`), and returns its result.
+ */
+function runCommand(sandbox: Sandbox, command: string[], opts: { cwd?: string; timeoutMs?: number; secrets?: string[]; signal?: AbortSignal }, quiet: boolean): Promise<ToolResult> {
+  const options: ExecOptions = {
     ...(opts.cwd ? { cwd: opts.cwd } : {}),
     ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
     ...(opts.secrets && opts.secrets.length > 0 ? { secrets: opts.secrets } : {}),
+    ...(opts.signal ? { signal: opts.signal } : {}),
+    ...(quiet ? {} : { onOutput: (chunk) => (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.data) }),
   };
-}
-
-/** Runs a call, streaming its output to this process's stdout/stderr unless `quiet`. */
-async function runCall(api: SbxClient, leaseId: string, args: Record<string, unknown>, quiet: boolean, onCallId?: (id: string) => void): Promise<ToolResult> {
-  const submitted = await api.submitCall(leaseId, 'exec', args);
-  const callId = submitted.callId;
-  onCallId?.(callId);
-  for await (const event of api.events(leaseId, callId)) {
-    if (!quiet && event.type === 'output') (event.stream === 'stdout' ? process.stdout : process.stderr).write(Buffer.from(event.dataBase64, 'base64'));
-  }
-  const view = await api.getCall(leaseId, callId);
-  if (!view.result) throw new Error(`call ${callId} finished without a result`);
-  return view.result;
+  return sandbox.exec(commandOf(command), options);
 }
 
 function printReceipt(lease: Lease, result: ToolResult): void {
@@ -168,21 +163,19 @@ leaseOptions(program.command('run'))
   .argument('<command...>')
   .action(async (command: string[], opts) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
-    const api = client(global);
-    const lease = await api.createSandbox({
+    const sandbox = await Sandbox.create({
+      ...connection(global),
       policy: opts.policy,
       ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}),
       ...(opts.image ? { image: opts.image } : {}),
       ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       ...(secretRequests(opts.secret, opts.secretFile) ? { secrets: secretRequests(opts.secret, opts.secretFile) } : {}),
     });
-    let callId: string | undefined;
+    const interrupted = new AbortController();
     const onSignal = (): void => {
-      void (async () => {
-        if (callId) await api.cancelCall(lease.id, callId).catch(() => undefined);
-        await api.releaseSandbox(lease.id).catch(() => undefined);
-        process.exit(EXIT_CANCELLED);
-      })();
+      // Aborting cancels the running call; releasing ends the sandbox with whatever still runs in it.
+      interrupted.abort();
+      void sandbox.release().catch(() => undefined).then(() => process.exit(EXIT_CANCELLED));
     };
     process.once('SIGINT', onSignal);
     process.once('SIGTERM', onSignal);
@@ -193,33 +186,33 @@ leaseOptions(program.command('run'))
         const i = spec.lastIndexOf(':');
         const [local, remote] = i > 0 ? [spec.slice(0, i), spec.slice(i + 1)] : [spec, '/workspace'];
         const ignore = exclude.size === 0 ? undefined : (rel: string) => exclude.has(rel.split('/')[0]!);
-        const summary = await api.upload(lease.id, resolve(local), remote, ignore);
+        const summary = await sandbox.files.upload(resolve(local), remote, ignore ? { ignore } : {});
         uploads.push({ local, remote, ...summary });
         if (!global.json) process.stderr.write(`sbx: uploaded ${local} → ${remote} (${summary.entries} entries, ${summary.bytes} bytes)\n`);
       }
       // The one command of `run` receives every secret the lease was given.
       const secrets = (secretRequests(opts.secret, opts.secretFile) ?? []).map((r) => r.name);
-      const result = await runCall(api, lease.id, execArgs(command, { cwd: opts.cwd, timeoutMs: opts.timeoutMs, secrets }), Boolean(global.json), (id) => (callId = id));
+      const result = await runCommand(sandbox, command, { cwd: opts.cwd, timeoutMs: opts.timeoutMs, secrets, signal: interrupted.signal }, Boolean(global.json));
       const downloads = [];
       for (const remote of (opts.download ?? []) as string[]) {
         await mkdir(opts.downloadDir, { recursive: true });
         try {
-          await api.download(lease.id, remote, opts.downloadDir);
+          await sandbox.files.download(remote, opts.downloadDir);
           downloads.push({ remote, dir: opts.downloadDir, ok: true });
           if (!global.json) process.stderr.write(`sbx: downloaded ${remote} → ${opts.downloadDir}\n`);
         } catch (err) {
-          downloads.push({ remote, dir: opts.downloadDir, ok: false, error: err instanceof ApiError ? err.info : String(err) });
+          downloads.push({ remote, dir: opts.downloadDir, ok: false, error: err instanceof SbxError ? err.info : String(err) });
           if (!global.json) process.stderr.write(`sbx: could not download ${remote}: ${(err as Error).message}\n`);
         }
       }
-      const finalLease = await api.getSandbox(lease.id);
+      const finalLease = await sandbox.refresh();
       if (global.json) process.stdout.write(`${JSON.stringify({ sandbox: finalLease, uploads, result, downloads }, null, 2)}\n`);
       else printReceipt(finalLease, result);
       const status = exitStatusOf(result);
       // A download that failed is sbx's failure; it only overrides a command that succeeded.
       process.exitCode = status === 0 && downloads.some((d) => !d.ok) ? EXIT_PLATFORM_ERROR : status;
     } finally {
-      await api.releaseSandbox(lease.id).catch((err: unknown) => process.stderr.write(`sbx: release of ${lease.id} failed: ${String(err)}\n`));
+      await sandbox.release().catch((err: unknown) => process.stderr.write(`sbx: release of ${sandbox.id} failed: ${String(err)}\n`));
     }
   });
 
@@ -228,7 +221,7 @@ leaseOptions(program.command('lease'))
   .option('--label <KEY=VALUE>', 'label (repeatable)', collect)
   .action(async (opts) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
-    const lease = await client(global).createSandbox({
+    const lease = await connect(connection(global)).createSandbox({
       policy: opts.policy,
       ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}),
       ...(opts.image ? { image: opts.image } : {}),
@@ -249,7 +242,8 @@ program
   .option('--secret <NAME>', "one of the sandbox's secrets this command receives (repeatable)", collect)
   .action(async (id: string, command: string[], opts) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
-    const result = await runCall(client(global), id, execArgs(command, { ...opts, secrets: opts.secret }), Boolean(global.json));
+    const sandbox = await Sandbox.connect(id, connection(global));
+    const result = await runCommand(sandbox, command, { ...opts, secrets: opts.secret }, Boolean(global.json));
     if (global.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
     else reportOutcome(result);
     process.exitCode = exitStatusOf(result);
@@ -262,7 +256,7 @@ program
   .addOption(new Option('--grace-ms <ms>', 'how long running calls may go on before they are cancelled').argParser(nonNegativeInt))
   .action(async (id: string, opts: { graceMs?: number }) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
-    const lease = await client(global).releaseSandbox(id, opts.graceMs === undefined ? {} : { graceMs: opts.graceMs });
+    const lease = await connect(connection(global)).releaseSandbox(id, opts.graceMs === undefined ? {} : { graceMs: opts.graceMs });
     process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id} ${lease.status}\n`);
   });
 
@@ -273,7 +267,7 @@ program
   .requiredOption('--ttl <seconds>', 'seconds from now', positiveInt)
   .action(async (id: string, opts: { ttl: number }) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
-    const lease = await client(global).renewSandbox(id, opts.ttl);
+    const lease = await connect(connection(global)).renewSandbox(id, opts.ttl);
     process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id} ${lease.status} expires ${lease.expiresAt}\n`);
   });
 
@@ -283,7 +277,7 @@ program
   .argument('<id>')
   .action(async (id: string) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
-    const events = await client(global).leaseEvents(id);
+    const events = await connect(connection(global)).leaseEvents(id);
     if (global.json) process.stdout.write(`${JSON.stringify(events, null, 2)}\n`);
     else for (const e of events) process.stdout.write(`${e.at}  ${(e.from ?? '-').padEnd(9)} → ${e.to.padEnd(9)} ${e.reason}\n`);
   });
@@ -294,7 +288,7 @@ program
   .option('--all', 'include ended ones (released, expired, failed, lost)')
   .action(async (opts: { all?: boolean }) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
-    const leases = (await client(global).listSandboxes()).filter((l) => opts.all || !TERMINAL_LEASE_STATUSES.has(l.status));
+    const leases = (await connect(connection(global)).listSandboxes()).filter((l) => opts.all || !TERMINAL_LEASE_STATUSES.has(l.status));
     if (global.json) process.stdout.write(`${JSON.stringify(leases, null, 2)}\n`);
     else for (const l of leases) process.stdout.write(`${l.id}  ${l.status.padEnd(9)} ${l.policy.name}@${l.policy.version}  expires ${l.expiresAt}\n`);
   });
@@ -310,7 +304,7 @@ secretCommand
     // From stdin, never an argument: argv shows in `ps` and shell history.
     const chunks: Buffer[] = [];
     for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-    const metadata = await client(global).putSecret(name, Buffer.concat(chunks).toString('utf8').replace(/\r?\n$/, ''));
+    const metadata = await connect(connection(global)).putSecret(name, Buffer.concat(chunks).toString('utf8').replace(/\r?\n$/, ''));
     process.stdout.write(global.json ? `${JSON.stringify(metadata, null, 2)}\n` : `${metadata.name} version ${metadata.version} (${metadata.sizeBytes} bytes)\n`);
   });
 
@@ -319,7 +313,7 @@ secretCommand
   .description('list secrets (metadata only)')
   .action(async () => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
-    const secrets = await client(global).listSecrets();
+    const secrets = await connect(connection(global)).listSecrets();
     if (global.json) process.stdout.write(`${JSON.stringify(secrets, null, 2)}\n`);
     else for (const s of secrets) process.stdout.write(`${s.name}  version ${s.version}  ${s.sizeBytes} bytes  updated ${s.updatedAt} by ${s.updatedBy}\n`);
   });
@@ -329,11 +323,31 @@ secretCommand
   .description('delete a secret (idempotent)')
   .argument('<name>')
   .action(async (name: string) => {
-    await client(program.opts<{ url?: string; apiKey?: string }>()).deleteSecret(name);
+    await connect(connection(program.opts<{ url?: string; apiKey?: string }>())).deleteSecret(name);
+  });
+
+program
+  .command('mcp')
+  .description('serve the sandbox tools over MCP on stdio; a sandbox is leased at the first tool call and released at exit')
+  .option('--policy <name>', 'policy of the sandbox', 'default')
+  .addOption(new Option('--ttl <seconds>', 'lease TTL in seconds').argParser(positiveInt))
+  .option('--env <KEY=VALUE>', 'environment for every call (repeatable)', collect)
+  .option('--image <ref>', 'sandbox image')
+  .action(async (opts) => {
+    const global = program.opts<{ url?: string; apiKey?: string }>();
+    await runMcpServer({
+      connection: connection(global),
+      lease: {
+        policy: opts.policy,
+        ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}),
+        ...(opts.image ? { image: opts.image } : {}),
+        ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
+      },
+    });
   });
 
 program.parseAsync(process.argv).catch((err: unknown) => {
-  const message = err instanceof ApiError ? `${err.code}: ${err.info.message}` : err instanceof Error ? err.message : String(err);
+  const message = err instanceof Error ? err.message : String(err);
   process.stderr.write(`sbx: ${message}\n`);
   process.exit(EXIT_PLATFORM_ERROR);
 });

@@ -32,6 +32,7 @@ export const ERROR_CODES = {
   'input.path_outside_workspace': { status: 400, retryability: 'after_fix', summary: 'A path resolves outside the roots the policy allows.' },
   'input.cwd_not_found': { status: 400, retryability: 'after_fix', summary: 'The working directory of an exec call does not exist in the sandbox.' },
   'api.route_not_found': { status: 404, retryability: 'no', summary: 'No route matches the method and path.' },
+  'api.unreachable': { status: 503, retryability: 'reconcile_first', summary: 'Reported by the SDK, CLI and MCP server, never by the API: the control plane could not be reached; a request may or may not have arrived.' },
   'auth.missing_api_key': { status: 401, retryability: 'after_fix', summary: 'No `Authorization: Bearer <key>` header was sent.' },
   'auth.invalid_api_key': { status: 401, retryability: 'after_fix', summary: 'The API key is not valid: unknown, or revoked (a revoked key fails from the next request on).' },
   'auth.admin_required': { status: 403, retryability: 'after_fix', summary: 'The route is for admin API keys; this key has the `user` role.' },

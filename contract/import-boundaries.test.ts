@@ -16,7 +16,7 @@ function sources(dir: string): string[] {
   });
 }
 
-const files = ['contract', 'control-plane', 'sandbox-agent', 'cli'].flatMap(sources);
+const files = ['contract', 'control-plane', 'sandbox-agent', 'sdk', 'cli'].flatMap(sources);
 const importsOf = (file: string): string[] => [...readFileSync(join(root, file), 'utf8').matchAll(/^import[^'"]*['"]([^'"]+)['"]/gm)].map((m) => m[1]!);
 
 /** A domain's fastify plugin (`control-plane/<domain>/routes.ts`) and its Redis adapter (`control-plane/<domain>/store.ts`). */
@@ -26,7 +26,9 @@ const DOMAIN_STORE = /^control-plane\/[a-z-]+\/store\.ts$/;
 /** Package → the only places that may import it: path prefixes, or patterns of file paths. */
 const OWNERS: Record<string, Array<string | RegExp>> = {
   dockerode: ['control-plane/runtime/'],
-  'tar-fs': ['cli/'],
+  'tar-fs': ['sdk/client.ts'],
+  'eventsource-parser': ['sdk/client.ts'],
+  '@modelcontextprotocol/sdk': ['cli/mcp.ts'],
   'tar-stream': ['control-plane/files/tar-guard.ts'],
   bullmq: ['control-plane/queue/', 'sandbox-agent/main.ts', 'sandbox-agent/return-channel.ts'],
   ioredis: ['control-plane/queue/', 'control-plane/ledger/', 'control-plane/pools/warm-pools.ts', DOMAIN_STORE, 'sandbox-agent/main.ts'],
@@ -34,6 +36,9 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   'better-sse': ['control-plane/calls/routes.ts'],
   'prom-client': ['control-plane/metrics/service.ts'],
   '@fastify/static': ['control-plane/console/routes.ts'],
+  '@fastify/swagger': ['control-plane/http/openapi.ts'],
+  '@fastify/swagger-ui': ['control-plane/http/openapi.ts'],
+  'fastify-type-provider-zod': ['control-plane/http/', DOMAIN_ROUTES],
 };
 const owns = (owner: string | RegExp, file: string): boolean => (typeof owner === 'string' ? file === owner || file.startsWith(owner) : owner.test(file));
 
@@ -50,7 +55,7 @@ describe('import boundaries', () => {
     expect(crossings).toEqual([]);
   });
 
-  it('the contract depends on neither side; the agent and the control plane do not import each other', () => {
+  it('the contract depends on neither side; the agent and the control plane do not import each other; the SDK and the CLI use only the contract', () => {
     const crossings: string[] = [];
     for (const file of files) {
       for (const spec of importsOf(file).filter((s) => s.startsWith('.'))) {
@@ -60,6 +65,8 @@ describe('import boundaries', () => {
         if (from === 'contract' && to !== 'contract') crossings.push(`${file} → ${target}`);
         if (from === 'sandbox-agent' && to === 'control-plane') crossings.push(`${file} → ${target}`);
         if (from === 'control-plane' && to === 'sandbox-agent') crossings.push(`${file} → ${target}`);
+        // The SDK ships to users' machines: nothing of the server may come with it.
+        if ((from === 'sdk' || from === 'cli') && (to === 'control-plane' || to === 'sandbox-agent')) crossings.push(`${file} → ${target}`);
       }
     }
     expect(crossings).toEqual([]);

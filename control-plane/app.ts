@@ -19,6 +19,7 @@ import { egressRoutes } from './egress/routes.js';
 import { filesRoutes } from './files/routes.js';
 import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
 import { installErrorHandling } from './http/errors.js';
+import { DOCS_ROUTES, installOpenApi, installZodValidation } from './http/openapi.js';
 import type { Ledger } from './ledger/ledger.js';
 import type { CallNotifier } from './ledger/notifier.js';
 import { metricsRoutes } from './metrics/routes.js';
@@ -61,6 +62,8 @@ export interface AppDeps {
   jsonBodyLimitBytes?: number;
   /** Built admin console served (publicly) at `/console`. */
   consoleDir: string;
+  /** The version the OpenAPI document states (package.json's). */
+  version: string;
 }
 
 /** Ids in the params of `/v1/sandboxes/:id/...` routes, as log bindings: `sandboxId`, and `callId` on call routes. */
@@ -77,7 +80,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installErrorHandling(app);
   // JSON only: a text/plain body would otherwise reach the schemas as a string.
   app.removeContentTypeParser('text/plain');
-  installApiKeyAuth(app, { bootstrapKey: deps.apiKey, lookup: deps.lookupPrincipal, publicRoutes: ['/healthz', '/metrics', ...CONSOLE_ROUTES] });
+  installApiKeyAuth(app, { bootstrapKey: deps.apiKey, lookup: deps.lookupPrincipal, publicRoutes: ['/healthz', '/metrics', ...CONSOLE_ROUTES, ...DOCS_ROUTES] });
   // Every log line of a request about one sandbox or call says which (fastify's own request
   // lines too: they log through reply.log). Ids that are not well-formed are left out of logs.
   app.addHook('onRequest', async (request, reply) => {
@@ -86,7 +89,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     if (ids.success) request.log = reply.log = request.log.child(ids.data);
   });
 
-  app.get('/healthz', async (_request, reply) => {
+  installZodValidation(app);
+  await installOpenApi(app, { version: deps.version });
+
+  app.get('/healthz', { schema: { tags: ['meta'], summary: 'Health: 200 when Redis and Docker answer, else 503', security: [] } }, async (_request, reply) => {
     const [redis, docker] = await Promise.allSettled([deps.pingRedis(), deps.runtime.info()]);
     const body = { redis: redis.status === 'fulfilled' ? 'ok' : 'down', docker: docker.status === 'fulfilled' ? 'ok' : 'down' };
     return reply.status(body.redis === 'ok' && body.docker === 'ok' ? 200 : 503).send(body);

@@ -7,6 +7,7 @@ import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { TERMINAL_LEASE_STATUSES } from '../contract/objects.js';
 import type { Logger } from 'pino';
+import { SBX_VERSION } from '../contract/version.js';
 import { ApiKeyService } from './api-keys/service.js';
 import { RedisApiKeyStore } from './api-keys/store.js';
 import { ArtifactStore } from './artifacts/store.js';
@@ -34,8 +35,6 @@ import { DockerRuntime } from './runtime/docker-runtime.js';
 import { SecretService } from './secrets/service.js';
 import { RedisSecretRecords } from './secrets/store.js';
 
-/** Version written to the `sbx.version` label. */
-export const SBX_VERSION = '0.1.0';
 
 export interface ControlPlane {
   app: FastifyInstance;
@@ -162,6 +161,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     spoolDir: join(config.dataDir, 'spool'),
     maxUploadBytes: config.maxUploadBytes,
     consoleDir: config.consoleDir,
+    version: SBX_VERSION,
   });
 
   const timers: NodeJS.Timeout[] = [];

@@ -6,11 +6,11 @@
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SbxClient } from '../cli/client.js';
+import { SbxClient } from '../sdk/index.js';
 import { digestOf } from '../contract/digest.js';
 import { ErrorBody } from '../contract/errors.js';
 import type { Lease } from '../contract/objects.js';
-import { REPO_ROOT, docker, startHarness, type Harness } from './harness.js';
+import { REPO_ROOT, docker, routesOf, startHarness, type Harness } from './harness.js';
 import { tarBytes } from './tar-fixture.js';
 
 let h: Harness;
@@ -62,20 +62,7 @@ async function createKey(role: 'admin' | 'user', tenant: string, name = `${role}
   return { id: answer.body.id, secret: answer.body.secret };
 }
 
-/** The routes the app has, from fastify's route tree: `METHOD /path` (HEAD left out). */
-function registeredRoutes(): Array<{ method: string; path: string }> {
-  const routes: Array<{ method: string; path: string }> = [];
-  const stack: string[] = [];
-  for (const line of h.plane.app.printRoutes({ commonPrefix: false }).split('\n')) {
-    const match = /^((?:│ {3}| {4})*)[├└]── (\S+) \(([^)]+)\)$/.exec(line.trimEnd());
-    if (!match) continue;
-    const depth = match[1]!.length / 4;
-    stack.length = depth;
-    stack.push(match[2]!);
-    for (const method of match[3]!.split(', ')) if (method !== 'HEAD') routes.push({ method, path: stack.join('') });
-  }
-  return routes;
-}
+const registeredRoutes = (): Array<{ method: string; path: string }> => routesOf(h.plane.app);
 
 /** The policy files the store is seeded with: every policies/*.yaml, by name. */
 const SHIPPED_POLICIES = readdirSync(join(REPO_ROOT, 'policies'))

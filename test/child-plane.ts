@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { join } from 'node:path';
-import { SbxClient } from '../cli/client.js';
+import { SbxClient } from '../sdk/index.js';
 import { REPO_ROOT } from './harness.js';
 
 export interface ChildPlane {

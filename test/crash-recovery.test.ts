@@ -16,7 +16,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SbxClient } from '../cli/client.js';
+import type { SbxClient } from '../sdk/index.js';
 import type { CallView, ToolResult } from '../contract/objects.js';
 import { loadConfig } from '../control-plane/config.js';
 import { Ledger } from '../control-plane/ledger/ledger.js';

@@ -11,7 +11,7 @@
  * machine's own loopback; the resolver is never asked about a name that has no rule.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import type { SbxClient } from '../cli/client.js';
+import type { SbxClient } from '../sdk/index.js';
 import type { ToolResult } from '../contract/objects.js';
 import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
 import { startHarness } from './harness.js';

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { ApiError } from '../cli/client.js';
+import { SbxError } from '../sdk/index.js';
 import { useLeasedSandbox, type Harness } from './harness.js';
 import { tarBytes } from './tar-fixture.js';
 import * as tar from 'tar-stream';
@@ -51,9 +51,9 @@ describe('files', () => {
   ])('rejects %s with files.unsafe_entry naming the entry, and writes nothing', async (_label, entries, entry) => {
     const dir = `/workspace/hostile-${Math.random().toString(36).slice(2)}`;
     const error = await h.client.uploadTar(leaseId, dir, await tarBytes(entries)).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(ApiError);
-    expect((error as ApiError).code).toBe('files.unsafe_entry');
-    expect((error as ApiError).info.details?.entry).toBe(entry);
+    expect(error).toBeInstanceOf(SbxError);
+    expect((error as SbxError).code).toBe('files.unsafe_entry');
+    expect((error as SbxError).info.details?.entry).toBe(entry);
     const r = await exec(`ls ${dir} 2>&1; ls /workspace/escape.txt 2>&1`);
     expect(r.stdout).toMatch(/No such file/);
     expect(r.stdout).not.toMatch(/ok\.txt/);
@@ -63,9 +63,9 @@ describe('files', () => {
     await exec('ln -sfn /etc /workspace/planted');
     const archive = await tarBytes([{ name: 'planted/evil-from-upload', content: 'x' }]);
     const error = await h.client.uploadTar(leaseId, '/workspace', archive).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(ApiError);
-    expect((error as ApiError).code).toBe('files.permission_denied');
-    expect((error as ApiError).status).toBe(403);
+    expect(error).toBeInstanceOf(SbxError);
+    expect((error as SbxError).code).toBe('files.permission_denied');
+    expect((error as SbxError).status).toBe(403);
     const r = await exec('ls /etc/evil-from-upload 2>&1 || true');
     expect(r.stdout).toMatch(/No such file/);
   });
@@ -73,10 +73,10 @@ describe('files', () => {
   it('an upload into a directory the tool user cannot write fails with the OS reason (EACCES) and the path', async () => {
     await exec('mkdir -p /workspace/locked && chmod 555 /workspace/locked');
     const error = await h.client.uploadTar(leaseId, '/workspace/locked', await tarBytes([{ name: 'x.txt', content: 'x' }])).catch((e: unknown) => e);
-    expect((error as ApiError).code).toBe('files.permission_denied');
-    expect((error as ApiError).info.details?.errno).toBe('EACCES');
-    expect(String((error as ApiError).info.details?.reason)).toContain('Permission denied');
-    expect((error as ApiError).info.message).toContain('/workspace/locked');
+    expect((error as SbxError).code).toBe('files.permission_denied');
+    expect((error as SbxError).info.details?.errno).toBe('EACCES');
+    expect(String((error as SbxError).info.details?.reason)).toContain('Permission denied');
+    expect((error as SbxError).info.message).toContain('/workspace/locked');
   });
 
   it('downloads the root itself, a symlink as a symlink, and a name ending in a newline as that very file', async () => {

@@ -8,9 +8,10 @@ import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
+import type { FastifyInstance } from 'fastify';
 import pino, { type DestinationStream } from 'pino';
 import { afterAll, beforeAll } from 'vitest';
-import { SbxClient } from '../cli/client.js';
+import { SbxClient } from '../sdk/index.js';
 import { loadConfig, type Config } from '../control-plane/config.js';
 import { createControlPlane, type ControlPlane } from '../control-plane/control-plane.js';
 import { BOOTSTRAP_PRINCIPAL } from '../control-plane/http/auth.js';
@@ -102,6 +103,21 @@ async function removeContainersOf(owner: string): Promise<void> {
 /** `docker` with arguments; stdout. */
 export async function docker(...args: string[]): Promise<string> {
   return (await run('docker', args)).stdout;
+}
+
+/** The routes an app has, from fastify's route tree: `METHOD /path` (HEAD left out). */
+export function routesOf(app: FastifyInstance): Array<{ method: string; path: string }> {
+  const routes: Array<{ method: string; path: string }> = [];
+  const stack: string[] = [];
+  for (const line of app.printRoutes({ commonPrefix: false }).split('\n')) {
+    const match = /^((?:│ {3}| {4})*)[├└]── (\S+) \(([^)]+)\)$/.exec(line.trimEnd());
+    if (!match) continue;
+    const depth = match[1]!.length / 4;
+    stack.length = depth;
+    stack.push(match[2]!);
+    for (const method of match[3]!.split(', ')) if (method !== 'HEAD') routes.push({ method, path: stack.join('') });
+  }
+  return routes;
 }
 
 /** Concatenates a finished call's output events of one stream, checking offsets are contiguous. */

@@ -5,7 +5,7 @@
  * this process, one `main.js` child) sharing one Redis and one engine.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SbxClient } from '../cli/client.js';
+import type { SbxClient } from '../sdk/index.js';
 import type { LeaseEvent, ToolResult } from '../contract/objects.js';
 import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
 import { containersOf, eventually, startHarness, type Harness } from './harness.js';

@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ApiError } from '../cli/client.js';
+import { SbxError } from '../sdk/index.js';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
 import { containersOf, docker, reassemble, REPO_ROOT, startHarness, type Harness } from './harness.js';
@@ -33,12 +33,12 @@ async function eventsOf(callId: string): Promise<CallEvent[]> {
   return events;
 }
 
-async function apiError(p: Promise<unknown>): Promise<ApiError> {
+async function apiError(p: Promise<unknown>): Promise<SbxError> {
   const err = await p.then(
     () => null,
     (e: unknown) => e,
   );
-  if (!(err instanceof ApiError)) throw new Error(`expected an API error, got ${String(err)}`);
+  if (!(err instanceof SbxError)) throw new Error(`expected an API error, got ${String(err)}`);
   return err;
 }
 

@@ -13,7 +13,8 @@ export const CreateApiKeyBody = z
     role: z.enum(['admin', 'user']),
     tenant: TenantName,
   })
-  .strict();
+  .strict()
+  .meta({ examples: [{ name: 'ci-bot', role: 'user', tenant: 'ci' }] });
 export type CreateApiKeyBody = z.infer<typeof CreateApiKeyBody>;
 
 export const ApiKeyId = z.string().regex(/^key_[0-9a-f]{20}$/, 'key_ and 20 hex digits');

@@ -4,13 +4,13 @@
  */
 import { createSession } from 'better-sse';
 import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
-import { parseInput } from '../http/errors.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { CallNotifier } from '../ledger/notifier.js';
 import { LeaseParams } from '../leases/schema.js';
 import type { LeaseService } from '../leases/service.js';
-import { CallParams, SubmitCallBody, SubmitCallQuery } from './schema.js';
+import { CallEventsHeaders, CallParams, ReceiptParams, SubmitCallBody, SubmitCallQuery } from './schema.js';
 import type { CallService } from './service.js';
 import { describeTools } from './tools.js';
 
@@ -27,30 +27,41 @@ const CALL_BODY_LIMIT_BYTES = 48 * 1024 * 1024;
 /** SSE comment heartbeat interval, ms: keeps proxies from closing an idle stream. */
 const SSE_KEEPALIVE_MS = 15_000;
 
-export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (app, { leases, calls, ledger, notifier }) => {
-  app.get('/v1/tools', async () => ({ tools: describeTools() }));
+export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin, { leases, calls, ledger, notifier }) => {
+  const app = plugin.withTypeProvider<ZodTypeProvider>();
+  const tags = ['calls'];
+
+  app.get('/v1/tools', { schema: { tags, summary: 'The tools, with their input JSON Schemas' } }, async () => ({ tools: describeTools() }));
 
   // write_file carries up to 32 MiB of content (base64: 4/3 of that) in its JSON body.
-  app.post('/v1/sandboxes/:id/calls', { bodyLimit: CALL_BODY_LIMIT_BYTES }, async (request, reply) => {
-    const { id } = parseInput(LeaseParams, request.params, 'params');
-    const { wait } = parseInput(SubmitCallQuery, request.query, 'query');
-    const body = parseInput(SubmitCallBody, request.body, 'body');
+  const submitSchema = {
+    tags,
+    summary: 'Submit a tool call',
+    description: 'The finished ToolResult (`200`) when the call ends within `wait` seconds, else `202 {callId, status}`. Resubmitting a callId with the same args returns the same call.',
+    params: LeaseParams,
+    querystring: SubmitCallQuery,
+    body: SubmitCallBody,
+  };
+  app.post('/v1/sandboxes/:id/calls', { bodyLimit: CALL_BODY_LIMIT_BYTES, schema: submitSchema }, async (request, reply) => {
+    const { id } = request.params;
+    const { wait } = request.query;
     const lease = await leases.active(id, request.principal);
-    const { call } = await calls.submit(lease, body);
+    const { call } = await calls.submit(lease, request.body);
     const view = wait ? await calls.waitFinished(id, call.callId, wait * 1000) : call;
     if (view.status === 'finished' && view.result) return reply.status(200).send(view.result);
     if (view.status === 'detached' && view.detached) return reply.status(200).send(view.detached);
     return reply.status(202).send({ callId: view.callId, status: view.status });
   });
 
-  app.get('/v1/sandboxes/:id/calls/:callId', async (request) => {
-    const { id, callId } = parseInput(CallParams, request.params, 'params');
+  app.get('/v1/sandboxes/:id/calls/:callId', { schema: { tags, summary: 'Read a call: intent, status, result with receipt', params: CallParams } }, async (request) => {
+    const { id, callId } = request.params;
     await leases.get(id, request.principal);
     return calls.get(id, callId);
   });
 
-  app.post('/v1/sandboxes/:id/calls/:callId/cancel', async (request, reply) => {
-    const { id, callId } = parseInput(CallParams, request.params, 'params');
+  const cancelSchema = { tags, summary: 'Cancel a call', description: '`202` while it can still be cancelled; a finished call is `200`, unchanged.', params: CallParams };
+  app.post('/v1/sandboxes/:id/calls/:callId/cancel', { schema: cancelSchema }, async (request, reply) => {
+    const { id, callId } = request.params;
     await leases.get(id, request.principal);
     const before = await calls.get(id, callId);
     // Finished is final, even after the sandbox went: nothing to cancel.
@@ -59,23 +70,26 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (app, {
     return reply.status(202).send(await calls.cancel(lease, callId));
   });
 
-  app.get('/v1/receipts/:receiptId', async (request) => {
-    const { receiptId } = request.params as { receiptId: string };
+  app.get('/v1/receipts/:receiptId', { schema: { tags, summary: 'Read a receipt', params: ReceiptParams } }, async (request) => {
+    const { receiptId } = request.params;
     const receipt = await ledger.getReceipt(receiptId);
     // Another tenant's receipt is as absent as a missing one.
     if (!receipt || !(await leases.canSee(receipt.leaseId, request.principal))) throw new AppError('receipt.not_found', `no receipt ${receiptId}`, { details: { receiptId } });
     return receipt;
   });
 
-  app.get('/v1/sandboxes/:id/calls/:callId/events', async (request, reply) => {
-    const { id, callId } = parseInput(CallParams, request.params, 'params');
+  const eventsSchema = {
+    tags,
+    summary: "The call's events as Server-Sent Events",
+    description: '`id:` is the gap-free `seq`; reconnect with `Last-Event-ID` to receive every later event exactly once. Ends after `call.finished`.',
+    params: CallParams,
+    headers: CallEventsHeaders,
+  };
+  app.get('/v1/sandboxes/:id/calls/:callId/events', { schema: eventsSchema }, async (request, reply) => {
+    const { id, callId } = request.params;
     await leases.get(id, request.principal);
     await calls.get(id, callId);
-    const lastEventId = request.headers['last-event-id'];
-    const after = lastEventId === undefined ? 0 : /^\d{1,15}$/.test(String(lastEventId)) ? Number(lastEventId) : Number.NaN;
-    if (!Number.isSafeInteger(after)) {
-      throw new AppError('input.invalid', 'Last-Event-ID must be a non-negative integer seq', { details: { issues: [{ path: 'headers.last-event-id', message: 'not a seq' }] } });
-    }
+    const after = Number(request.headers['last-event-id'] ?? 0);
     reply.hijack();
     const session = await createSession(request.raw, reply.raw, { keepAlive: SSE_KEEPALIVE_MS, retry: 1000 });
     const closed = new AbortController();

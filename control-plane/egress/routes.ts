@@ -5,9 +5,9 @@
  * The newest 10 000 allowed and 10 000 denied events are kept; `dropped` counts the older ones.
  */
 import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { EgressEvent } from '../../contract/objects.js';
-import { parseInput } from '../http/errors.js';
 import type { Ledger } from '../ledger/ledger.js';
 import { LeaseParams } from '../leases/schema.js';
 import type { LeaseService } from '../leases/service.js';
@@ -22,10 +22,12 @@ const Query = z
   })
   .strict();
 
-export const egressRoutes: FastifyPluginAsync<{ leases: LeaseService; ledger: Ledger }> = async (app, { leases, ledger }) => {
-  app.get('/v1/sandboxes/:id/egress', async (request): Promise<{ events: EgressEvent[]; dropped: { allowed: number; denied: number } }> => {
-    const { id } = parseInput(LeaseParams, request.params, 'params');
-    const query = parseInput(Query, request.query, 'query');
+export const egressRoutes: FastifyPluginAsync<{ leases: LeaseService; ledger: Ledger }> = async (plugin, { leases, ledger }) => {
+  const app = plugin.withTypeProvider<ZodTypeProvider>();
+  const schema = { tags: ['sandboxes'], summary: "The sandbox's egress log (network mode allowlist), oldest first", params: LeaseParams, querystring: Query };
+  app.get('/v1/sandboxes/:id/egress', { schema }, async (request): Promise<{ events: EgressEvent[]; dropped: { allowed: number; denied: number } }> => {
+    const { id } = request.params;
+    const query = request.query;
     await leases.get(id, request.principal);
     const log = await ledger.readEgress(id);
     const host = query.host?.toLowerCase();

@@ -14,10 +14,10 @@ import { join, posix } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import { SandboxPath } from '../../contract/tools.js';
-import { parseInput } from '../http/errors.js';
 import { LeaseParams } from '../leases/schema.js';
 import type { LeaseService } from '../leases/service.js';
 import type { Policy } from '../policies/schema.js';
@@ -50,14 +50,23 @@ export function locateInVolume(policy: Policy, path: string): { root: string; re
   throw new AppError('input.path_outside_workspace', `${path} is outside the sandbox's file roots (${roots.join(', ')})`, { details: { path, roots } });
 }
 
-export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (app, opts) => {
+export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (plugin, opts) => {
+  const app = plugin.withTypeProvider<ZodTypeProvider>();
+  const tags = ['files'];
   // Any body that is not JSON is taken as the archive: `curl --data-binary @x.tar` works without
   // a Content-Type of its own, and a wrong archive is refused by the tar guard with a code.
   app.addContentTypeParser('*', (_request, payload, done) => done(null, payload));
 
-  app.put('/v1/sandboxes/:id/files', async (request) => {
-    const { id } = parseInput(LeaseParams, request.params, 'params');
-    const { path } = parseInput(FilesQuery, request.query, 'query');
+  const uploadSchema = {
+    tags,
+    summary: 'Upload a tar archive into a directory',
+    description: 'The body is a tar archive (any Content-Type). It is checked whole before anything is written (`files.unsafe_entry`), then unpacked by tar inside the sandbox as the tool user.',
+    params: LeaseParams,
+    querystring: FilesQuery,
+  };
+  app.put('/v1/sandboxes/:id/files', { schema: uploadSchema }, async (request) => {
+    const { id } = request.params;
+    const { path } = request.query;
     const lease = await opts.leases.active(id, request.principal);
     const { root, relative } = locateInVolume(lease.policySnapshot, path);
     if (!request.body || typeof (request.body as Readable).pipe !== 'function') {
@@ -77,9 +86,10 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (app, o
     }
   });
 
-  app.get('/v1/sandboxes/:id/files', async (request, reply) => {
-    const { id } = parseInput(LeaseParams, request.params, 'params');
-    const { path } = parseInput(FilesQuery, request.query, 'query');
+  const downloadSchema = { tags, summary: 'Download a path as a tar archive', params: LeaseParams, querystring: FilesQuery };
+  app.get('/v1/sandboxes/:id/files', { schema: downloadSchema }, async (request, reply) => {
+    const { id } = request.params;
+    const { path } = request.query;
     const lease = await opts.leases.active(id, request.principal);
     const { root, relative } = locateInVolume(lease.policySnapshot, path);
     const user = lease.policySnapshot.runtime.toolUser;

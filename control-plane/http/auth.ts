@@ -51,7 +51,7 @@ export function keyDigest(secret: string): string {
 
 /**
  * Installs the auth hook on every route but `publicRoutes` (route patterns, default
- * `/healthz`). Throws (as responses) AppError `auth.missing_api_key` (401) without a bearer
+ * `/healthz`; an entry `/prefix/*` covers every route pattern under `/prefix/`). Throws (as responses) AppError `auth.missing_api_key` (401) without a bearer
  * header and `auth.invalid_api_key` (401) for an unknown or revoked key.
  *
  * The check goes by the route the router matched, not the raw URL: the router decodes
@@ -60,11 +60,13 @@ export function keyDigest(secret: string): string {
  */
 export function installApiKeyAuth(app: FastifyInstance, options: { bootstrapKey: string; lookup: PrincipalLookup; publicRoutes?: readonly string[] }): void {
   const bootstrap = createHash('sha256').update(options.bootstrapKey).digest();
-  const publicRoutes = new Set(options.publicRoutes ?? ['/healthz']);
+  const entries = options.publicRoutes ?? ['/healthz'];
+  const publicRoutes = new Set(entries.filter((r) => !r.endsWith('/*')));
+  const publicPrefixes = entries.filter((r) => r.endsWith('/*')).map((r) => r.slice(0, -1));
   app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRequest', async (request) => {
     const route = request.routeOptions.url;
-    if (route === undefined || publicRoutes.has(route)) return;
+    if (route === undefined || publicRoutes.has(route) || publicPrefixes.some((p) => route.startsWith(p))) return;
     const header = request.headers.authorization;
     if (!header) throw new AppError('auth.missing_api_key', 'send Authorization: Bearer <api key>');
     const match = /^Bearer\s+(\S+)$/i.exec(header);
@@ -81,7 +83,8 @@ export function installApiKeyAuth(app: FastifyInstance, options: { bootstrapKey:
 }
 
 /**
- * preHandler for admin-only routes. Throws AppError `auth.admin_required` (403) for user keys.
+ * preValidation hook of admin-only routes: runs before the request's input is validated, so a
+ * user key learns nothing about an admin route's input. Throws AppError `auth.admin_required` (403) for user keys.
  */
 export async function requireAdmin(request: FastifyRequest): Promise<void> {
   if (request.principal.role !== 'admin') {

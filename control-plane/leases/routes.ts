@@ -1,46 +1,44 @@
 /**
- * Lease routes: create, read, list, lease events, renew, release. Each passes the caller's principal to the lease
- * service, which scopes every lookup to the caller's tenant (user keys) in one place.
+ * Lease routes: create, read, list, lease events, renew, release. Each passes the caller's
+ * principal to the lease service, which scopes every lookup to the caller's tenant (user keys)
+ * in one place. Inputs are validated from the `schema:` of each route (see http/openapi.ts).
  */
 import type { FastifyPluginAsync } from 'fastify';
-import { parseInput } from '../http/errors.js';
-import { CreateSandboxBody, IdempotencyKey, LeaseParams, ListSandboxesQuery, ReleaseQuery, RenewSandboxBody, matchesListQuery } from './schema.js';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { CreateSandboxBody, CreateSandboxHeaders, LeaseParams, ListSandboxesQuery, ReleaseQuery, RenewSandboxBody, matchesListQuery } from './schema.js';
 import type { LeaseService } from './service.js';
 
-export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async (app, { leases }) => {
-  app.post('/v1/sandboxes', async (request, reply) => {
-    const body = parseInput(CreateSandboxBody, request.body ?? {}, 'body');
-    const rawKey = request.headers['idempotency-key'];
-    const key = rawKey === undefined ? undefined : parseInput(IdempotencyKey, rawKey, 'headers.idempotency-key');
-    const { lease, replayed } = await leases.create(body, request.principal, key);
-    if (replayed) reply.header('idempotent-replayed', 'true');
-    return reply.status(replayed ? 200 : 201).send(lease);
-  });
+export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async (plugin, { leases }) => {
+  const app = plugin.withTypeProvider<ZodTypeProvider>();
+  const tags = ['sandboxes'];
 
-  app.get('/v1/sandboxes', async (request) => {
-    const query = parseInput(ListSandboxesQuery, request.query, 'query');
-    return { sandboxes: (await leases.list(request.principal)).filter((lease) => matchesListQuery(lease, query)) };
-  });
+  app.post(
+    '/v1/sandboxes',
+    { schema: { tags, summary: 'Lease a sandbox', description: '`201` the lease with its manifest; `200` with `idempotent-replayed: true` for a replayed Idempotency-Key.', body: CreateSandboxBody, headers: CreateSandboxHeaders } },
+    async (request, reply) => {
+      const { lease, replayed } = await leases.create(request.body, request.principal, request.headers['idempotency-key']);
+      if (replayed) reply.header('idempotent-replayed', 'true');
+      return reply.status(replayed ? 200 : 201).send(lease);
+    },
+  );
 
-  app.get('/v1/sandboxes/:id', async (request) => {
-    const { id } = parseInput(LeaseParams, request.params, 'params');
-    return leases.get(id, request.principal);
-  });
+  app.get('/v1/sandboxes', { schema: { tags, summary: 'List sandboxes', description: 'Filtered by labels (all must match) and statuses (any may match).', querystring: ListSandboxesQuery } }, async (request) => ({
+    sandboxes: (await leases.list(request.principal)).filter((lease) => matchesListQuery(lease, request.query)),
+  }));
 
-  app.get('/v1/sandboxes/:id/events', async (request) => {
-    const { id } = parseInput(LeaseParams, request.params, 'params');
-    return { events: await leases.events(id, request.principal) };
-  });
+  app.get('/v1/sandboxes/:id', { schema: { tags, summary: 'Read a sandbox', params: LeaseParams } }, async (request) => leases.get(request.params.id, request.principal));
 
-  app.post('/v1/sandboxes/:id/renew', async (request) => {
-    const { id } = parseInput(LeaseParams, request.params, 'params');
-    const { ttlSeconds } = parseInput(RenewSandboxBody, request.body ?? {}, 'body');
-    return leases.renew(id, request.principal, ttlSeconds);
-  });
+  app.get('/v1/sandboxes/:id/events', { schema: { tags, summary: "The sandbox's status transitions, oldest first", params: LeaseParams } }, async (request) => ({
+    events: await leases.events(request.params.id, request.principal),
+  }));
 
-  app.delete('/v1/sandboxes/:id', async (request) => {
-    const { id } = parseInput(LeaseParams, request.params, 'params');
-    const { graceMs } = parseInput(ReleaseQuery, request.query, 'query');
-    return leases.release(id, request.principal, graceMs);
-  });
+  app.post('/v1/sandboxes/:id/renew', { schema: { tags, summary: 'Move the expiry to now + ttlSeconds (the whole life bounded by the policy)', params: LeaseParams, body: RenewSandboxBody } }, async (request) =>
+    leases.renew(request.params.id, request.principal, request.body.ttlSeconds),
+  );
+
+  app.delete(
+    '/v1/sandboxes/:id',
+    { schema: { tags, summary: 'Release a sandbox (idempotent); running calls get graceMs, then are cancelled', params: LeaseParams, querystring: ReleaseQuery } },
+    async (request) => leases.release(request.params.id, request.principal, request.query.graceMs),
+  );
 };

@@ -54,7 +54,14 @@ export const CreateSandboxBody = z
       .refine((l) => Object.keys(l).every((k) => !k.startsWith('sbx.')), 'label keys starting with "sbx." are reserved')
       .optional(),
   })
-  .strict();
+  .strict()
+  .meta({
+    examples: [
+      {},
+      { policy: 'default', ttlSeconds: 600, env: { CI: 'true' }, labels: { team: 'ci', job: '42' } },
+      { policy: { name: 'offline-ci', version: 1 }, secrets: [{ name: 'NPM_TOKEN' }, { name: 'GITHUB_TOKEN', env: 'GH_TOKEN', file: '/run/secrets/github' }] },
+    ],
+  });
 export type CreateSandboxBody = z.infer<typeof CreateSandboxBody>;
 
 /** `POST /v1/sandboxes/:id/renew`: the lease's new remaining life, from now. */
@@ -75,6 +82,12 @@ export const ReleaseQuery = z
   .strict();
 
 export const IdempotencyKey = z.string().min(1).max(255).regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
+
+/**
+ * `POST /v1/sandboxes` headers: `Idempotency-Key` makes a retried create return the same
+ * sandbox (per tenant). Loose: the other headers pass through unchecked.
+ */
+export const CreateSandboxHeaders = z.object({ 'idempotency-key': IdempotencyKey.optional() }).loose();
 
 /** Any id is looked up (an unknown one is `404 lease.not_found`); only characters no id has are refused. */
 export const LeaseParams = z.object({ id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'letters, digits, _ and -; at most 128') });

@@ -11,7 +11,7 @@ import { AppError } from '../../contract/errors.js';
 import type { Metrics } from './service.js';
 
 export const metricsRoutes: FastifyPluginAsync<{ metrics: Metrics }> = async (app, { metrics }) => {
-  app.get('/metrics', async (_request, reply) => {
+  app.get('/metrics', { schema: { tags: ['meta'], summary: 'Prometheus metrics (text format)', security: [] } }, async (_request, reply) => {
     let rendered;
     try {
       rendered = await metrics.render();

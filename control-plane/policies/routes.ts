@@ -4,35 +4,49 @@
  * with any key; these routes manage them.
  */
 import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { requireAdmin } from '../http/auth.js';
-import { parseInput } from '../http/errors.js';
+import { validatedByHandler } from '../http/openapi.js';
 import { PolicyShape } from './schema.js';
 import type { PolicyService } from './service.js';
 
 const NameParams = z.object({ name: PolicyShape.shape.name });
 const VersionParams = NameParams.extend({ version: z.coerce.number().int().positive() });
 
-export const policiesRoutes: FastifyPluginAsync<{ policies: PolicyService }> = async (app, { policies }) => {
+/**
+ * A PUT body: a policy whose `name` (must match the path) and `version` (compare-and-swap) may be
+ * left out. Documented here, validated by the policy service, which answers `policy.invalid`
+ * with every issue at once (the shape's and the cross-field rules').
+ */
+const PutPolicyBody = validatedByHandler(PolicyShape.partial({ name: true, version: true }));
+
+export const policiesRoutes: FastifyPluginAsync<{ policies: PolicyService }> = async (plugin, { policies }) => {
+  const app = plugin.withTypeProvider<ZodTypeProvider>();
   // Encapsulated: the hook guards every route of this plugin and no other.
-  app.addHook('preHandler', requireAdmin);
+  app.addHook('preValidation', requireAdmin);
+  const tags = ['admin: policies'];
 
-  app.get('/v1/policies', async () => ({ policies: await policies.list() }));
+  app.get('/v1/policies', { schema: { tags, summary: 'The current version of every policy not deleted' } }, async () => ({ policies: await policies.list() }));
 
-  app.get('/v1/policies/:name', async (request) => policies.current(parseInput(NameParams, request.params, 'params').name));
+  app.get('/v1/policies/:name', { schema: { tags, summary: "A policy's current version", params: NameParams } }, async (request) => policies.current(request.params.name));
 
-  app.get('/v1/policies/:name/versions', async (request) => policies.history(parseInput(NameParams, request.params, 'params').name));
+  app.get('/v1/policies/:name/versions', { schema: { tags, summary: 'Every version of a policy, oldest first', params: NameParams } }, async (request) => policies.history(request.params.name));
 
-  app.get('/v1/policies/:name/versions/:version', async (request) => {
-    const { name, version } = parseInput(VersionParams, request.params, 'params');
-    return policies.version(name, version);
-  });
+  const versionSchema = { tags, summary: 'One version of a policy (also of a deleted one)', params: VersionParams };
+  app.get('/v1/policies/:name/versions/:version', { schema: versionSchema }, async (request) => policies.version(request.params.name, request.params.version));
 
-  app.put('/v1/policies/:name', async (request, reply) => {
-    const { name } = parseInput(NameParams, request.params, 'params');
-    const { version, created } = await policies.put(name, request.body, request.principal);
+  const putSchema = {
+    tags,
+    summary: 'Store the next version of a policy',
+    description: '`201` when the name was new or deleted, else `200`. A `version` given must be the next one (`409 policy.version_conflict`). An invalid policy is `400 policy.invalid` listing every issue with its path.',
+    params: NameParams,
+    body: PutPolicyBody,
+  };
+  app.put('/v1/policies/:name', { schema: putSchema }, async (request, reply) => {
+    const { version, created } = await policies.put(request.params.name, request.body, request.principal);
     return reply.status(created ? 201 : 200).send(version);
   });
 
-  app.delete('/v1/policies/:name', async (request) => policies.delete(parseInput(NameParams, request.params, 'params').name, request.principal));
+  app.delete('/v1/policies/:name', { schema: { tags, summary: 'Delete a policy (tombstone; idempotent)', params: NameParams } }, async (request) => policies.delete(request.params.name, request.principal));
 };

@@ -17,7 +17,8 @@ export const QuotaLimits = z
     /** Memory (the policies' `resources.memoryBytes`) summed over the sandboxes, bytes. */
     maxMemoryBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).nullable().optional(),
   })
-  .strict();
+  .strict()
+  .meta({ examples: [{ maxSandboxes: 10, maxCpus: 8, maxMemoryBytes: 17_179_869_184 }, { maxSandboxes: null }, {}] });
 export type QuotaLimits = z.infer<typeof QuotaLimits>;
 
 /** Limits in force for a tenant: a number, or null for no limit. */

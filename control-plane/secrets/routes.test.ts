@@ -2,6 +2,7 @@ import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { installApiKeyAuth, keyDigest, type Principal } from '../http/auth.js';
 import { installErrorHandling } from '../http/errors.js';
+import { installZodValidation } from '../http/openapi.js';
 import { secretsRoutes } from './routes.js';
 import type { SecretService } from './service.js';
 
@@ -11,6 +12,7 @@ const metadata = { name: 'TOKEN', version: 1, createdAt: '2026-01-01T00:00:00.00
 async function app(calls: unknown[][]) {
   const server = Fastify();
   installErrorHandling(server);
+  installZodValidation(server);
   const user: Principal = { keyId: 'key_user', role: 'user', tenant: 't' };
   installApiKeyAuth(server, { bootstrapKey: 'admin-key-0123456789', lookup: async (digest) => (digest === keyDigest('user-key') ? user : undefined) });
   const service = {

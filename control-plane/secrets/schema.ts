@@ -16,5 +16,6 @@ export const PutSecretBody = z
       .refine((v) => !v.includes('\0'), 'must not contain NUL')
       .refine((v) => Buffer.byteLength(v, 'utf8') <= SECRET_MAX_BYTES, `must be at most ${SECRET_MAX_BYTES} bytes (UTF-8)`),
   })
-  .strict();
+  .strict()
+  .meta({ examples: [{ value: 'npm_0123456789abcdef' }] });
 export type PutSecretBody = z.infer<typeof PutSecretBody>;

@@ -1,0 +1,284 @@
+/**
+ * `SbxClient`: the typed HTTP client of the sbx API, one method a route. `Sandbox` (sandbox.ts)
+ * is built on it; the CLI, the MCP server, the demo and the tests use both. Every answer is
+ * parsed with the contract's zod schemas; every error is thrown as `SbxError` with the
+ * platform's code (`api.unreachable` when no answer came).
+ */
+import { stat } from 'node:fs/promises';
+import { basename, dirname } from 'node:path';
+import { Readable } from 'node:stream';
+import type { ReadableStream as NodeReadableStream } from 'node:stream/web';
+import { pipeline } from 'node:stream/promises';
+import { EventSourceParserStream } from 'eventsource-parser/stream';
+import * as tarFs from 'tar-fs';
+import { z } from 'zod';
+import { CallEvent } from '../contract/events.js';
+import { CallView, EgressEvent, Lease, LeaseEvent, ToolResult } from '../contract/objects.js';
+import { SecretMetadata } from '../contract/secrets.js';
+import { SbxError, errorOfResponse } from './errors.js';
+
+/** What `POST /v1/sandboxes` takes; see the README's HTTP API for each field. */
+export interface CreateSandboxOptions {
+  /** Image reference; default the control plane's sandbox image. */
+  image?: string;
+  /** Policy name (its latest version) or `{name, version}`. Default `default`. */
+  policy?: string | { name: string; version?: number };
+  /** Lease lifetime in seconds; default and maximum come from the policy (`lease.ttl_exceeds_policy`). */
+  ttlSeconds?: number;
+  /** Environment every call in the sandbox gets. */
+  env?: Record<string, string>;
+  /** Free-form labels; `sbx.*` keys are reserved. */
+  labels?: Record<string, string>;
+  /** Stored secrets for the lease's calls: `env` (default: the name) and/or `file` (in /run/secrets). */
+  secrets?: Array<{ name: string; env?: string; file?: string }>;
+  /** The same key and body return the same sandbox (per tenant); another body is `lease.idempotency_conflict`. */
+  idempotencyKey?: string;
+}
+
+export interface SubmitCallOptions {
+  /** Dedupe handle: resubmitting the same callId with the same args returns the same call (it runs once). */
+  callId?: string;
+  /** Hold the request up to this many seconds (0–300) for the result. */
+  waitSeconds?: number;
+}
+
+/** `202` answer of a submit that did not finish within `wait`. */
+export const PendingCall = z.object({ callId: z.string(), status: z.enum(['queued', 'running', 'detached', 'finished']) });
+export type PendingCall = z.infer<typeof PendingCall>;
+
+/** What an upload unpacked: tar entries and their bytes. */
+export const UploadSummary = z.object({ path: z.string().optional(), entries: z.number().int(), bytes: z.number().int() });
+export type UploadSummary = z.infer<typeof UploadSummary>;
+
+/** A tool as `GET /v1/tools` describes it: `inputSchema` is its arguments' JSON Schema (draft 2020-12). */
+export const ToolDescription = z.object({
+  name: z.string(),
+  version: z.string(),
+  description: z.string(),
+  /** What running it may do: `process` (runs code), `fs.read`, `fs.write`. */
+  effectClasses: z.array(z.string()),
+  inputSchema: z.record(z.string(), z.unknown()),
+});
+export type ToolDescription = z.infer<typeof ToolDescription>;
+
+const ToolList = z.object({ tools: z.array(ToolDescription) });
+const LeaseList = z.object({ sandboxes: z.array(Lease) });
+const LeaseEventList = z.object({ events: z.array(LeaseEvent) });
+const EgressList = z.object({ events: z.array(EgressEvent) });
+const SecretList = z.object({ secrets: z.array(SecretMetadata) });
+
+/** Times the event stream of one call is reopened after it dropped before `call.finished`. */
+const MAX_STREAM_RECONNECTS = 20;
+/** Pause before reopening a dropped event stream, ms. */
+const RECONNECT_DELAY_MS = 200;
+
+export interface SbxClientOptions {
+  /** The fetch to use (default the global one): for proxies, custom agents or tests. */
+  fetch?: typeof fetch;
+}
+
+export class SbxClient {
+  private readonly fetchImpl: typeof fetch;
+
+  /** `baseUrl`: e.g. `http://127.0.0.1:7070` (no trailing slash); `apiKey`: a bearer key. */
+  constructor(
+    readonly baseUrl: string,
+    private readonly apiKey: string,
+    options: SbxClientOptions = {},
+  ) {
+    this.fetchImpl = options.fetch ?? fetch;
+  }
+
+  /** Leases a sandbox; resolves when it is `ready` (or throws, e.g. `policy.not_found`, `quota.exceeded`, `lease.create_failed`). */
+  async createSandbox(options: CreateSandboxOptions = {}): Promise<Lease> {
+    const { idempotencyKey, ...body } = options;
+    const headers: Record<string, string> = idempotencyKey ? { 'idempotency-key': idempotencyKey } : {};
+    return Lease.parse(await this.json('POST', '/v1/sandboxes', body, headers));
+  }
+
+  async getSandbox(id: string): Promise<Lease> {
+    return Lease.parse(await this.json('GET', `/v1/sandboxes/${encodeURIComponent(id)}`));
+  }
+
+  async listSandboxes(): Promise<Lease[]> {
+    return LeaseList.parse(await this.json('GET', '/v1/sandboxes')).sandboxes;
+  }
+
+  /**
+   * Releases a sandbox; running calls may go on for `graceMs` before they are cancelled
+   * (default 0). Releasing a released one returns it unchanged.
+   */
+  async releaseSandbox(id: string, options: { graceMs?: number } = {}): Promise<Lease> {
+    const query = options.graceMs !== undefined ? `?graceMs=${options.graceMs}` : '';
+    return Lease.parse(await this.json('DELETE', `/v1/sandboxes/${encodeURIComponent(id)}${query}`));
+  }
+
+  /**
+   * Moves a ready sandbox's expiry to now + `ttlSeconds` (`POST /v1/sandboxes/:id/renew`); the
+   * whole life stays within the policy's maxTtlSeconds (`lease.ttl_exceeds_policy`). Throws
+   * `lease.expired`/`lease.released` when it already ended.
+   */
+  async renewSandbox(id: string, ttlSeconds: number): Promise<Lease> {
+    return Lease.parse(await this.json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/renew`, { ttlSeconds }));
+  }
+
+  /** The sandbox's status transitions, oldest first. */
+  async leaseEvents(id: string): Promise<LeaseEvent[]> {
+    return LeaseEventList.parse(await this.json('GET', `/v1/sandboxes/${encodeURIComponent(id)}/events`)).events;
+  }
+
+  /** The sandbox's egress log (network mode `allowlist`), oldest first. */
+  async egress(leaseId: string, query: { decision?: 'allowed' | 'denied'; limit?: number } = {}): Promise<EgressEvent[]> {
+    const params = new URLSearchParams(Object.entries(query).map(([k, v]): [string, string] => [k, String(v)]));
+    return EgressList.parse(await this.json('GET', `/v1/sandboxes/${leaseId}/egress${params.size > 0 ? `?${params}` : ''}`)).events;
+  }
+
+  /** Stores `value` as the next version of secret `name` (admin key). */
+  async putSecret(name: string, value: string): Promise<SecretMetadata> {
+    return SecretMetadata.parse(await this.json('PUT', `/v1/secrets/${encodeURIComponent(name)}`, { value }));
+  }
+
+  async getSecret(name: string): Promise<SecretMetadata> {
+    return SecretMetadata.parse(await this.json('GET', `/v1/secrets/${encodeURIComponent(name)}`));
+  }
+
+  async listSecrets(): Promise<SecretMetadata[]> {
+    return SecretList.parse(await this.json('GET', '/v1/secrets')).secrets;
+  }
+
+  /** Deletes secret `name`; deleting an absent one succeeds too. */
+  async deleteSecret(name: string): Promise<void> {
+    const response = await this.raw('DELETE', `/v1/secrets/${encodeURIComponent(name)}`);
+    if (!response.ok) throw await errorOfResponse(response);
+  }
+
+  /** The tools sandboxes offer, with their input JSON Schemas. */
+  async listTools(): Promise<ToolDescription[]> {
+    return ToolList.parse(await this.json('GET', '/v1/tools')).tools;
+  }
+
+  /** Submits a call; returns the ToolResult when it finished within `waitSeconds`, else `{callId, status}`. */
+  async submitCall(leaseId: string, tool: string, args: Record<string, unknown>, options: SubmitCallOptions = {}): Promise<ToolResult | PendingCall> {
+    const query = options.waitSeconds !== undefined ? `?wait=${options.waitSeconds}` : '';
+    const body = await this.json('POST', `/v1/sandboxes/${leaseId}/calls${query}`, { tool, args, ...(options.callId ? { callId: options.callId } : {}) });
+    const result = ToolResult.safeParse(body);
+    return result.success ? result.data : PendingCall.parse(body);
+  }
+
+  async getCall(leaseId: string, callId: string): Promise<CallView> {
+    return CallView.parse(await this.json('GET', `/v1/sandboxes/${leaseId}/calls/${callId}`));
+  }
+
+  async cancelCall(leaseId: string, callId: string): Promise<CallView> {
+    return CallView.parse(await this.json('POST', `/v1/sandboxes/${leaseId}/calls/${callId}/cancel`, {}));
+  }
+
+  /**
+   * The call's events after `afterSeq` until `call.finished`. A stream that drops is reopened
+   * with `Last-Event-ID` (the last `seq` received), so each event arrives once, in order, even
+   * across reconnects. Throws `SbxError` for an error answer (e.g. `call.not_found`) and when
+   * the stream kept dropping.
+   */
+  async *events(leaseId: string, callId: string, afterSeq = 0): AsyncGenerator<CallEvent> {
+    let last = afterSeq;
+    for (let attempt = 0; attempt <= MAX_STREAM_RECONNECTS; attempt += 1) {
+      if (attempt > 0) await new Promise((r) => setTimeout(r, RECONNECT_DELAY_MS));
+      let response: Response;
+      try {
+        response = await this.fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/calls/${callId}/events`, {
+          headers: { authorization: `Bearer ${this.apiKey}`, accept: 'text/event-stream', ...(last > 0 ? { 'last-event-id': String(last) } : {}) },
+        });
+      } catch (err) {
+        // Unreachable for a moment (a restarting control plane): try again like a dropped stream.
+        if (err instanceof SbxError && err.code === 'api.unreachable' && attempt < MAX_STREAM_RECONNECTS) continue;
+        throw err;
+      }
+      if (!response.ok || !response.body) throw await errorOfResponse(response);
+      const stream = response.body.pipeThrough(new TextDecoderStream()).pipeThrough(new EventSourceParserStream());
+      try {
+        for await (const message of stream) {
+          if (!message.data) continue;
+          const event = CallEvent.parse(JSON.parse(message.data));
+          // A server resuming from Last-Event-ID sends nothing at or before it; this keeps the promise if one did.
+          if (event.seq <= last) continue;
+          last = event.seq;
+          yield event;
+          if (event.type === 'call.finished') return;
+        }
+      } catch (err) {
+        // A dropped connection (reset, proxy timeout) is reopened; a malformed event is not a drop.
+        if (err instanceof z.ZodError || err instanceof SyntaxError) throw err;
+      }
+    }
+    throw new SbxError({ code: 'api.unreachable', domain: 'api', retryability: 'reconcile_first', message: `the event stream of call ${callId} kept dropping`, details: { callId, lastSeq: last } });
+  }
+
+  /**
+   * Packs a local directory's contents, or a single file, with tar-fs and unpacks it into
+   * `remoteDir` of the sandbox (a file keeps its name there). `ignore` gets paths relative to
+   * the directory. Throws SbxError `files.not_found` when `localPath` does not exist, and the
+   * API's codes (`files.unsafe_entry`, `files.permission_denied`, `input.path_outside_workspace`).
+   */
+  async upload(leaseId: string, localPath: string, remoteDir: string, ignore?: (relativePath: string) => boolean): Promise<UploadSummary> {
+    const info = await stat(localPath).catch(() => null);
+    if (!info) throw new SbxError({ code: 'files.not_found', domain: 'files', retryability: 'no', message: `no such local file or directory: ${localPath}`, details: { path: localPath } });
+    const pack = info.isDirectory()
+      ? tarFs.pack(localPath, ignore ? { ignore: (name: string) => ignore(name.slice(localPath.length).replace(/^\/+/, '')) } : {})
+      : tarFs.pack(dirname(localPath), { entries: [basename(localPath)] });
+    const response = await this.fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/files?path=${encodeURIComponent(remoteDir)}`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${this.apiKey}`, 'content-type': 'application/x-tar' },
+      body: Readable.toWeb(Readable.from(pack as unknown as AsyncIterable<Buffer>)) as ReadableStream,
+      duplex: 'half',
+    } as RequestInit);
+    if (!response.ok) throw await errorOfResponse(response);
+    return UploadSummary.parse(await response.json());
+  }
+
+  /** PUT of a tar archive's bytes into `remoteDir`. */
+  async uploadTar(leaseId: string, remoteDir: string, tar: Uint8Array): Promise<UploadSummary> {
+    const response = await this.fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/files?path=${encodeURIComponent(remoteDir)}`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${this.apiKey}`, 'content-type': 'application/x-tar' },
+      body: tar,
+    });
+    if (!response.ok) throw await errorOfResponse(response);
+    return UploadSummary.parse(await response.json());
+  }
+
+  /** Fetches `remotePath` as a tar and unpacks it into local directory `dir` (which must exist). */
+  async download(leaseId: string, remotePath: string, dir: string): Promise<void> {
+    const response = await this.fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/files?path=${encodeURIComponent(remotePath)}`, {
+      headers: { authorization: `Bearer ${this.apiKey}` },
+    });
+    if (!response.ok || !response.body) throw await errorOfResponse(response);
+    await pipeline(Readable.fromWeb(response.body as NodeReadableStream), tarFs.extract(dir, { chown: false } as tarFs.ExtractOptions));
+  }
+
+  /** Any request, returning the raw Response (tests use it for hostile input). */
+  raw(method: string, path: string, init: { body?: string | Uint8Array; headers?: Record<string, string> } = {}): Promise<Response> {
+    return this.fetch(`${this.baseUrl}${path}`, { method, headers: { authorization: `Bearer ${this.apiKey}`, ...init.headers }, ...(init.body !== undefined ? { body: init.body } : {}) });
+  }
+
+  /** fetch, with network failures as `api.unreachable` naming the URL and the system's reason (ECONNREFUSED, ...). */
+  private async fetch(url: string, init: RequestInit): Promise<Response> {
+    try {
+      return await this.fetchImpl(url, init);
+    } catch (err) {
+      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      const reason = cause?.code ?? cause?.message ?? (err as Error).message;
+      const origin = new URL(url).origin;
+      throw new SbxError({ code: 'api.unreachable', domain: 'api', retryability: 'reconcile_first', message: `cannot reach sbx at ${origin}: ${reason}`, details: { url: origin, reason } }, { cause: err });
+    }
+  }
+
+  private async json(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<unknown> {
+    const response = await this.fetch(`${this.baseUrl}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${this.apiKey}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+    if (!response.ok) throw await errorOfResponse(response);
+    return response.json();
+  }
+}

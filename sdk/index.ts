@@ -1,0 +1,16 @@
+/**
+ * The sbx TypeScript SDK.
+ *
+ *   await using sbx = await Sandbox.create({ policy: 'default', ttlSeconds: 600 });
+ *   const result = await sbx.exec('npm test', { onStdout: (t) => process.stdout.write(t) });
+ *
+ * `Sandbox` is one leased sandbox (exec, files, git, renew, release); `SbxClient` is the HTTP API
+ * route by route; `SbxError` carries the platform's error `code` and `retryability`.
+ */
+export { Sandbox, SandboxFiles, SandboxGit, connect, type ConnectionOptions, type ExecOptions, type OutputChunk } from './sandbox.js';
+export { SbxClient, type CreateSandboxOptions, type ToolDescription, type PendingCall, type SbxClientOptions, type SubmitCallOptions, type UploadSummary } from './client.js';
+export { SbxError } from './errors.js';
+export type { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
+export type { CallEvent } from '../contract/events.js';
+export type { ErrorCode, ErrorInfo, Retryability } from '../contract/errors.js';
+export type { CallView, EffectReceipt, Lease, ToolResult } from '../contract/objects.js';

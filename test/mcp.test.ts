@@ -1,0 +1,137 @@
+/**
+ * `sbx mcp` driven by the official MCP client (`Client` + `StdioClientTransport`, spawning the
+ * built CLI) against a real control plane: the tool list with the platform's schemas and the
+ * semantics in the descriptions, a lazily leased sandbox, exec and write/read, tool errors as
+ * isError results with the platform's code, protocol errors as protocol errors, and the sandbox
+ * released when the client goes.
+ */
+import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { CallToolResultSchema, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TERMINAL_LEASE_STATUSES } from '../contract/objects.js';
+import { REPO_ROOT, startHarness, type Harness } from './harness.js';
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness();
+});
+afterAll(async () => h?.close());
+
+/** An MCP client connected to a fresh `sbx mcp` process. */
+async function connectClient(): Promise<Client> {
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [join(REPO_ROOT, 'dist/cli/sbx.js'), 'mcp'],
+    env: { ...(process.env as Record<string, string>), SBX_URL: h.url, SBX_API_KEY: h.apiKey },
+    stderr: 'pipe',
+  });
+  const client = new Client({ name: 'sbx-test', version: '0.0.0' });
+  await client.connect(transport);
+  return client;
+}
+
+const textOf = (result: CallToolResult): string => result.content.map((c) => (c.type === 'text' ? c.text : '')).join('');
+
+async function call(client: Client, name: string, args: Record<string, unknown>): Promise<CallToolResult> {
+  return CallToolResultSchema.parse(await client.callTool({ name, arguments: args }));
+}
+
+/** The tenant's sandboxes that are not ended. */
+async function liveSandboxes(): Promise<string[]> {
+  return (await h.client.listSandboxes()).filter((l) => !TERMINAL_LEASE_STATUSES.has(l.status)).map((l) => l.id);
+}
+
+async function eventually(check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not reached in time');
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+describe('sbx mcp', () => {
+  it('lists the platform tools with their JSON Schemas and the timeout, truncation and effect semantics, leasing nothing', async () => {
+    const client = await connectClient();
+    try {
+      const { tools } = await client.listTools();
+      const platform = (await h.client.listTools()).map((t) => t.name).sort();
+      expect(tools.map((t) => t.name).sort()).toEqual(platform);
+      const exec = tools.find((t) => t.name === 'exec')!;
+      expect(exec.inputSchema.type).toBe('object');
+      expect(Object.keys(exec.inputSchema.properties ?? {})).toEqual(expect.arrayContaining(['cmd', 'argv', 'cwd', 'timeoutMs']));
+      expect(exec.description).toMatch(/timeoutMs/);
+      expect(exec.description).toMatch(/not "no effect"/);
+      expect(exec.description).toMatch(/4 MiB/);
+      expect(exec.description).toMatch(/not a receipt/);
+      expect(tools.find((t) => t.name === 'write_file')!.description).toMatch(/atomically/);
+      expect(await liveSandboxes()).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('runs exec and write/read in one lazily leased sandbox, returns tool errors as isError with the code, and releases the sandbox when the client closes', async () => {
+    const client = await connectClient();
+    let sandboxId: string | undefined;
+    try {
+      const exec = await call(client, 'exec', { cmd: 'echo hello from mcp; echo warn >&2' });
+      expect(exec.isError).toBe(false);
+      expect(textOf(exec)).toContain('hello from mcp');
+      expect(textOf(exec)).toMatch(/\[sbx\] status=succeeded exitCode=0 receipt=\S+ commitState=committed/);
+      sandboxId = (exec.structuredContent as { sandboxId: string }).sandboxId;
+      expect(await liveSandboxes()).toEqual([sandboxId]);
+
+      const write = await call(client, 'write_file', { path: '/workspace/mcp.txt', content: 'written over mcp\n' });
+      expect(write.isError).toBe(false);
+      const read = await call(client, 'read_file', { path: '/workspace/mcp.txt' });
+      expect(read.isError).toBe(false);
+      expect(textOf(read)).toContain('written over mcp');
+      expect((read.structuredContent as { sandboxId: string }).sandboxId).toBe(sandboxId);
+
+      // A call that ran and failed: isError, with the platform's code.
+      const missing = await call(client, 'read_file', { path: '/workspace/missing.txt' });
+      expect(missing.isError).toBe(true);
+      expect(textOf(missing)).toContain('code=files.not_found');
+      expect((missing.structuredContent as { error: { code: string } }).error.code).toBe('files.not_found');
+      const exit = await call(client, 'exec', { cmd: 'exit 4' });
+      expect(exit.isError).toBe(true);
+      expect(textOf(exit)).toMatch(/code=execution\.nonzero_exit .*exitCode=4/);
+
+      // A call the platform refused at submission (HTTP 400): still a tool error with the code.
+      const invalid = await call(client, 'exec', { cwd: '/workspace' });
+      expect(invalid.isError).toBe(true);
+      expect((invalid.structuredContent as { error: { code: string } }).error.code).toBe('input.invalid');
+      expect(textOf(invalid)).toContain('args.argv');
+      const outside = await call(client, 'read_file', { path: '/etc/shadow' });
+      expect((outside.structuredContent as { error: { code: string } }).error.code).toBe('input.path_outside_workspace');
+
+      // An unknown tool is a protocol error, not a tool result.
+      const unknown = await client.callTool({ name: 'rm_rf', arguments: {} }).catch((err: unknown) => err);
+      expect(unknown).toBeInstanceOf(McpError);
+      expect((unknown as McpError).message).toContain('unknown tool');
+      expect(await liveSandboxes()).toEqual([sandboxId]);
+    } finally {
+      await client.close();
+    }
+    await eventually(async () => (await h.client.getSandbox(sandboxId!)).status === 'released');
+    expect(await liveSandboxes()).toEqual([]);
+  });
+
+  it('SIGTERM releases the sandbox too', async () => {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [join(REPO_ROOT, 'dist/cli/sbx.js'), 'mcp'],
+      env: { ...(process.env as Record<string, string>), SBX_URL: h.url, SBX_API_KEY: h.apiKey },
+      stderr: 'pipe',
+    });
+    const client = new Client({ name: 'sbx-test', version: '0.0.0' });
+    await client.connect(transport);
+    const exec = await call(client, 'exec', { cmd: 'true' });
+    const sandboxId = (exec.structuredContent as { sandboxId: string }).sandboxId;
+    process.kill(transport.pid!, 'SIGTERM');
+    await eventually(async () => (await h.client.getSandbox(sandboxId)).status === 'released');
+    await client.close();
+  });
+});
