@@ -2,6 +2,7 @@
  * File transfer through the Docker archive API: round trips, and hostile archives rejected
  * whole before anything reaches the sandbox.
  */
+import { createHash } from 'node:crypto';
 import { mkdtemp, mkdir, readFile, writeFile, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -77,6 +78,16 @@ describe('files', () => {
     expect((error as SbxError).info.details?.errno).toBe('EACCES');
     expect(String((error as SbxError).info.details?.reason)).toContain('Permission denied');
     expect((error as SbxError).info.message).toContain('/workspace/locked');
+  });
+
+  it('a download of several hundred KiB arrives whole, every time (no chunk lost between the first and the rest)', async () => {
+    await h.client.submitCall(leaseId, 'exec', { cmd: 'mkdir -p /workspace/big && head -c 300000 /dev/urandom > /workspace/big/blob && sha256sum /workspace/big/blob' }, { waitSeconds: 30 });
+    const expected = ((await h.client.submitCall(leaseId, 'exec', { cmd: 'sha256sum < /workspace/big/blob' }, { waitSeconds: 30 })) as { stdout: string }).stdout.split(' ')[0];
+    for (let i = 0; i < 5; i++) {
+      const dir = await mkdtemp(join(tmpdir(), 'sbx-big-'));
+      await h.client.download(leaseId, '/workspace/big/blob', dir);
+      expect(createHash('sha256').update(await readFile(join(dir, 'blob'))).digest('hex')).toBe(expected);
+    }
   });
 
   it('downloads the root itself, a symlink as a symlink, and a name ending in a newline as that very file', async () => {

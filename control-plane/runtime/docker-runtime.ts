@@ -181,14 +181,18 @@ export class DockerRuntime implements SandboxRuntime {
     // The script checks the path before tar writes anything, so a missing or unreadable path
     // ends with no output and becomes an HTTP error instead of a broken archive.
     const first = await new Promise<Buffer | null>((resolve) => {
-      run.stdout.once('data', (chunk: Buffer) => resolve(chunk));
+      run.stdout.once('data', (chunk: Buffer) => {
+        // Paused in the handler itself: the 'data' listener put the stream in flowing mode, and
+        // chunks written before a later pause() would be emitted to no listener and lost.
+        run.stdout.pause();
+        resolve(chunk);
+      });
       run.stdout.once('end', () => resolve(null));
     });
     if (first === null) {
       const { exitCode, stderr } = await run.done;
       throw tarError(exitCode === 0 ? 'tar produced no archive' : stderr, path);
     }
-    run.stdout.pause();
     const out = new PassThrough();
     out.write(first);
     run.stdout.pipe(out);
