@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { EgressAllowlist, allowlistDigest, type EgressRule } from './rules.js';
 
 const rules: EgressRule[] = [
-  { host: 'registry.npmjs.org', ports: [443] },
+  { host: 'api.example.com', ports: [443] },
   { host: '*.pkg.example', ports: [80, 443] },
   { cidr: '10.20.0.0/16', ports: [8080] },
   { cidr: 'fd00:1::/64', ports: [443] },
@@ -11,12 +11,12 @@ const allowlist = new EgressAllowlist(rules);
 
 describe('egress allowlist: destination match (before DNS)', () => {
   it('allows an exact host on a listed port, case-insensitively and with a trailing dot', () => {
-    expect(allowlist.matchDestination('registry.npmjs.org', 443)).toEqual({ allowed: true, rule: 'allow[0] host registry.npmjs.org:443' });
-    expect(allowlist.matchDestination('Registry.NPMJS.org.', 443).allowed).toBe(true);
+    expect(allowlist.matchDestination('api.example.com', 443)).toEqual({ allowed: true, rule: 'allow[0] host api.example.com:443' });
+    expect(allowlist.matchDestination('API.Example.COM.', 443).allowed).toBe(true);
   });
 
   it('denies a listed host on an unlisted port', () => {
-    expect(allowlist.matchDestination('registry.npmjs.org', 80)).toEqual({ allowed: false, rule: 'no rule allows registry.npmjs.org:80' });
+    expect(allowlist.matchDestination('api.example.com', 80)).toEqual({ allowed: false, rule: 'no rule allows api.example.com:80' });
   });
 
   it('matches *.suffix for names below the suffix only, not the suffix or look-alikes', () => {
@@ -85,7 +85,7 @@ describe('egress allowlist: resolved address check (after the proxy resolved the
 
   it('an empty allowlist allows nothing', () => {
     const none = new EgressAllowlist([]);
-    expect(none.matchDestination('registry.npmjs.org', 443).allowed).toBe(false);
+    expect(none.matchDestination('api.example.com', 443).allowed).toBe(false);
     expect(none.matchDestination('93.184.216.34', 443).allowed).toBe(false);
   });
 });

@@ -107,7 +107,7 @@ describe('policy compiler', () => {
   });
 
   it('gives an allowlist sandbox no network either, only the egress proxy socket directory and the agent listener for it', () => {
-    const allowlist = { ...base, network: { mode: 'allowlist' as const, allow: [{ host: 'registry.npmjs.org', ports: [443] }] } };
+    const allowlist = { ...base, network: { mode: 'allowlist' as const, allow: [{ host: 'api.example.com', ports: [443] }] } };
     const spec = compileSandboxSpec(input(allowlist));
     expect(spec.network).toEqual({ mode: 'none' });
     expect(spec.readOnlyBinds).toContainEqual({ hostPath: '/data/egress/sbx_abc', containerPath: '/run/sbx/egress' });
