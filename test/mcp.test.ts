@@ -19,8 +19,8 @@ beforeAll(async () => {
 });
 afterAll(async () => h?.close());
 
-/** An MCP client connected to a fresh `sbx mcp` process. */
-async function connectClient(): Promise<Client> {
+/** An MCP client connected to a fresh `sbx mcp` process, and that process's transport. */
+async function connectMcp(): Promise<{ client: Client; transport: StdioClientTransport }> {
   const transport = new StdioClientTransport({
     command: process.execPath,
     args: [join(REPO_ROOT, 'dist/cli/sbx.js'), 'mcp'],
@@ -29,7 +29,12 @@ async function connectClient(): Promise<Client> {
   });
   const client = new Client({ name: 'sbx-test', version: '0.0.0' });
   await client.connect(transport);
-  return client;
+  return { client, transport };
+}
+
+/** An MCP client connected to a fresh `sbx mcp` process. */
+async function connectClient(): Promise<Client> {
+  return (await connectMcp()).client;
 }
 
 const textOf = (result: CallToolResult): string => result.content.map((c) => (c.type === 'text' ? c.text : '')).join('');
@@ -120,14 +125,7 @@ describe('sbx mcp', () => {
   });
 
   it('SIGTERM releases the sandbox too', async () => {
-    const transport = new StdioClientTransport({
-      command: process.execPath,
-      args: [join(REPO_ROOT, 'dist/cli/sbx.js'), 'mcp'],
-      env: { ...(process.env as Record<string, string>), SBX_URL: h.url, SBX_API_KEY: h.apiKey },
-      stderr: 'pipe',
-    });
-    const client = new Client({ name: 'sbx-test', version: '0.0.0' });
-    await client.connect(transport);
+    const { client, transport } = await connectMcp();
     const exec = await call(client, 'exec', { cmd: 'true' });
     const sandboxId = (exec.structuredContent as { sandboxId: string }).sandboxId;
     process.kill(transport.pid!, 'SIGTERM');

@@ -155,20 +155,23 @@ export class WarmPools {
     const claims = await this.deps.redis.hgetall(this.k.claimed());
     const stale = Object.entries(claims).filter(([, at]) => this.deps.now() - Number(at) > CLAIM_SETTLE_MS).map(([id]) => id);
     if (stale.length > 0) await this.deps.redis.hdel(this.k.claimed(), ...stale);
+    // One listing of the runtime serves every pool of the round.
+    let running: Set<string> | undefined;
     for (const spec of this.specs) {
       if (!(await this.lock(spec.name))) continue;
       try {
-        await this.maintainPool(spec);
+        running ??= new Set((await this.deps.runtime.listOwned(this.deps.owner)).filter((c) => c.running).map((c) => c.leaseId));
+        await this.maintainPool(spec, running);
       } catch (err) {
         this.deps.log.warn({ pool: spec.name, err }, 'warm pool maintenance failed');
       }
     }
   }
 
-  private async maintainPool(spec: PoolSpec & { name: string; image: string }): Promise<void> {
+  /** One pool's round; `running` holds the ids of this owner's running containers. */
+  private async maintainPool(spec: PoolSpec & { name: string; image: string }, running: ReadonlySet<string>): Promise<void> {
     const { redis, now } = this.deps;
     const members = await this.membersOf(spec.name);
-    const running = new Set((await this.deps.runtime.listOwned(this.deps.owner)).filter((c) => c.running).map((c) => c.leaseId));
     const latest = await this.deps.latestPolicy(spec.policy);
     for (const [id, m] of members) {
       const dead = m.state === 'ready' && !running.has(id);
