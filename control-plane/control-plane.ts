@@ -30,8 +30,10 @@ import { ExpiryTimers } from './queue/expiry-timers.js';
 import { QuotaService, type LeaseHold } from './quotas/service.js';
 import { RedisQuotaStore } from './quotas/store.js';
 import { LeaseChannels } from './queue/lease-channels.js';
+import { installationId } from './installation/store.js';
 import { connectRedis, redisOptions } from './queue/redis.js';
 import { DockerRuntime } from './runtime/docker-runtime.js';
+import type { Ownership } from './runtime/runtime.js';
 import { SecretService } from './secrets/service.js';
 import { RedisSecretRecords } from './secrets/store.js';
 
@@ -39,6 +41,11 @@ import { RedisSecretRecords } from './secrets/store.js';
 export interface ControlPlane {
   app: FastifyInstance;
   leases: LeaseService;
+  /**
+   * `SBX_OWNER` and the installation id (made once per Redis and key prefix): the labels on
+   * everything this control plane creates, and all it ever reaps.
+   */
+  ownership: Ownership;
   /** This control plane's metrics (its own registry); warm pools report to it. */
   metrics: Metrics;
   /**
@@ -66,6 +73,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   // ioredis reconnects by itself (commands wait meanwhile); say so in the log, not on bare stderr.
   for (const conn of [redis, subscriber]) conn.on('error', (err: Error) => log.warn({ err: err.message }, 'redis connection error; reconnecting'));
   const runtime = new DockerRuntime(config.dockerSocket);
+  const ownership = { owner: config.owner, installation: await installationId(redis, config.redisPrefix) };
   const ledger = new Ledger(redis, config.redisPrefix);
   const notifier = await CallNotifier.start(subscriber, ledger.notifyPattern);
   const channels = new LeaseChannels(redis, options, config.redisPrefix, log);
@@ -113,7 +121,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
           {
             redis,
             prefix: config.redisPrefix,
-            owner: config.owner,
+            ownership,
             defaultImage: config.image,
             launcher: { launchWarm: (id, policy, image) => leases.launchWarm(id, policy, image), discardWarm: (id) => leases.discardWarm(id) },
             runtime,
@@ -130,7 +138,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const leases: LeaseService = new LeaseService(
     { runtime, ledger, channels, expiry, policies, audit, calls, egress, secrets, quotas, metrics, ...(pools ? { pools } : {}), now, log },
     {
-      owner: config.owner,
+      ownership,
       sbxVersion: SBX_VERSION,
       dataDir: config.dataDir,
       defaultImage: config.image,
@@ -201,6 +209,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   return {
     app,
     leases,
+    ownership,
     metrics,
     async startBackground({ reconcileIntervalMs = 5000, poolIntervalMs = 1000 } = {}) {
       const outcome = await reconcile();

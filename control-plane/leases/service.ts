@@ -35,12 +35,16 @@ import type { LeaseMetrics } from '../metrics/service.js';
 import type { WarmPools } from '../pools/warm-pools.js';
 import type { LeaseChannels } from '../queue/lease-channels.js';
 import type { QuotaService } from '../quotas/service.js';
-import type { OwnedSandbox, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
+import type { OwnedSandbox, Ownership, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
 import type { CreateSandboxBody, SecretRequest } from './schema.js';
 
 export interface LeaseServiceOptions {
-  owner: string;
+  /**
+   * `SBX_OWNER` and this installation's id: written on everything this service creates, and
+   * the only things reconcile, reaping and teardown ever list or remove.
+   */
+  ownership: Ownership;
   sbxVersion: string;
   dataDir: string;
   defaultImage: string;
@@ -179,7 +183,7 @@ export class LeaseService {
     const [info, imageId] = await Promise.all([runtime.info(), runtime.imageId(image)]);
     const spec = compileSandboxSpec({
       leaseId: id,
-      owner: this.options.owner,
+      ownership: this.options.ownership,
       sbxVersion: this.options.sbxVersion,
       image,
       policy,
@@ -239,7 +243,7 @@ export class LeaseService {
       manifest: null,
       labels: body.labels ?? {},
       tenant: by.tenant,
-      owner: this.options.owner,
+      owner: this.options.ownership.owner,
       env: plan.env,
       policySnapshot: plan.policy,
       secrets: plan.grants,
@@ -666,7 +670,9 @@ export class LeaseService {
   /**
    * Makes the runtime and the ledger agree; runs at start and then periodically, in every
    * control-plane process at once (each change is a compare-and-swap, so they do not repeat
-   * each other's work). What it finds, by lease of this owner:
+   * each other's work). What it finds, by lease, among what carries this owner and installation
+   * id (another installation's sandboxes, and those made before installation ids, are never
+   * listed, so never reaped):
    * - container, volumes or network but no lease record, or an ended lease → removed (`lease.reap`);
    * - `pending`/`starting` whose process is gone → `failed` (`create_interrupted`), leftovers removed;
    * - `ready` with a running container → adopted: its returns consumed (and its egress served)
@@ -678,7 +684,7 @@ export class LeaseService {
   async reconcile(): Promise<ReconcileOutcome> {
     const { runtime, ledger, channels } = this.deps;
     const result: ReconcileOutcome = { adopted: [], removed: [], lost: [], failed: [], resumed: [] };
-    const owned = await runtime.listOwned(this.options.owner);
+    const owned = await runtime.listOwned(this.options.ownership);
     for (const sandbox of owned) {
       const lease = await ledger.getLease(sandbox.leaseId);
       // A warm pool's sandbox has no lease until one claims it; the pool looks after it.
@@ -691,11 +697,11 @@ export class LeaseService {
       }
     }
     const listed = new Set(owned.map((s) => s.leaseId));
-    const unlisted = (await ledger.listLeases()).filter((l) => l.owner === this.options.owner && !listed.has(l.id) && !TERMINAL_LEASE_STATUSES.has(l.status));
+    const unlisted = (await ledger.listLeases()).filter((l) => l.owner === this.options.ownership.owner && !listed.has(l.id) && !TERMINAL_LEASE_STATUSES.has(l.status));
     if (unlisted.length > 0) {
       // Listed again after the ledger was read: a lease that became ready after the first
       // listing has its container in this one, and is not taken for lost.
-      const present = new Set((await runtime.listOwned(this.options.owner)).map((s) => s.leaseId));
+      const present = new Set((await runtime.listOwned(this.options.ownership)).map((s) => s.leaseId));
       for (const lease of unlisted) if (!present.has(lease.id)) await this.reconcileLease(lease, null, result);
     }
     // Returns this process consumes of leases another process ended go too.
@@ -860,7 +866,7 @@ export class LeaseService {
         failures.push(err);
       }
     };
-    await step(() => runtime.remove(id, this.options.owner));
+    await step(() => runtime.remove(id, this.options.ownership));
     await step(() => channels.drainReturns(id, 5000));
     await step(() => calls.abandonOpenCalls(id, manifestDigest, (callId) => channels.attemptOf(id, callId)));
     await step(() => channels.destroy(id));

@@ -22,7 +22,7 @@ const base = Policy.parse({
 function input(policy: Policy, ociRuntimes = ['runc']): CompileInput {
   return {
     leaseId: 'sbx_abc',
-    owner: 'o',
+    ownership: { owner: 'o', installation: 'inst_1' },
     sbxVersion: '0.1.0',
     image: 'img',
     policy,
@@ -59,6 +59,7 @@ describe('policy compiler', () => {
     expect(spec.pidsLimit).toBe(128);
     expect(spec.openFiles).toBe(1024);
     expect(spec.labels).toMatchObject({ team: 'a', 'sbx.lease': 'sbx_abc', 'sbx.owner': 'o', 'sbx.version': '0.1.0', 'sbx.policy': 'p@3' });
+    expect(spec.labels['sbx.installation']).toBe('inst_1');
   });
 
   it('puts volume roots on per-lease tmpfs volumes owned by the tool user, the agent spool on a disk volume, the rest on tmpfs; /tmp is sticky', () => {

@@ -10,7 +10,7 @@ import type { PolicyRef } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
 import { SBX_BRIDGE_PREFIX } from '../runtime/link-local-guard.js';
 import { SECRET_FILES_DIR, SECRET_MAX_BYTES } from '../../contract/secrets.js';
-import { LABEL, type SandboxSpec } from '../runtime/runtime.js';
+import { LABEL, ownershipLabels, type Ownership, type SandboxSpec } from '../runtime/runtime.js';
 import type { Policy } from './schema.js';
 
 /**
@@ -30,7 +30,8 @@ export const EGRESS_PROXY_PORT = 3128;
 
 export interface CompileInput {
   leaseId: string;
-  owner: string;
+  /** `SBX_OWNER` and the installation id, written as the `sbx.owner` and `sbx.installation` labels. */
+  ownership: Ownership;
   /** sbx version written to the `sbx.version` label. */
   sbxVersion: string;
   image: string;
@@ -105,10 +106,11 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     leaseId: input.leaseId,
     name: `sbx-${input.leaseId}`,
     image: input.image,
+    ownership: input.ownership,
     labels: {
       ...input.labels,
       [LABEL.lease]: input.leaseId,
-      [LABEL.owner]: input.owner,
+      ...ownershipLabels(input.ownership),
       [LABEL.version]: input.sbxVersion,
       [LABEL.policy]: `${input.policyRef.name}@${input.policyRef.version}`,
     },

@@ -22,7 +22,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { PolicyRef, SandboxFacts } from '../../contract/objects.js';
 import type { Launched, WarmSandbox } from '../leases/service.js';
-import type { SandboxRuntime } from '../runtime/runtime.js';
+import type { Ownership, SandboxRuntime } from '../runtime/runtime.js';
 
 /** One configured pool (`SBX_WARM_POOLS`, a JSON array of these). */
 export const PoolSpec = z
@@ -72,7 +72,8 @@ export interface WarmLauncher {
 export interface WarmPoolsDeps {
   redis: Redis;
   prefix: string;
-  owner: string;
+  /** Whose containers the pools look at (this installation's only). */
+  ownership: Ownership;
   defaultImage: string;
   launcher: WarmLauncher;
   runtime: Pick<SandboxRuntime, 'listOwned'>;
@@ -160,7 +161,7 @@ export class WarmPools {
     for (const spec of this.specs) {
       if (!(await this.lock(spec.name))) continue;
       try {
-        running ??= new Set((await this.deps.runtime.listOwned(this.deps.owner)).filter((c) => c.running).map((c) => c.leaseId));
+        running ??= new Set((await this.deps.runtime.listOwned(this.deps.ownership)).filter((c) => c.running).map((c) => c.leaseId));
         await this.maintainPool(spec, running);
       } catch (err) {
         this.deps.log.warn({ pool: spec.name, err }, 'warm pool maintenance failed');
@@ -168,7 +169,7 @@ export class WarmPools {
     }
   }
 
-  /** One pool's round; `running` holds the ids of this owner's running containers. */
+  /** One pool's round; `running` holds the ids of this installation's running containers. */
   private async maintainPool(spec: PoolSpec & { name: string; image: string }, running: ReadonlySet<string>): Promise<void> {
     const { redis, now } = this.deps;
     const members = await this.membersOf(spec.name);

@@ -11,7 +11,7 @@ import Docker from 'dockerode';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
-import { LABEL, type OwnedSandbox, type RunAs, type RuntimeInfo, type SandboxRuntime, type SandboxSpec } from './runtime.js';
+import { LABEL, ownershipLabels, type OwnedSandbox, type Ownership, type RunAs, type RuntimeInfo, type SandboxRuntime, type SandboxSpec } from './runtime.js';
 
 const InfoResponse = z.object({ ServerVersion: z.string(), Runtimes: z.record(z.string(), z.unknown()).default({}) });
 const ImageInspect = z.object({ Id: z.string() });
@@ -47,6 +47,7 @@ export class DockerRuntime implements SandboxRuntime {
   }
 
   async start(spec: SandboxSpec): Promise<{ containerId: string }> {
+    const { ownership } = spec;
     try {
       for (const v of spec.volumes) {
         await this.docker.createVolume({
@@ -55,7 +56,7 @@ export class DockerRuntime implements SandboxRuntime {
           // A tmpfs-backed local volume: size-limited like a container tmpfs, but a named,
           // labelled object that reconcile can find and reap by lease.
           DriverOpts: v.backing.tmpfs ? { type: 'tmpfs', device: 'tmpfs', o: `size=${v.backing.sizeBytes},uid=${v.uid},gid=${v.gid},mode=0755,nosuid,nodev` } : {},
-          Labels: { [LABEL.lease]: spec.leaseId, [LABEL.owner]: spec.labels[LABEL.owner] ?? '' },
+          Labels: { [LABEL.lease]: spec.leaseId, ...ownershipLabels(ownership) },
         });
       }
       let networkMode = 'none';
@@ -69,7 +70,7 @@ export class DockerRuntime implements SandboxRuntime {
           Driver: 'bridge',
           EnableIPv6: false,
           Options: { 'com.docker.network.bridge.name': spec.network.bridgeInterface, 'com.docker.network.bridge.enable_icc': 'false' },
-          Labels: { [LABEL.lease]: spec.leaseId, [LABEL.owner]: spec.labels[LABEL.owner] ?? '' },
+          Labels: { [LABEL.lease]: spec.leaseId, ...ownershipLabels(ownership) },
         });
       }
       const container = await this.docker.createContainer({
@@ -102,7 +103,7 @@ export class DockerRuntime implements SandboxRuntime {
       await container.start();
       return { containerId: container.id };
     } catch (err) {
-      await this.remove(spec.leaseId, spec.labels[LABEL.owner] ?? '').catch(() => undefined);
+      await this.remove(spec.leaseId, ownership).catch(() => undefined);
       if (err instanceof AppError) throw err;
       if (statusOf(err) === 404) throw new AppError('runtime.image_not_found', `image ${spec.image} is not on this Docker engine`, { details: { image: spec.image }, cause: err });
       throw new AppError('lease.create_failed', `Docker could not start the sandbox: ${messageOf(err)}`, { cause: err });
@@ -122,9 +123,9 @@ export class DockerRuntime implements SandboxRuntime {
     }
   }
 
-  async remove(leaseId: string, _owner: string): Promise<void> {
+  async remove(leaseId: string, ownership: Ownership): Promise<void> {
     const failures: unknown[] = [];
-    const filters = JSON.stringify({ label: [`${LABEL.lease}=${leaseId}`] });
+    const filters = JSON.stringify({ label: [`${LABEL.lease}=${leaseId}`, ...ownershipFilter(ownership)] });
     const containers = z.array(ContainerSummary).parse(await this.call('list containers', () => this.docker.listContainers({ all: true, filters })));
     for (const c of containers) {
       await this.docker
@@ -149,8 +150,9 @@ export class DockerRuntime implements SandboxRuntime {
     if (failures.length > 0) throw new AppError('runtime.unavailable', `could not remove every part of sandbox ${leaseId}: ${failures.map(messageOf).join('; ')}`, { cause: failures[0] });
   }
 
-  async listOwned(owner: string): Promise<OwnedSandbox[]> {
-    const filters = JSON.stringify({ label: [`${LABEL.owner}=${owner}`] });
+  async listOwned(ownership: Ownership): Promise<OwnedSandbox[]> {
+    // Docker ANDs label filters: only what carries both this owner and this installation id.
+    const filters = JSON.stringify({ label: ownershipFilter(ownership) });
     const [containers, volumes, networks] = await Promise.all([
       this.call('list containers', () => this.docker.listContainers({ all: true, filters })).then((r) => z.array(ContainerSummary).parse(r)),
       this.call('list volumes', () => this.docker.listVolumes({ filters })).then((r) => OwnedVolumeList.parse(r).Volumes ?? []),
@@ -312,6 +314,11 @@ function tarError(stderr: string, path: string): AppError {
   }
   if (/No such file or directory|Cannot change to directory|Cannot stat/.test(stderr)) return new AppError('files.not_found', `no such path in the sandbox: ${path}`, { details });
   return new AppError('files.transfer_failed', `tar in the sandbox failed for ${path}: ${reason}`, { details: { ...details, stderr: stderr.slice(0, 2000) } });
+}
+
+/** Docker label filters matching `ownership` (each `key=value` must match). */
+function ownershipFilter(ownership: Ownership): string[] {
+  return Object.entries(ownershipLabels(ownership)).map(([key, value]) => `${key}=${value}`);
 }
 
 function unavailable(what: string, err: unknown): AppError {

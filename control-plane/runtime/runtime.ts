@@ -22,6 +22,8 @@ export interface SandboxSpec {
   leaseId: string;
   name: string;
   image: string;
+  /** Whose sandbox this is; its labels are in `labels` and on the volumes and network too. */
+  ownership: Ownership;
   labels: Record<string, string>;
   env: Record<string, string>;
   /**
@@ -80,10 +82,14 @@ export interface SandboxRuntime {
    * or when `signal` aborts (which ends the wait and frees its connection).
    */
   exited(leaseId: string, signal?: AbortSignal): Promise<{ exitCode: number | null; logTail: string }>;
-  /** Removes the lease's containers and volumes. Absence is success; every step runs even when one fails. */
-  remove(leaseId: string, owner: string): Promise<void>;
-  /** One entry per lease that has a container, volume or network carrying `sbx.owner=<owner>`. */
-  listOwned(owner: string): Promise<OwnedSandbox[]>;
+  /**
+   * Removes the lease's container, volumes and network, those that carry `ownership`'s labels
+   * (another installation's, or one made before installation ids, are left alone). Absence is
+   * success; every step runs even when one fails.
+   */
+  remove(leaseId: string, ownership: Ownership): Promise<void>;
+  /** One entry per lease that has a container, volume or network carrying both labels of `ownership`. */
+  listOwned(ownership: Ownership): Promise<OwnedSandbox[]>;
   /**
    * Unpacks a tar stream into `dir` inside the sandbox, as `user`: `tar -x` runs in the sandbox,
    * so its mounts and permissions apply (read-only root, symlinks resolved inside the sandbox)
@@ -99,5 +105,25 @@ export interface SandboxRuntime {
   createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable>;
 }
 
-/** Labels on everything sbx creates, used to find and reap it (sbx.lease, sbx.owner, sbx.version). */
-export const LABEL = { lease: 'sbx.lease', owner: 'sbx.owner', version: 'sbx.version', policy: 'sbx.policy' } as const;
+/**
+ * Labels on everything sbx creates, used to find and reap it: `sbx.lease`, `sbx.owner`
+ * (`SBX_OWNER`), `sbx.installation` (the installation id, control-plane/installation/),
+ * `sbx.version`, `sbx.policy`.
+ */
+export const LABEL = { lease: 'sbx.lease', owner: 'sbx.owner', installation: 'sbx.installation', version: 'sbx.version', policy: 'sbx.policy' } as const;
+
+/**
+ * Whose sandboxes: the `sbx.owner` setting and the installation id. The owner alone does not
+ * tell two installations apart (both may keep the default `sbx`); the id does, since it is
+ * made once per ledger (Redis and key prefix). Everything found, reaped or removed by label
+ * must carry both.
+ */
+export interface Ownership {
+  owner: string;
+  installation: string;
+}
+
+/** The labels of `ownership`, as written on every container, volume and network. */
+export function ownershipLabels(ownership: Ownership): Record<string, string> {
+  return { [LABEL.owner]: ownership.owner, [LABEL.installation]: ownership.installation };
+}
