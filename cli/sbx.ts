@@ -11,6 +11,7 @@
  *   sbx ls                           list sandboxes
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
  *   sbx mcp [options]                an MCP server on stdio: the sandbox tools for coding agents
+ *   sbx down [--data-dir DIR]        stop the control planes and the Redis set-up started for a data dir
  *
  * One CMD argument is a bash script (`sbx run -- 'npm ci && npm test'`); several are an argv
  * run without a shell (`sbx run -- npm test`).
@@ -29,6 +30,8 @@ import { TERMINAL_LEASE_STATUSES, type Lease, type ToolResult } from '../contrac
 import { Sandbox, SbxError, connect, type ConnectionOptions, type ExecOptions } from '../sdk/index.js';
 import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf } from './exit-status.js';
 import { runMcpServer } from './mcp.js';
+import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
+import { describeDown, down, downSucceeded } from './down.js';
 
 /** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
 function connection(opts: { url?: string; apiKey?: string }): ConnectionOptions {
@@ -344,6 +347,18 @@ program
         ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       },
     });
+  });
+
+program
+  .command('down')
+  .description('stop what set-up and `npm start` left running for a data directory: its control planes, then its Redis (never dockerd, never sandboxes)')
+  .option('--data-dir <dir>', 'data directory (env SBX_DATA_DIR)', process.env.SBX_DATA_DIR ?? DEFAULT_DATA_DIR)
+  .addOption(new Option('--timeout-ms <ms>', 'how long each process may take to exit after SIGTERM').argParser(positiveInt).default(30_000))
+  .action(async (opts: { dataDir: string; timeoutMs: number }) => {
+    const report = await down(opts.dataDir, opts.timeoutMs);
+    if (program.opts<{ json?: boolean }>().json) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+    else for (const line of describeDown(report)) process.stdout.write(`sbx down: ${line}\n`);
+    process.exitCode = downSucceeded(report) ? 0 : 1;
   });
 
 program.parseAsync(process.argv).catch((err: unknown) => {

@@ -5,6 +5,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
+import { DEFAULT_DATA_DIR, dataDirLayout } from '../contract/data-dir.js';
 import { PoolSpec } from './pools/warm-pools.js';
 import { QuotaLimits } from './quotas/schema.js';
 
@@ -29,7 +30,7 @@ const Env = z.object({
   /** Listen address. Default 127.0.0.1 (loopback only). */
   SBX_HOST: z.string().default('127.0.0.1'),
   /** State directory: API key, Redis files and socket, lease credential files, upload spool. Default /var/lib/sbx. */
-  SBX_DATA_DIR: z.string().default('/var/lib/sbx'),
+  SBX_DATA_DIR: z.string().default(DEFAULT_DATA_DIR),
   /** Redis URL (`redis://user:pass@host:port`) or `unix:///path/to.sock`. Default: the socket setup.sh starts under the data dir. */
   SBX_REDIS_URL: z.string().optional(),
   /** Password of the Redis default user, when not in the URL. Default: `<data dir>/redis/password` if present. */
@@ -139,9 +140,9 @@ export interface Config {
  */
 export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
   const e = Env.parse(env);
-  const defaultSocket = join(e.SBX_DATA_DIR, 'redis-socket', 'redis.sock');
-  const url = e.SBX_REDIS_URL ?? `unix://${defaultSocket}`;
-  const passwordFile = join(e.SBX_DATA_DIR, 'redis', 'password');
+  const layout = dataDirLayout(e.SBX_DATA_DIR);
+  const url = e.SBX_REDIS_URL ?? `unix://${layout.redisSocket}`;
+  const passwordFile = layout.redisPassword;
   const password = e.SBX_REDIS_PASSWORD ?? (existsSync(passwordFile) ? readFileSync(passwordFile, 'utf8').trim() : undefined);
   const unixPath = url.startsWith('unix://') ? url.slice('unix://'.length) : undefined;
   const agentRedisSocket = e.SBX_AGENT_REDIS_SOCKET ?? unixPath;

@@ -3,10 +3,11 @@
  * or reads the API key, reconciles with Docker, listens, and shuts down cleanly on SIGTERM/SIGINT.
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pino from 'pino';
+import { controlPlanePidfile, formatPidfile, processIdentity } from '../contract/data-dir.js';
 import { loadConfig } from './config.js';
 import { createControlPlane } from './control-plane.js';
 
@@ -50,6 +51,20 @@ function secretsKeyFor(dataDir: string, configured: Buffer | undefined): Buffer 
   return key;
 }
 
+/**
+ * `<data dir>/run/control-plane.<pid>.pid`, for `sbx down` (npm run stop) to find and stop this
+ * process; removed when it exits. Several control planes may share a data dir, each with its own.
+ */
+function writePidfile(dataDir: string): void {
+  const identity = processIdentity(process.pid);
+  // Without /proc (not Linux) there is no start time to tell a reused pid apart: no pidfile.
+  if (!identity) return;
+  const file = controlPlanePidfile(dataDir, process.pid);
+  mkdirSync(dirname(file), { recursive: true });
+  writeFileSync(file, formatPidfile(identity));
+  process.once('exit', () => rmSync(file, { force: true }));
+}
+
 async function main(): Promise<void> {
   let config;
   try {
@@ -61,9 +76,11 @@ async function main(): Promise<void> {
   const log = pino({ level: config.logLevel });
   const apiKey = apiKeyFor(config.dataDir, config.apiKey);
   const plane = await createControlPlane({ ...config, secretsKey: secretsKeyFor(config.dataDir, config.secretsKey) }, apiKey, log);
+  log.info(plane.ownership, 'installation');
   const reconciled = await plane.startBackground();
   log.info(reconciled, 'reconciled sandboxes with the container runtime');
   await plane.app.listen({ port: config.port, host: config.host });
+  writePidfile(config.dataDir);
   const stop = async (): Promise<void> => {
     log.info('shutting down: sandboxes keep running and are adopted by the next start');
     await plane.close();
