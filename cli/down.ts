@@ -72,7 +72,7 @@ async function stopControlPlane(pidfile: string, timeoutMs: number, report: Down
   // Another start time: the control plane died and its pid went to a later process.
   if (!running || running.startTicks !== recorded.startTicks) return stale(`pid ${pid} is not running (the control plane did not exit cleanly)`);
   if (!commandLine(pid).some((arg) => arg.endsWith('control-plane/main.js'))) return stale(`pid ${pid} is not a control plane`);
-  report.entries.push(await terminate('control-plane', running, pidfile, timeoutMs, `control plane (${commandLine(pid).join(' ')})`));
+  report.entries.push(await terminate('control-plane', running, pidfile, timeoutMs, `control plane pid ${pid} (${commandLine(pid).join(' ')})`));
   rmSync(pidfile, { force: true });
 }
 
@@ -94,7 +94,7 @@ async function stopRedis(layout: ReturnType<typeof dataDirLayout>, timeoutMs: nu
   if (comm !== 'redis-server' || !(cmdline.includes(layout.redisSocket) || cmdline.includes(layout.redisConf))) {
     return stale(`pid ${pid} is not the redis-server of this data directory (${comm || '?'}: ${cmdline || '?'}); left alone`);
   }
-  report.entries.push(await terminate('redis-server', running, pidfile, timeoutMs, `redis-server (${cmdline})`));
+  report.entries.push(await terminate('redis-server', running, pidfile, timeoutMs, `redis-server pid ${pid} (${cmdline})`));
 }
 
 /** SIGTERM to the process `identity` names, then waits for it to exit. */

@@ -116,7 +116,7 @@ describe('two installations on one engine, the same owner label', () => {
     expect(await containersOf(owner)).toEqual([`sbx-${leaseB.id}`]);
     expect((await b!.client.releaseSandbox(leaseB.id)).status).toBe('released');
     expect(await containersOf(owner)).toEqual([]);
-  });
+  }, 180_000);
 
   it('what an sbx from before installation ids made is touched by neither; remove-legacy.sh removes it', async () => {
     const lease = await b!.client.createSandbox();
@@ -133,5 +133,5 @@ describe('two installations on one engine, the same owner label', () => {
     expect(await containersOf(owner)).toEqual([`sbx-${lease.id}`]);
     expect(await running(lease.id)).toBe(true);
     expect(await echo(b!, lease.id, 'still here')).toBe('still here\n');
-  });
+  }, 120_000);
 });

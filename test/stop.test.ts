@@ -73,8 +73,8 @@ describe('npm run stop / sbx down', () => {
 
     const first = await stop(dataDir, 'npm');
     expect(first.code).toBe(0);
-    expect(first.stdout).toContain(`stopped control plane`);
-    expect(first.stdout).toContain(`stopped redis-server (redis-server unixsocket:${join(dataDir, 'redis-socket', 'redis.sock')})`);
+    expect(first.stdout).toContain(`stopped control plane pid ${plane.child.pid} (`);
+    expect(first.stdout).toContain(`stopped redis-server pid ${redisPid} (redis-server unixsocket:${join(dataDir, 'redis-socket', 'redis.sock')})`);
     expect(first.stdout).toMatch(/left running: dockerd .* and the sandboxes/);
     // It shut down as on SIGTERM (exit 0, its pidfile removed), and Redis is gone.
     expect(await plane.exited).toBe(0);
@@ -97,7 +97,7 @@ describe('npm run stop / sbx down', () => {
     const result = (await h.client.submitCall(lease.id, 'exec', { argv: ['echo', 'adopted'] }, { waitSeconds: 60 })) as ToolResult;
     expect(result.stdout).toBe('adopted\n');
     expect((await h.client.releaseSandbox(lease.id)).status).toBe('released');
-  });
+  }, 180_000);
 
   it('follows no pidfile to a process that is not what set-up or npm start made: the pidfile goes, the process stays', async () => {
     const dataDir = await mkdtemp(join(tmpdir(), 'sbx-stop-'));
