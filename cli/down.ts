@@ -39,9 +39,10 @@ export interface DownReport {
 const EXIT_POLL_MS = 50;
 
 /**
- * Stops the control planes and the Redis of `dataDir`, each given `timeoutMs` to exit after
- * SIGTERM. Never throws for a missing or stale pidfile (nothing running is success); unreadable
- * pidfiles are in `errors`.
+ * Stops the control planes of `dataDir`, then (once all of them have exited) its Redis, each
+ * given `timeoutMs` to exit after SIGTERM. Never throws for a missing or stale pidfile (nothing
+ * running is success); unreadable pidfiles, and a Redis left running for a control plane that
+ * did not exit, are in `errors`.
  */
 export async function down(dataDir: string, timeoutMs: number): Promise<DownReport> {
   const layout = dataDirLayout(dataDir);
@@ -54,7 +55,10 @@ export async function down(dataDir: string, timeoutMs: number): Promise<DownRepo
   }
   const planes = names.filter((n) => CONTROL_PLANE_PIDFILE.test(n)).map((n) => stopControlPlane(`${layout.controlPlaneRunDir}/${n}`, timeoutMs, report));
   await Promise.all(planes);
-  await stopRedis(layout, timeoutMs, report);
+  const stillRunning = report.entries.filter((e) => e.outcome === 'timed_out').map((e) => e.pid);
+  // A control plane still running needs its Redis to finish what it is doing.
+  if (stillRunning.length > 0) report.errors.push(`redis-server left running: control plane pid ${stillRunning.join(', ')} has not exited`);
+  else await stopRedis(layout, timeoutMs, report);
   return report;
 }
 
