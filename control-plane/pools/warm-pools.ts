@@ -21,26 +21,9 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { PolicyRef, SandboxFacts } from '../../contract/objects.js';
-import type { Launched, WarmSandbox } from '../leases/service.js';
+import { RedisLock } from '../redis/lock.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
-
-/** One configured pool (`SBX_WARM_POOLS`, a JSON array of these). */
-export const PoolSpec = z
-  .object({
-    /** Policy name; the pool follows its latest version (sandboxes of an older one are replaced). */
-    policy: z.string().min(1),
-    /** Image; default the control plane's default image. */
-    image: z.string().min(1).optional(),
-    /** Ready sandboxes kept while the pool is idle. */
-    min: z.number().int().min(0).max(100),
-    /** Ready sandboxes kept while leases claim from it. */
-    max: z.number().int().min(1).max(100),
-    /** No claim for this long and the pool shrinks back to `min`, seconds. Default 600. */
-    idleSeconds: z.number().int().positive().default(600),
-  })
-  .strict()
-  .refine((p) => p.min <= p.max, { message: 'min must be ≤ max', path: ['min'] });
-export type PoolSpec = z.infer<typeof PoolSpec>;
+import type { PoolSpec, WarmLauncher, WarmSandbox } from './schema.js';
 
 const Member = z.object({
   pool: z.string(),
@@ -63,12 +46,6 @@ return member`;
 /** A claim not settled after this long belongs to a create that died; reconcile may reap it, ms. */
 const CLAIM_SETTLE_MS = 60_000;
 
-/** What the pools need from the lease service: start and remove unleased sandboxes. */
-export interface WarmLauncher {
-  launchWarm(id: string, policy: { name: string }, image: string): Promise<Launched & { ref: PolicyRef; image: string }>;
-  discardWarm(id: string): Promise<void>;
-}
-
 export interface WarmPoolsDeps {
   redis: Redis;
   prefix: string;
@@ -84,17 +61,22 @@ export interface WarmPoolsDeps {
   onSizes?: (pool: string, sizes: { starting: number; ready: number }) => void;
 }
 
+/** A filler lock lives this long without renewal, ms. */
+const FILLER_LOCK_MS = 30_000;
+
 /** A member still `starting` after this long was left by a process that died mid-start, ms. */
 const STALE_STARTING_MS = 120_000;
 
 export class WarmPools {
   private readonly specs: Array<PoolSpec & { name: string; image: string }>;
   private readonly token = randomBytes(8).toString('hex');
+  private readonly locks: RedisLock;
 
   constructor(
     private readonly deps: WarmPoolsDeps,
     specs: readonly PoolSpec[],
   ) {
+    this.locks = new RedisLock(deps.redis);
     this.specs = specs.map((s) => {
       const image = s.image ?? deps.defaultImage;
       return { ...s, image, name: `${s.policy}@${image}` };
@@ -232,12 +214,8 @@ export class WarmPools {
   }
 
   /** Takes or renews this process's filler lock of `pool` (30 s): one process fills a pool at a time. */
-  private async lock(pool: string): Promise<boolean> {
-    const key = this.k.filler(pool);
-    if ((await this.deps.redis.set(key, this.token, 'PX', 30_000, 'NX')) === 'OK') return true;
-    if ((await this.deps.redis.get(key)) !== this.token) return false;
-    await this.deps.redis.pexpire(key, 30_000);
-    return true;
+  private lock(pool: string): Promise<boolean> {
+    return this.locks.hold(this.k.filler(pool), this.token, FILLER_LOCK_MS);
   }
 
   /** The pool names with their specs, for `GET` views and metrics. */
