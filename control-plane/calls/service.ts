@@ -24,7 +24,7 @@ import { TOOLS } from './tools.js';
 export type CallLease = Pick<LeaseRecord, 'id' | 'policySnapshot' | 'secrets' | 'manifest'>;
 
 export interface CallServiceDeps {
-  store: CallStore;
+  store: Pick<CallStore, 'createCall' | 'getCall' | 'appendEvent' | 'finishCall' | 'markRunning' | 'detachCall' | 'openCalls' | 'notifyChannel'>;
   artifacts: Pick<ArtifactStore, 'writeChunk' | 'complete'>;
   /** The calls half of the agent link: the producer, cancel markers. */
   agent: Pick<CallsOut, 'enqueue' | 'removeQueued' | 'requestCancel'>;

@@ -1,7 +1,13 @@
 /**
- * What the lease domain needs from the calls domain, declared here (the consumer's port) so
- * leases/ imports nothing of calls/; the composition root hands it the call service.
+ * Ports the lease domain declares for what it needs from outside: of the calls domain (so
+ * leases/ imports nothing of calls/; the composition root hands it the call service) and of
+ * the agent link.
  */
+import type { AgentAcl } from '../agent-link/acl.js';
+import type { CallsOut } from '../agent-link/calls-out.js';
+import type { Handshake } from '../agent-link/handshake.js';
+import type { Liveness } from '../agent-link/liveness.js';
+import type { ReturnsIn } from '../agent-link/returns-in.js';
 import type { LeaseRecord } from './store.js';
 
 export interface LeaseCalls {
@@ -16,4 +22,17 @@ export interface LeaseCalls {
    * started, else `effect_unknown`); `attemptOf` gives the started attempt's id, or null.
    */
   abandonOpenCalls(leaseId: string, manifestDigest: string | null, attemptOf: (callId: string) => Promise<string | null>): Promise<void>;
+}
+
+/** The parts of the agent link (agent-link/) the lease lifecycle uses. */
+export interface LeaseLink {
+  liveness: Pick<Liveness, 'processId' | 'isAlive'>;
+  acl: Pick<AgentAcl, 'provision' | 'leases'>;
+  handshake: Pick<Handshake, 'awaitHello' | 'bind' | 'leaveSecretDelivery'>;
+  returns: Pick<ReturnsIn, 'start' | 'drain' | 'active'>;
+  calls: Pick<CallsOut, 'attemptOf'>;
+  /** Stops consuming the lease's returns and forgets its queue handles. */
+  stop(leaseId: string): Promise<void>;
+  /** Deletes the lease's ACL user and every key of its namespace. */
+  destroy(leaseId: string): Promise<void>;
 }

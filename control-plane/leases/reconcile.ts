@@ -5,7 +5,6 @@
  */
 import { TERMINAL_LEASE_STATUSES } from '../../contract/objects.js';
 import type { AgentAcl } from '../agent-link/acl.js';
-import type { AgentLink } from '../agent-link/link.js';
 import type { ReturnsIn } from '../agent-link/returns-in.js';
 import type { EgressProxy } from '../egress/proxy.js';
 import type { WarmPools } from '../pools/warm-pools.js';
@@ -13,6 +12,7 @@ import type { QuotaService } from '../quotas/service.js';
 import type { DurableTimers } from '../redis/timers.js';
 import type { OwnedSandbox, SandboxRuntime } from '../runtime/runtime.js';
 import type { LeaseEnder } from './ending.js';
+import type { LeaseLink } from './ports.js';
 import type { Provisioner } from './provision.js';
 import type { LeaseRecord, LeaseStore } from './store.js';
 import type { Teardown } from './teardown.js';
@@ -41,7 +41,7 @@ export interface ReconcilerDeps {
   provisioner: Pick<Provisioner, 'attach'>;
   returns: Pick<ReturnsIn, 'active'>;
   acl: Pick<AgentAcl, 'leases'>;
-  link: Pick<AgentLink, 'stop' | 'destroy'>;
+  link: Pick<LeaseLink, 'stop' | 'destroy'>;
   egress: Pick<EgressProxy, 'stop'>;
   expiry: Pick<DurableTimers, 'ensure'>;
   quotas: Pick<QuotaService, 'release'>;

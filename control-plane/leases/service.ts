@@ -13,7 +13,6 @@
 import type { Logger } from 'pino';
 import { AppError } from '../../contract/errors.js';
 import { TERMINAL_LEASE_STATUSES, type Lease, type LeaseEvent, type PolicyRef } from '../../contract/objects.js';
-import type { AgentLink } from '../agent-link/link.js';
 import { actorOf, type AuditLog } from '../audit/service.js';
 import type { EgressProxy } from '../egress/proxy.js';
 import { seesTenant, type Principal } from '../http/auth.js';
@@ -30,7 +29,7 @@ import { LeaseEnder } from './ending.js';
 import { checkUsable } from './machine.js';
 import { LeaseExpiry } from './expiry.js';
 import { LeasePlanner, type PlannerOptions } from './plan.js';
-import type { LeaseCalls } from './ports.js';
+import type { LeaseCalls, LeaseLink } from './ports.js';
 import { Provisioner } from './provision.js';
 import { Reconciler, type ReconcileOutcome } from './reconcile.js';
 import type { CreateSandboxBody } from './schema.js';
@@ -55,9 +54,9 @@ export interface LeaseServiceOptions extends PlannerOptions {
 
 export interface LeaseServiceDeps {
   runtime: Pick<SandboxRuntime, 'info' | 'imageId' | 'start' | 'exited' | 'remove' | 'listOwned'>;
-  store: LeaseStore;
+  store: Pick<LeaseStore, 'createLease' | 'transitionLease' | 'getLease' | 'listLeases' | 'leaseEvents' | 'claimIdempotencyKey' | 'releaseIdempotencyKey' | 'claimOnce'>;
   /** The per-lease channel to the agents (the parts the lifecycle uses). */
-  link: Pick<AgentLink, 'liveness' | 'acl' | 'handshake' | 'returns' | 'calls' | 'stop' | 'destroy'>;
+  link: LeaseLink;
   /** Durable expiry timers (BullMQ delayed jobs), one per lease. */
   expiry: Pick<DurableTimers, 'set' | 'ensure' | 'clear'>;
   /** Starts the retention clock of everything an ended lease recorded. */

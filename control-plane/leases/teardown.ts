@@ -5,20 +5,19 @@
 import { rm } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import type { CallsOut } from '../agent-link/calls-out.js';
-import type { AgentLink } from '../agent-link/link.js';
 import type { ReturnsIn } from '../agent-link/returns-in.js';
 import type { AuditLog } from '../audit/service.js';
 import type { EgressProxy } from '../egress/proxy.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
 import { leaseDirs } from './plan.js';
-import type { LeaseCalls } from './ports.js';
+import type { LeaseCalls, LeaseLink } from './ports.js';
 import type { LeaseRecord, LeaseStore } from './store.js';
 
 export interface TeardownDeps {
   runtime: Pick<SandboxRuntime, 'remove'>;
   returns: Pick<ReturnsIn, 'drain'>;
   agentCalls: Pick<CallsOut, 'attemptOf'>;
-  link: Pick<AgentLink, 'destroy'>;
+  link: Pick<LeaseLink, 'destroy'>;
   calls: Pick<LeaseCalls, 'abandonOpenCalls'>;
   egress: Pick<EgressProxy, 'stop'>;
   store: Pick<LeaseStore, 'claimOnce'>;
