@@ -27,6 +27,7 @@ import { LEASE_EXPIRY_QUEUE } from './leases/expiry.js';
 import { LeaseService, type ReconcileOutcome } from './leases/service.js';
 import { LeaseStore } from './leases/store.js';
 import { Metrics } from './metrics/service.js';
+import { PoolStore } from './pools/store.js';
 import { WarmPools } from './pools/warm-pools.js';
 import { readPolicyFiles } from './policies/files.js';
 import { PolicyService } from './policies/service.js';
@@ -121,8 +122,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       ? undefined
       : new WarmPools(
           {
-            redis,
-            prefix: config.redisPrefix,
+            store: new PoolStore(redis, config.redisPrefix),
             owner: config.owner,
             defaultImage: config.image,
             launcher: { launchWarm: (id, policy, image) => leases.launchWarm(id, policy, image), discardWarm: (id) => leases.discardWarm(id) },
