@@ -123,7 +123,7 @@ export class LeaseStore {
   }
 
   /**
-   * Every lease the ledger holds (those whose records retention has not expired yet) with its
+   * Every lease the store holds (those whose records retention has not expired yet) with its
    * status. Reads the status index `createLease` and `transitionLease` keep, not the records; entries of expired records
    * are dropped from it here, and leases written before the index existed are added to it.
    */
