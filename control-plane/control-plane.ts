@@ -137,12 +137,14 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
           },
           config.warmPools,
         );
+  /** Counts a lease reconcile found lost the moment it decided so: its `lost` status is readable only later. */
+  const onLost = (leaseId: string): void => metrics.reconciled({ adopted: [], removed: [], lost: [leaseId] });
   // An ended lease's records expire together, each domain's from its own store.
   const retain = async (leaseId: string, seconds: number): Promise<void> => {
     await Promise.all([leaseStore.retain(leaseId, seconds), callStore.retain(leaseId, seconds), artifactRecords.retain(leaseId, seconds), egressLog.retain(leaseId, seconds)]);
   };
   const leases: LeaseService = new LeaseService(
-    { runtime, store: leaseStore, link, expiry, retain, policies, audit, calls, egress, secrets, quotas, metrics, ...(pools ? { pools } : {}), now, log },
+    { runtime, store: leaseStore, link, expiry, retain, policies, audit, calls, egress, secrets, quotas, metrics, ...(pools ? { pools } : {}), onLost, now, log },
     {
       owner: config.owner,
       sbxVersion: SBX_VERSION,
@@ -206,7 +208,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     const before = new Set(link.returns.active());
     const outcome = await leases.reconcile();
     const serving = new Set(link.returns.active());
-    metrics.reconciled({ ...outcome, adopted: outcome.adopted.filter((id) => !before.has(id) && serving.has(id)) });
+    // Lost leases were counted when reconcile decided them (`onLost`).
+    metrics.reconciled({ ...outcome, lost: [], adopted: outcome.adopted.filter((id) => !before.has(id) && serving.has(id)) });
     return outcome;
   };
   const reconcileQuotas = async (): Promise<void> => {

@@ -47,6 +47,11 @@ export interface ReconcilerDeps {
   quotas: Pick<QuotaService, 'release'>;
   /** Warm pools, whose unleased sandboxes are theirs to look after. */
   pools?: Pick<WarmPools, 'owns'>;
+  /**
+   * Told as soon as a run has decided a lease is lost (before its teardown, so before anyone can
+   * read it `lost`): metrics count it here rather than from the run's outcome.
+   */
+  onLost?: (leaseId: string) => void;
 }
 
 export class Reconciler {
@@ -133,6 +138,7 @@ export class Reconciler {
         }
         const begun = await ender.begin(lease.id, sandbox?.containerId ? 'container_exited' : 'container_missing', 'system', 0);
         if (!begun.applied) return;
+        this.deps.onLost?.(lease.id);
         await ender.finish(begun.lease);
         result.lost.push(lease.id);
         return;

@@ -73,6 +73,8 @@ export interface LeaseServiceDeps {
   metrics: LeaseMetrics;
   /** Warm pools a lease may claim a started sandbox from (none: every lease starts cold). */
   pools?: Pick<WarmPools, 'claim' | 'owns' | 'settle'>;
+  /** Told when reconcile has decided a lease is lost (`ReconcilerDeps.onLost`). */
+  onLost?: (leaseId: string) => void;
   now: () => Date;
   log: Logger;
 }
