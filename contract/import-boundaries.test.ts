@@ -30,7 +30,7 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   'eventsource-parser': ['sdk/client.ts'],
   '@modelcontextprotocol/sdk': ['cli/mcp.ts'],
   'tar-stream': ['control-plane/files/tar-guard.ts'],
-  bullmq: ['control-plane/queue/', 'sandbox-agent/main.ts', 'sandbox-agent/return-channel.ts'],
+  bullmq: ['control-plane/queue/', 'sandbox-agent/main.ts', 'sandbox-agent/link/return-channel.ts'],
   ioredis: ['control-plane/queue/', 'control-plane/ledger/', 'control-plane/pools/warm-pools.ts', DOMAIN_STORE, 'sandbox-agent/main.ts'],
   fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', DOMAIN_ROUTES],
   'better-sse': ['control-plane/calls/routes.ts'],

@@ -115,7 +115,7 @@ export const CallJob = z.object({
   timeoutMs: z.number().int().positive(),
   /** Per-stream cap on bytes kept in events and the result. */
   maxOutputBytes: z.number().int().positive(),
-  /** What the call touches, for the agent's scheduler (contract of sandbox-agent/scheduler.ts). */
+  /** What the call touches, for the agent's scheduler (contract of sandbox-agent/execution/scheduler.ts). */
   accesses: z.array(z.union([z.object({ kind: z.literal('all') }), z.object({ kind: z.literal('path'), path: z.string(), mode: z.enum(['read', 'write']) })])),
 });
 export type CallJob = z.infer<typeof CallJob>;

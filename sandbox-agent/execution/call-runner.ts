@@ -7,14 +7,14 @@
 import { randomUUID } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import type { Logger } from 'pino';
-import { errorInfo } from '../contract/errors.js';
-import type { EffectReceipt, ToolResult } from '../contract/objects.js';
-import { CallJob, type AgentConfig, type LeaseKeys } from '../contract/queue.js';
+import { errorInfo } from '../../contract/errors.js';
+import type { EffectReceipt, ToolResult } from '../../contract/objects.js';
+import { CallJob, type AgentConfig, type LeaseKeys } from '../../contract/queue.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptOutcome } from './attempt.js';
-import type { ReturnChannel } from './return-channel.js';
+import type { ReturnChannel } from '../link/return-channel.js';
 import type { AccessScheduler } from './scheduler.js';
-import type { LeaseSecrets } from './secrets.js';
-import { SpoolBudget } from './spool.js';
+import type { LeaseSecrets } from '../host/secrets.js';
+import { SpoolBudget } from '../output/spool.js';
 
 /** SET key value NX: true when this caller set it. */
 export type ClaimAttempt = (key: string, attemptId: string) => Promise<boolean>;

@@ -9,10 +9,10 @@ import { errorInfo } from '../../contract/errors.js';
 import { TOOL_ARGS } from '../../contract/tools.js';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { AgentTool, AttemptContext, AttemptOutcome } from '../attempt.js';
+import type { AgentTool, AttemptContext, AttemptOutcome } from '../execution/attempt.js';
 import { ToolCancelled, ToolTimeout, type ToolUserWorker } from '../tool-user/client.js';
-import { sweepProcesses } from '../process-sweep.js';
-import type { Redaction } from '../redactor.js';
+import { sweepProcesses } from '../host/process-sweep.js';
+import type { Redaction } from '../output/redactor.js';
 import { ToolError } from '../tool-user/file-ops.js';
 import { FILE_OPS, type FileOpName } from '../tool-user/protocol.js';
 
