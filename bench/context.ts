@@ -5,7 +5,7 @@
  */
 import Docker from 'dockerode';
 import { SbxClient } from '../sdk/index.js';
-import { connectRedis, redisOptions, type Redis } from '../control-plane/queue/redis.js';
+import { connectRedis, redisOptions, type Redis } from '../control-plane/redis/connections.js';
 import type { ToolResult } from '../contract/objects.js';
 import { memoryOf, agentPid, type Memory } from './procfs.js';
 import type { RunningPlane } from './plane.js';

@@ -14,14 +14,15 @@ import type { AuditLog } from './audit/service.js';
 import { callsRoutes } from './calls/routes.js';
 import { CallId } from './calls/schema.js';
 import type { CallService } from './calls/service.js';
+import type { CallStore } from './calls/store.js';
 import { CONSOLE_ROUTES, consoleRoutes } from './console/routes.js';
 import { egressRoutes } from './egress/routes.js';
+import type { EgressLog } from './egress/store.js';
 import { filesRoutes } from './files/routes.js';
 import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
 import { installErrorHandling } from './http/errors.js';
+import { installLeaseGuard } from './http/lease-guard.js';
 import { DOCS_ROUTES, installOpenApi, installZodValidation } from './http/openapi.js';
-import type { Ledger } from './ledger/ledger.js';
-import type { CallNotifier } from './ledger/notifier.js';
 import { metricsRoutes } from './metrics/routes.js';
 import type { Metrics } from './metrics/service.js';
 import { leasesRoutes } from './leases/routes.js';
@@ -31,6 +32,7 @@ import { policiesRoutes } from './policies/routes.js';
 import type { PolicyService } from './policies/service.js';
 import { quotasRoutes } from './quotas/routes.js';
 import type { QuotaService } from './quotas/service.js';
+import type { Notifier } from './redis/notifier.js';
 import type { SandboxRuntime } from './runtime/runtime.js';
 import { secretsRoutes } from './secrets/routes.js';
 import type { SecretService } from './secrets/service.js';
@@ -46,8 +48,9 @@ export interface AppDeps {
   audit: AuditLog;
   leases: LeaseService;
   calls: CallService;
-  ledger: Ledger;
-  notifier: CallNotifier;
+  callStore: CallStore;
+  egressLog: EgressLog;
+  notifier: Notifier;
   runtime: SandboxRuntime;
   artifacts: ArtifactStore;
   secrets: SecretService;
@@ -90,6 +93,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   installZodValidation(app);
+  installLeaseGuard(app, { visible: (id, by) => deps.leases.visible(id, by), usable: (lease) => deps.leases.usable(lease) });
   await installOpenApi(app, { version: deps.version });
 
   app.get('/healthz', { schema: { tags: ['meta'], summary: 'Health: 200 when Redis and Docker answer, else 503', security: [] } }, async (_request, reply) => {
@@ -99,9 +103,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   await app.register(leasesRoutes, { leases: deps.leases });
-  await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, ledger: deps.ledger, notifier: deps.notifier });
-  await app.register(artifactsRoutes, { leases: deps.leases, artifacts: deps.artifacts });
-  await app.register(egressRoutes, { leases: deps.leases, ledger: deps.ledger });
+  await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, store: deps.callStore, notifier: deps.notifier });
+  await app.register(artifactsRoutes, { artifacts: deps.artifacts });
+  await app.register(egressRoutes, { egressLog: deps.egressLog });
   await app.register(apiKeysRoutes, { apiKeys: deps.apiKeys });
   await app.register(policiesRoutes, { policies: deps.policies });
   await app.register(auditRoutes, { audit: deps.audit });
@@ -109,6 +113,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(quotasRoutes, { quotas: deps.quotas });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   await app.register(consoleRoutes, { consoleDir: deps.consoleDir });
-  await app.register(filesRoutes, { leases: deps.leases, runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
+  await app.register(filesRoutes, { runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
   return app;
 }

@@ -5,7 +5,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
-import { PoolSpec } from './pools/warm-pools.js';
+import { PoolSpec } from './pools/schema.js';
 import { QuotaLimits } from './quotas/schema.js';
 
 /** A setting holding JSON (default `fallback`), parsed before its schema checks it. */

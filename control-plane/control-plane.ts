@@ -1,7 +1,9 @@
 /**
  * Wires a whole control plane from its config: Redis connections, the Docker runtime, the
- * ledger, the queues, the services and the HTTP app, plus background work (expiry timers,
- * reconcile). Used by main.ts and by the integration tests, so both run the same assembly.
+ * domains' stores, the agent link, the services and the HTTP app, plus background work (expiry
+ * timers, reconcile). The one place that knows every part: the return path (agent link →
+ * calls) is joined here, not inside a domain. Used by main.ts and by the integration tests, so
+ * both run the same assembly.
  */
 import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -10,27 +12,31 @@ import type { Logger } from 'pino';
 import { SBX_VERSION } from '../contract/version.js';
 import { ApiKeyService } from './api-keys/service.js';
 import { RedisApiKeyStore } from './api-keys/store.js';
-import { ArtifactStore } from './artifacts/store.js';
+import { AgentLink } from './agent-link/link.js';
+import { ArtifactRecords, ArtifactStore } from './artifacts/store.js';
 import { AuditLog } from './audit/service.js';
 import { RedisAuditStore } from './audit/store.js';
 import { CallService } from './calls/service.js';
+import { CallStore } from './calls/store.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
 import { EgressProxy } from './egress/proxy.js';
 import { createResolver } from './egress/resolver.js';
-import { Ledger } from './ledger/ledger.js';
-import { CallNotifier } from './ledger/notifier.js';
+import { EgressLog } from './egress/store.js';
+import { LEASE_EXPIRY_QUEUE } from './leases/expiry.js';
 import { LeaseService, type ReconcileOutcome } from './leases/service.js';
+import { LeaseStore } from './leases/store.js';
 import { Metrics } from './metrics/service.js';
+import { PoolStore } from './pools/store.js';
 import { WarmPools } from './pools/warm-pools.js';
 import { readPolicyFiles } from './policies/files.js';
 import { PolicyService } from './policies/service.js';
 import { RedisPolicyStore } from './policies/store.js';
-import { ExpiryTimers } from './queue/expiry-timers.js';
 import { QuotaService, type LeaseHold } from './quotas/service.js';
 import { RedisQuotaStore } from './quotas/store.js';
-import { LeaseChannels } from './queue/lease-channels.js';
-import { connectRedis, redisOptions } from './queue/redis.js';
+import { connectRedis, redisOptions } from './redis/connections.js';
+import { Notifier } from './redis/notifier.js';
+import { DurableTimers } from './redis/timers.js';
 import { DockerRuntime } from './runtime/docker-runtime.js';
 import { SecretService } from './secrets/service.js';
 import { RedisSecretRecords } from './secrets/store.js';
@@ -66,40 +72,45 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   // ioredis reconnects by itself (commands wait meanwhile); say so in the log, not on bare stderr.
   for (const conn of [redis, subscriber]) conn.on('error', (err: Error) => log.warn({ err: err.message }, 'redis connection error; reconnecting'));
   const runtime = new DockerRuntime(config.dockerSocket);
-  const ledger = new Ledger(redis, config.redisPrefix);
-  const notifier = await CallNotifier.start(subscriber, ledger.notifyPattern);
-  const channels = new LeaseChannels(redis, options, config.redisPrefix, log);
+  const leaseStore = new LeaseStore(redis, config.redisPrefix);
+  const callStore = new CallStore(redis, config.redisPrefix);
+  const artifactRecords = new ArtifactRecords(redis, config.redisPrefix);
+  const egressLog = new EgressLog(redis, config.redisPrefix);
+  const notifier = await Notifier.start(subscriber, callStore.notifyPattern);
+  // The return path: what agents send back is the call service's to ledger (it exists below,
+  // before any lease starts consuming returns).
+  const link = new AgentLink(redis, options, config.redisPrefix, log, (leaseId, message) => calls.ingest(leaseId, message));
   // Before any lease work: other processes tell by this key that this one's creates and releases are alive.
-  await channels.startHeartbeat();
-  const expiry = new ExpiryTimers(redis, options, config.redisPrefix, log);
+  await link.liveness.start();
+  const expiry = new DurableTimers(redis, options, config.redisPrefix, LEASE_EXPIRY_QUEUE, log);
   const now = (): Date => new Date();
   const audit = new AuditLog(new RedisAuditStore(redis, config.redisPrefix), now);
   const apiKeys = new ApiKeyService({ store: new RedisApiKeyStore(redis, config.redisPrefix), audit, now });
   const policies = new PolicyService({ store: new RedisPolicyStore(redis, config.redisPrefix), audit, now });
   const seeded = await policies.seed(await readPolicyFiles(config.policyDir));
   if (seeded.length > 0) log.info({ policies: seeded }, 'policy files imported into the policy store');
-  const artifacts = new ArtifactStore(join(config.dataDir, 'artifacts'), ledger);
-  const liveLeaseIds = async (): Promise<string[]> => (await ledger.leaseStatuses()).filter((l) => l.status === 'ready').map((l) => l.id);
+  const artifacts = new ArtifactStore(join(config.dataDir, 'artifacts'), artifactRecords);
+  const liveLeaseIds = async (): Promise<string[]> => (await leaseStore.leaseStatuses()).filter((l) => l.status === 'ready').map((l) => l.id);
   const metrics = new Metrics({
     leaseStates: async () => {
       const counts: Record<string, number> = {};
-      for (const { status } of await ledger.leaseStatuses()) counts[status] = (counts[status] ?? 0) + 1;
+      for (const { status } of await leaseStore.leaseStatuses()) counts[status] = (counts[status] ?? 0) + 1;
       return counts;
     },
-    queueDepth: async () => channels.callQueueDepth(await liveLeaseIds()),
+    queueDepth: async () => link.calls.depth(await liveLeaseIds()),
   });
-  const calls = new CallService({ ledger, artifacts, channels, notifier, metrics, now, log });
+  const calls: CallService = new CallService({ store: callStore, artifacts, agent: link.calls, notifier, metrics, now, log });
   const egress = new EgressProxy({
     resolve: createResolver(config.egressDnsServers),
     record: async (leaseId, event) => {
       metrics.egressDecided(event.decision);
-      await ledger.appendEgress(leaseId, event);
+      await egressLog.append(leaseId, event);
     },
     log,
   });
   const quotas = new QuotaService({ store: new RedisQuotaStore(redis, config.redisPrefix), audit, defaults: config.defaultTenantQuota, now });
   const leaseHold = async (id: string): Promise<LeaseHold | null> => {
-    const lease = await ledger.getLease(id);
+    const lease = await leaseStore.getLease(id);
     if (!lease) return null;
     return { tenant: lease.tenant, ended: TERMINAL_LEASE_STATUSES.has(lease.status), cpus: lease.policySnapshot.resources.cpus, memoryBytes: lease.policySnapshot.resources.memoryBytes };
   };
@@ -111,8 +122,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       ? undefined
       : new WarmPools(
           {
-            redis,
-            prefix: config.redisPrefix,
+            store: new PoolStore(redis, config.redisPrefix),
             owner: config.owner,
             defaultImage: config.image,
             launcher: { launchWarm: (id, policy, image) => leases.launchWarm(id, policy, image), discardWarm: (id) => leases.discardWarm(id) },
@@ -127,8 +137,14 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
           },
           config.warmPools,
         );
+  /** Counts a lease reconcile found lost the moment it decided so: its `lost` status is readable only later. */
+  const onLost = (leaseId: string): void => metrics.reconciled({ adopted: [], removed: [], lost: [leaseId] });
+  // An ended lease's records expire together, each domain's from its own store.
+  const retain = async (leaseId: string, seconds: number): Promise<void> => {
+    await Promise.all([leaseStore.retain(leaseId, seconds), callStore.retain(leaseId, seconds), artifactRecords.retain(leaseId, seconds), egressLog.retain(leaseId, seconds)]);
+  };
   const leases: LeaseService = new LeaseService(
-    { runtime, ledger, channels, expiry, policies, audit, calls, egress, secrets, quotas, metrics, ...(pools ? { pools } : {}), now, log },
+    { runtime, store: leaseStore, link, expiry, retain, policies, audit, calls, egress, secrets, quotas, metrics, ...(pools ? { pools } : {}), onLost, now, log },
     {
       owner: config.owner,
       sbxVersion: SBX_VERSION,
@@ -150,7 +166,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     audit,
     leases,
     calls,
-    ledger,
+    callStore,
+    egressLog,
     notifier,
     runtime,
     artifacts,
@@ -188,10 +205,11 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
    * in this run: every run lists all running leases as adopted, also those it already served.
    */
   const reconcile = async (): Promise<ReconcileOutcome> => {
-    const before = new Set(channels.activeLeases());
+    const before = new Set(link.returns.active());
     const outcome = await leases.reconcile();
-    const serving = new Set(channels.activeLeases());
-    metrics.reconciled({ ...outcome, adopted: outcome.adopted.filter((id) => !before.has(id) && serving.has(id)) });
+    const serving = new Set(link.returns.active());
+    // Lost leases were counted when reconcile decided them (`onLost`).
+    metrics.reconciled({ ...outcome, lost: [], adopted: outcome.adopted.filter((id) => !before.has(id) && serving.has(id)) });
     return outcome;
   };
   const reconcileQuotas = async (): Promise<void> => {
@@ -218,7 +236,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       await Promise.allSettled([...inFlight]);
       await app.close();
       await expiry.close();
-      await channels.close();
+      await link.close();
       await egress.close();
       await notifier.close();
       redis.disconnect();

@@ -19,8 +19,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SbxClient } from '../sdk/index.js';
 import type { CallView, ToolResult } from '../contract/objects.js';
 import { loadConfig } from '../control-plane/config.js';
-import { Ledger } from '../control-plane/ledger/ledger.js';
-import { connectRedis, redisOptions, type Redis } from '../control-plane/queue/redis.js';
+import { CallStore } from '../control-plane/calls/store.js';
+import { LeaseStore } from '../control-plane/leases/store.js';
+import { connectRedis, redisOptions, type Redis } from '../control-plane/redis/connections.js';
 import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
 import { docker, eventually, REPO_ROOT, startHarness, type Harness } from './harness.js';
 
@@ -58,6 +59,14 @@ async function expectOneTerminal(client: SbxClient, call: CallView): Promise<voi
 
 const since = (t0: number): number => Date.now() - t0;
 
+/** The lease and call records of a control plane's prefix, read as its own stores read them. */
+function ledgerOf(redis: Redis, prefix: string) {
+  const leases = new LeaseStore(redis, prefix);
+  const calls = new CallStore(redis, prefix);
+  return { listLeases: () => leases.listLeases(), getLease: (id: string) => leases.getLease(id), getCall: (leaseId: string, callId: string) => calls.getCall(leaseId, callId) };
+}
+type Ledger = ReturnType<typeof ledgerOf>;
+
 /**
  * Runs `body` against a `main.js` control plane of its own (owner, prefix, key); `restart()`
  * starts a harness with the same identity, as the next control plane after a crash would.
@@ -71,7 +80,7 @@ async function withChildPlane(name: string, body: (ctx: { id: ReturnType<typeof 
     await body({
       id,
       child,
-      ledger: new Ledger(shared, id.prefix),
+      ledger: ledgerOf(shared, id.prefix),
       restart: async () => (h = await startHarness({ SBX_OWNER: id.owner, SBX_REDIS_PREFIX: id.prefix, SBX_SECRETS_KEY: id.secretsKey })),
     });
   } finally {

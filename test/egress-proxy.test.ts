@@ -18,8 +18,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EgressEvent } from '../contract/objects.js';
 import { EgressProxy } from '../control-plane/egress/proxy.js';
 import { loadConfig } from '../control-plane/config.js';
-import { Ledger, EGRESS_LOG_MAX } from '../control-plane/ledger/ledger.js';
-import { connectRedis, redisOptions } from '../control-plane/queue/redis.js';
+import { EgressLog, EGRESS_LOG_MAX } from '../control-plane/egress/store.js';
+import { connectRedis, redisOptions } from '../control-plane/redis/connections.js';
 import { randomBytes } from 'node:crypto';
 import { REPO_ROOT } from './harness.js';
 
@@ -151,10 +151,10 @@ describe('the egress log under a flood', () => {
     const config = loadConfig(process.env, REPO_ROOT);
     const redis = connectRedis(redisOptions(config.redis));
     const prefix = `sbxtest:egress-flood-${randomBytes(4).toString('hex')}:`;
-    const ledger = new Ledger(redis, prefix);
+    const ledger = new EgressLog(redis, prefix);
     const flooded = new EgressProxy({
       resolve: async () => ['127.0.0.2'],
-      record: (leaseId, e) => ledger.appendEgress(leaseId, e),
+      record: (leaseId, e) => ledger.append(leaseId, e),
       log: pino({ level: 'silent' }),
     });
     const sock = join(dir, 'flood', 'proxy.sock');
@@ -178,7 +178,7 @@ describe('the egress log under a flood', () => {
         );
       }
       await new Promise((r) => setTimeout(r, 500));
-      const { events: log, dropped } = await ledger.readEgress('sbx_flood');
+      const { events: log, dropped } = await ledger.read('sbx_flood');
       expect(log.filter((e) => e.decision === 'denied').length).toBe(EGRESS_LOG_MAX);
       expect(log.some((e) => e.decision === 'allowed' && e.host === 'api.allowed.test')).toBe(true);
       expect(dropped.allowed).toBe(0);

@@ -15,7 +15,7 @@ import { SbxClient } from '../sdk/index.js';
 import { loadConfig, type Config } from '../control-plane/config.js';
 import { createControlPlane, type ControlPlane } from '../control-plane/control-plane.js';
 import { BOOTSTRAP_PRINCIPAL } from '../control-plane/http/auth.js';
-import { connectRedis, redisOptions, type Redis } from '../control-plane/queue/redis.js';
+import { connectRedis, redisOptions, type Redis } from '../control-plane/redis/connections.js';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '..');
 const run = promisify(execFile);

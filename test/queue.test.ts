@@ -7,8 +7,8 @@ import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { leaseKeys } from '../contract/queue.js';
 import type { ToolResult } from '../contract/objects.js';
-import { LeaseChannels } from '../control-plane/queue/lease-channels.js';
-import { redisOptions } from '../control-plane/queue/redis.js';
+import { AgentLink } from '../control-plane/agent-link/link.js';
+import { redisOptions } from '../control-plane/redis/connections.js';
 import { startHarness, type Harness } from './harness.js';
 
 let h: Harness;
@@ -20,9 +20,9 @@ afterAll(async () => h?.close());
 
 describe('per-lease Redis ACL', () => {
   it("an agent's credentials reach its own namespace only, and no dangerous command", async () => {
-    const channels = new LeaseChannels(h.redis, redisOptions(h.config.redis), h.config.redisPrefix, pino({ level: 'silent' }));
-    const a = await channels.provisionAgentUser('sbx_aclaaaaaaaa');
-    await channels.provisionAgentUser('sbx_aclbbbbbbbb');
+    const channels = new AgentLink(h.redis, redisOptions(h.config.redis), h.config.redisPrefix, pino({ level: 'silent' }), async () => undefined);
+    const a = await channels.acl.provision('sbx_aclaaaaaaaa');
+    await channels.acl.provision('sbx_aclbbbbbbbb');
     const asA = new Redis({ ...redisOptions(h.config.redis), username: a.username, password: a.password });
     try {
       const own = leaseKeys(h.config.redisPrefix, 'sbx_aclaaaaaaaa');

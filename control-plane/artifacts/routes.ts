@@ -7,17 +7,15 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { ArtifactId } from '../../contract/queue.js';
-import type { LeaseService } from '../leases/service.js';
 import type { ArtifactStore } from './store.js';
 
 const Params = z.object({ id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/), artifactId: ArtifactId });
 
-export const artifactsRoutes: FastifyPluginAsync<{ leases: LeaseService; artifacts: ArtifactStore }> = async (plugin, { leases, artifacts }) => {
+export const artifactsRoutes: FastifyPluginAsync<{ artifacts: ArtifactStore }> = async (plugin, { artifacts }) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   const schema = { tags: ['calls'], summary: "An artifact's bytes", description: 'With `x-sbx-sha256`, `digest: sha-256=…` and the metadata in `x-sbx-artifact`.', params: Params };
-  app.get('/v1/sandboxes/:id/artifacts/:artifactId', { schema }, async (request, reply) => {
+  app.get('/v1/sandboxes/:id/artifacts/:artifactId', { schema, config: { lease: 'visible' } }, async (request, reply) => {
     const { id, artifactId } = request.params;
-    await leases.get(id, request.principal);
     const { artifact, stream } = await artifacts.open(id, artifactId);
     return reply
       .type(artifact.mediaType)

@@ -3,7 +3,7 @@
  * chunk is checked against its sha256 and written at its own offset (chunk i at
  * i × ARTIFACT_CHUNK_BYTES), so chunks may be ledgered in any order or twice; the end message
  * completes the artifact only once every chunk is in and the whole file has the announced
- * size and sha256. Files live under `<data dir>/artifacts`; metadata in the ledger.
+ * size and sha256. Files live under `<data dir>/artifacts`; metadata in Redis (`ArtifactRecords`).
  *
  * Throws AppError `artifact.corrupt` (a chunk or the whole does not match its digest) and
  * `artifact.incomplete` (the end came before every chunk: BullMQ retries the end message).
@@ -14,14 +14,61 @@ import { mkdir, open, readdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { AppError } from '../../contract/errors.js';
-import type { Artifact } from '../../contract/objects.js';
+import { Artifact } from '../../contract/objects.js';
 import { ARTIFACT_CHUNK_BYTES } from '../../contract/queue.js';
-import type { Ledger } from '../ledger/ledger.js';
+import type { Redis } from 'ioredis';
+
+/** Artifact metadata in Redis: each artifact's record, the chunks stored so far, the artifacts of each lease. */
+export class ArtifactRecords {
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+  ) {}
+
+  private k = {
+    artifact: (id: string) => `${this.prefix}artifacts:${id}`,
+    artifactChunks: (id: string) => `${this.prefix}artifacts:${id}:chunks`,
+    leaseArtifacts: (leaseId: string) => `${this.prefix}artifacts-of:${leaseId}`,
+  };
+
+  /** Records that chunk `index` of an artifact is stored; returns how many distinct chunks are. */
+  async chunkStored(artifactId: string, index: number): Promise<number> {
+    const key = this.k.artifactChunks(artifactId);
+    const [, count] = (await this.redis.multi().sadd(key, index).scard(key).expire(key, 24 * 3600).exec()) ?? [];
+    return Number(count?.[1] ?? 0);
+  }
+
+  async put(artifact: Artifact): Promise<void> {
+    await this.redis
+      .multi()
+      .set(this.k.artifact(artifact.id), JSON.stringify(artifact))
+      .sadd(this.k.leaseArtifacts(artifact.leaseId), artifact.id)
+      .del(this.k.artifactChunks(artifact.id))
+      .exec();
+  }
+
+  async get(artifactId: string): Promise<Artifact | null> {
+    const text = await this.redis.get(this.k.artifact(artifactId));
+    return text === null ? null : Artifact.parse(JSON.parse(text));
+  }
+
+  /** Starts the retention clock of an ended lease's artifact records: each says when it expires, and does after `seconds`. */
+  async retain(leaseId: string, seconds: number): Promise<void> {
+    const multi = this.redis.multi();
+    const expiresAt = new Date(Date.now() + seconds * 1000).toISOString();
+    for (const id of await this.redis.smembers(this.k.leaseArtifacts(leaseId))) {
+      const artifact = await this.get(id);
+      if (artifact) multi.set(this.k.artifact(id), JSON.stringify({ ...artifact, expiresAt }), 'EX', seconds);
+    }
+    multi.expire(this.k.leaseArtifacts(leaseId), seconds);
+    await multi.exec();
+  }
+}
 
 export class ArtifactStore {
   constructor(
     private readonly dir: string,
-    private readonly ledger: Ledger,
+    private readonly records: Pick<ArtifactRecords, 'chunkStored' | 'put' | 'get'>,
   ) {}
 
   private partPath(id: string): string {
@@ -45,18 +92,18 @@ export class ArtifactStore {
     } finally {
       await handle.close();
     }
-    await this.ledger.artifactChunkStored(id, index);
+    await this.records.chunkStored(id, index);
   }
 
   /** Completes the artifact once every chunk is in and the whole matches; returns its record. */
   async complete(meta: Omit<Artifact, 'createdAt' | 'expiresAt'> & { chunks: number }): Promise<Artifact> {
-    const existing = await this.ledger.getArtifact(meta.id);
+    const existing = await this.records.get(meta.id);
     if (existing) return existing;
     if (meta.size === 0) {
       await mkdir(this.dir, { recursive: true, mode: 0o700 });
       await (await open(this.partPath(meta.id), 'a')).close();
     } else {
-      const stored = await this.ledger.artifactChunkStored(meta.id, 0);
+      const stored = await this.records.chunkStored(meta.id, 0);
       if (stored < meta.chunks) throw new AppError('artifact.incomplete', `${meta.id}: ${stored} of ${meta.chunks} chunks stored`, { details: { artifactId: meta.id } });
     }
     const size = (await stat(this.partPath(meta.id))).size;
@@ -68,13 +115,13 @@ export class ArtifactStore {
     await rename(this.partPath(meta.id), this.finalPath(meta.id));
     const { chunks: _chunks, ...rest } = meta;
     const artifact: Artifact = { ...rest, createdAt: new Date().toISOString(), expiresAt: null };
-    await this.ledger.putArtifact(artifact);
+    await this.records.put(artifact);
     return artifact;
   }
 
   /** The artifact's record and its bytes. Throws AppError `artifact.not_found`. */
   async open(leaseId: string, id: string): Promise<{ artifact: Artifact; stream: Readable }> {
-    const artifact = await this.ledger.getArtifact(id);
+    const artifact = await this.records.get(id);
     if (!artifact || artifact.leaseId !== leaseId) throw new AppError('artifact.not_found', `no artifact ${id} in sandbox ${leaseId}`, { details: { artifactId: id } });
     return { artifact, stream: createReadStream(this.finalPath(id)) };
   }
@@ -86,7 +133,7 @@ export class ArtifactStore {
     for (const name of names) {
       const path = join(this.dir, name);
       const old = Date.now() - (await stat(path).catch(() => ({ mtimeMs: Date.now() }))).mtimeMs > staleMs;
-      const gone = name.endsWith('.part') ? old : !(await this.ledger.getArtifact(name)) && old;
+      const gone = name.endsWith('.part') ? old : !(await this.records.get(name)) && old;
       if (gone) {
         await rm(path, { force: true });
         removed += 1;

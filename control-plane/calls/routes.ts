@@ -6,19 +6,20 @@ import { createSession } from 'better-sse';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
-import type { Ledger } from '../ledger/ledger.js';
-import type { CallNotifier } from '../ledger/notifier.js';
+import type { Notifier } from '../redis/notifier.js';
 import { LeaseParams } from '../leases/schema.js';
 import type { LeaseService } from '../leases/service.js';
 import { CallEventsHeaders, CallParams, ReceiptParams, SubmitCallBody, SubmitCallQuery } from './schema.js';
 import type { CallService } from './service.js';
+import type { CallStore } from './store.js';
 import { describeTools } from './tools.js';
 
 export interface CallsRoutesOptions {
-  leases: LeaseService;
+  /** Who may see a receipt's lease, and whether a lease may be used now (cancel). */
+  leases: Pick<LeaseService, 'canSee' | 'usable'>;
   calls: CallService;
-  ledger: Ledger;
-  notifier: CallNotifier;
+  store: Pick<CallStore, 'getReceipt' | 'notifyChannel' | 'readEvents' | 'getCall'>;
+  notifier: Pick<Notifier, 'next'>;
 }
 
 /** Largest call body, bytes. */
@@ -27,7 +28,7 @@ const CALL_BODY_LIMIT_BYTES = 48 * 1024 * 1024;
 /** SSE comment heartbeat interval, ms: keeps proxies from closing an idle stream. */
 const SSE_KEEPALIVE_MS = 15_000;
 
-export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin, { leases, calls, ledger, notifier }) => {
+export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin, { leases, calls, store, notifier }) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   const tags = ['calls'];
 
@@ -42,37 +43,31 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
     querystring: SubmitCallQuery,
     body: SubmitCallBody,
   };
-  app.post('/v1/sandboxes/:id/calls', { bodyLimit: CALL_BODY_LIMIT_BYTES, schema: submitSchema }, async (request, reply) => {
+  app.post('/v1/sandboxes/:id/calls', { bodyLimit: CALL_BODY_LIMIT_BYTES, schema: submitSchema, config: { lease: 'active' } }, async (request, reply) => {
     const { id } = request.params;
     const { wait } = request.query;
-    const lease = await leases.active(id, request.principal);
-    const { call } = await calls.submit(lease, request.body);
+    const { call } = await calls.submit(request.lease, request.body);
     const view = wait ? await calls.waitFinished(id, call.callId, wait * 1000) : call;
     if (view.status === 'finished' && view.result) return reply.status(200).send(view.result);
     if (view.status === 'detached' && view.detached) return reply.status(200).send(view.detached);
     return reply.status(202).send({ callId: view.callId, status: view.status });
   });
 
-  app.get('/v1/sandboxes/:id/calls/:callId', { schema: { tags, summary: 'Read a call: intent, status, result with receipt', params: CallParams } }, async (request) => {
+  app.get('/v1/sandboxes/:id/calls/:callId', { schema: { tags, summary: 'Read a call: intent, status, result with receipt', params: CallParams }, config: { lease: 'visible' } }, async (request) => {
     const { id, callId } = request.params;
-    await leases.get(id, request.principal);
     return calls.get(id, callId);
   });
 
   const cancelSchema = { tags, summary: 'Cancel a call', description: '`202` while it can still be cancelled; a finished call is `200`, unchanged.', params: CallParams };
-  app.post('/v1/sandboxes/:id/calls/:callId/cancel', { schema: cancelSchema }, async (request, reply) => {
-    const { id, callId } = request.params;
-    await leases.get(id, request.principal);
-    const before = await calls.get(id, callId);
-    // Finished is final, even after the sandbox went: nothing to cancel.
-    if (before.status === 'finished') return reply.status(200).send(before);
-    const lease = await leases.active(id, request.principal);
-    return reply.status(202).send(await calls.cancel(lease, callId));
+  app.post('/v1/sandboxes/:id/calls/:callId/cancel', { schema: cancelSchema, config: { lease: 'visible' } }, async (request, reply) => {
+    // Finished is final, even after the sandbox went: nothing to cancel (200); else the lease must be usable.
+    const { call, changed } = await calls.cancel(request.lease, request.params.callId, (lease) => leases.usable(lease));
+    return reply.status(changed ? 202 : 200).send(call);
   });
 
   app.get('/v1/receipts/:receiptId', { schema: { tags, summary: 'Read a receipt', params: ReceiptParams } }, async (request) => {
     const { receiptId } = request.params;
-    const receipt = await ledger.getReceipt(receiptId);
+    const receipt = await store.getReceipt(receiptId);
     // Another tenant's receipt is as absent as a missing one.
     if (!receipt || !(await leases.canSee(receipt.leaseId, request.principal))) throw new AppError('receipt.not_found', `no receipt ${receiptId}`, { details: { receiptId } });
     return receipt;
@@ -85,28 +80,27 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
     params: CallParams,
     headers: CallEventsHeaders,
   };
-  app.get('/v1/sandboxes/:id/calls/:callId/events', { schema: eventsSchema }, async (request, reply) => {
+  app.get('/v1/sandboxes/:id/calls/:callId/events', { schema: eventsSchema, config: { lease: 'visible' } }, async (request, reply) => {
     const { id, callId } = request.params;
-    await leases.get(id, request.principal);
     await calls.get(id, callId);
     const after = Number(request.headers['last-event-id'] ?? 0);
     reply.hijack();
     const session = await createSession(request.raw, reply.raw, { keepAlive: SSE_KEEPALIVE_MS, retry: 1000 });
     const closed = new AbortController();
     request.raw.on('close', () => closed.abort());
-    const channel = ledger.notifyChannel(id, callId);
+    const channel = store.notifyChannel(id, callId);
     let seq = after;
     try {
       while (!closed.signal.aborted) {
         const wake = notifier.next(channel, SSE_KEEPALIVE_MS, closed.signal);
-        const events = await ledger.readEvents(id, callId, seq);
+        const events = await store.readEvents(id, callId, seq);
         for (const event of events) {
           session.push(event, event.type, String(event.seq));
           seq = event.seq;
         }
         if (events.at(-1)?.type === 'call.finished') break;
         // Resumed after the last event of a finished call: nothing more will come.
-        if (events.length === 0 && (await ledger.getCall(id, callId))?.status === 'finished') break;
+        if (events.length === 0 && (await store.getCall(id, callId))?.status === 'finished') break;
         await wake;
       }
     } catch (err) {

@@ -1,6 +1,6 @@
 /**
  * Tool calls: intent in, receipt out. Submitting validates and resolves the call against the
- * lease's policy, records the intent in the ledger and only then enqueues it for the agent;
+ * lease's policy, records the intent in the call store and only then enqueues it for the agent;
  * what the agent sends back (events, the result with its receipt) is ledgered here before the
  * queue job is acknowledged.
  */
@@ -12,19 +12,24 @@ import { digestOf } from '../../contract/digest.js';
 import { AppError, errorInfo } from '../../contract/errors.js';
 import type { CallView, ToolResult } from '../../contract/objects.js';
 import type { CallJob, ReturnMessage } from '../../contract/queue.js';
+import type { CallsOut } from '../agent-link/calls-out.js';
 import type { ArtifactStore } from '../artifacts/store.js';
-import type { LeaseRecord, Ledger } from '../ledger/ledger.js';
-import type { CallNotifier } from '../ledger/notifier.js';
+import type { LeaseRecord } from '../leases/store.js';
 import type { Metrics } from '../metrics/service.js';
-import type { LeaseChannels } from '../queue/lease-channels.js';
+import type { Notifier } from '../redis/notifier.js';
 import type { SubmitCallBody } from './schema.js';
+import type { CallStore } from './store.js';
 import { TOOLS } from './tools.js';
 
+/** What calls need of a lease: its id, policy, granted secrets and manifest. */
+export type CallLease = Pick<LeaseRecord, 'id' | 'policySnapshot' | 'secrets' | 'manifest'>;
+
 export interface CallServiceDeps {
-  ledger: Ledger;
-  artifacts: ArtifactStore;
-  channels: LeaseChannels;
-  notifier: CallNotifier;
+  store: Pick<CallStore, 'createCall' | 'getCall' | 'appendEvent' | 'finishCall' | 'markRunning' | 'detachCall' | 'openCalls' | 'notifyChannel'>;
+  artifacts: Pick<ArtifactStore, 'writeChunk' | 'complete'>;
+  /** The calls half of the agent link: the producer, cancel markers. */
+  agent: Pick<CallsOut, 'enqueue' | 'removeQueued' | 'requestCancel'>;
+  notifier: Pick<Notifier, 'next' | 'nextOf'>;
   /** Counts calls reaching a terminal result, and how long they took from submission. */
   metrics: Pick<Metrics, 'callFinished'>;
   now: () => Date;
@@ -41,8 +46,8 @@ export class CallService {
    * `call.id_conflict`, `policy.tool_denied`, `policy.secret_denied` (a secret the lease was
    * not granted) — a denial is recorded as the call's result.
    */
-  async submit(lease: LeaseRecord, body: SubmitCallBody): Promise<{ call: CallView; created: boolean }> {
-    const { ledger, channels, now } = this.deps;
+  async submit(lease: CallLease, body: SubmitCallBody): Promise<{ call: CallView; created: boolean }> {
+    const { store, agent, now } = this.deps;
     const tool = TOOLS.get(body.tool);
     if (!tool) throw new AppError('input.unknown_tool', `no tool named ${body.tool}`, { details: { field: 'tool', known: [...TOOLS.keys()] } });
     const callId = body.callId ?? `call_${randomUUID().replaceAll('-', '')}`;
@@ -62,17 +67,17 @@ export class CallService {
     const normalizedArgs = resolved?.args ?? body.args;
     const fingerprint = digestOf({ tool: tool.name, version: tool.version, args: normalizedArgs });
     const createdAt = now();
-    const existing = await ledger.createCall({ callId, leaseId: lease.id, tool: tool.name, args: normalizedArgs, fingerprint, createdAt: createdAt.toISOString() });
+    const existing = await store.createCall({ callId, leaseId: lease.id, tool: tool.name, args: normalizedArgs, fingerprint, createdAt: createdAt.toISOString() });
     if (existing) {
       if (existing.fingerprint !== fingerprint) {
         throw new AppError('call.id_conflict', `callId ${callId} was used with different tool or arguments`, { details: { callId, fingerprint: existing.fingerprint } });
       }
       return { call: await this.get(lease.id, callId), created: false };
     }
-    await ledger.appendEvent(lease.id, callId, { type: 'call.accepted', tool: tool.name, fingerprint }, createdAt);
+    await store.appendEvent(lease.id, callId, { type: 'call.accepted', tool: tool.name, fingerprint }, createdAt);
     if (denial || !resolved) {
       const error = denial!.toInfo();
-      await ledger.appendEvent(lease.id, callId, { type: 'call.denied', error }, createdAt);
+      await store.appendEvent(lease.id, callId, { type: 'call.denied', error }, createdAt);
       await this.finish(lease.id, callId, emptyResult(callId, 'denied', error), createdAt);
       throw new AppError(denial!.code, denial!.message, { details: { ...denial!.details, callId } });
     }
@@ -87,24 +92,24 @@ export class CallService {
       maxOutputBytes: resolved.maxOutputBytes,
       accesses: resolved.accesses,
     };
-    // The intent is in the ledger before the job exists: a crash here leaves a queued call that
+    // The intent is in the store before the job exists: a crash here leaves a queued call that
     // reconcile/release finishes as `cancelled` (no attempt marker), never a job without a record.
     try {
-      await channels.enqueueCall(lease.id, job);
+      await agent.enqueue(lease.id, job);
     } catch (err) {
       // Not queued means never run: the call ends here rather than waiting forever.
       const error = errorInfo('queue.unavailable', `the call could not be queued: ${(err as Error).message}`);
       await this.finish(lease.id, callId, emptyResult(callId, 'failed', error), now());
       throw new AppError('queue.unavailable', error.message, { details: { callId }, cause: err });
     }
-    await ledger.appendEvent(lease.id, callId, { type: 'call.queued' }, now());
+    await store.appendEvent(lease.id, callId, { type: 'call.queued' }, now());
     this.deps.log.debug({ sandboxId: lease.id, callId, tool: tool.name }, 'call queued');
     return { call: await this.get(lease.id, callId), created: true };
   }
 
   /** Throws `call.not_found`. */
   async get(leaseId: string, callId: string): Promise<CallView> {
-    const call = await this.deps.ledger.getCall(leaseId, callId);
+    const call = await this.deps.store.getCall(leaseId, callId);
     if (!call) throw new AppError('call.not_found', `no call ${callId} in sandbox ${leaseId}`, { details: { callId } });
     return call;
   }
@@ -112,7 +117,7 @@ export class CallService {
   /** The call once finished or detached (a background task's handle), or as it is after `timeoutMs`. */
   async waitFinished(leaseId: string, callId: string, timeoutMs: number): Promise<CallView> {
     const deadline = Date.now() + timeoutMs;
-    const channel = this.deps.ledger.notifyChannel(leaseId, callId);
+    const channel = this.deps.store.notifyChannel(leaseId, callId);
     for (;;) {
       // Listen before reading, so a change between the read and the wait is not missed.
       const wake = this.deps.notifier.next(channel, Math.max(0, Math.min(1000, deadline - Date.now())));
@@ -125,30 +130,62 @@ export class CallService {
   /**
    * Cancels a call: a queued call is taken off the queue and finishes `cancelled` with nothing
    * run; a running one is signalled (the agent kills its process group and reports). Cancelling
-   * a finished call changes nothing. Returns the call as it is now.
+   * a finished call changes nothing (`changed: false`), whatever the lease's state; else
+   * `assertUsable(lease)` runs first (it throws when the lease may not be used now). Returns
+   * the call as it is now. Reads the call once (twice only when it finished meanwhile).
    */
-  async cancel(lease: LeaseRecord, callId: string): Promise<CallView> {
-    const { ledger, channels, now } = this.deps;
+  async cancel<L extends CallLease>(lease: L, callId: string, assertUsable: (lease: L) => void = () => undefined): Promise<{ call: CallView; changed: boolean }> {
+    const { store, agent, now } = this.deps;
     const call = await this.get(lease.id, callId);
-    if (call.status === 'finished') return call;
-    const requested = await ledger.appendEvent(lease.id, callId, { type: 'call.cancel_requested' }, now(), 'cancel_requested', { unlessFinished: true });
-    if (requested === null) return this.get(lease.id, callId);
-    if (await channels.removeQueued(lease.id, callId)) {
+    if (call.status === 'finished') return { call, changed: false };
+    assertUsable(lease);
+    const requested = await store.appendEvent(lease.id, callId, { type: 'call.cancel_requested' }, now(), 'cancel_requested', { unlessFinished: true });
+    if (requested === null) return { call: await this.get(lease.id, callId), changed: true };
+    if (await agent.removeQueued(lease.id, callId)) {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
-      await this.finish(lease.id, callId, emptyResult(callId, 'cancelled', error), now());
-    } else {
-      await channels.requestCancel(lease.id, callId);
+      const result = emptyResult(callId, 'cancelled', error);
+      if (await this.finish(lease.id, callId, result, now(), call)) return { call: { ...call, status: 'finished', result }, changed: true };
+      return { call: await this.get(lease.id, callId), changed: true };
     }
-    return this.get(lease.id, callId);
+    await agent.requestCancel(lease.id, callId);
+    // Signalled, not ended: the call is as it was read until its agent reports.
+    return { call, changed: true };
   }
+
+  /** Ids of the lease's calls that have not finished. */
+  openCalls(leaseId: string): Promise<string[]> {
+    return this.deps.store.openCalls(leaseId);
+  }
+
+  /**
+   * Resolves once none of the lease's calls is open, or at `untilMs` (epoch ms, by `now`),
+   * whichever comes first. Waits on the calls' notifications (each wait listens before it
+   * reads, so no change is missed), not on a timer.
+   */
+  async waitAllFinished(leaseId: string, untilMs: number): Promise<void> {
+    const { store, notifier, now } = this.deps;
+    let open = await store.openCalls(leaseId);
+    while (open.length > 0 && now().getTime() < untilMs) {
+      // Listen on the open calls first, then read again: a call ending in between still wakes the wait.
+      const stop = new AbortController();
+      const channels = open.map((callId) => store.notifyChannel(leaseId, callId));
+      const wake = notifier.nextOf(channels, Math.max(0, Math.min(WAIT_RECHECK_MS, untilMs - now().getTime())), stop.signal);
+      const current = await store.openCalls(leaseId);
+      const unchanged = current.length === open.length && current.every((id) => open.includes(id));
+      if (unchanged) await wake;
+      else stop.abort();
+      open = current;
+    }
+  }
+
 
   /** Ledgers one message from a sandbox agent. Idempotent: redelivered messages are stored once. */
   async ingest(leaseId: string, message: ReturnMessage): Promise<void> {
     const at = this.deps.now();
     if (message.kind === 'event') {
-      await this.deps.ledger.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`, { unlessFinished: true });
+      await this.deps.store.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`, { unlessFinished: true });
       if (message.body.type === 'call.started') {
-        await this.deps.ledger.markRunning(leaseId, message.callId);
+        await this.deps.store.markRunning(leaseId, message.callId);
         this.deps.log.info({ sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId }, 'call started');
       }
       return;
@@ -168,11 +205,11 @@ export class CallService {
         sha256: message.sha256,
         chunks: message.chunks,
       });
-      await this.deps.ledger.appendEvent(leaseId, message.callId, { type: 'artifact', artifactId: artifact.id, name: artifact.name, size: artifact.size, sha256: artifact.sha256 }, at, `artifact:${artifact.id}`, { unlessFinished: true });
+      await this.deps.store.appendEvent(leaseId, message.callId, { type: 'artifact', artifactId: artifact.id, name: artifact.name, size: artifact.size, sha256: artifact.sha256 }, at, `artifact:${artifact.id}`, { unlessFinished: true });
       return;
     }
     if (message.kind === 'detached') {
-      await this.deps.ledger.detachCall(leaseId, message.callId, message.result, message.attemptId, at);
+      await this.deps.store.detachCall(leaseId, message.callId, message.result, message.attemptId, at);
       return;
     }
     const stored = await this.finish(leaseId, message.callId, message.result, at);
@@ -180,14 +217,14 @@ export class CallService {
   }
 
   /**
-   * Stores a call's terminal result (ledger.finishCall) and, when this was the one that
+   * Stores a call's terminal result (CallStore.finishCall) and, when this was the one that
    * finished it, counts it and logs it with the sandbox, call and attempt ids. Returns whether
    * it was stored (false: the call had finished before).
    */
-  private async finish(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<boolean> {
-    const stored = await this.deps.ledger.finishCall(leaseId, callId, result, at);
+  private async finish(leaseId: string, callId: string, result: ToolResult, at: Date, known?: CallView): Promise<boolean> {
+    const stored = await this.deps.store.finishCall(leaseId, callId, result, at);
     if (!stored) return false;
-    const call = await this.deps.ledger.getCall(leaseId, callId);
+    const call = known ?? (await this.deps.store.getCall(leaseId, callId));
     if (call) {
       const seconds = Math.max(0, at.getTime() - Date.parse(call.createdAt)) / 1000;
       this.deps.metrics.callFinished(call.tool, result.status, seconds);
@@ -206,7 +243,7 @@ export class CallService {
    * agent that would have is gone. `attemptOf` returns the started attempt's id, or null.
    */
   async abandonOpenCalls(leaseId: string, manifestDigest: string | null, attemptOf: (callId: string) => Promise<string | null>): Promise<void> {
-    for (const callId of await this.deps.ledger.openCalls(leaseId)) {
+    for (const callId of await this.deps.store.openCalls(leaseId)) {
       const call = await this.get(leaseId, callId);
       const attemptId = await attemptOf(callId);
       const now = this.deps.now();
@@ -224,6 +261,9 @@ export class CallService {
     }
   }
 }
+
+/** Longest single wait of `waitAllFinished` before it reads the calls again, ms (a bound, not a poll: notifications wake it sooner). */
+const WAIT_RECHECK_MS = 1000;
 
 function emptyResult(callId: string, status: ToolResult['status'], error: ToolResult['error']): ToolResult {
   return resultWithoutRun(callId, status, error);

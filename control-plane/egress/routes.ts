@@ -8,9 +8,8 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { EgressEvent } from '../../contract/objects.js';
-import type { Ledger } from '../ledger/ledger.js';
 import { LeaseParams } from '../leases/schema.js';
-import type { LeaseService } from '../leases/service.js';
+import type { EgressLog } from './store.js';
 
 const Query = z
   .object({
@@ -22,14 +21,13 @@ const Query = z
   })
   .strict();
 
-export const egressRoutes: FastifyPluginAsync<{ leases: LeaseService; ledger: Ledger }> = async (plugin, { leases, ledger }) => {
+export const egressRoutes: FastifyPluginAsync<{ egressLog: Pick<EgressLog, 'read'> }> = async (plugin, { egressLog }) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   const schema = { tags: ['sandboxes'], summary: "The sandbox's egress log (network mode allowlist), oldest first", params: LeaseParams, querystring: Query };
-  app.get('/v1/sandboxes/:id/egress', { schema }, async (request): Promise<{ events: EgressEvent[]; dropped: { allowed: number; denied: number } }> => {
+  app.get('/v1/sandboxes/:id/egress', { schema, config: { lease: 'visible' } }, async (request): Promise<{ events: EgressEvent[]; dropped: { allowed: number; denied: number } }> => {
     const { id } = request.params;
     const query = request.query;
-    await leases.get(id, request.principal);
-    const log = await ledger.readEgress(id);
+    const log = await egressLog.read(id);
     const host = query.host?.toLowerCase();
     const events = log.events.filter(
       (e) => (query.decision === undefined || e.decision === query.decision) && (host === undefined || e.host.toLowerCase().includes(host)),

@@ -19,13 +19,11 @@ import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import { SandboxPath } from '../../contract/tools.js';
 import { LeaseParams } from '../leases/schema.js';
-import type { LeaseService } from '../leases/service.js';
 import type { Policy } from '../policies/schema.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
 import { guardArchive } from './tar-guard.js';
 
 export interface FilesRoutesOptions {
-  leases: LeaseService;
   runtime: SandboxRuntime;
   /** Directory for upload spool files. */
   spoolDir: string;
@@ -64,10 +62,10 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (plugin
     params: LeaseParams,
     querystring: FilesQuery,
   };
-  app.put('/v1/sandboxes/:id/files', { schema: uploadSchema }, async (request) => {
+  app.put('/v1/sandboxes/:id/files', { schema: uploadSchema, config: { lease: 'active' } }, async (request) => {
     const { id } = request.params;
     const { path } = request.query;
-    const lease = await opts.leases.active(id, request.principal);
+    const lease = request.lease;
     const { root, relative } = locateInVolume(lease.policySnapshot, path);
     if (!request.body || typeof (request.body as Readable).pipe !== 'function') {
       throw new AppError('input.unsupported_media_type', 'send the archive as Content-Type: application/x-tar');
@@ -87,10 +85,10 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (plugin
   });
 
   const downloadSchema = { tags, summary: 'Download a path as a tar archive', params: LeaseParams, querystring: FilesQuery };
-  app.get('/v1/sandboxes/:id/files', { schema: downloadSchema }, async (request, reply) => {
+  app.get('/v1/sandboxes/:id/files', { schema: downloadSchema, config: { lease: 'active' } }, async (request, reply) => {
     const { id } = request.params;
     const { path } = request.query;
-    const lease = await opts.leases.active(id, request.principal);
+    const lease = request.lease;
     const { root, relative } = locateInVolume(lease.policySnapshot, path);
     const user = lease.policySnapshot.runtime.toolUser;
     const stream = await opts.runtime.createTar(id, posix.join(root, relative), root, user);

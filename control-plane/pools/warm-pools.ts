@@ -2,76 +2,24 @@
  * Warm pools: sandboxes started ahead of demand, per (policy version, image), so a lease that
  * matches one takes a started, agent-ready sandbox instead of waiting for a container.
  *
- * State lives in Redis, shared by every control-plane process of the installation:
- * - `<prefix>pool:members`: hash, sandbox id → `Member` (which pool, starting or ready, its facts);
- * - `<prefix>pool:<name>:ready`: list of ready ids, oldest first;
- * - `<prefix>pool:<name>:claimed-at`: when a lease last claimed from the pool (ms);
- * - `<prefix>pool:<name>:filler`: lock of the one process filling the pool now;
- * - `<prefix>pool:claimed`: hash, id → when it was claimed (ms), until the claiming lease's
- *   record exists (`settle`): in between the sandbox is neither a member nor a lease, and
- *   reconcile must still not take it for an orphan.
- *
+ * State lives in Redis (`store.ts`), shared by every control-plane process of the installation.
  * A claim pops an id and deletes its member record in one Lua script, so no two leases get one
  * sandbox, and a claimed sandbox leaves the pool for good: it is released like any lease and
  * never comes back. Reconcile leaves members alone (`owns`); the pool's own health check
  * replaces members whose container stopped.
  */
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { z } from 'zod';
-import { PolicyRef, SandboxFacts } from '../../contract/objects.js';
-import type { Launched, WarmSandbox } from '../leases/service.js';
+import type { PolicyRef } from '../../contract/objects.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
-
-/** One configured pool (`SBX_WARM_POOLS`, a JSON array of these). */
-export const PoolSpec = z
-  .object({
-    /** Policy name; the pool follows its latest version (sandboxes of an older one are replaced). */
-    policy: z.string().min(1),
-    /** Image; default the control plane's default image. */
-    image: z.string().min(1).optional(),
-    /** Ready sandboxes kept while the pool is idle. */
-    min: z.number().int().min(0).max(100),
-    /** Ready sandboxes kept while leases claim from it. */
-    max: z.number().int().min(1).max(100),
-    /** No claim for this long and the pool shrinks back to `min`, seconds. Default 600. */
-    idleSeconds: z.number().int().positive().default(600),
-  })
-  .strict()
-  .refine((p) => p.min <= p.max, { message: 'min must be ≤ max', path: ['min'] });
-export type PoolSpec = z.infer<typeof PoolSpec>;
-
-const Member = z.object({
-  pool: z.string(),
-  state: z.enum(['starting', 'ready']),
-  /** When it entered this state, ms since the epoch. */
-  since: z.number(),
-  sandbox: z.object({ id: z.string(), containerId: z.string(), facts: SandboxFacts, ref: PolicyRef, image: z.string() }).nullable(),
-});
-type Member = z.infer<typeof Member>;
-
-/** Pops the oldest ready id of a pool, forgets its member record and marks it claimed, atomically. */
-const CLAIM = `
-local id = redis.call('LPOP', KEYS[1])
-if not id then return false end
-local member = redis.call('HGET', KEYS[2], id)
-redis.call('HDEL', KEYS[2], id)
-redis.call('HSET', KEYS[3], id, ARGV[1])
-return member`;
+import type { PoolSpec, WarmLauncher, WarmSandbox } from './schema.js';
+import type { PoolStore } from './store.js';
 
 /** A claim not settled after this long belongs to a create that died; reconcile may reap it, ms. */
 const CLAIM_SETTLE_MS = 60_000;
 
-/** What the pools need from the lease service: start and remove unleased sandboxes. */
-export interface WarmLauncher {
-  launchWarm(id: string, policy: { name: string }, image: string): Promise<Launched & { ref: PolicyRef; image: string }>;
-  discardWarm(id: string): Promise<void>;
-}
-
 export interface WarmPoolsDeps {
-  redis: Redis;
-  prefix: string;
+  store: Pick<PoolStore, 'pop' | 'markClaimed' | 'lastClaimedAt' | 'settle' | 'claims' | 'owns' | 'membersOf' | 'putStarting' | 'putReady' | 'takeReady' | 'forget' | 'holdFiller'>;
   owner: string;
   defaultImage: string;
   launcher: WarmLauncher;
@@ -83,6 +31,9 @@ export interface WarmPoolsDeps {
   /** Reports a pool's sizes after each maintenance round (metrics). */
   onSizes?: (pool: string, sizes: { starting: number; ready: number }) => void;
 }
+
+/** A filler lock lives this long without renewal, ms. */
+const FILLER_LOCK_MS = 30_000;
 
 /** A member still `starting` after this long was left by a process that died mid-start, ms. */
 const STALE_STARTING_MS = 120_000;
@@ -101,20 +52,6 @@ export class WarmPools {
     });
   }
 
-  private k = {
-    members: () => `${this.deps.prefix}pool:members`,
-    ready: (pool: string) => `${this.deps.prefix}pool:${pool}:ready`,
-    claimedAt: (pool: string) => `${this.deps.prefix}pool:${pool}:claimed-at`,
-    filler: (pool: string) => `${this.deps.prefix}pool:${pool}:filler`,
-    claimed: () => `${this.deps.prefix}pool:claimed`,
-  };
-
-  /** Pops a ready sandbox of `pool` (see CLAIM); null when there is none. */
-  private async pop(pool: string): Promise<Member | null> {
-    const text = (await this.deps.redis.eval(CLAIM, 3, this.k.ready(pool), this.k.members(), this.k.claimed(), String(this.deps.now()))) as string | null;
-    return text === null ? null : Member.parse(JSON.parse(text));
-  }
-
   /**
    * Takes a ready sandbox of the pool for (`ref`, `image`), or undefined when there is none (the
    * lease then starts cold). A popped sandbox of another policy version is discarded, not used.
@@ -122,9 +59,9 @@ export class WarmPools {
   async claim(ref: PolicyRef, image: string): Promise<WarmSandbox | undefined> {
     const spec = this.specs.find((s) => s.policy === ref.name && s.image === image);
     if (!spec) return undefined;
-    await this.deps.redis.set(this.k.claimedAt(spec.name), String(this.deps.now()));
+    await this.deps.store.markClaimed(spec.name, this.deps.now());
     for (;;) {
-      const member = await this.pop(spec.name);
+      const member = await this.deps.store.pop(spec.name, this.deps.now());
       if (member === null) return undefined;
       if (member.sandbox && member.sandbox.ref.digest === ref.digest) return { id: member.sandbox.id, containerId: member.sandbox.containerId, facts: member.sandbox.facts };
       if (member.sandbox) void this.discard(member.sandbox.id);
@@ -133,16 +70,15 @@ export class WarmPools {
 
   /** The claiming lease's record exists now (or its create failed and tore the sandbox down). */
   async settle(id: string): Promise<void> {
-    await this.deps.redis.hdel(this.k.claimed(), id);
+    await this.deps.store.settle(id);
   }
 
   /**
    * True when `id` is a pooled sandbox (starting, ready, or claimed and not yet settled): not
    * an orphan, though no lease names it.
    */
-  async owns(id: string): Promise<boolean> {
-    const [member, claimed] = await Promise.all([this.deps.redis.hexists(this.k.members(), id), this.deps.redis.hexists(this.k.claimed(), id)]);
-    return member === 1 || claimed === 1;
+  owns(id: string): Promise<boolean> {
+    return this.deps.store.owns(id);
   }
 
   /**
@@ -152,9 +88,8 @@ export class WarmPools {
    * `idleSeconds` (else to `min`), and shrinks past the target.
    */
   async maintain(): Promise<void> {
-    const claims = await this.deps.redis.hgetall(this.k.claimed());
-    const stale = Object.entries(claims).filter(([, at]) => this.deps.now() - Number(at) > CLAIM_SETTLE_MS).map(([id]) => id);
-    if (stale.length > 0) await this.deps.redis.hdel(this.k.claimed(), ...stale);
+    const claims = await this.deps.store.claims();
+    await this.deps.store.settle(...[...claims].filter(([, at]) => this.deps.now() - at > CLAIM_SETTLE_MS).map(([id]) => id));
     // One listing of the runtime serves every pool of the round.
     let running: Set<string> | undefined;
     for (const spec of this.specs) {
@@ -170,8 +105,8 @@ export class WarmPools {
 
   /** One pool's round; `running` holds the ids of this owner's running containers. */
   private async maintainPool(spec: PoolSpec & { name: string; image: string }, running: ReadonlySet<string>): Promise<void> {
-    const { redis, now } = this.deps;
-    const members = await this.membersOf(spec.name);
+    const { store, now } = this.deps;
+    const members = await store.membersOf(spec.name);
     const latest = await this.deps.latestPolicy(spec.policy);
     for (const [id, m] of members) {
       const dead = m.state === 'ready' && !running.has(id);
@@ -179,13 +114,13 @@ export class WarmPools {
       const outdated = m.state === 'ready' && m.sandbox?.ref.digest !== latest.digest;
       if (!dead && !stale && !outdated) continue;
       // Only a member still in the ready list is this round's to remove (a claim may have taken it).
-      if (m.state === 'ready' && (await redis.lrem(this.k.ready(spec.name), 1, id)) === 0) continue;
-      await redis.hdel(this.k.members(), id);
+      if (m.state === 'ready' && !(await store.takeReady(spec.name, id))) continue;
+      await store.forget(id);
       members.delete(id);
       this.deps.log.info({ pool: spec.name, sandboxId: id, reason: dead ? 'container stopped' : stale ? 'start abandoned' : 'policy changed' }, 'pooled sandbox replaced');
       await this.discard(id);
     }
-    const claimedAt = Number((await redis.get(this.k.claimedAt(spec.name))) ?? 0);
+    const claimedAt = await store.lastClaimedAt(spec.name);
     const target = now() - claimedAt < spec.idleSeconds * 1000 ? spec.max : spec.min;
     const ready = [...members.values()].filter((m) => m.state === 'ready').length;
     const starting = members.size - ready;
@@ -193,7 +128,7 @@ export class WarmPools {
     if (members.size < target) {
       await this.startOne(spec);
     } else if (ready > target) {
-      const member = await this.pop(spec.name);
+      const member = await store.pop(spec.name, now());
       if (member?.sandbox) {
         await this.discard(member.sandbox.id);
         await this.settle(member.sandbox.id);
@@ -203,16 +138,14 @@ export class WarmPools {
 
   /** Starts one sandbox for the pool; on failure its member record goes and the error is logged. */
   private async startOne(spec: PoolSpec & { name: string; image: string }): Promise<void> {
-    const { redis, now } = this.deps;
+    const { store, now } = this.deps;
     const id = `sbx_${randomBytes(10).toString('hex')}`;
-    const starting: Member = { pool: spec.name, state: 'starting', since: now(), sandbox: null };
-    await redis.hset(this.k.members(), id, JSON.stringify(starting));
+    await store.putStarting(id, { pool: spec.name, state: 'starting', since: now(), sandbox: null });
     try {
       const launched = await this.deps.launcher.launchWarm(id, { name: spec.policy }, spec.image);
-      const ready: Member = { pool: spec.name, state: 'ready', since: now(), sandbox: { id, containerId: launched.containerId, facts: launched.facts, ref: launched.ref, image: launched.image } };
-      await redis.multi().hset(this.k.members(), id, JSON.stringify(ready)).rpush(this.k.ready(spec.name), id).exec();
+      await store.putReady(id, { pool: spec.name, state: 'ready', since: now(), sandbox: { id, containerId: launched.containerId, facts: launched.facts, ref: launched.ref, image: launched.image } });
     } catch (err) {
-      await redis.hdel(this.k.members(), id);
+      await store.forget(id);
       this.deps.log.warn({ pool: spec.name, sandboxId: id, err }, 'warm pool could not start a sandbox');
     }
   }
@@ -221,23 +154,9 @@ export class WarmPools {
     await this.deps.launcher.discardWarm(id).catch((err: unknown) => this.deps.log.warn({ sandboxId: id, err }, 'pooled sandbox could not be removed'));
   }
 
-  private async membersOf(pool: string): Promise<Map<string, Member>> {
-    const all = await this.deps.redis.hgetall(this.k.members());
-    const out = new Map<string, Member>();
-    for (const [id, text] of Object.entries(all)) {
-      const parsed = Member.safeParse(JSON.parse(text));
-      if (parsed.success && parsed.data.pool === pool) out.set(id, parsed.data);
-    }
-    return out;
-  }
-
   /** Takes or renews this process's filler lock of `pool` (30 s): one process fills a pool at a time. */
-  private async lock(pool: string): Promise<boolean> {
-    const key = this.k.filler(pool);
-    if ((await this.deps.redis.set(key, this.token, 'PX', 30_000, 'NX')) === 'OK') return true;
-    if ((await this.deps.redis.get(key)) !== this.token) return false;
-    await this.deps.redis.pexpire(key, 30_000);
-    return true;
+  private lock(pool: string): Promise<boolean> {
+    return this.deps.store.holdFiller(pool, this.token, FILLER_LOCK_MS);
   }
 
   /** The pool names with their specs, for `GET` views and metrics. */

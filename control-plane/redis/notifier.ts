@@ -1,12 +1,13 @@
 /**
- * Wakes up waiters (SSE streams, `?wait=` long-polls) when the ledger changes a call. One Redis
- * subscriber connection per control-plane process listens on the ledger's notify pattern, so a
- * call finished through another process wakes this one's clients too.
+ * Wakes up waiters (SSE streams, `?wait=` long-polls, a release waiting for open calls) when a
+ * store publishes a change. One Redis subscriber connection per control-plane process listens on
+ * one pattern, so a change made through another process wakes this one's waiters too. A
+ * notification carries no data: waiters re-read the store.
  */
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 
-export class CallNotifier {
+export class Notifier {
   private readonly emitter = new EventEmitter();
 
   private constructor(private readonly subscriber: Redis) {
@@ -15,25 +16,30 @@ export class CallNotifier {
   }
 
   /** Subscribes `subscriber` (a connection of its own: it enters subscribe mode) to `pattern`. */
-  static async start(subscriber: Redis, pattern: string): Promise<CallNotifier> {
+  static async start(subscriber: Redis, pattern: string): Promise<Notifier> {
     await subscriber.psubscribe(pattern);
-    return new CallNotifier(subscriber);
+    return new Notifier(subscriber);
   }
 
   /**
    * Resolves on the next notification on `channel`, after `timeoutMs`, or when `signal` aborts,
-   * whichever comes first. Callers re-read the ledger afterwards; a notification carries no data.
+   * whichever comes first. Callers re-read the store afterwards.
    */
   next(channel: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+    return this.nextOf([channel], timeoutMs, signal);
+  }
+
+  /** As `next`, on the first notification on any of `channels`. */
+  nextOf(channels: readonly string[], timeoutMs: number, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
       const done = (): void => {
         clearTimeout(timer);
-        this.emitter.off(channel, done);
+        for (const channel of channels) this.emitter.off(channel, done);
         signal?.removeEventListener('abort', done);
         resolve();
       };
       const timer = setTimeout(done, timeoutMs);
-      this.emitter.once(channel, done);
+      for (const channel of channels) this.emitter.once(channel, done);
       signal?.addEventListener('abort', done, { once: true });
     });
   }

@@ -1,0 +1,191 @@
+/**
+ * The call service with fakes of its ports (an in-memory call store, the agent's queue, the
+ * notifier): submit, cancel, waiting for a lease's calls, abandoning them.
+ */
+import { readFileSync } from 'node:fs';
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import type { EventBody } from '../../contract/events.js';
+import type { CallView, ToolResult } from '../../contract/objects.js';
+import type { CallJob } from '../../contract/queue.js';
+import { Policy } from '../policies/schema.js';
+import { CallService, type CallLease, type CallServiceDeps } from './service.js';
+import type { CallIntent } from './store.js';
+
+const policy = Policy.parse(parseYaml(readFileSync(new URL('../../policies/default.yaml', import.meta.url), 'utf8')));
+const lease: CallLease = { id: 'sbx_unit', policySnapshot: policy, secrets: [], manifest: { digest: 'sha256:m' } as CallLease['manifest'] };
+
+/** An in-memory call store that counts its reads, and a notifier that wakes waiters on `notify(channel)`. */
+function fakes() {
+  const calls = new Map<string, { intent: CallIntent; status: CallView['status']; result: ToolResult | null; events: EventBody[] }>();
+  const waiters = new Map<string, Array<() => void>>();
+  const reads = { getCall: 0 };
+  const notify = (channel: string): void => {
+    for (const wake of waiters.get(channel) ?? []) wake();
+    waiters.delete(channel);
+  };
+  const store: CallServiceDeps['store'] = {
+    notifyChannel: (leaseId, callId) => `notify:${leaseId}:${callId}`,
+    createCall: async (intent) => {
+      const existing = calls.get(intent.callId);
+      if (existing) return existing.intent;
+      calls.set(intent.callId, { intent, status: 'queued', result: null, events: [] });
+      return null;
+    },
+    getCall: async (_leaseId, callId) => {
+      reads.getCall += 1;
+      const c = calls.get(callId);
+      return c ? { ...c.intent, status: c.status, detached: null, result: c.result } : null;
+    },
+    appendEvent: async (leaseId, callId, body, _at, dedupeKey = '', options = {}) => {
+      const c = calls.get(callId)!;
+      if (options.unlessFinished && c.status === 'finished') return null;
+      if (dedupeKey && c.events.some((e) => (e as { key?: string }).key === dedupeKey)) return null;
+      c.events.push({ ...body, ...(dedupeKey ? { key: dedupeKey } : {}) } as EventBody);
+      notify(`notify:${leaseId}:${callId}`);
+      return c.events.length;
+    },
+    finishCall: async (leaseId, callId, result) => {
+      const c = calls.get(callId)!;
+      if (c.status === 'finished') return false;
+      Object.assign(c, { status: 'finished', result });
+      notify(`notify:${leaseId}:${callId}`);
+      return true;
+    },
+    markRunning: async (_leaseId, callId) => {
+      const c = calls.get(callId)!;
+      if (c.status === 'queued') c.status = 'running';
+    },
+    detachCall: async () => false,
+    openCalls: async () => [...calls.values()].filter((c) => c.status !== 'finished').map((c) => c.intent.callId),
+  };
+  const notifier: CallServiceDeps['notifier'] = {
+    next: (channel, timeoutMs) => notifier.nextOf([channel], timeoutMs),
+    nextOf: (channels, timeoutMs, signal) =>
+      new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, timeoutMs);
+        const done = (): void => (clearTimeout(timer), resolve());
+        for (const ch of channels) waiters.set(ch, [...(waiters.get(ch) ?? []), done]);
+        signal?.addEventListener('abort', done, { once: true });
+      }),
+  };
+  const sent = { enqueued: [] as CallJob[], cancels: [] as string[], queued: new Set<string>() };
+  const agent: CallServiceDeps['agent'] = {
+    enqueue: async (_leaseId, job) => {
+      sent.enqueued.push(job);
+      sent.queued.add(job.callId);
+    },
+    removeQueued: async (_leaseId, callId) => sent.queued.delete(callId),
+    requestCancel: async (_leaseId, callId) => void sent.cancels.push(callId),
+  };
+  const finished: string[] = [];
+  const service = new CallService({
+    store,
+    agent,
+    notifier,
+    artifacts: { writeChunk: async () => undefined, complete: async () => ({}) as never },
+    metrics: { callFinished: (tool, status) => void finished.push(`${tool}:${status}`) },
+    now: () => new Date(),
+    log: pino({ level: 'silent' }),
+  });
+  return { service, calls, sent, reads, finished, store };
+}
+
+const exec = (callId: string, argv = ['true']) => ({ tool: 'exec', callId, args: { argv } });
+
+describe('CallService.submit', () => {
+  it('records the intent, then queues the job; the same callId and args again returns the call without a second job', async () => {
+    const { service, calls, sent } = fakes();
+    const first = await service.submit(lease, exec('c1'));
+    expect(first).toMatchObject({ created: true, call: { callId: 'c1', status: 'queued', tool: 'exec' } });
+    expect(calls.get('c1')!.events.map((e) => e.type)).toEqual(['call.accepted', 'call.queued']);
+    expect(sent.enqueued.map((j) => [j.callId, j.manifestDigest])).toEqual([['c1', 'sha256:m']]);
+    expect(await service.submit(lease, exec('c1'))).toMatchObject({ created: false, call: { callId: 'c1' } });
+    expect(sent.enqueued).toHaveLength(1);
+  });
+
+  it('the same callId with other args is call.id_conflict; an unknown tool is input.unknown_tool; bad args are input.invalid', async () => {
+    const { service } = fakes();
+    await service.submit(lease, exec('c1'));
+    await expect(service.submit(lease, exec('c1', ['false']))).rejects.toMatchObject({ code: 'call.id_conflict' });
+    await expect(service.submit(lease, { tool: 'nope', args: {} })).rejects.toMatchObject({ code: 'input.unknown_tool' });
+    await expect(service.submit(lease, { tool: 'exec', args: { argv: 'true' } })).rejects.toMatchObject({ code: 'input.invalid' });
+  });
+
+  it('a call the agent queue refuses ends failed (queue.unavailable) rather than waiting forever', async () => {
+    const { service, calls } = fakes();
+    (service as unknown as { deps: CallServiceDeps }).deps.agent.enqueue = async () => {
+      throw new Error('redis down');
+    };
+    await expect(service.submit(lease, exec('c1'))).rejects.toMatchObject({ code: 'queue.unavailable' });
+    expect(calls.get('c1')).toMatchObject({ status: 'finished', result: { status: 'failed' } });
+  });
+});
+
+describe('CallService.cancel', () => {
+  it('a queued call comes off the queue and ends cancelled; one read of the call', async () => {
+    const { service, sent, reads, finished } = fakes();
+    await service.submit(lease, exec('c1'));
+    reads.getCall = 0;
+    const { call, changed } = await service.cancel(lease, 'c1');
+    expect([changed, call.status, call.result?.status, call.result?.error?.code]).toEqual([true, 'finished', 'cancelled', 'execution.cancelled']);
+    expect(sent.cancels).toEqual([]);
+    expect(reads.getCall).toBe(1);
+    expect(finished).toEqual(['exec:cancelled']);
+  });
+
+  it('a running call is signalled to the agent and stays as it is until the agent reports', async () => {
+    const { service, sent, reads, store } = fakes();
+    await service.submit(lease, exec('c1'));
+    sent.queued.clear();
+    await store.markRunning(lease.id, 'c1');
+    reads.getCall = 0;
+    const { call, changed } = await service.cancel(lease, 'c1');
+    expect([changed, call.status, sent.cancels]).toEqual([true, 'running', ['c1']]);
+    expect(reads.getCall).toBe(1);
+  });
+
+  it('a finished call is unchanged and the lease is not checked; an open one on an unusable lease throws the check’s error', async () => {
+    const { service } = fakes();
+    await service.submit(lease, exec('c1'));
+    await service.cancel(lease, 'c1');
+    const refuse = (): void => {
+      throw Object.assign(new Error('no'), { code: 'lease.released' });
+    };
+    expect(await service.cancel(lease, 'c1', refuse)).toMatchObject({ changed: false, call: { status: 'finished' } });
+    await service.submit(lease, exec('c2'));
+    await expect(service.cancel(lease, 'c2', refuse)).rejects.toMatchObject({ code: 'lease.released' });
+    await expect(service.cancel(lease, 'missing')).rejects.toMatchObject({ code: 'call.not_found' });
+  });
+});
+
+describe('CallService.waitAllFinished', () => {
+  it('resolves when the last open call finishes (on its notification), and at the deadline while calls stay open', async () => {
+    const { service, store } = fakes();
+    await service.submit(lease, exec('c1'));
+    let resolved = false;
+    const waiting = service.waitAllFinished(lease.id, Date.now() + 30_000).then(() => (resolved = true));
+    await new Promise((r) => setImmediate(r));
+    expect(resolved).toBe(false);
+    const t0 = Date.now();
+    await store.finishCall(lease.id, 'c1', { callId: 'c1', status: 'succeeded' } as ToolResult, new Date());
+    await waiting;
+    expect(Date.now() - t0).toBeLessThan(500);
+    await service.submit(lease, exec('c2'));
+    const deadline = Date.now() + 50;
+    await service.waitAllFinished(lease.id, deadline);
+    expect(Date.now()).toBeGreaterThanOrEqual(deadline);
+  });
+});
+
+describe('CallService.abandonOpenCalls', () => {
+  it('an open call whose attempt started ends effect_unknown with a receipt; one that never started ends cancelled without', async () => {
+    const { service, calls } = fakes();
+    await service.submit(lease, exec('started'));
+    await service.submit(lease, exec('waiting'));
+    await service.abandonOpenCalls(lease.id, 'sha256:m', async (callId) => (callId === 'started' ? 'att_1' : null));
+    expect(calls.get('started')!.result).toMatchObject({ status: 'effect_unknown', receipt: { attemptId: 'att_1', commitState: 'unknown', manifestDigest: 'sha256:m' } });
+    expect(calls.get('waiting')!.result).toMatchObject({ status: 'cancelled', receipt: null });
+  });
+});

@@ -1,0 +1,227 @@
+/**
+ * The call records in Redis (AOF on, noeviction): each call's intent, status and result, its
+ * events (gap-free `seq`), and receipts. They outlive their lease: releasing a sandbox never
+ * deletes them (`retain` starts their retention clock).
+ *
+ * Events get their `seq` here, per call from 1 without gaps, in arrival order; each append
+ * carries a dedupe key (e.g. `<attemptId>:<n>`) so a message delivered twice is stored once.
+ * Every mutation of a call publishes on `<prefix>notify:<leaseId>:<callId>` so SSE streams,
+ * long-polls and a release waiting for its calls wake up.
+ */
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import { canonicalJson } from '../../contract/digest.js';
+import { CallEvent, type EventBody } from '../../contract/events.js';
+import { CallStatus, EffectReceipt, ToolResult, type CallView } from '../../contract/objects.js';
+
+/** The intent half of a call record (what the client asked for, resolved). */
+export const CallIntent = z.object({
+  callId: z.string(),
+  leaseId: z.string(),
+  tool: z.string(),
+  args: z.record(z.string(), z.unknown()),
+  fingerprint: z.string(),
+  createdAt: z.string(),
+});
+export type CallIntent = z.infer<typeof CallIntent>;
+
+const APPEND_EVENT = `
+if ARGV[4] == '1' and redis.call('HGET', KEYS[3], 'status') == 'finished' then return 0 end
+if ARGV[1] ~= '' and redis.call('HSETNX', KEYS[2], ARGV[1], 1) == 0 then return 0 end
+local seq = redis.call('LLEN', KEYS[1]) + 1
+redis.call('RPUSH', KEYS[1], '{"seq":' .. seq .. ',' .. string.sub(ARGV[2], 2))
+redis.call('PUBLISH', ARGV[3], seq)
+return seq`;
+
+const CREATE_CALL = `
+local existing = redis.call('HGET', KEYS[1], 'intent')
+if existing then return existing end
+redis.call('HSET', KEYS[1], 'intent', ARGV[1], 'status', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+return false`;
+
+const MARK_RUNNING = `
+if redis.call('HGET', KEYS[1], 'status') == 'queued' then redis.call('HSET', KEYS[1], 'status', 'running') return 1 end
+return 0`;
+
+const DETACH_CALL = `
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'queued' and status ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'detached', 'detached', ARGV[1])
+local seq = redis.call('LLEN', KEYS[2]) + 1
+redis.call('RPUSH', KEYS[2], '{"seq":' .. seq .. ',' .. string.sub(ARGV[2], 2))
+redis.call('PUBLISH', ARGV[3], seq)
+return 1`;
+
+const FINISH_CALL = `
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status or status == 'finished' then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'finished', 'result', ARGV[1])
+if ARGV[2] ~= '' then redis.call('SET', KEYS[4], ARGV[2]) end
+for i = 3, #ARGV - 1 do
+  local seq = redis.call('LLEN', KEYS[2]) + 1
+  redis.call('RPUSH', KEYS[2], '{"seq":' .. seq .. ',' .. string.sub(ARGV[i], 2))
+end
+redis.call('HSET', KEYS[3], 'finished', 1)
+redis.call('PUBLISH', ARGV[#ARGV], 'finished')
+return 1`;
+
+export class CallStore {
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+  ) {}
+
+  private k = {
+    call: (leaseId: string, callId: string) => `${this.prefix}calls:${leaseId}:${callId}`,
+    calls: (leaseId: string) => `${this.prefix}calls:${leaseId}`,
+    events: (leaseId: string, callId: string) => `${this.prefix}events:${leaseId}:${callId}`,
+    eventKeys: (leaseId: string, callId: string) => `${this.prefix}eventkeys:${leaseId}:${callId}`,
+    receipt: (id: string) => `${this.prefix}receipts:${id}`,
+  };
+
+  /** Pub/sub channel pattern of call notifications. */
+  get notifyPattern(): string {
+    return `${this.prefix}notify:*`;
+  }
+
+  notifyChannel(leaseId: string, callId: string): string {
+    return `${this.prefix}notify:${leaseId}:${callId}`;
+  }
+
+  /** Records a call's intent unless the callId exists; returns the existing intent if it does. */
+  async createCall(intent: CallIntent): Promise<CallIntent | null> {
+    const existing = (await this.redis.eval(
+      CREATE_CALL,
+      2,
+      this.k.call(intent.leaseId, intent.callId),
+      this.k.calls(intent.leaseId),
+      JSON.stringify(intent),
+      'queued',
+      Date.parse(intent.createdAt),
+      intent.callId,
+    )) as string | null;
+    return existing === null ? null : CallIntent.parse(JSON.parse(existing));
+  }
+
+  async getCall(leaseId: string, callId: string): Promise<CallView | null> {
+    const h = await this.redis.hgetall(this.k.call(leaseId, callId));
+    if (!h.intent) return null;
+    const intent = CallIntent.parse(JSON.parse(h.intent));
+    return {
+      ...intent,
+      status: CallStatus.parse(h.status),
+      detached: h.detached ? ToolResult.parse(JSON.parse(h.detached)) : null,
+      result: h.result ? ToolResult.parse(JSON.parse(h.result)) : null,
+    };
+  }
+
+  /** Ids of the lease's calls that have not finished (one read of the index, one pipelined read of the statuses). */
+  async openCalls(leaseId: string): Promise<string[]> {
+    const ids = await this.redis.zrange(this.k.calls(leaseId), 0, -1);
+    if (ids.length === 0) return [];
+    const statuses = (await ids.reduce((p, id) => p.hget(this.k.call(leaseId, id), 'status'), this.redis.pipeline()).exec()) ?? [];
+    const failed = statuses.find(([err]) => err);
+    if (failed) throw failed[0];
+    return ids.filter((_, i) => {
+      const status = statuses[i]?.[1] as string | null | undefined;
+      return Boolean(status) && status !== 'finished';
+    });
+  }
+
+  async markRunning(leaseId: string, callId: string): Promise<void> {
+    await this.redis.eval(MARK_RUNNING, 1, this.k.call(leaseId, callId));
+  }
+
+  /**
+   * Appends one event; returns its `seq`, or null when `dedupeKey` was seen before (the event
+   * is already stored) or, with `unlessFinished`, when the call has finished (nothing may
+   * follow `call.finished`). An empty `dedupeKey` never dedupes.
+   */
+  async appendEvent(leaseId: string, callId: string, body: EventBody, at: Date, dedupeKey = '', options: { unlessFinished?: boolean } = {}): Promise<number | null> {
+    const seq = (await this.redis.eval(
+      APPEND_EVENT,
+      3,
+      this.k.events(leaseId, callId),
+      this.k.eventKeys(leaseId, callId),
+      this.k.call(leaseId, callId),
+      dedupeKey,
+      eventJson(callId, body, at),
+      this.notifyChannel(leaseId, callId),
+      options.unlessFinished ? '1' : '0',
+    )) as number;
+    return seq === 0 ? null : seq;
+  }
+
+  /**
+   * Marks a running call as a detached background task with its handle result, appending
+   * `call.detached`. False when the call is not queued or running (already detached or finished).
+   */
+  async detachCall(leaseId: string, callId: string, result: ToolResult, attemptId: string, at: Date): Promise<boolean> {
+    const pid = typeof result.data?.pid === 'number' ? result.data.pid : null;
+    const done = (await this.redis.eval(
+      DETACH_CALL,
+      2,
+      this.k.call(leaseId, callId),
+      this.k.events(leaseId, callId),
+      JSON.stringify(result),
+      eventJson(callId, { type: 'call.detached', attemptId, pid }, at),
+      this.notifyChannel(leaseId, callId),
+    )) as number;
+    return done === 1;
+  }
+
+  /**
+   * Stores the final result once: the first result wins, later ones are ignored (returns false).
+   * Appends the `receipt` event (when there is a receipt) and `call.finished`, atomically.
+   */
+  async finishCall(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<boolean> {
+    const events: EventBody[] = [];
+    if (result.receipt) events.push({ type: 'receipt', receipt: result.receipt });
+    events.push({ type: 'call.finished', status: result.status });
+    const done = (await this.redis.eval(
+      FINISH_CALL,
+      4,
+      this.k.call(leaseId, callId),
+      this.k.events(leaseId, callId),
+      this.k.eventKeys(leaseId, callId),
+      this.k.receipt(result.receipt?.receiptId ?? 'none'),
+      JSON.stringify(result),
+      result.receipt ? JSON.stringify(result.receipt) : '',
+      ...events.map((e) => eventJson(callId, e, at)),
+      this.notifyChannel(leaseId, callId),
+    )) as number;
+    return done === 1;
+  }
+
+  /** Events with `seq` > `afterSeq`, in order. */
+  async readEvents(leaseId: string, callId: string, afterSeq = 0): Promise<CallEvent[]> {
+    const texts = await this.redis.lrange(this.k.events(leaseId, callId), afterSeq, -1);
+    return texts.map((t) => CallEvent.parse(JSON.parse(t)));
+  }
+
+  async getReceipt(receiptId: string): Promise<EffectReceipt | null> {
+    const text = await this.redis.get(this.k.receipt(receiptId));
+    return text === null ? null : EffectReceipt.parse(JSON.parse(text));
+  }
+
+  /** Starts the retention clock of an ended lease's calls, events and receipts: they expire after `seconds`. */
+  async retain(leaseId: string, seconds: number): Promise<void> {
+    const callIds = await this.redis.zrange(this.k.calls(leaseId), 0, -1);
+    const multi = this.redis.multi().expire(this.k.calls(leaseId), seconds);
+    for (const callId of callIds) {
+      multi.expire(this.k.call(leaseId, callId), seconds).expire(this.k.events(leaseId, callId), seconds).expire(this.k.eventKeys(leaseId, callId), seconds);
+    }
+    for (const callId of callIds) {
+      const result = await this.redis.hget(this.k.call(leaseId, callId), 'result');
+      const receiptId = result ? (JSON.parse(result) as { receipt?: { receiptId?: string } | null }).receipt?.receiptId : undefined;
+      if (receiptId) multi.expire(this.k.receipt(receiptId), seconds);
+    }
+    await multi.exec();
+  }
+}
+
+function eventJson(callId: string, body: EventBody, at: Date): string {
+  // Starts with '{' so the scripts can splice `"seq":N,` in front; canonical for stable bytes.
+  return canonicalJson({ ...body, at: at.toISOString(), callId });
+}

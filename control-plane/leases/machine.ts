@@ -1,0 +1,160 @@
+/**
+ * The lease state machine, pure: `decide(lease, event, ctx)` is the next lease record (and the
+ * reason and details of its lease event), or a typed refusal. Nothing here reads a clock, Redis
+ * or Docker; `transitions.ts` applies a decision to the stored record by compare-and-swap, so of
+ * several processes deciding the same event exactly one applies it.
+ *
+ * States (contract/objects.ts): `pending` → `starting` → `ready` → `releasing` → `released`,
+ * `expired` or `lost`; a create that fails or is interrupted ends `failed`. Work in progress
+ * (a create, a release) is held by one control-plane process (`inProgressBy`); only the holder
+ * moves it on, and another process takes it over only from a holder it found dead.
+ */
+import { AppError } from '../../contract/errors.js';
+import type { EnvironmentManifest, LeaseStatus } from '../../contract/objects.js';
+import type { AuditActor } from '../audit/schema.js';
+import type { LeaseRecord, LeaseTransition } from './store.js';
+
+/** Why a lease ends (its `endReason` while `releasing`). */
+export type EndReason = 'released' | 'expired' | 'container_missing' | 'container_exited';
+
+/** What an end reason makes of a lease: its final status, its audit action, whether its calls get settled through the agent. */
+export const ENDINGS: Record<EndReason, { status: LeaseStatus; action: string; settleCalls: boolean }> = {
+  // Calls get their grace and are then cancelled through the agent, which reports how each ended.
+  released: { status: 'released', action: 'lease.release', settleCalls: true },
+  expired: { status: 'expired', action: 'lease.expire', settleCalls: true },
+  // No agent is left to cancel anything: open calls end `effect_unknown` (or `cancelled` if never started).
+  container_missing: { status: 'lost', action: 'lease.lost', settleCalls: false },
+  container_exited: { status: 'lost', action: 'lease.lost', settleCalls: false },
+};
+
+/** The ending of `reason` (an unknown one, from an older record, is a release). */
+export function endingOf(reason: string | null): (typeof ENDINGS)[EndReason] {
+  return ENDINGS[reason as EndReason] ?? ENDINGS.released;
+}
+
+/** What can happen to a lease. */
+export type LeaseMachineEvent =
+  /** This process's create moves on: `pending` → `starting`. */
+  | { type: 'start' }
+  /** This process's create is done: `starting` → `ready`, with its manifest and container. */
+  | { type: 'become_ready'; manifest: EnvironmentManifest; containerId: string }
+  /** A create failed (`code`: the error's): `pending`/`starting` → `failed` (`create_failed`). */
+  | { type: 'fail_create'; code: string }
+  /** The create held by the dead process `holder` is failed: → `failed` (`create_interrupted`). */
+  | { type: 'fail_interrupted'; holder: string | null }
+  /** A ready lease's expiry moves to now + `ttlSeconds`, within its policy's `maxTtlSeconds` from creation. */
+  | { type: 'renew'; ttlSeconds: number }
+  /** A ready lease starts ending: → `releasing`, held by this process; running calls get `graceMs`. An expiry only once due. */
+  | { type: 'begin_end'; reason: EndReason; actor: AuditActor; graceMs: number }
+  /** The release held by the dead process `holder` is taken over by this one. */
+  | { type: 'resume_release'; holder: string | null }
+  /** This process's release could not tear everything down: handed back (held by nobody) for reconcile. */
+  | { type: 'hand_back'; failures: string[] }
+  /** This process's release is done: `releasing` → the final status of its end reason. */
+  | { type: 'end' };
+
+/** Facts a decision needs from outside: the time and who decides. */
+export interface MachineContext {
+  nowMs: number;
+  /** The deciding control-plane process (`Liveness.processId`). */
+  processId: string;
+}
+
+/** Why an event does not apply. */
+export type Refusal =
+  /** The lease is not in a state the event applies to. */
+  | { reason: 'wrong_state'; status: LeaseStatus }
+  /** The work is held by another process than the one the event expects. */
+  | { reason: 'not_holder'; status: LeaseStatus; holder: string | null }
+  /** An expiry of a lease not due yet (a renewal came first). */
+  | { reason: 'not_due'; status: LeaseStatus; expiresAt: string }
+  /** A renewal of a lease already past its expiry (its timer is about to end it). */
+  | { reason: 'past_due'; status: LeaseStatus; expiresAt: string }
+  /** A renewal past the policy's bound on the lease's whole life. */
+  | { reason: 'ttl_exceeds_policy'; status: LeaseStatus; maxTtlSeconds: number; maxExpiresAt: string; remainingSeconds: number };
+
+export type Decision = { ok: true; transition: LeaseTransition } | { ok: false; refusal: Refusal };
+
+const CREATING: readonly LeaseStatus[] = ['pending', 'starting'];
+
+/** Decides what `event` makes of `lease` (see `LeaseMachineEvent`). Pure. */
+export function decide(lease: LeaseRecord, event: LeaseMachineEvent, ctx: MachineContext): Decision {
+  const l = lease;
+  const now = new Date(ctx.nowMs).toISOString();
+  const wrong = (): Decision => ({ ok: false, refusal: { reason: 'wrong_state', status: l.status } });
+  const notHolder = (): Decision => ({ ok: false, refusal: { reason: 'not_holder', status: l.status, holder: l.inProgressBy } });
+  const to = (record: LeaseRecord, reason: string, details?: Record<string, unknown>): Decision => ({ ok: true, transition: details ? { record, reason, details } : { record, reason } });
+  const mine = l.inProgressBy === ctx.processId;
+  switch (event.type) {
+    case 'start':
+      if (l.status !== 'pending') return wrong();
+      if (!mine) return notHolder();
+      return to({ ...l, status: 'starting' }, 'starting');
+    case 'become_ready':
+      if (l.status !== 'starting') return wrong();
+      if (!mine) return notHolder();
+      return to({ ...l, status: 'ready', manifest: event.manifest, containerId: event.containerId, inProgressBy: null }, 'ready');
+    case 'fail_create':
+      if (!CREATING.includes(l.status)) return wrong();
+      return to({ ...l, status: 'failed', endedAt: now, endReason: 'create_failed', inProgressBy: null }, 'create_failed', { code: event.code });
+    case 'fail_interrupted':
+      if (!CREATING.includes(l.status)) return wrong();
+      if (l.inProgressBy !== event.holder) return notHolder();
+      return to({ ...l, status: 'failed', endedAt: now, endReason: 'create_interrupted', inProgressBy: null }, 'create_interrupted', { from: event.holder });
+    case 'renew': {
+      if (l.status !== 'ready') return wrong();
+      if (Date.parse(l.expiresAt) <= ctx.nowMs) return { ok: false, refusal: { reason: 'past_due', status: l.status, expiresAt: l.expiresAt } };
+      const maxTtlSeconds = l.policySnapshot.resources.maxTtlSeconds;
+      const maxMs = Date.parse(l.createdAt) + maxTtlSeconds * 1000;
+      const expiresAtMs = ctx.nowMs + event.ttlSeconds * 1000;
+      if (expiresAtMs > maxMs) {
+        const remainingSeconds = Math.max(0, Math.floor((maxMs - ctx.nowMs) / 1000));
+        return { ok: false, refusal: { reason: 'ttl_exceeds_policy', status: l.status, maxTtlSeconds, maxExpiresAt: new Date(maxMs).toISOString(), remainingSeconds } };
+      }
+      const expiresAt = new Date(expiresAtMs).toISOString();
+      return to({ ...l, expiresAt }, 'renewed', { ttlSeconds: event.ttlSeconds, expiresAt });
+    }
+    case 'begin_end': {
+      if (l.status !== 'ready') return wrong();
+      if (event.reason === 'expired' && Date.parse(l.expiresAt) > ctx.nowMs) return { ok: false, refusal: { reason: 'not_due', status: l.status, expiresAt: l.expiresAt } };
+      const releaseGraceUntil = new Date(ctx.nowMs + event.graceMs).toISOString();
+      const record: LeaseRecord = { ...l, status: 'releasing', endReason: event.reason, endedBy: event.actor, inProgressBy: ctx.processId, releaseGraceUntil };
+      return to(record, event.reason, event.graceMs > 0 ? { graceMs: event.graceMs } : {});
+    }
+    case 'resume_release':
+      if (l.status !== 'releasing') return wrong();
+      if (l.inProgressBy !== event.holder) return notHolder();
+      return to({ ...l, inProgressBy: ctx.processId }, 'release_resumed', { from: event.holder });
+    case 'hand_back':
+      if (l.status !== 'releasing') return wrong();
+      if (!mine) return notHolder();
+      return to({ ...l, inProgressBy: null }, 'teardown_incomplete', { failures: event.failures.slice(0, 5) });
+    case 'end':
+      if (l.status !== 'releasing') return wrong();
+      if (!mine) return notHolder();
+      return to({ ...l, status: endingOf(l.endReason).status, endedAt: now, inProgressBy: null, releaseGraceUntil: null }, l.endReason ?? 'released');
+  }
+}
+
+/**
+ * `lease` if calls and files may use it at `nowMs`. Throws AppError `lease.expired` (also a
+ * ready lease past its `expiresAt` whose timer is about to end it), `lease.released` (also
+ * failed and lost leases), `lease.not_ready` (pending, starting, releasing). Pure.
+ */
+export function checkUsable(lease: LeaseRecord, nowMs: number): LeaseRecord {
+  const id = lease.id;
+  const due = lease.status === 'ready' && Date.parse(lease.expiresAt) <= nowMs;
+  if (due || lease.status === 'expired') {
+    throw new AppError('lease.expired', `sandbox ${id} expired at ${lease.expiresAt}`, { details: { expiresAt: lease.expiresAt } });
+  }
+  switch (lease.status) {
+    case 'ready':
+      return lease;
+    case 'released':
+    case 'failed':
+    case 'lost':
+      throw new AppError('lease.released', `sandbox ${id} was released (${lease.endReason ?? lease.status})`, { details: { status: lease.status, endReason: lease.endReason } });
+    default:
+      throw new AppError('lease.not_ready', `sandbox ${id} is ${lease.status}`, { details: { status: lease.status } });
+  }
+}

@@ -1,0 +1,141 @@
+/**
+ * Agent provisioning: the lease's ACL user and agent config file, its secret values sealed for
+ * its agent alone, the container started and its agent's hello awaited; for a pooled sandbox,
+ * the binding to its lease. Also `attach`: this process consumes the lease's returns (unless a
+ * live one does) and serves its egress proxy.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { AppError } from '../../contract/errors.js';
+import type { AgentConfig, SecretGrant } from '../../contract/queue.js';
+import { deliveryAad, seal, type SecretDelivery } from '../../contract/secrets.js';
+import type { AgentAcl } from '../agent-link/acl.js';
+import type { Handshake } from '../agent-link/handshake.js';
+import type { ReturnsIn } from '../agent-link/returns-in.js';
+import type { EgressProxy } from '../egress/proxy.js';
+import { agentEgress, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } from '../policies/compiler.js';
+import type { Policy } from '../policies/schema.js';
+import type { Launched } from '../pools/schema.js';
+import type { SandboxRuntime } from '../runtime/runtime.js';
+import { leaseDirs, type LeasePlan } from './plan.js';
+
+/** How long a claimed pooled sandbox may take to acknowledge its binding, ms. */
+const BIND_TIMEOUT_MS = 5000;
+
+export interface ProvisionerDeps {
+  runtime: Pick<SandboxRuntime, 'start' | 'exited'>;
+  acl: Pick<AgentAcl, 'provision'>;
+  handshake: Pick<Handshake, 'awaitHello' | 'bind' | 'leaveSecretDelivery'>;
+  returns: Pick<ReturnsIn, 'start'>;
+  /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
+  egress: Pick<EgressProxy, 'serve'>;
+}
+
+export interface ProvisionerOptions {
+  dataDir: string;
+  /** Host path of the Redis unix socket agents connect to. */
+  agentRedisSocket: string;
+  redisPrefix: string;
+  /** How long a new sandbox's agent has to report ready, ms. Default 30 000. */
+  helloTimeoutMs?: number;
+}
+
+export class Provisioner {
+  constructor(
+    private readonly deps: ProvisionerDeps,
+    private readonly options: ProvisionerOptions,
+  ) {}
+
+  /**
+   * Starts the container of `id` from `plan` and waits for its agent's hello. With `pooled`,
+   * the agent starts without the lease's env and secrets, to be bound later (`bind`).
+   * Throws `lease.create_failed` (the agent died or never said hello) and runtime errors;
+   * what it made is the caller's to tear down.
+   */
+  async launch(id: string, plan: LeasePlan, { pooled }: { pooled: boolean }): Promise<Launched> {
+    const { runtime } = this.deps;
+    const credsPath = join(leaseDirs(this.options.dataDir, id).credentials, 'agent.json');
+    const creds = await this.deps.acl.provision(id);
+    const deliveryKey = !pooled && plan.grants.length > 0 ? await this.deliverSecrets(id, plan.grants, plan.values) : null;
+    const agentConfig: AgentConfig = {
+      leaseId: id,
+      rootPrefix: this.options.redisPrefix,
+      redis: { path: `${AGENT_REDIS_DIR}/${this.options.agentRedisSocket.split('/').pop()}`, ...creds },
+      toolUser: plan.policy.runtime.toolUser,
+      workdir: '/workspace',
+      env: pooled ? {} : plan.env,
+      files: { roots: plan.policy.filesystem.writableRoots.map((r) => r.path), maxFileBytes: plan.policy.tools.files.maxFileBytes },
+      spool: { dir: AGENT_SPOOL_DIR, maxArtifactBytes: plan.policy.tools.exec.maxArtifactBytes, maxTotalBytes: plan.policy.tools.exec.maxSpoolBytes },
+      egress: agentEgress(plan.policy),
+      secrets: { grants: pooled ? [] : plan.grants, deliveryKey },
+      pooled,
+    };
+    await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
+    await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
+    await this.attach(id, plan.policy);
+    const { containerId } = await runtime.start(plan.spec);
+    // The agent says hello, or its container stops first (a crashed agent: fail now, with its
+    // last words, rather than after the hello timeout).
+    const helloArrived = new AbortController();
+    const died = runtime.exited(id, helloArrived.signal).then(({ exitCode, logTail }) => {
+      if (helloArrived.signal.aborted) return undefined as never;
+      throw new AppError('lease.create_failed', `the sandbox agent exited (code ${exitCode ?? '?'}) before it was ready: ${logTail.slice(-500) || 'no output'}`, {
+        details: { exitCode, agentLog: logTail.slice(-2000) },
+      });
+    });
+    died.catch(() => undefined);
+    const hello = await Promise.race([this.deps.handshake.awaitHello(id, this.helloTimeoutMs), died]).finally(() => helloArrived.abort());
+    // The agent holds its credentials now; removing the file keeps them out of reach of
+    // anything that reads the sandbox's filesystem later (files API included).
+    await rm(credsPath, { force: true });
+    return { containerId, facts: hello.facts };
+  }
+
+  /**
+   * Gives a claimed pooled sandbox its lease's env and secrets (job `BIND_JOB`, acknowledged on
+   * `bound`). Throws `lease.create_failed` when the agent does not take it in BIND_TIMEOUT_MS.
+   */
+  async bind(id: string, plan: LeasePlan): Promise<void> {
+    // The process that filled the pool may be gone: whoever consumes the returns serves egress.
+    await this.attach(id, plan.policy);
+    const deliveryKey = plan.grants.length > 0 ? await this.deliverSecrets(id, plan.grants, plan.values) : null;
+    // A ready agent takes its binding in milliseconds; one that does not in time is not waited
+    // for longer (the lease starts cold instead).
+    const ack = await this.deps.handshake.bind(id, { env: plan.env, secrets: { grants: plan.grants, deliveryKey } }, BIND_TIMEOUT_MS);
+    if (!ack.ok) throw new AppError('lease.create_failed', `the pooled sandbox did not take its lease: ${ack.error}`, { details: { sandboxId: id } });
+  }
+
+  /**
+   * Consumes the lease's returns in this process unless a live one does (the consumer lock);
+   * the process that consumes them also serves the lease's egress proxy.
+   */
+  async attach(id: string, policy: Policy): Promise<void> {
+    if (!(await this.deps.returns.start(id))) return;
+    if (policy.network.mode !== 'allowlist') return;
+    await this.deps.egress.serve(id, policy.network.allow, join(leaseDirs(this.options.dataDir, id).egress, EGRESS_SOCKET_NAME));
+  }
+
+  private get helloTimeoutMs(): number {
+    return this.options.helloTimeoutMs ?? 30_000;
+  }
+
+  /**
+   * Leaves the granted values for the lease's agent in its namespace, each sealed (AES-256-GCM)
+   * under a fresh key of this lease alone, bound to the lease and the name. The key goes in the
+   * agent's config file, so the values never lie in clear on disk or in Redis; the agent takes
+   * them once, and they expire by themselves if it never does. Zeroes the key afterwards (best
+   * effort; the create zeroes the values once the lease is made or has failed).
+   * Returns the key, base64.
+   */
+  private async deliverSecrets(leaseId: string, grants: readonly SecretGrant[], values: Map<string, Buffer>): Promise<string> {
+    const key = randomBytes(32);
+    try {
+      const delivery: SecretDelivery = { items: grants.map((g) => ({ name: g.name, sealed: seal(key, deliveryAad(leaseId, g.name), values.get(g.name)!) })) };
+      await this.deps.handshake.leaveSecretDelivery(leaseId, delivery, this.helloTimeoutMs + 30_000);
+      return key.toString('base64');
+    } finally {
+      key.fill(0);
+    }
+  }
+}
