@@ -31,7 +31,7 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   '@modelcontextprotocol/sdk': ['cli/mcp.ts'],
   'tar-stream': ['control-plane/files/tar-guard.ts'],
   // Redis connections, the lock, the notifier and durable timers; the per-lease agent channel; the sandbox agent.
-  bullmq: ['control-plane/redis/', 'control-plane/agent-link/', 'sandbox-agent/main.ts', 'sandbox-agent/return-channel.ts'],
+  bullmq: ['control-plane/redis/', 'control-plane/agent-link/', 'sandbox-agent/main.ts', 'sandbox-agent/link/return-channel.ts'],
   // The same, and each domain's store.
   ioredis: ['control-plane/redis/', 'control-plane/agent-link/', DOMAIN_STORE, 'sandbox-agent/main.ts'],
   fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', DOMAIN_ROUTES],

@@ -20,7 +20,7 @@ import { z } from 'zod';
 import { EventBody } from './events.js';
 import { SandboxFacts, ToolResult } from './objects.js';
 import { SecretFilePath, SecretName } from './secrets.js';
-import { EnvMap, EnvName } from './tools.js';
+import { Access, EnvMap, EnvName } from './tools.js';
 
 export const CALL_QUEUE = 'calls';
 /** Bytes of every artifact chunk but the last: chunk `i` starts at byte `i * ARTIFACT_CHUNK_BYTES`. */
@@ -115,8 +115,8 @@ export const CallJob = z.object({
   timeoutMs: z.number().int().positive(),
   /** Per-stream cap on bytes kept in events and the result. */
   maxOutputBytes: z.number().int().positive(),
-  /** What the call touches, for the agent's scheduler (contract of sandbox-agent/scheduler.ts). */
-  accesses: z.array(z.union([z.object({ kind: z.literal('all') }), z.object({ kind: z.literal('path'), path: z.string(), mode: z.enum(['read', 'write']) })])),
+  /** What the call touches, as the control plane normalized it; the agent resolves paths canonically before it schedules the call. */
+  accesses: z.array(Access),
 });
 export type CallJob = z.infer<typeof CallJob>;
 

@@ -4,6 +4,7 @@
  * what the agent sends back (events, the result with its receipt) is ledgered here before the
  * queue job is acknowledged.
  */
+import { lostReceipt, resultWithoutRun } from '../../contract/receipts.js';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ZodError } from 'zod';
@@ -251,29 +252,11 @@ export class CallService {
         : emptyResult(callId, 'cancelled', errorInfo('execution.cancelled', 'the sandbox went away before the call started; nothing ran'));
       // A receipt records an attempt: none when nothing started, nor without a manifest to bind
       // it to (a lease record lost with its sandbox).
-      if (attemptId && manifestDigest) result.receipt = {
-        receiptId: `rcpt_${callId}_lost`,
-        callId,
-        attemptId,
-        leaseId,
-        tool: call.tool,
-        toolVersion: TOOLS.get(call.tool)?.version ?? 'unknown',
-        fingerprint: call.fingerprint,
-        commitState: 'unknown',
-        startedAt: call.createdAt,
-        endedAt: now.toISOString(),
-        durationMs: now.getTime() - Date.parse(call.createdAt),
-        exit: null,
-        environment: null,
-        runner: null,
-        outputs: null,
-        cleanup: null,
-        versions: [],
-        artifacts: [],
+      if (attemptId && manifestDigest) {
+        const subject = { callId, attemptId, leaseId, tool: call.tool, toolVersion: TOOLS.get(call.tool)?.version ?? 'unknown', fingerprint: call.fingerprint, manifestDigest };
         // The attempt started, so its process had the secrets its call asked for.
-        secretsUsed: Array.isArray(call.args.secrets) ? call.args.secrets.map(String).sort() : [],
-        manifestDigest,
-      };
+        result.receipt = lostReceipt(subject, new Date(call.createdAt), now, Array.isArray(call.args.secrets) ? call.args.secrets.map(String).sort() : []);
+      }
       await this.finish(leaseId, callId, result, now);
     }
   }
@@ -283,5 +266,5 @@ export class CallService {
 const WAIT_RECHECK_MS = 1000;
 
 function emptyResult(callId: string, status: ToolResult['status'], error: ToolResult['error']): ToolResult {
-  return { callId, status, error, modelText: error?.message ?? status, exitCode: null, signal: null, stdout: '', stderr: '', truncation: null, data: null, artifacts: [], receipt: null };
+  return resultWithoutRun(callId, status, error);
 }

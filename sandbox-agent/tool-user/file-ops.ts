@@ -8,12 +8,11 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { lstat, mkdir, open, opendir, readlink, realpath, rename, rm } from 'node:fs/promises';
-import { basename, dirname, join, posix } from 'node:path';
+import { mkdir, open, readlink, realpath, rename, rm } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
-import picomatch from 'picomatch';
 import type { ErrorCode } from '../../contract/errors.js';
-import type { EditFileArgs, GlobArgs, ListFilesArgs, ReadFileArgs, WriteFileArgs } from '../../contract/tools.js';
+import type { EditFileArgs, ReadFileArgs, WriteFileArgs } from '../../contract/tools.js';
 
 export class ToolError extends Error {
   constructor(
@@ -55,7 +54,8 @@ function outside(path: string, canonical: string, roots: readonly string[]): Too
   return new ToolError('input.path_outside_workspace', `${path} resolves to ${canonical}, outside the file roots (${roots.join(', ')})`, { path, resolved: canonical, roots });
 }
 
-function fsError(err: unknown, path: string): ToolError {
+/** A file system error as the catalogue's `files.*` code for `path`. */
+export function fsError(err: unknown, path: string): ToolError {
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'ENOENT') return new ToolError('files.not_found', `no such file or directory: ${path}`, { path });
   if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') return new ToolError('files.permission_denied', `${code}: the tool user may not access ${path}`, { path, errno: code });
@@ -319,109 +319,5 @@ async function editPinned(args: EditFileArgs, ctx: FileContext, dir: PinnedDir, 
     data: { path: canonical, replacements: count, sha256: after, ...unifiedDiff(canonical, text, output) },
     versions: [{ path: canonical, before, after }],
     modelText: `edited ${canonical}: ${count} replacement${count === 1 ? '' : 's'}`,
-  };
-}
-
-type EntryType = 'file' | 'directory' | 'symlink' | 'other';
-
-export async function listFilesOp(args: ListFilesArgs, ctx: FileContext): Promise<OpResult> {
-  const root = await canonicalExisting(args.path, ctx);
-  const entries: Array<{ path: string; type: EntryType; size: number; target?: string }> = [];
-  let truncated = false;
-  const walk = async (dir: string, depth: number): Promise<void> => {
-    const { names, complete } = await readNames(dir, LIST_MAX_DIR_ENTRIES);
-    if (!complete) truncated = true;
-    for (const name of names) {
-      if (entries.length >= args.limit) {
-        truncated = true;
-        return;
-      }
-      const path = posix.join(dir, name);
-      const s = await lstat(path).catch(() => null);
-      if (!s) continue;
-      const type: EntryType = s.isSymbolicLink() ? 'symlink' : s.isDirectory() ? 'directory' : s.isFile() ? 'file' : 'other';
-      const entry: (typeof entries)[number] = { path, type, size: s.size };
-      if (type === 'symlink') entry.target = await readlinkSafe(path);
-      entries.push(entry);
-      // Symlinks are listed, never followed: a link cannot lead the listing out of the roots.
-      if (type === 'directory' && depth > 1) await walk(path, depth - 1);
-      if (truncated) return;
-    }
-  };
-  await walk(root, args.depth);
-  return {
-    data: { path: root, entries, truncated },
-    versions: [],
-    modelText: `${entries.map((e) => `${e.path}${e.type === 'directory' ? '/' : e.type === 'symlink' ? ` -> ${e.target}` : ''}`).join('\n')}${truncated ? `\n[truncated at ${args.limit} entries]` : ''}`,
-  };
-}
-
-/** Names of one directory a listing reads at most (bounds memory on a huge directory). */
-const LIST_MAX_DIR_ENTRIES = 100_000;
-
-/** Up to `max` names of `dir`, sorted; `complete` is false when the directory had more. */
-async function readNames(dir: string, max: number): Promise<{ names: string[]; complete: boolean }> {
-  const handle = await opendir(dir).catch((err: unknown) => {
-    throw fsError(err, dir);
-  });
-  const names: string[] = [];
-  let complete = true;
-  for await (const entry of handle) {
-    if (names.length >= max) {
-      complete = false;
-      break;
-    }
-    names.push(entry.name);
-  }
-  return { names: names.sort(), complete };
-}
-
-async function readlinkSafe(path: string): Promise<string> {
-  return readlink(path).catch(() => '?');
-}
-
-/** Entries a `glob` looks at before it gives up (bounds the time and memory of a huge tree). */
-const GLOB_MAX_VISITED = 200_000;
-/** Directory levels a `glob` descends at most. */
-const GLOB_MAX_DEPTH = 64;
-
-/**
- * Walks the tree under `path` itself (sorted, depth-first, never through a symlink) and keeps
- * relative paths that match the pattern (picomatch syntax, dotfiles included), stopping once it
- * has `limit` matches or has looked at GLOB_MAX_VISITED entries: bounded in time and memory
- * however large the tree, and unable to leave it (a pattern like `../x` or `link/*` matches
- * nothing outside or behind a symlink).
- */
-export async function globOp(args: GlobArgs, ctx: FileContext): Promise<OpResult> {
-  const root = await canonicalExisting(args.path, ctx);
-  const isMatch = picomatch(args.pattern, { dot: true });
-  const paths: string[] = [];
-  let visited = 0;
-  let truncated = false;
-  const walk = async (dir: string, rel: string, depth: number): Promise<void> => {
-    const { names, complete } = await readNames(dir, GLOB_MAX_VISITED).catch(() => ({ names: [] as string[], complete: true }));
-    if (!complete) truncated = true;
-    for (const name of names) {
-      if (paths.length >= args.limit || visited >= GLOB_MAX_VISITED) {
-        truncated = true;
-        return;
-      }
-      visited += 1;
-      const relPath = rel === '' ? name : `${rel}/${name}`;
-      const s = await lstat(posix.join(dir, name)).catch(() => null);
-      if (!s) continue;
-      if (isMatch(relPath)) paths.push(posix.join(root, relPath));
-      if (s.isDirectory()) {
-        if (depth < GLOB_MAX_DEPTH) await walk(posix.join(dir, name), relPath, depth + 1);
-        else truncated = true;
-      }
-      if (truncated) return;
-    }
-  };
-  await walk(root, '', 1);
-  return {
-    data: { path: root, pattern: args.pattern, paths, truncated },
-    versions: [],
-    modelText: paths.join('\n') + (truncated ? `\n[truncated: ${paths.length} matches, ${visited} entries looked at]` : ''),
   };
 }

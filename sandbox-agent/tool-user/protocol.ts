@@ -5,9 +5,11 @@
  */
 import { z } from 'zod';
 import { ErrorCodeSchema } from '../../contract/errors.js';
+import { TOOL_SPECS, type ToolName } from '../../contract/tools.js';
 
-export const FILE_OPS = ['read_file', 'write_file', 'edit_file', 'list_files', 'glob', 'search', 'git_status', 'git_diff'] as const;
-export type FileOpName = (typeof FILE_OPS)[number];
+/** The worker's operations: every tool under the `files` limits (all but exec), by its spec's name. */
+export type FileOpName = Exclude<ToolName, 'exec'>;
+export const FILE_OPS: readonly FileOpName[] = TOOL_SPECS.filter((s) => s.limits === 'files').map((s) => s.name as FileOpName);
 
 /** An operation to run, or (`cancel`) the id of one to stop: its child processes are killed. */
 export type WorkerRequest = { id: number; op: FileOpName; args: unknown } | { cancel: number };

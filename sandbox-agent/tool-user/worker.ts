@@ -5,7 +5,8 @@
  * PR_SET_DUMPABLE: reset when credentials change), so code of the same uid cannot ptrace it.
  */
 import { TOOL_ARGS } from '../../contract/tools.js';
-import { editFileOp, globOp, listFilesOp, readFileOp, ToolError, writeFileOp, type OpResult } from './file-ops.js';
+import { editFileOp, readFileOp, ToolError, writeFileOp, type OpResult } from './file-ops.js';
+import { globOp, listFilesOp } from './listing-ops.js';
 import { gitDiffOp, gitStatusOp, searchOp } from './process-ops.js';
 import { FILE_OPS, WorkerConfig, type FileOpName, type WorkerReply, type WorkerRequest } from './protocol.js';
 

@@ -10,14 +10,14 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { errorInfo } from '../../contract/errors.js';
 import type { EffectReceipt, StreamTruncation } from '../../contract/objects.js';
-import { ExecArgs } from '../../contract/tools.js';
-import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../attempt.js';
-import type { ProvidedSecrets } from '../secrets.js';
-import { modelTextOf } from '../model-text.js';
-import { OutputPipeline, type StreamSummary } from '../output-pipeline.js';
-import { StreamSpool } from '../spool.js';
-import { readCgroupCounters, rose } from '../cgroup-counters.js';
-import { sweepProcesses } from '../process-sweep.js';
+import { execSpec, type ExecArgs } from '../../contract/tools/exec.js';
+import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
+import type { ProvidedSecrets } from '../host/secrets.js';
+import { modelTextOf } from '../output/model-text.js';
+import { OutputPipeline, type StreamSummary } from '../output/output-pipeline.js';
+import { StreamSpool } from '../output/spool.js';
+import { readCgroupCounters, rose } from '../host/cgroup-counters.js';
+import { sweepProcesses } from '../host/process-sweep.js';
 
 /** Environment every exec gets, so tools behave non-interactively; recorded in the receipt. */
 export const EXEC_ENV_DEFAULTS: Readonly<Record<string, string>> = {
@@ -36,9 +36,9 @@ const OOM_FIRST = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null;';
 const DRAIN_AFTER_EXIT_MS = 500;
 
 export const execTool: AgentTool<ExecArgs> = {
-  name: 'exec',
-  version: '1',
-  parse: (args) => ExecArgs.parse(args),
+  name: execSpec.name,
+  version: execSpec.version,
+  parse: (args) => execSpec.args.parse(args),
   execute: runExec,
 };
 

@@ -6,32 +6,37 @@
  * may or may not have renamed its file into place (`unknown`).
  */
 import { errorInfo } from '../../contract/errors.js';
-import { TOOL_ARGS } from '../../contract/tools.js';
+import { runsCode, TOOL_SPEC, writesFiles } from '../../contract/tools.js';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { AgentTool, AttemptContext, AttemptOutcome } from '../attempt.js';
+import type { AgentTool, AttemptContext, AttemptOutcome } from '../execution/attempt.js';
 import { ToolCancelled, ToolTimeout, type ToolUserWorker } from '../tool-user/client.js';
-import { sweepProcesses } from '../process-sweep.js';
-import type { Redaction } from '../redactor.js';
+import { sweepProcesses } from '../host/process-sweep.js';
+import type { Redaction } from '../output/redactor.js';
 import { ToolError } from '../tool-user/file-ops.js';
 import { FILE_OPS, type FileOpName } from '../tool-user/protocol.js';
 
-const WRITES: ReadonlySet<FileOpName> = new Set(['write_file', 'edit_file']);
-/** Operations that run programs (git may run a repository's filters): swept afterwards like exec; they run alone. */
-const RUNS_CODE: ReadonlySet<FileOpName> = new Set(['git_status', 'git_diff']);
-
+/** The file tools, by their specs: each is the tool-user worker's operation of the same name. */
 export function fileTools(worker: ToolUserWorker): Array<AgentTool<unknown>> {
-  return FILE_OPS.map((name) => ({
+  return FILE_OPS.map((name) => fileTool(worker, name));
+}
+
+function fileTool(worker: ToolUserWorker, name: FileOpName): AgentTool<unknown> {
+  const spec = TOOL_SPEC[name];
+  // Programs (git may run a repository's filters) are swept afterwards like exec's.
+  const codeRuns = runsCode(spec);
+  const writes = writesFiles(spec);
+  return {
     name,
-    version: '1',
-    parse: (args: unknown) => TOOL_ARGS[name].parse(args),
+    version: spec.version,
+    parse: (args: unknown) => spec.args.parse(args),
     async execute(ctx, args): Promise<AttemptOutcome> {
       const startedAt = new Date();
       ctx.emit({ type: 'call.started', attemptId: ctx.attemptId, pid: worker.pid });
       const base = { startedAt, exit: null, environment: null, outputs: null, cleanup: null, stdout: '', stderr: '', truncation: null, runner: { pid: worker.pid, uid: ctx.toolUser.uid, gid: ctx.toolUser.gid } };
       try {
         const r = await worker.request(name, args, ctx.timeoutMs, ctx.cancelSignal).finally(async () => {
-          if (RUNS_CODE.has(name)) await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups());
+          if (codeRuns) await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups());
         });
         const inline = name === 'git_diff' ? (args as { maxBytes: number }).maxBytes : DIFF_INLINE_BYTES;
         // A file may hold a secret value a call wrote there: what leaves the sandbox (data, text,
@@ -41,7 +46,7 @@ export function fileTools(worker: ToolUserWorker): Array<AgentTool<unknown>> {
         return { ...base, endedAt: new Date(), status: 'succeeded', commitState: 'committed', error: null, data, versions: r.versions, modelText, artifacts };
       } catch (err) {
         const endedAt = new Date();
-        const interrupted = WRITES.has(name) || RUNS_CODE.has(name) ? ('unknown' as const) : ('not_started' as const);
+        const interrupted = writes || codeRuns ? ('unknown' as const) : ('not_started' as const);
         if (err instanceof ToolTimeout) {
           const error = errorInfo('execution.timeout', err.message, { timeoutMs: ctx.timeoutMs });
           ctx.emit({ type: 'call.timed_out', timeoutMs: ctx.timeoutMs });
@@ -58,10 +63,10 @@ export function fileTools(worker: ToolUserWorker): Array<AgentTool<unknown>> {
           return { ...base, endedAt, status: 'failed', commitState: 'not_started', error, data: null, versions: [], modelText: `${error.code}: ${error.message}` };
         }
         const error = errorInfo('execution.effect_unknown', `the tool-user worker failed: ${(err as Error).message}`);
-        return { ...base, endedAt, status: 'effect_unknown', commitState: WRITES.has(name) ? 'unknown' : 'not_started', error, data: null, versions: [], modelText: error.message };
+        return { ...base, endedAt, status: 'effect_unknown', commitState: writes ? 'unknown' : 'not_started', error, data: null, versions: [], modelText: error.message };
       }
     },
-  }));
+  };
 }
 
 /**

@@ -6,8 +6,8 @@ import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { machine, release } from 'node:os';
 import { promisify } from 'node:util';
-import type { SandboxFacts } from '../contract/objects.js';
-import type { AgentConfig } from '../contract/queue.js';
+import type { SandboxFacts } from '../../contract/objects.js';
+import type { AgentConfig } from '../../contract/queue.js';
 
 const run = promisify(execFile);
 

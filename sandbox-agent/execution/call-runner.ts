@@ -7,14 +7,15 @@
 import { randomUUID } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import type { Logger } from 'pino';
-import { errorInfo } from '../contract/errors.js';
-import type { EffectReceipt, ToolResult } from '../contract/objects.js';
-import { CallJob, type AgentConfig, type LeaseKeys } from '../contract/queue.js';
+import { errorInfo } from '../../contract/errors.js';
+import type { ToolResult } from '../../contract/objects.js';
+import { attemptReceipt, resultWithoutRun } from '../../contract/receipts.js';
+import { CallJob, type AgentConfig, type LeaseKeys } from '../../contract/queue.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptOutcome } from './attempt.js';
-import type { ReturnChannel } from './return-channel.js';
+import type { ReturnChannel } from '../link/return-channel.js';
 import type { AccessScheduler } from './scheduler.js';
-import type { LeaseSecrets } from './secrets.js';
-import { SpoolBudget } from './spool.js';
+import type { LeaseSecrets } from '../host/secrets.js';
+import { SpoolBudget } from '../output/spool.js';
 
 /** SET key value NX: true when this caller set it. */
 export type ClaimAttempt = (key: string, attemptId: string) => Promise<boolean>;
@@ -195,28 +196,8 @@ export class CallRunner {
   }
 
   private result(job: CallJob, attemptId: string, o: AttemptOutcome): ToolResult {
-    const receipt: EffectReceipt = {
-      receiptId: `rcpt_${job.callId}_${attemptId.slice(4, 12)}`,
-      callId: job.callId,
-      attemptId,
-      leaseId: this.deps.config.leaseId,
-      tool: job.tool,
-      toolVersion: job.toolVersion,
-      fingerprint: job.fingerprint,
-      commitState: o.commitState,
-      startedAt: o.startedAt.toISOString(),
-      endedAt: o.endedAt.toISOString(),
-      durationMs: o.endedAt.getTime() - o.startedAt.getTime(),
-      exit: o.exit,
-      environment: o.environment,
-      runner: o.runner,
-      outputs: o.outputs,
-      cleanup: o.cleanup,
-      versions: o.versions,
-      artifacts: o.artifacts ?? [],
-      secretsUsed: o.secretsUsed ?? [],
-      manifestDigest: job.manifestDigest,
-    };
+    const subject = { callId: job.callId, attemptId, leaseId: this.deps.config.leaseId, tool: job.tool, toolVersion: job.toolVersion, fingerprint: job.fingerprint, manifestDigest: job.manifestDigest };
+    const receipt = attemptReceipt(subject, o.commitState, o.startedAt, o.endedAt, o);
     return {
       callId: job.callId,
       status: o.status,
@@ -236,20 +217,8 @@ export class CallRunner {
 
 /** The answer a background task gives at once: its handle (the callId) and its process group. */
 function detachedResult(callId: string, pgid: number): ToolResult {
-  return {
-    callId,
-    status: 'detached',
-    error: null,
-    modelText: `running in the background as task ${callId} (pid ${pgid}); its output streams on the call's events`,
-    exitCode: null,
-    signal: null,
-    stdout: '',
-    stderr: '',
-    truncation: null,
-    data: { taskId: callId, pid: pgid },
-    artifacts: [],
-    receipt: null,
-  };
+  const modelText = `running in the background as task ${callId} (pid ${pgid}); its output streams on the call's events`;
+  return resultWithoutRun(callId, 'detached', null, { modelText, data: { taskId: callId, pid: pgid } });
 }
 
 /**

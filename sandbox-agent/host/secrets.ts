@@ -5,10 +5,10 @@
  * the secrets tmpfs that exist only while such a call runs.
  */
 import { chmod, rm, writeFile } from 'node:fs/promises';
-import { errorInfo, type ErrorInfo } from '../contract/errors.js';
-import type { AgentConfig, SecretGrant } from '../contract/queue.js';
-import { open, SecretDelivery, deliveryAad } from '../contract/secrets.js';
-import { Redaction } from './redactor.js';
+import { errorInfo, type ErrorInfo } from '../../contract/errors.js';
+import type { AgentConfig, SecretGrant } from '../../contract/queue.js';
+import { open, SecretDelivery, deliveryAad } from '../../contract/secrets.js';
+import { Redaction } from '../output/redactor.js';
 
 /** What a call gets for the secrets it asked for; `release` must run once the call's processes are gone. */
 export interface ProvidedSecrets {

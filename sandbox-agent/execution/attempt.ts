@@ -2,12 +2,12 @@
  * What a tool implementation gets for one attempt and what it hands back. The call runner turns
  * an `AttemptOutcome` into the receipt and the result; tools never build those themselves.
  */
-import type { ErrorInfo } from '../contract/errors.js';
-import type { EventBody } from '../contract/events.js';
-import type { CommitState, EffectReceipt, ResultStatus, ToolResult } from '../contract/objects.js';
-import type { AgentConfig } from '../contract/queue.js';
-import type { LeaseSecrets } from './secrets.js';
-import type { SpoolBudget } from './spool.js';
+import type { ErrorInfo } from '../../contract/errors.js';
+import type { EventBody } from '../../contract/events.js';
+import type { CommitState, EffectReceipt, ResultStatus, ToolResult } from '../../contract/objects.js';
+import type { AgentConfig } from '../../contract/queue.js';
+import type { LeaseSecrets } from '../host/secrets.js';
+import type { SpoolBudget } from '../output/spool.js';
 
 export interface AttemptContext {
   readonly callId: string;

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import type { OutputStream } from '../contract/events.js';
+import type { OutputStream } from '../../contract/events.js';
 import { OutputPipeline } from './output-pipeline.js';
 
 function recorder() {

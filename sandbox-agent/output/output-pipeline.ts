@@ -6,7 +6,7 @@
  * Pure apart from a timer: the sink decides where events go.
  */
 import { createHash, type Hash } from 'node:crypto';
-import type { OutputStream } from '../contract/events.js';
+import type { OutputStream } from '../../contract/events.js';
 
 export interface OutputSink {
   /** A batch of kept bytes of one stream starting at byte `offset` of that stream. */

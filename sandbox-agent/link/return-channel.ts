@@ -6,10 +6,10 @@
 import { createHash } from 'node:crypto';
 import { open } from 'node:fs/promises';
 import type { Queue } from 'bullmq';
-import { ARTIFACT_CHUNK_BYTES } from '../contract/queue.js';
-import type { EventBody } from '../contract/events.js';
-import type { ToolResult } from '../contract/objects.js';
-import type { ReturnMessage } from '../contract/queue.js';
+import { ARTIFACT_CHUNK_BYTES } from '../../contract/queue.js';
+import type { EventBody } from '../../contract/events.js';
+import type { ToolResult } from '../../contract/objects.js';
+import type { ReturnMessage } from '../../contract/queue.js';
 
 /** Artifact chunks allowed to wait in the return queue before the sender pauses. */
 const MAX_WAITING_CHUNKS = 8;

@@ -1,0 +1,62 @@
+/** `exec`: run a program or a bash script as the tool user, in its own process group. */
+import { z } from 'zod';
+import { SecretName } from '../secrets.js';
+import { EnvMap, fitsExec, MAX_ARG_BYTES, SandboxPath } from './common.js';
+import type { ToolSpec } from './spec.js';
+
+/**
+ * `exec`: run a program. Exactly one of `argv` (no shell) or `cmd` (a `bash -c` script: pipes,
+ * heredocs and `&&` work) must be given.
+ */
+export const ExecArgs = z
+  .object({
+    argv: z
+      .array(z.string().refine((s) => !s.includes('\0'), 'must not contain NUL').refine(fitsExec, `each argument at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN)`))
+      .min(1)
+      .optional(),
+    /** Passed to bash as one argument, so at most MAX_ARG_BYTES; longer scripts go in a file (upload) or `stdin`. */
+    cmd: z.string().min(1).refine(fitsExec, `at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN); upload longer scripts`).optional(),
+    /** Working directory; default `/workspace`. */
+    cwd: SandboxPath.default('/workspace'),
+    /** Extra environment for this call, over the lease's env. */
+    env: EnvMap.default({}),
+    /**
+     * Names of the lease's granted secrets this call's process receives (as the env var and/or
+     * file the lease asked for); other calls never see them. A name the lease was not granted is
+     * `policy.secret_denied`.
+     */
+    secrets: z
+      .array(SecretName)
+      .min(1)
+      .max(64)
+      .refine((names) => new Set(names).size === names.length, 'names must be distinct')
+      .optional(),
+    /** Bytes written to the process's stdin (UTF-8), then stdin is closed. Without it stdin is empty. */
+    stdin: z.string().max(16 * 1024 * 1024).optional(),
+    /** Wall-clock limit in ms; on expiry the process group gets SIGTERM, then SIGKILL after `killGraceMs`. */
+    timeoutMs: z.number().int().min(1).max(24 * 3600 * 1000).optional(),
+    /** Time between SIGTERM and SIGKILL, ms. */
+    killGraceMs: z.number().int().min(0).max(60_000).default(2000),
+    /**
+     * Run as a background task: the call answers `detached` with its handle (the callId) as
+     * soon as the process started; its output streams on as events, and the call finishes when
+     * the process ends (or on cancel, or at `timeoutMs`).
+     */
+    background: z.boolean().default(false),
+    /** Commands run with pipes (stdout and stderr apart); a pseudo-terminal is not offered. */
+    pty: z.literal(false, { message: 'pty: true is not supported; commands run with pipes, stdout and stderr apart' }).default(false),
+  })
+  .strict()
+  .refine((a) => (a.argv === undefined) !== (a.cmd === undefined), { message: 'give exactly one of argv or cmd', path: ['argv'] });
+export type ExecArgs = z.infer<typeof ExecArgs>;
+
+export const execSpec: ToolSpec<ExecArgs, 'exec'> = {
+  name: 'exec',
+  version: '1',
+  description: 'Runs a program (argv) or a bash script (cmd) as the sandbox tool user in its own process group.',
+  args: ExecArgs,
+  effectClasses: ['process', 'fs.read', 'fs.write'],
+  limits: 'exec',
+  // A program may touch anything: exec runs alone, in order with every other call.
+  accesses: () => [{ kind: 'all' }],
+};
