@@ -18,7 +18,7 @@ import { CONSOLE_ROUTES, consoleRoutes } from './console/routes.js';
 import { egressRoutes } from './egress/routes.js';
 import { filesRoutes } from './files/routes.js';
 import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
-import { installErrorHandling } from './http/errors.js';
+import { edgeServerOptions, installErrorHandling } from './http/errors.js';
 import { DOCS_ROUTES, installOpenApi, installZodValidation } from './http/openapi.js';
 import type { Ledger } from './ledger/ledger.js';
 import type { CallNotifier } from './ledger/notifier.js';
@@ -76,6 +76,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: deps.jsonBodyLimitBytes ?? 1024 * 1024,
     requestIdHeader: 'x-request-id',
+    // Errors that fastify and Node's parser answer before any route runs get the documented shape too.
+    ...edgeServerOptions(deps.log),
   });
   installErrorHandling(app);
   // JSON only: a text/plain body would otherwise reach the schemas as a string.
