@@ -2,7 +2,8 @@
  * Malformed JSON on every route (property-based, fast-check): every route read from fastify's
  * route tree gets mutated JSON bodies — truncated, invalid UTF-8, nested 100k deep, huge
  * numbers, `__proto__` / `constructor` keys, wrong types, duplicate keys, NUL bytes, very long
- * strings — with an admin key and a user key, on a real leased sandbox and a nonexistent one.
+ * strings — whole or cut short (the client ends the stream mid-body), with an admin key and a
+ * user key, on a real leased sandbox and a nonexistent one.
  * Every answer is a 2xx or 4xx, and every error is in the documented shape with a catalogue
  * code; nothing is a 500 or hangs; the process stays up with bounded memory. What a mutation
  * happened to create (a lease, a key, a secret, a policy) is removed at once.
@@ -13,6 +14,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_CODES, ErrorBody } from '../contract/errors.js';
 import { routesOf, startHarness, type Harness } from './harness.js';
+import { rawExchange, rawRequest } from './http-raw.js';
 
 let h: Harness;
 let leaseId: string;
@@ -127,16 +129,27 @@ async function undo(method: string, path: string, answer: Answer): Promise<void>
 let requests = 0;
 const statuses = new Map<number, number>();
 
-async function probe(target: Target, asUser: boolean, realId: boolean, mutation: string, n: number, contentType: string): Promise<void> {
+/**
+ * Sends the body cut short over a raw socket: Content-Length promises 64 bytes more than are
+ * sent, then the client ends its side, so the server meets the end of the stream mid-body.
+ */
+async function sendCut(method: string, path: string, headers: Record<string, string>, body: Buffer): Promise<Answer> {
+  const r = await rawExchange(Number(new URL(h.url).port), rawRequest(method, path, { ...headers, 'content-length': body.length + 64 }, body), 'half', ANSWER_TIMEOUT_MS);
+  if (!r) throw new Error(`${method} ${path}: a body cut short got no answer`);
+  return { status: r.status, contentType: r.headers['content-type'] ?? '', location: r.headers.location, body: r.body };
+}
+
+/** Sends one mutated request (`cut`: its body cut short) and checks the answer. */
+async function probe(target: Target, asUser: boolean, realId: boolean, mutation: string, n: number, contentType: string, cut = false): Promise<void> {
   // Releasing the shared sandbox would end every later case on it: its DELETE gets the made-up id only.
   const real = realId && !(target.method === 'DELETE' && target.path === '/v1/sandboxes/:id');
   const path = concrete(target.path, real);
   const body = MUTATIONS[mutation]!(templateOf(target.method, target.path), n);
   const headers = { authorization: `Bearer ${asUser ? userKey : h.apiKey}`, 'content-type': contentType };
-  const answer = await send(target.method, path, headers, body);
+  const answer = await (cut ? sendCut : send)(target.method, path, headers, body);
   requests += 1;
   statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1);
-  const what = `${target.method} ${path} (${mutation}/${n}, ${contentType}, ${asUser ? 'user' : 'admin'} key) → ${answer.status} ${answer.body.slice(0, 300)}`;
+  const what = `${target.method} ${path} (${mutation}/${n}${cut ? ' cut short' : ''}, ${contentType}, ${asUser ? 'user' : 'admin'} key) → ${answer.status} ${answer.body.slice(0, 300)}`;
   const redirect = answer.status >= 300 && answer.status < 400 && answer.location !== undefined;
   expect((answer.status >= 200 && answer.status < 300) || (answer.status >= 400 && answer.status < 500) || redirect, what).toBe(true);
   if (answer.status >= 400) {
@@ -171,6 +184,7 @@ describe('malformed JSON on every route', () => {
     for (const target of targets) {
       for (const mutation of Object.keys(MUTATIONS)) {
         await probe(target, i % 2 === 1, i % 4 < 2, mutation, i, 'application/json');
+        await probe(target, i % 2 === 0, i % 4 >= 2, mutation, i, 'application/json', true);
         i += 1;
       }
     }
@@ -183,7 +197,8 @@ describe('malformed JSON on every route', () => {
         fc.constantFrom(...Object.keys(MUTATIONS)),
         fc.nat(),
         fc.constantFrom('application/json', 'application/json; charset=utf-8', 'application/json; charset=latin1', 'Application/JSON'),
-        async (target, asUser, realId, mutation, n, contentType) => probe(target, asUser, realId, mutation, n, contentType),
+        fc.boolean(),
+        async (target, asUser, realId, mutation, n, contentType, cut) => probe(target, asUser, realId, mutation, n, contentType, cut),
       ),
       { numRuns: 400 },
     );
