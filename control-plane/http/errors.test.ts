@@ -1,4 +1,4 @@
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ErrorBody } from '../../contract/errors.js';
@@ -8,7 +8,7 @@ let app: FastifyInstance;
 
 beforeAll(async () => {
   const log = pino({ level: 'silent' });
-  app = Fastify({ loggerInstance: log, ...edgeServerOptions(log) });
+  app = Fastify({ loggerInstance: log as FastifyBaseLogger, ...edgeServerOptions(log) });
   installErrorHandling(app);
   app.get('/things/:id', async () => ({ ok: true }));
   app.post('/things/:id', async (request) => request.body);
