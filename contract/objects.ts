@@ -183,7 +183,7 @@ export const EffectReceipt = z.object({
   outputs: z.object({ stdout: StreamDigest, stderr: StreamDigest }).nullable(),
   /** Files the call read or changed: sha256 before and after (null: absent). */
   versions: z.array(z.object({ path: z.string(), before: z.string().nullable(), after: z.string().nullable() })).default([]),
-  /** Processes of the tool user still alive after the call ended (setsid, daemons), killed by the sweep. */
+  /** Processes of the tool user still alive when the call ended, in its process group (`sleep 100 &`) or outside it (setsid, daemons): each one killed and counted once. */
   cleanup: z.object({ killedProcesses: z.number().int().nonnegative() }).nullable().default(null),
   artifacts: z.array(z.object({ id: z.string(), sha256: z.string(), size: z.number().int() })),
   /** Names of the secrets the attempt's process received (never values), sorted. */

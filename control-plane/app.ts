@@ -20,7 +20,7 @@ import { egressRoutes } from './egress/routes.js';
 import type { EgressLog } from './egress/store.js';
 import { filesRoutes } from './files/routes.js';
 import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
-import { installErrorHandling } from './http/errors.js';
+import { edgeServerOptions, installErrorHandling } from './http/errors.js';
 import { installLeaseGuard } from './http/lease-guard.js';
 import { DOCS_ROUTES, installOpenApi, installZodValidation } from './http/openapi.js';
 import { metricsRoutes } from './metrics/routes.js';
@@ -79,6 +79,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: deps.jsonBodyLimitBytes ?? 1024 * 1024,
     requestIdHeader: 'x-request-id',
+    // Errors that fastify and Node's parser answer before any route runs get the documented shape too.
+    ...edgeServerOptions(deps.log),
   });
   installErrorHandling(app);
   // JSON only: a text/plain body would otherwise reach the schemas as a string.

@@ -105,6 +105,22 @@ describe('exec', () => {
     expect(await processesInSandbox().then((l) => l.filter((x) => x.startsWith('sandbox')))).toEqual([]);
   });
 
+  it('a leftover `sleep 100 &` in the call\'s own group is killed at the end and counted: killedProcesses is exactly 1', async () => {
+    const r = await exec({ cmd: 'sleep 100 & echo started' });
+    expect(r.status).toBe('succeeded');
+    expect(r.receipt?.cleanup?.killedProcesses).toBe(1);
+    expect(await processesInSandbox().then((l) => l.filter((x) => x.includes('sleep 100')))).toEqual([]);
+  });
+
+  it('a leftover `setsid sleep 100 &` is counted too, and a call that leaves nothing counts 0', async () => {
+    const r = await exec({ cmd: 'setsid sleep 100 & echo started' });
+    expect(r.status).toBe('succeeded');
+    expect(r.receipt?.cleanup?.killedProcesses).toBe(1);
+    expect(await processesInSandbox().then((l) => l.filter((x) => x.includes('sleep 100')))).toEqual([]);
+    const clean = await exec({ cmd: 'echo nothing left' });
+    expect(clean.receipt?.cleanup?.killedProcesses).toBe(0);
+  });
+
   it('a timeout also sweeps a daemon that escaped the group', async () => {
     const r = await exec({ cmd: '(setsid sleep 777 &); sleep 100', timeoutMs: 800, killGraceMs: 200 });
     expect(r.status).toBe('timed_out');

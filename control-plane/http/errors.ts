@@ -1,49 +1,128 @@
 /**
  * The API edge's error mapping, done once: AppErrors keep their catalogue status and code;
- * fastify's own client errors (bad JSON, body too large, bad media type) get catalogue codes;
+ * the errors of fastify and of Node's HTTP parser (bad JSON, body too large or cut short, bad
+ * media type, unparsable requests, oversized headers, unknown routes and methods) get catalogue
+ * codes in the one body shape `{error: {code, domain, message, retryability, details}}`;
  * anything else becomes a plain `internal.unexpected` 500 without internals.
+ *
+ * Three places answer before a route runs, and each is routed through `edgeError`:
+ * - `setErrorHandler`: errors of hooks, body parsing, validation and handlers;
+ * - `frameworkErrors` (a fastify option): a URL the router cannot decode or a path parameter
+ *   over `maxParamLength`;
+ * - `clientErrorHandler` (a fastify option): what Node's parser rejects before there is a
+ *   request at all (a body cut short by the client's end of stream, a malformed request line,
+ *   headers over the limit, a request that took too long); answered on the raw socket.
  */
-import type { FastifyError, FastifyInstance } from 'fastify';
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import FindMyWay, { type HTTPMethod } from 'find-my-way';
+import type { Logger } from 'pino';
 import { ZodError, type ZodType } from 'zod';
-import { AppError, errorInfo, type ErrorCode } from '../../contract/errors.js';
+import { AppError, ERROR_CODES, errorInfo, type ErrorCode, type ErrorInfo } from '../../contract/errors.js';
 
-const FASTIFY_CODES: Record<string, ErrorCode> = {
-  FST_ERR_CTP_INVALID_JSON_BODY: 'input.invalid_json',
-  FST_ERR_CTP_EMPTY_JSON_BODY: 'input.invalid_json',
-  FST_ERR_CTP_BODY_TOO_LARGE: 'input.body_too_large',
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'input.unsupported_media_type',
-  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'input.invalid',
+/** Each code fastify or Node's HTTP layer gives an error of the client's, with its catalogue code and the message clients see. */
+const EDGE_CODES: Record<string, { code: ErrorCode; message: string }> = {
+  FST_ERR_CTP_INVALID_JSON_BODY: { code: 'input.invalid_json', message: 'the body is not valid JSON (or holds a __proto__ or constructor.prototype key)' },
+  FST_ERR_CTP_EMPTY_JSON_BODY: { code: 'input.invalid_json', message: 'the body is empty but Content-Type is application/json' },
+  FST_ERR_CTP_BODY_TOO_LARGE: { code: 'input.body_too_large', message: 'the body exceeds the size limit of this route' },
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: { code: 'input.unsupported_media_type', message: 'this route takes Content-Type: application/json' },
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: { code: 'input.malformed_request', message: 'the body length does not match Content-Length' },
+  FST_ERR_BAD_URL: { code: 'input.malformed_request', message: 'the URL is not validly percent-encoded' },
+  FST_ERR_MAX_PARAM_LENGTH: { code: 'input.url_too_long', message: 'a path segment is longer than 100 characters' },
+  // The client closed its end before the body was complete: while fastify read it ('aborted'),
+  // or before the parser had a whole request (end of stream in the body).
+  ECONNRESET: { code: 'input.body_aborted', message: 'the connection closed before the body was complete' },
+  HPE_INVALID_EOF_STATE: { code: 'input.body_aborted', message: 'the connection closed before the body was complete' },
+  HPE_HEADER_OVERFLOW: { code: 'input.headers_too_large', message: 'the request line and headers exceed the size limit' },
+  ERR_HTTP_REQUEST_TIMEOUT: { code: 'input.request_timeout', message: 'the request did not arrive in time' },
 };
 
+/** What an error becomes at the edge: the status and the body. */
+function edgeError(error: unknown, requestId: string, log: Pick<Logger, 'warn' | 'error'>): { status: number; body: { error: ErrorInfo } } {
+  if (error instanceof AppError) {
+    if (error.status >= 500) log.warn({ err: error }, error.code);
+    return { status: error.status, body: { error: error.toInfo() } };
+  }
+  if (error instanceof ZodError) return answer('input.invalid', 'invalid request', { issues: issuesOf(error, 'body') });
+  const code = (error as { code?: unknown }).code;
+  const known = typeof code === 'string' ? EDGE_CODES[code] : undefined;
+  if (known) return answer(known.code, known.message);
+  // Node's parser names every other request it cannot parse HPE_* (bad request line, header
+  // syntax, chunk encoding, Content-Length): the client's fault, not the server's.
+  if (typeof code === 'string' && code.startsWith('HPE_')) return answer('input.malformed_request', 'the HTTP request could not be parsed', { reason: code });
+  // A client error of a library's own (http-errors from static file serving: a `..` path is
+  // 403, an unsatisfiable Range 416) keeps its status; `expose` marks its message as meant for clients.
+  const { statusCode, expose } = error as { statusCode?: unknown; expose?: unknown };
+  if (typeof statusCode === 'number' && statusCode >= 400 && statusCode < 500) {
+    const message = expose === true ? (error as Error).message : (STATUS_CODES[statusCode] ?? 'client error');
+    return { status: statusCode, body: { error: errorInfo('input.invalid', message) } };
+  }
+  log.error({ err: error }, 'unexpected error');
+  return answer('internal.unexpected', `internal error (request ${requestId})`);
+}
+
+function answer(code: ErrorCode, message: string, details?: Record<string, unknown>): { status: number; body: { error: ErrorInfo } } {
+  return { status: ERROR_CODES[code].status, body: { error: errorInfo(code, message, details) } };
+}
+
+/** The fastify constructor options that route framework and parser errors through the edge. */
+export function edgeServerOptions(log: Logger): {
+  frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void;
+  clientErrorHandler: (error: Error & { code?: string }, socket: Socket) => void;
+} {
+  return {
+    frameworkErrors(error, request, reply) {
+      const { status, body } = edgeError(error, request.id, request.log);
+      void reply.status(status).send(body);
+    },
+    clientErrorHandler(error, socket) {
+      // A reset socket is gone: nobody is there to answer (Node's documented advice).
+      if (error.code === 'ECONNRESET' || socket.destroyed) return;
+      const { status, body } = edgeError(error, 'none', log);
+      // A response already begun on this socket cannot take a second one (Node's own check).
+      const begun = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+      if (!socket.writable || begun) return void socket.destroy();
+      const text = JSON.stringify(body);
+      const head = `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n`;
+      // End, then destroy once written: the parser is gone, so nothing more is read from it.
+      socket.end(head + text, () => socket.destroy());
+    },
+  };
+}
+
+/**
+ * Installs the error handler and the not-found handler. A path that some route has under other
+ * methods answers `405 api.method_not_allowed` with `Allow` (and `details.allow`); a path no
+ * route has answers `404 api.route_not_found`. Call before routes are registered: an `onRoute`
+ * hook collects them into a router of the same kind as fastify's, to look up other methods.
+ */
 export function installErrorHandling(app: FastifyInstance): void {
-  app.setErrorHandler((error: FastifyError | AppError | Error, request, reply) => {
-    if (error instanceof AppError) {
-      if (error.status >= 500) request.log.warn({ err: error }, error.code);
-      // The rest of an oversized body is not read: close the connection rather than leave it hanging.
-      if (error.code === 'input.body_too_large') reply.header('connection', 'close');
-      return reply.status(error.status).send({ error: error.toInfo() });
+  const known = FindMyWay();
+  const methods = new Set<HTTPMethod>();
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat() as HTTPMethod[]) {
+      methods.add(method);
+      if (!known.hasRoute(method, route.url)) known.on(method, route.url, () => undefined);
     }
-    if (error instanceof ZodError) {
-      return reply.status(400).send({ error: errorInfo('input.invalid', 'invalid request', { issues: issuesOf(error, 'body') }) });
-    }
-    const fe = error as FastifyError;
-    const mapped = fe.code ? FASTIFY_CODES[fe.code] : undefined;
-    if (mapped) {
-      const status = mapped === 'input.body_too_large' ? 413 : mapped === 'input.unsupported_media_type' ? 415 : 400;
-      return reply.status(status).send({ error: errorInfo(mapped, fe.message) });
-    }
-    if (error instanceof SyntaxError && fe.statusCode === 400) {
-      return reply.status(400).send({ error: errorInfo('input.invalid_json', error.message) });
-    }
-    if (fe.statusCode !== undefined && fe.statusCode >= 400 && fe.statusCode < 500) {
-      return reply.status(fe.statusCode).send({ error: errorInfo('input.invalid', fe.message) });
-    }
-    request.log.error({ err: error }, 'unexpected error');
-    return reply.status(500).send({ error: errorInfo('internal.unexpected', `internal error (request ${request.id})`) });
   });
-  app.setNotFoundHandler((request, reply) =>
-    reply.status(404).send({ error: errorInfo('api.route_not_found', `no route ${request.method} ${request.url.split('?')[0]}`) }),
-  );
+  app.setErrorHandler((error: FastifyError | AppError | Error, request, reply) => {
+    const { status, body } = edgeError(error, request.id, request.log);
+    // The rest of an oversized body is not read: close the connection rather than leave it hanging.
+    if (body.error.code === 'input.body_too_large') reply.header('connection', 'close');
+    return reply.status(status).send(body);
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0]!;
+    const allow = [...methods].filter((m) => m !== request.method && known.find(m, path) !== null).sort();
+    if (allow.length > 0) {
+      return reply
+        .status(405)
+        .header('allow', allow.join(', '))
+        .send({ error: errorInfo('api.method_not_allowed', `${path} does not take ${request.method}; it takes ${allow.join(', ')}`, { allow }) });
+    }
+    return reply.status(404).send({ error: errorInfo('api.route_not_found', `no route ${request.method} ${path}`) });
+  });
 }
 
 /**

@@ -14,6 +14,8 @@ interface ProcInfo {
   ppid: number;
   pgid: number;
   uid: number;
+  /** proc(5) state letter: `Z` (zombie) and `X` (dead) have exited already. */
+  state: string;
 }
 
 async function listProcesses(): Promise<Map<number, ProcInfo>> {
@@ -25,8 +27,8 @@ async function listProcesses(): Promise<Map<number, ProcInfo>> {
     const ppid = /^PPid:\s+(\d+)/m.exec(text);
     const uid = /^Uid:\s+(\d+)/m.exec(text);
     // stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses, so count after the last ')'.
-    const pgid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
-    if (ppid && uid) out.set(Number(name), { pid: Number(name), ppid: Number(ppid[1]), pgid, uid: Number(uid[1]) });
+    const [state = '', , pgid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (ppid && uid) out.set(Number(name), { pid: Number(name), ppid: Number(ppid[1]), pgid: Number(pgid), uid: Number(uid[1]), state });
   }
   return out;
 }
@@ -39,6 +41,28 @@ function startedByDockerExec(pid: number, procs: Map<number, ProcInfo>): boolean
     current = procs.get(current.ppid);
   }
   return false;
+}
+
+/**
+ * SIGKILLs every member of process group `pgid` at once and returns how many were alive. The
+ * group is stopped first (SIGSTOP, one signal for all) so that nobody forks or exits between the
+ * count and the kill: the count is exactly what the SIGKILL killed. 0 when the group is empty.
+ */
+export async function killProcessGroup(pgid: number): Promise<number> {
+  if (!signalGroup(pgid, 'SIGSTOP')) return 0;
+  const members = [...(await listProcesses()).values()].filter((p) => p.pgid === pgid && p.state !== 'Z' && p.state !== 'X');
+  signalGroup(pgid, 'SIGKILL');
+  return members.length;
+}
+
+/** Sends `signal` to group `pgid`; false when the group has no member (ESRCH). */
+function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
+  try {
+    process.kill(-pgid, signal);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /**

@@ -17,7 +17,7 @@ import { modelTextOf } from '../output/model-text.js';
 import { OutputPipeline, type StreamSummary } from '../output/output-pipeline.js';
 import { StreamSpool } from '../output/spool.js';
 import { readCgroupCounters, rose } from '../host/cgroup-counters.js';
-import { sweepProcesses } from '../host/process-sweep.js';
+import { killProcessGroup, sweepProcesses } from '../host/process-sweep.js';
 
 /** Environment every exec gets, so tools behave non-interactively; recorded in the receipt. */
 export const EXEC_ENV_DEFAULTS: Readonly<Record<string, string>> = {
@@ -175,12 +175,13 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   ctx.cancelSignal.removeEventListener('abort', onCancel);
   // The call ends with its main process: whatever it left running goes too, in its group or
   // not (setsid, daemons), so nothing outlives the call, holds its pipes or sees later calls.
-  killGroup('SIGKILL');
+  // The receipt counts both: what was left in the group and what the sweep found outside it.
   if (graceTimer) clearTimeout(graceTimer);
+  const killedInGroup = await killProcessGroup(pid);
   // A background task ends while other calls may run: it takes only its own group with it. A
   // foreground call runs alone (it declares access to everything) and sweeps, sparing the agent's
   // worker and running background tasks.
-  const killedProcesses = args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups());
+  const killedProcesses = killedInGroup + (args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups()));
   await drain(child.stdout, child.stderr);
   // What a redactor held back (a possible start of a value) ends the stream; the spool takes it on close.
   for (const stream of ['stdout', 'stderr'] as const) forward(stream, redactors[stream].end());
