@@ -66,6 +66,7 @@ export const ERROR_CODES = {
   'files.binary': { status: 422, retryability: 'after_fix', summary: 'read_file with `encoding: text` met a binary file; ask for `encoding: base64`.' },
   'files.conflict': { status: 409, retryability: 'reconcile_first', summary: 'The file\'s sha256 is not `expectedSha256` (details: expected, actual); nothing was written.' },
   'files.exists': { status: 409, retryability: 'after_fix', summary: '`createOnly` and the file exists; nothing was written.' },
+  'files.dangling_symlink': { status: 422, retryability: 'after_fix', summary: 'The path, or a directory on it, is a symbolic link whose target does not exist; `details.link` names the link, `details.target` its text, `details.resolved` where it points.' },
   'files.not_a_file': { status: 422, retryability: 'after_fix', summary: 'The path is a directory, device or other non-regular file where a file was needed.' },
   'files.too_large': { status: 413, retryability: 'after_fix', summary: 'The file is larger than the policy lets a file tool read or write.' },
   'edit.no_match': { status: 422, retryability: 'after_fix', summary: '`oldString` does not occur in the file (details.count = 0).' },
