@@ -26,7 +26,9 @@ export const REFUSE_OUTSIDE = 'echo "$1: resolves outside $2" >&2; exit 3';
  *    existing directory the tool user cannot write is refused before anything moves.
  * 4. `walk commit` renames each staged entry into place (`mv -T`: over an existing file or
  *    symlink, never into the directory a symlink points to), merging into directories that
- *    exist. A missing target is one rename of the whole staged tree.
+ *    exist; a staged directory with nothing in its place moves whole, in one rename. The
+ *    missing components of the target are staged too (`t/<rest>`), so a missing target is one
+ *    rename, and two uploads creating the same missing parent at once merge instead of failing.
  *
  * Staged directories get u+rwx so the walks can read them and move entries out of them.
  */
@@ -72,12 +74,8 @@ trap 'exit 129' HUP INT TERM
 mkdir -p -- "$staging/t/$rest" || exit 2
 tar -x -f - --no-same-owner -C "$staging/t/$rest" || exit 2
 find "$staging" -type d -exec chmod u+rwx {} + || exit 2
-if [ -n "$rest" ]; then
-  mv -T -- "$staging/t/\${rest%%/*}" "$target/\${rest%%/*}" || exit 2
-else
-  walk check "$staging/t" "$target" ''
-  walk commit "$staging/t" "$target" ''
-fi
+walk check "$staging/t" "$target" ''
+walk commit "$staging/t" "$target" ''
 `;
 
 /**
