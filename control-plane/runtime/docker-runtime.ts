@@ -189,6 +189,8 @@ export class DockerRuntime implements SandboxRuntime {
         resolve(chunk);
       });
       run.stdout.once('end', () => resolve(null));
+      // A connection lost before the first byte ends the wait too (run.done then says why).
+      run.stdout.once('close', () => resolve(null));
     });
     if (first === null) {
       const { exitCode, stderr } = await run.done;
@@ -242,7 +244,11 @@ export class DockerRuntime implements SandboxRuntime {
           .then((info) => resolve({ exitCode: Number(info.ExitCode ?? -1), stderr: Buffer.concat(stderrChunks).toString('utf8').trim() }))
           .catch((err: unknown) => reject(unavailable('exec inspect', err)));
       });
-      stream.on('error', (err) => reject(unavailable('exec stream', err)));
+      stream.on('error', (err) => {
+        // Without an error: nobody may be listening on stdout, and `done` carries the reason.
+        stdout.destroy();
+        reject(unavailable('exec stream', err));
+      });
     });
     return { stdout, done };
   }
