@@ -83,6 +83,29 @@ describe('write_file / read_file', () => {
   });
 });
 
+describe('a dangling symlink', () => {
+  it('given to read_file, write_file or edit_file, or on the way to a path, is files.dangling_symlink naming the link and its target; nothing is written', async () => {
+    await call('exec', { cmd: 'mkdir -p /workspace/dangle && ln -sfn missing-target.txt /workspace/dangle/link && ln -sfn /workspace/no-such-dir /workspace/dangle/dirlink' });
+    const expected = { link: '/workspace/dangle/link', target: 'missing-target.txt', resolved: '/workspace/dangle/missing-target.txt' };
+    for (const [tool, args] of [
+      ['read_file', { path: '/workspace/dangle/link' }],
+      ['write_file', { path: '/workspace/dangle/link', content: 'x' }],
+      ['edit_file', { path: '/workspace/dangle/link', oldString: 'a', newString: 'b' }],
+    ] as const) {
+      const r = await call(tool, args);
+      expect(r.status, tool).toBe('failed');
+      expect(r.error?.code, tool).toBe('files.dangling_symlink');
+      expect(r.error?.details, tool).toMatchObject(expected);
+      expect(r.error?.message, tool).not.toMatch(/changed during the call/);
+    }
+    const through = await call('write_file', { path: '/workspace/dangle/dirlink/deep.txt', content: 'x' });
+    expect(through.error?.code).toBe('files.dangling_symlink');
+    expect(through.error?.details).toMatchObject({ link: '/workspace/dangle/dirlink', target: '/workspace/no-such-dir' });
+    const listing = await call('exec', { cmd: 'ls -A /workspace/dangle; ls /workspace/no-such-dir /workspace/dangle/missing-target.txt 2>&1 | wc -l' });
+    expect(listing.stdout).toBe('dirlink\nlink\n2\n');
+  });
+});
+
 describe('edit_file', () => {
   it('replaces a unique match; zero or several matches are errors naming the count; replaceAll replaces all', async () => {
     const path = '/workspace/edit.txt';

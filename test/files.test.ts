@@ -160,4 +160,50 @@ describe('files', () => {
     await expect(h.client.download(leaseId, '/run/sbx/agent', tmpdir())).rejects.toMatchObject({ code: 'input.path_outside_workspace' });
     await expect(h.client.download(leaseId, '/workspace/missing-file', tmpdir())).rejects.toMatchObject({ code: 'files.not_found', status: 404 });
   });
+
+  it('a truncated member (100 KB declared, 50 KB sent) is 400 files.invalid_archive naming the entry and offset; the control plane stays up', async () => {
+    const full = await tarBytes([{ name: 'first.txt', content: 'one' }, { name: 'big.bin', content: 'x'.repeat(100_000) }]);
+    const cutAt = 1024 + 512 + 50_000;
+    const error = await h.client.uploadTar(leaseId, '/workspace/truncated', full.subarray(0, cutAt)).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'files.invalid_archive', status: 400 });
+    expect((error as SbxError).info.details).toMatchObject({ entry: 'big.bin', offset: cutAt });
+    expect((await h.client.raw('GET', '/healthz')).status).toBe(200);
+    expect((await exec('ls /workspace/truncated 2>&1')).stdout).toMatch(/No such file/);
+  });
+
+  it('an upload that fails in the sandbox (422 files.transfer_failed) writes none of its entries', async () => {
+    await exec('mkdir -p /workspace/partial && echo keep > /workspace/partial/old.txt');
+    const archive = await tarBytes([{ name: 'a.txt', content: 'a' }, { name: `${'n'.repeat(300)}.txt`, content: 'too long a name' }, { name: 'z.txt', content: 'z' }]);
+    await expect(h.client.uploadTar(leaseId, '/workspace/partial', archive)).rejects.toMatchObject({ code: 'files.transfer_failed', status: 422 });
+    expect((await exec('ls -A /workspace/partial; ls -A /workspace | grep -c sbx-upload || true')).stdout).toBe('old.txt\n0\n');
+  });
+
+  it('a file entry over an existing directory is 409 files.type_conflict naming it; nothing is written, the directory stays', async () => {
+    await exec('mkdir -p /workspace/clash/d && echo inside > /workspace/clash/d/kept.txt');
+    const archive = await tarBytes([{ name: 'new.txt', content: 'new' }, { name: 'd', content: 'a file where a directory is' }]);
+    const error = await h.client.uploadTar(leaseId, '/workspace/clash', archive).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'files.type_conflict', status: 409 });
+    expect((error as SbxError).info.details).toMatchObject({ entry: 'd', path: '/workspace/clash' });
+    expect((await exec('ls -A /workspace/clash; cat /workspace/clash/d/kept.txt')).stdout).toBe('d\ninside\n');
+  });
+
+  it('a directory entry over an existing file, deep or at the target itself, is 409 files.type_conflict; nothing is written', async () => {
+    await exec('mkdir -p /workspace/clash2/sub && echo file > /workspace/clash2/sub/f');
+    const archive = await tarBytes([{ name: 'top.txt', content: 'top' }, { name: 'sub/g.txt', content: 'g' }, { name: 'sub/f', type: 'directory' }, { name: 'sub/f/inner.txt', content: 'x' }]);
+    const error = await h.client.uploadTar(leaseId, '/workspace/clash2', archive).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'files.type_conflict', status: 409 });
+    expect((error as SbxError).info.details).toMatchObject({ entry: 'sub/f' });
+    expect((await exec('ls -A /workspace/clash2 /workspace/clash2/sub; cat /workspace/clash2/sub/f')).stdout).toBe('/workspace/clash2:\nsub\n\n/workspace/clash2/sub:\nf\nfile\n');
+    const onFile = await h.client.uploadTar(leaseId, '/workspace/clash2/sub/f/deeper', await tarBytes([{ name: 'x.txt', content: 'x' }])).catch((e: unknown) => e);
+    expect(onFile).toMatchObject({ code: 'files.type_conflict', status: 409, info: { details: { entry: null } } });
+    expect((await exec('cat /workspace/clash2/sub/f')).stdout).toBe('file\n');
+  });
+
+  it('an upload into an existing tree merges: new entries added, files replaced, others kept, no staging left behind', async () => {
+    await exec('mkdir -p /workspace/merge/a && echo old > /workspace/merge/a/replace.txt && echo stays > /workspace/merge/a/other.txt');
+    const archive = await tarBytes([{ name: 'a/replace.txt', content: 'new' }, { name: 'a/b/added.txt', content: 'added' }, { name: 'c.txt', content: 'c' }]);
+    await expect(h.client.uploadTar(leaseId, '/workspace/merge', archive)).resolves.toMatchObject({ entries: 3 });
+    const r = await exec('cd /workspace/merge && cat a/replace.txt a/other.txt a/b/added.txt c.txt; ls -A /workspace | grep -c sbx-upload || true');
+    expect(r.stdout).toBe('newstays\naddedc0\n');
+  });
 });

@@ -5,7 +5,8 @@
  * the policy's volume-backed writable roots (e.g. /workspace).
  *
  * An upload is spooled to disk and checked whole (tar-guard) before anything is written into
- * the sandbox, so a rejected archive leaves the sandbox untouched.
+ * the sandbox, so a rejected archive leaves the sandbox untouched; the sandbox side then writes
+ * every entry or none (runtime/upload-script.ts).
  */
 import { randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
@@ -58,7 +59,7 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (plugin
   const uploadSchema = {
     tags,
     summary: 'Upload a tar archive into a directory',
-    description: 'The body is a tar archive (any Content-Type). It is checked whole before anything is written (`files.unsafe_entry`), then unpacked by tar inside the sandbox as the tool user.',
+    description: 'The body is a tar archive (any Content-Type). It is checked whole before anything is written (`files.unsafe_entry`, `files.invalid_archive` naming the entry and byte offset), then unpacked by tar inside the sandbox as the tool user, all or nothing: a type clash with what is there (`files.type_conflict`) or any other failure leaves the sandbox as it was.',
     params: LeaseParams,
     querystring: FilesQuery,
   };

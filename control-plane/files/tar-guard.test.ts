@@ -99,4 +99,22 @@ describe('guardArchive', () => {
     await writeFile(file, Buffer.alloc(2048, 7));
     await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({ code: 'files.invalid_archive' });
   });
+
+  it('a member cut short (100 KB declared, 50 KB sent) is files.invalid_archive naming the entry and the offset, not an uncaught error', async () => {
+    const full = await tarBytes([{ name: 'ok.txt', content: 'fine' }, { name: 'big.bin', content: 'x'.repeat(100_000) }]);
+    const file = join(await mkdtemp(join(tmpdir(), 'sbx-tar-')), 'cut.tar');
+    await writeFile(file, full.subarray(0, 1024 + 512 + 50_000));
+    await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({ code: 'files.invalid_archive', details: { entry: 'big.bin', offset: 1024 + 512 + 50_000 } });
+  });
+
+  it('a header cut short or with a wrong checksum names the header\'s offset', async () => {
+    const full = await tarBytes([{ name: 'ok.txt', content: 'fine' }, { name: 'second.txt', content: 'x' }]);
+    const file = join(await mkdtemp(join(tmpdir(), 'sbx-tar-')), 'bad.tar');
+    await writeFile(file, full.subarray(0, 1024 + 200));
+    await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({ code: 'files.invalid_archive', details: { entry: 'second.txt', offset: 1224 } });
+    const flipped = Buffer.from(full);
+    flipped[1024 + 148] = flipped[1024 + 148]! ^ 1; // the second header's checksum field
+    await writeFile(file, flipped);
+    await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({ code: 'files.invalid_archive', details: { entry: 'second.txt', offset: 1024 } });
+  });
 });

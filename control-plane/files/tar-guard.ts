@@ -7,6 +7,7 @@
  * Throws AppError `files.unsafe_entry` (details.entry names it) or `files.invalid_archive`.
  */
 import { createReadStream, createWriteStream } from 'node:fs';
+import { open, stat } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import * as tar from 'tar-stream';
 import { AppError } from '../../contract/errors.js';
@@ -64,43 +65,122 @@ export function unsafeReason(type: string, name: string, linkname: string | null
   return null;
 }
 
-/** Reads the tar at `inputPath`, checks every entry, writes the rewritten archive to `outputPath`. */
+/** Where the parser stands in the archive, for naming the place an archive goes wrong. */
+interface Position {
+  /** The entry whose data is being read, or null between entries. */
+  current: { name: string; dataOffset: number; sizeBytes: number } | null;
+  /** Offset of the next header block: the end of the last entry's padded data. */
+  nextHeaderOffset: number;
+  /** Name of the last entry read whole. */
+  previous: string | null;
+}
+
+/** The part of a tar-stream entry stream the guard uses: `header.byteOffset` is where its data starts. */
+type EntryStream = NodeJS.ReadableStream & { header: tar.Header & { byteOffset?: number } };
+
+/**
+ * Reads the tar at `inputPath`, checks every entry, writes the rewritten archive to `outputPath`.
+ * Every stream has its errors observed, so no archive, however broken, escapes as an uncaught
+ * error. A parse failure is `files.invalid_archive` with `details`: `entry` (the entry cut short,
+ * or the name field of the header that failed; null when there is none), `offset` (byte offset
+ * in the body where it went wrong) and `reason` (the parser's words).
+ */
 export async function guardArchive(inputPath: string, outputPath: string, owner: Owner): Promise<GuardSummary> {
+  const bodyBytes = (await stat(inputPath)).size;
   const extract = tar.extract();
   const pack = tar.pack();
   const summary: GuardSummary = { entries: 0, bytes: 0 };
   const links = new Set<string>();
-  extract.on('entry', (header, stream, next) => {
-    // An entry stream fails with the archive's own error, which the extract pipeline reports.
-    stream.on('error', () => undefined);
-    const reason = unsafeReason(header.type ?? 'file', header.name, header.linkname, links);
-    if (reason) {
-      stream.resume();
-      extract.destroy(new AppError('files.unsafe_entry', `unsafe entry ${JSON.stringify(header.name)}: ${reason}`, { details: { entry: header.name, reason } }));
-      return;
+  const position: Position = { current: null, nextHeaderOffset: 0, previous: null };
+  const reading = pipeline(createReadStream(inputPath), extract);
+  const writing = pipeline(pack, createWriteStream(outputPath));
+  // Observed from the start: either may fail while the loop below is still awaiting an entry,
+  // and a rejection nobody listens to yet would end the process.
+  const settled = Promise.allSettled([reading, writing]);
+  try {
+    for await (const entry of extract as AsyncIterable<EntryStream>) {
+      const { header } = entry;
+      const reason = unsafeReason(header.type ?? 'file', header.name, header.linkname, links);
+      if (reason) throw new AppError('files.unsafe_entry', `unsafe entry ${JSON.stringify(header.name)}: ${reason}`, { details: { entry: header.name, reason } });
+      const sizeBytes = header.size ?? 0;
+      const dataOffset = header.byteOffset ?? position.nextHeaderOffset + BLOCK;
+      position.current = { name: header.name, dataOffset, sizeBytes };
+      summary.entries += 1;
+      if (header.type === 'symlink') links.add(header.name.split('/').filter((p) => p !== '' && p !== '.').join('/'));
+      if (header.type === 'file' || header.type === 'contiguous-file') summary.bytes += sizeBytes;
+      await copyEntry(entry, pack, rewrite(header, owner));
+      position.current = null;
+      position.previous = header.name;
+      position.nextHeaderOffset = dataOffset + Math.ceil(sizeBytes / BLOCK) * BLOCK;
     }
-    summary.entries += 1;
-    if (header.type === 'symlink') links.add(header.name.split('/').filter((p) => p !== '' && p !== '.').join('/'));
-    if (header.type === 'file' || header.type === 'contiguous-file') summary.bytes += header.size ?? 0;
-    const rewritten: tar.Header = {
-      ...header,
-      type: header.type === 'contiguous-file' ? 'file' : header.type,
-      mode: (header.mode ?? (header.type === 'directory' ? 0o755 : 0o644)) & 0o1777,
-      uid: owner.uid,
-      gid: owner.gid,
-      uname: owner.uname,
-      gname: owner.gname,
-    };
-    const entry = pack.entry(rewritten, (err) => (err ? extract.destroy(err) : next()));
-    stream.pipe(entry);
+    await reading;
+    pack.finalize();
+    await writing;
+    return summary;
+  } catch (err) {
+    extract.destroy();
+    pack.destroy();
+    await settled;
+    if (err instanceof AppError) throw err;
+    throw await invalidArchive(err, position, inputPath, bodyBytes);
+  }
+}
+
+const BLOCK = 512;
+
+/** The header as the sandbox gets it: owned by the tool user, no setuid/setgid, no contiguous files. */
+function rewrite(header: tar.Header, owner: Owner): tar.Header {
+  return {
+    ...header,
+    type: header.type === 'contiguous-file' ? 'file' : header.type,
+    mode: (header.mode ?? (header.type === 'directory' ? 0o755 : 0o644)) & 0o1777,
+    uid: owner.uid,
+    gid: owner.gid,
+    uname: owner.uname,
+    gname: owner.gname,
+  };
+}
+
+/** Copies one entry's data into a new entry of `pack`; settles once the pack took it whole or either side failed. */
+function copyEntry(entry: EntryStream, pack: tar.Pack, header: tar.Header): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const sink = pack.entry(header, (err) => (err ? reject(err) : resolve()));
+    // A cut-short entry fails its source, then the sink and the pack with the same error: each
+    // needs a listener, or the error escapes as uncaught and ends the process.
+    sink.on('error', reject);
+    entry.on('error', reject);
+    entry.pipe(sink);
   });
-  extract.on('finish', () => pack.finalize());
-  extract.on('error', (err) => pack.destroy(err));
-  // Both sides settle before deciding: a rejected entry fails the reading side first and then
-  // the writing side with the same error, and neither rejection may go unobserved.
-  const [read, write] = await Promise.allSettled([pipeline(createReadStream(inputPath), extract), pipeline(pack, createWriteStream(outputPath))]);
-  const failure = read.status === 'rejected' ? read.reason : write.status === 'rejected' ? write.reason : null;
-  if (failure === null) return summary;
-  if (failure instanceof AppError) throw failure;
-  throw new AppError('files.invalid_archive', `not a readable tar archive: ${(failure as Error).message}`, { cause: failure });
+}
+
+/** `files.invalid_archive` naming where the archive broke. */
+async function invalidArchive(cause: unknown, position: Position, inputPath: string, bodyBytes: number): Promise<AppError> {
+  const reason = cause instanceof Error ? cause.message : String(cause);
+  const truncated = /unexpected end/i.test(reason);
+  let entry: string | null;
+  let offset: number;
+  if (position.current) {
+    entry = position.current.name;
+    offset = truncated ? bodyBytes : position.current.dataOffset;
+  } else {
+    offset = truncated ? bodyBytes : position.nextHeaderOffset;
+    entry = (await headerName(inputPath, position.nextHeaderOffset)) ?? position.previous;
+  }
+  const where = entry === null ? `at byte ${offset}` : `at entry ${JSON.stringify(entry)}, byte ${offset}`;
+  const why = position.current && truncated ? `it declares ${position.current.sizeBytes} bytes from byte ${position.current.dataOffset}, but the body ends at byte ${bodyBytes}` : reason;
+  return new AppError('files.invalid_archive', `not a readable tar archive ${where}: ${why}`, { details: { entry, offset, reason }, cause });
+}
+
+/** The name field of the header block at `offset` (up to its first NUL), or null when there is none. */
+async function headerName(inputPath: string, offset: number): Promise<string | null> {
+  const file = await open(inputPath, 'r');
+  try {
+    const field = Buffer.alloc(100);
+    const { bytesRead } = await file.read(field, 0, field.length, offset);
+    const end = field.subarray(0, bytesRead).indexOf(0);
+    const name = field.subarray(0, end === -1 ? bytesRead : end).toString('utf8');
+    return name === '' ? null : name;
+  } finally {
+    await file.close();
+  }
 }

@@ -11,6 +11,7 @@ import Docker from 'dockerode';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
+import { REFUSE_OUTSIDE, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
 import { LABEL, ownershipLabels, type OwnedSandbox, type Ownership, type RunAs, type RuntimeInfo, type SandboxRuntime, type SandboxSpec } from './runtime.js';
 
 const InfoResponse = z.object({ ServerVersion: z.string(), Runtimes: z.record(z.string(), z.unknown()).default({}) });
@@ -175,7 +176,7 @@ export class DockerRuntime implements SandboxRuntime {
     const run = await this.execTar(leaseId, ['sh', '-c', UPLOAD_SCRIPT, 'sbx-upload', dir, root, relative], user, tar);
     run.stdout.resume();
     const { exitCode, stderr } = await run.done;
-    if (exitCode !== 0) throw tarError(stderr, dir);
+    if (exitCode !== 0) throw uploadConflict(stderr, dir) ?? tarError(stderr, dir);
   }
 
   async createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable> {
@@ -190,6 +191,8 @@ export class DockerRuntime implements SandboxRuntime {
         resolve(chunk);
       });
       run.stdout.once('end', () => resolve(null));
+      // A connection lost before the first byte ends the wait too (run.done then says why).
+      run.stdout.once('close', () => resolve(null));
     });
     if (first === null) {
       const { exitCode, stderr } = await run.done;
@@ -243,7 +246,11 @@ export class DockerRuntime implements SandboxRuntime {
           .then((info) => resolve({ exitCode: Number(info.ExitCode ?? -1), stderr: Buffer.concat(stderrChunks).toString('utf8').trim() }))
           .catch((err: unknown) => reject(unavailable('exec inspect', err)));
       });
-      stream.on('error', (err) => reject(unavailable('exec stream', err)));
+      stream.on('error', (err) => {
+        // Without an error: nobody may be listening on stdout, and `done` carries the reason.
+        stdout.destroy();
+        reject(unavailable('exec stream', err));
+      });
     });
     return { stdout, done };
   }
@@ -258,34 +265,13 @@ export class DockerRuntime implements SandboxRuntime {
 }
 
 /**
- * Upload: create the target directory, then unpack stdin into it. `--no-same-owner`: entries
- * belong to the tool user that extracts them, whatever the archive says.
- */
-/**
- * Both scripts run under `sh -c` with the paths as positional arguments (never spliced into the
- * script). They work from directories entered with `cd -P` (symlinks resolved) and checked
- * against the root `$2` by where they really are (`$PWD` after `cd -P`); the working directory
- * then stays put even if a path is swapped for a symlink a moment later. Names are taken with
- * parameter expansion, not `$(...)`, which would drop trailing newlines of a name.
- */
-const REFUSE_OUTSIDE = 'echo "$1: resolves outside $2" >&2; exit 3';
-/**
- * Upload into `$2/$3` (`$3` relative): from the root, each component is entered one by one,
- * created when missing and refused when it is a symlink, so nothing is created outside the
- * target and the archive lands in it.
- */
-const UPLOAD_SCRIPT = [
-  'cd -P -- "$2" || exit 2',
-  'IFS=/; set -f',
-  'for c in $3; do',
-  '  [ -n "$c" ] || continue',
-  `  if [ -L "$c" ]; then ${REFUSE_OUTSIDE}; fi`,
-  '  [ -d "$c" ] || mkdir -- "$c" || exit 2',
-  '  cd -P -- "$c" || exit 2',
-  'done',
-  'exec tar -x -f - --no-same-owner',
-].join('\n');
-/**
+ * Both scripts (the upload's is in `upload-script.ts`) run under `sh -c` with the paths as
+ * positional arguments (never spliced into the script). They work from directories entered with
+ * `cd -P` (symlinks resolved) and checked against the root `$2` by where they really are (`$PWD`
+ * after `cd -P`); the working directory then stays put even if a path is swapped for a symlink a
+ * moment later. Names are taken with parameter expansion, not `$(...)`, which would drop
+ * trailing newlines of a name.
+ *
  * Download `$1`: its directory is entered and checked; the last component is archived as it is
  * (tar stores a symlink as a symlink, without following it). A missing or unreadable path is
  * refused before tar writes its first block.

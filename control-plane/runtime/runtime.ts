@@ -93,8 +93,11 @@ export interface SandboxRuntime {
   /**
    * Unpacks a tar stream into `dir` inside the sandbox, as `user`: `tar -x` runs in the sandbox,
    * so its mounts and permissions apply (read-only root, symlinks resolved inside the sandbox)
-   * and an upload can do no more than the tool user's own code could. Throws AppError
-   * `files.not_found` (no `dir`), `files.permission_denied`, `files.no_space`, `files.transfer_failed`.
+   * and an upload can do no more than the tool user's own code could. All or nothing: every
+   * entry is written or none (a staging directory on the same filesystem, checked, then renamed
+   * into place). Throws AppError `files.type_conflict` (a file over a directory or the reverse;
+   * `details.entry`), `files.not_found` (no `dir`), `files.permission_denied`, `files.no_space`,
+   * `files.transfer_failed`.
    */
   extractTar(leaseId: string, dir: string, root: string, tar: Readable, user: RunAs): Promise<void>;
   /**

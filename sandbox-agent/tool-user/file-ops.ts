@@ -13,6 +13,7 @@ import { basename, dirname, join } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
 import type { ErrorCode } from '../../contract/errors.js';
 import type { EditFileArgs, ReadFileArgs, WriteFileArgs } from '../../contract/tools.js';
+import { danglingLinkOn } from './dangling-link.js';
 
 export class ToolError extends Error {
   constructor(
@@ -64,10 +65,17 @@ export function fsError(err: unknown, path: string): ToolError {
   return new ToolError('files.transfer_failed', `${code ?? 'error'}: ${(err as Error).message}`, { path, errno: code });
 }
 
+/** `files.dangling_symlink` when a dangling symlink on `path` is why it does not resolve, else null. */
+async function danglingError(path: string): Promise<ToolError | null> {
+  const found = await danglingLinkOn(path);
+  if (!found) return null;
+  return new ToolError('files.dangling_symlink', `${found.link} is a symlink to ${found.target}, which does not exist`, { path, ...found });
+}
+
 /** realpath of an existing path, checked against the roots. */
 export async function canonicalExisting(path: string, ctx: FileContext): Promise<string> {
-  const canonical = await realpath(path).catch((err: unknown) => {
-    throw fsError(err, path);
+  const canonical = await realpath(path).catch(async (err: unknown) => {
+    throw ((err as NodeJS.ErrnoException).code === 'ENOENT' && (await danglingError(path))) || fsError(err, path);
   });
   if (!inside(canonical, ctx.roots)) throw outside(path, canonical, ctx.roots);
   return canonical;
@@ -84,6 +92,9 @@ async function canonicalForWrite(path: string, ctx: FileContext): Promise<string
     if (!inside(existing, ctx.roots)) throw outside(path, existing, ctx.roots);
     return existing;
   }
+  // A write through a dangling link would create a file where the link points; say so instead.
+  const dangling = await danglingError(path);
+  if (dangling) throw dangling;
   let ancestor = dirname(path);
   const missing: string[] = [];
   while (!(await realpath(ancestor).catch(() => null))) {
