@@ -134,7 +134,7 @@ function printReceipt(lease: Lease, result: ToolResult): void {
       `manifest      ${m.digest}`,
       `image         ${m.image.ref} ${m.image.id}`,
       `platform      ${m.os.name} ${m.arch} kernel ${m.kernel}`,
-      `toolchain     node ${m.toolchain.node ?? '-'}, ${m.toolchain.git ?? 'no git'}, ${m.toolchain.python ?? 'no python'}`,
+      `toolchain     node ${m.toolchain.node ?? '-'}, npm ${m.toolchain.npm ?? '-'}, ${m.toolchain.git ?? 'no git'}, ${m.toolchain.python ?? 'no python'}, ${m.toolchain.pip ?? 'no pip'}`,
     );
   }
   process.stderr.write(`${lines.join('\n')}\n`);

@@ -19,8 +19,19 @@ export const SandboxFacts = z.object({
   os: z.object({ id: z.string(), name: z.string(), version: z.string().nullable() }),
   arch: z.string(),
   kernel: z.string(),
-  /** Versions as the tools print them (`null` when the tool is absent from the image). */
-  toolchain: z.object({ node: z.string().nullable(), git: z.string().nullable(), python: z.string().nullable() }),
+  /**
+   * Versions as each binary on the tool user's PATH prints them (`node --version`, `npm --version`,
+   * `git --version`, `python3 --version`, `pip3 --version`); `null` when the tool is absent from
+   * the image. `npm` and `pip` are missing from facts measured by agents before they were reported
+   * (optional rather than defaulted, so stored manifests keep their digests).
+   */
+  toolchain: z.object({
+    node: z.string().nullable(),
+    npm: z.string().nullable().optional(),
+    git: z.string().nullable(),
+    python: z.string().nullable(),
+    pip: z.string().nullable().optional(),
+  }),
   user: z.object({ name: z.string(), uid: z.number().int(), gid: z.number().int(), home: z.string() }),
   workdir: z.string(),
   agentVersion: z.string(),

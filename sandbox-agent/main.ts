@@ -31,6 +31,8 @@ async function main(): Promise<void> {
   const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent/agent.json';
   const config = AgentConfig.parse(JSON.parse(readFileSync(configPath, 'utf8')));
   const keys = leaseKeys(config.rootPrefix, config.leaseId);
+  // Measured while the agent connects: the hello that makes the lease ready waits for it.
+  const facts = measureFacts(config);
   // Synchronous writes: the lines before a crash are the ones worth having.
   const log = pino({ base: { pid: process.pid, sandboxId: config.leaseId } }, pino.destination({ dest: 2, sync: true }));
   const redisOptions = {
@@ -110,7 +112,7 @@ async function main(): Promise<void> {
   await queueWorker.waitUntilReady();
   if (config.egress) await startEgressForwarder(config.egress.port, config.egress.socketPath);
 
-  const hello: AgentHello = { leaseId: config.leaseId, facts: await measureFacts(config), startedAt: new Date().toISOString() };
+  const hello: AgentHello = { leaseId: config.leaseId, facts: await facts, startedAt: new Date().toISOString() };
   await redis.rpush(keys.hello, JSON.stringify(hello));
   log.info({ concurrency }, 'agent ready');
 

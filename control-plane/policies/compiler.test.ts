@@ -68,8 +68,8 @@ describe('policy compiler', () => {
       { name: 'sbx-sbx_abc-workspace', mountPath: '/workspace', backing: { tmpfs: true, sizeBytes: 256 * 1024 ** 2 }, uid: 1000, gid: 1000 },
       { name: 'sbx-sbx_abc-agent-spool', mountPath: '/run/sbx/spool', backing: { tmpfs: false }, uid: 0, gid: 0 },
     ]);
-    expect(spec.tmpfs['/tmp']).toBe(`rw,nosuid,nodev,size=${64 * 1024 ** 2},mode=1777`);
-    expect(spec.tmpfs['/home/sandbox']).toBe(`rw,nosuid,nodev,size=${32 * 1024 ** 2},uid=1000,gid=1000,mode=0755`);
+    expect(spec.tmpfs['/tmp']).toBe(`rw,exec,nosuid,nodev,size=${64 * 1024 ** 2},mode=1777`);
+    expect(spec.tmpfs['/home/sandbox']).toBe(`rw,exec,nosuid,nodev,size=${32 * 1024 ** 2},uid=1000,gid=1000,mode=0755`);
   });
 
   it('mounts only the credentials directory and the Redis socket directory, read-only', () => {

@@ -91,7 +91,10 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     } else {
       // /tmp is shared by every user (sticky bit, tmp(5) convention); other roots belong to the tool user.
       const owner = root.path === '/tmp' ? 'mode=1777' : `uid=${user.uid},gid=${user.gid},mode=0755`;
-      tmpfs[root.path] = `rw,nosuid,nodev,size=${root.sizeBytes},${owner}`;
+      // `exec` explicitly: Docker mounts a container tmpfs noexec unless told otherwise, which
+      // breaks a venv or build tree in /tmp (its scripts get EACCES) and protects nothing, since
+      // the tool user may write and run anything in /workspace.
+      tmpfs[root.path] = `rw,exec,nosuid,nodev,size=${root.sizeBytes},${owner}`;
     }
   }
   if (policy.secrets.allowed.length > 0) {

@@ -11,8 +11,12 @@ trap '[[ $BASH_SUBSHELL -gt 0 ]] || echo "sbx-setup: build-base.sh failed at lin
 SUITE=bookworm
 # passwd is listed explicitly so the sandbox Dockerfile can rely on
 # useradd/groupadd even if minbase's notion of "required" ever changes.
-PACKAGES=(bash coreutils procps git python3-minimal ca-certificates tini ripgrep curl
-          findutils grep sed tar gzip less file iproute2 passwd)
+# Full python3 (python3-minimal has no json, sqlite3, http.server, ...), venv
+# and pip; python3-wheel-whl puts the wheel wheel beside the pip and
+# setuptools ones in /usr/share/python-wheels, so a venv can build a local
+# project with no index (pip install --no-index --find-links ...).
+PACKAGES=(bash coreutils procps git python3 python3-venv python3-pip python3-wheel-whl
+          ca-certificates tini ripgrep curl findutils grep sed tar gzip less file iproute2 passwd)
 
 self="$(readlink -f "${BASH_SOURCE[0]}")"
 # The script text is part of the hash so any change to how the rootfs is made
@@ -136,9 +140,11 @@ if ! tar --numeric-owner -C "$rootfs" -cf - . \
 fi
 rm -f "$log"
 ensure_alias
-# Older base tags are dead weight once a new one exists; plain rmi (no -f)
-# only untags and refuses anything a container still uses.
+# Keeps the four newest bases: other checkouts on this engine may build from
+# an older package list, and removing their tag would make each of them
+# debootstrap it again (and then remove this one). Plain rmi (no -f) only
+# untags and refuses anything a container still uses.
 docker image ls --format '{{.Repository}}:{{.Tag}}' sbx-base \
-  | grep -E "^sbx-base:${SUITE}-[0-9a-f]{12}\$" | grep -vxF "$tag" \
+  | grep -E "^sbx-base:${SUITE}-[0-9a-f]{12}\$" | grep -vxF "$tag" | tail -n +4 \
   | xargs -r docker rmi >/dev/null 2>&1 || true
 echo "$tag"
