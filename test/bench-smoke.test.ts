@@ -11,7 +11,7 @@ import { FIGURES, runBench } from '../bench/run.js';
 import { Results } from '../bench/schema.js';
 import { readSettings } from '../bench/settings.js';
 import { renderTable } from '../bench/table.js';
-import { REPO_ROOT } from './harness.js';
+import { REPO_ROOT } from './fixtures/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-bench-smoke-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

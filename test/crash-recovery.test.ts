@@ -21,8 +21,7 @@ import type { CallView, ToolResult } from '../contract/objects.js';
 import { loadConfig } from '../control-plane/config.js';
 import { Ledger } from '../control-plane/ledger/ledger.js';
 import { connectRedis, redisOptions, type Redis } from '../control-plane/queue/redis.js';
-import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
-import { docker, eventually, REPO_ROOT, startHarness, type Harness } from './harness.js';
+import { planeIdentity, startChildPlane, type ChildPlane, docker, eventually, REPO_ROOT, startHarness, type Harness } from './fixtures/index.js';
 
 /** Containers, volumes and networks labelled with `owner`. */
 async function leftoversOf(owner: string): Promise<string[]> {

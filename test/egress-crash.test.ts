@@ -13,8 +13,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { SbxClient } from '../sdk/index.js';
 import type { ToolResult } from '../contract/objects.js';
-import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
-import { startHarness } from './harness.js';
+import { planeIdentity, startChildPlane, type ChildPlane, startHarness } from './fixtures/index.js';
 
 const identity = planeIdentity('crash');
 let plane: ChildPlane;

@@ -21,7 +21,7 @@ import { loadConfig } from '../control-plane/config.js';
 import { Ledger, EGRESS_LOG_MAX } from '../control-plane/ledger/ledger.js';
 import { connectRedis, redisOptions } from '../control-plane/queue/redis.js';
 import { randomBytes } from 'node:crypto';
-import { REPO_ROOT } from './harness.js';
+import { REPO_ROOT } from './fixtures/index.js';
 
 const run = promisify(execFile);
 

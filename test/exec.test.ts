@@ -5,16 +5,10 @@
 import { describe, expect, it } from 'vitest';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
-import { reassemble, useLeasedSandbox, type Harness } from './harness.js';
+import { reassemble, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
-
-async function exec(args: Record<string, unknown>, waitSeconds = 60): Promise<ToolResult> {
-  const result = await h.client.submitCall(leaseId, 'exec', args, { waitSeconds });
-  if (!('status' in result) || !('receipt' in result)) throw new Error(`call did not finish: ${JSON.stringify(result)}`);
-  return result;
-}
 
 async function eventsOf(callId: string): Promise<CallEvent[]> {
   const events: CallEvent[] = [];
@@ -27,7 +21,7 @@ async function processesInSandbox(): Promise<string[]> {
   return r.stdout.split('\n').filter((l) => l.trim() && !l.includes('ps -eo'));
 }
 
-useLeasedSandbox((harness, id) => {
+const { exec } = useLeasedSandbox((harness, id) => {
   h = harness;
   leaseId = id;
 });

@@ -4,19 +4,12 @@
  * the read-only root are in leases.test.ts),
  * and that one sandbox exhausting its limits does not stop another.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ToolResult } from '../contract/objects.js';
-import { docker, startHarness, type Harness } from './harness.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { docker, useHarness, execIn } from './fixtures/index.js';
 
-let h: Harness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => h?.close());
+const h = useHarness();
 
-async function exec(leaseId: string, args: Record<string, unknown>): Promise<ToolResult> {
-  return (await h.client.submitCall(leaseId, 'exec', args, { waitSeconds: 90 })) as ToolResult;
-}
+const exec = execIn(() => h.client, { waitSeconds: 90 });
 
 /** Capability bits (capability.h): CAP_KILL 5, CAP_SETGID 6, CAP_SETUID 7. */
 const AGENT_CAPS = (1n << 5n) | (1n << 6n) | (1n << 7n);

@@ -7,15 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SbxClient } from '../sdk/index.js';
 import type { LeaseEvent, ToolResult } from '../contract/objects.js';
-import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
-import { containersOf, eventually, startHarness, type Harness } from './harness.js';
+import { planeIdentity, startChildPlane, type ChildPlane, containersOf, eventually, startHarness, type Harness, useHarness } from './fixtures/index.js';
 
-let h: Harness;
-
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => h?.close());
+const h = useHarness();
 
 const transitions = (events: LeaseEvent[]): string[] => events.map((e) => `${e.from ?? '-'}>${e.to}:${e.reason}`);
 
