@@ -10,7 +10,7 @@ import { SbxClient } from '../sdk/index.js';
 import { digestOf } from '../contract/digest.js';
 import { ErrorBody } from '../contract/errors.js';
 import type { Lease } from '../contract/objects.js';
-import { REPO_ROOT, docker, routesOf, tarBytes, useHarness, apiAs, type Answer } from './fixtures/index.js';
+import { REPO_ROOT, docker, routesOf, tarBytes, useHarness, apiAs, type Answer, eventually } from './fixtures/index.js';
 
 const h = useHarness();
 
@@ -382,12 +382,7 @@ describe('audit log', () => {
 
   it('expiry is recorded as lease.expire by system', async () => {
     const lease = await h.client.createSandbox({ ttlSeconds: 1 });
-    const deadline = Date.now() + 20_000;
-    let entries: any[] = [];
-    while (Date.now() < deadline && entries.length === 0) {
-      await new Promise((r) => setTimeout(r, 250));
-      entries = await auditOf(`action=lease.expire&target=lease:${lease.id}`);
-    }
+    const entries = await eventually(() => auditOf(`action=lease.expire&target=lease:${lease.id}`), (e) => e.length > 0, 20_000, 250);
     expect(entries).toHaveLength(1);
     expect(entries[0]).toMatchObject({ actor: 'system', beforeDigest: lease.manifest!.digest, afterDigest: null });
   });

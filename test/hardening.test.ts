@@ -5,7 +5,7 @@
  * and that one sandbox exhausting its limits does not stop another.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
-import { docker, useHarness, execIn } from './fixtures/index.js';
+import { docker, useHarness, execIn, eventually } from './fixtures/index.js';
 
 const h = useHarness();
 
@@ -75,8 +75,9 @@ except OSError as e:
   it('a fork bomb in one sandbox leaves another sandbox serving calls meanwhile', async () => {
     const other = (await h.client.createSandbox()).id;
     const bomb = exec(leaseId, { cmd: 'python3 -c "import os, time\nfor i in range(5000):\n    if os.fork() == 0:\n        time.sleep(20)\n        os._exit(0)"', timeoutMs: 60_000 });
-    // While the bomb holds its sandbox at the pids limit, the other sandbox answers.
-    await new Promise((r) => setTimeout(r, 1500));
+    // While the bomb holds its sandbox at the pids limit (its container's pid count, read from the engine), the other sandbox answers.
+    const { PidsLimit: pidsLimit } = JSON.parse(await docker('inspect', '--format', '{{json .HostConfig}}', `sbx-${leaseId}`)) as { PidsLimit: number };
+    await eventually(async () => Number((await docker('stats', '--no-stream', '--format', '{{.PIDs}}', `sbx-${leaseId}`)).trim()), (n) => n >= pidsLimit - 16, 30_000, 200);
     const meanwhile = await exec(other, { argv: ['echo', 'unaffected'] });
     expect(meanwhile.stdout).toBe('unaffected\n');
     const result = await bomb;

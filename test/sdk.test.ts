@@ -119,7 +119,7 @@ describe('Sandbox', () => {
     const started = Date.now();
     const output: string[] = [];
     const pending = sbx.exec('echo started; sleep 60; echo never', { signal: controller.signal, onStdout: (t) => output.push(t) });
-    while (!output.join('').includes('started')) await new Promise((r) => setTimeout(r, 50));
+    await expect.poll(() => output.join(''), { timeout: 20_000, interval: 50 }).toContain('started');
     controller.abort();
     const result = await pending;
     expect([result.status, result.error?.code, result.receipt?.commitState]).toEqual(['cancelled', 'execution.cancelled', 'unknown']);
