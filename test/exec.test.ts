@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
-import { reassemble, useLeasedSandbox, type Harness, eventually } from './fixtures/index.js';
+import { reassemble, useLeasedSandbox, type Harness, eventually, docker } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
@@ -243,8 +243,8 @@ describe('exec', () => {
   it('cancel of a running call that ignores SIGTERM and double-forks a daemon: TERM, grace, KILL, sweep; nothing left', async () => {
     const pending = await h.client.submitCall(leaseId, 'exec', { cmd: "trap '' TERM; (setsid sleep 555 &); sleep 60", killGraceMs: 300 });
     for await (const e of h.client.events(leaseId, pending.callId)) if (e.type === 'call.started') break;
-    // The daemon has forked away before the cancel (seen in the sandbox, not assumed after a delay).
-    await eventually(processesInSandbox, (l) => l.some((p) => p.includes('sleep 555')), 10_000);
+    // The daemon has forked away before the cancel: seen from the host (an exec call would queue behind this one).
+    await eventually(() => docker('top', `sbx-${leaseId}`, '-eo', 'pid,args'), (out) => out.includes('sleep 555'), 10_000);
     await h.client.cancelCall(leaseId, pending.callId);
     const types: string[] = [];
     for await (const e of h.client.events(leaseId, pending.callId)) types.push(e.type);

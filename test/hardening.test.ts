@@ -74,10 +74,10 @@ except OSError as e:
 
   it('a fork bomb in one sandbox leaves another sandbox serving calls meanwhile', async () => {
     const other = (await h.client.createSandbox()).id;
-    const bomb = exec(leaseId, { cmd: 'python3 -c "import os, time\nfor i in range(5000):\n    if os.fork() == 0:\n        time.sleep(20)\n        os._exit(0)"', timeoutMs: 60_000 });
-    // While the bomb holds its sandbox at the pids limit (its container's pid count, read from the engine), the other sandbox answers.
-    const { PidsLimit: pidsLimit } = JSON.parse(await docker('inspect', '--format', '{{json .HostConfig}}', `sbx-${leaseId}`)) as { PidsLimit: number };
-    await eventually(async () => Number((await docker('stats', '--no-stream', '--format', '{{.PIDs}}', `sbx-${leaseId}`)).trim()), (n) => n >= pidsLimit - 16, 30_000, 200);
+    const bombCall = await h.client.submitCall(leaseId, 'exec', { cmd: 'python3 -c "import os, time\nfor i in range(5000):\n    if os.fork() == 0:\n        time.sleep(20)\n        os._exit(0)"', timeoutMs: 60_000 });
+    const bomb = eventually(() => h.client.getCall(leaseId, bombCall.callId), (c) => c.status === 'finished', 90_000).then((c) => c.result!);
+    // While the bomb runs (its call started: an event, not a guessed delay), the other sandbox answers.
+    for await (const e of h.client.events(leaseId, bombCall.callId)) if (e.type === 'call.started') break;
     const meanwhile = await exec(other, { argv: ['echo', 'unaffected'] });
     expect(meanwhile.stdout).toBe('unaffected\n');
     const result = await bomb;
