@@ -2,7 +2,7 @@ import { defineConfig } from 'vitest/config';
 
 // Two projects: `unit` (pure modules, beside the code, no Docker or Redis: the demo runs these
 // inside a sandbox) and `integration` (test/: real Docker engine and real Redis, one file at a
-// time because they share the engine).
+// time because they share the engine; a global setup names the run and a teardown removes what it left).
 export default defineConfig({
   test: {
     projects: [
@@ -19,6 +19,8 @@ export default defineConfig({
           include: ['test/**/*.test.ts'],
           environment: 'node',
           fileParallelism: false,
+          // Gives the run its id and, after it, removes and checks for whatever it left (test/README.md).
+          globalSetup: ['test/fixtures/global-setup.ts'],
           testTimeout: 60_000,
           hookTimeout: 60_000,
         },

@@ -53,7 +53,8 @@ export async function startPlane(options: PlaneOptions): Promise<RunningPlane> {
   const apiKey = `bench-${randomBytes(16).toString('hex')}`;
   const env: Record<string, string> = {
     ...(process.env as Record<string, string>),
-    SBX_OWNER: `bench-${tag}`,
+    // SBX_BENCH_OWNER_PREFIX: the bench smoke test names its owners as every test owner of its run is named.
+    SBX_OWNER: `${process.env.SBX_BENCH_OWNER_PREFIX ?? 'bench-'}${tag}`,
     SBX_REDIS_PREFIX: `sbxbench:${tag}:`,
     SBX_DATA_DIR: dataDir,
     SBX_REDIS_URL: shared.redis.path ? `unix://${shared.redis.path}` : shared.redis.url!,

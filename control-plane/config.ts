@@ -59,8 +59,10 @@ const Env = z.object({
   SBX_IMAGE: z.string().optional(),
   /** Directory of policy files. Default `<repo>/policies`. */
   SBX_POLICY_DIR: z.string().optional(),
-  /** Docker engine socket. Default /var/run/docker.sock. */
-  SBX_DOCKER_SOCKET: z.string().default('/var/run/docker.sock'),
+  /** Docker engine socket. Default: the path of `DOCKER_HOST` when that is `unix://…` (as the docker CLI reads it), else /var/run/docker.sock. */
+  SBX_DOCKER_SOCKET: z.string().optional(),
+  /** The docker CLI's engine address; only a `unix://` one is used (for SBX_DOCKER_SOCKET's default). */
+  DOCKER_HOST: z.string().optional(),
   /** Largest accepted upload (tar) body, bytes. Default 2 GiB. */
   SBX_MAX_UPLOAD_BYTES: z.coerce.number().int().positive().default(2 * 1024 * 1024 * 1024),
   /** How long an ended sandbox's calls, events and receipts stay readable, seconds. Default 7 days. */
@@ -161,7 +163,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     owner: e.SBX_OWNER,
     image: e.SBX_IMAGE ?? builtImage(repoRoot) ?? 'sbx-sandbox:latest',
     policyDir: e.SBX_POLICY_DIR ?? join(repoRoot, 'policies'),
-    dockerSocket: e.SBX_DOCKER_SOCKET,
+    dockerSocket: e.SBX_DOCKER_SOCKET ?? (e.DOCKER_HOST?.startsWith('unix://') ? e.DOCKER_HOST.slice('unix://'.length) : '/var/run/docker.sock'),
     maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,
     ledgerRetentionSeconds: e.SBX_LEDGER_RETENTION_SECONDS,
     logLevel: e.SBX_LOG_LEVEL,

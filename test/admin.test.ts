@@ -5,47 +5,17 @@
  */
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { SbxClient } from '../sdk/index.js';
 import { digestOf } from '../contract/digest.js';
 import { ErrorBody } from '../contract/errors.js';
 import type { Lease } from '../contract/objects.js';
-import { REPO_ROOT, docker, routesOf, startHarness, type Harness } from './harness.js';
-import { tarBytes } from './tar-fixture.js';
+import { REPO_ROOT, docker, routesOf, tarBytes, useHarness, apiAs, type Answer, eventually } from './fixtures/index.js';
 
-let h: Harness;
-
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => h?.close());
-
-interface Answer {
-  status: number;
-  body: any;
-}
+const h = useHarness();
 
 /** One request with `key`; the JSON answer (or null for a body that is not JSON). */
-async function api(key: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Answer> {
-  const raw = body === undefined ? undefined : body instanceof Uint8Array ? body : JSON.stringify(body);
-  const response = await fetch(`${h.url}${path}`, {
-    method,
-    headers: {
-      authorization: `Bearer ${key}`,
-      ...(raw === undefined ? {} : { 'content-type': body instanceof Uint8Array ? 'application/x-tar' : 'application/json' }),
-      ...headers,
-    },
-    ...(raw === undefined ? {} : { body: raw }),
-  });
-  const text = await response.text();
-  let parsed: unknown = null;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    parsed = null;
-  }
-  return { status: response.status, body: parsed };
-}
+const api = apiAs(() => h.url);
 
 /** Asserts an error answer: status, code, and no stack trace in it. */
 function expectError(answer: Answer, status: number, code: string): Record<string, any> {
@@ -412,12 +382,7 @@ describe('audit log', () => {
 
   it('expiry is recorded as lease.expire by system', async () => {
     const lease = await h.client.createSandbox({ ttlSeconds: 1 });
-    const deadline = Date.now() + 20_000;
-    let entries: any[] = [];
-    while (Date.now() < deadline && entries.length === 0) {
-      await new Promise((r) => setTimeout(r, 250));
-      entries = await auditOf(`action=lease.expire&target=lease:${lease.id}`);
-    }
+    const entries = await eventually(() => auditOf(`action=lease.expire&target=lease:${lease.id}`), (e) => e.length > 0, 20_000, 250);
     expect(entries).toHaveLength(1);
     expect(entries[0]).toMatchObject({ actor: 'system', beforeDigest: lease.manifest!.digest, afterDigest: null });
   });

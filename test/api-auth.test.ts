@@ -2,17 +2,15 @@
  * API-key authentication at the HTTP edge, against spellings of a route the router decodes:
  * the key is checked for the route that matched, not for how the URL was written.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startHarness, type Harness } from './harness.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useHarness } from './fixtures/index.js';
 
-let h: Harness;
+const h = useHarness();
 let leaseId: string;
 
 beforeAll(async () => {
-  h = await startHarness();
   leaseId = (await h.client.createSandbox()).id;
 });
-afterAll(async () => h?.close());
 
 async function call(method: string, path: string, init: { key?: string; body?: unknown } = {}): Promise<{ status: number; body: string }> {
   const headers: Record<string, string> = {};

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ErrorBody } from '../contract/errors.js';
-import { containersOf, useLeasedSandbox, type Harness } from './harness.js';
+import { containersOf, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;

@@ -6,24 +6,20 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { useLeasedSandbox, type Harness } from './harness.js';
+import { useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
-
-async function exec(args: Record<string, unknown>): Promise<ToolResult> {
-  return (await h.client.submitCall(leaseId, 'exec', args, { waitSeconds: 300 })) as ToolResult;
-}
 
 async function fetchArtifact(id: string, artifactId: string): Promise<{ status: number; bytes: Buffer; headers: Headers }> {
   const response = await h.client.raw('GET', `/v1/sandboxes/${id}/artifacts/${artifactId}`);
   return { status: response.status, bytes: Buffer.from(await response.arrayBuffer()), headers: response.headers };
 }
 
-useLeasedSandbox((harness, id) => {
+const { exec } = useLeasedSandbox((harness, id) => {
   h = harness;
   leaseId = id;
-});
+}, { waitSeconds: 300 });
 
 describe('artifacts', () => {
   it('200 MB of binary output at full speed: the whole stream is an artifact whose sha256 is what the process wrote; agent memory stays bounded', async () => {

@@ -11,9 +11,11 @@ import { FIGURES, runBench } from '../bench/run.js';
 import { Results } from '../bench/schema.js';
 import { readSettings } from '../bench/settings.js';
 import { renderTable } from '../bench/table.js';
-import { REPO_ROOT } from './harness.js';
+import { REPO_ROOT, ownerPrefix } from './fixtures/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-bench-smoke-'));
+// The bench's control plane and baselines carry an owner of this test run (test/leftovers.sh finds them).
+process.env.SBX_BENCH_OWNER_PREFIX = `${ownerPrefix()}bench-`;
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe('bench smoke', () => {

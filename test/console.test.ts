@@ -15,7 +15,7 @@ import { promisify } from 'node:util';
 import { chromium, type Browser, type Locator, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Lease, ToolResult } from '../contract/objects.js';
-import { REPO_ROOT, startHarness, type Harness } from './harness.js';
+import { REPO_ROOT, startHarness, type Harness, apiAs } from './fixtures/index.js';
 
 const run = promisify(execFile);
 
@@ -31,14 +31,7 @@ const apiBodies: string[] = [];
 /** `status path` of every error answer the page received. */
 const failedAnswers: string[] = [];
 
-async function api(key: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const response = await fetch(`${h.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  return { status: response.status, body: await response.json().catch(() => null) };
-}
+const api = apiAs(() => h.url);
 
 /** `expect.poll` with room for a loaded machine: the page's fetches and the sandbox work take their time. */
 const eventually = <T>(read: () => Promise<T> | T) => expect.poll(read, { timeout: 20_000, interval: 100 });

@@ -22,8 +22,7 @@ import { loadConfig } from '../control-plane/config.js';
 import { CallStore } from '../control-plane/calls/store.js';
 import { LeaseStore } from '../control-plane/leases/store.js';
 import { connectRedis, redisOptions, type Redis } from '../control-plane/redis/connections.js';
-import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
-import { docker, eventually, REPO_ROOT, startHarness, type Harness } from './harness.js';
+import { planeIdentity, startChildPlane, type ChildPlane, docker, eventually, REPO_ROOT, startHarness, type Harness } from './fixtures/index.js';
 
 /** Containers, volumes and networks labelled with `owner`. */
 async function leftoversOf(owner: string): Promise<string[]> {
@@ -139,7 +138,9 @@ describe('kill -9 of the control plane', () => {
           (entries) => entries.length > 0,
           10_000,
         );
-        await new Promise((r) => setTimeout(r, 1000));
+        // Two more complete reconcile rounds (run here and awaited) add no second entry.
+        await h.plane.leases.reconcile();
+        await h.plane.leases.reconcile();
         expect(await (await h.client.raw('GET', `/v1/audit?action=lease.reap&target=lease:${failed.id}`)).json()).toEqual({ entries: reaped, nextCursor: null });
         expect(reaped).toHaveLength(1);
         console.info('[crash] create:', JSON.stringify({ statesSeen: [...seen], killedAtMs: killedAt, failedMsAfterKill: failedAfter, events }));
@@ -300,24 +301,31 @@ describe('Redis killed and restarted under load (AOF, ACL file)', () => {
       const long = await h.client.submitCall(leases[0]!.id, 'exec', { cmd: 'sleep 4; echo survived' });
       for await (const e of h.client.events(leases[0]!.id, long.callId)) if (e.type === 'call.started') break;
 
-      const submitted: Array<{ leaseId: string; callId: string; error: unknown }> = [];
+      const submitted: Array<{ leaseId: string; callId: string; error: unknown; answered: boolean }> = [];
       let loading = true;
       const load = leases.map(async (lease, i) => {
         for (let n = 0; loading; n += 1) {
-          const entry = { leaseId: lease.id, callId: `load-${i}-${n}`, error: null as unknown };
+          const entry = { leaseId: lease.id, callId: `load-${i}-${n}`, error: null as unknown, answered: false };
           submitted.push(entry);
-          await h.client.submitCall(lease.id, 'exec', { argv: ['echo', entry.callId] }, { callId: entry.callId, waitSeconds: 30 }).catch((err: unknown) => (entry.error = err));
+          await h.client.submitCall(lease.id, 'exec', { argv: ['echo', entry.callId] }, { callId: entry.callId, waitSeconds: 30 }).then(
+            () => (entry.answered = true),
+            (err: unknown) => (entry.error = err),
+          );
         }
       });
-      await new Promise((r) => setTimeout(r, 1500));
+      // Load first: calls answered on both sandboxes before the kill.
+      await eventually(() => submitted.filter((e) => e.answered).length, (n) => n >= 8, 30_000);
       const beforeKill = submitted.length;
       redis!.kill('SIGKILL');
       await new Promise((r) => redis!.once('exit', r));
-      await new Promise((r) => setTimeout(r, 1000));
+      // The outage is on once a client has seen it (the harness's own connection drops).
+      await eventually(() => h.redis.status, (status) => status !== 'ready', 10_000, 20);
       const tRestart = Date.now();
       await startRedis();
       const restartedMs = since(tRestart);
-      await new Promise((r) => setTimeout(r, 3000));
+      // Load after: calls submitted after the restart answered, more than were made before the kill.
+      const resumedFrom = submitted.length;
+      await eventually(() => submitted.slice(resumedFrom).filter((e) => e.answered).length, (n) => n >= Math.max(4, beforeKill), 60_000);
       loading = false;
       await Promise.all(load);
 

@@ -13,8 +13,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { SbxClient } from '../sdk/index.js';
 import type { ToolResult } from '../contract/objects.js';
-import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
-import { startHarness } from './harness.js';
+import { planeIdentity, startChildPlane, type ChildPlane, startHarness, eventually } from './fixtures/index.js';
 
 const identity = planeIdentity('crash');
 let plane: ChildPlane;
@@ -46,8 +45,10 @@ it('CONNECT + hang-up from inside an allowlist sandbox does not take the control
     "print('sent')",
   ].join('\n');
   const r = (await client.submitCall(attacker.id, 'exec', { cmd: `python3 -c "$S"`, env: { S: script }, timeoutMs: 20_000 }, { waitSeconds: 30 }).catch((e: unknown) => e)) as ToolResult | Error;
-  // Give a crash time to happen.
-  const code = await Promise.race([plane.exited, new Promise<'alive'>((res) => setTimeout(() => res('alive'), 3000))]);
+  // Every hang-up has been handled once the proxy has logged each CONNECT as denied; a crash in
+  // handling one would have ended the process by then.
+  await eventually(() => client.egress(attacker.id, { decision: 'denied' }).catch(() => []), (events) => events.length >= 20 || plane.child.exitCode !== null, 20_000);
+  const code = plane.child.exitCode === null && plane.child.signalCode === null ? 'alive' : plane.child.exitCode;
   expect(plane.stderr()).not.toMatch(/Unhandled 'error' event/);
   expect(code).toBe('alive');
   // The other tenant's lease is still served.

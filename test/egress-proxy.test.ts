@@ -21,7 +21,7 @@ import { loadConfig } from '../control-plane/config.js';
 import { EgressLog, EGRESS_LOG_MAX } from '../control-plane/egress/store.js';
 import { connectRedis, redisOptions } from '../control-plane/redis/connections.js';
 import { randomBytes } from 'node:crypto';
-import { REPO_ROOT } from './harness.js';
+import { REPO_ROOT, eventually } from './fixtures/index.js';
 
 const run = promisify(execFile);
 
@@ -177,8 +177,8 @@ describe('the egress log under a flood', () => {
           ),
         );
       }
-      await new Promise((r) => setTimeout(r, 500));
-      const { events: log, dropped } = await ledger.read('sbx_flood');
+      // Records are appended as the proxy handles each request: wait until the last denial is in.
+      const { events: log, dropped } = await eventually(() => ledger.read('sbx_flood'), (l) => l.events.filter((e) => e.decision === 'denied').length >= EGRESS_LOG_MAX, 30_000);
       expect(log.filter((e) => e.decision === 'denied').length).toBe(EGRESS_LOG_MAX);
       expect(log.some((e) => e.decision === 'allowed' && e.host === 'api.allowed.test')).toBe(true);
       expect(dropped.allowed).toBe(0);

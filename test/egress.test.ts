@@ -13,8 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import dns2 from 'dns2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ToolResult } from '../contract/objects.js';
-import { REPO_ROOT, docker, startHarness, type Harness } from './harness.js';
+import { REPO_ROOT, docker, startHarness, type Harness, execIn, bridgeHostAddress } from './fixtures/index.js';
 
 /** An HTTP server on the host that counts the requests it got. */
 interface Destination {
@@ -96,9 +95,7 @@ afterAll(async () => {
   await dnsServer?.close();
 });
 
-async function exec(leaseId: string, cmd: string): Promise<ToolResult> {
-  return (await h.client.submitCall(leaseId, 'exec', { cmd, timeoutMs: 30_000 }, { waitSeconds: 60 })) as ToolResult;
-}
+const exec = execIn(() => h.client, { args: { timeoutMs: 30_000 } });
 
 describe('network mode allowlist: the egress proxy is the only way out', () => {
   let leaseId: string;
@@ -199,7 +196,7 @@ describe('network mode allowlist: the egress proxy is the only way out', () => {
   });
 
   it('a tool that ignores the proxy has no network: a server on the host bridge address, reachable from an ordinary container, gets nothing', async () => {
-    const gateway = (await docker('network', 'inspect', 'bridge', '-f', '{{(index .IPAM.Config 0).Gateway}}')).trim();
+    const gateway = await bridgeHostAddress();
     const bridgeServer = await destination(gateway);
     try {
       const image = (await h.client.getSandbox(leaseId)).image;

@@ -5,16 +5,10 @@
 import { describe, expect, it } from 'vitest';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
-import { reassemble, useLeasedSandbox, type Harness } from './harness.js';
+import { reassemble, useLeasedSandbox, type Harness, eventually, docker } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
-
-async function exec(args: Record<string, unknown>, waitSeconds = 60): Promise<ToolResult> {
-  const result = await h.client.submitCall(leaseId, 'exec', args, { waitSeconds });
-  if (!('status' in result) || !('receipt' in result)) throw new Error(`call did not finish: ${JSON.stringify(result)}`);
-  return result;
-}
 
 async function eventsOf(callId: string): Promise<CallEvent[]> {
   const events: CallEvent[] = [];
@@ -27,7 +21,7 @@ async function processesInSandbox(): Promise<string[]> {
   return r.stdout.split('\n').filter((l) => l.trim() && !l.includes('ps -eo'));
 }
 
-useLeasedSandbox((harness, id) => {
+const { exec } = useLeasedSandbox((harness, id) => {
   h = harness;
   leaseId = id;
 });
@@ -265,7 +259,8 @@ describe('exec', () => {
   it('cancel of a running call that ignores SIGTERM and double-forks a daemon: TERM, grace, KILL, sweep; nothing left', async () => {
     const pending = await h.client.submitCall(leaseId, 'exec', { cmd: "trap '' TERM; (setsid sleep 555 &); sleep 60", killGraceMs: 300 });
     for await (const e of h.client.events(leaseId, pending.callId)) if (e.type === 'call.started') break;
-    await new Promise((r) => setTimeout(r, 300));
+    // The daemon has forked away before the cancel: seen from the host (an exec call would queue behind this one).
+    await eventually(() => docker('top', `sbx-${leaseId}`, '-eo', 'pid,args'), (out) => out.includes('sleep 555'), 10_000);
     await h.client.cancelCall(leaseId, pending.callId);
     const types: string[] = [];
     for await (const e of h.client.events(leaseId, pending.callId)) types.push(e.type);

@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { useLeasedSandbox, type Harness } from './harness.js';
+import { useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;

@@ -16,9 +16,7 @@ import * as tar from 'tar-stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_CODES, ErrorBody } from '../contract/errors.js';
 import type { ToolResult } from '../contract/objects.js';
-import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
-import { startHarness } from './harness.js';
-import { tarBytes, type FixtureEntry } from './tar-fixture.js';
+import { planeIdentity, startChildPlane, type ChildPlane, startHarness, tarBytes, type FixtureEntry } from './fixtures/index.js';
 
 const BLOCK = 512;
 const CONCURRENCY = 6;

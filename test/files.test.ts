@@ -7,23 +7,17 @@ import { mkdtemp, mkdir, readFile, writeFile, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { ToolResult } from '../contract/objects.js';
 import { SbxError } from '../sdk/index.js';
-import { useLeasedSandbox, type Harness } from './harness.js';
-import { tarBytes } from './tar-fixture.js';
+import { useLeasedSandbox, type Harness, tarBytes } from './fixtures/index.js';
 import * as tar from 'tar-stream';
 
 let h: Harness;
 let leaseId: string;
 
-useLeasedSandbox((harness, id) => {
+const { exec } = useLeasedSandbox((harness, id) => {
   h = harness;
   leaseId = id;
 });
-
-async function exec(cmd: string): Promise<ToolResult> {
-  return (await h.client.submitCall(leaseId, 'exec', { cmd }, { waitSeconds: 30 })) as ToolResult;
-}
 
 describe('files', () => {
   it('a directory with emoji, spaces and non-Latin names round-trips: upload, read in the sandbox, download', async () => {

@@ -8,8 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import type { ToolResult } from '../contract/objects.js';
-import { REPO_ROOT, containersOf, startHarness, type Harness } from './harness.js';
+import { REPO_ROOT, containersOf, startHarness, type Harness, execIn } from './fixtures/index.js';
 
 let h: Harness;
 let allowedDir: string;
@@ -45,9 +44,7 @@ beforeAll(async () => {
 });
 afterAll(async () => h?.close());
 
-async function exec(leaseId: string, cmd: string): Promise<ToolResult> {
-  return (await h.client.submitCall(leaseId, 'exec', { cmd }, { waitSeconds: 60 })) as ToolResult;
-}
+const exec = execIn(() => h.client);
 
 describe('host files a sandbox can reach', () => {
   it('only its own directories are mounted from the host: no Docker socket, Redis data, control-plane state or other leases', async () => {

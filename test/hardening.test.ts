@@ -4,19 +4,12 @@
  * the read-only root are in leases.test.ts),
  * and that one sandbox exhausting its limits does not stop another.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ToolResult } from '../contract/objects.js';
-import { docker, startHarness, type Harness } from './harness.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { docker, useHarness, execIn, eventually } from './fixtures/index.js';
 
-let h: Harness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => h?.close());
+const h = useHarness();
 
-async function exec(leaseId: string, args: Record<string, unknown>): Promise<ToolResult> {
-  return (await h.client.submitCall(leaseId, 'exec', args, { waitSeconds: 90 })) as ToolResult;
-}
+const exec = execIn(() => h.client, { waitSeconds: 90 });
 
 /** Capability bits (capability.h): CAP_KILL 5, CAP_SETGID 6, CAP_SETUID 7. */
 const AGENT_CAPS = (1n << 5n) | (1n << 6n) | (1n << 7n);
@@ -81,9 +74,10 @@ except OSError as e:
 
   it('a fork bomb in one sandbox leaves another sandbox serving calls meanwhile', async () => {
     const other = (await h.client.createSandbox()).id;
-    const bomb = exec(leaseId, { cmd: 'python3 -c "import os, time\nfor i in range(5000):\n    if os.fork() == 0:\n        time.sleep(20)\n        os._exit(0)"', timeoutMs: 60_000 });
-    // While the bomb holds its sandbox at the pids limit, the other sandbox answers.
-    await new Promise((r) => setTimeout(r, 1500));
+    const bombCall = await h.client.submitCall(leaseId, 'exec', { cmd: 'python3 -c "import os, time\nfor i in range(5000):\n    if os.fork() == 0:\n        time.sleep(20)\n        os._exit(0)"', timeoutMs: 60_000 });
+    const bomb = eventually(() => h.client.getCall(leaseId, bombCall.callId), (c) => c.status === 'finished', 90_000).then((c) => c.result!);
+    // While the bomb runs (its call started: an event, not a guessed delay), the other sandbox answers.
+    for await (const e of h.client.events(leaseId, bombCall.callId)) if (e.type === 'call.started') break;
     const meanwhile = await exec(other, { argv: ['echo', 'unaffected'] });
     expect(meanwhile.stdout).toBe('unaffected\n');
     const result = await bomb;

@@ -8,8 +8,7 @@
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_CODES, ErrorBody, type ErrorCode } from '../contract/errors.js';
-import { startHarness, type Harness } from './harness.js';
-import { rawExchange, rawRequest, type RawResponse } from './http-raw.js';
+import { startHarness, type Harness, rawExchange, rawRequest, type RawResponse } from './fixtures/index.js';
 
 let h: Harness;
 let port: number;

@@ -13,8 +13,7 @@ import { Agent, request as httpRequest } from 'node:http';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_CODES, ErrorBody } from '../contract/errors.js';
-import { routesOf, startHarness, type Harness } from './harness.js';
-import { rawExchange, rawRequest } from './http-raw.js';
+import { routesOf, startHarness, type Harness, rawExchange, rawRequest } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;

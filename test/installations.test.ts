@@ -20,7 +20,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
 import { processIdentity } from '../contract/data-dir.js';
-import { REPO_ROOT, containersOf, docker, startHarness, type Harness } from './harness.js';
+import { REPO_ROOT, containersOf, docker, startHarness, type Harness } from './fixtures/index.js';
 
 const run = promisify(execFile);
 const tag = randomBytes(4).toString('hex');

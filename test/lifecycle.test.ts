@@ -7,15 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SbxClient } from '../sdk/index.js';
 import type { LeaseEvent, ToolResult } from '../contract/objects.js';
-import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
-import { containersOf, eventually, startHarness, type Harness } from './harness.js';
+import { planeIdentity, startChildPlane, type ChildPlane, containersOf, eventually, startHarness, type Harness, useHarness } from './fixtures/index.js';
 
-let h: Harness;
-
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => h?.close());
+const h = useHarness();
 
 const transitions = (events: LeaseEvent[]): string[] => events.map((e) => `${e.from ?? '-'}>${e.to}:${e.reason}`);
 
@@ -53,8 +47,8 @@ describe('renew', () => {
     const renewed = await h.client.renewSandbox(lease.id, 5);
     expect(Date.parse(renewed.expiresAt)).toBeGreaterThanOrEqual(renewedAt + 5000 - 50);
     expect(Date.parse(renewed.expiresAt)).toBeLessThanOrEqual(Date.now() + 5000 + 50);
-    // Past the first expiry the lease still runs calls.
-    await new Promise((r) => setTimeout(r, 3000));
+    // Past the first expiry (the instant its first timer was set for, plus a second) the lease still runs calls.
+    await eventually(() => Date.now(), (now) => now > Date.parse(lease.expiresAt) + 1000, 10_000);
     const r = (await h.client.submitCall(lease.id, 'exec', { argv: ['echo', 'alive'] }, { waitSeconds: 30 })) as ToolResult;
     expect(r.stdout).toBe('alive\n');
     const expired = await eventually(() => h.client.getSandbox(lease.id), (l) => l.status === 'expired', 10_000);
@@ -134,10 +128,10 @@ describe('release', () => {
   it('a second release, even one arriving while the first waits out its grace, answers the same final record; one audit entry', async () => {
     const lease = await h.client.createSandbox();
     await startedCall(h.client, lease.id, 'sleep 60');
-    const [a, b] = await Promise.all([
-      h.client.releaseSandbox(lease.id, { graceMs: 1000 }),
-      new Promise((r) => setTimeout(r, 200)).then(() => h.client.releaseSandbox(lease.id)),
-    ]);
+    const first = h.client.releaseSandbox(lease.id, { graceMs: 1000 });
+    // The second arrives once the first has begun (the lease is releasing), not after a guessed delay.
+    await eventually(() => h.client.getSandbox(lease.id), (l) => l.status !== 'ready', 10_000, 20);
+    const [a, b] = await Promise.all([first, h.client.releaseSandbox(lease.id)]);
     expect(a.status).toBe('released');
     expect(b).toEqual(a);
     expect(await h.client.releaseSandbox(lease.id)).toEqual(a);
@@ -200,8 +194,8 @@ describe('two control-plane processes on one Redis and one Docker engine', () =>
     for (const lease of leases) {
       await eventually(() => here.client.getSandbox(lease.id), (l) => l.status === 'expired', 20_000);
     }
-    // Give a duplicate every chance to show up.
-    await new Promise((r) => setTimeout(r, 1500));
+    // Every expiry timer is done (its BullMQ job gone from Redis), so no process can fire one again.
+    for (const lease of leases) await eventually(() => here.redis.exists(`${here.config.redisPrefix}cp:lease-expiry:${lease.id}`), (n) => n === 0, 20_000);
     for (const lease of leases) {
       const events = await here.client.leaseEvents(lease.id);
       expect(events.filter((e) => e.to === 'expired')).toHaveLength(1);

@@ -9,15 +9,11 @@ import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { CallToolResultSchema, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { TERMINAL_LEASE_STATUSES } from '../contract/objects.js';
-import { REPO_ROOT, startHarness, type Harness } from './harness.js';
+import { REPO_ROOT, useHarness, eventually } from './fixtures/index.js';
 
-let h: Harness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => h?.close());
+const h = useHarness();
 
 /** An MCP client connected to a fresh `sbx mcp` process, and that process's transport. */
 async function connectMcp(): Promise<{ client: Client; transport: StdioClientTransport }> {
@@ -46,14 +42,6 @@ async function call(client: Client, name: string, args: Record<string, unknown>)
 /** The tenant's sandboxes that are not ended. */
 async function liveSandboxes(): Promise<string[]> {
   return (await h.client.listSandboxes()).filter((l) => !TERMINAL_LEASE_STATUSES.has(l.status)).map((l) => l.id);
-}
-
-async function eventually(check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not reached in time');
-    await new Promise((r) => setTimeout(r, 200));
-  }
 }
 
 describe('sbx mcp', () => {
@@ -120,7 +108,7 @@ describe('sbx mcp', () => {
     } finally {
       await client.close();
     }
-    await eventually(async () => (await h.client.getSandbox(sandboxId!)).status === 'released');
+    await eventually(() => h.client.getSandbox(sandboxId!), (l) => l.status === 'released', 20_000);
     expect(await liveSandboxes()).toEqual([]);
   });
 
@@ -129,7 +117,7 @@ describe('sbx mcp', () => {
     const exec = await call(client, 'exec', { cmd: 'true' });
     const sandboxId = (exec.structuredContent as { sandboxId: string }).sandboxId;
     process.kill(transport.pid!, 'SIGTERM');
-    await eventually(async () => (await h.client.getSandbox(sandboxId)).status === 'released');
+    await eventually(() => h.client.getSandbox(sandboxId), (l) => l.status === 'released', 20_000);
     await client.close();
   });
 });

@@ -14,7 +14,7 @@ import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ErrorBody } from '../contract/errors.js';
 import type { ToolResult } from '../contract/objects.js';
-import { REPO_ROOT, docker, startHarness, type Harness } from './harness.js';
+import { REPO_ROOT, docker, startHarness, type Harness, execIn, eventually } from './fixtures/index.js';
 
 let h: Harness;
 let upstream: Server;
@@ -64,19 +64,7 @@ function moved(before: Map<string, number>, after: Map<string, number>, name: st
   return (after.get(name) ?? 0) - (before.get(name) ?? 0);
 }
 
-async function exec(leaseId: string, cmd: string): Promise<ToolResult> {
-  return (await h.client.submitCall(leaseId, 'exec', { cmd, timeoutMs: 30_000 }, { waitSeconds: 60 })) as ToolResult;
-}
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+const exec = execIn(() => h.client, { args: { timeoutMs: 30_000 } });
 
 async function list(query: string, key = h.apiKey): Promise<{ status: number; body: any }> {
   const response = await fetch(`${h.url}/v1/sandboxes${query}`, { headers: { authorization: `Bearer ${key}` } });
@@ -98,7 +86,7 @@ describe('GET /metrics', () => {
     const running = await h.client.submitCall(lease.id, 'exec', { cmd: 'sleep 3', timeoutMs: 30_000 });
     const during = await scrape();
     expect((during.get('sbx_call_queue_jobs{state="active"}') ?? 0) + (during.get('sbx_call_queue_jobs{state="waiting"}') ?? 0)).toBeGreaterThanOrEqual(1);
-    await until('the running call finished', async () => ((await h.client.getCall(lease.id, running.callId)).status === 'finished' ? true : undefined));
+    await eventually(() => h.client.getCall(lease.id, running.callId), (c) => c.status === 'finished', 15_000);
 
     const egressLease = await h.client.createSandbox({ policy: 'obs-egress' });
     const reached = await exec(egressLease.id, `curl -sS --max-time 10 http://127.0.0.2:${upstreamPort}/`);
@@ -108,7 +96,7 @@ describe('GET /metrics', () => {
 
     // A sandbox whose container vanishes is lost at the next reconcile.
     await docker('rm', '-f', '-v', `sbx-${egressLease.id}`);
-    await until('the sandbox lost', async () => ((await h.client.getSandbox(egressLease.id)).status === 'lost' ? true : undefined));
+    await eventually(() => h.client.getSandbox(egressLease.id), (l) => l.status === 'lost', 15_000);
 
     h.plane.metrics.setPoolSize('default', 'ready', 3);
     const after = await scrape();
@@ -152,12 +140,12 @@ describe('structured logs', () => {
     const lease = await h.client.createSandbox();
     const call = (await h.client.submitCall(lease.id, 'exec', { argv: ['true'] }, { waitSeconds: 60 })) as ToolResult;
     const attemptId = call.receipt!.attemptId;
-    const finished = await until('the call finished log line', async () => logLines.find((l) => l.msg === 'call finished' && l.callId === call.callId));
+    const finished = (await eventually(() => logLines.find((l) => l.msg === 'call finished' && l.callId === call.callId), (l) => l !== undefined, 15_000))!;
     expect(finished).toMatchObject({ sandboxId: lease.id, callId: call.callId, attemptId, tool: 'exec', status: 'succeeded' });
     expect(logLines.find((l) => l.msg === 'call started' && l.callId === call.callId)).toMatchObject({ sandboxId: lease.id, attemptId });
     // fastify's own request lines of a call route name the sandbox and the call.
     await h.client.getCall(lease.id, call.callId);
-    const requestLine = await until('a request line of the call route', async () => logLines.find((l) => l.msg === 'request completed' && l.callId === call.callId));
+    const requestLine = (await eventually(() => logLines.find((l) => l.msg === 'request completed' && l.callId === call.callId), (l) => l !== undefined, 15_000))!;
     expect(requestLine.sandboxId).toBe(lease.id);
 
     // The agent logs to stderr, which docker logs replays on its own stderr.

@@ -2,14 +2,10 @@
  * The OpenAPI document is generated from the routes' own zod schemas: every route fastify has is
  * in it, its example requests pass the real routes' validation, and it and the docs UI need no key.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { routesOf, startHarness, type Harness } from './harness.js';
+import { describe, expect, it } from 'vitest';
+import { routesOf, useHarness } from './fixtures/index.js';
 
-let h: Harness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => h?.close());
+const h = useHarness();
 
 interface Operation {
   summary?: string;

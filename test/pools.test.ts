@@ -3,43 +3,29 @@
  * atomically, bound to the claiming lease (env, secrets), never reused, replaced when their
  * container dies, left alone by reconcile, shrunk when idle.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { docker, startHarness, type Harness } from './harness.js';
+import { docker, execIn, eventually, useHarness } from './fixtures/index.js';
 
 const POOLS = [
   { policy: 'default', min: 2, max: 3, idleSeconds: 4 },
   { policy: 'offline-ci', min: 1, max: 1 },
 ];
 
-let h: Harness;
-beforeAll(async () => {
-  h = await startHarness({ SBX_WARM_POOLS: JSON.stringify(POOLS) });
-}, 120_000);
-afterAll(async () => h?.close());
+const h = useHarness({ SBX_WARM_POOLS: JSON.stringify(POOLS) }, { startTimeoutMs: 120_000 });
 
 const readyKey = (policy: string): string => `${h.config.redisPrefix}pool:${policy}@${h.config.image}:ready`;
 const readyIds = (policy = 'default'): Promise<string[]> => h.redis.lrange(readyKey(policy), 0, -1);
 const members = async (): Promise<string[]> => Object.keys(await h.redis.hgetall(`${h.config.redisPrefix}pool:members`));
 
-/** Polls `probe` until `done` holds (or fails after `timeoutMs`); returns the last value. */
-async function until<T>(probe: () => Promise<T>, done: (v: T) => boolean, timeoutMs = 90_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`not reached in ${timeoutMs} ms: ${JSON.stringify(value)}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
+/** How long a pool may take to fill (each sandbox starts an agent; the machine is shared). */
+const FILL_MS = 90_000;
 
-async function exec(leaseId: string, cmd: string): Promise<ToolResult> {
-  return (await h.client.submitCall(leaseId, 'exec', { cmd }, { waitSeconds: 60 })) as ToolResult;
-}
+const exec = execIn(() => h.client);
 
 describe('warm pools', () => {
   it('fill to min in the background; a lease claims a ready sandbox and gets its own env, which the container config never held', { timeout: 120_000 }, async () => {
-    const ready = await until(readyIds, (ids) => ids.length >= 2);
+    const ready = await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
     const lease = await h.client.createSandbox({ env: { FOO: 'warm-bound' } });
     expect(ready).toContain(lease.id);
     expect(await readyIds()).not.toContain(lease.id);
@@ -54,7 +40,7 @@ describe('warm pools', () => {
   });
 
   it('concurrent leases never share a sandbox: more requests than ready sandboxes all succeed, on distinct containers', { timeout: 180_000 }, async () => {
-    await until(readyIds, (ids) => ids.length >= 2);
+    await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
     const before = new Set(await readyIds());
     const leases = await Promise.all(Array.from({ length: 5 }, () => h.client.createSandbox()));
     const ids = leases.map((l) => l.id);
@@ -69,27 +55,27 @@ describe('warm pools', () => {
   });
 
   it('a released pooled sandbox is gone for good, and the pool refills with new ones', { timeout: 120_000 }, async () => {
-    await until(readyIds, (ids) => ids.length >= 2);
+    await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
     const lease = await h.client.createSandbox();
     await h.client.releaseSandbox(lease.id);
     expect((await docker('ps', '-aq', '--filter', `name=sbx-${lease.id}`)).trim()).toBe('');
-    const refilled = await until(readyIds, (ids) => ids.length >= 2);
+    const refilled = await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
     expect(refilled).not.toContain(lease.id);
     expect(await members()).not.toContain(lease.id);
   });
 
   it('a pooled sandbox whose container stops is replaced; reconcile leaves the others alone', { timeout: 120_000 }, async () => {
-    const [victim, ...others] = await until(readyIds, (ids) => ids.length >= 2);
+    const [victim, ...others] = await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
     await h.plane.leases.reconcile();
     expect(await members()).toEqual(expect.arrayContaining([victim!, ...others]));
     await docker('kill', `sbx-${victim}`);
-    const after = await until(readyIds, (ids) => !ids.includes(victim!) && ids.length >= 2);
+    const after = await eventually(readyIds, (ids) => !ids.includes(victim!) && ids.length >= 2, FILL_MS);
     expect(after).toEqual(expect.arrayContaining(others));
     expect(await members()).not.toContain(victim);
   });
 
   it('a claimed sandbox whose lease record is not written yet is no orphan to reconcile; unclaimed and unleased it is', { timeout: 120_000 }, async () => {
-    const [id] = await until(readyIds, (ids) => ids.length >= 1);
+    const [id] = await eventually(readyIds, (ids) => ids.length >= 1, FILL_MS);
     const p = h.config.redisPrefix;
     // What a claim does, held at the moment before the claiming lease's record exists.
     await h.redis.multi().lrem(readyKey('default'), 1, id!).hdel(`${p}pool:members`, id!).hset(`${p}pool:claimed`, id!, String(Date.now())).exec();
@@ -101,16 +87,16 @@ describe('warm pools', () => {
   });
 
   it('grows to max while claimed, then shrinks back to min once idle', { timeout: 120_000 }, async () => {
-    await until(readyIds, (ids) => ids.length >= 2);
+    await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
     const lease = await h.client.createSandbox();
-    await until(readyIds, (ids) => ids.length === 3);
+    await eventually(readyIds, (ids) => ids.length === 3, FILL_MS);
     await h.client.releaseSandbox(lease.id);
-    await until(readyIds, (ids) => ids.length === 2, 30_000);
+    await eventually(readyIds, (ids) => ids.length === 2, 30_000);
   });
 
   it('a claimed sandbox receives the secrets of its lease at claim time', { timeout: 120_000 }, async () => {
     await h.client.putSecret('NPM_TOKEN', 'npm-pooled-value');
-    const [pooled] = await until(() => readyIds('offline-ci'), (ids) => ids.length >= 1);
+    const [pooled] = await eventually(() => readyIds('offline-ci'), (ids) => ids.length >= 1, FILL_MS);
     const lease = await h.client.createSandbox({ policy: 'offline-ci', secrets: [{ name: 'NPM_TOKEN' }] });
     expect(lease.id).toBe(pooled);
     const r = (await h.client.submitCall(lease.id, 'exec', { cmd: 'test "$NPM_TOKEN" = npm-pooled-value && echo "$NPM_TOKEN"', secrets: ['NPM_TOKEN'] }, { waitSeconds: 60 })) as ToolResult;

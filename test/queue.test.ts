@@ -4,19 +4,14 @@
  */
 import { Redis } from 'ioredis';
 import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { leaseKeys } from '../contract/queue.js';
 import type { ToolResult } from '../contract/objects.js';
 import { AgentLink } from '../control-plane/agent-link/link.js';
 import { redisOptions } from '../control-plane/redis/connections.js';
-import { startHarness, type Harness } from './harness.js';
+import { useHarness } from './fixtures/index.js';
 
-let h: Harness;
-
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => h?.close());
+const h = useHarness();
 
 describe('per-lease Redis ACL', () => {
   it("an agent's credentials reach its own namespace only, and no dangerous command", async () => {

@@ -7,30 +7,13 @@
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ErrorBody } from '../contract/errors.js';
-import { docker, startHarness, type Harness } from './harness.js';
+import { docker, useHarness, apiAs, type Answer, eventually } from './fixtures/index.js';
 
-let h: Harness;
+const h = useHarness({ SBX_DEFAULT_TENANT_QUOTA: JSON.stringify({ maxSandboxes: 2 }) });
 
-beforeAll(async () => {
-  h = await startHarness({ SBX_DEFAULT_TENANT_QUOTA: JSON.stringify({ maxSandboxes: 2 }) });
-});
-afterAll(async () => h?.close());
-
-interface Answer {
-  status: number;
-  body: any;
-}
-
-async function api(key: string, method: string, path: string, body?: unknown): Promise<Answer> {
-  const response = await fetch(`${h.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  return { status: response.status, body: await response.json() };
-}
+const api = apiAs(() => h.url);
 
 async function userKey(tenant: string): Promise<string> {
   const answer = await api(h.apiKey, 'POST', '/v1/api-keys', { name: `quota-${tenant}`, role: 'user', tenant });
@@ -39,14 +22,6 @@ async function userKey(tenant: string): Promise<string> {
 }
 
 const quota = (tenant: string): Promise<Answer> => api(h.apiKey, 'GET', `/v1/tenants/${tenant}/quota`);
-
-async function until(what: string, probe: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await probe())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe('tenant quotas', () => {
   it('concurrent creates over the limit: exactly the allowed number succeed, the rest are 429 quota.exceeded; release frees capacity; other tenants are unaffected', async () => {
@@ -155,7 +130,7 @@ describe('tenant quotas', () => {
     // What a control plane that died between reserving and writing its lease leaves behind.
     await h.redis.hset(`${prefix}quota:reservations`, 'sbx_ghost', JSON.stringify({ tenant: 'qzeta', milliCpus: 2000, memoryBytes: 1024, atMs: Date.now() - 3_600_000 }));
     await h.redis.hset(`${prefix}quota:usage:qzeta`, 'sandboxes', 1, 'milliCpus', 2000, 'memoryBytes', 1024);
-    await until('the orphan reservation released', async () => (await quota('qzeta')).body.usage.sandboxes === 0);
+    await eventually(() => quota('qzeta'), (q) => q.body.usage.sandboxes === 0, 10_000);
     expect((await quota('qzeta')).body.usage).toEqual({ sandboxes: 0, cpus: 0, memoryBytes: 0 });
 
     // A live lease whose reservation is gone (made before quotas existed) is counted again.
@@ -163,7 +138,7 @@ describe('tenant quotas', () => {
     expect(lease.status).toBe(201);
     await h.redis.hdel(`${prefix}quota:reservations`, lease.body.id);
     await h.redis.del(`${prefix}quota:usage:qzeta`);
-    await until('the live lease counted again', async () => (await quota('qzeta')).body.usage.sandboxes === 1);
+    await eventually(() => quota('qzeta'), (q) => q.body.usage.sandboxes === 1, 10_000);
     await api(zeta, 'DELETE', `/v1/sandboxes/${lease.body.id}`);
     expect((await quota('qzeta')).body.usage.sandboxes).toBe(0);
   });

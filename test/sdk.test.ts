@@ -12,22 +12,20 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sandbox, SbxError } from '../sdk/index.js';
-import { REPO_ROOT, startHarness, type Harness } from './harness.js';
+import { REPO_ROOT, useHarness } from './fixtures/index.js';
 
 const run = promisify(execFile);
 
-let h: Harness;
+const h = useHarness();
 let sbx: Sandbox;
 let local: string;
 
 beforeAll(async () => {
-  h = await startHarness();
   sbx = await Sandbox.create({ url: h.url, apiKey: h.apiKey, ttlSeconds: 600, env: { GREETING: 'hi' }, labels: { suite: 'sdk' } });
   local = await mkdtemp(join(tmpdir(), 'sbx-sdk-'));
 });
 afterAll(async () => {
   await rm(local, { recursive: true, force: true });
-  await h?.close();
 });
 
 /** Expects `promise` to reject with an SbxError and returns it. */
@@ -121,7 +119,7 @@ describe('Sandbox', () => {
     const started = Date.now();
     const output: string[] = [];
     const pending = sbx.exec('echo started; sleep 60; echo never', { signal: controller.signal, onStdout: (t) => output.push(t) });
-    while (!output.join('').includes('started')) await new Promise((r) => setTimeout(r, 50));
+    await expect.poll(() => output.join(''), { timeout: 20_000, interval: 50 }).toContain('started');
     controller.abort();
     const result = await pending;
     expect([result.status, result.error?.code, result.receipt?.commitState]).toEqual(['cancelled', 'execution.cancelled', 'unknown']);

@@ -8,24 +8,21 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { SbxError } from '../sdk/index.js';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
-import { containersOf, docker, reassemble, REPO_ROOT, startHarness, type Harness } from './harness.js';
+import { containersOf, docker, reassemble, REPO_ROOT, useHarness, execIn } from './fixtures/index.js';
 
-let h: Harness;
+const h = useHarness();
+const execInLease = execIn(() => h.client, { waitSeconds: 120 });
 let leaseId: string;
 const npmToken = `npm_${randomBytes(18).toString('hex')}`;
 const githubToken = `ghp_${randomBytes(18).toString('hex')}`;
 const NPM = '[REDACTED:NPM_TOKEN]';
 const sha = (s: string): string => createHash('sha256').update(s).digest('hex');
 
-async function exec(args: Record<string, unknown>): Promise<ToolResult> {
-  const result = await h.client.submitCall(leaseId, 'exec', args, { waitSeconds: 120 });
-  if (!('receipt' in result)) throw new Error(`call did not finish: ${JSON.stringify(result)}`);
-  return result;
-}
+const exec = (args: Record<string, unknown>): Promise<ToolResult> => execInLease(leaseId, args);
 
 async function eventsOf(callId: string): Promise<CallEvent[]> {
   const events: CallEvent[] = [];
@@ -94,7 +91,6 @@ function sbx(args: string[], stdin = ''): Promise<{ code: number | null; stdout:
 }
 
 beforeAll(async () => {
-  h = await startHarness();
   await h.client.putSecret('NPM_TOKEN', npmToken);
   await h.client.putSecret('GITHUB_TOKEN', githubToken);
   const lease = await h.client.createSandbox({
@@ -103,7 +99,6 @@ beforeAll(async () => {
   });
   leaseId = lease.id;
 });
-afterAll(async () => h?.close());
 
 describe('secret store API', () => {
   it('PUT answers metadata only (201, then 200 with the next version); GET and list show metadata only; Redis holds no plaintext', async () => {

@@ -13,8 +13,7 @@ import { promisify } from 'node:util';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
 import { controlPlanePidfile, formatPidfile, processIdentity } from '../contract/data-dir.js';
-import { planeIdentity, startChildPlane, type ChildPlane } from './child-plane.js';
-import { REPO_ROOT, docker, startHarness, type Harness } from './harness.js';
+import { planeIdentity, startChildPlane, type ChildPlane, REPO_ROOT, docker, startHarness, type Harness } from './fixtures/index.js';
 
 const run = promisify(execFile);
 

@@ -7,7 +7,7 @@
  */
 import { expect, it } from 'vitest';
 import type { EnvironmentManifest, ToolResult } from '../contract/objects.js';
-import { useLeasedSandbox, type Harness } from './harness.js';
+import { useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 interface Smoke {
   /** Prints the version exactly as the manifest should report it. */

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import * as tar from 'tar-stream';
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../contract/errors.js';
-import { tarBytes, type FixtureEntry } from '../../test/tar-fixture.js';
+import { tarBytes, type FixtureEntry } from '../../test/fixtures/tar.js';
 import { guardArchive, unsafeReason } from './tar-guard.js';
 
 const owner = { uid: 1000, gid: 1000, uname: 'sandbox', gname: 'sandbox' };
