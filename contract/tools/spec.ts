@@ -50,19 +50,18 @@ export const runsCode = (spec: Pick<ToolSpec, 'effectClasses'>): boolean => spec
 export const writesFiles = (spec: Pick<ToolSpec, 'effectClasses'>): boolean => spec.effectClasses.includes('fs.write');
 
 /**
- * The spec of a file tool, whose args carry a `path`: a reader declares a read of it; a writer
- * and a tool that runs code touch `all`. A write may reach its file through a symlink, so its
- * lexical path cannot say what else it conflicts with: it runs alone, in order, until the agent
- * resolves write paths canonically before scheduling.
+ * The spec of a file tool, whose args carry a `path`: a reader declares a read of it, a writer
+ * a write of it, and a tool that runs code touches `all`. The path is lexical; the agent
+ * resolves it to a canonical one before scheduling (sandbox-agent/execution/accesses.ts).
  */
 export function fileToolSpec<const Name extends string, Args extends { path: string }>(
   spec: Omit<ToolSpec<Args, Name>, 'accesses' | 'version' | 'limits'>,
 ): ToolSpec<Args, Name> {
-  const alone = runsCode(spec) || writesFiles(spec);
+  const mode = writesFiles(spec) ? 'write' : 'read';
   return {
     ...spec,
     version: '1',
     limits: 'files',
-    accesses: (args) => (alone ? [{ kind: 'all' }] : [{ kind: 'path', path: args.path, mode: 'read' }]),
+    accesses: (args) => (runsCode(spec) ? [{ kind: 'all' }] : [{ kind: 'path', path: args.path, mode }]),
   };
 }

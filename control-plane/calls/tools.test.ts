@@ -10,9 +10,9 @@ const base = Policy.parse(parseYaml(readFileSync(new URL('../../policies/default
 const resolve = (tool: string, args: unknown, policy = base, grants: SecretGrant[] = []) => TOOLS.get(tool)!.resolve(args, policy, grants);
 
 describe('tool resolution', () => {
-  it('declares accesses: reads their path, writes and exec everything', () => {
+  it('declares accesses: reads and writes their (lexical) path, exec everything', () => {
     expect(resolve('read_file', { path: '/workspace/a/../b.txt' }).accesses).toEqual([{ kind: 'path', path: '/workspace/b.txt', mode: 'read' }]);
-    expect(resolve('write_file', { path: '/workspace/b.txt', content: '' }).accesses).toEqual([{ kind: 'all' }]);
+    expect(resolve('write_file', { path: '/workspace/b.txt', content: '' }).accesses).toEqual([{ kind: 'path', path: '/workspace/b.txt', mode: 'write' }]);
     expect(resolve('exec', { argv: ['true'] }).accesses).toEqual([{ kind: 'all' }]);
   });
 

@@ -13,6 +13,7 @@ import { attemptReceipt, resultWithoutRun } from '../../contract/receipts.js';
 import { CallJob, type AgentConfig, type LeaseKeys } from '../../contract/queue.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptOutcome } from './attempt.js';
 import type { ReturnChannel } from '../link/return-channel.js';
+import { resolveAccesses } from './accesses.js';
 import type { AccessScheduler } from './scheduler.js';
 import type { LeaseSecrets } from '../host/secrets.js';
 import { SpoolBudget } from '../output/spool.js';
@@ -85,7 +86,7 @@ export class CallRunner {
    */
   async run(data: unknown): Promise<void> {
     const job = CallJob.parse(data);
-    const slot = this.deps.scheduler.acquire(job.accesses);
+    const slot = this.deps.scheduler.acquire(job.accesses, () => resolveAccesses(job.accesses));
     try {
       await this.runScheduled(job, slot);
     } finally {

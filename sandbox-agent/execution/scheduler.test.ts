@@ -84,3 +84,77 @@ describe('AccessScheduler', () => {
     expect(started).toEqual(['read', 'exec', 'after']);
   });
 });
+
+describe('AccessScheduler with unresolved accesses', () => {
+  /** A resolver the test settles by hand, recording when the scheduler asked for it. */
+  function deferred(asked: string[], name: string): { resolver: () => Promise<Access[]>; give: (a: Access[]) => void } {
+    let give: (a: Access[]) => void = () => undefined;
+    const promise = new Promise<Access[]>((r) => (give = r));
+    return {
+      resolver: () => {
+        asked.push(name);
+        return promise;
+      },
+      give: (a) => give(a),
+    };
+  }
+
+  it('resolves only after earlier `all` calls finished, and blocks later calls until resolved', async () => {
+    const s = new AccessScheduler();
+    const started: string[] = [];
+    const asked: string[] = [];
+    const exec = await track(s, [all], started, 'exec');
+    const a = deferred(asked, 'a');
+    const slotA = s.acquire([], a.resolver).then((release) => (started.push('a'), release));
+    const slotB = track(s, [read('/other')], started, 'b');
+    await settle();
+    expect(asked).toEqual([]);
+    exec();
+    await settle();
+    expect(asked).toEqual(['a']);
+    expect(started).toEqual(['exec']);
+    a.give([write('/w/x')]);
+    await settle();
+    expect(started).toEqual(['exec', 'a', 'b']);
+    (await slotA)();
+    (await slotB)();
+    expect(s.size).toBe(0);
+  });
+
+  it('different canonical files run side by side; the same canonical file never overtakes', async () => {
+    const s = new AccessScheduler();
+    const started: string[] = [];
+    const asked: string[] = [];
+    const a = deferred(asked, 'a');
+    const b = deferred(asked, 'b');
+    const c = deferred(asked, 'c');
+    const slotA = s.acquire([], a.resolver).then((release) => (started.push('a'), release));
+    const slotB = s.acquire([], b.resolver).then((release) => (started.push('b'), release));
+    const slotC = s.acquire([], c.resolver).then((release) => (started.push('c'), release));
+    await settle();
+    expect(asked).toEqual(['a']);
+    a.give([write('/w/one')]);
+    await settle();
+    expect(asked).toEqual(['a', 'b']);
+    b.give([write('/w/two')]);
+    await settle();
+    c.give([write('/w/one')]);
+    await settle();
+    expect(started).toEqual(['a', 'b']);
+    (await slotA)();
+    await settle();
+    expect(started).toEqual(['a', 'b', 'c']);
+    (await slotB)();
+    (await slotC)();
+  });
+
+  it('a resolved read shares with a running read of the same file', async () => {
+    const s = new AccessScheduler();
+    const started: string[] = [];
+    const first = await track(s, [read('/w/a')], started, 'first');
+    const second = await s.acquire([], async () => [read('/w/a')]);
+    first();
+    second();
+    expect(s.size).toBe(0);
+  });
+});

@@ -8,13 +8,27 @@
  * reads never conflict; a write conflicts with any access to the same path or to a path above
  * or below it. Paths are canonical absolute paths (the resolve step makes them so).
  *
- * Pure: no I/O, no clock. Unit-tested with barriers.
+ * Resolution in the flow: the control plane only sees lexical paths, so a call may be queued with a
+ * resolver that turns its declared accesses into canonical ones. Until resolved, the entry blocks
+ * every later entry (its accesses are unknown); it is resolved only once no earlier `all` entry
+ * waits or runs, because only code (`all`) can create symlinks or rename directories — file tools
+ * create regular files and directories, which change no other path's canonical form. So nothing
+ * that could change a canonical form runs between a call's resolution and its start.
+ *
+ * Pure: no I/O, no clock; the resolver is injected (sandbox-agent/execution/accesses.ts does the
+ * I/O). Unit-tested with barriers.
  */
 
 export type Access = { kind: 'all' } | { kind: 'path'; path: string; mode: 'read' | 'write' };
 
+/** Turns declared (lexical) accesses into canonical ones; must not reject (fall back to `all`). */
+export type AccessResolver = () => Promise<readonly Access[]>;
+
 interface Entry {
-  readonly accesses: readonly Access[];
+  /** Null while unresolved. */
+  accesses: readonly Access[] | null;
+  /** Set while the entry waits for its accesses to be resolved; cleared once resolving began. */
+  resolver: AccessResolver | null;
   running: boolean;
   start: () => void;
 }
@@ -31,9 +45,13 @@ function overlaps(a: string, b: string): boolean {
   return under(a, b) || under(b, a);
 }
 
-function entriesConflict(a: readonly Access[], b: readonly Access[]): boolean {
+/** Unresolved (null) accesses conflict with everything: they are not known yet. */
+function entriesConflict(a: readonly Access[] | null, b: readonly Access[] | null): boolean {
+  if (a === null || b === null) return true;
   return a.some((x) => b.some((y) => conflicts(x, y)));
 }
+
+const touchesAll = (entry: Entry): boolean => entry.accesses !== null && entry.accesses.some((a) => a.kind === 'all');
 
 export class AccessScheduler {
   private readonly entries: Entry[] = [];
@@ -46,11 +64,14 @@ export class AccessScheduler {
   /**
    * Queues a call with its accesses (an empty list touches nothing). Resolves, once the call
    * may run, with its `release` function; calling it more than once has no further effect.
+   * With `resolver`, `accesses` are ignored until the resolver, called once no earlier `all`
+   * entry is waiting or running (nor an earlier unresolved one), returns the canonical accesses.
    */
-  acquire(accesses: readonly Access[]): Promise<() => void> {
+  acquire(accesses: readonly Access[], resolver?: AccessResolver): Promise<() => void> {
     return new Promise((resolve) => {
       const entry: Entry = {
-        accesses,
+        accesses: resolver ? null : accesses,
+        resolver: resolver ?? null,
         running: false,
         start: () => {
           let released = false;
@@ -70,6 +91,17 @@ export class AccessScheduler {
   private startReady(): void {
     this.entries.forEach((entry, index) => {
       if (entry.running) return;
+      if (entry.accesses === null) {
+        const resolver = entry.resolver;
+        const mayResolve = resolver && !this.entries.slice(0, index).some((earlier) => earlier.accesses === null || touchesAll(earlier));
+        if (!mayResolve) return;
+        entry.resolver = null;
+        void resolver().then((resolved) => {
+          entry.accesses = resolved;
+          this.startReady();
+        });
+        return;
+      }
       const blocked = this.entries.slice(0, index).some((earlier) => entriesConflict(earlier.accesses, entry.accesses));
       if (!blocked) {
         entry.running = true;
