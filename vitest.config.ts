@@ -9,7 +9,14 @@ export default defineConfig({
       {
         test: {
           name: 'unit',
-          include: ['contract/**/*.test.ts', 'control-plane/**/*.test.ts', 'sandbox-agent/**/*.test.ts', 'cli/**/*.test.ts', 'console/**/*.test.ts', 'deploy/**/*.test.ts'],
+          include: [
+            'contract/**/*.test.ts',
+            'control-plane/**/*.test.ts',
+            'sandbox-agent/**/*.test.ts',
+            'cli/**/*.test.ts',
+            'console/**/*.test.ts',
+            'deploy/**/*.test.ts',
+          ],
           environment: 'node',
         },
       },

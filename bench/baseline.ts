@@ -32,8 +32,15 @@ export interface ExecOutcome {
  * stdout/stderr demultiplexed) until the stream ends, exec inspect for the exit code.
  * `onStdout` sees every stdout chunk.
  */
-export async function dockerExec(docker: Docker, container: string, cmd: string[], options: { user?: string; onStdout?: (chunk: Buffer) => void } = {}): Promise<ExecOutcome> {
-  const exec = await docker.getContainer(container).exec({ Cmd: cmd, AttachStdout: true, AttachStderr: true, User: options.user ?? '1000' });
+export async function dockerExec(
+  docker: Docker,
+  container: string,
+  cmd: string[],
+  options: { user?: string; onStdout?: (chunk: Buffer) => void } = {},
+): Promise<ExecOutcome> {
+  const exec = await docker
+    .getContainer(container)
+    .exec({ Cmd: cmd, AttachStdout: true, AttachStderr: true, User: options.user ?? '1000' });
   const stream = await exec.start({ hijack: true, stdin: false });
   const stdout = new Sink(options.onStdout);
   const stderr = new Sink();
@@ -48,7 +55,12 @@ export async function dockerExec(docker: Docker, container: string, cmd: string[
 }
 
 /** `dockerExec`, throwing unless the command exited 0. */
-export async function dockerExecOk(docker: Docker, container: string, cmd: string[], options: { user?: string; onStdout?: (chunk: Buffer) => void } = {}): Promise<ExecOutcome> {
+export async function dockerExecOk(
+  docker: Docker,
+  container: string,
+  cmd: string[],
+  options: { user?: string; onStdout?: (chunk: Buffer) => void } = {},
+): Promise<ExecOutcome> {
   const outcome = await dockerExec(docker, container, cmd, options);
   if (outcome.exitCode !== 0) throw new Error(`baseline exec ${cmd.join(' ')} in ${container} exited ${outcome.exitCode}`);
   return outcome;
@@ -101,7 +113,9 @@ export async function tarOf(files: Iterable<[string, Buffer]>): Promise<Buffer> 
       dirs.add(dir);
       pack.entry({ name: `${dir}/`, type: 'directory', mode: 0o755, uid: 1000, gid: 1000 });
     }
-    await new Promise<void>((resolve, reject) => pack.entry({ name, size: content.length, mode: 0o644, uid: 1000, gid: 1000 }, content, (err) => (err ? reject(err) : resolve())));
+    await new Promise<void>((resolve, reject) =>
+      pack.entry({ name, size: content.length, mode: 0o644, uid: 1000, gid: 1000 }, content, (err) => (err ? reject(err) : resolve())),
+    );
   }
   pack.finalize();
   await done;

@@ -40,7 +40,10 @@ export async function profileAgent(docker: Docker, container: string, durationMs
   const pid = await execText(docker, container, ['pgrep', '-f', '^/usr/local/bin/node /opt/sbx/sbx-agent.cjs$']);
   await dockerExec(docker, container, ['kill', '-USR1', pid.trim().split('\n')[0]!], { user: '0' });
   const chunks: Buffer[] = [];
-  const profiling = dockerExec(docker, container, ['/usr/local/bin/node', '--experimental-websocket', '-e', PROFILER, String(durationMs)], { user: '0', onStdout: (c) => chunks.push(c) });
+  const profiling = dockerExec(docker, container, ['/usr/local/bin/node', '--experimental-websocket', '-e', PROFILER, String(durationMs)], {
+    user: '0',
+    onStdout: (c) => chunks.push(c),
+  });
   await new Promise((r) => setTimeout(r, 1500)); // inspector open, profiler started
   await workload();
   const outcome = await profiling;
@@ -66,7 +69,13 @@ interface ProfileNode {
  * `(idle)` — the process waiting for I/O — is listed too, as the share of time it was not busy.
  */
 export function topSelfTime(profileJson: string, limit = 15): Array<{ fn: string; ms: number; share: number }> {
-  const profile = JSON.parse(profileJson) as { nodes: ProfileNode[]; startTime: number; endTime: number; samples: number[]; timeDeltas: number[] };
+  const profile = JSON.parse(profileJson) as {
+    nodes: ProfileNode[];
+    startTime: number;
+    endTime: number;
+    samples: number[];
+    timeDeltas: number[];
+  };
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const selfUs = new Map<string, number>();
   let total = 0;

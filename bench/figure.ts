@@ -3,7 +3,11 @@ import type { Figure, Side, Stats, Target } from './schema.js';
 import { summarize } from './stats.js';
 
 /** A side measured as per-operation samples (`unit`, usually ms), with an optional overall rate. */
-export function side(what: string, samples: readonly number[], options: { unit?: string; rate?: { value: number; unit: string } } = {}): Side {
+export function side(
+  what: string,
+  samples: readonly number[],
+  options: { unit?: string; rate?: { value: number; unit: string } } = {},
+): Side {
   return { what, unit: options.unit ?? 'ms', stats: summarize(samples), rate: options.rate ?? null };
 }
 
@@ -20,7 +24,10 @@ export function target(text: string, value: number, op: '<=' | '>=', limit: numb
 
 export const ms = (v: number): string => `${v.toFixed(1)} ms`;
 export const times = (v: number): string => `${v.toFixed(2)}×`;
-export const perSecond = (unit: string) => (v: number): string => `${v.toFixed(1)} ${unit}`;
+export const perSecond =
+  (unit: string) =>
+  (v: number): string =>
+    `${v.toFixed(1)} ${unit}`;
 export const mib = (v: number): string => `${v.toFixed(1)} MiB`;
 
 export function figure(f: {

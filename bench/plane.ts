@@ -74,7 +74,10 @@ export async function startPlane(options: PlaneOptions): Promise<RunningPlane> {
     mkdirSync(options.cpuProfDir, { recursive: true });
     args.push('--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`, '--cpu-prof-name=control-plane.cpuprofile');
   }
-  const child: ChildProcess = spawn(process.execPath, [...args, join(options.repoRoot, 'dist', 'control-plane', 'main.js')], { env, stdio: ['ignore', 'inherit', 'inherit'] });
+  const child: ChildProcess = spawn(process.execPath, [...args, join(options.repoRoot, 'dist', 'control-plane', 'main.js')], {
+    env,
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   let gone = false;
   void exited.then(() => (gone = true));
@@ -82,7 +85,10 @@ export async function startPlane(options: PlaneOptions): Promise<RunningPlane> {
   const deadline = Date.now() + 60_000;
   for (;;) {
     if (gone) throw new Error('the control plane exited during start (its stderr is above)');
-    const ok = await fetch(`${url}/healthz`).then((r) => r.ok, () => false);
+    const ok = await fetch(`${url}/healthz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) break;
     if (Date.now() > deadline) {
       child.kill('SIGKILL');

@@ -24,8 +24,16 @@ import { MiB, closedLoop, mapLimit } from './stats.js';
 type Workload = (ctx: BenchContext, id: string, count: number) => Promise<void>;
 
 const WORKLOADS: Record<string, { count: number; run: Workload }> = {
-  exec: { count: 300, run: async (ctx, id, n) => { for (let i = 0; i < n; i += 1) await ctx.call(id, 'exec', { argv: ['true'] }, 30); } },
-  concurrent: { count: 8, run: async (ctx, id, n) => void (await closedLoop(n, 8000, () => ctx.call(id, 'exec', { argv: ['true'] }, 60).then(() => undefined))) },
+  exec: {
+    count: 300,
+    run: async (ctx, id, n) => {
+      for (let i = 0; i < n; i += 1) await ctx.call(id, 'exec', { argv: ['true'] }, 30);
+    },
+  },
+  concurrent: {
+    count: 8,
+    run: async (ctx, id, n) => void (await closedLoop(n, 8000, () => ctx.call(id, 'exec', { argv: ['true'] }, 60).then(() => undefined))),
+  },
   stream: {
     count: 200_000_000,
     run: async (ctx, id, n) => {
@@ -55,7 +63,9 @@ const WORKLOADS: Record<string, { count: number; run: Workload }> = {
 };
 
 function show(title: string, profileJson: string): string {
-  const rows = topSelfTime(profileJson, 20).map((r) => `  ${(r.share * 100).toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(7)} ms  ${r.fn}`);
+  const rows = topSelfTime(profileJson, 20).map(
+    (r) => `  ${(r.share * 100).toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(7)} ms  ${r.fn}`,
+  );
   return `${title}\n${rows.join('\n')}\n`;
 }
 
@@ -75,7 +85,10 @@ async function main(): Promise<void> {
     await ctx.call(id, 'exec', { argv: ['mkdir', '-p', '/workspace/p'] });
     const started = performance.now();
     if (name === 'lease') await workload.run(ctx, id, count);
-    else agentProfile = await profileAgent(ctx.docker, ctx.container(id), Number(process.env.SBX_PROFILE_SECONDS ?? 20) * 1000, () => workload.run(ctx, id, count));
+    else
+      agentProfile = await profileAgent(ctx.docker, ctx.container(id), Number(process.env.SBX_PROFILE_SECONDS ?? 20) * 1000, () =>
+        workload.run(ctx, id, count),
+      );
     process.stderr.write(`workload ${name} × ${count}: ${(performance.now() - started).toFixed(0)} ms (profiler start included)\n`);
     if (agentProfile) writeFileSync(join(dir, 'agent.cpuprofile'), agentProfile);
   } finally {
@@ -84,8 +97,12 @@ async function main(): Promise<void> {
     await removeOwned(ctx.docker, plane.config.owner);
   }
   const planeFile = readdirSync(dir).find((f) => f.startsWith('control-plane'));
-  if (planeFile) process.stdout.write(show(`control plane (${join(dir, planeFile)}), whole run, top self time:`, readFileSync(join(dir, planeFile), 'utf8')));
-  if (agentProfile) process.stdout.write(show(`agent (${join(dir, 'agent.cpuprofile')}), during the workload, top self time:`, agentProfile));
+  if (planeFile)
+    process.stdout.write(
+      show(`control plane (${join(dir, planeFile)}), whole run, top self time:`, readFileSync(join(dir, planeFile), 'utf8')),
+    );
+  if (agentProfile)
+    process.stdout.write(show(`agent (${join(dir, 'agent.cpuprofile')}), during the workload, top self time:`, agentProfile));
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

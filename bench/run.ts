@@ -56,7 +56,9 @@ function git(repoRoot: string, ...args: string[]): string {
 /** Copies `default` into the warm-pool policy (the pool was configured when the plane started). */
 async function createWarmPolicy(ctx: BenchContext): Promise<void> {
   const auth = { authorization: `Bearer ${ctx.plane.apiKey}` };
-  const defaults = (await (await fetch(`${ctx.plane.url}/v1/policies/default`, { headers: auth })).json()) as { policy: Record<string, unknown> };
+  const defaults = (await (await fetch(`${ctx.plane.url}/v1/policies/default`, { headers: auth })).json()) as {
+    policy: Record<string, unknown>;
+  };
   const put = await fetch(`${ctx.plane.url}/v1/policies/${WARM_POLICY}`, {
     method: 'PUT',
     headers: { ...auth, 'content-type': 'application/json' },
@@ -69,11 +71,16 @@ async function createWarmPolicy(ctx: BenchContext): Promise<void> {
  * Runs the selected figures and writes the results; returns them with the path written.
  * A figure that throws is recorded under `failures` and the others still run.
  */
-export async function runBench(settings: Settings, repoRoot: string, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<{ results: Results; path: string }> {
+export async function runBench(
+  settings: Settings,
+  repoRoot: string,
+  log: (line: string) => void = (l) => process.stderr.write(`${l}\n`),
+): Promise<{ results: Results; path: string }> {
   const started = Date.now();
   const selected = FIGURES.filter((f) => settings.only.length === 0 || settings.only.includes(f.id));
   const unknown = settings.only.filter((id) => !FIGURES.some((f) => f.id === id));
-  if (unknown.length > 0) throw new Error(`SBX_BENCH_ONLY names unknown figures: ${unknown.join(', ')} (known: ${FIGURES.map((f) => f.id).join(', ')})`);
+  if (unknown.length > 0)
+    throw new Error(`SBX_BENCH_ONLY names unknown figures: ${unknown.join(', ')} (known: ${FIGURES.map((f) => f.id).join(', ')})`);
   const loadStart = os.loadavg()[0]!;
   const plane = await startPlane({
     repoRoot,
@@ -113,7 +120,11 @@ export async function runBench(settings: Settings, repoRoot: string, log: (line:
     schema: 'sbx-bench/1',
     date: new Date(started).toISOString(),
     durationMs: Date.now() - started,
-    git: { commit: git(repoRoot, 'rev-parse', 'HEAD'), branch: git(repoRoot, 'rev-parse', '--abbrev-ref', 'HEAD'), dirty: git(repoRoot, 'status', '--porcelain', '--untracked-files=no') !== '' },
+    git: {
+      commit: git(repoRoot, 'rev-parse', 'HEAD'),
+      branch: git(repoRoot, 'rev-parse', '--abbrev-ref', 'HEAD'),
+      dirty: git(repoRoot, 'status', '--porcelain', '--untracked-files=no') !== '',
+    },
     machine: {
       hostname: os.hostname(),
       platform: os.platform(),
@@ -131,7 +142,8 @@ export async function runBench(settings: Settings, repoRoot: string, log: (line:
     figures,
     failures,
   });
-  const path = settings.out ?? join(repoRoot, 'bench', 'results', settings.only.length === 0 ? 'latest.json' : `only-${settings.only.join('+')}.json`);
+  const path =
+    settings.out ?? join(repoRoot, 'bench', 'results', settings.only.length === 0 ? 'latest.json' : `only-${settings.only.join('+')}.json`);
   mkdirSync(dirname(path), { recursive: true });
   writeFileSync(path, `${JSON.stringify(results, null, 2)}\n`);
   return { results, path };

@@ -58,12 +58,18 @@ export function readSettings(env: Record<string, string | undefined>): Settings 
     leases: e.SBX_BENCH_LEASES,
     warmLeases: e.SBX_BENCH_WARM_LEASES,
     calls: e.SBX_BENCH_CALLS,
-    throughput: { sandboxes: e.SBX_BENCH_THROUGHPUT_SANDBOXES, concurrency: e.SBX_BENCH_THROUGHPUT_CONCURRENCY, seconds: e.SBX_BENCH_THROUGHPUT_SECONDS },
+    throughput: {
+      sandboxes: e.SBX_BENCH_THROUGHPUT_SANDBOXES,
+      concurrency: e.SBX_BENCH_THROUGHPUT_CONCURRENCY,
+      seconds: e.SBX_BENCH_THROUGHPUT_SECONDS,
+    },
     stream: { bytes: e.SBX_BENCH_STREAM_BYTES, runs: e.SBX_BENCH_STREAM_RUNS },
     files: { count: e.SBX_BENCH_FILES, bytes: e.SBX_BENCH_FILE_BYTES },
     upload: { bytes: e.SBX_BENCH_UPLOAD_BYTES, runs: e.SBX_BENCH_UPLOAD_RUNS },
     density: { sandboxes: e.SBX_BENCH_DENSITY, concurrency: e.SBX_BENCH_DENSITY_CONCURRENCY },
-    only: e.SBX_BENCH_ONLY.split(',').map((s) => s.trim()).filter(Boolean),
+    only: e.SBX_BENCH_ONLY.split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
     out: e.SBX_BENCH_OUT,
     cpuProfDir: e.SBX_BENCH_CPU_PROF,
   };

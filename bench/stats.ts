@@ -34,7 +34,11 @@ export async function mapLimit<T>(count: number, concurrency: number, fn: (i: nu
  * Runs `workers` loops of `op` until `durationMs` has passed; each loop starts its next op when
  * its last ended. Returns every op's latency (ms) and the elapsed time until the last op ended.
  */
-export async function closedLoop(workers: number, durationMs: number, op: (worker: number) => Promise<void>): Promise<{ latenciesMs: number[]; elapsedMs: number }> {
+export async function closedLoop(
+  workers: number,
+  durationMs: number,
+  op: (worker: number) => Promise<void>,
+): Promise<{ latenciesMs: number[]; elapsedMs: number }> {
   const latenciesMs: number[] = [];
   const start = performance.now();
   const deadline = start + durationMs;

@@ -3,7 +3,8 @@ import type { Figure, Results, Side, Stats } from './schema.js';
 
 const num = (v: number): string => (Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2));
 const stats = (s: Stats, unit: string): string => `${num(s.p50)} / ${num(s.p95)} / ${num(s.max)} ${unit}`;
-const sideCell = (s: Side | null): string => (s ? `${stats(s.stats, s.unit)}${s.rate ? `; **${num(s.rate.value)} ${s.rate.unit}**` : ''}` : '—');
+const sideCell = (s: Side | null): string =>
+  s ? `${stats(s.stats, s.unit)}${s.rate ? `; **${num(s.rate.value)} ${s.rate.unit}**` : ''}` : '—';
 
 function rows(f: Figure): string[] {
   const speedup = f.speedup === null ? '—' : `${num(f.speedup)}× (${f.speedupBasis})`;

@@ -53,7 +53,9 @@ export async function down(dataDir: string, timeoutMs: number): Promise<DownRepo
   } catch (err) {
     if (!isMissing(err)) report.errors.push(`cannot list ${layout.controlPlaneRunDir}: ${messageOf(err)}`);
   }
-  const planes = names.filter((n) => CONTROL_PLANE_PIDFILE.test(n)).map((n) => stopControlPlane(`${layout.controlPlaneRunDir}/${n}`, timeoutMs, report));
+  const planes = names
+    .filter((n) => CONTROL_PLANE_PIDFILE.test(n))
+    .map((n) => stopControlPlane(`${layout.controlPlaneRunDir}/${n}`, timeoutMs, report));
   await Promise.all(planes);
   const stillRunning = report.entries.filter((e) => e.outcome === 'timed_out').map((e) => e.pid);
   // A control plane still running needs its Redis to finish what it is doing.
@@ -74,9 +76,12 @@ async function stopControlPlane(pidfile: string, timeoutMs: number, report: Down
   };
   if (!recorded) return stale('unreadable pidfile');
   // Another start time: the control plane died and its pid went to a later process.
-  if (!running || running.startTicks !== recorded.startTicks) return stale(`pid ${pid} is not running (the control plane did not exit cleanly)`);
+  if (!running || running.startTicks !== recorded.startTicks)
+    return stale(`pid ${pid} is not running (the control plane did not exit cleanly)`);
   if (!commandLine(pid).some((arg) => arg.endsWith('control-plane/main.js'))) return stale(`pid ${pid} is not a control plane`);
-  report.entries.push(await terminate('control-plane', running, pidfile, timeoutMs, `control plane pid ${pid} (${commandLine(pid).join(' ')})`));
+  report.entries.push(
+    await terminate('control-plane', running, pidfile, timeoutMs, `control plane pid ${pid} (${commandLine(pid).join(' ')})`),
+  );
   rmSync(pidfile, { force: true });
 }
 
@@ -102,7 +107,13 @@ async function stopRedis(layout: ReturnType<typeof dataDirLayout>, timeoutMs: nu
 }
 
 /** SIGTERM to the process `identity` names, then waits for it to exit. */
-async function terminate(what: DownEntry['what'], identity: { pid: number; startTicks: string }, pidfile: string, timeoutMs: number, name: string): Promise<DownEntry> {
+async function terminate(
+  what: DownEntry['what'],
+  identity: { pid: number; startTicks: string },
+  pidfile: string,
+  timeoutMs: number,
+  name: string,
+): Promise<DownEntry> {
   try {
     process.kill(identity.pid, 'SIGTERM');
   } catch (err) {
@@ -158,9 +169,12 @@ const messageOf = (err: unknown): string => (err instanceof Error ? err.message 
 /** The report as lines for a terminal. */
 export function describeDown(report: DownReport): string[] {
   const lines = report.entries.map((e) => (e.outcome === 'stale' ? `removed stale ${e.pidfile}: ${e.detail}` : e.detail));
-  if (!report.entries.some((e) => e.outcome === 'stopped' || e.outcome === 'timed_out')) lines.unshift(`nothing of ${report.dataDir} was running`);
+  if (!report.entries.some((e) => e.outcome === 'stopped' || e.outcome === 'timed_out'))
+    lines.unshift(`nothing of ${report.dataDir} was running`);
   lines.push(...report.errors);
-  lines.push('left running: dockerd (shared with everything else on this host) and the sandboxes (they outlive the control plane; the next start adopts them; `sbx release ID` ends one)');
+  lines.push(
+    'left running: dockerd (shared with everything else on this host) and the sandboxes (they outlive the control plane; the next start adopts them; `sbx release ID` ends one)',
+  );
   return lines;
 }
 

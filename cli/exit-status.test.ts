@@ -3,7 +3,19 @@ import type { ToolResult } from '../contract/objects.js';
 import { exitStatusOf } from './exit-status.js';
 
 const result = (over: Partial<ToolResult>): ToolResult => ({
-  callId: 'c', status: 'succeeded', error: null, modelText: '', exitCode: 0, signal: null, stdout: '', stderr: '', truncation: null, data: null, artifacts: [], receipt: null, ...over,
+  callId: 'c',
+  status: 'succeeded',
+  error: null,
+  modelText: '',
+  exitCode: 0,
+  signal: null,
+  stdout: '',
+  stderr: '',
+  truncation: null,
+  data: null,
+  artifacts: [],
+  receipt: null,
+  ...over,
 });
 
 describe('sbx exit status', () => {
@@ -15,7 +27,28 @@ describe('sbx exit status', () => {
     expect(exitStatusOf(result({ status: 'failed', exitCode: null, signal: 'SIGKILL' }))).toBe(137);
     expect(exitStatusOf(result({ status: 'effect_unknown', exitCode: null }))).toBe(125);
     expect(exitStatusOf(result({ status: 'failed', exitCode: null }))).toBe(125);
-    const notStarted = { receiptId: 'r', callId: 'c', attemptId: 'a', leaseId: 'l', tool: 'exec', toolVersion: '1', fingerprint: `sha256:${'0'.repeat(64)}`, commitState: 'not_started' as const, startedAt: '2026-01-01T00:00:00.000Z', endedAt: '2026-01-01T00:00:00.000Z', durationMs: 0, exit: null, environment: null, runner: null, outputs: null, cleanup: null, versions: [], artifacts: [], secretsUsed: [], manifestDigest: `sha256:${'0'.repeat(64)}` };
+    const notStarted = {
+      receiptId: 'r',
+      callId: 'c',
+      attemptId: 'a',
+      leaseId: 'l',
+      tool: 'exec',
+      toolVersion: '1',
+      fingerprint: `sha256:${'0'.repeat(64)}`,
+      commitState: 'not_started' as const,
+      startedAt: '2026-01-01T00:00:00.000Z',
+      endedAt: '2026-01-01T00:00:00.000Z',
+      durationMs: 0,
+      exit: null,
+      environment: null,
+      runner: null,
+      outputs: null,
+      cleanup: null,
+      versions: [],
+      artifacts: [],
+      secretsUsed: [],
+      manifestDigest: `sha256:${'0'.repeat(64)}`,
+    };
     expect(exitStatusOf(result({ status: 'failed', exitCode: null, receipt: notStarted }))).toBe(126);
   });
 });

@@ -16,7 +16,14 @@
  */
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CallToolRequestSchema,
+  ErrorCode,
+  ListToolsRequestSchema,
+  McpError,
+  type CallToolResult,
+  type Tool,
+} from '@modelcontextprotocol/sdk/types.js';
 import type { CallEvent } from '../contract/events.js';
 import type { ErrorInfo } from '../contract/errors.js';
 import type { ToolResult } from '../contract/objects.js';
@@ -31,29 +38,37 @@ export interface McpServerOptions {
 
 /** Said of every tool: how to read its results. */
 const COMMON_SEMANTICS =
-  'Runs inside an isolated sbx sandbox (a container under the lease\'s policy: no network in `default`, read-only root, writable /workspace, /tmp and home) as an unprivileged user. ' +
+  "Runs inside an isolated sbx sandbox (a container under the lease's policy: no network in `default`, read-only root, writable /workspace, /tmp and home) as an unprivileged user. " +
   'The text you get is a short, lossy summary, not a receipt: it ends with a line `[sbx] status=… code=… receipt=… commitState=…`; `commitState` says what is known about the effect (`not_started`, `committed`, `unknown`). ' +
-  'Errors come back with isError and the platform\'s stable code (`domain.reason`) and retryability (`no`, `after_fix`, `safe`, `reconcile_first` = check the state before retrying).';
+  "Errors come back with isError and the platform's stable code (`domain.reason`) and retryability (`no`, `after_fix`, `safe`, `reconcile_first` = check the state before retrying).";
 
 /** Per tool: timeouts, truncation and effects, as the platform implements them. */
 const TOOL_SEMANTICS: Record<string, string> = {
   exec:
     'Give exactly one of `cmd` (a bash script: pipes, &&, heredocs) or `argv` (no shell). Timeout: `timeoutMs`, default the policy\'s (10 min under `default`, at most 1 h; higher is policy.tool_denied); at the timeout the whole process group is killed (SIGTERM, SIGKILL after killGraceMs) and the result is `timed_out` with commitState `unknown`: the command may have changed files before it was killed — a timeout is not "no effect"; check before re-running. ' +
     'Output: stdout and stderr apart; each stream keeps its first 4 MiB (`default`), the text shows the head and the tail of a cut stream and the whole is kept as an artifact. A non-zero exit is isError with `execution.nonzero_exit` and the exit code. ' +
-    'Effects: anything the tool user may do in the sandbox; nothing is undone. Cancelling the request kills the process group (commitState `unknown`). Background processes left running are killed when the call ends. MCP clients often time out requests after 60 s: pass a `timeoutMs` below your client\'s limit for long commands.',
-  read_file: 'Read-only. Returns a window of lines (`offset` 1-based, `limit` lines, default 2000) and the sha256 of the whole file; `truncated` and `remaining` say what was left out. Binary files are `files.binary` unless `encoding: base64`. Missing file: `files.not_found`.',
-  write_file: 'Replaces or creates the whole file atomically (temp file, fsync, rename): readers see the old or the new content, never a mix; parent directories are created. `expectedSha256` makes it a compare-and-swap (`files.conflict`, nothing written); `createOnly` refuses to replace (`files.exists`). Returns a unified diff.',
-  edit_file: 'Replaces an exact string (no regex) atomically: once, or every occurrence with `replaceAll`. No match: `edit.no_match`; several without replaceAll: `edit.ambiguous_match` with the count; nothing is written then. Keeps line endings and BOM.',
+    "Effects: anything the tool user may do in the sandbox; nothing is undone. Cancelling the request kills the process group (commitState `unknown`). Background processes left running are killed when the call ends. MCP clients often time out requests after 60 s: pass a `timeoutMs` below your client's limit for long commands.",
+  read_file:
+    'Read-only. Returns a window of lines (`offset` 1-based, `limit` lines, default 2000) and the sha256 of the whole file; `truncated` and `remaining` say what was left out. Binary files are `files.binary` unless `encoding: base64`. Missing file: `files.not_found`.',
+  write_file:
+    'Replaces or creates the whole file atomically (temp file, fsync, rename): readers see the old or the new content, never a mix; parent directories are created. `expectedSha256` makes it a compare-and-swap (`files.conflict`, nothing written); `createOnly` refuses to replace (`files.exists`). Returns a unified diff.',
+  edit_file:
+    'Replaces an exact string (no regex) atomically: once, or every occurrence with `replaceAll`. No match: `edit.no_match`; several without replaceAll: `edit.ambiguous_match` with the count; nothing is written then. Keeps line endings and BOM.',
   list_files: 'Read-only. Sorted entries `depth` levels deep, at most `limit` (`truncated` when cut); symlinks are listed, never followed.',
   glob: 'Read-only. Paths matching a glob pattern under `path`, at most `limit` (`truncated` when cut); symlinks are not followed.',
-  search: 'Read-only. ripgrep over file contents (regex, or `literal`), at most `limit` matches with path and line; files ignored by .gitignore, hidden and binary files are skipped.',
-  git_status: 'Runs git (counts as running code: needs exec enabled). Staged, unstaged, untracked and conflicted paths and the branch; reports the whole work tree.',
-  git_diff: 'Runs git (counts as running code: needs exec enabled). The unified diff of the work tree (or the index with `staged`), at most `maxBytes` in the result; a cut diff is kept whole as an artifact.',
+  search:
+    'Read-only. ripgrep over file contents (regex, or `literal`), at most `limit` matches with path and line; files ignored by .gitignore, hidden and binary files are skipped.',
+  git_status:
+    'Runs git (counts as running code: needs exec enabled). Staged, unstaged, untracked and conflicted paths and the branch; reports the whole work tree.',
+  git_diff:
+    'Runs git (counts as running code: needs exec enabled). The unified diff of the work tree (or the index with `staged`), at most `maxBytes` in the result; a cut diff is kept whole as an artifact.',
 };
 
 /** The MCP tool for a platform tool: its schema as the platform gives it, its description with the semantics above. */
 function mcpTool(tool: ToolDescription): Tool {
-  const description = [tool.description, TOOL_SEMANTICS[tool.name], `Effect classes: ${tool.effectClasses.join(', ')}.`, COMMON_SEMANTICS].filter(Boolean).join('\n\n');
+  const description = [tool.description, TOOL_SEMANTICS[tool.name], `Effect classes: ${tool.effectClasses.join(', ')}.`, COMMON_SEMANTICS]
+    .filter(Boolean)
+    .join('\n\n');
   return { name: tool.name, description, inputSchema: { ...tool.inputSchema, type: 'object' } };
 }
 
@@ -89,7 +104,12 @@ function fromResult(result: ToolResult, sandboxId: string): CallToolResult {
 function fromError(error: ErrorInfo): CallToolResult {
   const details = error.details ? `\ndetails: ${JSON.stringify(error.details)}` : '';
   return {
-    content: [{ type: 'text', text: `${error.code}: ${error.message}${details}\n[sbx] status=error code=${error.code} retryability=${error.retryability}` }],
+    content: [
+      {
+        type: 'text',
+        text: `${error.code}: ${error.message}${details}\n[sbx] status=error code=${error.code} retryability=${error.retryability}`,
+      },
+    ],
     structuredContent: { status: 'error', error },
     isError: true,
   };
@@ -141,7 +161,12 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
       if (progressToken === undefined || event.type !== 'output') return;
       const text = Buffer.from(event.dataBase64, 'base64').toString('utf8');
       progress += 1;
-      void extra.sendNotification({ method: 'notifications/progress', params: { progressToken, progress, message: `${event.stream}: ${text.slice(0, 1000)}` } }).catch(() => undefined);
+      void extra
+        .sendNotification({
+          method: 'notifications/progress',
+          params: { progressToken, progress, message: `${event.stream}: ${text.slice(0, 1000)}` },
+        })
+        .catch(() => undefined);
     };
     try {
       const sbx = await leased();
@@ -156,7 +181,9 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
   const shutdown = (): Promise<void> => {
     closing ??= (async () => {
       const sbx = await sandbox?.catch(() => undefined);
-      await sbx?.release().catch((err: unknown) => process.stderr.write(`sbx mcp: release of ${sbx.id} failed: ${(err as Error).message}\n`));
+      await sbx
+        ?.release()
+        .catch((err: unknown) => process.stderr.write(`sbx mcp: release of ${sbx.id} failed: ${(err as Error).message}\n`));
       await server.close().catch(() => undefined);
       process.exit(0);
     })();

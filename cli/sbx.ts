@@ -58,7 +58,10 @@ const collect = (value: string, previous: string[] = []): string[] => [...previo
  * `--secret NAME[=VAR]` (as env VAR, default NAME) and `--secret-file NAME=PATH` (a file in
  * /run/secrets) into the lease's `secrets`; one name given both ways gets both.
  */
-function secretRequests(asEnv: string[] | undefined, asFile: string[] | undefined): Array<{ name: string; env?: string; file?: string }> | undefined {
+function secretRequests(
+  asEnv: string[] | undefined,
+  asFile: string[] | undefined,
+): Array<{ name: string; env?: string; file?: string }> | undefined {
   const byName = new Map<string, { name: string; env?: string; file?: string }>();
   const entry = (name: string): { name: string; env?: string; file?: string } => byName.get(name) ?? byName.set(name, { name }).get(name)!;
   for (const spec of asEnv ?? []) {
@@ -98,7 +101,12 @@ function commandOf(command: string[]): string | string[] {
  * Runs a command in `sandbox`, its output bytes written as they come to this process's stdout
  * and stderr (unless `quiet`), and returns its result.
  */
-function runCommand(sandbox: Sandbox, command: string[], opts: { cwd?: string; timeoutMs?: number; secrets?: string[]; signal?: AbortSignal }, quiet: boolean): Promise<ToolResult> {
+function runCommand(
+  sandbox: Sandbox,
+  command: string[],
+  opts: { cwd?: string; timeoutMs?: number; secrets?: string[]; signal?: AbortSignal },
+  quiet: boolean,
+): Promise<ToolResult> {
   const options: ExecOptions = {
     ...(opts.cwd ? { cwd: opts.cwd } : {}),
     ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
@@ -151,13 +159,21 @@ const leaseOptions = (cmd: Command): Command =>
     .option('--policy <name>', 'policy name', 'default')
     .addOption(new Option('--ttl <seconds>', 'lease TTL in seconds').argParser(positiveInt))
     .option('--env <KEY=VALUE>', 'environment for every call (repeatable)', collect)
-    .option('--secret <NAME[=VAR]>', 'a stored secret the policy allows, as env VAR (default NAME) of the calls that ask (repeatable)', collect)
+    .option(
+      '--secret <NAME[=VAR]>',
+      'a stored secret the policy allows, as env VAR (default NAME) of the calls that ask (repeatable)',
+      collect,
+    )
     .option('--secret-file <NAME=PATH>', 'a stored secret as a file PATH in /run/secrets while a call that asks runs (repeatable)', collect)
     .option('--image <ref>', 'sandbox image');
 
 leaseOptions(program.command('run'))
   .description('lease a sandbox, upload, run CMD, stream its output, print the receipt, download, release')
-  .option('--upload <local[:remote]>', "upload a local directory's contents, or a file, into a sandbox directory (default /workspace; repeatable)", collect)
+  .option(
+    '--upload <local[:remote]>',
+    "upload a local directory's contents, or a file, into a sandbox directory (default /workspace; repeatable)",
+    collect,
+  )
   .option('--exclude <name>', 'skip this top-level file or directory of each upload (repeatable)', collect)
   .option('--download <remote>', 'copy this sandbox path back after the command (repeatable)', collect)
   .option('--download-dir <dir>', 'where downloads go', 'sbx-downloads')
@@ -178,7 +194,10 @@ leaseOptions(program.command('run'))
     const onSignal = (): void => {
       // Aborting cancels the running call; releasing ends the sandbox with whatever still runs in it.
       interrupted.abort();
-      void sandbox.release().catch(() => undefined).then(() => process.exit(EXIT_CANCELLED));
+      void sandbox
+        .release()
+        .catch(() => undefined)
+        .then(() => process.exit(EXIT_CANCELLED));
     };
     process.once('SIGINT', onSignal);
     process.once('SIGTERM', onSignal);
@@ -195,7 +214,12 @@ leaseOptions(program.command('run'))
       }
       // The one command of `run` receives every secret the lease was given.
       const secrets = (secretRequests(opts.secret, opts.secretFile) ?? []).map((r) => r.name);
-      const result = await runCommand(sandbox, command, { cwd: opts.cwd, timeoutMs: opts.timeoutMs, secrets, signal: interrupted.signal }, Boolean(global.json));
+      const result = await runCommand(
+        sandbox,
+        command,
+        { cwd: opts.cwd, timeoutMs: opts.timeoutMs, secrets, signal: interrupted.signal },
+        Boolean(global.json),
+      );
       const downloads = [];
       for (const remote of (opts.download ?? []) as string[]) {
         await mkdir(opts.downloadDir, { recursive: true });
@@ -293,7 +317,9 @@ program
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
     const leases = (await connect(connection(global)).listSandboxes()).filter((l) => opts.all || !TERMINAL_LEASE_STATUSES.has(l.status));
     if (global.json) process.stdout.write(`${JSON.stringify(leases, null, 2)}\n`);
-    else for (const l of leases) process.stdout.write(`${l.id}  ${l.status.padEnd(9)} ${l.policy.name}@${l.policy.version}  expires ${l.expiresAt}\n`);
+    else
+      for (const l of leases)
+        process.stdout.write(`${l.id}  ${l.status.padEnd(9)} ${l.policy.name}@${l.policy.version}  expires ${l.expiresAt}\n`);
   });
 
 const secretCommand = program.command('secret').description('store, list and delete secrets (admin API key)');
@@ -307,8 +333,17 @@ secretCommand
     // From stdin, never an argument: argv shows in `ps` and shell history.
     const chunks: Buffer[] = [];
     for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-    const metadata = await connect(connection(global)).putSecret(name, Buffer.concat(chunks).toString('utf8').replace(/\r?\n$/, ''));
-    process.stdout.write(global.json ? `${JSON.stringify(metadata, null, 2)}\n` : `${metadata.name} version ${metadata.version} (${metadata.sizeBytes} bytes)\n`);
+    const metadata = await connect(connection(global)).putSecret(
+      name,
+      Buffer.concat(chunks)
+        .toString('utf8')
+        .replace(/\r?\n$/, ''),
+    );
+    process.stdout.write(
+      global.json
+        ? `${JSON.stringify(metadata, null, 2)}\n`
+        : `${metadata.name} version ${metadata.version} (${metadata.sizeBytes} bytes)\n`,
+    );
   });
 
 secretCommand
@@ -318,7 +353,9 @@ secretCommand
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
     const secrets = await connect(connection(global)).listSecrets();
     if (global.json) process.stdout.write(`${JSON.stringify(secrets, null, 2)}\n`);
-    else for (const s of secrets) process.stdout.write(`${s.name}  version ${s.version}  ${s.sizeBytes} bytes  updated ${s.updatedAt} by ${s.updatedBy}\n`);
+    else
+      for (const s of secrets)
+        process.stdout.write(`${s.name}  version ${s.version}  ${s.sizeBytes} bytes  updated ${s.updatedAt} by ${s.updatedBy}\n`);
   });
 
 secretCommand
@@ -351,7 +388,9 @@ program
 
 program
   .command('down')
-  .description('stop what set-up and `npm start` left running for a data directory: its control planes, then its Redis (never dockerd, never sandboxes)')
+  .description(
+    'stop what set-up and `npm start` left running for a data directory: its control planes, then its Redis (never dockerd, never sandboxes)',
+  )
   .option('--data-dir <dir>', 'data directory (env SBX_DATA_DIR)', process.env.SBX_DATA_DIR ?? DEFAULT_DATA_DIR)
   .addOption(new Option('--timeout-ms <ms>', 'how long each process may take to exit after SIGTERM').argParser(positiveInt).default(30_000))
   .action(async (opts: { dataDir: string; timeoutMs: number }) => {

@@ -24,79 +24,304 @@ interface CodeSpec {
 }
 
 export const ERROR_CODES = {
-  'input.invalid': { status: 400, retryability: 'after_fix', summary: 'A field of the request is missing or malformed; `details.issues` names each field.' },
+  'input.invalid': {
+    status: 400,
+    retryability: 'after_fix',
+    summary: 'A field of the request is missing or malformed; `details.issues` names each field.',
+  },
   'input.invalid_json': { status: 400, retryability: 'after_fix', summary: 'The request body is not valid JSON.' },
   'input.body_too_large': { status: 413, retryability: 'after_fix', summary: 'The request body exceeds the size limit for this route.' },
   'input.unsupported_media_type': { status: 415, retryability: 'after_fix', summary: 'The Content-Type is not accepted by this route.' },
-  'input.body_aborted': { status: 400, retryability: 'safe', summary: 'The request body ended before its declared length (the client closed its side of the connection, or the connection broke, mid-body); nothing was done.' },
-  'input.malformed_request': { status: 400, retryability: 'after_fix', summary: 'The HTTP request could not be parsed (request line, URL encoding, header syntax, Content-Length, chunked encoding); `details.reason` names what the parser found.' },
-  'input.headers_too_large': { status: 431, retryability: 'after_fix', summary: 'The request line and headers exceed the server\'s size limit (16 KiB, Node\'s default).' },
-  'input.url_too_long': { status: 414, retryability: 'after_fix', summary: 'A path segment (e.g. a sandbox or call id) is longer than 100 characters.' },
-  'input.request_timeout': { status: 408, retryability: 'safe', summary: 'The request\'s headers or body did not arrive in time (Node\'s `headersTimeout`); nothing was done.' },
-  'input.unknown_tool': { status: 400, retryability: 'after_fix', summary: 'The named tool does not exist; `GET /v1/tools` lists the tools.' },
-  'input.path_outside_workspace': { status: 400, retryability: 'after_fix', summary: 'A path resolves outside the roots the policy allows.' },
-  'input.cwd_not_found': { status: 400, retryability: 'after_fix', summary: 'The working directory of an exec call does not exist in the sandbox.' },
+  'input.body_aborted': {
+    status: 400,
+    retryability: 'safe',
+    summary:
+      'The request body ended before its declared length (the client closed its side of the connection, or the connection broke, mid-body); nothing was done.',
+  },
+  'input.malformed_request': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      'The HTTP request could not be parsed (request line, URL encoding, header syntax, Content-Length, chunked encoding); `details.reason` names what the parser found.',
+  },
+  'input.headers_too_large': {
+    status: 431,
+    retryability: 'after_fix',
+    summary: "The request line and headers exceed the server's size limit (16 KiB, Node's default).",
+  },
+  'input.url_too_long': {
+    status: 414,
+    retryability: 'after_fix',
+    summary: 'A path segment (e.g. a sandbox or call id) is longer than 100 characters.',
+  },
+  'input.request_timeout': {
+    status: 408,
+    retryability: 'safe',
+    summary: "The request's headers or body did not arrive in time (Node's `headersTimeout`); nothing was done.",
+  },
+  'input.unknown_tool': {
+    status: 400,
+    retryability: 'after_fix',
+    summary: 'The named tool does not exist; `GET /v1/tools` lists the tools.',
+  },
+  'input.path_outside_workspace': {
+    status: 400,
+    retryability: 'after_fix',
+    summary: 'A path resolves outside the roots the policy allows.',
+  },
+  'input.cwd_not_found': {
+    status: 400,
+    retryability: 'after_fix',
+    summary: 'The working directory of an exec call does not exist in the sandbox.',
+  },
   'api.route_not_found': { status: 404, retryability: 'no', summary: 'No route matches the method and path.' },
-  'api.method_not_allowed': { status: 405, retryability: 'after_fix', summary: 'The path exists, but not for this method; the `Allow` header and `details.allow` list the methods it takes.' },
-  'api.unreachable': { status: 503, retryability: 'reconcile_first', summary: 'Reported by the SDK, CLI and MCP server, never by the API: the control plane could not be reached; a request may or may not have arrived.' },
+  'api.method_not_allowed': {
+    status: 405,
+    retryability: 'after_fix',
+    summary: 'The path exists, but not for this method; the `Allow` header and `details.allow` list the methods it takes.',
+  },
+  'api.unreachable': {
+    status: 503,
+    retryability: 'reconcile_first',
+    summary:
+      'Reported by the SDK, CLI and MCP server, never by the API: the control plane could not be reached; a request may or may not have arrived.',
+  },
   'auth.missing_api_key': { status: 401, retryability: 'after_fix', summary: 'No `Authorization: Bearer <key>` header was sent.' },
-  'auth.invalid_api_key': { status: 401, retryability: 'after_fix', summary: 'The API key is not valid: unknown, or revoked (a revoked key fails from the next request on).' },
-  'auth.admin_required': { status: 403, retryability: 'after_fix', summary: 'The route is for admin API keys; this key has the `user` role.' },
+  'auth.invalid_api_key': {
+    status: 401,
+    retryability: 'after_fix',
+    summary: 'The API key is not valid: unknown, or revoked (a revoked key fails from the next request on).',
+  },
+  'auth.admin_required': {
+    status: 403,
+    retryability: 'after_fix',
+    summary: 'The route is for admin API keys; this key has the `user` role.',
+  },
   'key.not_found': { status: 404, retryability: 'no', summary: 'No API key with this id exists (`DELETE /v1/api-keys/:id`).' },
-  'lease.not_found': { status: 404, retryability: 'no', summary: 'No sandbox with this id exists, or it belongs to another tenant (a user key is not told which).' },
-  'lease.expired': { status: 410, retryability: 'no', summary: 'The sandbox reached its `expiresAt` and was released (its calls were cancelled).' },
-  'lease.released': { status: 410, retryability: 'no', summary: 'The sandbox ended: released, or `failed` / `lost` (`details.status`); its calls and receipts stay readable.' },
-  'lease.not_ready': { status: 409, retryability: 'safe', summary: 'The sandbox is still being created (`pending`, `starting`) or is being released (`releasing`).' },
-  'lease.ttl_exceeds_policy': { status: 400, retryability: 'after_fix', summary: '`ttlSeconds` is above the policy\'s `maxTtlSeconds`, or a renewal would take the lease\'s whole life (from `createdAt`) past it (`details.maxExpiresAt`).' },
-  'lease.idempotency_conflict': { status: 409, retryability: 'after_fix', summary: 'The Idempotency-Key was used before with a different request body.' },
+  'lease.not_found': {
+    status: 404,
+    retryability: 'no',
+    summary: 'No sandbox with this id exists, or it belongs to another tenant (a user key is not told which).',
+  },
+  'lease.expired': {
+    status: 410,
+    retryability: 'no',
+    summary: 'The sandbox reached its `expiresAt` and was released (its calls were cancelled).',
+  },
+  'lease.released': {
+    status: 410,
+    retryability: 'no',
+    summary: 'The sandbox ended: released, or `failed` / `lost` (`details.status`); its calls and receipts stay readable.',
+  },
+  'lease.not_ready': {
+    status: 409,
+    retryability: 'safe',
+    summary: 'The sandbox is still being created (`pending`, `starting`) or is being released (`releasing`).',
+  },
+  'lease.ttl_exceeds_policy': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      "`ttlSeconds` is above the policy's `maxTtlSeconds`, or a renewal would take the lease's whole life (from `createdAt`) past it (`details.maxExpiresAt`).",
+  },
+  'lease.idempotency_conflict': {
+    status: 409,
+    retryability: 'after_fix',
+    summary: 'The Idempotency-Key was used before with a different request body.',
+  },
   'lease.create_failed': { status: 503, retryability: 'safe', summary: 'The sandbox could not be started; nothing was left behind.' },
-  'quota.exceeded': { status: 429, retryability: 'after_fix', summary: 'The lease would take its tenant over a quota (`details`: `tenant`, `resource` = `sandboxes`, `cpus` or `memoryBytes`, `limit`, `used`, `requested`); nothing was created. Release sandboxes, or ask an admin to raise the quota (`PUT /v1/tenants/:tenant/quota`).' },
+  'quota.exceeded': {
+    status: 429,
+    retryability: 'after_fix',
+    summary:
+      'The lease would take its tenant over a quota (`details`: `tenant`, `resource` = `sandboxes`, `cpus` or `memoryBytes`, `limit`, `used`, `requested`); nothing was created. Release sandboxes, or ask an admin to raise the quota (`PUT /v1/tenants/:tenant/quota`).',
+  },
   'call.not_found': { status: 404, retryability: 'no', summary: 'No call with this id exists in this sandbox.' },
   'call.id_conflict': { status: 409, retryability: 'after_fix', summary: 'The callId was used before with different tool or arguments.' },
   'receipt.not_found': { status: 404, retryability: 'no', summary: 'No receipt with this id exists.' },
-  'policy.not_found': { status: 404, retryability: 'after_fix', summary: 'No policy with this name (and version) exists, or it was deleted.' },
-  'policy.invalid': { status: 400, retryability: 'after_fix', summary: 'A policy (file or `PUT /v1/policies/:name` body) does not validate; `details.issues` lists every problem with its `path` in the policy.' },
-  'policy.version_conflict': { status: 409, retryability: 'reconcile_first', summary: 'The `version` in a policy PUT is not the next version (`details.expected`): another change came first; read the policy and retry.' },
-  'policy.unenforceable': { status: 422, retryability: 'after_fix', summary: 'The policy asks for isolation this runtime cannot enforce; the sandbox is not started with less.' },
-  'policy.mount_not_allowed': { status: 422, retryability: 'after_fix', summary: 'A read-only mount of the policy does not exist on the host or resolves outside the mount allowlist (`SBX_MOUNT_ALLOWLIST`); `details.field` names it.' },
-  'policy.secret_denied': { status: 403, retryability: 'after_fix', summary: 'The policy does not allow this secret for the lease, or the call asks for a secret its lease was not granted (`details.name`).' },
-  'secret.not_found': { status: 404, retryability: 'after_fix', summary: 'No secret with this name is stored (`details.name`); an admin stores it with `PUT /v1/secrets/:name`.' },
-  'secret.unreadable': { status: 500, retryability: 'after_fix', summary: 'A stored secret does not decrypt with the configured key (the key changed or the record was altered); store the value again.' },
-  'policy.tool_denied': { status: 403, retryability: 'after_fix', summary: 'The policy of the sandbox does not allow this tool or these arguments.' },
-  'files.unsafe_entry': { status: 400, retryability: 'after_fix', summary: 'An uploaded tar entry is absolute, contains `..`, or links outside the target; `details.entry` names it.' },
-  'files.invalid_archive': { status: 400, retryability: 'after_fix', summary: 'The uploaded body is not a readable tar archive (cut short, a bad header or checksum, an impossible size); `details.entry` names the entry (null when none can be named) and `details.offset` the byte offset in the body; nothing was written.' },
-  'files.type_conflict': { status: 409, retryability: 'after_fix', summary: 'An upload entry is a file where the sandbox has a directory, or a directory where it has a file (or the target path itself is not a directory); `details.entry` names it (null for the target); nothing was written.' },
-  'files.permission_denied': { status: 403, retryability: 'after_fix', summary: 'The sandbox\'s tool user may not write or read that path (the OS reason, e.g. EACCES or a read-only filesystem, and the path are in `details`).' },
-  'files.no_space': { status: 507, retryability: 'after_fix', summary: 'The sandbox filesystem ran out of space (ENOSPC) during an upload.' },
-  'files.transfer_failed': { status: 422, retryability: 'after_fix', summary: 'tar inside the sandbox failed for another reason; `details.stderr` has its message.' },
-  'files.binary': { status: 422, retryability: 'after_fix', summary: 'read_file with `encoding: text` met a binary file; ask for `encoding: base64`.' },
-  'files.conflict': { status: 409, retryability: 'reconcile_first', summary: 'The file\'s sha256 is not `expectedSha256` (details: expected, actual); nothing was written.' },
+  'policy.not_found': {
+    status: 404,
+    retryability: 'after_fix',
+    summary: 'No policy with this name (and version) exists, or it was deleted.',
+  },
+  'policy.invalid': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      'A policy (file or `PUT /v1/policies/:name` body) does not validate; `details.issues` lists every problem with its `path` in the policy.',
+  },
+  'policy.version_conflict': {
+    status: 409,
+    retryability: 'reconcile_first',
+    summary:
+      'The `version` in a policy PUT is not the next version (`details.expected`): another change came first; read the policy and retry.',
+  },
+  'policy.unenforceable': {
+    status: 422,
+    retryability: 'after_fix',
+    summary: 'The policy asks for isolation this runtime cannot enforce; the sandbox is not started with less.',
+  },
+  'policy.mount_not_allowed': {
+    status: 422,
+    retryability: 'after_fix',
+    summary:
+      'A read-only mount of the policy does not exist on the host or resolves outside the mount allowlist (`SBX_MOUNT_ALLOWLIST`); `details.field` names it.',
+  },
+  'policy.secret_denied': {
+    status: 403,
+    retryability: 'after_fix',
+    summary:
+      'The policy does not allow this secret for the lease, or the call asks for a secret its lease was not granted (`details.name`).',
+  },
+  'secret.not_found': {
+    status: 404,
+    retryability: 'after_fix',
+    summary: 'No secret with this name is stored (`details.name`); an admin stores it with `PUT /v1/secrets/:name`.',
+  },
+  'secret.unreadable': {
+    status: 500,
+    retryability: 'after_fix',
+    summary: 'A stored secret does not decrypt with the configured key (the key changed or the record was altered); store the value again.',
+  },
+  'policy.tool_denied': {
+    status: 403,
+    retryability: 'after_fix',
+    summary: 'The policy of the sandbox does not allow this tool or these arguments.',
+  },
+  'files.unsafe_entry': {
+    status: 400,
+    retryability: 'after_fix',
+    summary: 'An uploaded tar entry is absolute, contains `..`, or links outside the target; `details.entry` names it.',
+  },
+  'files.invalid_archive': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      'The uploaded body is not a readable tar archive (cut short, a bad header or checksum, an impossible size); `details.entry` names the entry (null when none can be named) and `details.offset` the byte offset in the body; nothing was written.',
+  },
+  'files.type_conflict': {
+    status: 409,
+    retryability: 'after_fix',
+    summary:
+      'An upload entry is a file where the sandbox has a directory, or a directory where it has a file (or the target path itself is not a directory); `details.entry` names it (null for the target); nothing was written.',
+  },
+  'files.permission_denied': {
+    status: 403,
+    retryability: 'after_fix',
+    summary:
+      "The sandbox's tool user may not write or read that path (the OS reason, e.g. EACCES or a read-only filesystem, and the path are in `details`).",
+  },
+  'files.no_space': {
+    status: 507,
+    retryability: 'after_fix',
+    summary: 'The sandbox filesystem ran out of space (ENOSPC) during an upload.',
+  },
+  'files.transfer_failed': {
+    status: 422,
+    retryability: 'after_fix',
+    summary: 'tar inside the sandbox failed for another reason; `details.stderr` has its message.',
+  },
+  'files.binary': {
+    status: 422,
+    retryability: 'after_fix',
+    summary: 'read_file with `encoding: text` met a binary file; ask for `encoding: base64`.',
+  },
+  'files.conflict': {
+    status: 409,
+    retryability: 'reconcile_first',
+    summary: "The file's sha256 is not `expectedSha256` (details: expected, actual); nothing was written.",
+  },
   'files.exists': { status: 409, retryability: 'after_fix', summary: '`createOnly` and the file exists; nothing was written.' },
-  'files.dangling_symlink': { status: 422, retryability: 'after_fix', summary: 'The path, or a directory on it, is a symbolic link whose target does not exist; `details.link` names the link, `details.target` its text, `details.resolved` where it points.' },
-  'files.not_a_file': { status: 422, retryability: 'after_fix', summary: 'The path is a directory, device or other non-regular file where a file was needed.' },
-  'files.too_large': { status: 413, retryability: 'after_fix', summary: 'The file is larger than the policy lets a file tool read or write.' },
+  'files.dangling_symlink': {
+    status: 422,
+    retryability: 'after_fix',
+    summary:
+      'The path, or a directory on it, is a symbolic link whose target does not exist; `details.link` names the link, `details.target` its text, `details.resolved` where it points.',
+  },
+  'files.not_a_file': {
+    status: 422,
+    retryability: 'after_fix',
+    summary: 'The path is a directory, device or other non-regular file where a file was needed.',
+  },
+  'files.too_large': {
+    status: 413,
+    retryability: 'after_fix',
+    summary: 'The file is larger than the policy lets a file tool read or write.',
+  },
   'edit.no_match': { status: 422, retryability: 'after_fix', summary: '`oldString` does not occur in the file (details.count = 0).' },
-  'edit.ambiguous_match': { status: 422, retryability: 'after_fix', summary: '`oldString` occurs more than once and `replaceAll` is not set (details.count).' },
+  'edit.ambiguous_match': {
+    status: 422,
+    retryability: 'after_fix',
+    summary: '`oldString` occurs more than once and `replaceAll` is not set (details.count).',
+  },
   'git.not_a_repository': { status: 422, retryability: 'after_fix', summary: 'The path is not inside a git work tree.' },
   'git.failed': { status: 422, retryability: 'after_fix', summary: 'git exited non-zero; details.stderr has its message.' },
   'files.not_found': { status: 404, retryability: 'no', summary: 'The requested path does not exist in the sandbox.' },
   'artifact.not_found': { status: 404, retryability: 'no', summary: 'No artifact with this id in this sandbox (or its retention ended).' },
-  'artifact.corrupt': { status: 422, retryability: 'safe', summary: 'An artifact chunk or the whole artifact did not match its sha256; it was discarded.' },
+  'artifact.corrupt': {
+    status: 422,
+    retryability: 'safe',
+    summary: 'An artifact chunk or the whole artifact did not match its sha256; it was discarded.',
+  },
   'artifact.incomplete': { status: 409, retryability: 'safe', summary: 'An artifact was closed before all its chunks arrived.' },
   'runtime.unavailable': { status: 503, retryability: 'safe', summary: 'The container runtime (Docker engine) does not answer.' },
-  'runtime.image_not_found': { status: 400, retryability: 'after_fix', summary: 'The image is not present on the runtime and cannot be pulled.' },
+  'runtime.image_not_found': {
+    status: 400,
+    retryability: 'after_fix',
+    summary: 'The image is not present on the runtime and cannot be pulled.',
+  },
   'queue.unavailable': { status: 503, retryability: 'safe', summary: 'Redis does not answer.' },
-  'execution.nonzero_exit': { status: 200, retryability: 'after_fix', summary: 'The command ran and exited with a non-zero code (`exitCode`).' },
-  'execution.signaled': { status: 200, retryability: 'reconcile_first', summary: 'The command was killed by a signal it did not get from sbx.' },
-  'execution.timeout': { status: 200, retryability: 'reconcile_first', summary: 'The call hit `timeoutMs`; its process group was killed; effects may be partial.' },
-  'execution.cancelled': { status: 200, retryability: 'reconcile_first', summary: 'The call was cancelled; if it had started, effects may be partial.' },
-  'execution.oom_killed': { status: 200, retryability: 'after_fix', summary: 'The kernel killed the command for memory (the sandbox\'s memory limit); the agent and other calls go on.' },
-  'resource.pids_exhausted': { status: 200, retryability: 'after_fix', summary: 'The command failed after the sandbox\'s process limit (policy `resources.pids`) refused a fork.' },
-  'resource.disk_full': { status: 200, retryability: 'after_fix', summary: 'The command failed with a writable root full (ENOSPC, policy `filesystem.writableRoots[].sizeBytes`).' },
+  'execution.nonzero_exit': {
+    status: 200,
+    retryability: 'after_fix',
+    summary: 'The command ran and exited with a non-zero code (`exitCode`).',
+  },
+  'execution.signaled': {
+    status: 200,
+    retryability: 'reconcile_first',
+    summary: 'The command was killed by a signal it did not get from sbx.',
+  },
+  'execution.timeout': {
+    status: 200,
+    retryability: 'reconcile_first',
+    summary: 'The call hit `timeoutMs`; its process group was killed; effects may be partial.',
+  },
+  'execution.cancelled': {
+    status: 200,
+    retryability: 'reconcile_first',
+    summary: 'The call was cancelled; if it had started, effects may be partial.',
+  },
+  'execution.oom_killed': {
+    status: 200,
+    retryability: 'after_fix',
+    summary: "The kernel killed the command for memory (the sandbox's memory limit); the agent and other calls go on.",
+  },
+  'resource.pids_exhausted': {
+    status: 200,
+    retryability: 'after_fix',
+    summary: "The command failed after the sandbox's process limit (policy `resources.pids`) refused a fork.",
+  },
+  'resource.disk_full': {
+    status: 200,
+    retryability: 'after_fix',
+    summary: 'The command failed with a writable root full (ENOSPC, policy `filesystem.writableRoots[].sizeBytes`).',
+  },
   'execution.spawn_failed': { status: 200, retryability: 'after_fix', summary: 'The process could not be started; nothing ran.' },
-  'execution.effect_unknown': { status: 200, retryability: 'reconcile_first', summary: 'An earlier attempt of this call started and its outcome was lost; it was not re-run.' },
-  'execution.sandbox_lost': { status: 200, retryability: 'reconcile_first', summary: 'The sandbox went away (released, expired or crashed) while the call was pending or running.' },
-  'internal.unexpected': { status: 500, retryability: 'safe', summary: 'A fault inside sbx; the log has the details under the request id.' },
+  'execution.effect_unknown': {
+    status: 200,
+    retryability: 'reconcile_first',
+    summary: 'An earlier attempt of this call started and its outcome was lost; it was not re-run.',
+  },
+  'execution.sandbox_lost': {
+    status: 200,
+    retryability: 'reconcile_first',
+    summary: 'The sandbox went away (released, expired or crashed) while the call was pending or running.',
+  },
+  'internal.unexpected': {
+    status: 500,
+    retryability: 'safe',
+    summary: 'A fault inside sbx; the log has the details under the request id.',
+  },
 } as const satisfies Record<string, CodeSpec>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

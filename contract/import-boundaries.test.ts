@@ -17,7 +17,8 @@ function sources(dir: string): string[] {
 }
 
 const files = ['contract', 'control-plane', 'sandbox-agent', 'sdk', 'cli'].flatMap(sources);
-const importsOf = (file: string): string[] => [...readFileSync(join(root, file), 'utf8').matchAll(/^import[^'"]*['"]([^'"]+)['"]/gm)].map((m) => m[1]!);
+const importsOf = (file: string): string[] =>
+  [...readFileSync(join(root, file), 'utf8').matchAll(/^import[^'"]*['"]([^'"]+)['"]/gm)].map((m) => m[1]!);
 
 /** A domain's fastify plugin (`control-plane/<domain>/routes.ts`) and its Redis adapter (`control-plane/<domain>/store.ts`). */
 const DOMAIN_ROUTES = /^control-plane\/[a-z-]+\/routes\.ts$/;
@@ -42,7 +43,8 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   '@fastify/swagger-ui': ['control-plane/http/openapi.ts'],
   'fastify-type-provider-zod': ['control-plane/http/', DOMAIN_ROUTES],
 };
-const owns = (owner: string | RegExp, file: string): boolean => (typeof owner === 'string' ? file === owner || file.startsWith(owner) : owner.test(file));
+const owns = (owner: string | RegExp, file: string): boolean =>
+  typeof owner === 'string' ? file === owner || file.startsWith(owner) : owner.test(file);
 
 describe('import boundaries', () => {
   it('each infrastructure library is imported only by the adapter that owns it', () => {

@@ -51,7 +51,9 @@ export const EnvironmentManifest = SandboxFacts.extend({
    * The network the policy gives: its mode, and for `allowlist` the digest of its rules.
    * Manifests stored before this field existed had no other mode than `none`.
    */
-  network: z.object({ mode: z.enum(['none', 'allowlist', 'open']), allowlistDigest: Digest.nullable() }).default({ mode: 'none', allowlistDigest: null }),
+  network: z
+    .object({ mode: z.enum(['none', 'allowlist', 'open']), allowlistDigest: Digest.nullable() })
+    .default({ mode: 'none', allowlistDigest: null }),
   /** Lease env: the sorted variable names and the digest of the whole map (values stay out). */
   env: z.object({ keys: z.array(z.string()), digest: Digest }),
   /** Names of the secrets granted to the lease, sorted; never values nor digests of values. */

@@ -89,7 +89,10 @@ export const AgentConfig = z.object({
    * plane's egress proxy at `socketPath`; tool processes get the standard proxy variables.
    * Null for mode `none`.
    */
-  egress: z.object({ port: z.number().int().min(1).max(65535), socketPath: z.string() }).nullable().default(null),
+  egress: z
+    .object({ port: z.number().int().min(1).max(65535), socketPath: z.string() })
+    .nullable()
+    .default(null),
   /**
    * Started ahead of demand for a warm pool: `env` and `secrets` are empty until the lease that
    * claims the sandbox sends its `LeaseBinding` (job `BIND_JOB`).
@@ -127,7 +130,14 @@ export const ReturnMessage = z.discriminatedUnion('kind', [
   /** A background task's handle (status `detached`); its final `result` follows when it ends. */
   z.object({ kind: z.literal('detached'), callId: z.string(), attemptId: z.string(), result: ToolResult }),
   /** One chunk of an artifact, in order from index 0, with the sha256 (hex) of its bytes. */
-  z.object({ kind: z.literal('artifact_chunk'), callId: z.string(), artifactId: ArtifactId, index: z.number().int().nonnegative(), sha256: z.string(), dataBase64: z.string() }),
+  z.object({
+    kind: z.literal('artifact_chunk'),
+    callId: z.string(),
+    artifactId: ArtifactId,
+    index: z.number().int().nonnegative(),
+    sha256: z.string(),
+    dataBase64: z.string(),
+  }),
   /** The artifact is complete: its size (bytes), chunk count and whole sha256 (hex) to verify. */
   z.object({
     kind: z.literal('artifact_end'),

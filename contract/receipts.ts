@@ -19,10 +19,19 @@ export interface ReceiptSubject {
 }
 
 /** What an attempt observed; a field left out was not observed (null, or empty). */
-export type ReceiptFacts = Partial<Pick<EffectReceipt, 'exit' | 'environment' | 'runner' | 'outputs' | 'cleanup' | 'versions' | 'artifacts' | 'secretsUsed'>>;
+export type ReceiptFacts = Partial<
+  Pick<EffectReceipt, 'exit' | 'environment' | 'runner' | 'outputs' | 'cleanup' | 'versions' | 'artifacts' | 'secretsUsed'>
+>;
 
 /** The receipt of an attempt of `subject` in `commitState` from `startedAt` to `endedAt`; `receiptId` defaults to one derived from the attempt. */
-export function attemptReceipt(subject: ReceiptSubject, commitState: CommitState, startedAt: Date, endedAt: Date, facts: ReceiptFacts, receiptId?: string): EffectReceipt {
+export function attemptReceipt(
+  subject: ReceiptSubject,
+  commitState: CommitState,
+  startedAt: Date,
+  endedAt: Date,
+  facts: ReceiptFacts,
+  receiptId?: string,
+): EffectReceipt {
   return {
     receiptId: receiptId ?? `rcpt_${subject.callId}_${subject.attemptId.slice(4, 12)}`,
     callId: subject.callId,
@@ -56,7 +65,12 @@ export function lostReceipt(subject: ReceiptSubject, startedAt: Date, endedAt: D
 }
 
 /** A result with no output and no receipt (denied, cancelled before it started, lost); `modelText` defaults to the error's message. */
-export function resultWithoutRun(callId: string, status: ResultStatus, error: ErrorInfo | null, extra: Partial<Pick<ToolResult, 'modelText' | 'data'>> = {}): ToolResult {
+export function resultWithoutRun(
+  callId: string,
+  status: ResultStatus,
+  error: ErrorInfo | null,
+  extra: Partial<Pick<ToolResult, 'modelText' | 'data'>> = {},
+): ToolResult {
   return {
     callId,
     status,

@@ -38,7 +38,15 @@ describe('secret names and file paths', () => {
 
   it('file paths lie directly in /run/secrets', () => {
     expect(SecretFilePath.safeParse('/run/secrets/npmrc').success).toBe(true);
-    for (const bad of ['/workspace/x', '/run/secrets/', '/run/secrets/a/b', '/run/secrets/..', '/run/secrets/.', 'run/secrets/x', '/run/secrets/../etc']) {
+    for (const bad of [
+      '/workspace/x',
+      '/run/secrets/',
+      '/run/secrets/a/b',
+      '/run/secrets/..',
+      '/run/secrets/.',
+      'run/secrets/x',
+      '/run/secrets/../etc',
+    ]) {
       expect(SecretFilePath.safeParse(bad).success).toBe(false);
     }
   });

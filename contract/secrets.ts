@@ -39,7 +39,10 @@ export const SECRET_FILES_DIR = '/run/secrets';
 /** A file secret's path: one file name directly in SECRET_FILES_DIR (no `.`/`..`, no subdirectory). */
 export const SecretFilePath = z
   .string()
-  .regex(/^\/run\/secrets\/[A-Za-z0-9_.-]{1,128}$/, `must be a file directly in ${SECRET_FILES_DIR} (the secrets tmpfs), e.g. ${SECRET_FILES_DIR}/NPM_TOKEN`)
+  .regex(
+    /^\/run\/secrets\/[A-Za-z0-9_.-]{1,128}$/,
+    `must be a file directly in ${SECRET_FILES_DIR} (the secrets tmpfs), e.g. ${SECRET_FILES_DIR}/NPM_TOKEN`,
+  )
   .refine((p) => !/\/\.{1,2}$/.test(p), 'must name a file, not . or ..');
 
 /** AES-256-GCM output, each part base64: 12-byte IV, 16-byte tag, ciphertext. */

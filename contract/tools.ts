@@ -20,7 +20,17 @@ export { Access, EffectClass, runsCode, writesFiles, type LimitsSection, type To
 export { WriteFileArgs } from './tools/write-file.js';
 
 /** Every tool the agent offers, in the order `GET /v1/tools` lists them. */
-export const TOOL_SPECS = [execSpec, readFileSpec, writeFileSpec, editFileSpec, listFilesSpec, globSpec, searchSpec, gitStatusSpec, gitDiffSpec] as const;
+export const TOOL_SPECS = [
+  execSpec,
+  readFileSpec,
+  writeFileSpec,
+  editFileSpec,
+  listFilesSpec,
+  globSpec,
+  searchSpec,
+  gitStatusSpec,
+  gitDiffSpec,
+] as const;
 export type ToolName = (typeof TOOL_SPECS)[number]['name'];
 export const ToolName = z.enum(TOOL_SPECS.map((s) => s.name) as [ToolName, ...ToolName[]]);
 
@@ -28,4 +38,6 @@ type SpecOf<N extends ToolName> = Extract<(typeof TOOL_SPECS)[number], { name: N
 /** A tool's spec by name. */
 export const TOOL_SPEC: { readonly [N in ToolName]: SpecOf<N> } = Object.fromEntries(TOOL_SPECS.map((s) => [s.name, s])) as never;
 /** A tool's argument schema by name. */
-export const TOOL_ARGS: { readonly [N in ToolName]: SpecOf<N>['args'] } = Object.fromEntries(TOOL_SPECS.map((s) => [s.name, s.args])) as never;
+export const TOOL_ARGS: { readonly [N in ToolName]: SpecOf<N>['args'] } = Object.fromEntries(
+  TOOL_SPECS.map((s) => [s.name, s.args]),
+) as never;

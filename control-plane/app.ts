@@ -85,7 +85,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installErrorHandling(app);
   // JSON only: a text/plain body would otherwise reach the schemas as a string.
   app.removeContentTypeParser('text/plain');
-  installApiKeyAuth(app, { bootstrapKey: deps.apiKey, lookup: deps.lookupPrincipal, publicRoutes: ['/healthz', '/metrics', ...CONSOLE_ROUTES, ...DOCS_ROUTES] });
+  installApiKeyAuth(app, {
+    bootstrapKey: deps.apiKey,
+    lookup: deps.lookupPrincipal,
+    publicRoutes: ['/healthz', '/metrics', ...CONSOLE_ROUTES, ...DOCS_ROUTES],
+  });
   // Every log line of a request about one sandbox or call says which (fastify's own request
   // lines too: they log through reply.log). Ids that are not well-formed are left out of logs.
   app.addHook('onRequest', async (request, reply) => {
@@ -98,11 +102,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installLeaseGuard(app, { visible: (id, by) => deps.leases.visible(id, by), usable: (lease) => deps.leases.usable(lease) });
   await installOpenApi(app, { version: deps.version });
 
-  app.get('/healthz', { schema: { tags: ['meta'], summary: 'Health: 200 when Redis and Docker answer, else 503', security: [] } }, async (_request, reply) => {
-    const [redis, docker] = await Promise.allSettled([deps.pingRedis(), deps.runtime.info()]);
-    const body = { redis: redis.status === 'fulfilled' ? 'ok' : 'down', docker: docker.status === 'fulfilled' ? 'ok' : 'down' };
-    return reply.status(body.redis === 'ok' && body.docker === 'ok' ? 200 : 503).send(body);
-  });
+  app.get(
+    '/healthz',
+    { schema: { tags: ['meta'], summary: 'Health: 200 when Redis and Docker answer, else 503', security: [] } },
+    async (_request, reply) => {
+      const [redis, docker] = await Promise.allSettled([deps.pingRedis(), deps.runtime.info()]);
+      const body = { redis: redis.status === 'fulfilled' ? 'ok' : 'down', docker: docker.status === 'fulfilled' ? 'ok' : 'down' };
+      return reply.status(body.redis === 'ok' && body.docker === 'ok' ? 200 : 503).send(body);
+    },
+  );
 
   await app.register(leasesRoutes, { leases: deps.leases });
   await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, store: deps.callStore, notifier: deps.notifier });

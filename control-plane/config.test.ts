@@ -7,7 +7,10 @@ const base = { SBX_REDIS_URL: 'unix:///tmp/none.sock' };
 describe('SBX_DEFAULT_TENANT_QUOTA', () => {
   it('defaults to no limits and takes a JSON object of limits', () => {
     expect(loadConfig(base, repoRoot).defaultTenantQuota).toEqual({});
-    expect(loadConfig({ ...base, SBX_DEFAULT_TENANT_QUOTA: '{"maxSandboxes": 5, "maxCpus": 2.5, "maxMemoryBytes": null}' }, repoRoot).defaultTenantQuota).toEqual({
+    expect(
+      loadConfig({ ...base, SBX_DEFAULT_TENANT_QUOTA: '{"maxSandboxes": 5, "maxCpus": 2.5, "maxMemoryBytes": null}' }, repoRoot)
+        .defaultTenantQuota,
+    ).toEqual({
       maxSandboxes: 5,
       maxCpus: 2.5,
       maxMemoryBytes: null,

@@ -50,7 +50,10 @@ const Env = z.object({
   /** Bearer API key. Default: `<data dir>/api-key`, generated and printed on first start. */
   SBX_API_KEY: z.string().min(16).optional(),
   /** Identity of this installation, written as the `sbx.owner` label on everything it creates. Default `sbx`. */
-  SBX_OWNER: z.string().regex(/^[a-zA-Z0-9_.-]+$/).default('sbx'),
+  SBX_OWNER: z
+    .string()
+    .regex(/^[a-zA-Z0-9_.-]+$/)
+    .default('sbx'),
   /**
    * Default sandbox image. Default: the image images/build.sh built from this checkout's agent
    * (its tag in `dist/.sbx-image`), so the control plane and the agent speak the same contract;
@@ -64,9 +67,17 @@ const Env = z.object({
   /** The docker CLI's engine address; only a `unix://` one is used (for SBX_DOCKER_SOCKET's default). */
   DOCKER_HOST: z.string().optional(),
   /** Largest accepted upload (tar) body, bytes. Default 2 GiB. */
-  SBX_MAX_UPLOAD_BYTES: z.coerce.number().int().positive().default(2 * 1024 * 1024 * 1024),
+  SBX_MAX_UPLOAD_BYTES: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(2 * 1024 * 1024 * 1024),
   /** How long an ended sandbox's calls, events and receipts stay readable, seconds. Default 7 days. */
-  SBX_LEDGER_RETENTION_SECONDS: z.coerce.number().int().positive().default(7 * 24 * 3600),
+  SBX_LEDGER_RETENTION_SECONDS: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(7 * 24 * 3600),
   /**
    * DNS servers the egress proxy resolves sandbox destinations with, comma-separated `ip` or
    * `ip:port`. Default: the host's (resolv.conf).
@@ -74,7 +85,12 @@ const Env = z.object({
   SBX_EGRESS_DNS_SERVERS: z
     .string()
     .default('')
-    .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean)),
+    .transform((s) =>
+      s
+        .split(',')
+        .map((x) => x.trim())
+        .filter(Boolean),
+    ),
   /**
    * Host directories (comma-separated absolute paths) that policies' read-only mounts may come
    * from. Default none: a policy with a read-only mount is refused.
@@ -82,7 +98,12 @@ const Env = z.object({
   SBX_MOUNT_ALLOWLIST: z
     .string()
     .default('')
-    .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean))
+    .transform((s) =>
+      s
+        .split(',')
+        .map((x) => x.trim())
+        .filter(Boolean),
+    )
     .pipe(z.array(z.string().regex(/^\//, 'absolute paths'))),
   /**
    * Warm pools, a JSON array of `{policy, image?, min, max, idleSeconds?}` (see
@@ -163,7 +184,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     owner: e.SBX_OWNER,
     image: e.SBX_IMAGE ?? builtImage(repoRoot) ?? 'sbx-sandbox:latest',
     policyDir: e.SBX_POLICY_DIR ?? join(repoRoot, 'policies'),
-    dockerSocket: e.SBX_DOCKER_SOCKET ?? (e.DOCKER_HOST?.startsWith('unix://') ? e.DOCKER_HOST.slice('unix://'.length) : '/var/run/docker.sock'),
+    dockerSocket:
+      e.SBX_DOCKER_SOCKET ?? (e.DOCKER_HOST?.startsWith('unix://') ? e.DOCKER_HOST.slice('unix://'.length) : '/var/run/docker.sock'),
     maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,
     ledgerRetentionSeconds: e.SBX_LEDGER_RETENTION_SECONDS,
     logLevel: e.SBX_LOG_LEVEL,

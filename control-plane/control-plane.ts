@@ -43,7 +43,6 @@ import type { Ownership } from './runtime/runtime.js';
 import { SecretService } from './secrets/service.js';
 import { RedisSecretRecords } from './secrets/store.js';
 
-
 export interface ControlPlane {
   app: FastifyInstance;
   leases: LeaseService;
@@ -77,7 +76,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const redis = connectRedis(options);
   const subscriber = connectRedis(options);
   // ioredis reconnects by itself (commands wait meanwhile); say so in the log, not on bare stderr.
-  for (const conn of [redis, subscriber]) conn.on('error', (err: Error) => log.warn({ err: err.message }, 'redis connection error; reconnecting'));
+  for (const conn of [redis, subscriber])
+    conn.on('error', (err: Error) => log.warn({ err: err.message }, 'redis connection error; reconnecting'));
   const runtime = new DockerRuntime(config.dockerSocket);
   const ownership = { owner: config.owner, installation: await installationId(redis, config.redisPrefix) };
   const leaseStore = new LeaseStore(redis, config.redisPrefix);
@@ -98,7 +98,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const seeded = await policies.seed(await readPolicyFiles(config.policyDir));
   if (seeded.length > 0) log.info({ policies: seeded }, 'policy files imported into the policy store');
   const artifacts = new ArtifactStore(join(config.dataDir, 'artifacts'), artifactRecords);
-  const liveLeaseIds = async (): Promise<string[]> => (await leaseStore.leaseStatuses()).filter((l) => l.status === 'ready').map((l) => l.id);
+  const liveLeaseIds = async (): Promise<string[]> =>
+    (await leaseStore.leaseStatuses()).filter((l) => l.status === 'ready').map((l) => l.id);
   const metrics = new Metrics({
     leaseStates: async () => {
       const counts: Record<string, number> = {};
@@ -116,11 +117,21 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     },
     log,
   });
-  const quotas = new QuotaService({ store: new RedisQuotaStore(redis, config.redisPrefix), audit, defaults: config.defaultTenantQuota, now });
+  const quotas = new QuotaService({
+    store: new RedisQuotaStore(redis, config.redisPrefix),
+    audit,
+    defaults: config.defaultTenantQuota,
+    now,
+  });
   const leaseHold = async (id: string): Promise<LeaseHold | null> => {
     const lease = await leaseStore.getLease(id);
     if (!lease) return null;
-    return { tenant: lease.tenant, ended: TERMINAL_LEASE_STATUSES.has(lease.status), cpus: lease.policySnapshot.resources.cpus, memoryBytes: lease.policySnapshot.resources.memoryBytes };
+    return {
+      tenant: lease.tenant,
+      ended: TERMINAL_LEASE_STATUSES.has(lease.status),
+      cpus: lease.policySnapshot.resources.cpus,
+      memoryBytes: lease.policySnapshot.resources.memoryBytes,
+    };
   };
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
   // The pools start sandboxes through the lease service, which claims from the pools: the
@@ -133,7 +144,10 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
             store: new PoolStore(redis, config.redisPrefix),
             ownership,
             defaultImage: config.image,
-            launcher: { launchWarm: (id, policy, image) => leases.launchWarm(id, policy, image), discardWarm: (id) => leases.discardWarm(id) },
+            launcher: {
+              launchWarm: (id, policy, image) => leases.launchWarm(id, policy, image),
+              discardWarm: (id) => leases.discardWarm(id),
+            },
             runtime,
             latestPolicy: async (name) => (await policies.resolve(name)).ref,
             log,
@@ -149,10 +163,32 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const onLost = (leaseId: string): void => metrics.reconciled({ adopted: [], removed: [], lost: [leaseId] });
   // An ended lease's records expire together, each domain's from its own store.
   const retain = async (leaseId: string, seconds: number): Promise<void> => {
-    await Promise.all([leaseStore.retain(leaseId, seconds), callStore.retain(leaseId, seconds), artifactRecords.retain(leaseId, seconds), egressLog.retain(leaseId, seconds)]);
+    await Promise.all([
+      leaseStore.retain(leaseId, seconds),
+      callStore.retain(leaseId, seconds),
+      artifactRecords.retain(leaseId, seconds),
+      egressLog.retain(leaseId, seconds),
+    ]);
   };
   const leases: LeaseService = new LeaseService(
-    { runtime, store: leaseStore, link, expiry, retain, policies, audit, calls, egress, secrets, quotas, metrics, ...(pools ? { pools } : {}), onLost, now, log },
+    {
+      runtime,
+      store: leaseStore,
+      link,
+      expiry,
+      retain,
+      policies,
+      audit,
+      calls,
+      egress,
+      secrets,
+      quotas,
+      metrics,
+      ...(pools ? { pools } : {}),
+      onLost,
+      now,
+      log,
+    },
     {
       ownership,
       sbxVersion: SBX_VERSION,

@@ -41,7 +41,9 @@ function secretsKeyFor(dataDir: string, configured: Buffer | undefined): Buffer 
     // `wx`: of two first starts at once, one writes and the other reads what it wrote.
     try {
       writeFileSync(file, `${randomBytes(32).toString('base64')}\n`, { mode: 0o600, flag: 'wx' });
-      process.stderr.write(`sbx: generated the secrets key in ${file}; keep it with the data: secrets stored under it are unreadable without it\n`);
+      process.stderr.write(
+        `sbx: generated the secrets key in ${file}; keep it with the data: secrets stored under it are unreadable without it\n`,
+      );
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }

@@ -48,7 +48,9 @@ describe('deploy/compose', () => {
   });
 
   it('mounts the Docker socket and the data dir at the same path as on the host, in the control plane and Redis', () => {
-    expect(controlPlane.volumes).toEqual(expect.arrayContaining([`${env.SBX_DOCKER_SOCKET}:${env.SBX_DOCKER_SOCKET}`, `${DATA_DIR}:${DATA_DIR}`]));
+    expect(controlPlane.volumes).toEqual(
+      expect.arrayContaining([`${env.SBX_DOCKER_SOCKET}:${env.SBX_DOCKER_SOCKET}`, `${DATA_DIR}:${DATA_DIR}`]),
+    );
     expect(compose.services.redis.volumes).toContain(`${DATA_DIR}:${DATA_DIR}`);
   });
 
@@ -62,14 +64,23 @@ describe('deploy/compose', () => {
   it('builds an image that carries what the control plane needs at run time: the build, the console, the policies', () => {
     const dockerfile = readFileSync(join(here, 'compose', 'Dockerfile'), 'utf8');
     expect(controlPlane.build.dockerfile).toBe('deploy/compose/Dockerfile');
-    for (const step of ['npx tsc -p tsconfig.json', 'node images/agent-bundle.mjs', 'node console/build.mjs', 'COPY policies ./policies', 'CMD ["node", "dist/control-plane/main.js"]']) {
+    for (const step of [
+      'npx tsc -p tsconfig.json',
+      'node images/agent-bundle.mjs',
+      'node console/build.mjs',
+      'COPY policies ./policies',
+      'CMD ["node", "dist/control-plane/main.js"]',
+    ]) {
       expect(dockerfile).toContain(step);
     }
   });
 });
 
 describe('deploy/kubernetes', () => {
-  const files = (dir: string): string[] => readdirSync(dir).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml').map((f) => join(dir, f));
+  const files = (dir: string): string[] =>
+    readdirSync(dir)
+      .filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml')
+      .map((f) => join(dir, f));
   const docs = [...files(join(here, 'kubernetes')), ...files(join(here, 'kubernetes', 'kubernetes-driver'))].flatMap((file) =>
     parseAllDocuments(readFileSync(file, 'utf8')).map((doc) => {
       expect(doc.errors, file).toEqual([]);
@@ -83,9 +94,14 @@ describe('deploy/kubernetes', () => {
   };
 
   it('every manifest has an apiVersion, a kind and a name; the kustomization lists the files beside it', () => {
-    for (const doc of docs) expect([typeof doc.apiVersion, typeof doc.kind, typeof doc.metadata?.name]).toEqual(['string', 'string', 'string']);
+    for (const doc of docs)
+      expect([typeof doc.apiVersion, typeof doc.kind, typeof doc.metadata?.name]).toEqual(['string', 'string', 'string']);
     const kustomization = parse(readFileSync(join(here, 'kubernetes', 'kustomization.yaml'), 'utf8'));
-    expect([...kustomization.resources].sort()).toEqual(files(join(here, 'kubernetes')).map((f) => f.slice(join(here, 'kubernetes').length + 1)).sort());
+    expect([...kustomization.resources].sort()).toEqual(
+      files(join(here, 'kubernetes'))
+        .map((f) => f.slice(join(here, 'kubernetes').length + 1))
+        .sort(),
+    );
   });
 
   it("the control plane sets only settings it reads, gets its keys from Secrets, and shares the node's socket and data dir", () => {
@@ -95,12 +111,15 @@ describe('deploy/kubernetes', () => {
     expect(env.map((e) => e.name).filter((name) => !SETTING_NAMES.includes(name))).toEqual([]);
     const value = (name: string) => env.find((e) => e.name === name);
     expect(value('SBX_REDIS_URL')?.value).toBe(`unix://${DEFAULT_SOCKET}`);
-    for (const secret of ['SBX_API_KEY', 'SBX_SECRETS_KEY', 'SBX_REDIS_PASSWORD']) expect(value(secret)?.valueFrom?.secretKeyRef, secret).toBeDefined();
+    for (const secret of ['SBX_API_KEY', 'SBX_SECRETS_KEY', 'SBX_REDIS_PASSWORD'])
+      expect(value(secret)?.valueFrom?.secretKeyRef, secret).toBeDefined();
     const volumes = deployment.spec.template.spec.volumes as Array<{ name: string; hostPath?: { path: string } }>;
     for (const mount of container.volumeMounts as Array<{ name: string; mountPath: string }>) {
       expect(volumes.find((v) => v.name === mount.name)?.hostPath?.path, mount.name).toBe(mount.mountPath);
     }
-    expect((container.volumeMounts as Array<{ mountPath: string }>).map((m) => m.mountPath).sort()).toEqual([DATA_DIR, value('SBX_DOCKER_SOCKET')?.value].sort());
+    expect((container.volumeMounts as Array<{ mountPath: string }>).map((m) => m.mountPath).sort()).toEqual(
+      [DATA_DIR, value('SBX_DOCKER_SOCKET')?.value].sort(),
+    );
   });
 
   it('Redis persists (AOF, noeviction), needs the password the control plane is given, and puts its socket where the control plane looks', () => {
@@ -120,7 +139,9 @@ describe('deploy/kubernetes', () => {
     const rules = find('Role', 'sbx-sandbox-driver').rules as Array<{ resources: string[]; verbs: string[] }>;
     expect(rules.flatMap((r) => r.resources).sort()).toEqual(['networkpolicies', 'pods', 'pods/log', 'secrets']);
     expect(rules.flatMap((r) => r.resources)).not.toContain('pods/exec');
-    expect(find('RoleBinding', 'sbx-sandbox-driver').subjects).toEqual([{ kind: 'ServiceAccount', name: 'sbx-control-plane', namespace: 'sbx-system' }]);
+    expect(find('RoleBinding', 'sbx-sandbox-driver').subjects).toEqual([
+      { kind: 'ServiceAccount', name: 'sbx-control-plane', namespace: 'sbx-system' },
+    ]);
     expect(find('ServiceAccount', 'sbx-control-plane').metadata.namespace).toBe('sbx-system');
     const baseline = find('NetworkPolicy', 'sbx-sandbox-baseline').spec;
     expect(baseline.policyTypes).toEqual(['Ingress', 'Egress']);

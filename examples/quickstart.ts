@@ -7,7 +7,12 @@
 import { Sandbox, SbxError } from '../sdk/index.js';
 
 {
-  await using sbx = await Sandbox.create({ policy: 'default', ttlSeconds: 600, env: { GREETING: 'hello' }, labels: { example: 'quickstart' } });
+  await using sbx = await Sandbox.create({
+    policy: 'default',
+    ttlSeconds: 600,
+    env: { GREETING: 'hello' },
+    labels: { example: 'quickstart' },
+  });
   console.log(`sandbox ${sbx.id}, expires ${sbx.lease.expiresAt}`);
 
   await sbx.files.write('/workspace/greet.sh', 'echo "$GREETING, $1"\necho "to stderr" >&2\n');

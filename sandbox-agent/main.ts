@@ -14,7 +14,17 @@ import { chmod, mkdir, readdir, rm } from 'node:fs/promises';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import pino from 'pino';
-import { AgentConfig, AgentHello, BIND_JOB, CALL_QUEUE, ControlMessage, LeaseBinding, RETURN_QUEUE, leaseKeys, type BindAck } from '../contract/queue.js';
+import {
+  AgentConfig,
+  AgentHello,
+  BIND_JOB,
+  CALL_QUEUE,
+  ControlMessage,
+  LeaseBinding,
+  RETURN_QUEUE,
+  leaseKeys,
+  type BindAck,
+} from '../contract/queue.js';
 import type { AgentTool } from './execution/attempt.js';
 import { CallRunner } from './execution/call-runner.js';
 import { startEgressForwarder } from './host/egress-forwarder.js';
@@ -100,14 +110,18 @@ async function main(): Promise<void> {
     }
     await redis.rpush(keys.bound, JSON.stringify(ack));
   };
-  const queueWorker = new Worker(CALL_QUEUE, (job) => (job.name === BIND_JOB && job.id === BIND_JOB ? bind(job.data) : runner.run(job.data)), {
-    connection: redisOptions,
-    prefix: keys.namespace,
-    concurrency,
-    // A call is delivered at most once more after a crash; the attempt marker turns that
-    // redelivery into `effect_unknown`, so BullMQ's own retries stay off.
-    maxStalledCount: 1,
-  });
+  const queueWorker = new Worker(
+    CALL_QUEUE,
+    (job) => (job.name === BIND_JOB && job.id === BIND_JOB ? bind(job.data) : runner.run(job.data)),
+    {
+      connection: redisOptions,
+      prefix: keys.namespace,
+      concurrency,
+      // A call is delivered at most once more after a crash; the attempt marker turns that
+      // redelivery into `effect_unknown`, so BullMQ's own retries stay off.
+      maxStalledCount: 1,
+    },
+  );
   queueWorker.on('error', (err) => log.warn({ err }, 'queue worker error'));
   await queueWorker.waitUntilReady();
   if (config.egress) await startEgressForwarder(config.egress.port, config.egress.socketPath);
@@ -137,6 +151,6 @@ function safeJson(text: string): unknown {
 // The same bundle is the tool-user worker when started with --tool-user-worker <config json>.
 const start = process.argv[2] === '--tool-user-worker' ? runToolUserWorker(process.argv[3] ?? '') : main();
 start.catch((err: unknown) => {
-  process.stderr.write(`sbx-agent: fatal: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.stderr.write(`sbx-agent: fatal: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   process.exit(1);
 });

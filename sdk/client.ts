@@ -158,9 +158,18 @@ export class SbxClient {
   }
 
   /** Submits a call; returns the ToolResult when it finished within `waitSeconds`, else `{callId, status}`. */
-  async submitCall(leaseId: string, tool: string, args: Record<string, unknown>, options: SubmitCallOptions = {}): Promise<ToolResult | PendingCall> {
+  async submitCall(
+    leaseId: string,
+    tool: string,
+    args: Record<string, unknown>,
+    options: SubmitCallOptions = {},
+  ): Promise<ToolResult | PendingCall> {
     const query = options.waitSeconds !== undefined ? `?wait=${options.waitSeconds}` : '';
-    const body = await this.json('POST', `/v1/sandboxes/${leaseId}/calls${query}`, { tool, args, ...(options.callId ? { callId: options.callId } : {}) });
+    const body = await this.json('POST', `/v1/sandboxes/${leaseId}/calls${query}`, {
+      tool,
+      args,
+      ...(options.callId ? { callId: options.callId } : {}),
+    });
     const result = ToolResult.safeParse(body);
     return result.success ? result.data : PendingCall.parse(body);
   }
@@ -186,7 +195,11 @@ export class SbxClient {
       let response: Response;
       try {
         response = await this.fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/calls/${callId}/events`, {
-          headers: { authorization: `Bearer ${this.apiKey}`, accept: 'text/event-stream', ...(last > 0 ? { 'last-event-id': String(last) } : {}) },
+          headers: {
+            authorization: `Bearer ${this.apiKey}`,
+            accept: 'text/event-stream',
+            ...(last > 0 ? { 'last-event-id': String(last) } : {}),
+          },
         });
       } catch (err) {
         // Unreachable for a moment (a restarting control plane): try again like a dropped stream.
@@ -210,7 +223,13 @@ export class SbxClient {
         if (err instanceof z.ZodError || err instanceof SyntaxError) throw err;
       }
     }
-    throw new SbxError({ code: 'api.unreachable', domain: 'api', retryability: 'reconcile_first', message: `the event stream of call ${callId} kept dropping`, details: { callId, lastSeq: last } });
+    throw new SbxError({
+      code: 'api.unreachable',
+      domain: 'api',
+      retryability: 'reconcile_first',
+      message: `the event stream of call ${callId} kept dropping`,
+      details: { callId, lastSeq: last },
+    });
   }
 
   /**
@@ -221,7 +240,14 @@ export class SbxClient {
    */
   async upload(leaseId: string, localPath: string, remoteDir: string, ignore?: (relativePath: string) => boolean): Promise<UploadSummary> {
     const info = await stat(localPath).catch(() => null);
-    if (!info) throw new SbxError({ code: 'files.not_found', domain: 'files', retryability: 'no', message: `no such local file or directory: ${localPath}`, details: { path: localPath } });
+    if (!info)
+      throw new SbxError({
+        code: 'files.not_found',
+        domain: 'files',
+        retryability: 'no',
+        message: `no such local file or directory: ${localPath}`,
+        details: { path: localPath },
+      });
     const pack = info.isDirectory()
       ? tarFs.pack(localPath, ignore ? { ignore: (name: string) => ignore(name.slice(localPath.length).replace(/^\/+/, '')) } : {})
       : tarFs.pack(dirname(localPath), { entries: [basename(localPath)] });
@@ -257,7 +283,11 @@ export class SbxClient {
 
   /** Any request, returning the raw Response (tests use it for hostile input). */
   raw(method: string, path: string, init: { body?: string | Uint8Array; headers?: Record<string, string> } = {}): Promise<Response> {
-    return this.fetch(`${this.baseUrl}${path}`, { method, headers: { authorization: `Bearer ${this.apiKey}`, ...init.headers }, ...(init.body !== undefined ? { body: init.body } : {}) });
+    return this.fetch(`${this.baseUrl}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${this.apiKey}`, ...init.headers },
+      ...(init.body !== undefined ? { body: init.body } : {}),
+    });
   }
 
   /** fetch, with network failures as `api.unreachable` naming the URL and the system's reason (ECONNREFUSED, ...). */
@@ -268,14 +298,27 @@ export class SbxClient {
       const cause = (err as { cause?: { code?: string; message?: string } }).cause;
       const reason = cause?.code ?? cause?.message ?? (err as Error).message;
       const origin = new URL(url).origin;
-      throw new SbxError({ code: 'api.unreachable', domain: 'api', retryability: 'reconcile_first', message: `cannot reach sbx at ${origin}: ${reason}`, details: { url: origin, reason } }, { cause: err });
+      throw new SbxError(
+        {
+          code: 'api.unreachable',
+          domain: 'api',
+          retryability: 'reconcile_first',
+          message: `cannot reach sbx at ${origin}: ${reason}`,
+          details: { url: origin, reason },
+        },
+        { cause: err },
+      );
     }
   }
 
   private async json(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<unknown> {
     const response = await this.fetch(`${this.baseUrl}${path}`, {
       method,
-      headers: { authorization: `Bearer ${this.apiKey}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
+      headers: {
+        authorization: `Bearer ${this.apiKey}`,
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+        ...headers,
+      },
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
     });
     if (!response.ok) throw await errorOfResponse(response);

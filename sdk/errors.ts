@@ -49,5 +49,8 @@ export async function errorOfResponse(response: Response): Promise<SbxError> {
   }
   const parsed = ErrorBody.safeParse(body);
   if (parsed.success) return new SbxError(parsed.data.error, { status: response.status });
-  return new SbxError({ code: 'internal.unexpected', domain: 'internal', retryability: 'safe', message: `HTTP ${response.status}: ${text.slice(0, 200)}` }, { status: response.status });
+  return new SbxError(
+    { code: 'internal.unexpected', domain: 'internal', retryability: 'safe', message: `HTTP ${response.status}: ${text.slice(0, 200)}` },
+    { status: response.status },
+  );
 }

@@ -8,7 +8,15 @@
  * route by route; `SbxError` carries the platform's error `code` and `retryability`.
  */
 export { Sandbox, SandboxFiles, SandboxGit, connect, type ConnectionOptions, type ExecOptions, type OutputChunk } from './sandbox.js';
-export { SbxClient, type CreateSandboxOptions, type ToolDescription, type PendingCall, type SbxClientOptions, type SubmitCallOptions, type UploadSummary } from './client.js';
+export {
+  SbxClient,
+  type CreateSandboxOptions,
+  type ToolDescription,
+  type PendingCall,
+  type SbxClientOptions,
+  type SubmitCallOptions,
+  type UploadSummary,
+} from './client.js';
 export { SbxError } from './errors.js';
 export type { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
 export type { CallEvent } from '../contract/events.js';

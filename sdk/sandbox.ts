@@ -35,7 +35,12 @@ export function connect(options: ConnectionOptions = {}): SbxClient {
   const keyFile = join(process.env.SBX_DATA_DIR ?? '/var/lib/sbx', 'api-key');
   const apiKey = options.apiKey ?? process.env.SBX_API_KEY ?? (existsSync(keyFile) ? readFileSync(keyFile, 'utf8').trim() : undefined);
   if (!apiKey) {
-    throw new SbxError({ code: 'auth.missing_api_key', domain: 'auth', retryability: 'after_fix', message: `no API key: set SBX_API_KEY or pass one (--api-key, apiKey) (none in ${keyFile})` });
+    throw new SbxError({
+      code: 'auth.missing_api_key',
+      domain: 'auth',
+      retryability: 'after_fix',
+      message: `no API key: set SBX_API_KEY or pass one (--api-key, apiKey) (none in ${keyFile})`,
+    });
   }
   return new SbxClient(url, apiKey, options.fetch ? { fetch: options.fetch } : {});
 }
@@ -160,7 +165,11 @@ export class Sandbox implements AsyncDisposable {
       const text = decoders[event.stream].decode(chunk, { stream: true });
       if (text) (event.stream === 'stdout' ? options.onStdout : options.onStderr)?.(text);
     };
-    const result = await this.call('exec', args, { onEvent, ...(options.callId ? { callId: options.callId } : {}), ...(options.signal ? { signal: options.signal } : {}) });
+    const result = await this.call('exec', args, {
+      onEvent,
+      ...(options.callId ? { callId: options.callId } : {}),
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
     for (const stream of ['stdout', 'stderr'] as const) {
       const rest = decoders[stream].decode();
       if (rest) (stream === 'stdout' ? options.onStdout : options.onStderr)?.(rest);
@@ -176,10 +185,17 @@ export class Sandbox implements AsyncDisposable {
    * Throws SbxError for a call that was not accepted (`input.unknown_tool`, `input.invalid`,
    * `policy.*`, `lease.*`, `api.unreachable`).
    */
-  async call(tool: string, args: Record<string, unknown>, options: { callId?: string; signal?: AbortSignal; onEvent?: (event: CallEvent) => void } = {}): Promise<ToolResult> {
+  async call(
+    tool: string,
+    args: Record<string, unknown>,
+    options: { callId?: string; signal?: AbortSignal; onEvent?: (event: CallEvent) => void } = {},
+  ): Promise<ToolResult> {
     // A caller that follows events or may cancel gets the callId at once; others let the server hold the answer.
     const follows = options.onEvent !== undefined || options.signal !== undefined;
-    const submitted = await this.client.submitCall(this.id, tool, args, { ...(follows ? {} : { waitSeconds: TOOL_WAIT_SECONDS }), ...(options.callId ? { callId: options.callId } : {}) });
+    const submitted = await this.client.submitCall(this.id, tool, args, {
+      ...(follows ? {} : { waitSeconds: TOOL_WAIT_SECONDS }),
+      ...(options.callId ? { callId: options.callId } : {}),
+    });
     if ('receipt' in submitted) return submitted;
     const { callId } = submitted;
     const cancel = (): void => {
@@ -202,7 +218,12 @@ export class Sandbox implements AsyncDisposable {
   async tool<T extends z.ZodType>(tool: string, args: Record<string, unknown>, schema: T): Promise<z.infer<T>> {
     const result = await this.call(tool, args);
     if (result.status !== 'succeeded') {
-      const info = result.error ?? { code: 'internal.unexpected' as const, domain: 'internal', retryability: 'safe' as const, message: `${tool} ended ${result.status} without an error` };
+      const info = result.error ?? {
+        code: 'internal.unexpected' as const,
+        domain: 'internal',
+        retryability: 'safe' as const,
+        message: `${tool} ended ${result.status} without an error`,
+      };
       throw new SbxError(info, { result });
     }
     return schema.parse(result.data);
@@ -237,7 +258,14 @@ export class Sandbox implements AsyncDisposable {
   private async resultOf(callId: string): Promise<ToolResult> {
     const view = await this.client.getCall(this.id, callId);
     const result = view.result ?? view.detached;
-    if (!result) throw new SbxError({ code: 'internal.unexpected', domain: 'internal', retryability: 'safe', message: `call ${callId} ended without a result`, details: { callId } });
+    if (!result)
+      throw new SbxError({
+        code: 'internal.unexpected',
+        domain: 'internal',
+        retryability: 'safe',
+        message: `call ${callId} ended without a result`,
+        details: { callId },
+      });
     return result;
   }
 }
@@ -261,8 +289,15 @@ export class SandboxFiles {
    * compare-and-swap (`files.conflict`, nothing written); `createOnly` refuses to replace
    * (`files.exists`); `mode`: permission bits of a new file (default 0o644).
    */
-  write(path: string, content: string | Uint8Array, options: { expectedSha256?: string; createOnly?: boolean; mode?: number } = {}): Promise<WriteFileData> {
-    const encoded = typeof content === 'string' ? { content, encoding: 'utf8' } : { content: Buffer.from(content).toString('base64'), encoding: 'base64' };
+  write(
+    path: string,
+    content: string | Uint8Array,
+    options: { expectedSha256?: string; createOnly?: boolean; mode?: number } = {},
+  ): Promise<WriteFileData> {
+    const encoded =
+      typeof content === 'string'
+        ? { content, encoding: 'utf8' }
+        : { content: Buffer.from(content).toString('base64'), encoding: 'base64' };
     return this.sandbox.tool('write_file', { path, ...encoded, ...options }, WriteFileData);
   }
 
@@ -270,7 +305,12 @@ export class SandboxFiles {
    * Replaces `oldString` with `newString` (exactly once, or every match with `replaceAll`).
    * Throws SbxError `edit.no_match`, `edit.ambiguous_match` (details.count), `files.conflict`.
    */
-  edit(path: string, oldString: string, newString: string, options: { replaceAll?: boolean; expectedSha256?: string } = {}): Promise<EditFileData> {
+  edit(
+    path: string,
+    oldString: string,
+    newString: string,
+    options: { replaceAll?: boolean; expectedSha256?: string } = {},
+  ): Promise<EditFileData> {
     return this.sandbox.tool('edit_file', { path, oldString, newString, ...options }, EditFileData);
   }
 
@@ -284,7 +324,11 @@ export class SandboxFiles {
    * (default `/workspace`, created if missing) as a tar. `ignore(relativePath)` skips entries.
    * Throws SbxError `files.not_found` (local path), `files.unsafe_entry`, `files.permission_denied`.
    */
-  upload(localPath: string, remoteDir = '/workspace', options: { ignore?: (relativePath: string) => boolean } = {}): Promise<UploadSummary> {
+  upload(
+    localPath: string,
+    remoteDir = '/workspace',
+    options: { ignore?: (relativePath: string) => boolean } = {},
+  ): Promise<UploadSummary> {
     return this.sandbox.client.upload(this.sandbox.id, localPath, remoteDir, options.ignore);
   }
 

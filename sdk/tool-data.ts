@@ -26,19 +26,37 @@ export type ReadFileData = z.infer<typeof ReadFileData>;
 
 /** `write_file`: what was written; `diff` is a unified diff against the previous text (null for binary or new files). */
 export const WriteFileData = z
-  .object({ path: z.string(), bytes: z.number().int(), sha256: z.string(), created: z.boolean(), diff: z.string().nullable(), diffTruncated: z.boolean() })
+  .object({
+    path: z.string(),
+    bytes: z.number().int(),
+    sha256: z.string(),
+    created: z.boolean(),
+    diff: z.string().nullable(),
+    diffTruncated: z.boolean(),
+  })
   .loose();
 export type WriteFileData = z.infer<typeof WriteFileData>;
 
 /** `edit_file`: how many replacements, the new sha256 and the unified diff. */
-export const EditFileData = z.object({ path: z.string(), replacements: z.number().int(), sha256: z.string(), diff: z.string(), diffTruncated: z.boolean() }).loose();
+export const EditFileData = z
+  .object({ path: z.string(), replacements: z.number().int(), sha256: z.string(), diff: z.string(), diffTruncated: z.boolean() })
+  .loose();
 export type EditFileData = z.infer<typeof EditFileData>;
 
 /** `list_files`: entries sorted, bounded (`truncated`); symlinks listed with their `target`, never followed. */
 export const ListFilesData = z
   .object({
     path: z.string(),
-    entries: z.array(z.object({ path: z.string(), type: z.enum(['file', 'directory', 'symlink', 'other']), size: z.number().int(), target: z.string().optional() }).loose()),
+    entries: z.array(
+      z
+        .object({
+          path: z.string(),
+          type: z.enum(['file', 'directory', 'symlink', 'other']),
+          size: z.number().int(),
+          target: z.string().optional(),
+        })
+        .loose(),
+    ),
     truncated: z.boolean(),
   })
   .loose();
@@ -50,7 +68,15 @@ const GitChange = z.object({ path: z.string(), status: z.string(), from: z.strin
 export const GitStatusData = z
   .object({
     path: z.string(),
-    branch: z.object({ head: z.string().nullable(), oid: z.string().nullable(), upstream: z.string().nullable(), ahead: z.number().int(), behind: z.number().int() }).loose(),
+    branch: z
+      .object({
+        head: z.string().nullable(),
+        oid: z.string().nullable(),
+        upstream: z.string().nullable(),
+        ahead: z.number().int(),
+        behind: z.number().int(),
+      })
+      .loose(),
     staged: z.array(GitChange),
     unstaged: z.array(GitChange),
     untracked: z.array(z.string()),
@@ -61,6 +87,13 @@ export type GitStatusData = z.infer<typeof GitStatusData>;
 
 /** `git_diff`: up to `maxBytes` of the unified diff; the whole one is the artifact `diffArtifact` when cut. */
 export const GitDiffData = z
-  .object({ path: z.string(), staged: z.boolean(), diff: z.string(), diffTruncated: z.boolean(), diffBytes: z.number().int().optional(), diffArtifact: z.string().nullable().optional() })
+  .object({
+    path: z.string(),
+    staged: z.boolean(),
+    diff: z.string(),
+    diffTruncated: z.boolean(),
+    diffBytes: z.number().int().optional(),
+    diffArtifact: z.string().nullable().optional(),
+  })
   .loose();
 export type GitDiffData = z.infer<typeof GitDiffData>;

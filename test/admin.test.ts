@@ -83,11 +83,21 @@ describe('admin routes and API keys', () => {
       'PUT /v1/tenants/:tenant/quota',
     ]);
     const policyBody = await defaultPolicyWith((p) => (p.description = 'user edit'));
-    const fill = (path: string): string => path.replace(':id', user.id).replace(':name', 'default').replace(':version', '1').replace(':tenant', 'alpha');
+    const fill = (path: string): string =>
+      path.replace(':id', user.id).replace(':name', 'default').replace(':version', '1').replace(':tenant', 'alpha');
     for (const route of admin) {
       const secret = route.path.startsWith('/v1/secrets');
       const quota = route.path.startsWith('/v1/tenants');
-      const body = route.method === 'PUT' ? (secret ? { value: 'user-written' } : quota ? { maxSandboxes: 1000 } : policyBody) : route.method === 'POST' ? { name: 'x', role: 'admin', tenant: 'alpha' } : undefined;
+      const body =
+        route.method === 'PUT'
+          ? secret
+            ? { value: 'user-written' }
+            : quota
+              ? { maxSandboxes: 1000 }
+              : policyBody
+          : route.method === 'POST'
+            ? { name: 'x', role: 'admin', tenant: 'alpha' }
+            : undefined;
       expectError(await api(user.secret, route.method, fill(route.path), body), 403, 'auth.admin_required');
     }
     // Nothing the user asked for happened: its key is live, default is unchanged, no admin key was made.
@@ -128,7 +138,11 @@ describe('admin routes and API keys', () => {
 
   it('a bad key body is input.invalid naming every field, and creates no key', async () => {
     const before = (await api(h.apiKey, 'GET', '/v1/api-keys')).body.keys.length;
-    const details = expectError(await api(h.apiKey, 'POST', '/v1/api-keys', { name: '', role: 'root', tenant: 'Not A Tenant', extra: 1 }), 400, 'input.invalid');
+    const details = expectError(
+      await api(h.apiKey, 'POST', '/v1/api-keys', { name: '', role: 'root', tenant: 'Not A Tenant', extra: 1 }),
+      400,
+      'input.invalid',
+    );
     const paths = (details.issues as Array<{ path: string }>).map((i) => i.path);
     expect(paths).toEqual(expect.arrayContaining(['body.name', 'body.role', 'body.tenant']));
     expect(JSON.stringify(details)).toContain('extra');
@@ -153,7 +167,11 @@ describe('tenancy', () => {
     userA = (await createKey('user', 'tenant-a')).secret;
     userB = (await createKey('user', 'tenant-b')).secret;
     leaseB = await new SbxClient(h.url, userB).createSandbox();
-    const call = await api(userB, 'POST', `/v1/sandboxes/${leaseB.id}/calls?wait=30`, { tool: 'exec', args: { argv: ['true'] }, callId: 'b-call' });
+    const call = await api(userB, 'POST', `/v1/sandboxes/${leaseB.id}/calls?wait=30`, {
+      tool: 'exec',
+      args: { argv: ['true'] },
+      callId: 'b-call',
+    });
     expect(call.status, JSON.stringify(call.body)).toBe(200);
     callB = 'b-call';
   });
@@ -169,7 +187,9 @@ describe('tenancy', () => {
     const routes = registeredRoutes().filter((r) => r.path.startsWith('/v1/sandboxes/:id'));
     expect(routes.length).toBeGreaterThanOrEqual(8);
     const request = async (who: 'a' | 'b', route: { method: string; path: string }): Promise<Answer> => {
-      const path = route.path.replace(':id', leaseB.id).replace(':callId', callB).replace(':artifactId', 'art_00000000') + (route.path.endsWith('/files') ? '?path=/workspace' : '');
+      const path =
+        route.path.replace(':id', leaseB.id).replace(':callId', callB).replace(':artifactId', 'art_00000000') +
+        (route.path.endsWith('/files') ? '?path=/workspace' : '');
       const body =
         route.path.endsWith('/files') && route.method === 'PUT'
           ? await tarBytes([{ name: `from-${who}.txt`, content: who }])
@@ -181,7 +201,13 @@ describe('tenancy', () => {
                 : {}
             : undefined;
       // The events stream of a finished call ends by itself; ask for nothing after its last event.
-      return api(who === 'a' ? userA : userB, route.method, path, body, route.path.endsWith('/events') ? { 'last-event-id': '999999' } : {});
+      return api(
+        who === 'a' ? userA : userB,
+        route.method,
+        path,
+        body,
+        route.path.endsWith('/events') ? { 'last-event-id': '999999' } : {},
+      );
     };
     for (const route of routes.filter((r) => r.method !== 'DELETE')) {
       const missing = expectError(await request('a', route), 404, 'lease.not_found');
@@ -193,7 +219,10 @@ describe('tenancy', () => {
     // Nothing A asked for reached the sandbox: it is still ready, A's call and file never ran.
     expect((await api(userB, 'GET', `/v1/sandboxes/${leaseB.id}`)).body.status).toBe('ready');
     expectError(await api(userB, 'GET', `/v1/sandboxes/${leaseB.id}/calls/a-call`), 404, 'call.not_found');
-    const ls = await api(userB, 'POST', `/v1/sandboxes/${leaseB.id}/calls?wait=30`, { tool: 'exec', args: { cmd: 'sleep 1; ls /workspace' } });
+    const ls = await api(userB, 'POST', `/v1/sandboxes/${leaseB.id}/calls?wait=30`, {
+      tool: 'exec',
+      args: { cmd: 'sleep 1; ls /workspace' },
+    });
     expect(ls.body.stdout).toMatch(/from-b\.txt/);
     expect(ls.body.stdout).not.toMatch(/by-a|from-a/);
   });
@@ -208,7 +237,8 @@ describe('tenancy', () => {
 
   it("a user's list holds only its tenant's sandboxes; an admin's holds every tenant's", async () => {
     const leaseA = await new SbxClient(h.url, userA).createSandbox();
-    const ids = async (key: string): Promise<string[]> => ((await api(key, 'GET', '/v1/sandboxes')).body.sandboxes as Lease[]).map((l) => l.id);
+    const ids = async (key: string): Promise<string[]> =>
+      ((await api(key, 'GET', '/v1/sandboxes')).body.sandboxes as Lease[]).map((l) => l.id);
     expect(await ids(userA)).toContain(leaseA.id);
     expect(await ids(userA)).not.toContain(leaseB.id);
     expect(await ids(userB)).toContain(leaseB.id);
@@ -226,10 +256,14 @@ describe('tenancy', () => {
     expect((await api(userA, 'POST', '/v1/sandboxes', {}, headers)).body.id).toBe(a.body.id);
   });
 
-  it('an admin key releases any tenant\'s sandbox', async () => {
+  it("an admin key releases any tenant's sandbox", async () => {
     const released = await api(h.apiKey, 'DELETE', `/v1/sandboxes/${leaseB.id}`);
     expect(released.body.status).toBe('released');
-    expectError(await api(userB, 'POST', `/v1/sandboxes/${leaseB.id}/calls`, { tool: 'exec', args: { argv: ['true'] } }), 410, 'lease.released');
+    expectError(
+      await api(userB, 'POST', `/v1/sandboxes/${leaseB.id}/calls`, { tool: 'exec', args: { argv: ['true'] } }),
+      410,
+      'lease.released',
+    );
   });
 });
 
@@ -284,7 +318,11 @@ describe('policy versions', () => {
   it('a body version is a compare-and-swap: not the next version is 409 policy.version_conflict; the next one is taken', async () => {
     const latest = (await api(h.apiKey, 'GET', '/v1/policies/default')).body.version as number;
     const body = await defaultPolicyWith((p) => (p.description = 'cas'));
-    const stale = expectError(await api(h.apiKey, 'PUT', '/v1/policies/default', { ...body, version: latest }), 409, 'policy.version_conflict');
+    const stale = expectError(
+      await api(h.apiKey, 'PUT', '/v1/policies/default', { ...body, version: latest }),
+      409,
+      'policy.version_conflict',
+    );
     expect(stale).toEqual({ expected: latest + 1, given: latest });
     expect((await api(h.apiKey, 'GET', '/v1/policies/default')).body.version).toBe(latest);
     const ok = await api(h.apiKey, 'PUT', '/v1/policies/default', { ...body, version: latest + 1, name: 'default' });
@@ -327,11 +365,21 @@ describe('policy versions', () => {
     const deleted = await api(h.apiKey, 'DELETE', '/v1/policies/team');
     expect(deleted.status).toBe(200);
     expect(deleted.body).toMatchObject({ name: 'team', latest: 1, deletedBy: 'bootstrap' });
-    await expect(userClient.createSandbox({ policy: 'team' })).rejects.toMatchObject({ status: 404, code: 'policy.not_found', info: { details: { known: SHIPPED_POLICIES } } });
-    await expect(userClient.createSandbox({ policy: { name: 'team', version: 1 } })).rejects.toMatchObject({ status: 404, code: 'policy.not_found' });
+    await expect(userClient.createSandbox({ policy: 'team' })).rejects.toMatchObject({
+      status: 404,
+      code: 'policy.not_found',
+      info: { details: { known: SHIPPED_POLICIES } },
+    });
+    await expect(userClient.createSandbox({ policy: { name: 'team', version: 1 } })).rejects.toMatchObject({
+      status: 404,
+      code: 'policy.not_found',
+    });
     expectError(await api(h.apiKey, 'GET', '/v1/policies/team'), 404, 'policy.not_found');
     expect((await api(h.apiKey, 'GET', '/v1/policies')).body.policies.map((p: { name: string }) => p.name)).not.toContain('team');
-    expect((await api(h.apiKey, 'GET', '/v1/policies/team/versions')).body).toMatchObject({ deletedBy: 'bootstrap', versions: [{ version: 1 }] });
+    expect((await api(h.apiKey, 'GET', '/v1/policies/team/versions')).body).toMatchObject({
+      deletedBy: 'bootstrap',
+      versions: [{ version: 1 }],
+    });
     // Deleting again changes nothing; an unknown name is policy.not_found.
     expect((await api(h.apiKey, 'DELETE', '/v1/policies/team')).body.deletedAt).toBe(deleted.body.deletedAt);
     expectError(await api(h.apiKey, 'DELETE', '/v1/policies/never-was'), 404, 'policy.not_found');
@@ -351,7 +399,11 @@ describe('audit log', () => {
     const user = await createKey('user', 'audited', 'audited user');
     const keyView = (await api(h.apiKey, 'GET', '/v1/api-keys')).body.keys.find((k: { id: string }) => k.id === user.id);
     const [keyCreate] = await auditOf(`action=api_key.create&target=api_key:${user.id}`);
-    expect(keyCreate).toMatchObject({ actor: { keyId: 'bootstrap', role: 'admin', tenant: 'default' }, beforeDigest: null, afterDigest: digestOf(keyView) });
+    expect(keyCreate).toMatchObject({
+      actor: { keyId: 'bootstrap', role: 'admin', tenant: 'default' },
+      beforeDigest: null,
+      afterDigest: digestOf(keyView),
+    });
     expect(Date.parse(keyCreate.at)).toBeGreaterThan(Date.now() - 60_000);
 
     const body = await defaultPolicyWith((p) => (p.description = 'audited'));
@@ -382,7 +434,12 @@ describe('audit log', () => {
 
   it('expiry is recorded as lease.expire by system', async () => {
     const lease = await h.client.createSandbox({ ttlSeconds: 1 });
-    const entries = await eventually(() => auditOf(`action=lease.expire&target=lease:${lease.id}`), (e) => e.length > 0, 20_000, 250);
+    const entries = await eventually(
+      () => auditOf(`action=lease.expire&target=lease:${lease.id}`),
+      (e) => e.length > 0,
+      20_000,
+      250,
+    );
     expect(entries).toHaveLength(1);
     expect(entries[0]).toMatchObject({ actor: 'system', beforeDigest: lease.manifest!.digest, afterDigest: null });
   });

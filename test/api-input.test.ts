@@ -33,26 +33,72 @@ describe('API input', () => {
 
   it('malformed JSON is input.invalid_json', async () => {
     await expectError(await h.client.raw('POST', '/v1/sandboxes', { body: '{"image": ', headers: json }), 400, 'input.invalid_json');
-    await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: '{tool:exec}', headers: json }), 400, 'input.invalid_json');
+    await expectError(
+      await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: '{tool:exec}', headers: json }),
+      400,
+      'input.invalid_json',
+    );
   });
 
   it('an unknown tool is input.unknown_tool', async () => {
-    await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'rm-rf', args: {} }), headers: json }), 400, 'input.unknown_tool');
+    await expectError(
+      await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'rm-rf', args: {} }), headers: json }),
+      400,
+      'input.unknown_tool',
+    );
   });
 
   it('missing and mistyped fields are input.invalid naming each field', async () => {
-    const missing = await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'exec' }), headers: json }), 400, 'input.invalid');
+    const missing = await expectError(
+      await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'exec' }), headers: json }),
+      400,
+      'input.invalid',
+    );
     expect(JSON.stringify(missing)).toContain('body.args');
-    const noCommand = await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'exec', args: {} }), headers: json }), 400, 'input.invalid');
+    const noCommand = await expectError(
+      await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'exec', args: {} }), headers: json }),
+      400,
+      'input.invalid',
+    );
     expect(JSON.stringify(noCommand)).toContain('args.argv');
-    const badTtl = await expectError(await h.client.raw('POST', '/v1/sandboxes', { body: JSON.stringify({ ttlSeconds: 'soon' }), headers: json }), 400, 'input.invalid');
+    const badTtl = await expectError(
+      await h.client.raw('POST', '/v1/sandboxes', { body: JSON.stringify({ ttlSeconds: 'soon' }), headers: json }),
+      400,
+      'input.invalid',
+    );
     expect(JSON.stringify(badTtl)).toContain('body.ttlSeconds');
-    const extra = await expectError(await h.client.raw('POST', '/v1/sandboxes', { body: JSON.stringify({ privileged: true }), headers: json }), 400, 'input.invalid');
+    const extra = await expectError(
+      await h.client.raw('POST', '/v1/sandboxes', { body: JSON.stringify({ privileged: true }), headers: json }),
+      400,
+      'input.invalid',
+    );
     expect(JSON.stringify(extra)).toContain('privileged');
-    await expectError(await h.client.raw('POST', '/v1/sandboxes', { body: JSON.stringify({ env: { 'BAD NAME': 'x' } }), headers: json }), 400, 'input.invalid');
-    await expectError(await h.client.raw('POST', '/v1/sandboxes', { body: JSON.stringify({ labels: { 'sbx.owner': 'me' } }), headers: json }), 400, 'input.invalid');
-    await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls?wait=forever`, { body: JSON.stringify({ tool: 'exec', args: { argv: ['true'] } }), headers: json }), 400, 'input.invalid');
-    await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'exec', args: { argv: ['true'] }, callId: '../../etc' }), headers: json }), 400, 'input.invalid');
+    await expectError(
+      await h.client.raw('POST', '/v1/sandboxes', { body: JSON.stringify({ env: { 'BAD NAME': 'x' } }), headers: json }),
+      400,
+      'input.invalid',
+    );
+    await expectError(
+      await h.client.raw('POST', '/v1/sandboxes', { body: JSON.stringify({ labels: { 'sbx.owner': 'me' } }), headers: json }),
+      400,
+      'input.invalid',
+    );
+    await expectError(
+      await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls?wait=forever`, {
+        body: JSON.stringify({ tool: 'exec', args: { argv: ['true'] } }),
+        headers: json,
+      }),
+      400,
+      'input.invalid',
+    );
+    await expectError(
+      await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, {
+        body: JSON.stringify({ tool: 'exec', args: { argv: ['true'] }, callId: '../../etc' }),
+        headers: json,
+      }),
+      400,
+      'input.invalid',
+    );
   });
 
   it('a 10 MB body is input.body_too_large (calls: beyond 48 MiB) and creates nothing', async () => {
@@ -60,15 +106,37 @@ describe('API input', () => {
     const big = JSON.stringify({ labels: { a: 'x'.repeat(10 * 1024 * 1024) } });
     await expectError(await h.client.raw('POST', '/v1/sandboxes', { body: big, headers: json }), 413, 'input.body_too_large');
     // Calls take bodies up to 48 MiB (write_file content); a 10 MB script is refused by its field.
-    const long = await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'exec', args: { cmd: 'x'.repeat(10 * 1024 * 1024) } }), headers: json }), 400, 'input.invalid');
+    const long = await expectError(
+      await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, {
+        body: JSON.stringify({ tool: 'exec', args: { cmd: 'x'.repeat(10 * 1024 * 1024) } }),
+        headers: json,
+      }),
+      400,
+      'input.invalid',
+    );
     expect(JSON.stringify(long)).toContain('args.cmd');
-    await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'write_file', args: { path: '/workspace/x', content: 'x'.repeat(50 * 1024 * 1024) } }), headers: json }), 413, 'input.body_too_large');
+    await expectError(
+      await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, {
+        body: JSON.stringify({ tool: 'write_file', args: { path: '/workspace/x', content: 'x'.repeat(50 * 1024 * 1024) } }),
+        headers: json,
+      }),
+      413,
+      'input.body_too_large',
+    );
     expect(await containersOf(h.config.owner)).toEqual(before);
   });
 
   it('a wrong media type is input.unsupported_media_type', async () => {
-    await expectError(await h.client.raw('POST', '/v1/sandboxes', { body: 'image=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } }), 415, 'input.unsupported_media_type');
-    await expectError(await h.client.raw('POST', '/v1/sandboxes', { body: '{}', headers: { 'content-type': 'text/plain' } }), 415, 'input.unsupported_media_type');
+    await expectError(
+      await h.client.raw('POST', '/v1/sandboxes', { body: 'image=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } }),
+      415,
+      'input.unsupported_media_type',
+    );
+    await expectError(
+      await h.client.raw('POST', '/v1/sandboxes', { body: '{}', headers: { 'content-type': 'text/plain' } }),
+      415,
+      'input.unsupported_media_type',
+    );
   });
 
   it('unknown ids are 404 with their domain code; unknown routes are api.route_not_found', async () => {
@@ -93,8 +161,25 @@ describe('API input', () => {
     const exec = body.tools.find((t) => t.name === 'exec');
     expect(exec?.inputSchema.properties).toHaveProperty('timeoutMs');
     expect(exec?.inputSchema.properties).toHaveProperty('argv');
-    expect(body.tools.map((t) => t.name).sort()).toEqual(['edit_file', 'exec', 'git_diff', 'git_status', 'glob', 'list_files', 'read_file', 'search', 'write_file']);
-    await expectError(await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, { body: JSON.stringify({ tool: 'exec', args: { argv: ['true'], pty: true } }), headers: json }), 400, 'input.invalid');
+    expect(body.tools.map((t) => t.name).sort()).toEqual([
+      'edit_file',
+      'exec',
+      'git_diff',
+      'git_status',
+      'glob',
+      'list_files',
+      'read_file',
+      'search',
+      'write_file',
+    ]);
+    await expectError(
+      await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls`, {
+        body: JSON.stringify({ tool: 'exec', args: { argv: ['true'], pty: true } }),
+        headers: json,
+      }),
+      400,
+      'input.invalid',
+    );
   });
 
   it('/healthz answers 200 when Redis and Docker answer', async () => {

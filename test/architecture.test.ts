@@ -26,7 +26,11 @@ const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclud
 /** The longest a `.ts` file of control-plane/ or sandbox-agent/ may be, lines. */
 const MAX_LINES = 400;
 
-const SPECIFIERS = [/^\s*(?:import|export)\b[^'"`;]*?\bfrom\s*['"]([^'"]+)['"]/gm, /^\s*import\s*['"]([^'"]+)['"]/gm, /\bimport\(\s*['"]([^'"]+)['"]\s*\)/g];
+const SPECIFIERS = [
+  /^\s*(?:import|export)\b[^'"`;]*?\bfrom\s*['"]([^'"]+)['"]/gm,
+  /^\s*import\s*['"]([^'"]+)['"]/gm,
+  /\bimport\(\s*['"]([^'"]+)['"]\s*\)/g,
+];
 
 /** The modules `file` imports among `known`: relative specifiers, `.js` resolved to the `.ts` source. */
 function importsOf(file: string, known: ReadonlySet<string>): string[] {
@@ -89,7 +93,7 @@ describe('architecture', () => {
     expect(cycles(graph)).toEqual([]);
   });
 
-  it('(a) config.ts imports no domain: only schema files (a setting is parsed with its domain\'s schema), which import only schemas', () => {
+  it("(a) config.ts imports no domain: only schema files (a setting is parsed with its domain's schema), which import only schemas", () => {
     const known = new Set(files.filter((f) => f.endsWith('.ts')));
     const reached = new Set<string>();
     const walk = (file: string): void => {

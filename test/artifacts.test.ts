@@ -16,10 +16,13 @@ async function fetchArtifact(id: string, artifactId: string): Promise<{ status: 
   return { status: response.status, bytes: Buffer.from(await response.arrayBuffer()), headers: response.headers };
 }
 
-const { exec } = useLeasedSandbox((harness, id) => {
-  h = harness;
-  leaseId = id;
-}, { waitSeconds: 300 });
+const { exec } = useLeasedSandbox(
+  (harness, id) => {
+    h = harness;
+    leaseId = id;
+  },
+  { waitSeconds: 300 },
+);
 
 describe('artifacts', () => {
   it('200 MB of binary output at full speed: the whole stream is an artifact whose sha256 is what the process wrote; agent memory stays bounded', async () => {
@@ -29,7 +32,9 @@ describe('artifacts', () => {
     };
     const before = await peakKb();
     // The bytes are made first so their sha256 is known before the output starts (stderr).
-    const r = await exec({ cmd: 'head -c 200000000 /dev/urandom > /tmp/r.bin && sha256sum /tmp/r.bin >&2 && cat /tmp/r.bin; rm -f /tmp/r.bin' });
+    const r = await exec({
+      cmd: 'head -c 200000000 /dev/urandom > /tmp/r.bin && sha256sum /tmp/r.bin >&2 && cat /tmp/r.bin; rm -f /tmp/r.bin',
+    });
     expect(r.status).toBe('succeeded');
     const written = /^([0-9a-f]{64})/.exec(r.stderr)?.[1];
     expect(r.receipt?.outputs?.stdout.bytes).toBe(200_000_000);
@@ -47,7 +52,9 @@ describe('artifacts', () => {
     // between garbage collections), not with the output: measured ~77 MiB for 50 MB and ~85 MiB
     // for 200 MB on the 2-core machine. The bound is well below the 200 MB moved.
     const after = await peakKb();
-    process.stdout.write(`agent peak RSS: ${(before / 1024).toFixed(1)} MiB before, ${(after / 1024).toFixed(1)} MiB after 200 MB of output\n`);
+    process.stdout.write(
+      `agent peak RSS: ${(before / 1024).toFixed(1)} MiB before, ${(after / 1024).toFixed(1)} MiB after 200 MB of output\n`,
+    );
     expect(before).toBeGreaterThan(0);
     expect((after - before) * 1024).toBeLessThan(128 * 1024 * 1024);
   }, 300_000);

@@ -51,6 +51,8 @@ describe('bench smoke', () => {
   }, 240_000);
 
   it('refuses a figure id it does not know', async () => {
-    await expect(runBench(readSettings({ SBX_BENCH_ONLY: 'nope', SBX_BENCH_OUT: join(dir, 'x.json') }), REPO_ROOT)).rejects.toThrow(/unknown figures: nope/);
+    await expect(runBench(readSettings({ SBX_BENCH_ONLY: 'nope', SBX_BENCH_OUT: join(dir, 'x.json') }), REPO_ROOT)).rejects.toThrow(
+      /unknown figures: nope/,
+    );
   });
 });

@@ -63,7 +63,14 @@ beforeAll(async () => {
   process.stdout.write(`console screenshots: ${shots}\n`);
   browser = await chromium.launch({
     executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   });
   page = await browser.newPage({ viewport: { width: 1360, height: 860 } });
   page.on('request', (request) => requested.push(request.url()));
@@ -73,8 +80,13 @@ beforeAll(async () => {
     if (message.type() === 'error' && !message.text().startsWith('Failed to load resource')) pageErrors.push(message.text());
   });
   page.on('response', (response) => {
-    if (response.status() >= 400) failedAnswers.push(`${response.status()} ${new URL(response.url()).pathname}${new URL(response.url()).search}`);
-    if (new URL(response.url()).pathname.startsWith('/v1/')) void response.text().then((text) => apiBodies.push(text), () => undefined);
+    if (response.status() >= 400)
+      failedAnswers.push(`${response.status()} ${new URL(response.url()).pathname}${new URL(response.url()).search}`);
+    if (new URL(response.url()).pathname.startsWith('/v1/'))
+      void response.text().then(
+        (text) => apiBodies.push(text),
+        () => undefined,
+      );
   });
 }, 120_000);
 
@@ -143,7 +155,9 @@ describe('admin console', () => {
   it('policy editor: an invalid value is marked at its field and line, nothing is stored; fixed, it becomes the next version', async () => {
     const base = await api(h.apiKey, 'GET', '/v1/policies/default');
     const { name: _n, version: _v, ...document } = base.body.policy;
-    expect((await api(h.apiKey, 'PUT', '/v1/policies/console-test', { ...document, description: 'for the console test' })).status).toBe(201);
+    expect((await api(h.apiKey, 'PUT', '/v1/policies/console-test', { ...document, description: 'for the console test' })).status).toBe(
+      201,
+    );
 
     await page.goto(`${h.url}/console/#/policies/console-test`);
     const editor = page.locator('textarea.code-input');
@@ -165,7 +179,12 @@ describe('admin console', () => {
     // The lines themselves are marked, with the message written beside the field.
     for (const line of [cpusLine, gpusLine]) {
       expect(await page.locator(`.code-line[data-line="${line}"]`).getAttribute('class')).toContain('has-issue');
-      expect(await page.locator('.code-gutter .gutter-line').nth(line - 1).getAttribute('class')).toContain('has-issue');
+      expect(
+        await page
+          .locator('.code-gutter .gutter-line')
+          .nth(line - 1)
+          .getAttribute('class'),
+      ).toContain('has-issue');
     }
     expect(await page.locator(`.code-line[data-line="${cpusLine}"] .inline-issue`).textContent()).toContain('64');
     expect(await page.locator(`.code-line[data-line="${gpusLine}"] .inline-issue`).textContent()).toContain('unknown field');
@@ -216,7 +235,12 @@ describe('admin console', () => {
   it("egress: an allowlist sandbox's connections, filtered by decision and host substring; a sandbox without any shows the empty state", async () => {
     const lease = await h.client.createSandbox({ policy: 'egress-allowlist' });
     for (const url of ['http://blocked.example/', 'http://other.invalid:8080/']) {
-      const result = (await h.client.submitCall(lease.id, 'exec', { cmd: `curl -sS -o /dev/null -w '%{http_code}' ${url}`, timeoutMs: 30_000 }, { waitSeconds: 60 })) as ToolResult;
+      const result = (await h.client.submitCall(
+        lease.id,
+        'exec',
+        { cmd: `curl -sS -o /dev/null -w '%{http_code}' ${url}`, timeoutMs: 30_000 },
+        { waitSeconds: 60 },
+      )) as ToolResult;
       expect(result.modelText).toContain('403');
     }
     await page.goto(`${h.url}/console/#/egress/${lease.id}`);
@@ -245,7 +269,9 @@ describe('admin console', () => {
     const rows = page.locator('#audit tbody tr');
     await rows.first().waitFor();
     const actions = await rows.evaluateAll((trs) => trs.map((tr) => `${tr.getAttribute('data-action')} ${tr.children[2]?.textContent}`));
-    expect(actions).toEqual(expect.arrayContaining(['secret.put secret:CONSOLE_TOKEN', 'policy.put policy:console-test', `lease.release lease:${released.id}`]));
+    expect(actions).toEqual(
+      expect.arrayContaining(['secret.put secret:CONSOLE_TOKEN', 'policy.put policy:console-test', `lease.release lease:${released.id}`]),
+    );
     // Newest first: the secret was set after the policy was saved.
     expect(actions.indexOf('secret.put secret:CONSOLE_TOKEN')).toBeLessThan(actions.indexOf('policy.put policy:console-test'));
     await shot('audit');

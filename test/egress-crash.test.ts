@@ -44,10 +44,16 @@ it('CONNECT + hang-up from inside an allowlist sandbox does not take the control
     '    time.sleep(0.05)',
     "print('sent')",
   ].join('\n');
-  const r = (await client.submitCall(attacker.id, 'exec', { cmd: `python3 -c "$S"`, env: { S: script }, timeoutMs: 20_000 }, { waitSeconds: 30 }).catch((e: unknown) => e)) as ToolResult | Error;
+  const r = (await client
+    .submitCall(attacker.id, 'exec', { cmd: `python3 -c "$S"`, env: { S: script }, timeoutMs: 20_000 }, { waitSeconds: 30 })
+    .catch((e: unknown) => e)) as ToolResult | Error;
   // Every hang-up has been handled once the proxy has logged each CONNECT as denied; a crash in
   // handling one would have ended the process by then.
-  await eventually(() => client.egress(attacker.id, { decision: 'denied' }).catch(() => []), (events) => events.length >= 20 || plane.child.exitCode !== null, 20_000);
+  await eventually(
+    () => client.egress(attacker.id, { decision: 'denied' }).catch(() => []),
+    (events) => events.length >= 20 || plane.child.exitCode !== null,
+    20_000,
+  );
   const code = plane.child.exitCode === null && plane.child.signalCode === null ? 'alive' : plane.child.exitCode;
   expect(plane.stderr()).not.toMatch(/Unhandled 'error' event/);
   expect(code).toBe('alive');

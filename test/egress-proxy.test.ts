@@ -49,10 +49,14 @@ beforeAll(async () => {
     headersTimeoutMs: 2000,
   });
   socketPath = join(dir, 'lease', 'proxy.sock');
-  await proxy.serve('sbx_hostile', [
-    { host: 'api.allowed.test', ports: [port] },
-    { cidr: '127.0.0.2/32', ports: [port] },
-  ], socketPath);
+  await proxy.serve(
+    'sbx_hostile',
+    [
+      { host: 'api.allowed.test', ports: [port] },
+      { cidr: '127.0.0.2/32', ports: [port] },
+    ],
+    socketPath,
+  );
 });
 
 afterAll(async () => {
@@ -110,7 +114,9 @@ setTimeout(() => { console.log('survived'); process.exit(0); }, 1500);
 describe('plain-HTTP forwarding sets Host from the request target', () => {
   it('the upstream sees the Host of the request-target, not a Host the sandbox made up', async () => {
     const before = seen.length;
-    const answer = await raw(`GET http://api.allowed.test:${port}/fronted HTTP/1.1\r\nHost: internal-admin.corp.example\r\nConnection: close\r\n\r\n`);
+    const answer = await raw(
+      `GET http://api.allowed.test:${port}/fronted HTTP/1.1\r\nHost: internal-admin.corp.example\r\nConnection: close\r\n\r\n`,
+    );
     expect(answer).toMatch(/^HTTP\/1.1 200/);
     const got = seen.slice(before);
     expect(got).toHaveLength(1);
@@ -128,106 +134,150 @@ describe('plain-HTTP forwarding sets Host from the request target', () => {
 });
 
 describe('slow clients', () => {
-  it('a connection that never finishes its request headers is closed once headersTimeoutMs passed, though it keeps sending', { timeout: 20_000 }, async () => {
-    const c = net.connect(socketPath);
-    c.on('error', () => undefined);
-    await new Promise((r) => c.once('connect', r));
-    c.write('GET http://api.allowed.test/ HTTP/1.1\r\nX-Slow: ');
-    const closed = new Promise<boolean>((r) => {
-      c.once('close', () => r(true));
-      setTimeout(() => r(false), 10_000);
-    });
-    // One byte every 500 ms keeps the header "in progress" (slowloris).
-    const drip = setInterval(() => c.write('a'), 500);
-    const wasClosed = await closed;
-    clearInterval(drip);
-    c.destroy();
-    expect(wasClosed).toBe(true);
-  });
+  it(
+    'a connection that never finishes its request headers is closed once headersTimeoutMs passed, though it keeps sending',
+    { timeout: 20_000 },
+    async () => {
+      const c = net.connect(socketPath);
+      c.on('error', () => undefined);
+      await new Promise((r) => c.once('connect', r));
+      c.write('GET http://api.allowed.test/ HTTP/1.1\r\nX-Slow: ');
+      const closed = new Promise<boolean>((r) => {
+        c.once('close', () => r(true));
+        setTimeout(() => r(false), 10_000);
+      });
+      // One byte every 500 ms keeps the header "in progress" (slowloris).
+      const drip = setInterval(() => c.write('a'), 500);
+      const wasClosed = await closed;
+      clearInterval(drip);
+      c.destroy();
+      expect(wasClosed).toBe(true);
+    },
+  );
 });
 
 describe('the egress log under a flood', () => {
-  it('an allowed connection stays in the log after EGRESS_LOG_MAX denied requests, and the dropped denials are counted', { timeout: 120_000 }, async () => {
-    const config = loadConfig(process.env, REPO_ROOT);
-    const redis = connectRedis(redisOptions(config.redis));
-    const prefix = `sbxtest:egress-flood-${randomBytes(4).toString('hex')}:`;
-    const ledger = new EgressLog(redis, prefix);
-    const flooded = new EgressProxy({
-      resolve: async () => ['127.0.0.2'],
-      record: (leaseId, e) => ledger.append(leaseId, e),
-      log: pino({ level: 'silent' }),
-    });
-    const sock = join(dir, 'flood', 'proxy.sock');
-    await flooded.serve('sbx_flood', [{ host: 'api.allowed.test', ports: [port] }, { cidr: '127.0.0.2/32', ports: [port] }], sock);
-    try {
-      // The exfiltration: one allowed request.
-      expect(await raw(`GET http://api.allowed.test:${port}/exfil?data=secret HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, sock)).toMatch(/^HTTP\/1.1 200/);
-      // The cover-up: EGRESS_LOG_MAX denied requests, pipelined on a few keep-alive connections.
-      const perConn = 1000;
-      for (let sent = 0; sent < EGRESS_LOG_MAX; sent += perConn * 4) {
-        await Promise.all(
-          [0, 1, 2, 3].map(
-            () =>
-              new Promise<void>((resolve) => {
-                const c = net.connect(sock, () => c.write('GET http://nope.test/ HTTP/1.1\r\nHost: nope.test\r\n\r\n'.repeat(perConn - 1) + 'GET http://nope.test/ HTTP/1.1\r\nHost: nope.test\r\nConnection: close\r\n\r\n'));
-                c.on('data', () => undefined);
-                c.on('close', () => resolve());
-                c.on('error', () => resolve());
-              }),
-          ),
+  it(
+    'an allowed connection stays in the log after EGRESS_LOG_MAX denied requests, and the dropped denials are counted',
+    { timeout: 120_000 },
+    async () => {
+      const config = loadConfig(process.env, REPO_ROOT);
+      const redis = connectRedis(redisOptions(config.redis));
+      const prefix = `sbxtest:egress-flood-${randomBytes(4).toString('hex')}:`;
+      const ledger = new EgressLog(redis, prefix);
+      const flooded = new EgressProxy({
+        resolve: async () => ['127.0.0.2'],
+        record: (leaseId, e) => ledger.append(leaseId, e),
+        log: pino({ level: 'silent' }),
+      });
+      const sock = join(dir, 'flood', 'proxy.sock');
+      await flooded.serve(
+        'sbx_flood',
+        [
+          { host: 'api.allowed.test', ports: [port] },
+          { cidr: '127.0.0.2/32', ports: [port] },
+        ],
+        sock,
+      );
+      try {
+        // The exfiltration: one allowed request.
+        expect(
+          await raw(`GET http://api.allowed.test:${port}/exfil?data=secret HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, sock),
+        ).toMatch(/^HTTP\/1.1 200/);
+        // The cover-up: EGRESS_LOG_MAX denied requests, pipelined on a few keep-alive connections.
+        const perConn = 1000;
+        for (let sent = 0; sent < EGRESS_LOG_MAX; sent += perConn * 4) {
+          await Promise.all(
+            [0, 1, 2, 3].map(
+              () =>
+                new Promise<void>((resolve) => {
+                  const c = net.connect(sock, () =>
+                    c.write(
+                      'GET http://nope.test/ HTTP/1.1\r\nHost: nope.test\r\n\r\n'.repeat(perConn - 1) +
+                        'GET http://nope.test/ HTTP/1.1\r\nHost: nope.test\r\nConnection: close\r\n\r\n',
+                    ),
+                  );
+                  c.on('data', () => undefined);
+                  c.on('close', () => resolve());
+                  c.on('error', () => resolve());
+                }),
+            ),
+          );
+        }
+        // Records are appended as the proxy handles each request: wait until the last denial is in.
+        const { events: log, dropped } = await eventually(
+          () => ledger.read('sbx_flood'),
+          (l) => l.events.filter((e) => e.decision === 'denied').length >= EGRESS_LOG_MAX,
+          30_000,
         );
+        expect(log.filter((e) => e.decision === 'denied').length).toBe(EGRESS_LOG_MAX);
+        expect(log.some((e) => e.decision === 'allowed' && e.host === 'api.allowed.test')).toBe(true);
+        expect(dropped.allowed).toBe(0);
+        expect(dropped.denied + EGRESS_LOG_MAX).toBeGreaterThanOrEqual(EGRESS_LOG_MAX);
+      } finally {
+        await flooded.stop('sbx_flood');
+        await redis.del(`${prefix}egress:sbx_flood:allowed`, `${prefix}egress:sbx_flood:denied`, `${prefix}egress:sbx_flood:dropped`);
+        redis.disconnect();
       }
-      // Records are appended as the proxy handles each request: wait until the last denial is in.
-      const { events: log, dropped } = await eventually(() => ledger.read('sbx_flood'), (l) => l.events.filter((e) => e.decision === 'denied').length >= EGRESS_LOG_MAX, 30_000);
-      expect(log.filter((e) => e.decision === 'denied').length).toBe(EGRESS_LOG_MAX);
-      expect(log.some((e) => e.decision === 'allowed' && e.host === 'api.allowed.test')).toBe(true);
-      expect(dropped.allowed).toBe(0);
-      expect(dropped.denied + EGRESS_LOG_MAX).toBeGreaterThanOrEqual(EGRESS_LOG_MAX);
-    } finally {
-      await flooded.stop('sbx_flood');
-      await redis.del(`${prefix}egress:sbx_flood:allowed`, `${prefix}egress:sbx_flood:denied`, `${prefix}egress:sbx_flood:dropped`);
-      redis.disconnect();
-    }
-  });
+    },
+  );
 });
 
 describe('request smuggling', () => {
   // A chunked body on a GET, forwarded without framing, would reach the upstream as a second
   // request; on a pooled upstream connection its answer would go to the next lease's request.
-  it('lease B gets the answer to its own request, and the upstream never sees a request lease A did not send openly', { timeout: 20_000 }, async () => {
-    const hits: string[] = [];
-    const slow = createServer((req, res) => {
-      hits.push(req.url ?? '');
-      setTimeout(() => res.end(`response for ${req.url}\n`), req.url === '/evil' ? 300 : 0);
-    });
-    await new Promise<void>((r) => slow.listen(0, '127.0.0.2', r));
-    const slowPort = (slow.address() as AddressInfo).port;
-    const rules = [{ host: 'pkg.allowed.test', ports: [slowPort] }, { cidr: '127.0.0.2/32', ports: [slowPort] }];
-    const shared = new EgressProxy({ resolve: async () => ['127.0.0.2'], record: async (_l, e) => void events.push(e), log: pino({ level: 'silent' }) });
-    const sockA = join(dir, 'tenant-a', 'proxy.sock');
-    const sockB = join(dir, 'tenant-b', 'proxy.sock');
-    await shared.serve('sbx_tenant_a', rules, sockA);
-    await shared.serve('sbx_tenant_b', rules, sockB);
-    const send = (sock: string, bytes: string, ms: number): Promise<string> =>
-      new Promise((resolve) => {
-        const out: Buffer[] = [];
-        const c = net.connect(sock, () => c.write(bytes));
-        c.on('data', (d: Buffer) => out.push(d));
-        c.on('error', () => undefined);
-        setTimeout(() => {
-          c.destroy();
-          resolve(Buffer.concat(out).toString('latin1'));
-        }, ms);
+  it(
+    'lease B gets the answer to its own request, and the upstream never sees a request lease A did not send openly',
+    { timeout: 20_000 },
+    async () => {
+      const hits: string[] = [];
+      const slow = createServer((req, res) => {
+        hits.push(req.url ?? '');
+        setTimeout(() => res.end(`response for ${req.url}\n`), req.url === '/evil' ? 300 : 0);
       });
-    try {
-      const inner = 'GET /evil HTTP/1.1\r\nHost: pkg.allowed.test\r\n\r\n';
-      const body = `${inner.length.toString(16)}\r\n${inner}\r\n0\r\n\r\n`;
-      await send(sockA, `GET http://pkg.allowed.test:${slowPort}/a HTTP/1.1\r\nHost: pkg.allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n${body}`, 100);
-      const b = await send(sockB, `GET http://pkg.allowed.test:${slowPort}/victim HTTP/1.1\r\nHost: pkg.allowed.test\r\n\r\n`, 1500);
-      expect({ upstreamSawSmuggled: hits.includes('/evil'), bodyLeaseBGot: b.split('\r\n\r\n').pop() }).toEqual({ upstreamSawSmuggled: false, bodyLeaseBGot: 'response for /victim\n' });
-    } finally {
-      await shared.close();
-      slow.close();
-    }
-  });
+      await new Promise<void>((r) => slow.listen(0, '127.0.0.2', r));
+      const slowPort = (slow.address() as AddressInfo).port;
+      const rules = [
+        { host: 'pkg.allowed.test', ports: [slowPort] },
+        { cidr: '127.0.0.2/32', ports: [slowPort] },
+      ];
+      const shared = new EgressProxy({
+        resolve: async () => ['127.0.0.2'],
+        record: async (_l, e) => void events.push(e),
+        log: pino({ level: 'silent' }),
+      });
+      const sockA = join(dir, 'tenant-a', 'proxy.sock');
+      const sockB = join(dir, 'tenant-b', 'proxy.sock');
+      await shared.serve('sbx_tenant_a', rules, sockA);
+      await shared.serve('sbx_tenant_b', rules, sockB);
+      const send = (sock: string, bytes: string, ms: number): Promise<string> =>
+        new Promise((resolve) => {
+          const out: Buffer[] = [];
+          const c = net.connect(sock, () => c.write(bytes));
+          c.on('data', (d: Buffer) => out.push(d));
+          c.on('error', () => undefined);
+          setTimeout(() => {
+            c.destroy();
+            resolve(Buffer.concat(out).toString('latin1'));
+          }, ms);
+        });
+      try {
+        const inner = 'GET /evil HTTP/1.1\r\nHost: pkg.allowed.test\r\n\r\n';
+        const body = `${inner.length.toString(16)}\r\n${inner}\r\n0\r\n\r\n`;
+        await send(
+          sockA,
+          `GET http://pkg.allowed.test:${slowPort}/a HTTP/1.1\r\nHost: pkg.allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n${body}`,
+          100,
+        );
+        const b = await send(sockB, `GET http://pkg.allowed.test:${slowPort}/victim HTTP/1.1\r\nHost: pkg.allowed.test\r\n\r\n`, 1500);
+        expect({ upstreamSawSmuggled: hits.includes('/evil'), bodyLeaseBGot: b.split('\r\n\r\n').pop() }).toEqual({
+          upstreamSawSmuggled: false,
+          bodyLeaseBGot: 'response for /victim\n',
+        });
+      } finally {
+        await shared.close();
+        slow.close();
+      }
+    },
+  );
 });

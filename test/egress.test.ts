@@ -58,7 +58,9 @@ beforeAll(async () => {
         dnsQueries.push(question.name);
         const address = RECORDS[question.name];
         if (address && question.type === dns2.Packet.TYPE.A) {
-          response.answers.push(new dns2.Packet.Resource({ name: question.name, type: dns2.Packet.TYPE.A, class: dns2.Packet.CLASS.IN, ttl: 1, address }));
+          response.answers.push(
+            new dns2.Packet.Resource({ name: question.name, type: dns2.Packet.TYPE.A, class: dns2.Packet.CLASS.IN, ttl: 1, address }),
+          );
         }
       }
       send(response);
@@ -69,7 +71,9 @@ beforeAll(async () => {
 
   const policyDir = await mkdtemp(join(tmpdir(), 'sbx-egress-policies-'));
   await copyFile(join(REPO_ROOT, 'policies', 'default.yaml'), join(policyDir, 'default.yaml'));
-  const defaults = (await import('yaml')).parse(await (await import('node:fs/promises')).readFile(join(REPO_ROOT, 'policies', 'default.yaml'), 'utf8'));
+  const defaults = (await import('yaml')).parse(
+    await (await import('node:fs/promises')).readFile(join(REPO_ROOT, 'policies', 'default.yaml'), 'utf8'),
+  );
   const egressPolicy = {
     ...defaults,
     name: 'egress-test',
@@ -85,7 +89,10 @@ beforeAll(async () => {
     },
   };
   await writeFile(join(policyDir, 'egress-test.yaml'), JSON.stringify(egressPolicy));
-  await writeFile(join(policyDir, 'open-test.yaml'), JSON.stringify({ ...defaults, name: 'open-test', version: 1, network: { mode: 'open' } }));
+  await writeFile(
+    join(policyDir, 'open-test.yaml'),
+    JSON.stringify({ ...defaults, name: 'open-test', version: 1, network: { mode: 'open' } }),
+  );
   h = await startHarness({ SBX_POLICY_DIR: policyDir, SBX_EGRESS_DNS_SERVERS: `127.0.0.1:${dnsPort}` });
 });
 
@@ -122,7 +129,14 @@ describe('network mode allowlist: the egress proxy is the only way out', () => {
     expect(r.stdout).toBe('hello from 127.0.0.2\n');
     expect(allowed.hits.slice(before)).toEqual(['GET /plain']);
     const events = await h.client.egress(leaseId, { decision: 'allowed' });
-    expect(events.at(-1)).toMatchObject({ host: 'api.allowed.test', port: allowed.port, method: 'GET', decision: 'allowed', address: '127.0.0.2', error: null });
+    expect(events.at(-1)).toMatchObject({
+      host: 'api.allowed.test',
+      port: allowed.port,
+      method: 'GET',
+      decision: 'allowed',
+      address: '127.0.0.2',
+      error: null,
+    });
     expect(events.at(-1)!.rule).toContain('api.allowed.test');
     expect(events.at(-1)!.bytesIn).toBe('hello from 127.0.0.2\n'.length);
   });
@@ -146,7 +160,12 @@ describe('network mode allowlist: the egress proxy is the only way out', () => {
     expect(tunnel.stdout).toMatch(/403/);
     expect(allowed.hits.length).toBe(before);
     const denied = await h.client.egress(leaseId, { decision: 'denied' });
-    expect(denied.filter((e) => e.host === 'unlisted.test').map((e) => e.method).sort()).toEqual(['CONNECT', 'GET']);
+    expect(
+      denied
+        .filter((e) => e.host === 'unlisted.test')
+        .map((e) => e.method)
+        .sort(),
+    ).toEqual(['CONNECT', 'GET']);
     expect(denied.find((e) => e.host === 'unlisted.test')!.rule).toBe(`no rule allows unlisted.test:${allowed.port}`);
   });
 
@@ -201,9 +220,24 @@ describe('network mode allowlist: the egress proxy is the only way out', () => {
     try {
       const image = (await h.client.getSandbox(leaseId)).image;
       // Positive control: the destination is reachable from a container with a network.
-      const control = await docker('run', '--rm', '--network', 'bridge', '--entrypoint', 'curl', image, '-sS', '--max-time', '5', `http://${gateway}:${bridgeServer.port}/control`);
+      const control = await docker(
+        'run',
+        '--rm',
+        '--network',
+        'bridge',
+        '--entrypoint',
+        'curl',
+        image,
+        '-sS',
+        '--max-time',
+        '5',
+        `http://${gateway}:${bridgeServer.port}/control`,
+      );
       expect(control).toBe(`hello from ${gateway}\n`);
-      const r = await exec(leaseId, `curl -sS --noproxy '*' --max-time 5 http://${gateway}:${bridgeServer.port}/bypass 2>&1; echo " exit=$?"`);
+      const r = await exec(
+        leaseId,
+        `curl -sS --noproxy '*' --max-time 5 http://${gateway}:${bridgeServer.port}/bypass 2>&1; echo " exit=$?"`,
+      );
       expect(r.stdout).toMatch(/exit=7/);
       const viaProxy = await exec(leaseId, `curl -sS -o /dev/null -w '%{http_code}' http://${gateway}:${bridgeServer.port}/via-proxy`);
       expect(viaProxy.stdout).toBe('403');
@@ -228,7 +262,10 @@ describe('network mode allowlist: the egress proxy is the only way out', () => {
 describe('network mode none', () => {
   it('has no proxy, no egress log entries and no way out: curl through the would-be proxy port fails', async () => {
     const lease = await h.client.createSandbox();
-    const r = await exec(lease.id, `printenv HTTP_PROXY; curl -sS -x http://127.0.0.1:3128 --max-time 5 http://api.allowed.test:${allowed.port}/ 2>&1; echo " exit=$?"`);
+    const r = await exec(
+      lease.id,
+      `printenv HTTP_PROXY; curl -sS -x http://127.0.0.1:3128 --max-time 5 http://api.allowed.test:${allowed.port}/ 2>&1; echo " exit=$?"`,
+    );
     expect(r.stdout).toMatch(/exit=7/);
     expect(r.stdout).not.toContain('hello');
     expect(await h.client.egress(lease.id)).toEqual([]);
@@ -253,7 +290,11 @@ describe('network mode open', () => {
     linkLocal?.server.close();
     anyAddress?.server.close();
     const { execFile } = await import('node:child_process');
-    await (await import('node:util')).promisify(execFile)('ip', ['addr', 'del', `${LINK_LOCAL}/32`, 'dev', 'lo']).catch(() => undefined);
+    await (
+      await import('node:util')
+    )
+      .promisify(execFile)('ip', ['addr', 'del', `${LINK_LOCAL}/32`, 'dev', 'lo'])
+      .catch(() => undefined);
   });
 
   it('has an ordinary network of its own, but a link-local server, reachable from a plain container, gets nothing from it', async () => {
@@ -265,7 +306,19 @@ describe('network mode open', () => {
     expect(out.stdout).toBe('hello from 0.0.0.0\n');
     expect(anyAddress.hits).toEqual(['GET /from-open']);
 
-    const control = await docker('run', '--rm', '--network', 'bridge', '--entrypoint', 'curl', lease.image, '-sS', '--max-time', '5', `http://${LINK_LOCAL}:${linkLocal.port}/control`);
+    const control = await docker(
+      'run',
+      '--rm',
+      '--network',
+      'bridge',
+      '--entrypoint',
+      'curl',
+      lease.image,
+      '-sS',
+      '--max-time',
+      '5',
+      `http://${LINK_LOCAL}:${linkLocal.port}/control`,
+    );
     expect(control).toBe(`hello from ${LINK_LOCAL}\n`);
     const blocked = await exec(lease.id, `curl -sS --max-time 3 http://${LINK_LOCAL}:${linkLocal.port}/from-open 2>&1; echo " exit=$?"`);
     expect(blocked.stdout).toMatch(/exit=28/);

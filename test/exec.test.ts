@@ -99,7 +99,7 @@ describe('exec', () => {
     expect(await processesInSandbox().then((l) => l.filter((x) => x.startsWith('sandbox')))).toEqual([]);
   });
 
-  it('a leftover `sleep 100 &` in the call\'s own group is killed at the end and counted: killedProcesses is exactly 1', async () => {
+  it("a leftover `sleep 100 &` in the call's own group is killed at the end and counted: killedProcesses is exactly 1", async () => {
     const r = await exec({ cmd: 'sleep 100 & echo started' });
     expect(r.status).toBe('succeeded');
     expect(r.receipt?.cleanup?.killedProcesses).toBe(1);
@@ -134,7 +134,10 @@ describe('exec', () => {
   });
 
   it('a fork bomb ends failed with resource.pids_exhausted and the sandbox keeps serving', async () => {
-    const r = await exec({ cmd: 'python3 -c "import os, time\nfor i in range(5000):\n    if os.fork() == 0:\n        time.sleep(60)\n        os._exit(0)"', timeoutMs: 60_000 });
+    const r = await exec({
+      cmd: 'python3 -c "import os, time\nfor i in range(5000):\n    if os.fork() == 0:\n        time.sleep(60)\n        os._exit(0)"',
+      timeoutMs: 60_000,
+    });
     expect(r.status).toBe('failed');
     expect(r.error?.code).toBe('resource.pids_exhausted');
     expect(r.stderr).toMatch(/Resource temporarily unavailable|BlockingIOError/);
@@ -158,7 +161,10 @@ describe('exec', () => {
   });
 
   it('a script longer than execve allows for one argument is refused with input.invalid, not left hanging', async () => {
-    await expect(h.client.submitCall(leaseId, 'exec', { cmd: `echo ${'A'.repeat(200_000)}` })).rejects.toMatchObject({ status: 400, code: 'input.invalid' });
+    await expect(h.client.submitCall(leaseId, 'exec', { cmd: `echo ${'A'.repeat(200_000)}` })).rejects.toMatchObject({
+      status: 400,
+      code: 'input.invalid',
+    });
   });
 
   it('a program that ignores SIGTERM is killed with SIGKILL after the grace period', async () => {
@@ -208,7 +214,10 @@ describe('exec', () => {
     expect(second.receipt?.receiptId).toBe(first.receipt?.receiptId);
     const count = await exec({ cmd: 'wc -l < /workspace/once.log' });
     expect(count.stdout.trim()).toBe('1');
-    await expect(h.client.submitCall(leaseId, 'exec', { cmd: 'echo other' }, { callId })).rejects.toMatchObject({ code: 'call.id_conflict', status: 409 });
+    await expect(h.client.submitCall(leaseId, 'exec', { cmd: 'echo other' }, { callId })).rejects.toMatchObject({
+      code: 'call.id_conflict',
+      status: 409,
+    });
   });
 
   it('cancel kills a running call: cancelled, unknown effect, no process left', async () => {
@@ -226,7 +235,12 @@ describe('exec', () => {
   });
 
   it('background: answers detached with a task handle at once; output streams on; the call finishes when the process ends', async () => {
-    const detached = (await h.client.submitCall(leaseId, 'exec', { cmd: 'for i in 1 2 3; do echo tick $i; sleep 0.2; done', background: true }, { waitSeconds: 30 })) as ToolResult;
+    const detached = (await h.client.submitCall(
+      leaseId,
+      'exec',
+      { cmd: 'for i in 1 2 3; do echo tick $i; sleep 0.2; done', background: true },
+      { waitSeconds: 30 },
+    )) as ToolResult;
     expect(detached.status).toBe('detached');
     expect(detached.data).toMatchObject({ taskId: detached.callId });
     const running = await h.client.getCall(leaseId, detached.callId);
@@ -260,7 +274,11 @@ describe('exec', () => {
     const pending = await h.client.submitCall(leaseId, 'exec', { cmd: "trap '' TERM; (setsid sleep 555 &); sleep 60", killGraceMs: 300 });
     for await (const e of h.client.events(leaseId, pending.callId)) if (e.type === 'call.started') break;
     // The daemon has forked away before the cancel: seen from the host (an exec call would queue behind this one).
-    await eventually(() => docker('top', `sbx-${leaseId}`, '-eo', 'pid,args'), (out) => out.includes('sleep 555'), 10_000);
+    await eventually(
+      () => docker('top', `sbx-${leaseId}`, '-eo', 'pid,args'),
+      (out) => out.includes('sleep 555'),
+      10_000,
+    );
     await h.client.cancelCall(leaseId, pending.callId);
     const types: string[] = [];
     for await (const e of h.client.events(leaseId, pending.callId)) types.push(e.type);
@@ -274,7 +292,10 @@ describe('exec', () => {
 
   it('calls above the policy timeout are denied with policy.tool_denied and recorded', async () => {
     const callId = `denied-${Date.now()}`;
-    await expect(h.client.submitCall(leaseId, 'exec', { argv: ['true'], timeoutMs: 24 * 3600 * 1000 }, { callId })).rejects.toMatchObject({ code: 'policy.tool_denied', status: 403 });
+    await expect(h.client.submitCall(leaseId, 'exec', { argv: ['true'], timeoutMs: 24 * 3600 * 1000 }, { callId })).rejects.toMatchObject({
+      code: 'policy.tool_denied',
+      status: 403,
+    });
     const call = await h.client.getCall(leaseId, callId);
     expect(call.result?.status).toBe('denied');
   });

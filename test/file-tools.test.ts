@@ -62,7 +62,15 @@ describe('write_file / read_file', () => {
     const lines = Array.from({ length: 10 }, (_, i) => `line ${i + 1}\n`).join('');
     await call('write_file', { path: '/workspace/lines.txt', content: lines });
     const r = await call('read_file', { path: '/workspace/lines.txt', offset: 3, limit: 2 });
-    expect(data(r)).toMatchObject({ content: 'line 3\nline 4\n', fromLine: 3, toLine: 4, totalLines: 10, truncated: true, remaining: { fromLine: 5, toLine: 10 }, sha256: sha(lines) });
+    expect(data(r)).toMatchObject({
+      content: 'line 3\nline 4\n',
+      fromLine: 3,
+      toLine: 4,
+      totalLines: 10,
+      truncated: true,
+      remaining: { fromLine: 5, toLine: 10 },
+      sha256: sha(lines),
+    });
     const bytes = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0, 1, 2, 0xff]);
     await call('write_file', { path: '/workspace/blob.bin', content: bytes.toString('base64'), encoding: 'base64' });
     const text = await call('read_file', { path: '/workspace/blob.bin' });
@@ -78,14 +86,21 @@ describe('write_file / read_file', () => {
     expect(r.status).toBe('failed');
     expect(r.error?.code).toBe('input.path_outside_workspace');
     expect(r.error?.details?.resolved).toBe('/etc/passwd');
-    await expect(h.client.submitCall(leaseId, 'read_file', { path: '/etc/passwd' })).rejects.toMatchObject({ status: 400, code: 'input.path_outside_workspace' });
-    await expect(h.client.submitCall(leaseId, 'write_file', { path: '/workspace/../etc/x', content: '' })).rejects.toMatchObject({ code: 'input.path_outside_workspace' });
+    await expect(h.client.submitCall(leaseId, 'read_file', { path: '/etc/passwd' })).rejects.toMatchObject({
+      status: 400,
+      code: 'input.path_outside_workspace',
+    });
+    await expect(h.client.submitCall(leaseId, 'write_file', { path: '/workspace/../etc/x', content: '' })).rejects.toMatchObject({
+      code: 'input.path_outside_workspace',
+    });
   });
 });
 
 describe('a dangling symlink', () => {
   it('given to read_file, write_file or edit_file, or on the way to a path, is files.dangling_symlink naming the link and its target; nothing is written', async () => {
-    await call('exec', { cmd: 'mkdir -p /workspace/dangle && ln -sfn missing-target.txt /workspace/dangle/link && ln -sfn /workspace/no-such-dir /workspace/dangle/dirlink' });
+    await call('exec', {
+      cmd: 'mkdir -p /workspace/dangle && ln -sfn missing-target.txt /workspace/dangle/link && ln -sfn /workspace/no-such-dir /workspace/dangle/dirlink',
+    });
     const expected = { link: '/workspace/dangle/link', target: 'missing-target.txt', resolved: '/workspace/dangle/missing-target.txt' };
     for (const [tool, args] of [
       ['read_file', { path: '/workspace/dangle/link' }],
@@ -101,7 +116,9 @@ describe('a dangling symlink', () => {
     const through = await call('write_file', { path: '/workspace/dangle/dirlink/deep.txt', content: 'x' });
     expect(through.error?.code).toBe('files.dangling_symlink');
     expect(through.error?.details).toMatchObject({ link: '/workspace/dangle/dirlink', target: '/workspace/no-such-dir' });
-    const listing = await call('exec', { cmd: 'ls -A /workspace/dangle; ls /workspace/no-such-dir /workspace/dangle/missing-target.txt 2>&1 | wc -l' });
+    const listing = await call('exec', {
+      cmd: 'ls -A /workspace/dangle; ls /workspace/no-such-dir /workspace/dangle/missing-target.txt 2>&1 | wc -l',
+    });
     expect(listing.stdout).toBe('dirlink\nlink\n2\n');
   });
 });
@@ -136,7 +153,9 @@ describe('edit_file', () => {
 
 describe('list_files, glob, search', () => {
   it('list_files is sorted and bounded and lists symlinks without following them', async () => {
-    await call('exec', { cmd: 'mkdir -p /workspace/tree/b /workspace/tree/a && touch /workspace/tree/a/1 /workspace/tree/a/2 /workspace/tree/b/3 && ln -sfn / /workspace/tree/root-link' });
+    await call('exec', {
+      cmd: 'mkdir -p /workspace/tree/b /workspace/tree/a && touch /workspace/tree/a/1 /workspace/tree/a/2 /workspace/tree/b/3 && ln -sfn / /workspace/tree/root-link',
+    });
     const r = await call('list_files', { path: '/workspace/tree' });
     expect(data(r).entries.map((e: { path: string; type: string }) => `${e.type}:${e.path}`)).toEqual([
       'directory:/workspace/tree/a',
@@ -169,7 +188,11 @@ describe('list_files, glob, search', () => {
     await call('write_file', { path: '/workspace/search/a.ts', content: 'const x = 1;\nfunction needle() {}\nneedle();\n' });
     await call('write_file', { path: '/workspace/search/b.ts', content: 'a.b(needle)\n' });
     const r = await call('search', { pattern: 'needle\\(', path: '/workspace/search' });
-    expect(data(r).matches.map((m: { path: string; line: number }) => `${m.path}:${m.line}`).sort()).toEqual(['/workspace/search/a.ts:2', '/workspace/search/a.ts:3']);
+    expect(
+      data(r)
+        .matches.map((m: { path: string; line: number }) => `${m.path}:${m.line}`)
+        .sort(),
+    ).toEqual(['/workspace/search/a.ts:2', '/workspace/search/a.ts:3']);
     const literal = await call('search', { pattern: 'a.b(', literal: true, path: '/workspace/search' });
     expect(data(literal).matches).toHaveLength(1);
     const bounded = await call('search', { pattern: 'needle', path: '/workspace/search', limit: 1 });
@@ -230,17 +253,24 @@ describe('diffs', () => {
 describe('races', () => {
   it('a directory swapped for a symlink while file calls run never lets a read or a write leave the roots', async () => {
     await call('exec', { cmd: 'mkdir -p /workspace/race/real && echo inside > /workspace/race/real/passwd && echo shm > /dev/shm/passwd' });
-    const swapper = (await h.client.submitCall(leaseId, 'exec', {
-      // renameat2(2) with RENAME_EXCHANGE (flag 2; syscall 316 on x86-64) swaps the directory and
-      // the symlink atomically, as fast as perl can loop.
-      cmd: 'cd /workspace/race && ln -sfn /dev/shm lnk && exec perl -e \'my ($a, $b) = ("real", "lnk"); while (1) { syscall(316, -100, $a, -100, $b, 2) }\'',
-      background: true,
-      timeoutMs: 120_000,
-    }, { waitSeconds: 30 })) as ToolResult;
+    const swapper = (await h.client.submitCall(
+      leaseId,
+      'exec',
+      {
+        // renameat2(2) with RENAME_EXCHANGE (flag 2; syscall 316 on x86-64) swaps the directory and
+        // the symlink atomically, as fast as perl can loop.
+        cmd: 'cd /workspace/race && ln -sfn /dev/shm lnk && exec perl -e \'my ($a, $b) = ("real", "lnk"); while (1) { syscall(316, -100, $a, -100, $b, 2) }\'',
+        background: true,
+        timeoutMs: 120_000,
+      },
+      { waitSeconds: 30 },
+    )) as ToolResult;
     expect(swapper.status).toBe('detached');
     const results = await Promise.all(
       Array.from({ length: 300 }, (_, i) =>
-        i % 2 === 0 ? call('read_file', { path: '/workspace/race/real/passwd' }) : call('write_file', { path: `/workspace/race/real/w${i}`, content: 'x' }),
+        i % 2 === 0
+          ? call('read_file', { path: '/workspace/race/real/passwd' })
+          : call('write_file', { path: `/workspace/race/real/w${i}`, content: 'x' }),
       ),
     );
     await h.client.cancelCall(leaseId, swapper.callId);
@@ -249,7 +279,9 @@ describe('races', () => {
       if (r.status === 'succeeded' && r.data && 'path' in r.data) expect(String(r.data.path)).toMatch(/^\/workspace\//);
       if (r.status !== 'succeeded') expect(r.error?.code).toMatch(/^(input\.path_outside_workspace|files\.)/);
     }
-    const leaked = await call('exec', { cmd: 'ls /dev/shm; ls -a /workspace/race/real /workspace/race/realx 2>/dev/null | grep -c sbx- || true' });
+    const leaked = await call('exec', {
+      cmd: 'ls /dev/shm; ls -a /workspace/race/real /workspace/race/realx 2>/dev/null | grep -c sbx- || true',
+    });
     expect(leaked.stdout.split('\n')).not.toContain('w1');
     expect(leaked.stdout).not.toMatch(/^w\d+$/m);
   }, 120_000);

@@ -51,16 +51,23 @@ const SEED_ENTRIES: FixtureEntry[][] = [
     { name: 'b.txt', content: 'b'.repeat(3000) },
     { name: 'd/l', type: 'symlink', linkname: 'a.txt' },
   ],
-  [{ name: `${'long-dir/'.repeat(20)}file-with-a-long-path.txt`, content: 'deep' }, { name: 'x'.repeat(300), content: 'name too long for ext4' }],
+  [
+    { name: `${'long-dir/'.repeat(20)}file-with-a-long-path.txt`, content: 'deep' },
+    { name: 'x'.repeat(300), content: 'name too long for ext4' },
+  ],
   [{ name: 'p.txt', content: 'pax', pax: { comment: 'c'.repeat(600) } } as FixtureEntry, { name: 'q.txt', content: 'q'.repeat(1200) }],
-  [{ name: 'first.txt', content: 'one' }, { name: 'big.bin', content: 'z'.repeat(100_000) }, { name: 'after.txt', content: 'after' }],
+  [
+    { name: 'first.txt', content: 'one' },
+    { name: 'big.bin', content: 'z'.repeat(100_000) },
+    { name: 'after.txt', content: 'after' },
+  ],
 ];
 let seeds: Buffer[] = [];
 
 /** Offsets of the header blocks of a well-formed archive (the seeds'), end-of-archive excluded. */
 function headerOffsets(archive: Buffer): number[] {
   const offsets: number[] = [];
-  for (let at = 0; at + BLOCK <= archive.length; ) {
+  for (let at = 0; at + BLOCK <= archive.length;) {
     const block = archive.subarray(at, at + BLOCK);
     if (block.every((b) => b === 0)) break;
     offsets.push(at);
@@ -78,7 +85,10 @@ function fixChecksum(archive: Buffer, at: number): void {
   archive.write(`${sum.toString(8).padStart(6, '0')}\0 `, at + 148, 'latin1');
 }
 
-type SizeField = { encoding: 'octal'; value: number } | { encoding: 'octal-junk'; text: string } | { encoding: 'base256'; negative: boolean; bytes: number[] };
+type SizeField =
+  | { encoding: 'octal'; value: number }
+  | { encoding: 'octal-junk'; text: string }
+  | { encoding: 'base256'; negative: boolean; bytes: number[] };
 
 type Mutation =
   | { kind: 'truncate'; seed: number; at: number }
@@ -139,24 +149,48 @@ function apply(m: Mutation): Buffer {
 
 const seedIndex = fc.nat({ max: SEED_ENTRIES.length - 1 });
 const mutation: fc.Arbitrary<Mutation> = fc.oneof(
-  fc.record({ kind: fc.constant('flip' as const), seed: seedIndex, where: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }), bit: fc.nat({ max: 7 }) }),
+  fc.record({
+    kind: fc.constant('flip' as const),
+    seed: seedIndex,
+    where: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
+    bit: fc.nat({ max: 7 }),
+  }),
   fc.record({ kind: fc.constant('checksum' as const), seed: seedIndex, header: fc.nat({ max: 8 }), delta: fc.integer({ min: 1, max: 7 }) }),
   fc.record({
     kind: fc.constant('size' as const),
     seed: seedIndex,
     header: fc.nat({ max: 8 }),
     size: fc.oneof(
-      fc.record({ encoding: fc.constant('octal' as const), value: fc.oneof(fc.integer({ min: 1, max: 300_000 }), fc.constant(8 ** 11 - 1)) }),
-      fc.record({ encoding: fc.constant('octal-junk' as const), text: fc.constantFrom('99999999999', '-0000000001', '1e400', ' ', 'NaN', '\x7f\x7f\x7f') }),
-      fc.record({ encoding: fc.constant('base256' as const), negative: fc.boolean(), bytes: fc.array(fc.nat({ max: 255 }), { minLength: 11, maxLength: 11 }) }),
+      fc.record({
+        encoding: fc.constant('octal' as const),
+        value: fc.oneof(fc.integer({ min: 1, max: 300_000 }), fc.constant(8 ** 11 - 1)),
+      }),
+      fc.record({
+        encoding: fc.constant('octal-junk' as const),
+        text: fc.constantFrom('99999999999', '-0000000001', '1e400', ' ', 'NaN', '\x7f\x7f\x7f'),
+      }),
+      fc.record({
+        encoding: fc.constant('base256' as const),
+        negative: fc.boolean(),
+        bytes: fc.array(fc.nat({ max: 255 }), { minLength: 11, maxLength: 11 }),
+      }),
     ),
   }),
-  fc.record({ kind: fc.constant('pax' as const), seed: fc.constant(2), variant: fc.constantFrom('record-length' as const, 'header-size' as const), digits: fc.constantFrom('99999999999', '77777777777', '00000000000', '4194305', '999999999999999999999', '1') }),
+  fc.record({
+    kind: fc.constant('pax' as const),
+    seed: fc.constant(2),
+    variant: fc.constantFrom('record-length' as const, 'header-size' as const),
+    digits: fc.constantFrom('99999999999', '77777777777', '00000000000', '4194305', '999999999999999999999', '1'),
+  }),
   fc.record({
     kind: fc.constant('name' as const),
     seed: seedIndex,
     header: fc.nat({ max: 8 }),
-    bytes: fc.oneof(fc.array(fc.integer({ min: 0x80, max: 0xff }), { minLength: 1, maxLength: 100 }), fc.array(fc.nat({ max: 255 }), { minLength: 1, maxLength: 100 }), fc.constant(Array(100).fill(0x6e))),
+    bytes: fc.oneof(
+      fc.array(fc.integer({ min: 0x80, max: 0xff }), { minLength: 1, maxLength: 100 }),
+      fc.array(fc.nat({ max: 255 }), { minLength: 1, maxLength: 100 }),
+      fc.constant(Array(100).fill(0x6e)),
+    ),
   }),
 );
 
@@ -177,13 +211,28 @@ async function contentOf(archive: Buffer, strip = 0): Promise<Map<string, string
     stream.on('data', (c: unknown) => void chunks.push(c as Buffer));
     stream.on('error', () => undefined);
     stream.on('end', () => {
-      const parts = posix.normalize(header.name).split('/').filter((p) => p !== '' && p !== '.').slice(strip);
+      const parts = posix
+        .normalize(header.name)
+        .split('/')
+        .filter((p) => p !== '' && p !== '.')
+        .slice(strip);
       if (parts.length > 0) {
         for (let i = 1; i < parts.length; i++) if (!out.has(parts.slice(0, i).join('/'))) out.set(parts.slice(0, i).join('/'), 'directory');
         const name = parts.join('/');
         if (header.type === 'directory') out.set(name, 'directory');
         else if (header.type === 'symlink') out.set(name, `symlink:${header.linkname}`);
-        else if (header.type === 'link') out.set(name, out.get(posix.normalize(header.linkname ?? '').split('/').filter((p) => p !== '' && p !== '.').slice(strip).join('/')) ?? 'link:?');
+        else if (header.type === 'link')
+          out.set(
+            name,
+            out.get(
+              posix
+                .normalize(header.linkname ?? '')
+                .split('/')
+                .filter((p) => p !== '' && p !== '.')
+                .slice(strip)
+                .join('/'),
+            ) ?? 'link:?',
+          );
         else out.set(name, `file:${sha(Buffer.concat(chunks))}`);
       }
       next();
@@ -194,7 +243,15 @@ async function contentOf(archive: Buffer, strip = 0): Promise<Map<string, string
   return out;
 }
 
-const figures = { sent: 0, byCode: {} as Record<string, number>, rssBeforeBytes: 0, rssAfterBytes: 0, heapBeforeBytes: 0, heapAfterBytes: 0, startedMs: 0 };
+const figures = {
+  sent: 0,
+  byCode: {} as Record<string, number>,
+  rssBeforeBytes: 0,
+  rssAfterBytes: 0,
+  heapBeforeBytes: 0,
+  heapAfterBytes: 0,
+  startedMs: 0,
+};
 
 async function rssOf(pid: number): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8');
@@ -248,9 +305,16 @@ async function sendBatch(dir: string, batch: Mutation[]): Promise<void> {
   expect(plane.child.exitCode).toBeNull();
   const listed = (await exec(`ls -A ${dir} 2>/dev/null; ls -A /workspace | grep -c '^.sbx-upload' || true`)).trim().split('\n');
   expect(listed.pop(), 'a staging directory was left behind').toBe('0');
-  expect(listed.filter(Boolean).map(Number).sort((a, b) => a - b)).toEqual([...accepted.keys()].sort((a, b) => a - b));
+  expect(
+    listed
+      .filter(Boolean)
+      .map(Number)
+      .sort((a, b) => a - b),
+  ).toEqual([...accepted.keys()].sort((a, b) => a - b));
   if (accepted.size === 0) return;
-  const download = await fetch(`${plane.client.baseUrl}/v1/sandboxes/${leaseId}/files?path=${dir}`, { headers: { authorization: `Bearer ${identity.apiKey}` } });
+  const download = await fetch(`${plane.client.baseUrl}/v1/sandboxes/${leaseId}/files?path=${dir}`, {
+    headers: { authorization: `Bearer ${identity.apiKey}` },
+  });
   expect(download.status).toBe(200);
   const inSandbox = await contentOf(Buffer.from(await download.arrayBuffer()), 1);
   for (const [i, archive] of accepted) {
@@ -261,37 +325,48 @@ async function sendBatch(dir: string, batch: Mutation[]): Promise<void> {
 }
 
 describe('archive fuzzing of PUT /v1/sandboxes/:id/files', () => {
-  it('at least 2,000 mutated archives: 4xx in the documented shape or exactly the archive written; the process stays up with bounded memory', { timeout: 600_000 }, async () => {
-    seeds = await Promise.all(SEED_ENTRIES.map((entries) => tarBytes(entries)));
-    figures.startedMs = Date.now();
-    // Warm-up (first upload, JIT), then the baseline.
-    await sendBatch('/workspace/fuzz-warm', seeds.map((_, seed) => ({ kind: 'truncate', seed, at: seeds[seed]!.length })));
-    figures.rssBeforeBytes = await rssOf(plane.child.pid!);
-    figures.heapBeforeBytes = await heapOf();
+  it(
+    'at least 2,000 mutated archives: 4xx in the documented shape or exactly the archive written; the process stays up with bounded memory',
+    { timeout: 600_000 },
+    async () => {
+      seeds = await Promise.all(SEED_ENTRIES.map((entries) => tarBytes(entries)));
+      figures.startedMs = Date.now();
+      // Warm-up (first upload, JIT), then the baseline.
+      await sendBatch(
+        '/workspace/fuzz-warm',
+        seeds.map((_, seed) => ({ kind: 'truncate', seed, at: seeds[seed]!.length })),
+      );
+      figures.rssBeforeBytes = await rssOf(plane.child.pid!);
+      figures.heapBeforeBytes = await heapOf();
 
-    // Every 512-byte boundary of every seed, and cuts inside each header (name, size, checksum, typeflag, magic).
-    const truncations: Mutation[] = [];
-    seeds.forEach((archive, seed) => {
-      for (let at = 0; at <= archive.length; at += BLOCK) truncations.push({ kind: 'truncate', seed, at });
-      for (const h of headerOffsets(archive)) for (const inside of [1, 100, 130, 150, 156, 257, 511]) truncations.push({ kind: 'truncate', seed, at: h + inside });
-    });
-    for (let i = 0; i < truncations.length; i += BATCH) await sendBatch(`/workspace/fuzz-cut-${i / BATCH}`, truncations.slice(i, i + BATCH));
+      // Every 512-byte boundary of every seed, and cuts inside each header (name, size, checksum, typeflag, magic).
+      const truncations: Mutation[] = [];
+      seeds.forEach((archive, seed) => {
+        for (let at = 0; at <= archive.length; at += BLOCK) truncations.push({ kind: 'truncate', seed, at });
+        for (const h of headerOffsets(archive))
+          for (const inside of [1, 100, 130, 150, 156, 257, 511]) truncations.push({ kind: 'truncate', seed, at: h + inside });
+      });
+      for (let i = 0; i < truncations.length; i += BATCH)
+        await sendBatch(`/workspace/fuzz-cut-${i / BATCH}`, truncations.slice(i, i + BATCH));
 
-    let run = 0;
-    await fc.assert(
-      fc.asyncProperty(fc.array(mutation, { minLength: BATCH, maxLength: BATCH }), async (batch) => {
-        await sendBatch(`/workspace/fuzz-${run++}`, batch);
-      }),
-      { numRuns: FAST_CHECK_RUNS, seed: FAST_CHECK_SEED, endOnFailure: true },
-    );
+      let run = 0;
+      await fc.assert(
+        fc.asyncProperty(fc.array(mutation, { minLength: BATCH, maxLength: BATCH }), async (batch) => {
+          await sendBatch(`/workspace/fuzz-${run++}`, batch);
+        }),
+        { numRuns: FAST_CHECK_RUNS, seed: FAST_CHECK_SEED, endOnFailure: true },
+      );
 
-    figures.rssAfterBytes = await rssOf(plane.child.pid!);
-    figures.heapAfterBytes = await heapOf();
-    const seconds = ((Date.now() - figures.startedMs) / 1000).toFixed(1);
-    console.log(`[fuzz] seed ${FAST_CHECK_SEED}: ${figures.sent} archives in ${seconds} s; answers ${JSON.stringify(figures.byCode)}; RSS ${figures.rssBeforeBytes >> 20} -> ${figures.rssAfterBytes >> 20} MiB; heap ${figures.heapBeforeBytes >> 20} -> ${figures.heapAfterBytes >> 20} MiB`);
-    expect(figures.sent).toBeGreaterThanOrEqual(2000);
-    // Generous: the bodies are small, so a leak of anything per request shows as far more.
-    expect(figures.rssAfterBytes).toBeLessThan(figures.rssBeforeBytes + 200 * 1024 * 1024);
-    expect(figures.heapAfterBytes).toBeLessThan(figures.heapBeforeBytes + 100 * 1024 * 1024);
-  });
+      figures.rssAfterBytes = await rssOf(plane.child.pid!);
+      figures.heapAfterBytes = await heapOf();
+      const seconds = ((Date.now() - figures.startedMs) / 1000).toFixed(1);
+      console.log(
+        `[fuzz] seed ${FAST_CHECK_SEED}: ${figures.sent} archives in ${seconds} s; answers ${JSON.stringify(figures.byCode)}; RSS ${figures.rssBeforeBytes >> 20} -> ${figures.rssAfterBytes >> 20} MiB; heap ${figures.heapBeforeBytes >> 20} -> ${figures.heapAfterBytes >> 20} MiB`,
+      );
+      expect(figures.sent).toBeGreaterThanOrEqual(2000);
+      // Generous: the bodies are small, so a leak of anything per request shows as far more.
+      expect(figures.rssAfterBytes).toBeLessThan(figures.rssBeforeBytes + 200 * 1024 * 1024);
+      expect(figures.heapAfterBytes).toBeLessThan(figures.heapBeforeBytes + 100 * 1024 * 1024);
+    },
+  );
 });

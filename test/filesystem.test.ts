@@ -51,7 +51,10 @@ describe('host files a sandbox can reach', () => {
     const lease = await h.client.createSandbox();
     // proc(5) mountinfo: field 5 is the mount point; the source follows the fstype after "-".
     // Mounts of the host's disk have a block-device source.
-    const r = await exec(lease.id, `awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i+2) ~ /^\\/dev\\/[a-z]/) print $5; break }}' /proc/self/mountinfo | sort; ls /var/run/docker.sock /run/docker.sock ${h.config.dataDir} 2>&1 | wc -l; ls /run/sbx/agent 2>&1`);
+    const r = await exec(
+      lease.id,
+      `awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i+2) ~ /^\\/dev\\/[a-z]/) print $5; break }}' /proc/self/mountinfo | sort; ls /var/run/docker.sock /run/docker.sock ${h.config.dataDir} 2>&1 | wc -l; ls /run/sbx/agent 2>&1`,
+    );
     const [mounts, rest] = r.stdout.split(/\n(?=\d+\n)/);
     expect(mounts!.split('\n').sort()).toEqual(['/etc/hostname', '/run/sbx/agent', '/run/sbx/redis', '/run/sbx/spool'].sort());
     expect(rest).toMatch(/^3\n/);
@@ -82,8 +85,16 @@ describe('read-only mounts from the mount allowlist', () => {
 
   it('a policy whose mount climbs out with .. is refused when it is written (400 policy.invalid naming the field)', async () => {
     const defaults = parseYaml(await readFile(join(REPO_ROOT, 'policies', 'default.yaml'), 'utf8'));
-    const policy = { ...defaults, name: 'dot-dot', filesystem: { ...defaults.filesystem, readOnlyMounts: [{ hostPath: `${allowedDir}/../outside`, containerPath: '/data' }] } };
-    const response = await fetch(`${h.url}/v1/policies/dot-dot`, { method: 'PUT', headers: { authorization: `Bearer ${h.apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify(policy) });
+    const policy = {
+      ...defaults,
+      name: 'dot-dot',
+      filesystem: { ...defaults.filesystem, readOnlyMounts: [{ hostPath: `${allowedDir}/../outside`, containerPath: '/data' }] },
+    };
+    const response = await fetch(`${h.url}/v1/policies/dot-dot`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${h.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify(policy),
+    });
     const body = (await response.json()) as { error: { code: string; details: { issues: Array<{ path: string }> } } };
     expect(response.status).toBe(400);
     expect(body.error.code).toBe('policy.invalid');

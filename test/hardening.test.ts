@@ -21,21 +21,42 @@ describe('runtime hardening (default policy)', () => {
   });
 
   it('the agent keeps only KILL, SETGID and SETUID; tools keep none', async () => {
-    const r = await exec(leaseId, { cmd: "for p in $(pgrep -u 0 -f sbx-agent.cjs | head -1) self; do awk '/^CapEff/ {print $2}' /proc/$p/status; done" });
-    const [agent, tool] = r.stdout.trim().split('\n').map((hex) => BigInt(`0x${hex}`));
+    const r = await exec(leaseId, {
+      cmd: "for p in $(pgrep -u 0 -f sbx-agent.cjs | head -1) self; do awk '/^CapEff/ {print $2}' /proc/$p/status; done",
+    });
+    const [agent, tool] = r.stdout
+      .trim()
+      .split('\n')
+      .map((hex) => BigInt(`0x${hex}`));
     expect(agent).toBe(AGENT_CAPS);
     expect(tool).toBe(0n);
   });
 
   it("Docker's default seccomp profile filters the tools' syscalls: unshare(CLONE_NEWUSER) is refused, though the kernel allows it unconfined", async () => {
     const lease = await h.client.getSandbox(leaseId);
-    const r = await exec(leaseId, { cmd: "awk '/^Seccomp:/ {print \"mode\", $2}' /proc/self/status; unshare -U true 2>&1; echo \"rc=$?\"" });
+    const r = await exec(leaseId, { cmd: 'awk \'/^Seccomp:/ {print "mode", $2}\' /proc/self/status; unshare -U true 2>&1; echo "rc=$?"' });
     expect(r.stdout).toContain('mode 2\n');
     expect(r.stdout).toContain('Operation not permitted');
     expect(r.stdout).toContain('rc=1');
     // Control: the same unprivileged command in a container without seccomp succeeds, so the
     // refusal above is the profile's doing.
-    const control = await docker('run', '--rm', '--user', '1000', '--cap-drop', 'ALL', '--network', 'none', '--security-opt', 'seccomp=unconfined', '--entrypoint', 'bash', lease.image, '-c', 'unshare -U true; echo rc=$?');
+    const control = await docker(
+      'run',
+      '--rm',
+      '--user',
+      '1000',
+      '--cap-drop',
+      'ALL',
+      '--network',
+      'none',
+      '--security-opt',
+      'seccomp=unconfined',
+      '--entrypoint',
+      'bash',
+      lease.image,
+      '-c',
+      'unshare -U true; echo rc=$?',
+    );
     expect(control.trim()).toBe('rc=0');
   });
 });
@@ -47,7 +68,9 @@ describe('resource limits (default policy: 2 CPUs, 4096 open files)', () => {
   });
 
   it('cpus is a CFS quota of 2 periods per period', async () => {
-    const r = await exec(leaseId, { cmd: 'cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us 2>/dev/null || cat /sys/fs/cgroup/cpu.max' });
+    const r = await exec(leaseId, {
+      cmd: 'cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us 2>/dev/null || cat /sys/fs/cgroup/cpu.max',
+    });
     const [quota, period] = r.stdout.trim().split(/\s+/).map(Number);
     expect(quota! / period!).toBe(2);
   });
@@ -74,8 +97,15 @@ except OSError as e:
 
   it('a fork bomb in one sandbox leaves another sandbox serving calls meanwhile', async () => {
     const other = (await h.client.createSandbox()).id;
-    const bombCall = await h.client.submitCall(leaseId, 'exec', { cmd: 'python3 -c "import os, time\nfor i in range(5000):\n    if os.fork() == 0:\n        time.sleep(20)\n        os._exit(0)"', timeoutMs: 60_000 });
-    const bomb = eventually(() => h.client.getCall(leaseId, bombCall.callId), (c) => c.status === 'finished', 90_000).then((c) => c.result!);
+    const bombCall = await h.client.submitCall(leaseId, 'exec', {
+      cmd: 'python3 -c "import os, time\nfor i in range(5000):\n    if os.fork() == 0:\n        time.sleep(20)\n        os._exit(0)"',
+      timeoutMs: 60_000,
+    });
+    const bomb = eventually(
+      () => h.client.getCall(leaseId, bombCall.callId),
+      (c) => c.status === 'finished',
+      90_000,
+    ).then((c) => c.result!);
     // While the bomb runs (its call started: an event, not a guessed delay), the other sandbox answers.
     for await (const e of h.client.events(leaseId, bombCall.callId)) if (e.type === 'call.started') break;
     const meanwhile = await exec(other, { argv: ['echo', 'unaffected'] });

@@ -19,7 +19,8 @@ const logged: Array<{ level: number; msg?: string }> = [];
 beforeAll(async () => {
   const logStream = new Writable({
     write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString('utf8').split('\n').filter(Boolean)) logged.push(JSON.parse(line) as { level: number; msg?: string });
+      for (const line of chunk.toString('utf8').split('\n').filter(Boolean))
+        logged.push(JSON.parse(line) as { level: number; msg?: string });
       done();
     },
   });
@@ -54,11 +55,24 @@ describe('the framework edge', () => {
   it('a body cut short by the client (end of stream mid-body) is 400 input.body_aborted, on a JSON route and on the upload route', async () => {
     const json5 = rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': 100 }, '{"ima');
     expectEdgeError(await rawExchange(port, json5, 'half'), 'input.body_aborted');
-    const chunked = rawRequest('POST', `/v1/sandboxes/${leaseId}/calls`, { ...json(), 'transfer-encoding': 'chunked' }, '40\r\n{"tool":"exec"');
+    const chunked = rawRequest(
+      'POST',
+      `/v1/sandboxes/${leaseId}/calls`,
+      { ...json(), 'transfer-encoding': 'chunked' },
+      '40\r\n{"tool":"exec"',
+    );
     expectEdgeError(await rawExchange(port, chunked, 'half'), 'input.body_aborted');
-    const tar = rawRequest('PUT', `/v1/sandboxes/${leaseId}/files?path=/workspace/cut`, { ...auth(), 'content-type': 'application/x-tar', 'content-length': 100 * 1024 }, Buffer.alloc(50 * 1024));
+    const tar = rawRequest(
+      'PUT',
+      `/v1/sandboxes/${leaseId}/files?path=/workspace/cut`,
+      { ...auth(), 'content-type': 'application/x-tar', 'content-length': 100 * 1024 },
+      Buffer.alloc(50 * 1024),
+    );
     expectEdgeError(await rawExchange(port, tar, 'half'), 'input.body_aborted');
-    const ls = await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls?wait=30`, { body: JSON.stringify({ tool: 'exec', args: { cmd: 'ls -A /workspace' } }), headers: json() });
+    const ls = await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls?wait=30`, {
+      body: JSON.stringify({ tool: 'exec', args: { cmd: 'ls -A /workspace' } }),
+      headers: json(),
+    });
     expect(((await ls.json()) as { stdout: string }).stdout).not.toContain('cut');
     await stillAnswers();
   });
@@ -70,9 +84,26 @@ describe('the framework edge', () => {
   });
 
   it('a wrong or missing media type is 415 input.unsupported_media_type', async () => {
-    expectEdgeError(await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...auth(), 'content-type': 'text/plain', 'content-length': 2 }, '{}')), 'input.unsupported_media_type');
-    expectEdgeError(await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...auth(), 'content-type': 'application/x-www-form-urlencoded', 'content-length': 7 }, 'image=x')), 'input.unsupported_media_type');
-    expectEdgeError(await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...auth(), 'content-length': 2 }, '{}')), 'input.unsupported_media_type');
+    expectEdgeError(
+      await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...auth(), 'content-type': 'text/plain', 'content-length': 2 }, '{}')),
+      'input.unsupported_media_type',
+    );
+    expectEdgeError(
+      await rawExchange(
+        port,
+        rawRequest(
+          'POST',
+          '/v1/sandboxes',
+          { ...auth(), 'content-type': 'application/x-www-form-urlencoded', 'content-length': 7 },
+          'image=x',
+        ),
+      ),
+      'input.unsupported_media_type',
+    );
+    expectEdgeError(
+      await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...auth(), 'content-length': 2 }, '{}')),
+      'input.unsupported_media_type',
+    );
   });
 
   it('a body over the limit is 413 input.body_too_large, refused on its Content-Length before it is read', async () => {
@@ -83,14 +114,20 @@ describe('the framework edge', () => {
 
   it('malformed JSON, an empty JSON body and prototype-poisoning keys are 400 input.invalid_json', async () => {
     for (const body of ['{"image": ', '{tool:exec}', '{"__proto__": {"admin": true}}', '{"constructor": {"prototype": {"admin": true}}}']) {
-      expectEdgeError(await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': Buffer.byteLength(body) }, body)), 'input.invalid_json');
+      expectEdgeError(
+        await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': Buffer.byteLength(body) }, body)),
+        'input.invalid_json',
+      );
     }
     expectEdgeError(await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': 0 })), 'input.invalid_json');
   });
 
   it('a body that fails its schema is 400 input.invalid naming the field', async () => {
     const body = JSON.stringify({ ttlSeconds: 'soon' });
-    const r = expectEdgeError(await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': body.length }, body)), 'input.invalid');
+    const r = expectEdgeError(
+      await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': body.length }, body)),
+      'input.invalid',
+    );
     expect(r.body).toContain('body.ttlSeconds');
   });
 
@@ -103,13 +140,19 @@ describe('the framework edge', () => {
     const r = expectEdgeError(await rawExchange(port, rawRequest('PATCH', '/v1/sandboxes', auth())), 'api.method_not_allowed');
     expect(r.headers.allow?.split(', ')).toEqual(expect.arrayContaining(['GET', 'POST']));
     expect(ErrorBody.parse(JSON.parse(r.body)).error.details?.allow).toEqual(r.headers.allow?.split(', '));
-    const one = expectEdgeError(await rawExchange(port, rawRequest('PUT', `/v1/sandboxes/${leaseId}/calls/c1/cancel`, auth())), 'api.method_not_allowed');
+    const one = expectEdgeError(
+      await rawExchange(port, rawRequest('PUT', `/v1/sandboxes/${leaseId}/calls/c1/cancel`, auth())),
+      'api.method_not_allowed',
+    );
     expect(one.headers.allow).toBe('POST');
     expectEdgeError(await rawExchange(port, rawRequest('DELETE', '/healthz', {})), 'api.method_not_allowed');
   });
 
   it('headers over the limit are 431 input.headers_too_large; a path segment over 100 characters is 414 input.url_too_long', async () => {
-    expectEdgeError(await rawExchange(port, rawRequest('GET', '/v1/sandboxes', { ...auth(), 'x-big': 'a'.repeat(20_000) }), 'keep'), 'input.headers_too_large');
+    expectEdgeError(
+      await rawExchange(port, rawRequest('GET', '/v1/sandboxes', { ...auth(), 'x-big': 'a'.repeat(20_000) }), 'keep'),
+      'input.headers_too_large',
+    );
     expectEdgeError(await rawExchange(port, rawRequest('GET', `/${'a'.repeat(20_000)}`, auth()), 'keep'), 'input.headers_too_large');
     expectEdgeError(await rawExchange(port, rawRequest('GET', `/v1/sandboxes/${'a'.repeat(200)}`, auth())), 'input.url_too_long');
   });
@@ -117,9 +160,15 @@ describe('the framework edge', () => {
   it('requests the parser cannot read are 400 input.malformed_request naming what it found', async () => {
     const r = expectEdgeError(await rawExchange(port, 'HELLO\r\n\r\n'), 'input.malformed_request');
     expect(ErrorBody.parse(JSON.parse(r.body)).error.details?.reason).toMatch(/^HPE_/);
-    expectEdgeError(await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': 'abc' }, '{}')), 'input.malformed_request');
+    expectEdgeError(
+      await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': 'abc' }, '{}')),
+      'input.malformed_request',
+    );
     expectEdgeError(await rawExchange(port, rawRequest('GET', '/v1/sandboxes/%E0%A4%A', auth())), 'input.malformed_request');
-    expectEdgeError(await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...json(), 'transfer-encoding': 'chunked' }, 'zz\r\n{}\r\n0\r\n\r\n')), 'input.malformed_request');
+    expectEdgeError(
+      await rawExchange(port, rawRequest('POST', '/v1/sandboxes', { ...json(), 'transfer-encoding': 'chunked' }, 'zz\r\n{}\r\n0\r\n\r\n')),
+      'input.malformed_request',
+    );
   });
 
   it('after all of it the process answers and logged nothing unexpected', async () => {

@@ -36,12 +36,23 @@ interface Answer {
 function send(method: string, path: string, headers: Record<string, string>, body: Buffer): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const url = new URL(path, h.url);
-    const req = httpRequest(url, { method, agent, headers: { ...headers, 'content-length': String(body.length) }, timeout: ANSWER_TIMEOUT_MS }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (d: Buffer) => chunks.push(d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, contentType: String(res.headers['content-type'] ?? ''), location: res.headers.location, body: Buffer.concat(chunks).toString('utf8') }));
-      res.on('error', reject);
-    });
+    const req = httpRequest(
+      url,
+      { method, agent, headers: { ...headers, 'content-length': String(body.length) }, timeout: ANSWER_TIMEOUT_MS },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (d: Buffer) => chunks.push(d));
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            contentType: String(res.headers['content-type'] ?? ''),
+            location: res.headers.location,
+            body: Buffer.concat(chunks).toString('utf8'),
+          }),
+        );
+        res.on('error', reject);
+      },
+    );
     req.on('timeout', () => req.destroy(new Error(`${method} ${path}: no answer within ${ANSWER_TIMEOUT_MS} ms`)));
     req.on('error', reject);
     req.end(body);
@@ -80,7 +91,11 @@ const MUTATIONS: Record<string, (t: Record<string, unknown>, n: number) => Buffe
   deepNesting: (t) => withRaw(t, `${'['.repeat(deep)}${']'.repeat(deep)}`),
   deepObjects: (t) => withRaw(t, `${'{"a":'.repeat(deep)}1${'}'.repeat(deep)}`, 'args'),
   hugeNumbers: (t, n) => withRaw(t, ['1e999', '-1e999', '123456789012345678901234567890', '0.1e-400', '-0', '1.5'][n % 6]!),
-  protoKeys: (t, n) => Buffer.from([`{"__proto__":{"admin":true},`, `{"constructor":{"prototype":{"admin":true}},`, `{"args":{"__proto__":{"x":1}},`][n % 3] + JSON.stringify(t).slice(1)),
+  protoKeys: (t, n) =>
+    Buffer.from(
+      [`{"__proto__":{"admin":true},`, `{"constructor":{"prototype":{"admin":true}},`, `{"args":{"__proto__":{"x":1}},`][n % 3] +
+        JSON.stringify(t).slice(1),
+    ),
   wrongTopType: (_t, n) => Buffer.from(['[]', 'null', '1', '"s"', 'true', '[{"tool":"exec"}]'][n % 6]!),
   wrongFieldType: (t, n) => {
     const key = Object.keys(t)[n % Object.keys(t).length]!;
@@ -90,7 +105,10 @@ const MUTATIONS: Record<string, (t: Record<string, unknown>, n: number) => Buffe
     const [key, value] = Object.entries(t)[0]!;
     return Buffer.from(`{${JSON.stringify(key)}:${JSON.stringify(typeof value === 'number' ? 'x' : 1)},${JSON.stringify(t).slice(1)}`);
   },
-  nulBytes: (t, n) => (n % 2 === 0 ? Buffer.from(JSON.stringify(t).replace(/"([^"]*)"(?=[,}])/, '"\\u0000$1\\u0000"')) : Buffer.concat([Buffer.from(JSON.stringify(t)), Buffer.from([0])])),
+  nulBytes: (t, n) =>
+    n % 2 === 0
+      ? Buffer.from(JSON.stringify(t).replace(/"([^"]*)"(?=[,}])/, '"\\u0000$1\\u0000"'))
+      : Buffer.concat([Buffer.from(JSON.stringify(t)), Buffer.from([0])]),
   longStrings: (t, n) => {
     const long = 'a'.repeat(n % 2 === 0 ? 900_000 : 100_000);
     return Buffer.from(n % 4 < 2 ? JSON.stringify({ ...t, [Object.keys(t)[0]!]: long }) : JSON.stringify({ [long]: 1, ...t }));
@@ -133,13 +151,26 @@ const statuses = new Map<number, number>();
  * sent, then the client ends its side, so the server meets the end of the stream mid-body.
  */
 async function sendCut(method: string, path: string, headers: Record<string, string>, body: Buffer): Promise<Answer> {
-  const r = await rawExchange(Number(new URL(h.url).port), rawRequest(method, path, { ...headers, 'content-length': body.length + 64 }, body), 'half', ANSWER_TIMEOUT_MS);
+  const r = await rawExchange(
+    Number(new URL(h.url).port),
+    rawRequest(method, path, { ...headers, 'content-length': body.length + 64 }, body),
+    'half',
+    ANSWER_TIMEOUT_MS,
+  );
   if (!r) throw new Error(`${method} ${path}: a body cut short got no answer`);
   return { status: r.status, contentType: r.headers['content-type'] ?? '', location: r.headers.location, body: r.body };
 }
 
 /** Sends one mutated request (`cut`: its body cut short) and checks the answer. */
-async function probe(target: Target, asUser: boolean, realId: boolean, mutation: string, n: number, contentType: string, cut = false): Promise<void> {
+async function probe(
+  target: Target,
+  asUser: boolean,
+  realId: boolean,
+  mutation: string,
+  n: number,
+  contentType: string,
+  cut = false,
+): Promise<void> {
   // Releasing the shared sandbox would end every later case on it: its DELETE gets the made-up id only.
   const real = realId && !(target.method === 'DELETE' && target.path === '/v1/sandboxes/:id');
   const path = concrete(target.path, real);
@@ -166,7 +197,10 @@ beforeAll(async () => {
   const call = await h.client.submitCall(leaseId, 'exec', { argv: ['true'] }, { waitSeconds: 60 });
   callId = call.callId;
   receiptId = String((call as { receipt?: { receiptId?: string } }).receipt?.receiptId ?? 'noreceipt');
-  const key = await h.client.raw('POST', '/v1/api-keys', { body: JSON.stringify({ name: 'fuzz user', role: 'user', tenant: 'default' }), headers: { 'content-type': 'application/json' } });
+  const key = await h.client.raw('POST', '/v1/api-keys', {
+    body: JSON.stringify({ name: 'fuzz user', role: 'user', tenant: 'default' }),
+    headers: { 'content-type': 'application/json' },
+  });
   userKey = ((await key.json()) as { secret: string }).secret;
   targets = routesOf(h.plane.app);
 });
@@ -176,50 +210,64 @@ afterAll(async () => {
 });
 
 describe('malformed JSON on every route', () => {
-  it('every route, every mutation, both keys, real and made-up ids: 2xx/4xx in the documented shape, never a 500 or a hang; memory bounded', { timeout: 240_000 }, async () => {
-    const rssBeforeBytes = process.memoryUsage().rss;
-    // Each route meets each mutation once, the key and id cycling through their four pairs.
-    let i = 0;
-    for (const target of targets) {
-      for (const mutation of Object.keys(MUTATIONS)) {
-        await probe(target, i % 2 === 1, i % 4 < 2, mutation, i, 'application/json');
-        await probe(target, i % 2 === 0, i % 4 >= 2, mutation, i, 'application/json', true);
-        i += 1;
+  it(
+    'every route, every mutation, both keys, real and made-up ids: 2xx/4xx in the documented shape, never a 500 or a hang; memory bounded',
+    { timeout: 240_000 },
+    async () => {
+      const rssBeforeBytes = process.memoryUsage().rss;
+      // Each route meets each mutation once, the key and id cycling through their four pairs.
+      let i = 0;
+      for (const target of targets) {
+        for (const mutation of Object.keys(MUTATIONS)) {
+          await probe(target, i % 2 === 1, i % 4 < 2, mutation, i, 'application/json');
+          await probe(target, i % 2 === 0, i % 4 >= 2, mutation, i, 'application/json', true);
+          i += 1;
+        }
       }
-    }
-    // Then random combinations, with other JSON media types too.
-    await fc.assert(
-      fc.asyncProperty(
-        fc.constantFrom(...targets),
-        fc.boolean(),
-        fc.boolean(),
-        fc.constantFrom(...Object.keys(MUTATIONS)),
-        fc.nat(),
-        fc.constantFrom('application/json', 'application/json; charset=utf-8', 'application/json; charset=latin1', 'Application/JSON'),
-        fc.boolean(),
-        async (target, asUser, realId, mutation, n, contentType, cut) => probe(target, asUser, realId, mutation, n, contentType, cut),
-      ),
-      { numRuns: 400 },
-    );
-    // Random JSON values and text as whole bodies.
-    await fc.assert(
-      fc.asyncProperty(fc.constantFrom(...targets), fc.oneof(fc.json(), fc.string({ unit: 'binary' })), async (target, text) => {
-        const path = concrete(target.path, false);
-        const answer = await send(target.method, path, { authorization: `Bearer ${h.apiKey}`, 'content-type': 'application/json' }, Buffer.from(text));
-        requests += 1;
-        expect(answer.status < 500, `${target.method} ${path} ${JSON.stringify(text).slice(0, 200)} → ${answer.status} ${answer.body.slice(0, 300)}`).toBe(true);
-        if (answer.status >= 400) expect(Object.keys(ERROR_CODES)).toContain(ErrorBody.parse(JSON.parse(answer.body)).error.code);
-        await undo(target.method, target.path, answer);
-      }),
-      { numRuns: 200 },
-    );
-    const rssGrowthBytes = process.memoryUsage().rss - rssBeforeBytes;
-    console.log(`[fuzz] ${targets.length} routes, ${requests} requests, statuses ${JSON.stringify(Object.fromEntries(statuses))}, rss growth ${Math.round(rssGrowthBytes / 1e6)} MB`);
-    expect(rssGrowthBytes).toBeLessThan(1024 * 1024 * 1024);
-    // The process stays up, the shared sandbox is still there, and no mutation left a lease behind.
-    expect((await h.client.raw('GET', '/healthz')).status).toBe(200);
-    expect((await h.client.getSandbox(leaseId)).status).toBe('ready');
-    const live = (await h.client.listSandboxes()).filter((l) => l.status !== 'released' && l.status !== 'failed');
-    expect(live.map((l) => l.id)).toEqual([leaseId]);
-  });
+      // Then random combinations, with other JSON media types too.
+      await fc.assert(
+        fc.asyncProperty(
+          fc.constantFrom(...targets),
+          fc.boolean(),
+          fc.boolean(),
+          fc.constantFrom(...Object.keys(MUTATIONS)),
+          fc.nat(),
+          fc.constantFrom('application/json', 'application/json; charset=utf-8', 'application/json; charset=latin1', 'Application/JSON'),
+          fc.boolean(),
+          async (target, asUser, realId, mutation, n, contentType, cut) => probe(target, asUser, realId, mutation, n, contentType, cut),
+        ),
+        { numRuns: 400 },
+      );
+      // Random JSON values and text as whole bodies.
+      await fc.assert(
+        fc.asyncProperty(fc.constantFrom(...targets), fc.oneof(fc.json(), fc.string({ unit: 'binary' })), async (target, text) => {
+          const path = concrete(target.path, false);
+          const answer = await send(
+            target.method,
+            path,
+            { authorization: `Bearer ${h.apiKey}`, 'content-type': 'application/json' },
+            Buffer.from(text),
+          );
+          requests += 1;
+          expect(
+            answer.status < 500,
+            `${target.method} ${path} ${JSON.stringify(text).slice(0, 200)} → ${answer.status} ${answer.body.slice(0, 300)}`,
+          ).toBe(true);
+          if (answer.status >= 400) expect(Object.keys(ERROR_CODES)).toContain(ErrorBody.parse(JSON.parse(answer.body)).error.code);
+          await undo(target.method, target.path, answer);
+        }),
+        { numRuns: 200 },
+      );
+      const rssGrowthBytes = process.memoryUsage().rss - rssBeforeBytes;
+      console.log(
+        `[fuzz] ${targets.length} routes, ${requests} requests, statuses ${JSON.stringify(Object.fromEntries(statuses))}, rss growth ${Math.round(rssGrowthBytes / 1e6)} MB`,
+      );
+      expect(rssGrowthBytes).toBeLessThan(1024 * 1024 * 1024);
+      // The process stays up, the shared sandbox is still there, and no mutation left a lease behind.
+      expect((await h.client.raw('GET', '/healthz')).status).toBe(200);
+      expect((await h.client.getSandbox(leaseId)).status).toBe('ready');
+      const live = (await h.client.listSandboxes()).filter((l) => l.status !== 'released' && l.status !== 'failed');
+      expect(live.map((l) => l.id)).toEqual([leaseId]);
+    },
+  );
 });

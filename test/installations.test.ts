@@ -84,7 +84,7 @@ async function removeLegacy(): Promise<void> {
 }
 
 describe('two installations on one engine, the same owner label', () => {
-  it('reconcile and restarts on both take nobody\'s sandbox; each releases its own', async () => {
+  it("reconcile and restarts on both take nobody's sandbox; each releases its own", async () => {
     const leaseA = await a!.client.createSandbox();
     const leaseB = await b!.client.createSandbox();
 
@@ -105,9 +105,16 @@ describe('two installations on one engine, the same owner label', () => {
     // One owner, two installation ids, each on everything its control plane made.
     expect(a!.plane.ownership.owner).toBe(b!.plane.ownership.owner);
     expect(a!.plane.ownership.installation).not.toBe(b!.plane.ownership.installation);
-    for (const [h, lease] of [[a!, leaseA], [b!, leaseB]] as const) {
-      expect((await docker('inspect', '-f', '{{index .Config.Labels "sbx.installation"}}', `sbx-${lease.id}`)).trim()).toBe(h.plane.ownership.installation);
-      const volumes = (await docker('volume', 'ls', '--filter', `label=sbx.lease=${lease.id}`, '--format', '{{.Label "sbx.installation"}}')).split('\n').filter(Boolean);
+    for (const [h, lease] of [
+      [a!, leaseA],
+      [b!, leaseB],
+    ] as const) {
+      expect((await docker('inspect', '-f', '{{index .Config.Labels "sbx.installation"}}', `sbx-${lease.id}`)).trim()).toBe(
+        h.plane.ownership.installation,
+      );
+      const volumes = (await docker('volume', 'ls', '--filter', `label=sbx.lease=${lease.id}`, '--format', '{{.Label "sbx.installation"}}'))
+        .split('\n')
+        .filter(Boolean);
       expect(volumes.length).toBeGreaterThan(0);
       expect(new Set(volumes)).toEqual(new Set([h.plane.ownership.installation]));
     }

@@ -113,7 +113,7 @@ describe('lease lifecycle', () => {
     expect(users.some((u) => u.includes(lease.id))).toBe(false);
   });
 
-  it('releasing a sandbox with a running call cancels it through the agent: cancelled, with the agent\'s receipt', async () => {
+  it("releasing a sandbox with a running call cancels it through the agent: cancelled, with the agent's receipt", async () => {
     const lease = await h.client.createSandbox();
     const pending = await h.client.submitCall(lease.id, 'exec', { cmd: 'sleep 60' });
     for await (const e of h.client.events(lease.id, pending.callId)) if (e.type === 'call.started') break;
@@ -135,17 +135,31 @@ describe('lease lifecycle', () => {
     expect(c.id).toBe(a.id);
     const containers = await docker('ps', '-a', '--filter', `label=sbx.lease=${a.id}`, '--format', '{{.Names}}');
     expect(containers.trim().split('\n')).toHaveLength(1);
-    await expect(h.client.createSandbox({ idempotencyKey: key, ttlSeconds: 60 })).rejects.toMatchObject({ status: 409, code: 'lease.idempotency_conflict' });
+    await expect(h.client.createSandbox({ idempotencyKey: key, ttlSeconds: 60 })).rejects.toMatchObject({
+      status: 409,
+      code: 'lease.idempotency_conflict',
+    });
   });
 
   it('an expired lease is released by its durable timer and answers 410 lease.expired', async () => {
     const lease = await h.client.createSandbox({ ttlSeconds: 1 });
     // Calls are refused from expiresAt on: wait for that instant (on the server's clock), not a fixed time.
     await expect
-      .poll(() => exec(lease.id, { argv: ['true'] }).then((r) => r.status, (e: { status?: number; code?: string }) => `${e.status} ${e.code}`), { timeout: 10_000, interval: 200 })
+      .poll(
+        () =>
+          exec(lease.id, { argv: ['true'] }).then(
+            (r) => r.status,
+            (e: { status?: number; code?: string }) => `${e.status} ${e.code}`,
+          ),
+        { timeout: 10_000, interval: 200 },
+      )
       .toBe('410 lease.expired');
     // Calls are refused from expiresAt on; the timer's release follows within moments.
-    await eventually(() => h.client.getSandbox(lease.id), (l) => l.status === 'expired', 10_000);
+    await eventually(
+      () => h.client.getSandbox(lease.id),
+      (l) => l.status === 'expired',
+      10_000,
+    );
     expect(await docker('ps', '-a', '--filter', `label=sbx.lease=${lease.id}`, '--format', '{{.Names}}')).toBe('');
   });
 
@@ -166,7 +180,10 @@ describe('lease lifecycle', () => {
   it('an agent that dies before it is ready fails the lease with its last words, and leaves nothing', async () => {
     const tag = 'sbx-test-crashing-agent:1';
     const context = await mkdtemp(join(tmpdir(), 'sbx-crash-'));
-    await writeFile(join(context, 'Dockerfile'), `FROM ${h.config.image}\nCMD ["/usr/local/bin/node", "-e", "console.error('agent boom'); process.exit(3)"]\n`);
+    await writeFile(
+      join(context, 'Dockerfile'),
+      `FROM ${h.config.image}\nCMD ["/usr/local/bin/node", "-e", "console.error('agent boom'); process.exit(3)"]\n`,
+    );
     await docker('build', '-q', '-t', tag, context);
     const before = await containersOf(h.config.owner);
     const error = await h.client.createSandbox({ image: tag }).catch((e: unknown) => e);
@@ -181,7 +198,10 @@ describe('lease lifecycle', () => {
     const before = await containersOf(h.config.owner);
     await expect(h.client.createSandbox({ ttlSeconds: 10 ** 7 })).rejects.toMatchObject({ status: 400, code: 'lease.ttl_exceeds_policy' });
     await expect(h.client.createSandbox({ policy: 'no-such-policy' })).rejects.toMatchObject({ status: 404, code: 'policy.not_found' });
-    await expect(h.client.createSandbox({ image: 'no-such-image:never' })).rejects.toMatchObject({ status: 400, code: 'runtime.image_not_found' });
+    await expect(h.client.createSandbox({ image: 'no-such-image:never' })).rejects.toMatchObject({
+      status: 400,
+      code: 'runtime.image_not_found',
+    });
     expect(await containersOf(h.config.owner)).toEqual(before);
   });
 });
@@ -222,7 +242,12 @@ describe('reconcile', () => {
     const pending = await h.client.submitCall(lease.id, 'exec', { cmd: 'sleep 60' });
     for await (const e of h.client.events(lease.id, pending.callId)) if (e.type === 'call.started') break;
     await docker('kill', `sbx-${lease.id}`);
-    const after = await eventually(() => h.client.getSandbox(lease.id), (l) => l.status !== 'ready' && l.status !== 'releasing', 10_000, 200);
+    const after = await eventually(
+      () => h.client.getSandbox(lease.id),
+      (l) => l.status !== 'ready' && l.status !== 'releasing',
+      10_000,
+      200,
+    );
     expect(after.status).toBe('lost');
     expect(after.endReason).toBe('container_exited');
     const running = await h.client.getCall(lease.id, pending.callId);

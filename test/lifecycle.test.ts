@@ -7,13 +7,26 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SbxClient } from '../sdk/index.js';
 import type { LeaseEvent, ToolResult } from '../contract/objects.js';
-import { planeIdentity, startChildPlane, type ChildPlane, containersOf, eventually, startHarness, type Harness, useHarness } from './fixtures/index.js';
+import {
+  planeIdentity,
+  startChildPlane,
+  type ChildPlane,
+  containersOf,
+  eventually,
+  startHarness,
+  type Harness,
+  useHarness,
+} from './fixtures/index.js';
 
 const h = useHarness();
 
 const transitions = (events: LeaseEvent[]): string[] => events.map((e) => `${e.from ?? '-'}>${e.to}:${e.reason}`);
 
-async function auditEntries(client: SbxClient, action: string, leaseId: string): Promise<Array<{ actor: unknown; details: Record<string, unknown> }>> {
+async function auditEntries(
+  client: SbxClient,
+  action: string,
+  leaseId: string,
+): Promise<Array<{ actor: unknown; details: Record<string, unknown> }>> {
   const response = await client.raw('GET', `/v1/audit?action=${action}&target=lease:${leaseId}`);
   return ((await response.json()) as { entries: Array<{ actor: unknown; details: Record<string, unknown> }> }).entries;
 }
@@ -30,7 +43,13 @@ describe('states and lease events', () => {
     const lease = await h.client.createSandbox();
     await h.client.releaseSandbox(lease.id);
     const events = await h.client.leaseEvents(lease.id);
-    expect(transitions(events)).toEqual(['->pending:created', 'pending>starting:starting', 'starting>ready:ready', 'ready>releasing:released', 'releasing>released:released']);
+    expect(transitions(events)).toEqual([
+      '->pending:created',
+      'pending>starting:starting',
+      'starting>ready:ready',
+      'ready>releasing:released',
+      'releasing>released:released',
+    ]);
     expect(events.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
     const times = events.map((e) => Date.parse(e.at));
     expect(times[0]).toBeGreaterThanOrEqual(before - 5);
@@ -48,10 +67,18 @@ describe('renew', () => {
     expect(Date.parse(renewed.expiresAt)).toBeGreaterThanOrEqual(renewedAt + 5000 - 50);
     expect(Date.parse(renewed.expiresAt)).toBeLessThanOrEqual(Date.now() + 5000 + 50);
     // Past the first expiry (the instant its first timer was set for, plus a second) the lease still runs calls.
-    await eventually(() => Date.now(), (now) => now > Date.parse(lease.expiresAt) + 1000, 10_000);
+    await eventually(
+      () => Date.now(),
+      (now) => now > Date.parse(lease.expiresAt) + 1000,
+      10_000,
+    );
     const r = (await h.client.submitCall(lease.id, 'exec', { argv: ['echo', 'alive'] }, { waitSeconds: 30 })) as ToolResult;
     expect(r.stdout).toBe('alive\n');
-    const expired = await eventually(() => h.client.getSandbox(lease.id), (l) => l.status === 'expired', 10_000);
+    const expired = await eventually(
+      () => h.client.getSandbox(lease.id),
+      (l) => l.status === 'expired',
+      10_000,
+    );
     const events = await h.client.leaseEvents(lease.id);
     // The timer fired at the renewed time (not the first one, not a later poll): measured at the
     // `ready → releasing` transition, before the teardown, whose length depends on machine load.
@@ -77,7 +104,10 @@ describe('renew', () => {
     const ok = await h.client.renewSandbox(lease.id, 14_000);
     expect(Date.parse(ok.expiresAt)).toBeLessThanOrEqual(Date.parse(lease.createdAt) + 14_400_000);
     for (const body of [{}, { ttlSeconds: 0 }, { ttlSeconds: 'x' }, { ttlSeconds: 10, extra: 1 }]) {
-      const response = await h.client.raw('POST', `/v1/sandboxes/${lease.id}/renew`, { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
+      const response = await h.client.raw('POST', `/v1/sandboxes/${lease.id}/renew`, {
+        body: JSON.stringify(body),
+        headers: { 'content-type': 'application/json' },
+      });
       expect(response.status).toBe(400);
       expect(((await response.json()) as { error: { code: string } }).error.code).toBe('input.invalid');
     }
@@ -130,7 +160,12 @@ describe('release', () => {
     await startedCall(h.client, lease.id, 'sleep 60');
     const first = h.client.releaseSandbox(lease.id, { graceMs: 1000 });
     // The second arrives once the first has begun (the lease is releasing), not after a guessed delay.
-    await eventually(() => h.client.getSandbox(lease.id), (l) => l.status !== 'ready', 10_000, 20);
+    await eventually(
+      () => h.client.getSandbox(lease.id),
+      (l) => l.status !== 'ready',
+      10_000,
+      20,
+    );
     const [a, b] = await Promise.all([first, h.client.releaseSandbox(lease.id)]);
     expect(a.status).toBe('released');
     expect(b).toEqual(a);
@@ -153,7 +188,11 @@ describe('expiry', () => {
   it('an expired lease with a running call: the call is cancelled through the agent, the lease ends expired once (one lease.expire by system)', async () => {
     const lease = await h.client.createSandbox({ ttlSeconds: 3 });
     const callId = await startedCall(h.client, lease.id, 'sleep 60');
-    const expired = await eventually(() => h.client.getSandbox(lease.id), (l) => l.status === 'expired', 20_000);
+    const expired = await eventually(
+      () => h.client.getSandbox(lease.id),
+      (l) => l.status === 'expired',
+      20_000,
+    );
     expect(expired.endReason).toBe('expired');
     const call = await h.client.getCall(lease.id, callId);
     expect(call.result).toMatchObject({ status: 'cancelled', receipt: { commitState: 'unknown', exit: { killedBy: 'cancel' } } });
@@ -192,10 +231,19 @@ describe('two control-plane processes on one Redis and one Docker engine', () =>
   it('expiry fires once although both processes run expiry workers: one expired event and one lease.expire per lease', async () => {
     const leases = await Promise.all([1, 2, 3].map(() => child.client.createSandbox({ ttlSeconds: 2 })));
     for (const lease of leases) {
-      await eventually(() => here.client.getSandbox(lease.id), (l) => l.status === 'expired', 20_000);
+      await eventually(
+        () => here.client.getSandbox(lease.id),
+        (l) => l.status === 'expired',
+        20_000,
+      );
     }
     // Every expiry timer is done (its BullMQ job gone from Redis), so no process can fire one again.
-    for (const lease of leases) await eventually(() => here.redis.exists(`${here.config.redisPrefix}cp:lease-expiry:${lease.id}`), (n) => n === 0, 20_000);
+    for (const lease of leases)
+      await eventually(
+        () => here.redis.exists(`${here.config.redisPrefix}cp:lease-expiry:${lease.id}`),
+        (n) => n === 0,
+        20_000,
+      );
     for (const lease of leases) {
       const events = await here.client.leaseEvents(lease.id);
       expect(events.filter((e) => e.to === 'expired')).toHaveLength(1);

@@ -108,7 +108,11 @@ describe('sbx mcp', () => {
     } finally {
       await client.close();
     }
-    await eventually(() => h.client.getSandbox(sandboxId!), (l) => l.status === 'released', 20_000);
+    await eventually(
+      () => h.client.getSandbox(sandboxId!),
+      (l) => l.status === 'released',
+      20_000,
+    );
     expect(await liveSandboxes()).toEqual([]);
   });
 
@@ -117,7 +121,11 @@ describe('sbx mcp', () => {
     const exec = await call(client, 'exec', { cmd: 'true' });
     const sandboxId = (exec.structuredContent as { sandboxId: string }).sandboxId;
     process.kill(transport.pid!, 'SIGTERM');
-    await eventually(() => h.client.getSandbox(sandboxId), (l) => l.status === 'released', 20_000);
+    await eventually(
+      () => h.client.getSandbox(sandboxId),
+      (l) => l.status === 'released',
+      20_000,
+    );
     await client.close();
   });
 });

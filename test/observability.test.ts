@@ -30,7 +30,12 @@ beforeAll(async () => {
   await copyFile(join(REPO_ROOT, 'policies', 'default.yaml'), join(policyDir, 'default.yaml'));
   const defaults = (await import('yaml')).parse(await readFile(join(REPO_ROOT, 'policies', 'default.yaml'), 'utf8'));
   // The destination is on loopback, which only a cidr rule reaches; 127.0.0.3 is denied.
-  const egress = { ...defaults, name: 'obs-egress', version: 1, network: { mode: 'allowlist', allow: [{ cidr: '127.0.0.2/32', ports: [upstreamPort] }] } };
+  const egress = {
+    ...defaults,
+    name: 'obs-egress',
+    version: 1,
+    network: { mode: 'allowlist', allow: [{ cidr: '127.0.0.2/32', ports: [upstreamPort] }] },
+  };
   await writeFile(join(policyDir, 'obs-egress.yaml'), JSON.stringify(egress));
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -75,7 +80,11 @@ describe('GET /metrics', () => {
   it('moves with a lease, its calls, the call queue, egress decisions, a reconcile and the pools', async () => {
     const before = await scrape();
     // Every counter is there from the start, at 0 when nothing happened yet.
-    for (const name of ['sbx_reconcile_actions_total{action="lost"}', 'sbx_egress_decisions_total{decision="denied"}', 'sbx_leases{state="ready"}']) {
+    for (const name of [
+      'sbx_reconcile_actions_total{action="lost"}',
+      'sbx_egress_decisions_total{decision="denied"}',
+      'sbx_leases{state="ready"}',
+    ]) {
       expect(before.has(name), name).toBe(true);
     }
 
@@ -85,8 +94,14 @@ describe('GET /metrics', () => {
     // A call still running: one job the agent has taken from the queue.
     const running = await h.client.submitCall(lease.id, 'exec', { cmd: 'sleep 3', timeoutMs: 30_000 });
     const during = await scrape();
-    expect((during.get('sbx_call_queue_jobs{state="active"}') ?? 0) + (during.get('sbx_call_queue_jobs{state="waiting"}') ?? 0)).toBeGreaterThanOrEqual(1);
-    await eventually(() => h.client.getCall(lease.id, running.callId), (c) => c.status === 'finished', 15_000);
+    expect(
+      (during.get('sbx_call_queue_jobs{state="active"}') ?? 0) + (during.get('sbx_call_queue_jobs{state="waiting"}') ?? 0),
+    ).toBeGreaterThanOrEqual(1);
+    await eventually(
+      () => h.client.getCall(lease.id, running.callId),
+      (c) => c.status === 'finished',
+      15_000,
+    );
 
     const egressLease = await h.client.createSandbox({ policy: 'obs-egress' });
     const reached = await exec(egressLease.id, `curl -sS --max-time 10 http://127.0.0.2:${upstreamPort}/`);
@@ -96,7 +111,11 @@ describe('GET /metrics', () => {
 
     // A sandbox whose container vanishes is lost at the next reconcile.
     await docker('rm', '-f', '-v', `sbx-${egressLease.id}`);
-    await eventually(() => h.client.getSandbox(egressLease.id), (l) => l.status === 'lost', 15_000);
+    await eventually(
+      () => h.client.getSandbox(egressLease.id),
+      (l) => l.status === 'lost',
+      15_000,
+    );
 
     h.plane.metrics.setPoolSize('default', 'ready', 3);
     const after = await scrape();
@@ -136,16 +155,24 @@ describe('GET /metrics', () => {
 });
 
 describe('structured logs', () => {
-  it('a call\'s log lines carry sandboxId, callId and attemptId, in the control plane and in the agent', async () => {
+  it("a call's log lines carry sandboxId, callId and attemptId, in the control plane and in the agent", async () => {
     const lease = await h.client.createSandbox();
     const call = (await h.client.submitCall(lease.id, 'exec', { argv: ['true'] }, { waitSeconds: 60 })) as ToolResult;
     const attemptId = call.receipt!.attemptId;
-    const finished = (await eventually(() => logLines.find((l) => l.msg === 'call finished' && l.callId === call.callId), (l) => l !== undefined, 15_000))!;
+    const finished = (await eventually(
+      () => logLines.find((l) => l.msg === 'call finished' && l.callId === call.callId),
+      (l) => l !== undefined,
+      15_000,
+    ))!;
     expect(finished).toMatchObject({ sandboxId: lease.id, callId: call.callId, attemptId, tool: 'exec', status: 'succeeded' });
     expect(logLines.find((l) => l.msg === 'call started' && l.callId === call.callId)).toMatchObject({ sandboxId: lease.id, attemptId });
     // fastify's own request lines of a call route name the sandbox and the call.
     await h.client.getCall(lease.id, call.callId);
-    const requestLine = (await eventually(() => logLines.find((l) => l.msg === 'request completed' && l.callId === call.callId), (l) => l !== undefined, 15_000))!;
+    const requestLine = (await eventually(
+      () => logLines.find((l) => l.msg === 'request completed' && l.callId === call.callId),
+      (l) => l !== undefined,
+      15_000,
+    ))!;
     expect(requestLine.sandboxId).toBe(lease.id);
 
     // The agent logs to stderr, which docker logs replays on its own stderr.
@@ -154,7 +181,11 @@ describe('structured logs', () => {
       .split('\n')
       .filter((l) => l.startsWith('{'))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(lines.find((l) => l.msg === 'call finished' && l.callId === call.callId)).toMatchObject({ sandboxId: lease.id, attemptId, status: 'succeeded' });
+    expect(lines.find((l) => l.msg === 'call finished' && l.callId === call.callId)).toMatchObject({
+      sandboxId: lease.id,
+      attemptId,
+      status: 'succeeded',
+    });
     await h.client.releaseSandbox(lease.id);
   });
 });

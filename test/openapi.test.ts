@@ -11,7 +11,9 @@ interface Operation {
   summary?: string;
   security?: unknown[];
   parameters?: Array<{ in: string; name: string; required?: boolean; schema?: Record<string, unknown> }>;
-  requestBody?: { content: Record<string, { schema?: { examples?: unknown[] }; example?: unknown; examples?: Record<string, { value: unknown }> }> };
+  requestBody?: {
+    content: Record<string, { schema?: { examples?: unknown[] }; example?: unknown; examples?: Record<string, { value: unknown }> }>;
+  };
 }
 type Document = { openapi: string; paths: Record<string, Record<string, Operation>> };
 
@@ -38,10 +40,13 @@ describe('OpenAPI document', () => {
     const doc = await openapi();
     expect(doc.openapi).toBe('3.1.0');
     // The two browser UIs serve pages, not API operations.
-    const ui = (path: string): boolean => ['/docs', '/console'].some((p) => path === p || path.startsWith(`${p}/`) || path.startsWith(`${p}*`));
+    const ui = (path: string): boolean =>
+      ['/docs', '/console'].some((p) => path === p || path.startsWith(`${p}/`) || path.startsWith(`${p}*`));
     const routes = routesOf(h.plane.app).filter((r) => !ui(r.path));
     expect(routes.length).toBeGreaterThan(30);
-    const missing = routes.filter((r) => doc.paths[openapiPath(r.path)]?.[r.method.toLowerCase()] === undefined).map((r) => `${r.method} ${r.path}`);
+    const missing = routes
+      .filter((r) => doc.paths[openapiPath(r.path)]?.[r.method.toLowerCase()] === undefined)
+      .map((r) => `${r.method} ${r.path}`);
     expect(missing).toEqual([]);
     // Every operation says what it does, and only the public ones waive the API key.
     const publicOps: string[] = [];
@@ -54,10 +59,15 @@ describe('OpenAPI document', () => {
     expect(publicOps.sort()).toEqual(['GET /healthz', 'GET /metrics', 'GET /openapi.json']);
   });
 
-  it("describes inputs from the validating schemas: path parameters, query parameters, body fields", async () => {
+  it('describes inputs from the validating schemas: path parameters, query parameters, body fields', async () => {
     const doc = await openapi();
     const list = doc.paths['/v1/sandboxes']!.get!;
-    expect(list.parameters?.filter((p) => p.in === 'query').map((p) => p.name).sort()).toEqual(['label', 'status']);
+    expect(
+      list.parameters
+        ?.filter((p) => p.in === 'query')
+        .map((p) => p.name)
+        .sort(),
+    ).toEqual(['label', 'status']);
     const submit = doc.paths['/v1/sandboxes/{id}/calls']!.post!;
     expect(submit.parameters?.find((p) => p.in === 'path' && p.name === 'id')?.required).toBe(true);
     expect(submit.parameters?.find((p) => p.in === 'query' && p.name === 'wait')?.schema).toMatchObject({ maximum: 300 });
@@ -73,9 +83,16 @@ describe('OpenAPI document', () => {
       for (const [method, op] of Object.entries(methods)) {
         // Path parameters get values of the right form that name nothing: the request passes
         // validation and stops at a 404 (a sandbox), or acts on a throwaway tenant or secret.
-        const url = path.replace(/\{(\w+)\}/g, (_m, name: string) => ({ id: 'sbx_openapi_example', callId: 'call-example', tenant: 'openapi-example', name: 'OPENAPI_EXAMPLE' })[name] ?? 'x');
+        const url = path.replace(
+          /\{(\w+)\}/g,
+          (_m, name: string) =>
+            ({ id: 'sbx_openapi_example', callId: 'call-example', tenant: 'openapi-example', name: 'OPENAPI_EXAMPLE' })[name] ?? 'x',
+        );
         for (const example of bodyExamples(op)) {
-          const response = await h.client.raw(method.toUpperCase(), url, { body: JSON.stringify(example), headers: { 'content-type': 'application/json' } });
+          const response = await h.client.raw(method.toUpperCase(), url, {
+            body: JSON.stringify(example),
+            headers: { 'content-type': 'application/json' },
+          });
           const text = await response.text();
           expect(response.status, `${method} ${path} ${JSON.stringify(example)}: ${text}`).toBeLessThan(500);
           expect(text, `${method} ${path} ${JSON.stringify(example)}`).not.toMatch(/"code":"input\./);
@@ -85,7 +102,13 @@ describe('OpenAPI document', () => {
     }
     // The examples the schemas carry: leases, calls, keys, quotas, secrets.
     expect(new Set(checked)).toEqual(
-      new Set(['post /v1/sandboxes', 'post /v1/sandboxes/{id}/calls', 'post /v1/api-keys', 'put /v1/tenants/{tenant}/quota', 'put /v1/secrets/{name}']),
+      new Set([
+        'post /v1/sandboxes',
+        'post /v1/sandboxes/{id}/calls',
+        'post /v1/api-keys',
+        'put /v1/tenants/{tenant}/quota',
+        'put /v1/secrets/{name}',
+      ]),
     );
   });
 
@@ -93,7 +116,10 @@ describe('OpenAPI document', () => {
     const doc = await openapi();
     const createSchema = JSON.stringify(doc.paths['/v1/sandboxes']!.post!.requestBody);
     expect(createSchema).toContain('"additionalProperties":false');
-    const refused = await h.client.raw('POST', '/v1/sandboxes', { body: JSON.stringify({ privileged: true }), headers: { 'content-type': 'application/json' } });
+    const refused = await h.client.raw('POST', '/v1/sandboxes', {
+      body: JSON.stringify({ privileged: true }),
+      headers: { 'content-type': 'application/json' },
+    });
     expect(refused.status).toBe(400);
     expect(await refused.text()).toContain('input.invalid');
   });

@@ -24,35 +24,45 @@ const FILL_MS = 90_000;
 const exec = execIn(() => h.client);
 
 describe('warm pools', () => {
-  it('fill to min in the background; a lease claims a ready sandbox and gets its own env, which the container config never held', { timeout: 120_000 }, async () => {
-    const ready = await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
-    const lease = await h.client.createSandbox({ env: { FOO: 'warm-bound' } });
-    expect(ready).toContain(lease.id);
-    expect(await readyIds()).not.toContain(lease.id);
-    expect(await members()).not.toContain(lease.id);
-    expect((await exec(lease.id, 'printenv FOO')).stdout).toBe('warm-bound\n');
-    expect(lease.manifest!.env.keys).toEqual(['FOO']);
-    const inspect = JSON.parse(await docker('inspect', `sbx-${lease.id}`))[0];
-    expect(JSON.stringify(inspect.Config.Env)).not.toContain('warm-bound');
-    const metrics = await (await fetch(`${h.url}/metrics`)).text();
-    expect(Number(/^sbx_lease_create_seconds_count\{path="warm"\} (\d+)/m.exec(metrics)?.[1] ?? 0)).toBeGreaterThanOrEqual(1);
-    expect(metrics).toMatch(new RegExp(`^sbx_pool_sandboxes\\{pool="default@${h.config.image.replace(/[.:]/g, '\\$&')}",state="ready"\\} \\d+`, 'm'));
-  });
+  it(
+    'fill to min in the background; a lease claims a ready sandbox and gets its own env, which the container config never held',
+    { timeout: 120_000 },
+    async () => {
+      const ready = await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
+      const lease = await h.client.createSandbox({ env: { FOO: 'warm-bound' } });
+      expect(ready).toContain(lease.id);
+      expect(await readyIds()).not.toContain(lease.id);
+      expect(await members()).not.toContain(lease.id);
+      expect((await exec(lease.id, 'printenv FOO')).stdout).toBe('warm-bound\n');
+      expect(lease.manifest!.env.keys).toEqual(['FOO']);
+      const inspect = JSON.parse(await docker('inspect', `sbx-${lease.id}`))[0];
+      expect(JSON.stringify(inspect.Config.Env)).not.toContain('warm-bound');
+      const metrics = await (await fetch(`${h.url}/metrics`)).text();
+      expect(Number(/^sbx_lease_create_seconds_count\{path="warm"\} (\d+)/m.exec(metrics)?.[1] ?? 0)).toBeGreaterThanOrEqual(1);
+      expect(metrics).toMatch(
+        new RegExp(`^sbx_pool_sandboxes\\{pool="default@${h.config.image.replace(/[.:]/g, '\\$&')}",state="ready"\\} \\d+`, 'm'),
+      );
+    },
+  );
 
-  it('concurrent leases never share a sandbox: more requests than ready sandboxes all succeed, on distinct containers', { timeout: 180_000 }, async () => {
-    await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
-    const before = new Set(await readyIds());
-    const leases = await Promise.all(Array.from({ length: 5 }, () => h.client.createSandbox()));
-    const ids = leases.map((l) => l.id);
-    expect(new Set(ids).size).toBe(5);
-    const containers = await Promise.all(ids.map(async (id) => (await docker('inspect', '-f', '{{.Id}}', `sbx-${id}`)).trim()));
-    expect(new Set(containers).size).toBe(5);
-    const warm = ids.filter((id) => before.has(id));
-    expect(warm.length).toBeGreaterThanOrEqual(1);
-    expect(warm.length).toBeLessThanOrEqual(before.size);
-    for (const id of ids) expect((await exec(id, 'echo ok')).stdout).toBe('ok\n');
-    await Promise.all(ids.map((id) => h.client.releaseSandbox(id)));
-  });
+  it(
+    'concurrent leases never share a sandbox: more requests than ready sandboxes all succeed, on distinct containers',
+    { timeout: 180_000 },
+    async () => {
+      await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
+      const before = new Set(await readyIds());
+      const leases = await Promise.all(Array.from({ length: 5 }, () => h.client.createSandbox()));
+      const ids = leases.map((l) => l.id);
+      expect(new Set(ids).size).toBe(5);
+      const containers = await Promise.all(ids.map(async (id) => (await docker('inspect', '-f', '{{.Id}}', `sbx-${id}`)).trim()));
+      expect(new Set(containers).size).toBe(5);
+      const warm = ids.filter((id) => before.has(id));
+      expect(warm.length).toBeGreaterThanOrEqual(1);
+      expect(warm.length).toBeLessThanOrEqual(before.size);
+      for (const id of ids) expect((await exec(id, 'echo ok')).stdout).toBe('ok\n');
+      await Promise.all(ids.map((id) => h.client.releaseSandbox(id)));
+    },
+  );
 
   it('a released pooled sandbox is gone for good, and the pool refills with new ones', { timeout: 120_000 }, async () => {
     await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
@@ -74,17 +84,26 @@ describe('warm pools', () => {
     expect(await members()).not.toContain(victim);
   });
 
-  it('a claimed sandbox whose lease record is not written yet is no orphan to reconcile; unclaimed and unleased it is', { timeout: 120_000 }, async () => {
-    const [id] = await eventually(readyIds, (ids) => ids.length >= 1, FILL_MS);
-    const p = h.config.redisPrefix;
-    // What a claim does, held at the moment before the claiming lease's record exists.
-    await h.redis.multi().lrem(readyKey('default'), 1, id!).hdel(`${p}pool:members`, id!).hset(`${p}pool:claimed`, id!, String(Date.now())).exec();
-    await h.plane.leases.reconcile();
-    expect((await docker('inspect', '-f', '{{.State.Running}}', `sbx-${id}`)).trim()).toBe('true');
-    await h.redis.hdel(`${p}pool:claimed`, id!);
-    await h.plane.leases.reconcile();
-    expect((await docker('ps', '-aq', '--filter', `name=sbx-${id}`)).trim()).toBe('');
-  });
+  it(
+    'a claimed sandbox whose lease record is not written yet is no orphan to reconcile; unclaimed and unleased it is',
+    { timeout: 120_000 },
+    async () => {
+      const [id] = await eventually(readyIds, (ids) => ids.length >= 1, FILL_MS);
+      const p = h.config.redisPrefix;
+      // What a claim does, held at the moment before the claiming lease's record exists.
+      await h.redis
+        .multi()
+        .lrem(readyKey('default'), 1, id!)
+        .hdel(`${p}pool:members`, id!)
+        .hset(`${p}pool:claimed`, id!, String(Date.now()))
+        .exec();
+      await h.plane.leases.reconcile();
+      expect((await docker('inspect', '-f', '{{.State.Running}}', `sbx-${id}`)).trim()).toBe('true');
+      await h.redis.hdel(`${p}pool:claimed`, id!);
+      await h.plane.leases.reconcile();
+      expect((await docker('ps', '-aq', '--filter', `name=sbx-${id}`)).trim()).toBe('');
+    },
+  );
 
   it('grows to max while claimed, then shrinks back to min once idle', { timeout: 120_000 }, async () => {
     await eventually(readyIds, (ids) => ids.length >= 2, FILL_MS);
@@ -96,10 +115,19 @@ describe('warm pools', () => {
 
   it('a claimed sandbox receives the secrets of its lease at claim time', { timeout: 120_000 }, async () => {
     await h.client.putSecret('NPM_TOKEN', 'npm-pooled-value');
-    const [pooled] = await eventually(() => readyIds('offline-ci'), (ids) => ids.length >= 1, FILL_MS);
+    const [pooled] = await eventually(
+      () => readyIds('offline-ci'),
+      (ids) => ids.length >= 1,
+      FILL_MS,
+    );
     const lease = await h.client.createSandbox({ policy: 'offline-ci', secrets: [{ name: 'NPM_TOKEN' }] });
     expect(lease.id).toBe(pooled);
-    const r = (await h.client.submitCall(lease.id, 'exec', { cmd: 'test "$NPM_TOKEN" = npm-pooled-value && echo "$NPM_TOKEN"', secrets: ['NPM_TOKEN'] }, { waitSeconds: 60 })) as ToolResult;
+    const r = (await h.client.submitCall(
+      lease.id,
+      'exec',
+      { cmd: 'test "$NPM_TOKEN" = npm-pooled-value && echo "$NPM_TOKEN"', secrets: ['NPM_TOKEN'] },
+      { waitSeconds: 60 },
+    )) as ToolResult;
     expect(r.exitCode).toBe(0);
     expect(r.stdout).toBe('[REDACTED:NPM_TOKEN]\n');
     expect(lease.manifest!.secretRefs).toEqual(['NPM_TOKEN']);

@@ -15,7 +15,13 @@ const h = useHarness();
 
 describe('per-lease Redis ACL', () => {
   it("an agent's credentials reach its own namespace only, and no dangerous command", async () => {
-    const channels = new AgentLink(h.redis, redisOptions(h.config.redis), h.config.redisPrefix, pino({ level: 'silent' }), async () => undefined);
+    const channels = new AgentLink(
+      h.redis,
+      redisOptions(h.config.redis),
+      h.config.redisPrefix,
+      pino({ level: 'silent' }),
+      async () => undefined,
+    );
     const a = await channels.acl.provision('sbx_aclaaaaaaaa');
     await channels.acl.provision('sbx_aclbbbbbbbb');
     const asA = new Redis({ ...redisOptions(h.config.redis), username: a.username, password: a.password });
@@ -53,12 +59,22 @@ describe('redelivery', () => {
     // The durable marker an agent writes before it starts an attempt: as if one had started and
     // the agent crashed before reporting.
     await h.redis.set(leaseKeys(h.config.redisPrefix, lease.id).attempt(callId), 'att_lost');
-    const result = (await h.client.submitCall(lease.id, 'exec', { cmd: 'touch /workspace/ran' }, { callId, waitSeconds: 30 })) as ToolResult;
+    const result = (await h.client.submitCall(
+      lease.id,
+      'exec',
+      { cmd: 'touch /workspace/ran' },
+      { callId, waitSeconds: 30 },
+    )) as ToolResult;
     expect(result.status).toBe('effect_unknown');
     expect(result.error?.code).toBe('execution.effect_unknown');
     expect(result.error?.retryability).toBe('reconcile_first');
     expect(result.receipt?.commitState).toBe('unknown');
-    const check = (await h.client.submitCall(lease.id, 'exec', { cmd: 'ls /workspace/ran 2>&1 || true' }, { waitSeconds: 30 })) as ToolResult;
+    const check = (await h.client.submitCall(
+      lease.id,
+      'exec',
+      { cmd: 'ls /workspace/ran 2>&1 || true' },
+      { waitSeconds: 30 },
+    )) as ToolResult;
     expect(check.stdout).toMatch(/No such file/);
   });
 });

@@ -69,7 +69,11 @@ describe('tenant quotas', () => {
     // The default policy asks for 2 CPUs and 2 GiB.
     const put = await api(h.apiKey, 'PUT', '/v1/tenants/qgamma/quota', { maxCpus: 3 });
     expect(put.status).toBe(200);
-    expect(put.body).toMatchObject({ tenant: 'qgamma', limits: { maxSandboxes: 2, maxCpus: 3, maxMemoryBytes: null }, configured: { maxCpus: 3 } });
+    expect(put.body).toMatchObject({
+      tenant: 'qgamma',
+      limits: { maxSandboxes: 2, maxCpus: 3, maxMemoryBytes: null },
+      configured: { maxCpus: 3 },
+    });
     const first = await api(gamma, 'POST', '/v1/sandboxes', {});
     expect(first.status).toBe(201);
     const overCpu = await api(gamma, 'POST', '/v1/sandboxes', {});
@@ -79,15 +83,27 @@ describe('tenant quotas', () => {
     await api(h.apiKey, 'PUT', '/v1/tenants/qgamma/quota', { maxSandboxes: null, maxMemoryBytes: 3 * 1024 ** 3 });
     const overMemory = await api(gamma, 'POST', '/v1/sandboxes', {});
     expect(overMemory.status).toBe(429);
-    expect(ErrorBody.parse(overMemory.body).error.details).toMatchObject({ resource: 'memoryBytes', limit: 3 * 1024 ** 3, used: 2 * 1024 ** 3, requested: 2 * 1024 ** 3 });
+    expect(ErrorBody.parse(overMemory.body).error.details).toMatchObject({
+      resource: 'memoryBytes',
+      limit: 3 * 1024 ** 3,
+      used: 2 * 1024 ** 3,
+      requested: 2 * 1024 ** 3,
+    });
 
     const entries = (await api(h.apiKey, 'GET', '/v1/audit?action=quota.put&target=tenant:qgamma')).body.entries;
     expect(entries).toHaveLength(2);
-    expect(entries[0]).toMatchObject({ actor: { keyId: 'bootstrap', role: 'admin' }, details: { limits: { maxSandboxes: null, maxMemoryBytes: 3 * 1024 ** 3 } } });
+    expect(entries[0]).toMatchObject({
+      actor: { keyId: 'bootstrap', role: 'admin' },
+      details: { limits: { maxSandboxes: null, maxMemoryBytes: 3 * 1024 ** 3 } },
+    });
     expect(entries[0].beforeDigest).toBe(entries[1].afterDigest);
 
     // `{}` returns the tenant to the default.
-    expect((await api(h.apiKey, 'PUT', '/v1/tenants/qgamma/quota', {})).body.limits).toEqual({ maxSandboxes: 2, maxCpus: null, maxMemoryBytes: null });
+    expect((await api(h.apiKey, 'PUT', '/v1/tenants/qgamma/quota', {})).body.limits).toEqual({
+      maxSandboxes: 2,
+      maxCpus: null,
+      maxMemoryBytes: null,
+    });
     await api(gamma, 'DELETE', `/v1/sandboxes/${first.body.id}`);
   });
 
@@ -128,9 +144,17 @@ describe('tenant quotas', () => {
     const zeta = await userKey('qzeta');
     const prefix = h.config.redisPrefix;
     // What a control plane that died between reserving and writing its lease leaves behind.
-    await h.redis.hset(`${prefix}quota:reservations`, 'sbx_ghost', JSON.stringify({ tenant: 'qzeta', milliCpus: 2000, memoryBytes: 1024, atMs: Date.now() - 3_600_000 }));
+    await h.redis.hset(
+      `${prefix}quota:reservations`,
+      'sbx_ghost',
+      JSON.stringify({ tenant: 'qzeta', milliCpus: 2000, memoryBytes: 1024, atMs: Date.now() - 3_600_000 }),
+    );
     await h.redis.hset(`${prefix}quota:usage:qzeta`, 'sandboxes', 1, 'milliCpus', 2000, 'memoryBytes', 1024);
-    await eventually(() => quota('qzeta'), (q) => q.body.usage.sandboxes === 0, 10_000);
+    await eventually(
+      () => quota('qzeta'),
+      (q) => q.body.usage.sandboxes === 0,
+      10_000,
+    );
     expect((await quota('qzeta')).body.usage).toEqual({ sandboxes: 0, cpus: 0, memoryBytes: 0 });
 
     // A live lease whose reservation is gone (made before quotas existed) is counted again.
@@ -138,7 +162,11 @@ describe('tenant quotas', () => {
     expect(lease.status).toBe(201);
     await h.redis.hdel(`${prefix}quota:reservations`, lease.body.id);
     await h.redis.del(`${prefix}quota:usage:qzeta`);
-    await eventually(() => quota('qzeta'), (q) => q.body.usage.sandboxes === 1, 10_000);
+    await eventually(
+      () => quota('qzeta'),
+      (q) => q.body.usage.sandboxes === 1,
+      10_000,
+    );
     await api(zeta, 'DELETE', `/v1/sandboxes/${lease.body.id}`);
     expect((await quota('qzeta')).body.usage.sandboxes).toBe(0);
   });

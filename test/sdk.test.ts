@@ -83,7 +83,10 @@ describe('Sandbox', () => {
   it('exec streams stdout and stderr to their callbacks and resolves with the result, also for a non-zero exit', async () => {
     const out: string[] = [];
     const err: string[] = [];
-    const result = await sbx.exec('for i in 1 2 3; do echo out-$i; echo err-$i >&2; sleep 0.1; done; exit 3', { onStdout: (t) => out.push(t), onStderr: (t) => err.push(t) });
+    const result = await sbx.exec('for i in 1 2 3; do echo out-$i; echo err-$i >&2; sleep 0.1; done; exit 3', {
+      onStdout: (t) => out.push(t),
+      onStderr: (t) => err.push(t),
+    });
     expect(out.join('')).toBe('out-1\nout-2\nout-3\n');
     expect(err.join('')).toBe('err-1\nerr-2\nerr-3\n');
     expect(out.length).toBeGreaterThan(1);
@@ -192,7 +195,9 @@ describe('Sandbox', () => {
   });
 
   it('git.status and git.diff report the work tree', async () => {
-    const setup = await sbx.exec('cd /workspace && mkdir repo && cd repo && git init -q && git -c user.email=t@t -c user.name=t commit -q --allow-empty -m init && echo a > f.txt && git add f.txt && git -c user.email=t@t -c user.name=t commit -q -m f && echo b >> f.txt && touch new.txt');
+    const setup = await sbx.exec(
+      'cd /workspace && mkdir repo && cd repo && git init -q && git -c user.email=t@t -c user.name=t commit -q --allow-empty -m init && echo a > f.txt && git add f.txt && git -c user.email=t@t -c user.name=t commit -q -m f && echo b >> f.txt && touch new.txt',
+    );
     expect(setup.status, setup.stderr).toBe('succeeded');
     const status = await sbx.git.status('/workspace/repo');
     expect(status.unstaged).toEqual([{ path: 'f.txt', status: 'M' }]);
@@ -227,7 +232,10 @@ describe('Sandbox', () => {
   });
 
   it("the README's example script runs and releases its sandbox", async () => {
-    const { stdout } = await run(process.execPath, [join(REPO_ROOT, 'dist/examples/quickstart.js')], { env: { ...process.env, SBX_URL: h.url, SBX_API_KEY: h.apiKey }, timeout: 60_000 });
+    const { stdout } = await run(process.execPath, [join(REPO_ROOT, 'dist/examples/quickstart.js')], {
+      env: { ...process.env, SBX_URL: h.url, SBX_API_KEY: h.apiKey },
+      timeout: 60_000,
+    });
     expect(stdout).toContain('[stdout] hello, sbx');
     expect(stdout).toContain('[stderr] to stderr');
     expect(stdout).toMatch(/exit 0, status succeeded, receipt \S+ \(committed\)/);

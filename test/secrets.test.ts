@@ -42,7 +42,14 @@ async function apiError(p: Promise<unknown>): Promise<SbxError> {
 /** The value and its base64 forms at each byte alignment (output events carry base64). */
 function formsOf(value: string): string[] {
   const bytes = Buffer.from(value);
-  return [value, ...[0, 1, 2].map((k) => Buffer.concat([Buffer.alloc(k), bytes]).toString('base64').slice(4, -4))];
+  return [
+    value,
+    ...[0, 1, 2].map((k) =>
+      Buffer.concat([Buffer.alloc(k), bytes])
+        .toString('base64')
+        .slice(4, -4),
+    ),
+  ];
 }
 
 /** Every key under the harness's prefix with its whole content, as text. */
@@ -55,13 +62,19 @@ async function redisDump(): Promise<string> {
     for (const key of keys) {
       const type = await h.redis.type(key);
       const content =
-        type === 'string' ? await h.redis.get(key)
-        : type === 'hash' ? await h.redis.hgetall(key)
-        : type === 'list' ? await h.redis.lrange(key, 0, -1)
-        : type === 'set' ? await h.redis.smembers(key)
-        : type === 'zset' ? await h.redis.zrange(key, 0, -1)
-        : type === 'stream' ? await h.redis.xrange(key, '-', '+')
-        : null;
+        type === 'string'
+          ? await h.redis.get(key)
+          : type === 'hash'
+            ? await h.redis.hgetall(key)
+            : type === 'list'
+              ? await h.redis.lrange(key, 0, -1)
+              : type === 'set'
+                ? await h.redis.smembers(key)
+                : type === 'zset'
+                  ? await h.redis.zrange(key, 0, -1)
+                  : type === 'stream'
+                    ? await h.redis.xrange(key, '-', '+')
+                    : null;
       parts.push(`${key} ${JSON.stringify(content)}`);
     }
   } while (cursor !== '0');
@@ -79,7 +92,9 @@ function expectNoValue(text: string, where: string): void {
 /** Runs the built `sbx` CLI against the harness with `stdin`; its exit code and output. */
 function sbx(args: string[], stdin = ''): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, '--api-key', h.apiKey, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, '--api-key', h.apiKey, ...args], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -103,12 +118,18 @@ beforeAll(async () => {
 describe('secret store API', () => {
   it('PUT answers metadata only (201, then 200 with the next version); GET and list show metadata only; Redis holds no plaintext', async () => {
     const value = `store-test-${randomBytes(12).toString('hex')}`;
-    const put = await h.client.raw('PUT', '/v1/secrets/STORE_TEST', { body: JSON.stringify({ value }), headers: { 'content-type': 'application/json' } });
+    const put = await h.client.raw('PUT', '/v1/secrets/STORE_TEST', {
+      body: JSON.stringify({ value }),
+      headers: { 'content-type': 'application/json' },
+    });
     expect(put.status).toBe(201);
     const created = (await put.json()) as Record<string, unknown>;
     expect(Object.keys(created).sort()).toEqual(['createdAt', 'name', 'sizeBytes', 'updatedAt', 'updatedBy', 'version']);
     expect(created).toMatchObject({ name: 'STORE_TEST', version: 1, updatedBy: 'bootstrap', sizeBytes: value.length });
-    const again = await h.client.raw('PUT', '/v1/secrets/STORE_TEST', { body: JSON.stringify({ value: `${value}-2` }), headers: { 'content-type': 'application/json' } });
+    const again = await h.client.raw('PUT', '/v1/secrets/STORE_TEST', {
+      body: JSON.stringify({ value: `${value}-2` }),
+      headers: { 'content-type': 'application/json' },
+    });
     expect(again.status).toBe(200);
     const second = (await again.json()) as Record<string, unknown>;
     expect(second).toMatchObject({ version: 2, createdAt: created.createdAt });
@@ -172,7 +193,11 @@ describe('leasing with secrets', () => {
   });
 
   it('malformed secret requests are 400 input.invalid (a file outside /run/secrets, a name twice, no variable name)', async () => {
-    for (const secrets of [[{ name: 'NPM_TOKEN', file: '/workspace/.npmrc' }], [{ name: 'NPM_TOKEN' }, { name: 'NPM_TOKEN', env: 'X' }], [{ name: 'my.token' }]]) {
+    for (const secrets of [
+      [{ name: 'NPM_TOKEN', file: '/workspace/.npmrc' }],
+      [{ name: 'NPM_TOKEN' }, { name: 'NPM_TOKEN', env: 'X' }],
+      [{ name: 'my.token' }],
+    ]) {
       const err = await apiError(h.client.createSandbox({ policy: 'offline-ci', secrets }));
       expect([err.status, err.code]).toEqual([400, 'input.invalid']);
     }
@@ -209,7 +234,10 @@ describe('delivery to calls', () => {
     const none = await exec({ cmd: 'test -z "${NPM_TOKEN+x}" && test -z "${GH_TOKEN+x}" && test ! -e /run/secrets/github && echo clean' });
     expect([none.status, none.stdout]).toEqual(['succeeded', 'clean\n']);
     expect(none.receipt?.secretsUsed).toEqual([]);
-    const one = await exec({ cmd: 'test -n "$NPM_TOKEN" && test -z "${GH_TOKEN+x}" && test ! -e /run/secrets/github && echo only-npm', secrets: ['NPM_TOKEN'] });
+    const one = await exec({
+      cmd: 'test -n "$NPM_TOKEN" && test -z "${GH_TOKEN+x}" && test ! -e /run/secrets/github && echo only-npm',
+      secrets: ['NPM_TOKEN'],
+    });
     expect([one.status, one.stdout]).toEqual(['succeeded', 'only-npm\n']);
     expect(one.receipt?.secretsUsed).toEqual(['NPM_TOKEN']);
   });
@@ -234,7 +262,10 @@ describe('redaction', () => {
   });
 
   it('a value written in two parts with a pause between (two reads of the pipe) is still one marker', async () => {
-    const r = await exec({ cmd: 'printf %s "${NPM_TOKEN:0:9}"; sleep 0.5; printf %s "${NPM_TOKEN:9}"; echo " end"', secrets: ['NPM_TOKEN'] });
+    const r = await exec({
+      cmd: 'printf %s "${NPM_TOKEN:0:9}"; sleep 0.5; printf %s "${NPM_TOKEN:9}"; echo " end"',
+      secrets: ['NPM_TOKEN'],
+    });
     expect(r.stdout).toBe(`${NPM} end\n`);
     const events = await eventsOf(r.callId);
     expect(reassemble(events, 'stdout').toString()).toBe(`${NPM} end\n`);
@@ -263,7 +294,12 @@ describe('redaction', () => {
     expect(cat.stdout).toBe(`${NPM}\n`);
     const read = (await h.client.submitCall(leaseId, 'read_file', { path: '/workspace/leak.txt' }, { waitSeconds: 60 })) as ToolResult;
     expect(read.data?.content).toBe(`${NPM}\n`);
-    const b64 = (await h.client.submitCall(leaseId, 'read_file', { path: '/workspace/leak.txt', encoding: 'base64' }, { waitSeconds: 60 })) as ToolResult;
+    const b64 = (await h.client.submitCall(
+      leaseId,
+      'read_file',
+      { path: '/workspace/leak.txt', encoding: 'base64' },
+      { waitSeconds: 60 },
+    )) as ToolResult;
     expect(Buffer.from(String(b64.data?.content), 'base64').toString()).toBe(`${NPM}\n`);
     expectNoValue(JSON.stringify([cat, read, b64]), 'results');
     await exec({ argv: ['rm', '/workspace/leak.txt'] });

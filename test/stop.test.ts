@@ -42,7 +42,10 @@ async function killAndWait(pid: number): Promise<void> {
 
 /** `sbx down` (or `npm run stop`) for `dataDir`: exit code and stdout. */
 async function stop(dataDir: string, how: 'npm' | 'sbx', ...args: string[]): Promise<{ code: number; stdout: string }> {
-  const [cmd, argv] = how === 'npm' ? ['npm', ['run', '--silent', 'stop', '--', ...args]] : [process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), 'down', ...args]];
+  const [cmd, argv] =
+    how === 'npm'
+      ? ['npm', ['run', '--silent', 'stop', '--', ...args]]
+      : [process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), 'down', ...args]];
   try {
     const { stdout } = await run(cmd as string, argv as string[], { cwd: REPO_ROOT, env: { ...process.env, SBX_DATA_DIR: dataDir } });
     return { code: 0, stdout };
@@ -52,7 +55,13 @@ async function stop(dataDir: string, how: 'npm' | 'sbx', ...args: string[]): Pro
   }
 }
 
-const dockerdPid = async (): Promise<string> => (await run('pidof', ['dockerd']).then((r) => r.stdout, () => '')).trim();
+const dockerdPid = async (): Promise<string> =>
+  (
+    await run('pidof', ['dockerd']).then(
+      (r) => r.stdout,
+      () => '',
+    )
+  ).trim();
 
 describe('npm run stop / sbx down', () => {
   it('stops the control plane and the Redis of one data dir, leaves dockerd and the sandbox running; a second stop is a no-op', async () => {
@@ -73,7 +82,9 @@ describe('npm run stop / sbx down', () => {
     const first = await stop(dataDir, 'npm');
     expect(first.code).toBe(0);
     expect(first.stdout).toContain(`stopped control plane pid ${plane.child.pid} (`);
-    expect(first.stdout).toContain(`stopped redis-server pid ${redisPid} (redis-server unixsocket:${join(dataDir, 'redis-socket', 'redis.sock')})`);
+    expect(first.stdout).toContain(
+      `stopped redis-server pid ${redisPid} (redis-server unixsocket:${join(dataDir, 'redis-socket', 'redis.sock')})`,
+    );
     expect(first.stdout).toMatch(/left running: dockerd .* and the sandboxes/);
     // It shut down as on SIGTERM (exit 0, its pidfile removed), and Redis is gone.
     expect(await plane.exited).toBe(0);
@@ -91,7 +102,12 @@ describe('npm run stop / sbx down', () => {
     await run('bash', [join(REPO_ROOT, 'deploy/local/redis.sh')], { env: { ...process.env, SBX_DATA_DIR: dataDir } });
     const restartedRedis = Number((await readFile(join(dataDir, 'redis', 'redis.pid'), 'utf8')).trim());
     cleanup.push(async () => killAndWait(restartedRedis));
-    const h: Harness = await startHarness({ SBX_OWNER: identity.owner, SBX_REDIS_PREFIX: identity.prefix, SBX_SECRETS_KEY: identity.secretsKey, SBX_DATA_DIR: dataDir });
+    const h: Harness = await startHarness({
+      SBX_OWNER: identity.owner,
+      SBX_REDIS_PREFIX: identity.prefix,
+      SBX_SECRETS_KEY: identity.secretsKey,
+      SBX_DATA_DIR: dataDir,
+    });
     cleanup.push(() => h.close());
     const result = (await h.client.submitCall(lease.id, 'exec', { argv: ['echo', 'adopted'] }, { waitSeconds: 60 })) as ToolResult;
     expect(result.stdout).toBe('adopted\n');

@@ -24,7 +24,12 @@ export async function density(ctx: BenchContext): Promise<Figure> {
         errors.push(err instanceof Error ? err.message : String(err));
       }
     });
-    const answered = await mapLimit(ids.length, concurrency, (i) => ctx.call(ids[i]!, 'exec', { argv: ['true'] }, 60).then(() => true, () => false));
+    const answered = await mapLimit(ids.length, concurrency, (i) =>
+      ctx.call(ids[i]!, 'exec', { argv: ['true'] }, 60).then(
+        () => true,
+        () => false,
+      ),
+    );
     const ready = answered.filter(Boolean).length;
     const agentMemory = await mapLimit(ids.length, 8, (i) => ctx.agentMemory(ids[i]!));
     const agentRss = agentMemory.map((m) => m.rssBytes / MiB);

@@ -46,7 +46,10 @@ export async function filesReadWrite(ctx: BenchContext): Promise<Figure> {
   } finally {
     await ctx.release(id);
   }
-  const rate = (s: number[]): { value: number; unit: string } => ({ value: (s.length * 1000) / s.reduce((a, b) => a + b, 0), unit: 'files/s' });
+  const rate = (s: number[]): { value: number; unit: string } => ({
+    value: (s.length * 1000) / s.reduce((a, b) => a + b, 0),
+    unit: 'files/s',
+  });
   return figure({
     id: 'files-rw',
     title: `file write + read, ${count} × ${bytes} B`,
@@ -54,6 +57,8 @@ export async function filesReadWrite(ctx: BenchContext): Promise<Figure> {
     baseline: side('dockerode putArchive + getArchive (per file)', base, { rate: rate(base) }),
     basis: 'rate',
     targets: (s) => [target('≥ 3× baseline', s ?? NaN, '>=', 3, times)],
-    notes: ['write_file is atomic and durable (temp file, fsync, rename, fsync of the directory) and answers with hashes and a diff; putArchive does none of that'],
+    notes: [
+      'write_file is atomic and durable (temp file, fsync, rename, fsync of the directory) and answers with hashes and a diff; putArchive does none of that',
+    ],
   });
 }

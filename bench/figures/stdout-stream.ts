@@ -26,7 +26,14 @@ export async function stdoutStream(ctx: BenchContext): Promise<Figure> {
     for (let r = 0; r < runs; r += 1) {
       const before = await ctx.agentMemory(id);
       let peak = before.rssBytes;
-      const sampler = setInterval(() => void ctx.agentMemory(id).then((m) => (peak = Math.max(peak, m.rssBytes)), () => undefined), 100);
+      const sampler = setInterval(
+        () =>
+          void ctx.agentMemory(id).then(
+            (m) => (peak = Math.max(peak, m.rssBytes)),
+            () => undefined,
+          ),
+        100,
+      );
       try {
         ours.push(
           await timeMs(async () => {
@@ -49,7 +56,8 @@ export async function stdoutStream(ctx: BenchContext): Promise<Figure> {
               hash.update(chunk);
               got += chunk.length;
             }
-            if (got !== bytes || hash.digest('hex') !== expected.sha256) throw new Error(`artifact has ${got} bytes / another sha256 than the receipt`);
+            if (got !== bytes || hash.digest('hex') !== expected.sha256)
+              throw new Error(`artifact has ${got} bytes / another sha256 than the receipt`);
           }),
         );
       } finally {
@@ -71,7 +79,10 @@ export async function stdoutStream(ctx: BenchContext): Promise<Figure> {
     await ctx.release(id);
   }
   const mb = bytes / 1e6;
-  const rate = (samples: number[]): { value: number; unit: string } => ({ value: (mb * samples.length) / (samples.reduce((a, b) => a + b, 0) / 1000), unit: 'MB/s' });
+  const rate = (samples: number[]): { value: number; unit: string } => ({
+    value: (mb * samples.length) / (samples.reduce((a, b) => a + b, 0) / 1000),
+    unit: 'MB/s',
+  });
   const grew = summarize(growth);
   return figure({
     id: 'stdout-stream',
@@ -79,7 +90,10 @@ export async function stdoutStream(ctx: BenchContext): Promise<Figure> {
     ours: side('exec → SSE events + artifact (sha256-checked)', ours, { rate: rate(ours) }),
     baseline: side('dockerode exec attach, same bytes hashed', base, { rate: rate(base) }),
     basis: 'rate',
-    targets: (s) => [target('≥ 0.5× baseline rate', s ?? NaN, '>=', 0.5, times), target('agent RSS growth ≤ 128 MiB', grew.max, '<=', 128, mib)],
+    targets: (s) => [
+      target('≥ 0.5× baseline rate', s ?? NaN, '>=', 0.5, times),
+      target('agent RSS growth ≤ 128 MiB', grew.max, '<=', 128, mib),
+    ],
     extra: [
       { what: 'agent peak RSS during the run', unit: 'MiB', stats: summarize(peakRss) },
       { what: 'agent RSS growth over the run', unit: 'MiB', stats: grew },

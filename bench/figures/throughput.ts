@@ -17,19 +17,32 @@ export async function throughput(ctx: BenchContext): Promise<Figure> {
   try {
     // A short warm-up of both paths (connections, JIT), not counted.
     await closedLoop(workers, 500, (w) => ctx.call(ids[w % sandboxes]!, 'exec', { argv: ['true'] }, 60).then(() => undefined));
-    const ours = await closedLoop(workers, seconds * 1000, (w) => ctx.call(ids[w % sandboxes]!, 'exec', { argv: ['true'] }, 60).then(() => undefined));
+    const ours = await closedLoop(workers, seconds * 1000, (w) =>
+      ctx.call(ids[w % sandboxes]!, 'exec', { argv: ['true'] }, 60).then(() => undefined),
+    );
     await closedLoop(workers, 500, (w) => dockerExecOk(ctx.docker, ctx.container(ids[w % sandboxes]!), ['true']).then(() => undefined));
-    const base = await closedLoop(workers, seconds * 1000, (w) => dockerExecOk(ctx.docker, ctx.container(ids[w % sandboxes]!), ['true']).then(() => undefined));
-    const o = side(`${sandboxes} sandboxes × ${concurrency} callers, exec true ?wait`, ours.latenciesMs, { rate: { value: (ours.latenciesMs.length / ours.elapsedMs) * 1000, unit: 'calls/s' } });
-    const b = side(`${workers} callers, dockerode exec true`, base.latenciesMs, { rate: { value: (base.latenciesMs.length / base.elapsedMs) * 1000, unit: 'calls/s' } });
+    const base = await closedLoop(workers, seconds * 1000, (w) =>
+      dockerExecOk(ctx.docker, ctx.container(ids[w % sandboxes]!), ['true']).then(() => undefined),
+    );
+    const o = side(`${sandboxes} sandboxes × ${concurrency} callers, exec true ?wait`, ours.latenciesMs, {
+      rate: { value: (ours.latenciesMs.length / ours.elapsedMs) * 1000, unit: 'calls/s' },
+    });
+    const b = side(`${workers} callers, dockerode exec true`, base.latenciesMs, {
+      rate: { value: (base.latenciesMs.length / base.elapsedMs) * 1000, unit: 'calls/s' },
+    });
     return figure({
       id: 'throughput',
       title: `throughput, ${sandboxes}×${concurrency} exec true, ${seconds} s`,
       ours: o,
       baseline: b,
       basis: 'rate',
-      targets: (s) => [target('≥ 300 calls/s', o.rate!.value, '>=', 300, perSecond('calls/s')), target('≥ 5× baseline', s ?? NaN, '>=', 5, times)],
-      notes: ['an exec call may touch anything, so one sandbox runs its exec calls one at a time (the scheduler); the 8 callers of a sandbox queue behind each other, docker execs do not'],
+      targets: (s) => [
+        target('≥ 300 calls/s', o.rate!.value, '>=', 300, perSecond('calls/s')),
+        target('≥ 5× baseline', s ?? NaN, '>=', 5, times),
+      ],
+      notes: [
+        'an exec call may touch anything, so one sandbox runs its exec calls one at a time (the scheduler); the 8 callers of a sandbox queue behind each other, docker execs do not',
+      ],
     });
   } finally {
     await mapLimit(ids.length, 4, (i) => ctx.release(ids[i]!));

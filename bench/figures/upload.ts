@@ -45,7 +45,10 @@ export async function uploadTree(ctx: BenchContext): Promise<Figure> {
     await ctx.release(id);
   }
   const mb = tar.length / 1e6;
-  const rate = (s: number[]): { value: number; unit: string } => ({ value: (mb * s.length * 1000) / s.reduce((a, b) => a + b, 0), unit: 'MB/s' });
+  const rate = (s: number[]): { value: number; unit: string } => ({
+    value: (mb * s.length * 1000) / s.reduce((a, b) => a + b, 0),
+    unit: 'MB/s',
+  });
   return figure({
     id: 'upload',
     title: `upload a ${Math.round(bytes / 1e6)} MB tree (${files.length} files)`,

@@ -121,7 +121,12 @@ export class Api {
   async json<T extends z.ZodMiniType>(method: string, path: string, schema: T, body?: unknown): Promise<z.infer<T>> {
     const response = await this.send(method, path, body);
     const parsed = schema.safeParse(await response.json());
-    if (!parsed.success) throw new ApiError(response.status, 'console.unexpected_answer', `unexpected answer from ${method} ${path}: ${parsed.error.issues[0]?.message ?? ''}`);
+    if (!parsed.success)
+      throw new ApiError(
+        response.status,
+        'console.unexpected_answer',
+        `unexpected answer from ${method} ${path}: ${parsed.error.issues[0]?.message ?? ''}`,
+      );
     return parsed.data;
   }
 

@@ -18,7 +18,13 @@ export class CodeEditor {
 
   /** @param onInput called after every edit with the new text */
   constructor(onInput: (text: string) => void) {
-    this.textarea = h('textarea', { class: 'code-input', spellcheck: 'false', wrap: 'off', autocomplete: 'off', 'aria-label': 'Policy document (YAML or JSON)' });
+    this.textarea = h('textarea', {
+      class: 'code-input',
+      spellcheck: 'false',
+      wrap: 'off',
+      autocomplete: 'off',
+      'aria-label': 'Policy document (YAML or JSON)',
+    });
     this.gutter = h('div', { class: 'code-gutter', 'aria-hidden': 'true' });
     this.backdrop = h('div', { class: 'code-backdrop', 'aria-hidden': 'true' });
     this.el = h('div', { class: 'code-editor' }, this.gutter, h('div', { class: 'code-area' }, this.backdrop, this.textarea));
@@ -88,7 +94,12 @@ export class CodeEditor {
           'div',
           { class: here ? 'code-line has-issue' : 'code-line', 'data-line': i + 1 },
           h('span', { class: 'code-text' }, text || ' '),
-          here && h('span', { class: 'inline-issue' }, here.map((issue) => `${issue.exact ? '' : `${issue.path}: `}${issue.message}`).join(' · ')),
+          here &&
+            h(
+              'span',
+              { class: 'inline-issue' },
+              here.map((issue) => `${issue.exact ? '' : `${issue.path}: `}${issue.message}`).join(' · '),
+            ),
         );
       }),
     );

@@ -31,14 +31,25 @@ function showLogin(message = ''): void {
   current = undefined;
   window.onhashchange = null;
   sessionStorage.removeItem(KEY_STORAGE);
-  const key = h('input', { type: 'password', id: 'api-key', required: true, autocomplete: 'off', placeholder: 'sbx_…', 'aria-label': 'Admin API key' });
+  const key = h('input', {
+    type: 'password',
+    id: 'api-key',
+    required: true,
+    autocomplete: 'off',
+    placeholder: 'sbx_…',
+    'aria-label': 'Admin API key',
+  });
   const error = h('p', { class: 'error-text', id: 'login-error', role: 'alert' }, message);
   const button = h('button', { type: 'submit', class: 'primary' }, 'Sign in');
   const form = h(
     'form',
     { class: 'login', id: 'login' },
     h('h1', {}, 'sbx console'),
-    h('p', { class: 'muted' }, 'Sign in with an admin API key. It is kept in this tab only (sessionStorage) and sent to this control plane alone.'),
+    h(
+      'p',
+      { class: 'muted' },
+      'Sign in with an admin API key. It is kept in this tab only (sessionStorage) and sent to this control plane alone.',
+    ),
     h('label', {}, 'Admin API key', key),
     button,
     error,
@@ -82,7 +93,19 @@ function showShell(key: string): void {
       banner.textContent = text;
     },
   };
-  replace(root, h('header', {}, h('span', { class: 'brand' }, 'sbx console'), nav, h('span', { class: 'who muted' }, `admin key …${key.slice(-4)}`), signOut), banner, main);
+  replace(
+    root,
+    h(
+      'header',
+      {},
+      h('span', { class: 'brand' }, 'sbx console'),
+      nav,
+      h('span', { class: 'who muted' }, `admin key …${key.slice(-4)}`),
+      signOut,
+    ),
+    banner,
+    main,
+  );
 
   const route = (): void => {
     const [path = 'sandboxes', param] = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);

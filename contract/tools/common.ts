@@ -19,7 +19,11 @@ export const EnvValue = z
 export const EnvMap = z.record(EnvName, EnvValue);
 
 /** Absolute POSIX path inside the sandbox. */
-export const SandboxPath = z.string().min(1).max(4096).refine((p) => p.startsWith('/') && !p.includes('\0'), 'must be an absolute path');
+export const SandboxPath = z
+  .string()
+  .min(1)
+  .max(4096)
+  .refine((p) => p.startsWith('/') && !p.includes('\0'), 'must be an absolute path');
 
 /** Lower-case hex sha256 of a file's bytes. */
 export const Sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, 'a lower-case hex sha256');

@@ -11,7 +11,12 @@ import type { ToolSpec } from './spec.js';
 export const ExecArgs = z
   .object({
     argv: z
-      .array(z.string().refine((s) => !s.includes('\0'), 'must not contain NUL').refine(fitsExec, `each argument at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN)`))
+      .array(
+        z
+          .string()
+          .refine((s) => !s.includes('\0'), 'must not contain NUL')
+          .refine(fitsExec, `each argument at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN)`),
+      )
       .min(1)
       .optional(),
     /** Passed to bash as one argument, so at most MAX_ARG_BYTES; longer scripts go in a file (upload) or `stdin`. */
@@ -32,9 +37,17 @@ export const ExecArgs = z
       .refine((names) => new Set(names).size === names.length, 'names must be distinct')
       .optional(),
     /** Bytes written to the process's stdin (UTF-8), then stdin is closed. Without it stdin is empty. */
-    stdin: z.string().max(16 * 1024 * 1024).optional(),
+    stdin: z
+      .string()
+      .max(16 * 1024 * 1024)
+      .optional(),
     /** Wall-clock limit in ms; on expiry the process group gets SIGTERM, then SIGKILL after `killGraceMs`. */
-    timeoutMs: z.number().int().min(1).max(24 * 3600 * 1000).optional(),
+    timeoutMs: z
+      .number()
+      .int()
+      .min(1)
+      .max(24 * 3600 * 1000)
+      .optional(),
     /** Time between SIGTERM and SIGKILL, ms. */
     killGraceMs: z.number().int().min(0).max(60_000).default(2000),
     /**

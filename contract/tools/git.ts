@@ -16,7 +16,12 @@ export const GitDiffArgs = z
     path: SandboxPath.default('/workspace'),
     staged: z.boolean().default(false),
     /** Bytes of diff returned in the result; the rest is counted. */
-    maxBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(256 * 1024),
+    maxBytes: z
+      .number()
+      .int()
+      .min(1024)
+      .max(16 * 1024 * 1024)
+      .default(256 * 1024),
   })
   .strict();
 export type GitDiffArgs = z.infer<typeof GitDiffArgs>;

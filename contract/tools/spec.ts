@@ -11,7 +11,10 @@ import { z } from 'zod';
  * plane declares paths lexically normalized; the agent resolves them to canonical paths before
  * it schedules the call (sandbox-agent/execution/accesses.ts).
  */
-export const Access = z.union([z.object({ kind: z.literal('all') }), z.object({ kind: z.literal('path'), path: z.string(), mode: z.enum(['read', 'write']) })]);
+export const Access = z.union([
+  z.object({ kind: z.literal('all') }),
+  z.object({ kind: z.literal('path'), path: z.string(), mode: z.enum(['read', 'write']) }),
+]);
 export type Access = z.infer<typeof Access>;
 
 /**

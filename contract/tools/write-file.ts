@@ -17,7 +17,7 @@ export const WriteFileArgs = z
     mode: z.number().int().min(0).max(0o777).optional(),
   })
   .strict()
-  .refine((a) => a.encoding !== 'base64' || /^[A-Za-z0-9+/]*={0,2}$/.test(a.content) && a.content.length % 4 === 0, {
+  .refine((a) => a.encoding !== 'base64' || (/^[A-Za-z0-9+/]*={0,2}$/.test(a.content) && a.content.length % 4 === 0), {
     message: 'not valid base64 (RFC 4648 alphabet, padded)',
     path: ['content'],
   });

@@ -47,7 +47,11 @@ export class CallsOut {
   async requestCancel(leaseId: string, callId: string): Promise<void> {
     const keys = leaseKeys(this.rootPrefix, leaseId);
     const message: ControlMessage = { type: 'cancel', callId };
-    await this.redis.multi().set(keys.cancel(callId), '1', 'EX', 24 * 3600).publish(keys.control, JSON.stringify(message)).exec();
+    await this.redis
+      .multi()
+      .set(keys.cancel(callId), '1', 'EX', 24 * 3600)
+      .publish(keys.control, JSON.stringify(message))
+      .exec();
   }
 
   /** The id of the call's attempt the agent recorded as started (its durable marker), or null. */

@@ -31,7 +31,10 @@ export class Liveness {
     if (this.heartbeat) return;
     const beat = (): Promise<unknown> => this.redis.set(this.key(this.processId), '1', 'PX', LIVENESS_MS);
     await beat();
-    this.heartbeat = setInterval(() => void beat().catch((err: unknown) => this.log.warn({ err }, 'liveness heartbeat failed')), HEARTBEAT_MS).unref();
+    this.heartbeat = setInterval(
+      () => void beat().catch((err: unknown) => this.log.warn({ err }, 'liveness heartbeat failed')),
+      HEARTBEAT_MS,
+    ).unref();
   }
 
   /** Whether the control-plane process `processId` renewed its liveness key within LIVENESS_MS. */

@@ -51,7 +51,8 @@ export class ReturnsIn {
       const holder = await this.lock.holder(key);
       // A lock still held by this very process (a stop whose release failed) is this process's.
       const mine = holder === me;
-      const orphaned = holder !== null && !mine && !(await this.liveness.isAlive(holder)) && (await this.lock.steal(key, holder, me, LOCK_MS));
+      const orphaned =
+        holder !== null && !mine && !(await this.liveness.isAlive(holder)) && (await this.lock.steal(key, holder, me, LOCK_MS));
       if (!mine && !orphaned) return false;
     }
     const worker = new Worker(
@@ -66,7 +67,13 @@ export class ReturnsIn {
       },
       // Ledgering is idempotent, so a message whose consumer died mid-way is simply taken
       // again: soon (a 10 s lock, checked every 5 s) rather than BullMQ's default 30 s.
-      { connection: this.options, prefix: leaseKeys(this.rootPrefix, leaseId).namespace, concurrency: 1, lockDuration: 10_000, stalledInterval: 5_000 },
+      {
+        connection: this.options,
+        prefix: leaseKeys(this.rootPrefix, leaseId).namespace,
+        concurrency: 1,
+        lockDuration: 10_000,
+        stalledInterval: 5_000,
+      },
     );
     worker.on('error', (err) => this.log.warn({ sandboxId: leaseId, err }, 'return worker error'));
     this.workers.set(leaseId, worker);

@@ -3,7 +3,9 @@ import { z } from 'zod';
 import { Timestamp } from '../../contract/objects.js';
 
 /** A tenant name: lower-case letters, digits and `-`, 1–63 characters (like a DNS label). */
-export const TenantName = z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'lower-case letters, digits and -; 1 to 63, starting with a letter or digit');
+export const TenantName = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'lower-case letters, digits and -; 1 to 63, starting with a letter or digit');
 
 /** `POST /v1/api-keys` body. */
 export const CreateApiKeyBody = z

@@ -19,7 +19,11 @@ export class RedisApiKeyStore {
 
   /** Stores a new key and indexes its digest, in one transaction. */
   async insert(record: ApiKeyRecord): Promise<void> {
-    await this.redis.multi().hset(this.k.records(), record.id, JSON.stringify(record)).hset(this.k.digests(), record.sha256, record.id).exec();
+    await this.redis
+      .multi()
+      .hset(this.k.records(), record.id, JSON.stringify(record))
+      .hset(this.k.digests(), record.sha256, record.id)
+      .exec();
   }
 
   async get(id: string): Promise<ApiKeyRecord | null> {

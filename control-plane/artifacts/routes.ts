@@ -13,7 +13,12 @@ const Params = z.object({ id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/), artifa
 
 export const artifactsRoutes: FastifyPluginAsync<{ artifacts: ArtifactStore }> = async (plugin, { artifacts }) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
-  const schema = { tags: ['calls'], summary: "An artifact's bytes", description: 'With `x-sbx-sha256`, `digest: sha-256=…` and the metadata in `x-sbx-artifact`.', params: Params };
+  const schema = {
+    tags: ['calls'],
+    summary: "An artifact's bytes",
+    description: 'With `x-sbx-sha256`, `digest: sha-256=…` and the metadata in `x-sbx-artifact`.',
+    params: Params,
+  };
   app.get('/v1/sandboxes/:id/artifacts/:artifactId', { schema, config: { lease: 'visible' } }, async (request, reply) => {
     const { id, artifactId } = request.params;
     const { artifact, stream } = await artifacts.open(id, artifactId);

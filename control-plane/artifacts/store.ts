@@ -34,7 +34,13 @@ export class ArtifactRecords {
   /** Records that chunk `index` of an artifact is stored; returns how many distinct chunks are. */
   async chunkStored(artifactId: string, index: number): Promise<number> {
     const key = this.k.artifactChunks(artifactId);
-    const [, count] = (await this.redis.multi().sadd(key, index).scard(key).expire(key, 24 * 3600).exec()) ?? [];
+    const [, count] =
+      (await this.redis
+        .multi()
+        .sadd(key, index)
+        .scard(key)
+        .expire(key, 24 * 3600)
+        .exec()) ?? [];
     return Number(count?.[1] ?? 0);
   }
 
@@ -104,13 +110,20 @@ export class ArtifactStore {
       await (await open(this.partPath(meta.id), 'a')).close();
     } else {
       const stored = await this.records.chunkStored(meta.id, 0);
-      if (stored < meta.chunks) throw new AppError('artifact.incomplete', `${meta.id}: ${stored} of ${meta.chunks} chunks stored`, { details: { artifactId: meta.id } });
+      if (stored < meta.chunks)
+        throw new AppError('artifact.incomplete', `${meta.id}: ${stored} of ${meta.chunks} chunks stored`, {
+          details: { artifactId: meta.id },
+        });
     }
     const size = (await stat(this.partPath(meta.id))).size;
     const digest = await sha256File(this.partPath(meta.id));
     if (size !== meta.size || digest !== meta.sha256) {
       await rm(this.partPath(meta.id), { force: true });
-      throw new AppError('artifact.corrupt', `${meta.id} is ${size} bytes with sha256 ${digest}; announced ${meta.size} and ${meta.sha256}`, { details: { artifactId: meta.id } });
+      throw new AppError(
+        'artifact.corrupt',
+        `${meta.id} is ${size} bytes with sha256 ${digest}; announced ${meta.size} and ${meta.sha256}`,
+        { details: { artifactId: meta.id } },
+      );
     }
     await rename(this.partPath(meta.id), this.finalPath(meta.id));
     const { chunks: _chunks, ...rest } = meta;
@@ -122,7 +135,8 @@ export class ArtifactStore {
   /** The artifact's record and its bytes. Throws AppError `artifact.not_found`. */
   async open(leaseId: string, id: string): Promise<{ artifact: Artifact; stream: Readable }> {
     const artifact = await this.records.get(id);
-    if (!artifact || artifact.leaseId !== leaseId) throw new AppError('artifact.not_found', `no artifact ${id} in sandbox ${leaseId}`, { details: { artifactId: id } });
+    if (!artifact || artifact.leaseId !== leaseId)
+      throw new AppError('artifact.not_found', `no artifact ${id} in sandbox ${leaseId}`, { details: { artifactId: id } });
     return { artifact, stream: createReadStream(this.finalPath(id)) };
   }
 

@@ -10,6 +10,11 @@ export const auditRoutes: FastifyPluginAsync<{ audit: AuditLog }> = async (plugi
   // Encapsulated: the hook guards every route of this plugin and no other.
   app.addHook('preValidation', requireAdmin);
 
-  const schema = { tags: ['admin: audit'], summary: 'The audit log, newest first', description: 'Pass `nextCursor` as `cursor` for older entries.', querystring: AuditQuery };
+  const schema = {
+    tags: ['admin: audit'],
+    summary: 'The audit log, newest first',
+    description: 'Pass `nextCursor` as `cursor` for older entries.',
+    querystring: AuditQuery,
+  };
   app.get('/v1/audit', { schema }, async (request) => audit.list(request.query));
 };

@@ -45,7 +45,10 @@ export const AuditCursor = z
   .regex(/^\d{1,20}-\d{1,20}$/, 'an entry id, as nextCursor gave it')
   // Stream ids are two unsigned 64-bit numbers (Redis streams intro): larger ones make Redis fail.
   // zod runs refinements after a failed regex too, so the refinement checks the form itself.
-  .refine((c) => !/^\d{1,20}-\d{1,20}$/.test(c) || c.split('-').every((part) => BigInt(part) <= 0xffff_ffff_ffff_ffffn), 'an entry id, as nextCursor gave it');
+  .refine(
+    (c) => !/^\d{1,20}-\d{1,20}$/.test(c) || c.split('-').every((part) => BigInt(part) <= 0xffff_ffff_ffff_ffffn),
+    'an entry id, as nextCursor gave it',
+  );
 
 /** `GET /v1/audit` query: filters are exact matches; `cursor` is the `nextCursor` of the previous page. */
 export const AuditQuery = z

@@ -3,7 +3,11 @@ import { AuditLog } from './service.js';
 import type { StoredAuditEntry } from './store.js';
 
 /** The stream in memory: ids `<n>-0`, XREVRANGE semantics (newest first, strictly before a cursor). */
-function memoryStore(): { append(json: string): Promise<string>; page(count: number, before?: string): Promise<StoredAuditEntry[]>; reads: number } {
+function memoryStore(): {
+  append(json: string): Promise<string>;
+  page(count: number, before?: string): Promise<StoredAuditEntry[]>;
+  reads: number;
+} {
   const rows: StoredAuditEntry[] = [];
   return {
     reads: 0,
@@ -22,7 +26,10 @@ function memoryStore(): { append(json: string): Promise<string>; page(count: num
 
 const at = new Date('2026-01-02T03:04:05.000Z');
 
-async function logWith(n: number, action = (i: number) => (i % 10 === 0 ? 'policy.put' : 'lease.create')): Promise<{ log: AuditLog; store: ReturnType<typeof memoryStore> }> {
+async function logWith(
+  n: number,
+  action = (i: number) => (i % 10 === 0 ? 'policy.put' : 'lease.create'),
+): Promise<{ log: AuditLog; store: ReturnType<typeof memoryStore> }> {
   const store = memoryStore();
   const log = new AuditLog(store, () => at);
   for (let i = 1; i <= n; i += 1) {
@@ -34,13 +41,30 @@ async function logWith(n: number, action = (i: number) => (i % 10 === 0 ? 'polic
 describe('AuditLog', () => {
   it('stamps id and time and fills empty details', async () => {
     const { log } = await logWith(0);
-    const entry = await log.record({ actor: 'system', action: 'policy.seed', target: 'policy:default', beforeDigest: null, afterDigest: null });
-    expect(entry).toEqual({ id: '1-0', at: at.toISOString(), actor: 'system', action: 'policy.seed', target: 'policy:default', beforeDigest: null, afterDigest: null, details: {} });
+    const entry = await log.record({
+      actor: 'system',
+      action: 'policy.seed',
+      target: 'policy:default',
+      beforeDigest: null,
+      afterDigest: null,
+    });
+    expect(entry).toEqual({
+      id: '1-0',
+      at: at.toISOString(),
+      actor: 'system',
+      action: 'policy.seed',
+      target: 'policy:default',
+      beforeDigest: null,
+      afterDigest: null,
+      details: {},
+    });
   });
 
   it('refuses an entry that does not fit the schema (a bug of the caller) as a TypeError, not a client error', async () => {
     const { log } = await logWith(0);
-    await expect(log.record({ actor: 'system', action: 'Not An Action', target: 'x', beforeDigest: null, afterDigest: null })).rejects.toThrow(TypeError);
+    await expect(
+      log.record({ actor: 'system', action: 'Not An Action', target: 'x', beforeDigest: null, afterDigest: null }),
+    ).rejects.toThrow(TypeError);
   });
 
   it('pages newest first and the cursors walk every entry exactly once', async () => {

@@ -52,7 +52,10 @@ export class AuditLog {
         scanned += 1;
         cursor = row.id;
         const entry = AuditEntry.parse({ id: row.id, ...JSON.parse(row.json) });
-        if ((query.action === undefined || entry.action === query.action) && (query.target === undefined || entry.target === query.target)) {
+        if (
+          (query.action === undefined || entry.action === query.action) &&
+          (query.target === undefined || entry.target === query.target)
+        ) {
           entries.push(entry);
           if (entries.length === query.limit) return { entries, nextCursor: cursor };
         }

@@ -38,27 +38,41 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
   const submitSchema = {
     tags,
     summary: 'Submit a tool call',
-    description: 'The finished ToolResult (`200`) when the call ends within `wait` seconds, else `202 {callId, status}`. Resubmitting a callId with the same args returns the same call.',
+    description:
+      'The finished ToolResult (`200`) when the call ends within `wait` seconds, else `202 {callId, status}`. Resubmitting a callId with the same args returns the same call.',
     params: LeaseParams,
     querystring: SubmitCallQuery,
     body: SubmitCallBody,
   };
-  app.post('/v1/sandboxes/:id/calls', { bodyLimit: CALL_BODY_LIMIT_BYTES, schema: submitSchema, config: { lease: 'active' } }, async (request, reply) => {
-    const { id } = request.params;
-    const { wait } = request.query;
-    const { call } = await calls.submit(request.lease, request.body);
-    const view = wait ? await calls.waitFinished(id, call.callId, wait * 1000) : call;
-    if (view.status === 'finished' && view.result) return reply.status(200).send(view.result);
-    if (view.status === 'detached' && view.detached) return reply.status(200).send(view.detached);
-    return reply.status(202).send({ callId: view.callId, status: view.status });
-  });
+  app.post(
+    '/v1/sandboxes/:id/calls',
+    { bodyLimit: CALL_BODY_LIMIT_BYTES, schema: submitSchema, config: { lease: 'active' } },
+    async (request, reply) => {
+      const { id } = request.params;
+      const { wait } = request.query;
+      const { call } = await calls.submit(request.lease, request.body);
+      const view = wait ? await calls.waitFinished(id, call.callId, wait * 1000) : call;
+      if (view.status === 'finished' && view.result) return reply.status(200).send(view.result);
+      if (view.status === 'detached' && view.detached) return reply.status(200).send(view.detached);
+      return reply.status(202).send({ callId: view.callId, status: view.status });
+    },
+  );
 
-  app.get('/v1/sandboxes/:id/calls/:callId', { schema: { tags, summary: 'Read a call: intent, status, result with receipt', params: CallParams }, config: { lease: 'visible' } }, async (request) => {
-    const { id, callId } = request.params;
-    return calls.get(id, callId);
-  });
+  app.get(
+    '/v1/sandboxes/:id/calls/:callId',
+    { schema: { tags, summary: 'Read a call: intent, status, result with receipt', params: CallParams }, config: { lease: 'visible' } },
+    async (request) => {
+      const { id, callId } = request.params;
+      return calls.get(id, callId);
+    },
+  );
 
-  const cancelSchema = { tags, summary: 'Cancel a call', description: '`202` while it can still be cancelled; a finished call is `200`, unchanged.', params: CallParams };
+  const cancelSchema = {
+    tags,
+    summary: 'Cancel a call',
+    description: '`202` while it can still be cancelled; a finished call is `200`, unchanged.',
+    params: CallParams,
+  };
   app.post('/v1/sandboxes/:id/calls/:callId/cancel', { schema: cancelSchema, config: { lease: 'visible' } }, async (request, reply) => {
     // Finished is final, even after the sandbox went: nothing to cancel (200); else the lease must be usable.
     const { call, changed } = await calls.cancel(request.lease, request.params.callId, (lease) => leases.usable(lease));
@@ -69,14 +83,16 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
     const { receiptId } = request.params;
     const receipt = await store.getReceipt(receiptId);
     // Another tenant's receipt is as absent as a missing one.
-    if (!receipt || !(await leases.canSee(receipt.leaseId, request.principal))) throw new AppError('receipt.not_found', `no receipt ${receiptId}`, { details: { receiptId } });
+    if (!receipt || !(await leases.canSee(receipt.leaseId, request.principal)))
+      throw new AppError('receipt.not_found', `no receipt ${receiptId}`, { details: { receiptId } });
     return receipt;
   });
 
   const eventsSchema = {
     tags,
     summary: "The call's events as Server-Sent Events",
-    description: '`id:` is the gap-free `seq`; reconnect with `Last-Event-ID` to receive every later event exactly once. Ends after `call.finished`.',
+    description:
+      '`id:` is the gap-free `seq`; reconnect with `Last-Event-ID` to receive every later event exactly once. Ends after `call.finished`.',
     params: CallParams,
     headers: CallEventsHeaders,
   };

@@ -129,7 +129,12 @@ describe('CallService.cancel', () => {
     await service.submit(lease, exec('c1'));
     reads.getCall = 0;
     const { call, changed } = await service.cancel(lease, 'c1');
-    expect([changed, call.status, call.result?.status, call.result?.error?.code]).toEqual([true, 'finished', 'cancelled', 'execution.cancelled']);
+    expect([changed, call.status, call.result?.status, call.result?.error?.code]).toEqual([
+      true,
+      'finished',
+      'cancelled',
+      'execution.cancelled',
+    ]);
     expect(sent.cancels).toEqual([]);
     expect(reads.getCall).toBe(1);
     expect(finished).toEqual(['exec:cancelled']);
@@ -185,7 +190,10 @@ describe('CallService.abandonOpenCalls', () => {
     await service.submit(lease, exec('started'));
     await service.submit(lease, exec('waiting'));
     await service.abandonOpenCalls(lease.id, 'sha256:m', async (callId) => (callId === 'started' ? 'att_1' : null));
-    expect(calls.get('started')!.result).toMatchObject({ status: 'effect_unknown', receipt: { attemptId: 'att_1', commitState: 'unknown', manifestDigest: 'sha256:m' } });
+    expect(calls.get('started')!.result).toMatchObject({
+      status: 'effect_unknown',
+      receipt: { attemptId: 'att_1', commitState: 'unknown', manifestDigest: 'sha256:m' },
+    });
     expect(calls.get('waiting')!.result).toMatchObject({ status: 'cancelled', receipt: null });
   });
 });

@@ -25,7 +25,10 @@ import { TOOLS } from './tools.js';
 export type CallLease = Pick<LeaseRecord, 'id' | 'policySnapshot' | 'secrets' | 'manifest'>;
 
 export interface CallServiceDeps {
-  store: Pick<CallStore, 'createCall' | 'getCall' | 'appendEvent' | 'finishCall' | 'markRunning' | 'detachCall' | 'openCalls' | 'notifyChannel'>;
+  store: Pick<
+    CallStore,
+    'createCall' | 'getCall' | 'appendEvent' | 'finishCall' | 'markRunning' | 'detachCall' | 'openCalls' | 'notifyChannel'
+  >;
   artifacts: Pick<ArtifactStore, 'writeChunk' | 'complete'>;
   /** The calls half of the agent link: the producer, cancel markers. */
   agent: Pick<CallsOut, 'enqueue' | 'removeQueued' | 'requestCancel'>;
@@ -49,7 +52,8 @@ export class CallService {
   async submit(lease: CallLease, body: SubmitCallBody): Promise<{ call: CallView; created: boolean }> {
     const { store, agent, now } = this.deps;
     const tool = TOOLS.get(body.tool);
-    if (!tool) throw new AppError('input.unknown_tool', `no tool named ${body.tool}`, { details: { field: 'tool', known: [...TOOLS.keys()] } });
+    if (!tool)
+      throw new AppError('input.unknown_tool', `no tool named ${body.tool}`, { details: { field: 'tool', known: [...TOOLS.keys()] } });
     const callId = body.callId ?? `call_${randomUUID().replaceAll('-', '')}`;
     let resolved;
     let denial: AppError | null = null;
@@ -57,9 +61,13 @@ export class CallService {
       resolved = tool.resolve(body.args, lease.policySnapshot, lease.secrets);
     } catch (err) {
       if (err instanceof ZodError) {
-        throw new AppError('input.invalid', `invalid args for ${tool.name}: ${err.issues.map((i) => `args.${i.path.join('.')}: ${i.message}`).join('; ')}`, {
-          details: { issues: err.issues.map((i) => ({ path: ['args', ...i.path.map(String)].join('.'), message: i.message })) },
-        });
+        throw new AppError(
+          'input.invalid',
+          `invalid args for ${tool.name}: ${err.issues.map((i) => `args.${i.path.join('.')}: ${i.message}`).join('; ')}`,
+          {
+            details: { issues: err.issues.map((i) => ({ path: ['args', ...i.path.map(String)].join('.'), message: i.message })) },
+          },
+        );
       }
       if (!(err instanceof AppError)) throw err;
       denial = err;
@@ -67,10 +75,19 @@ export class CallService {
     const normalizedArgs = resolved?.args ?? body.args;
     const fingerprint = digestOf({ tool: tool.name, version: tool.version, args: normalizedArgs });
     const createdAt = now();
-    const existing = await store.createCall({ callId, leaseId: lease.id, tool: tool.name, args: normalizedArgs, fingerprint, createdAt: createdAt.toISOString() });
+    const existing = await store.createCall({
+      callId,
+      leaseId: lease.id,
+      tool: tool.name,
+      args: normalizedArgs,
+      fingerprint,
+      createdAt: createdAt.toISOString(),
+    });
     if (existing) {
       if (existing.fingerprint !== fingerprint) {
-        throw new AppError('call.id_conflict', `callId ${callId} was used with different tool or arguments`, { details: { callId, fingerprint: existing.fingerprint } });
+        throw new AppError('call.id_conflict', `callId ${callId} was used with different tool or arguments`, {
+          details: { callId, fingerprint: existing.fingerprint },
+        });
       }
       return { call: await this.get(lease.id, callId), created: false };
     }
@@ -134,12 +151,18 @@ export class CallService {
    * `assertUsable(lease)` runs first (it throws when the lease may not be used now). Returns
    * the call as it is now. Reads the call once (twice only when it finished meanwhile).
    */
-  async cancel<L extends CallLease>(lease: L, callId: string, assertUsable: (lease: L) => void = () => undefined): Promise<{ call: CallView; changed: boolean }> {
+  async cancel<L extends CallLease>(
+    lease: L,
+    callId: string,
+    assertUsable: (lease: L) => void = () => undefined,
+  ): Promise<{ call: CallView; changed: boolean }> {
     const { store, agent, now } = this.deps;
     const call = await this.get(lease.id, callId);
     if (call.status === 'finished') return { call, changed: false };
     assertUsable(lease);
-    const requested = await store.appendEvent(lease.id, callId, { type: 'call.cancel_requested' }, now(), 'cancel_requested', { unlessFinished: true });
+    const requested = await store.appendEvent(lease.id, callId, { type: 'call.cancel_requested' }, now(), 'cancel_requested', {
+      unlessFinished: true,
+    });
     if (requested === null) return { call: await this.get(lease.id, callId), changed: true };
     if (await agent.removeQueued(lease.id, callId)) {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
@@ -178,12 +201,13 @@ export class CallService {
     }
   }
 
-
   /** Ledgers one message from a sandbox agent. Idempotent: redelivered messages are stored once. */
   async ingest(leaseId: string, message: ReturnMessage): Promise<void> {
     const at = this.deps.now();
     if (message.kind === 'event') {
-      await this.deps.store.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`, { unlessFinished: true });
+      await this.deps.store.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`, {
+        unlessFinished: true,
+      });
       if (message.body.type === 'call.started') {
         await this.deps.store.markRunning(leaseId, message.callId);
         this.deps.log.info({ sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId }, 'call started');
@@ -205,7 +229,14 @@ export class CallService {
         sha256: message.sha256,
         chunks: message.chunks,
       });
-      await this.deps.store.appendEvent(leaseId, message.callId, { type: 'artifact', artifactId: artifact.id, name: artifact.name, size: artifact.size, sha256: artifact.sha256 }, at, `artifact:${artifact.id}`, { unlessFinished: true });
+      await this.deps.store.appendEvent(
+        leaseId,
+        message.callId,
+        { type: 'artifact', artifactId: artifact.id, name: artifact.name, size: artifact.size, sha256: artifact.sha256 },
+        at,
+        `artifact:${artifact.id}`,
+        { unlessFinished: true },
+      );
       return;
     }
     if (message.kind === 'detached') {
@@ -213,7 +244,11 @@ export class CallService {
       return;
     }
     const stored = await this.finish(leaseId, message.callId, message.result, at);
-    if (!stored) this.deps.log.info({ sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId }, 'ignored a second result for a finished call');
+    if (!stored)
+      this.deps.log.info(
+        { sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId },
+        'ignored a second result for a finished call',
+      );
   }
 
   /**
@@ -229,7 +264,14 @@ export class CallService {
       const seconds = Math.max(0, at.getTime() - Date.parse(call.createdAt)) / 1000;
       this.deps.metrics.callFinished(call.tool, result.status, seconds);
       this.deps.log.info(
-        { sandboxId: leaseId, callId, attemptId: result.receipt?.attemptId ?? null, tool: call.tool, status: result.status, durationMs: Math.round(seconds * 1000) },
+        {
+          sandboxId: leaseId,
+          callId,
+          attemptId: result.receipt?.attemptId ?? null,
+          tool: call.tool,
+          status: result.status,
+          durationMs: Math.round(seconds * 1000),
+        },
         'call finished',
       );
     }
@@ -242,20 +284,41 @@ export class CallService {
    * For a started attempt the control plane writes the receipt itself, from what it knows: the
    * agent that would have is gone. `attemptOf` returns the started attempt's id, or null.
    */
-  async abandonOpenCalls(leaseId: string, manifestDigest: string | null, attemptOf: (callId: string) => Promise<string | null>): Promise<void> {
+  async abandonOpenCalls(
+    leaseId: string,
+    manifestDigest: string | null,
+    attemptOf: (callId: string) => Promise<string | null>,
+  ): Promise<void> {
     for (const callId of await this.deps.store.openCalls(leaseId)) {
       const call = await this.get(leaseId, callId);
       const attemptId = await attemptOf(callId);
       const now = this.deps.now();
       const result = attemptId
-        ? emptyResult(callId, 'effect_unknown', errorInfo('execution.sandbox_lost', 'the sandbox went away while the call ran; its effects are unknown'))
+        ? emptyResult(
+            callId,
+            'effect_unknown',
+            errorInfo('execution.sandbox_lost', 'the sandbox went away while the call ran; its effects are unknown'),
+          )
         : emptyResult(callId, 'cancelled', errorInfo('execution.cancelled', 'the sandbox went away before the call started; nothing ran'));
       // A receipt records an attempt: none when nothing started, nor without a manifest to bind
       // it to (a lease record lost with its sandbox).
       if (attemptId && manifestDigest) {
-        const subject = { callId, attemptId, leaseId, tool: call.tool, toolVersion: TOOLS.get(call.tool)?.version ?? 'unknown', fingerprint: call.fingerprint, manifestDigest };
+        const subject = {
+          callId,
+          attemptId,
+          leaseId,
+          tool: call.tool,
+          toolVersion: TOOLS.get(call.tool)?.version ?? 'unknown',
+          fingerprint: call.fingerprint,
+          manifestDigest,
+        };
         // The attempt started, so its process had the secrets its call asked for.
-        result.receipt = lostReceipt(subject, new Date(call.createdAt), now, Array.isArray(call.args.secrets) ? call.args.secrets.map(String).sort() : []);
+        result.receipt = lostReceipt(
+          subject,
+          new Date(call.createdAt),
+          now,
+          Array.isArray(call.args.secrets) ? call.args.secrets.map(String).sort() : [],
+        );
       }
       await this.finish(leaseId, callId, result, now);
     }

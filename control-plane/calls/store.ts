@@ -138,7 +138,14 @@ export class CallStore {
    * is already stored) or, with `unlessFinished`, when the call has finished (nothing may
    * follow `call.finished`). An empty `dedupeKey` never dedupes.
    */
-  async appendEvent(leaseId: string, callId: string, body: EventBody, at: Date, dedupeKey = '', options: { unlessFinished?: boolean } = {}): Promise<number | null> {
+  async appendEvent(
+    leaseId: string,
+    callId: string,
+    body: EventBody,
+    at: Date,
+    dedupeKey = '',
+    options: { unlessFinished?: boolean } = {},
+  ): Promise<number | null> {
     const seq = (await this.redis.eval(
       APPEND_EVENT,
       3,
@@ -210,7 +217,10 @@ export class CallStore {
     const callIds = await this.redis.zrange(this.k.calls(leaseId), 0, -1);
     const multi = this.redis.multi().expire(this.k.calls(leaseId), seconds);
     for (const callId of callIds) {
-      multi.expire(this.k.call(leaseId, callId), seconds).expire(this.k.events(leaseId, callId), seconds).expire(this.k.eventKeys(leaseId, callId), seconds);
+      multi
+        .expire(this.k.call(leaseId, callId), seconds)
+        .expire(this.k.events(leaseId, callId), seconds)
+        .expire(this.k.eventKeys(leaseId, callId), seconds);
     }
     for (const callId of callIds) {
       const result = await this.redis.hget(this.k.call(leaseId, callId), 'result');

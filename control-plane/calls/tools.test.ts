@@ -11,8 +11,12 @@ const resolve = (tool: string, args: unknown, policy = base, grants: SecretGrant
 
 describe('tool resolution', () => {
   it('declares accesses: reads and writes their (lexical) path, exec everything', () => {
-    expect(resolve('read_file', { path: '/workspace/a/../b.txt' }).accesses).toEqual([{ kind: 'path', path: '/workspace/b.txt', mode: 'read' }]);
-    expect(resolve('write_file', { path: '/workspace/b.txt', content: '' }).accesses).toEqual([{ kind: 'path', path: '/workspace/b.txt', mode: 'write' }]);
+    expect(resolve('read_file', { path: '/workspace/a/../b.txt' }).accesses).toEqual([
+      { kind: 'path', path: '/workspace/b.txt', mode: 'read' },
+    ]);
+    expect(resolve('write_file', { path: '/workspace/b.txt', content: '' }).accesses).toEqual([
+      { kind: 'path', path: '/workspace/b.txt', mode: 'write' },
+    ]);
     expect(resolve('exec', { argv: ['true'] }).accesses).toEqual([{ kind: 'all' }]);
   });
 
@@ -23,7 +27,9 @@ describe('tool resolution', () => {
   it('git tools count as running code: denied when the policy disables exec, like exec itself', () => {
     const noExec = { ...base, tools: { ...base.tools, exec: { ...base.tools.exec, enabled: false } } };
     for (const tool of ['exec', 'git_status', 'git_diff']) {
-      expect(() => resolve(tool, tool === 'exec' ? { argv: ['true'] } : { path: '/workspace' }, noExec)).toThrow(expect.objectContaining({ code: 'policy.tool_denied' }));
+      expect(() => resolve(tool, tool === 'exec' ? { argv: ['true'] } : { path: '/workspace' }, noExec)).toThrow(
+        expect.objectContaining({ code: 'policy.tool_denied' }),
+      );
     }
     expect(resolve('read_file', { path: '/workspace/x' }, noExec).accesses).toHaveLength(1);
   });
@@ -34,6 +40,8 @@ describe('tool resolution', () => {
     expect(() => resolve('exec', { argv: ['true'], secrets: ['NPM_TOKEN', 'GH_TOKEN'] }, base, grants)).toThrow(
       expect.objectContaining({ code: 'policy.secret_denied', details: expect.objectContaining({ name: 'GH_TOKEN' }) }),
     );
-    expect(() => resolve('exec', { argv: ['true'], secrets: ['NPM_TOKEN'] })).toThrow(expect.objectContaining({ code: 'policy.secret_denied' }));
+    expect(() => resolve('exec', { argv: ['true'], secrets: ['NPM_TOKEN'] })).toThrow(
+      expect.objectContaining({ code: 'policy.secret_denied' }),
+    );
   });
 });

@@ -60,18 +60,30 @@ function resolveExec(raw: unknown, policy: Policy, grants: readonly SecretGrant[
  */
 function resolveFileTool(spec: ToolSpec, raw: unknown, policy: Policy): ResolvedExecution {
   const rules = policy.tools.files;
-  if (!rules.enabled) throw new AppError('policy.tool_denied', `policy ${policy.name} disables the file tools`, { details: { tool: spec.name } });
+  if (!rules.enabled)
+    throw new AppError('policy.tool_denied', `policy ${policy.name} disables the file tools`, { details: { tool: spec.name } });
   if (runsCode(spec) && !policy.tools.exec.enabled) {
-    throw new AppError('policy.tool_denied', `${spec.name} runs git, which runs commands a repository configures; policy ${policy.name} disables exec`, { details: { tool: spec.name } });
+    throw new AppError(
+      'policy.tool_denied',
+      `${spec.name} runs git, which runs commands a repository configures; policy ${policy.name} disables exec`,
+      { details: { tool: spec.name } },
+    );
   }
   const args = (spec.args as z.ZodType<{ path: string }>).parse(raw);
   const path = posix.normalize(args.path).replace(/(.)\/+$/, '$1');
   const roots = policy.filesystem.writableRoots.map((r) => r.path);
   if (!roots.some((r) => path === r || path.startsWith(`${r}/`))) {
-    throw new AppError('input.path_outside_workspace', `${args.path} is outside the sandbox's file roots (${roots.join(', ')})`, { details: { field: 'args.path', path: args.path, roots } });
+    throw new AppError('input.path_outside_workspace', `${args.path} is outside the sandbox's file roots (${roots.join(', ')})`, {
+      details: { field: 'args.path', path: args.path, roots },
+    });
   }
   const normalized = { ...args, path };
-  return { args: normalized, accesses: spec.accesses(normalized as never), timeoutMs: rules.defaultTimeoutMs, maxOutputBytes: policy.tools.exec.maxOutputBytes };
+  return {
+    args: normalized,
+    accesses: spec.accesses(normalized as never),
+    timeoutMs: rules.defaultTimeoutMs,
+    maxOutputBytes: policy.tools.exec.maxOutputBytes,
+  };
 }
 
 export const TOOLS: ReadonlyMap<string, ToolDefinition> = new Map(
@@ -87,7 +99,13 @@ export const TOOLS: ReadonlyMap<string, ToolDefinition> = new Map(
 );
 
 /** The public description of every tool, input schemas as JSON Schema (draft 2020-12). */
-export function describeTools(): Array<{ name: string; version: string; description: string; effectClasses: string[]; inputSchema: unknown }> {
+export function describeTools(): Array<{
+  name: string;
+  version: string;
+  description: string;
+  effectClasses: string[];
+  inputSchema: unknown;
+}> {
   return TOOL_SPECS.map((t) => ({
     name: t.name,
     version: t.version,

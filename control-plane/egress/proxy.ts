@@ -36,7 +36,18 @@ export interface EgressProxyDeps {
 }
 
 /** Headers that belong to one hop (RFC 9110 §7.6.1) or to the proxy, never forwarded. */
-const HOP_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host']);
+const HOP_HEADERS = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+]);
 
 /** A tunnel or connection with no bytes either way for this long is closed, ms. */
 const IDLE_TIMEOUT_MS = 10 * 60_000;
@@ -120,7 +131,11 @@ export class EgressProxy {
    * Decides a destination: the allowlist on (host, port), then the proxy's own resolution and
    * the check of each address, in order; the first allowed address is the one to dial.
    */
-  private async decide(allowlist: EgressAllowlist, host: string, port: number): Promise<{ decision: EgressDecision; address: string | null; error: string | null }> {
+  private async decide(
+    allowlist: EgressAllowlist,
+    host: string,
+    port: number,
+  ): Promise<{ decision: EgressDecision; address: string | null; error: string | null }> {
     const first = allowlist.matchDestination(host, port);
     if (!first.allowed) return { decision: first, address: null, error: null };
     if (net.isIP(stripBrackets(host))) return { decision: first, address: unmapped(stripBrackets(host)), error: null };
@@ -140,7 +155,13 @@ export class EgressProxy {
     return { decision: refusal!, address: addresses[0]!, error: null };
   }
 
-  private async tunnel(leaseId: string, allowlist: EgressAllowlist, req: http.IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
+  private async tunnel(
+    leaseId: string,
+    allowlist: EgressAllowlist,
+    req: http.IncomingMessage,
+    client: Duplex,
+    head: Buffer,
+  ): Promise<void> {
     const started = Date.now();
     const target = parseAuthority(req.url ?? '');
     if (!target) {
@@ -178,7 +199,10 @@ export class EgressProxy {
       };
       upstream.on('error', (err: NodeJS.ErrnoException) => {
         event.error ??= err.code ?? err.message;
-        if (!connected && client.writable) client.end(`HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n\r\nsbx egress: ${target.host}:${target.port} (${address}): ${event.error}\n`);
+        if (!connected && client.writable)
+          client.end(
+            `HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n\r\nsbx egress: ${target.host}:${target.port} (${address}): ${event.error}\n`,
+          );
         else client.destroy();
       });
       client.on('error', () => upstream.destroy());
@@ -233,7 +257,16 @@ export class EgressProxy {
     await new Promise<void>((resolve) => {
       // agent: false — a connection of this request alone: no upstream socket is pooled and
       // reused for another lease's request.
-      const upstream = http.request({ host: address, port, method: req.method, path: `${url.pathname}${url.search}`, headers, setHost: false, agent: false, timeout: this.deps.connectTimeoutMs ?? 10_000 });
+      const upstream = http.request({
+        host: address,
+        port,
+        method: req.method,
+        path: `${url.pathname}${url.search}`,
+        headers,
+        setHost: false,
+        agent: false,
+        timeout: this.deps.connectTimeoutMs ?? 10_000,
+      });
       upstream.once('timeout', () => upstream.destroy(new Error('timeout')));
       upstream.once('response', (answer) => {
         upstream.setTimeout(0);
@@ -245,7 +278,8 @@ export class EgressProxy {
       });
       upstream.once('error', (err: NodeJS.ErrnoException) => {
         event.error = err.code ?? err.message;
-        if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' }).end(`sbx egress: ${host}:${port} (${address}): ${event.error}\n`);
+        if (!res.headersSent)
+          res.writeHead(502, { 'content-type': 'text/plain' }).end(`sbx egress: ${host}:${port} (${address}): ${event.error}\n`);
         else res.destroy();
         resolve();
       });
@@ -265,12 +299,26 @@ export class EgressProxy {
   }
 
   private eventFor(host: string, port: number, method: string, started: number): EgressEvent {
-    return { at: new Date(started).toISOString(), host, port, method, decision: 'denied', rule: '', address: null, bytesOut: 0, bytesIn: 0, durationMs: 0, error: null };
+    return {
+      at: new Date(started).toISOString(),
+      host,
+      port,
+      method,
+      decision: 'denied',
+      rule: '',
+      address: null,
+      bytesOut: 0,
+      bytesIn: 0,
+      durationMs: 0,
+      error: null,
+    };
   }
 
   private async finish(leaseId: string, event: EgressEvent, started: number): Promise<void> {
     event.durationMs = Date.now() - started;
-    await this.deps.record(leaseId, event).catch((err: unknown) => this.deps.log.warn({ leaseId, err }, 'could not record an egress event'));
+    await this.deps
+      .record(leaseId, event)
+      .catch((err: unknown) => this.deps.log.warn({ leaseId, err }, 'could not record an egress event'));
   }
 }
 
@@ -286,7 +334,8 @@ function forwardHeaders(headers: http.IncomingHttpHeaders): http.OutgoingHttpHea
       .filter(Boolean),
   );
   const out: http.OutgoingHttpHeaders = {};
-  for (const [name, value] of Object.entries(headers)) if (!HOP_HEADERS.has(name) && !named.has(name) && value !== undefined) out[name] = value;
+  for (const [name, value] of Object.entries(headers))
+    if (!HOP_HEADERS.has(name) && !named.has(name) && value !== undefined) out[name] = value;
   return out;
 }
 

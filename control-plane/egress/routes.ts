@@ -23,15 +23,25 @@ const Query = z
 
 export const egressRoutes: FastifyPluginAsync<{ egressLog: Pick<EgressLog, 'read'> }> = async (plugin, { egressLog }) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
-  const schema = { tags: ['sandboxes'], summary: "The sandbox's egress log (network mode allowlist), oldest first", params: LeaseParams, querystring: Query };
-  app.get('/v1/sandboxes/:id/egress', { schema, config: { lease: 'visible' } }, async (request): Promise<{ events: EgressEvent[]; dropped: { allowed: number; denied: number } }> => {
-    const { id } = request.params;
-    const query = request.query;
-    const log = await egressLog.read(id);
-    const host = query.host?.toLowerCase();
-    const events = log.events.filter(
-      (e) => (query.decision === undefined || e.decision === query.decision) && (host === undefined || e.host.toLowerCase().includes(host)),
-    );
-    return { events: events.slice(-query.limit), dropped: log.dropped };
-  });
+  const schema = {
+    tags: ['sandboxes'],
+    summary: "The sandbox's egress log (network mode allowlist), oldest first",
+    params: LeaseParams,
+    querystring: Query,
+  };
+  app.get(
+    '/v1/sandboxes/:id/egress',
+    { schema, config: { lease: 'visible' } },
+    async (request): Promise<{ events: EgressEvent[]; dropped: { allowed: number; denied: number } }> => {
+      const { id } = request.params;
+      const query = request.query;
+      const log = await egressLog.read(id);
+      const host = query.host?.toLowerCase();
+      const events = log.events.filter(
+        (e) =>
+          (query.decision === undefined || e.decision === query.decision) && (host === undefined || e.host.toLowerCase().includes(host)),
+      );
+      return { events: events.slice(-query.limit), dropped: log.dropped };
+    },
+  );
 };

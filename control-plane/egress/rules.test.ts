@@ -74,7 +74,8 @@ describe('egress allowlist: resolved address check (after the proxy resolved the
   it('denies IPv6 forms that carry an IPv4 address (NAT64, 6to4, the deprecated IPv4-compatible ::a.b.c.d)', () => {
     expect(allowlist.checkAddress('64:ff9b::a01:203', 443).allowed).toBe(false);
     expect(allowlist.checkAddress('2002:a01:203::1', 443).allowed).toBe(false);
-    for (const compatible of ['::7f00:1', '::a00:1', '::a9fe:a9fe']) expect(allowlist.checkAddress(compatible, 443).allowed, compatible).toBe(false);
+    for (const compatible of ['::7f00:1', '::a00:1', '::a9fe:a9fe'])
+      expect(allowlist.checkAddress(compatible, 443).allowed, compatible).toBe(false);
   });
 
   it('allows an internal address only with a cidr rule that lists the port', () => {

@@ -41,7 +41,13 @@ export class EgressAllowlist {
   constructor(private readonly rules: readonly EgressRule[]) {
     this.cidrs = [];
     rules.forEach((rule, index) => {
-      if ('cidr' in rule) this.cidrs.push({ index, range: ipaddr.parseCIDR(rule.cidr), ports: rule.ports, text: `allow[${index}] cidr ${rule.cidr}:${rule.ports.join(',')}` });
+      if ('cidr' in rule)
+        this.cidrs.push({
+          index,
+          range: ipaddr.parseCIDR(rule.cidr),
+          ports: rule.ports,
+          text: `allow[${index}] cidr ${rule.cidr}:${rule.ports.join(',')}`,
+        });
     });
   }
 
@@ -69,13 +75,15 @@ export class EgressAllowlist {
     const parsed = parseAddress(address);
     if (!parsed) return { allowed: false, rule: `not an IP address: ${address}` };
     for (const cidr of this.cidrs) {
-      if (parsed.kind() === cidr.range[0].kind() && parsed.match(cidr.range) && cidr.ports.includes(port)) return { allowed: true, rule: cidr.text };
+      if (parsed.kind() === cidr.range[0].kind() && parsed.match(cidr.range) && cidr.ports.includes(port))
+        return { allowed: true, rule: cidr.text };
     }
     const range = parsed.range();
     if (literal) return { allowed: false, rule: `no cidr rule allows ${parsed.toString()}:${port}` };
     // ipaddr.js calls every IPv6 address outside its special ranges `unicast`, the deprecated
     // IPv4-compatible ::a.b.c.d included; only global unicast (2000::/3, RFC 4291 §2.4) is public.
-    if (range === 'unicast' && (parsed.kind() === 'ipv4' || parsed.match(GLOBAL_UNICAST_V6))) return { allowed: true, rule: 'public unicast address' };
+    if (range === 'unicast' && (parsed.kind() === 'ipv4' || parsed.match(GLOBAL_UNICAST_V6)))
+      return { allowed: true, rule: 'public unicast address' };
     return { allowed: false, rule: `${RANGE_NAMES[range] ?? range} address ${parsed.toString()} needs a cidr rule` };
   }
 }

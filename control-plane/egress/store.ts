@@ -34,7 +34,15 @@ export class EgressLog {
    * cannot push its allowed connections out of the log, and no loss goes unreported.
    */
   async append(leaseId: string, event: EgressEvent): Promise<void> {
-    await this.redis.eval(APPEND_EGRESS, 2, this.k.egress(leaseId, event.decision), this.k.egressDropped(leaseId), JSON.stringify(event), EGRESS_LOG_MAX, event.decision);
+    await this.redis.eval(
+      APPEND_EGRESS,
+      2,
+      this.k.egress(leaseId, event.decision),
+      this.k.egressDropped(leaseId),
+      JSON.stringify(event),
+      EGRESS_LOG_MAX,
+      event.decision,
+    );
   }
 
   /** A lease's egress events, oldest first, and how many of each decision were dropped as the oldest. */
@@ -51,7 +59,8 @@ export class EgressLog {
   /** Starts the retention clock of an ended lease's egress log: it expires after `seconds`. */
   async retain(leaseId: string, seconds: number): Promise<void> {
     const multi = this.redis.multi();
-    for (const key of [this.k.egress(leaseId, 'allowed'), this.k.egress(leaseId, 'denied'), this.k.egressDropped(leaseId)]) multi.expire(key, seconds);
+    for (const key of [this.k.egress(leaseId, 'allowed'), this.k.egress(leaseId, 'denied'), this.k.egressDropped(leaseId)])
+      multi.expire(key, seconds);
     await multi.exec();
   }
 }

@@ -4,7 +4,13 @@ import { Policy } from '../policies/schema.js';
 import { locateInVolume } from './routes.js';
 
 const policy = {
-  filesystem: { readOnlyRoot: true, writableRoots: [{ path: '/workspace', sizeBytes: 1 << 30, kind: 'volume' }, { path: '/tmp', sizeBytes: 1 << 20, kind: 'tmpfs' }] },
+  filesystem: {
+    readOnlyRoot: true,
+    writableRoots: [
+      { path: '/workspace', sizeBytes: 1 << 30, kind: 'volume' },
+      { path: '/tmp', sizeBytes: 1 << 20, kind: 'tmpfs' },
+    ],
+  },
 } as unknown as Policy;
 
 describe('locateInVolume', () => {

@@ -46,7 +46,9 @@ export function locateInVolume(policy: Policy, path: string): { root: string; re
     if (normalized === r.path || normalized.startsWith(`${r.path}/`)) return { root: r.path, relative: posix.relative(r.path, normalized) };
   }
   const roots = policy.filesystem.writableRoots.filter((r) => r.kind === 'volume').map((r) => r.path);
-  throw new AppError('input.path_outside_workspace', `${path} is outside the sandbox's file roots (${roots.join(', ')})`, { details: { path, roots } });
+  throw new AppError('input.path_outside_workspace', `${path} is outside the sandbox's file roots (${roots.join(', ')})`, {
+    details: { path, roots },
+  });
 }
 
 export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (plugin, opts) => {
@@ -59,7 +61,8 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (plugin
   const uploadSchema = {
     tags,
     summary: 'Upload a tar archive into a directory',
-    description: 'The body is a tar archive (any Content-Type). It is checked whole before anything is written (`files.unsafe_entry`, `files.invalid_archive` naming the entry and byte offset), then unpacked by tar inside the sandbox as the tool user, all or nothing: a type clash with what is there (`files.type_conflict`) or any other failure leaves the sandbox as it was.',
+    description:
+      'The body is a tar archive (any Content-Type). It is checked whole before anything is written (`files.unsafe_entry`, `files.invalid_archive` naming the entry and byte offset), then unpacked by tar inside the sandbox as the tool user, all or nothing: a type clash with what is there (`files.type_conflict`) or any other failure leaves the sandbox as it was.',
     params: LeaseParams,
     querystring: FilesQuery,
   };

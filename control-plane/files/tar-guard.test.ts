@@ -51,7 +51,7 @@ describe('unsafeReason', () => {
   });
 });
 
-describe('unsafeReason with the archive\'s own symlinks', () => {
+describe("unsafeReason with the archive's own symlinks", () => {
   it('refuses a name through an earlier symlink and a target resolving through one', () => {
     const links = new Set(['x', 'a/l']);
     expect(unsafeReason('file', 'x/etc/passwd', undefined, links)).toContain('passes through the symlink x');
@@ -68,7 +68,10 @@ describe('guardArchive', () => {
       { name: 'esc', type: 'symlink', linkname: 'x/..' },
       { name: 'esc/etc/f', content: 'pwned' },
     ]);
-    await expect(guardArchive(input, `${input}.out`, owner)).rejects.toMatchObject({ code: 'files.unsafe_entry', details: { entry: 'esc' } });
+    await expect(guardArchive(input, `${input}.out`, owner)).rejects.toMatchObject({
+      code: 'files.unsafe_entry',
+      details: { entry: 'esc' },
+    });
   });
 
   it('re-owns entries to the tool user and strips setuid/setgid', async () => {
@@ -87,7 +90,10 @@ describe('guardArchive', () => {
   });
 
   it('rejects the whole archive on one unsafe entry, naming it', async () => {
-    const input = await tarFile([{ name: 'ok', content: 'x' }, { name: '../../etc/cron.d/x', content: 'x' }]);
+    const input = await tarFile([
+      { name: 'ok', content: 'x' },
+      { name: '../../etc/cron.d/x', content: 'x' },
+    ]);
     const err = await guardArchive(input, `${input}.out`, owner).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(AppError);
     expect((err as AppError).code).toBe('files.unsafe_entry');
@@ -101,20 +107,35 @@ describe('guardArchive', () => {
   });
 
   it('a member cut short (100 KB declared, 50 KB sent) is files.invalid_archive naming the entry and the offset, not an uncaught error', async () => {
-    const full = await tarBytes([{ name: 'ok.txt', content: 'fine' }, { name: 'big.bin', content: 'x'.repeat(100_000) }]);
+    const full = await tarBytes([
+      { name: 'ok.txt', content: 'fine' },
+      { name: 'big.bin', content: 'x'.repeat(100_000) },
+    ]);
     const file = join(await mkdtemp(join(tmpdir(), 'sbx-tar-')), 'cut.tar');
     await writeFile(file, full.subarray(0, 1024 + 512 + 50_000));
-    await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({ code: 'files.invalid_archive', details: { entry: 'big.bin', offset: 1024 + 512 + 50_000 } });
+    await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({
+      code: 'files.invalid_archive',
+      details: { entry: 'big.bin', offset: 1024 + 512 + 50_000 },
+    });
   });
 
-  it('a header cut short or with a wrong checksum names the header\'s offset', async () => {
-    const full = await tarBytes([{ name: 'ok.txt', content: 'fine' }, { name: 'second.txt', content: 'x' }]);
+  it("a header cut short or with a wrong checksum names the header's offset", async () => {
+    const full = await tarBytes([
+      { name: 'ok.txt', content: 'fine' },
+      { name: 'second.txt', content: 'x' },
+    ]);
     const file = join(await mkdtemp(join(tmpdir(), 'sbx-tar-')), 'bad.tar');
     await writeFile(file, full.subarray(0, 1024 + 200));
-    await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({ code: 'files.invalid_archive', details: { entry: 'second.txt', offset: 1224 } });
+    await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({
+      code: 'files.invalid_archive',
+      details: { entry: 'second.txt', offset: 1224 },
+    });
     const flipped = Buffer.from(full);
     flipped[1024 + 148] = flipped[1024 + 148]! ^ 1; // the second header's checksum field
     await writeFile(file, flipped);
-    await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({ code: 'files.invalid_archive', details: { entry: 'second.txt', offset: 1024 } });
+    await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({
+      code: 'files.invalid_archive',
+      details: { entry: 'second.txt', offset: 1024 },
+    });
   });
 });

@@ -34,7 +34,12 @@ const ALLOWED_TYPES = new Set(['file', 'directory', 'symlink', 'link', 'contiguo
  * what its text says lexically (`x -> .` then `esc -> x/..` is `/`'s parent, not `.`).
  * Pure; exported for unit tests.
  */
-export function unsafeReason(type: string, name: string, linkname: string | null | undefined, links: ReadonlySet<string> = new Set()): string | null {
+export function unsafeReason(
+  type: string,
+  name: string,
+  linkname: string | null | undefined,
+  links: ReadonlySet<string> = new Set(),
+): string | null {
   if (!ALLOWED_TYPES.has(type)) return `entry type ${type} is not allowed`;
   if (name.includes('\0')) return 'name contains NUL';
   if (name.startsWith('/')) return 'absolute name';
@@ -101,12 +106,21 @@ export async function guardArchive(inputPath: string, outputPath: string, owner:
     for await (const entry of extract as AsyncIterable<EntryStream>) {
       const { header } = entry;
       const reason = unsafeReason(header.type ?? 'file', header.name, header.linkname, links);
-      if (reason) throw new AppError('files.unsafe_entry', `unsafe entry ${JSON.stringify(header.name)}: ${reason}`, { details: { entry: header.name, reason } });
+      if (reason)
+        throw new AppError('files.unsafe_entry', `unsafe entry ${JSON.stringify(header.name)}: ${reason}`, {
+          details: { entry: header.name, reason },
+        });
       const sizeBytes = header.size ?? 0;
       const dataOffset = header.byteOffset ?? position.nextHeaderOffset + BLOCK;
       position.current = { name: header.name, dataOffset, sizeBytes };
       summary.entries += 1;
-      if (header.type === 'symlink') links.add(header.name.split('/').filter((p) => p !== '' && p !== '.').join('/'));
+      if (header.type === 'symlink')
+        links.add(
+          header.name
+            .split('/')
+            .filter((p) => p !== '' && p !== '.')
+            .join('/'),
+        );
       if (header.type === 'file' || header.type === 'contiguous-file') summary.bytes += sizeBytes;
       await copyEntry(entry, pack, rewrite(header, owner));
       position.current = null;
@@ -167,8 +181,14 @@ async function invalidArchive(cause: unknown, position: Position, inputPath: str
     entry = (await headerName(inputPath, position.nextHeaderOffset)) ?? position.previous;
   }
   const where = entry === null ? `at byte ${offset}` : `at entry ${JSON.stringify(entry)}, byte ${offset}`;
-  const why = position.current && truncated ? `it declares ${position.current.sizeBytes} bytes from byte ${position.current.dataOffset}, but the body ends at byte ${bodyBytes}` : reason;
-  return new AppError('files.invalid_archive', `not a readable tar archive ${where}: ${why}`, { details: { entry, offset, reason }, cause });
+  const why =
+    position.current && truncated
+      ? `it declares ${position.current.sizeBytes} bytes from byte ${position.current.dataOffset}, but the body ends at byte ${bodyBytes}`
+      : reason;
+  return new AppError('files.invalid_archive', `not a readable tar archive ${where}: ${why}`, {
+    details: { entry, offset, reason },
+    cause,
+  });
 }
 
 /** The name field of the header block at `offset` (up to its first NUL), or null when there is none. */

@@ -58,7 +58,10 @@ export function keyDigest(secret: string): string {
  * percent-escapes (`/%761/tools` is `/v1/tools`), so a prefix test of the URL could be walked
  * around. A request no route matches runs no handler (404) and needs no key.
  */
-export function installApiKeyAuth(app: FastifyInstance, options: { bootstrapKey: string; lookup: PrincipalLookup; publicRoutes?: readonly string[] }): void {
+export function installApiKeyAuth(
+  app: FastifyInstance,
+  options: { bootstrapKey: string; lookup: PrincipalLookup; publicRoutes?: readonly string[] },
+): void {
   const bootstrap = createHash('sha256').update(options.bootstrapKey).digest();
   const entries = options.publicRoutes ?? ['/healthz'];
   const publicRoutes = new Set(entries.filter((r) => !r.endsWith('/*')));

@@ -22,7 +22,11 @@ beforeAll(async () => {
 });
 afterAll(async () => app.close());
 
-async function errorOf(method: 'GET' | 'POST' | 'PATCH' | 'DELETE', url: string, payload?: string): Promise<{ status: number; code: string; allow?: string; message: string }> {
+async function errorOf(
+  method: 'GET' | 'POST' | 'PATCH' | 'DELETE',
+  url: string,
+  payload?: string,
+): Promise<{ status: number; code: string; allow?: string; message: string }> {
   const r = await app.inject({ method, url, payload, headers: payload === undefined ? {} : { 'content-type': 'application/json' } });
   const body = ErrorBody.parse(r.json());
   return { status: r.statusCode, code: body.error.code, allow: r.headers.allow as string | undefined, message: body.error.message };

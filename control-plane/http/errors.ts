@@ -23,7 +23,10 @@ import { AppError, ERROR_CODES, errorInfo, type ErrorCode, type ErrorInfo } from
 
 /** Each code fastify or Node's HTTP layer gives an error of the client's, with its catalogue code and the message clients see. */
 const EDGE_CODES: Record<string, { code: ErrorCode; message: string }> = {
-  FST_ERR_CTP_INVALID_JSON_BODY: { code: 'input.invalid_json', message: 'the body is not valid JSON (or holds a __proto__ or constructor.prototype key)' },
+  FST_ERR_CTP_INVALID_JSON_BODY: {
+    code: 'input.invalid_json',
+    message: 'the body is not valid JSON (or holds a __proto__ or constructor.prototype key)',
+  },
   FST_ERR_CTP_EMPTY_JSON_BODY: { code: 'input.invalid_json', message: 'the body is empty but Content-Type is application/json' },
   FST_ERR_CTP_BODY_TOO_LARGE: { code: 'input.body_too_large', message: 'the body exceeds the size limit of this route' },
   FST_ERR_CTP_INVALID_MEDIA_TYPE: { code: 'input.unsupported_media_type', message: 'this route takes Content-Type: application/json' },
@@ -50,7 +53,8 @@ function edgeError(error: unknown, requestId: string, log: Pick<Logger, 'warn' |
   if (known) return answer(known.code, known.message);
   // Node's parser names every other request it cannot parse HPE_* (bad request line, header
   // syntax, chunk encoding, Content-Length): the client's fault, not the server's.
-  if (typeof code === 'string' && code.startsWith('HPE_')) return answer('input.malformed_request', 'the HTTP request could not be parsed', { reason: code });
+  if (typeof code === 'string' && code.startsWith('HPE_'))
+    return answer('input.malformed_request', 'the HTTP request could not be parsed', { reason: code });
   // A client error of a library's own (http-errors from static file serving: a `..` path is
   // 403, an unsatisfiable Range 416) keeps its status; `expose` marks its message as meant for clients.
   const { statusCode, expose } = error as { statusCode?: unknown; expose?: unknown };
@@ -119,7 +123,9 @@ export function installErrorHandling(app: FastifyInstance): void {
       return reply
         .status(405)
         .header('allow', allow.join(', '))
-        .send({ error: errorInfo('api.method_not_allowed', `${path} does not take ${request.method}; it takes ${allow.join(', ')}`, { allow }) });
+        .send({
+          error: errorInfo('api.method_not_allowed', `${path} does not take ${request.method}; it takes ${allow.join(', ')}`, { allow }),
+        });
     }
     return reply.status(404).send({ error: errorInfo('api.route_not_found', `no route ${request.method} ${path}`) });
   });

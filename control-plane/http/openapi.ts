@@ -68,7 +68,9 @@ export async function installOpenApi(app: FastifyInstance, info: { version: stri
         description:
           'Ephemeral container sandboxes for coding agents and CI jobs. Errors are `{"error": {code, domain, message, retryability, details}}` with a stable `domain.reason` code (docs/errors.md).',
       },
-      components: { securitySchemes: { apiKey: { type: 'http', scheme: 'bearer', description: 'An sbx API key (`sbx_…`, or the bootstrap key).' } } },
+      components: {
+        securitySchemes: { apiKey: { type: 'http', scheme: 'bearer', description: 'An sbx API key (`sbx_…`, or the bootstrap key).' } },
+      },
       security: [{ apiKey: [] }],
     },
     transform: jsonSchemaTransform,

@@ -71,7 +71,9 @@ export class LeaseCreator {
       const earlier = await this.deps.store.claimIdempotencyKey(scopedKey, id, requestDigest);
       if (earlier) {
         if (earlier.requestDigest !== requestDigest) {
-          throw new AppError('lease.idempotency_conflict', 'this Idempotency-Key was used with a different request body', { details: { leaseId: earlier.leaseId } });
+          throw new AppError('lease.idempotency_conflict', 'this Idempotency-Key was used with a different request body', {
+            details: { leaseId: earlier.leaseId },
+          });
         }
         return { lease: await this.awaitCreated(earlier.leaseId), replayed: true };
       }
@@ -161,7 +163,10 @@ export class LeaseCreator {
         engineVersion: plan.engineVersion,
         ociRuntime: plan.policy.runtime.oci,
         policy: plan.ref,
-        network: { mode: plan.policy.network.mode, allowlistDigest: plan.policy.network.mode === 'allowlist' ? allowlistDigest(plan.policy.network.allow) : null },
+        network: {
+          mode: plan.policy.network.mode,
+          allowlistDigest: plan.policy.network.mode === 'allowlist' ? allowlistDigest(plan.policy.network.allow) : null,
+        },
         env: plan.env,
         secretRefs: plan.grants.map((g) => g.name),
         createdAt,
@@ -199,7 +204,9 @@ export class LeaseCreator {
   private async advance(id: string, event: LeaseMachineEvent): Promise<LeaseRecord> {
     const moved = await this.deps.transitions.apply(id, event);
     if (!moved.applied) {
-      throw new AppError('lease.create_failed', `sandbox ${id} was taken over while it started (it is ${moved.lease?.status ?? 'gone'})`, { details: { status: moved.lease?.status ?? null } });
+      throw new AppError('lease.create_failed', `sandbox ${id} was taken over while it started (it is ${moved.lease?.status ?? 'gone'})`, {
+        details: { status: moved.lease?.status ?? null },
+      });
     }
     return moved.lease!;
   }
@@ -210,10 +217,12 @@ export class LeaseCreator {
     for (;;) {
       const lease = await this.deps.store.getLease(id);
       if (lease && lease.status !== 'pending' && lease.status !== 'starting') {
-        if (lease.status === 'failed') throw new AppError('lease.create_failed', `sandbox ${id} for this Idempotency-Key failed to start`, { details: { leaseId: id } });
+        if (lease.status === 'failed')
+          throw new AppError('lease.create_failed', `sandbox ${id} for this Idempotency-Key failed to start`, { details: { leaseId: id } });
         return toView(lease);
       }
-      if (Date.now() > deadline) throw new AppError('lease.not_ready', `sandbox ${id} is still being created`, { details: { leaseId: id } });
+      if (Date.now() > deadline)
+        throw new AppError('lease.not_ready', `sandbox ${id} is still being created`, { details: { leaseId: id } });
       await new Promise((r) => setTimeout(r, REPLAY_POLL_MS));
     }
   }

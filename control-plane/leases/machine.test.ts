@@ -89,18 +89,30 @@ describe('lease machine: what each allowed transition makes', () => {
   it('fail_create: pending or starting → failed (create_failed) with the code, whoever held it', () => {
     for (const status of ['pending', 'starting'] as const) {
       const t = made(lease(status, { inProgressBy: OTHER }), { type: 'fail_create', code: 'runtime.unavailable' });
-      expect(t).toEqual({ record: lease('failed', { endedAt: now, endReason: 'create_failed', inProgressBy: null }), reason: 'create_failed', details: { code: 'runtime.unavailable' } });
+      expect(t).toEqual({
+        record: lease('failed', { endedAt: now, endReason: 'create_failed', inProgressBy: null }),
+        reason: 'create_failed',
+        details: { code: 'runtime.unavailable' },
+      });
     }
   });
 
   it('fail_interrupted: the dead holder’s create → failed (create_interrupted)', () => {
     const t = made(lease('starting', { inProgressBy: OTHER }), { type: 'fail_interrupted', holder: OTHER });
-    expect(t).toEqual({ record: lease('failed', { endedAt: now, endReason: 'create_interrupted', inProgressBy: null }), reason: 'create_interrupted', details: { from: OTHER } });
+    expect(t).toEqual({
+      record: lease('failed', { endedAt: now, endReason: 'create_interrupted', inProgressBy: null }),
+      reason: 'create_interrupted',
+      details: { from: OTHER },
+    });
   });
 
   it('renew: expiresAt becomes now + ttlSeconds (also earlier than before)', () => {
     const expiresAt = new Date(NOW_MS + 600_000).toISOString();
-    expect(made(lease('ready'), { type: 'renew', ttlSeconds: 600 })).toEqual({ record: lease('ready', { expiresAt }), reason: 'renewed', details: { ttlSeconds: 600, expiresAt } });
+    expect(made(lease('ready'), { type: 'renew', ttlSeconds: 600 })).toEqual({
+      record: lease('ready', { expiresAt }),
+      reason: 'renewed',
+      details: { ttlSeconds: 600, expiresAt },
+    });
   });
 
   it('renew: up to exactly the policy’s bound from creation', () => {
@@ -113,7 +125,14 @@ describe('lease machine: what each allowed transition makes', () => {
       const due = reason === 'expired' ? { expiresAt: new Date(NOW_MS).toISOString() } : {};
       const t = made(lease('ready', due), { type: 'begin_end', reason, actor: KEY, graceMs: 1500 });
       expect(t).toEqual({
-        record: { ...lease('ready', due), status: 'releasing', endReason: reason, endedBy: KEY, inProgressBy: ME, releaseGraceUntil: new Date(NOW_MS + 1500).toISOString() },
+        record: {
+          ...lease('ready', due),
+          status: 'releasing',
+          endReason: reason,
+          endedBy: KEY,
+          inProgressBy: ME,
+          releaseGraceUntil: new Date(NOW_MS + 1500).toISOString(),
+        },
         reason,
         details: { graceMs: 1500 },
       });
@@ -136,18 +155,28 @@ describe('lease machine: what each allowed transition makes', () => {
   it('hand_back: this process’s release, held by nobody, with at most five failures', () => {
     const failures = ['a', 'b', 'c', 'd', 'e', 'f'];
     const t = made(lease('releasing'), { type: 'hand_back', failures });
-    expect(t).toEqual({ record: lease('releasing', { inProgressBy: null }), reason: 'teardown_incomplete', details: { failures: failures.slice(0, 5) } });
+    expect(t).toEqual({
+      record: lease('releasing', { inProgressBy: null }),
+      reason: 'teardown_incomplete',
+      details: { failures: failures.slice(0, 5) },
+    });
   });
 
   it('end: releasing → the final status of its end reason, the reason as the event’s', () => {
     for (const [reason, ending] of Object.entries(ENDINGS)) {
       const t = made(lease('releasing', { endReason: reason, releaseGraceUntil: now }), { type: 'end' });
-      expect(t).toEqual({ record: lease('releasing', { endReason: reason, status: ending.status, endedAt: now, inProgressBy: null, releaseGraceUntil: null }), reason });
+      expect(t).toEqual({
+        record: lease('releasing', { endReason: reason, status: ending.status, endedAt: now, inProgressBy: null, releaseGraceUntil: null }),
+        reason,
+      });
     }
   });
 
   it('end: an end reason from an older record ends as a release', () => {
-    expect(made(lease('releasing', { endReason: null }), { type: 'end' })).toMatchObject({ record: { status: 'released' }, reason: 'released' });
+    expect(made(lease('releasing', { endReason: null }), { type: 'end' })).toMatchObject({
+      record: { status: 'released' },
+      reason: 'released',
+    });
   });
 });
 
@@ -158,33 +187,61 @@ describe('lease machine: refusals other than the state', () => {
   };
 
   it('a create step of another process’s create is not_holder', () => {
-    expect(refusal(lease('pending', { inProgressBy: OTHER }), { type: 'start' })).toEqual({ reason: 'not_holder', status: 'pending', holder: OTHER });
-    expect(refusal(lease('starting', { inProgressBy: OTHER }), { type: 'become_ready', manifest: MANIFEST, containerId: 'c' })).toEqual({ reason: 'not_holder', status: 'starting', holder: OTHER });
+    expect(refusal(lease('pending', { inProgressBy: OTHER }), { type: 'start' })).toEqual({
+      reason: 'not_holder',
+      status: 'pending',
+      holder: OTHER,
+    });
+    expect(refusal(lease('starting', { inProgressBy: OTHER }), { type: 'become_ready', manifest: MANIFEST, containerId: 'c' })).toEqual({
+      reason: 'not_holder',
+      status: 'starting',
+      holder: OTHER,
+    });
   });
 
   it('failing an interrupted create whose holder changed since it was found dead is not_holder', () => {
-    expect(refusal(lease('starting', { inProgressBy: ME }), { type: 'fail_interrupted', holder: OTHER })).toEqual({ reason: 'not_holder', status: 'starting', holder: ME });
+    expect(refusal(lease('starting', { inProgressBy: ME }), { type: 'fail_interrupted', holder: OTHER })).toEqual({
+      reason: 'not_holder',
+      status: 'starting',
+      holder: ME,
+    });
   });
 
   it('resuming a release another process took first is not_holder', () => {
-    expect(refusal(lease('releasing', { inProgressBy: ME }), { type: 'resume_release', holder: OTHER })).toEqual({ reason: 'not_holder', status: 'releasing', holder: ME });
+    expect(refusal(lease('releasing', { inProgressBy: ME }), { type: 'resume_release', holder: OTHER })).toEqual({
+      reason: 'not_holder',
+      status: 'releasing',
+      holder: ME,
+    });
   });
 
   it('handing back or ending another process’s release is not_holder', () => {
     for (const event of [{ type: 'hand_back', failures: [] }, { type: 'end' }] as LeaseMachineEvent[]) {
-      expect(refusal(lease('releasing', { inProgressBy: OTHER }), event)).toEqual({ reason: 'not_holder', status: 'releasing', holder: OTHER });
+      expect(refusal(lease('releasing', { inProgressBy: OTHER }), event)).toEqual({
+        reason: 'not_holder',
+        status: 'releasing',
+        holder: OTHER,
+      });
     }
   });
 
   it('an expiry of a lease not due yet (renewed first) is not_due; other end reasons need no due date', () => {
     const l = lease('ready');
-    expect(refusal(l, { type: 'begin_end', reason: 'expired', actor: 'system', graceMs: 0 })).toEqual({ reason: 'not_due', status: 'ready', expiresAt: l.expiresAt });
+    expect(refusal(l, { type: 'begin_end', reason: 'expired', actor: 'system', graceMs: 0 })).toEqual({
+      reason: 'not_due',
+      status: 'ready',
+      expiresAt: l.expiresAt,
+    });
     expect(refusal(l, { type: 'begin_end', reason: 'container_missing', actor: 'system', graceMs: 0 })).toBeNull();
   });
 
   it('renewing a lease past its expiry is past_due', () => {
     const expiresAt = new Date(NOW_MS).toISOString();
-    expect(refusal(lease('ready', { expiresAt }), { type: 'renew', ttlSeconds: 60 })).toEqual({ reason: 'past_due', status: 'ready', expiresAt });
+    expect(refusal(lease('ready', { expiresAt }), { type: 'renew', ttlSeconds: 60 })).toEqual({
+      reason: 'past_due',
+      status: 'ready',
+      expiresAt,
+    });
   });
 
   it('renewing past the policy’s bound on the whole life is ttl_exceeds_policy, with the bound', () => {

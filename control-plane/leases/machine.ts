@@ -83,7 +83,10 @@ export function decide(lease: LeaseRecord, event: LeaseMachineEvent, ctx: Machin
   const now = new Date(ctx.nowMs).toISOString();
   const wrong = (): Decision => ({ ok: false, refusal: { reason: 'wrong_state', status: l.status } });
   const notHolder = (): Decision => ({ ok: false, refusal: { reason: 'not_holder', status: l.status, holder: l.inProgressBy } });
-  const to = (record: LeaseRecord, reason: string, details?: Record<string, unknown>): Decision => ({ ok: true, transition: details ? { record, reason, details } : { record, reason } });
+  const to = (record: LeaseRecord, reason: string, details?: Record<string, unknown>): Decision => ({
+    ok: true,
+    transition: details ? { record, reason, details } : { record, reason },
+  });
   const mine = l.inProgressBy === ctx.processId;
   switch (event.type) {
     case 'start':
@@ -96,29 +99,51 @@ export function decide(lease: LeaseRecord, event: LeaseMachineEvent, ctx: Machin
       return to({ ...l, status: 'ready', manifest: event.manifest, containerId: event.containerId, inProgressBy: null }, 'ready');
     case 'fail_create':
       if (!CREATING.includes(l.status)) return wrong();
-      return to({ ...l, status: 'failed', endedAt: now, endReason: 'create_failed', inProgressBy: null }, 'create_failed', { code: event.code });
+      return to({ ...l, status: 'failed', endedAt: now, endReason: 'create_failed', inProgressBy: null }, 'create_failed', {
+        code: event.code,
+      });
     case 'fail_interrupted':
       if (!CREATING.includes(l.status)) return wrong();
       if (l.inProgressBy !== event.holder) return notHolder();
-      return to({ ...l, status: 'failed', endedAt: now, endReason: 'create_interrupted', inProgressBy: null }, 'create_interrupted', { from: event.holder });
+      return to({ ...l, status: 'failed', endedAt: now, endReason: 'create_interrupted', inProgressBy: null }, 'create_interrupted', {
+        from: event.holder,
+      });
     case 'renew': {
       if (l.status !== 'ready') return wrong();
-      if (Date.parse(l.expiresAt) <= ctx.nowMs) return { ok: false, refusal: { reason: 'past_due', status: l.status, expiresAt: l.expiresAt } };
+      if (Date.parse(l.expiresAt) <= ctx.nowMs)
+        return { ok: false, refusal: { reason: 'past_due', status: l.status, expiresAt: l.expiresAt } };
       const maxTtlSeconds = l.policySnapshot.resources.maxTtlSeconds;
       const maxMs = Date.parse(l.createdAt) + maxTtlSeconds * 1000;
       const expiresAtMs = ctx.nowMs + event.ttlSeconds * 1000;
       if (expiresAtMs > maxMs) {
         const remainingSeconds = Math.max(0, Math.floor((maxMs - ctx.nowMs) / 1000));
-        return { ok: false, refusal: { reason: 'ttl_exceeds_policy', status: l.status, maxTtlSeconds, maxExpiresAt: new Date(maxMs).toISOString(), remainingSeconds } };
+        return {
+          ok: false,
+          refusal: {
+            reason: 'ttl_exceeds_policy',
+            status: l.status,
+            maxTtlSeconds,
+            maxExpiresAt: new Date(maxMs).toISOString(),
+            remainingSeconds,
+          },
+        };
       }
       const expiresAt = new Date(expiresAtMs).toISOString();
       return to({ ...l, expiresAt }, 'renewed', { ttlSeconds: event.ttlSeconds, expiresAt });
     }
     case 'begin_end': {
       if (l.status !== 'ready') return wrong();
-      if (event.reason === 'expired' && Date.parse(l.expiresAt) > ctx.nowMs) return { ok: false, refusal: { reason: 'not_due', status: l.status, expiresAt: l.expiresAt } };
+      if (event.reason === 'expired' && Date.parse(l.expiresAt) > ctx.nowMs)
+        return { ok: false, refusal: { reason: 'not_due', status: l.status, expiresAt: l.expiresAt } };
       const releaseGraceUntil = new Date(ctx.nowMs + event.graceMs).toISOString();
-      const record: LeaseRecord = { ...l, status: 'releasing', endReason: event.reason, endedBy: event.actor, inProgressBy: ctx.processId, releaseGraceUntil };
+      const record: LeaseRecord = {
+        ...l,
+        status: 'releasing',
+        endReason: event.reason,
+        endedBy: event.actor,
+        inProgressBy: ctx.processId,
+        releaseGraceUntil,
+      };
       return to(record, event.reason, event.graceMs > 0 ? { graceMs: event.graceMs } : {});
     }
     case 'resume_release':
@@ -132,7 +157,10 @@ export function decide(lease: LeaseRecord, event: LeaseMachineEvent, ctx: Machin
     case 'end':
       if (l.status !== 'releasing') return wrong();
       if (!mine) return notHolder();
-      return to({ ...l, status: endingOf(l.endReason).status, endedAt: now, inProgressBy: null, releaseGraceUntil: null }, l.endReason ?? 'released');
+      return to(
+        { ...l, status: endingOf(l.endReason).status, endedAt: now, inProgressBy: null, releaseGraceUntil: null },
+        l.endReason ?? 'released',
+      );
   }
 }
 
@@ -153,7 +181,9 @@ export function checkUsable(lease: LeaseRecord, nowMs: number): LeaseRecord {
     case 'released':
     case 'failed':
     case 'lost':
-      throw new AppError('lease.released', `sandbox ${id} was released (${lease.endReason ?? lease.status})`, { details: { status: lease.status, endReason: lease.endReason } });
+      throw new AppError('lease.released', `sandbox ${id} was released (${lease.endReason ?? lease.status})`, {
+        details: { status: lease.status, endReason: lease.endReason },
+      });
     default:
       throw new AppError('lease.not_ready', `sandbox ${id} is ${lease.status}`, { details: { status: lease.status } });
   }

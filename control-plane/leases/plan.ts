@@ -79,19 +79,27 @@ export class LeasePlanner {
     const { policy, ref } = await policies.resolve(policyName, policyVersion);
     const ttlSeconds = body.ttlSeconds ?? policy.resources.ttlSeconds;
     if (ttlSeconds > policy.resources.maxTtlSeconds) {
-      throw new AppError('lease.ttl_exceeds_policy', `ttlSeconds ${ttlSeconds} is above the policy's maxTtlSeconds ${policy.resources.maxTtlSeconds}`, {
-        details: { field: 'ttlSeconds', max: policy.resources.maxTtlSeconds },
-      });
+      throw new AppError(
+        'lease.ttl_exceeds_policy',
+        `ttlSeconds ${ttlSeconds} is above the policy's maxTtlSeconds ${policy.resources.maxTtlSeconds}`,
+        {
+          details: { field: 'ttlSeconds', max: policy.resources.maxTtlSeconds },
+        },
+      );
     }
     const env = body.env ?? {};
     const refused = policy.envAllowlist.length === 0 ? [] : Object.keys(env).filter((k) => !policy.envAllowlist.includes(k));
     if (refused.length > 0) {
-      throw new AppError('input.invalid', `env names not allowed by policy ${ref.name}: ${refused.join(', ')}`, { details: { field: 'env', refused } });
+      throw new AppError('input.invalid', `env names not allowed by policy ${ref.name}: ${refused.join(', ')}`, {
+        details: { field: 'env', refused },
+      });
     }
     const grants = (body.secrets ?? []).map(grantOf);
     const denied = grants.find((g) => !policy.secrets.allowed.includes(g.name));
     if (denied) {
-      throw new AppError('policy.secret_denied', `policy ${ref.name} does not allow secret ${denied.name}`, { details: { name: denied.name, policy: ref.name, field: 'secrets' } });
+      throw new AppError('policy.secret_denied', `policy ${ref.name} does not allow secret ${denied.name}`, {
+        details: { name: denied.name, policy: ref.name, field: 'secrets' },
+      });
     }
     const values = await this.deps.secrets.reveal(grants.map((g) => g.name));
     const image = body.image ?? this.options.defaultImage;
@@ -119,11 +127,18 @@ export class LeasePlanner {
  * Resolves symlinks in the mount allowlist and in the policy's read-only mount host paths, for
  * the compiler to check one against the other (a path that does not exist resolves to null).
  */
-async function resolveMounts(policy: Policy, allowlist: readonly string[], protectedHostPaths: readonly string[]): Promise<CompileInput['mounts']> {
+async function resolveMounts(
+  policy: Policy,
+  allowlist: readonly string[],
+  protectedHostPaths: readonly string[],
+): Promise<CompileInput['mounts']> {
   const real = async (path: string): Promise<string | null> => realpath(path).catch(() => null);
   if (policy.filesystem.readOnlyMounts.length === 0) return { allowlist: [], realpaths: new Map(), protectedPaths: [] };
-  const existing = async (paths: readonly string[]): Promise<string[]> => (await Promise.all(paths.map(real))).filter((d): d is string => d !== null);
-  const realpaths = new Map(await Promise.all(policy.filesystem.readOnlyMounts.map(async (m) => [m.hostPath, await real(m.hostPath)] as const)));
+  const existing = async (paths: readonly string[]): Promise<string[]> =>
+    (await Promise.all(paths.map(real))).filter((d): d is string => d !== null);
+  const realpaths = new Map(
+    await Promise.all(policy.filesystem.readOnlyMounts.map(async (m) => [m.hostPath, await real(m.hostPath)] as const)),
+  );
   return { allowlist: await existing(allowlist), realpaths, protectedPaths: await existing(protectedHostPaths) };
 }
 

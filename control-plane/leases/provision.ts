@@ -66,7 +66,11 @@ export class Provisioner {
       workdir: '/workspace',
       env: pooled ? {} : plan.env,
       files: { roots: plan.policy.filesystem.writableRoots.map((r) => r.path), maxFileBytes: plan.policy.tools.files.maxFileBytes },
-      spool: { dir: AGENT_SPOOL_DIR, maxArtifactBytes: plan.policy.tools.exec.maxArtifactBytes, maxTotalBytes: plan.policy.tools.exec.maxSpoolBytes },
+      spool: {
+        dir: AGENT_SPOOL_DIR,
+        maxArtifactBytes: plan.policy.tools.exec.maxArtifactBytes,
+        maxTotalBytes: plan.policy.tools.exec.maxSpoolBytes,
+      },
       egress: agentEgress(plan.policy),
       secrets: { grants: pooled ? [] : plan.grants, deliveryKey },
       pooled,
@@ -80,9 +84,13 @@ export class Provisioner {
     const helloArrived = new AbortController();
     const died = runtime.exited(id, helloArrived.signal).then(({ exitCode, logTail }) => {
       if (helloArrived.signal.aborted) return undefined as never;
-      throw new AppError('lease.create_failed', `the sandbox agent exited (code ${exitCode ?? '?'}) before it was ready: ${logTail.slice(-500) || 'no output'}`, {
-        details: { exitCode, agentLog: logTail.slice(-2000) },
-      });
+      throw new AppError(
+        'lease.create_failed',
+        `the sandbox agent exited (code ${exitCode ?? '?'}) before it was ready: ${logTail.slice(-500) || 'no output'}`,
+        {
+          details: { exitCode, agentLog: logTail.slice(-2000) },
+        },
+      );
     });
     died.catch(() => undefined);
     const hello = await Promise.race([this.deps.handshake.awaitHello(id, this.helloTimeoutMs), died]).finally(() => helloArrived.abort());
@@ -103,7 +111,8 @@ export class Provisioner {
     // A ready agent takes its binding in milliseconds; one that does not in time is not waited
     // for longer (the lease starts cold instead).
     const ack = await this.deps.handshake.bind(id, { env: plan.env, secrets: { grants: plan.grants, deliveryKey } }, BIND_TIMEOUT_MS);
-    if (!ack.ok) throw new AppError('lease.create_failed', `the pooled sandbox did not take its lease: ${ack.error}`, { details: { sandboxId: id } });
+    if (!ack.ok)
+      throw new AppError('lease.create_failed', `the pooled sandbox did not take its lease: ${ack.error}`, { details: { sandboxId: id } });
   }
 
   /**
@@ -131,7 +140,9 @@ export class Provisioner {
   private async deliverSecrets(leaseId: string, grants: readonly SecretGrant[], values: Map<string, Buffer>): Promise<string> {
     const key = randomBytes(32);
     try {
-      const delivery: SecretDelivery = { items: grants.map((g) => ({ name: g.name, sealed: seal(key, deliveryAad(leaseId, g.name), values.get(g.name)!) })) };
+      const delivery: SecretDelivery = {
+        items: grants.map((g) => ({ name: g.name, sealed: seal(key, deliveryAad(leaseId, g.name), values.get(g.name)!) })),
+      };
       await this.deps.handshake.leaveSecretDelivery(leaseId, delivery, this.helloTimeoutMs + 30_000);
       return key.toString('base64');
     } finally {

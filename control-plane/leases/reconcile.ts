@@ -88,7 +88,9 @@ export class Reconciler {
       }
     }
     const listed = new Set(owned.map((s) => s.leaseId));
-    const unlisted = (await store.listLeases()).filter((l) => l.owner === this.ownership.owner && !listed.has(l.id) && !TERMINAL_LEASE_STATUSES.has(l.status));
+    const unlisted = (await store.listLeases()).filter(
+      (l) => l.owner === this.ownership.owner && !listed.has(l.id) && !TERMINAL_LEASE_STATUSES.has(l.status),
+    );
     if (unlisted.length > 0) {
       // Listed again after the records were read: a lease that became ready after the first
       // listing has its container in this one, and is not taken for lost.

@@ -5,7 +5,15 @@
  */
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
-import { CreateSandboxBody, CreateSandboxHeaders, LeaseParams, ListSandboxesQuery, ReleaseQuery, RenewSandboxBody, matchesListQuery } from './schema.js';
+import {
+  CreateSandboxBody,
+  CreateSandboxHeaders,
+  LeaseParams,
+  ListSandboxesQuery,
+  ReleaseQuery,
+  RenewSandboxBody,
+  matchesListQuery,
+} from './schema.js';
 import type { LeaseService } from './service.js';
 
 export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async (plugin, { leases }) => {
@@ -14,7 +22,15 @@ export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async 
 
   app.post(
     '/v1/sandboxes',
-    { schema: { tags, summary: 'Lease a sandbox', description: '`201` the lease with its manifest; `200` with `idempotent-replayed: true` for a replayed Idempotency-Key.', body: CreateSandboxBody, headers: CreateSandboxHeaders } },
+    {
+      schema: {
+        tags,
+        summary: 'Lease a sandbox',
+        description: '`201` the lease with its manifest; `200` with `idempotent-replayed: true` for a replayed Idempotency-Key.',
+        body: CreateSandboxBody,
+        headers: CreateSandboxHeaders,
+      },
+    },
     async (request, reply) => {
       const { lease, replayed } = await leases.create(request.body, request.principal, request.headers['idempotency-key']);
       if (replayed) reply.header('idempotent-replayed', 'true');
@@ -22,23 +38,56 @@ export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async 
     },
   );
 
-  app.get('/v1/sandboxes', { schema: { tags, summary: 'List sandboxes', description: 'Filtered by labels (all must match) and statuses (any may match).', querystring: ListSandboxesQuery } }, async (request) => ({
-    sandboxes: (await leases.list(request.principal)).filter((lease) => matchesListQuery(lease, request.query)),
-  }));
+  app.get(
+    '/v1/sandboxes',
+    {
+      schema: {
+        tags,
+        summary: 'List sandboxes',
+        description: 'Filtered by labels (all must match) and statuses (any may match).',
+        querystring: ListSandboxesQuery,
+      },
+    },
+    async (request) => ({
+      sandboxes: (await leases.list(request.principal)).filter((lease) => matchesListQuery(lease, request.query)),
+    }),
+  );
 
-  app.get('/v1/sandboxes/:id', { schema: { tags, summary: 'Read a sandbox', params: LeaseParams } }, async (request) => leases.get(request.params.id, request.principal));
+  app.get('/v1/sandboxes/:id', { schema: { tags, summary: 'Read a sandbox', params: LeaseParams } }, async (request) =>
+    leases.get(request.params.id, request.principal),
+  );
 
-  app.get('/v1/sandboxes/:id/events', { schema: { tags, summary: "The sandbox's status transitions, oldest first", params: LeaseParams } }, async (request) => ({
-    events: await leases.events(request.params.id, request.principal),
-  }));
+  app.get(
+    '/v1/sandboxes/:id/events',
+    { schema: { tags, summary: "The sandbox's status transitions, oldest first", params: LeaseParams } },
+    async (request) => ({
+      events: await leases.events(request.params.id, request.principal),
+    }),
+  );
 
-  app.post('/v1/sandboxes/:id/renew', { schema: { tags, summary: 'Move the expiry to now + ttlSeconds (the whole life bounded by the policy)', params: LeaseParams, body: RenewSandboxBody } }, async (request) =>
-    leases.renew(request.params.id, request.principal, request.body.ttlSeconds),
+  app.post(
+    '/v1/sandboxes/:id/renew',
+    {
+      schema: {
+        tags,
+        summary: 'Move the expiry to now + ttlSeconds (the whole life bounded by the policy)',
+        params: LeaseParams,
+        body: RenewSandboxBody,
+      },
+    },
+    async (request) => leases.renew(request.params.id, request.principal, request.body.ttlSeconds),
   );
 
   app.delete(
     '/v1/sandboxes/:id',
-    { schema: { tags, summary: 'Release a sandbox (idempotent); running calls get graceMs, then are cancelled', params: LeaseParams, querystring: ReleaseQuery } },
+    {
+      schema: {
+        tags,
+        summary: 'Release a sandbox (idempotent); running calls get graceMs, then are cancelled',
+        params: LeaseParams,
+        querystring: ReleaseQuery,
+      },
+    },
     async (request) => leases.release(request.params.id, request.principal, request.query.graceMs),
   );
 };

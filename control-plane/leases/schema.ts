@@ -28,7 +28,11 @@ const SecretRequests = z
     const seen = { name: new Set<string>(), env: new Set<string>(), file: new Set<string>() };
     requests.forEach((r, i) => {
       const env = r.env ?? (r.file === undefined ? r.name : undefined);
-      for (const [field, value] of [['name', r.name], ['env', env], ['file', r.file]] as const) {
+      for (const [field, value] of [
+        ['name', r.name],
+        ['env', env],
+        ['file', r.file],
+      ] as const) {
         if (value === undefined) continue;
         if (seen[field].has(value)) ctx.addIssue({ code: 'custom', path: [i, field], message: `${field} ${value} is given twice` });
         seen[field].add(value);
@@ -41,7 +45,9 @@ export const CreateSandboxBody = z
     /** Image reference; default the sandbox image built from images/. */
     image: z.string().min(1).max(256).optional(),
     /** Policy name (latest version) or `{name, version}`. Default `default`. */
-    policy: z.union([z.string().min(1), z.object({ name: z.string().min(1), version: z.number().int().positive().optional() }).strict()]).optional(),
+    policy: z
+      .union([z.string().min(1), z.object({ name: z.string().min(1), version: z.number().int().positive().optional() }).strict()])
+      .optional(),
     /** Lease lifetime, seconds; default and maximum come from the policy. */
     ttlSeconds: z.number().int().positive().optional(),
     /** Environment every call in the sandbox gets. */
@@ -59,7 +65,10 @@ export const CreateSandboxBody = z
     examples: [
       {},
       { policy: 'default', ttlSeconds: 600, env: { CI: 'true' }, labels: { team: 'ci', job: '42' } },
-      { policy: { name: 'offline-ci', version: 1 }, secrets: [{ name: 'NPM_TOKEN' }, { name: 'GITHUB_TOKEN', env: 'GH_TOKEN', file: '/run/secrets/github' }] },
+      {
+        policy: { name: 'offline-ci', version: 1 },
+        secrets: [{ name: 'NPM_TOKEN' }, { name: 'GITHUB_TOKEN', env: 'GH_TOKEN', file: '/run/secrets/github' }],
+      },
     ],
   });
 export type CreateSandboxBody = z.infer<typeof CreateSandboxBody>;
@@ -81,7 +90,11 @@ export const ReleaseQuery = z
   })
   .strict();
 
-export const IdempotencyKey = z.string().min(1).max(255).regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
+export const IdempotencyKey = z
+  .string()
+  .min(1)
+  .max(255)
+  .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
 
 /**
  * `POST /v1/sandboxes` headers: `Idempotency-Key` makes a retried create return the same
@@ -93,7 +106,8 @@ export const CreateSandboxHeaders = z.object({ 'idempotency-key': IdempotencyKey
 export const LeaseParams = z.object({ id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'letters, digits, _ and -; at most 128') });
 
 /** A query parameter given once (a string) or repeated (an array), as a list. */
-const Repeatable = <T extends z.ZodType>(item: T) => z.union([item, z.array(item)]).transform((v) => (Array.isArray(v) ? v : [v]) as Array<z.infer<T>>);
+const Repeatable = <T extends z.ZodType>(item: T) =>
+  z.union([item, z.array(item)]).transform((v) => (Array.isArray(v) ? v : [v]) as Array<z.infer<T>>);
 
 /** `key=value`: the key a label key, the value what follows the first `=` (may be empty). */
 const LabelSelector = z
@@ -118,5 +132,8 @@ export type ListSandboxesQuery = z.infer<typeof ListSandboxesQuery>;
 export function matchesListQuery(lease: Lease, query: ListSandboxesQuery): boolean {
   const labels = query.label ?? [];
   const statuses = query.status ?? [];
-  return labels.every(({ key, value }) => Object.hasOwn(lease.labels, key) && lease.labels[key] === value) && (statuses.length === 0 || statuses.includes(lease.status));
+  return (
+    labels.every(({ key, value }) => Object.hasOwn(lease.labels, key) && lease.labels[key] === value) &&
+    (statuses.length === 0 || statuses.includes(lease.status))
+  );
 }

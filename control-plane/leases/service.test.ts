@@ -18,7 +18,15 @@ import { LeaseService, type LeaseServiceDeps } from './service.js';
 import type { LeaseRecord } from './store.js';
 
 const policy = Policy.parse(parseYaml(readFileSync(new URL('../../policies/default.yaml', import.meta.url), 'utf8')));
-const facts = { os: { id: 'debian', name: 'Debian', version: '12' }, arch: 'x64', kernel: '6', toolchain: { node: '22', git: '2', python: '3.11' }, user: { name: 'sandbox', uid: 1000, gid: 1000, home: '/home/sandbox' }, workdir: '/workspace', agentVersion: '0' } as unknown as SandboxFacts;
+const facts = {
+  os: { id: 'debian', name: 'Debian', version: '12' },
+  arch: 'x64',
+  kernel: '6',
+  toolchain: { node: '22', git: '2', python: '3.11' },
+  user: { name: 'sandbox', uid: 1000, gid: 1000, home: '/home/sandbox' },
+  workdir: '/workspace',
+  agentVersion: '0',
+} as unknown as SandboxFacts;
 const alice: Principal = { keyId: 'k_alice', role: 'user', tenant: 'alice' };
 const bob: Principal = { keyId: 'k_bob', role: 'user', tenant: 'bob' };
 
@@ -51,7 +59,14 @@ function world(over: { start?: () => Promise<{ containerId: string }> } = {}) {
       if (!next) return { applied: false, lease: current };
       records.set(id, JSON.stringify(next.record));
       const list = events.get(id)!;
-      list.push({ seq: list.length + 1, from: current.status, to: next.record.status, reason: next.reason, details: next.details ?? {}, at: at().toISOString() });
+      list.push({
+        seq: list.length + 1,
+        from: current.status,
+        to: next.record.status,
+        reason: next.reason,
+        details: next.details ?? {},
+        at: at().toISOString(),
+      });
       log.push(`lease ${current.status}→${next.record.status}`);
       return { applied: true, lease: next.record };
     },
@@ -85,13 +100,21 @@ function world(over: { start?: () => Promise<{ containerId: string }> } = {}) {
     link: {
       liveness: { processId, isAlive: async (p) => p === processId },
       acl: { provision: async () => ({ username: 'u', password: 'p' }), leases: async () => [] },
-      handshake: { awaitHello: async (leaseId) => ({ leaseId, facts, startedAt: new Date().toISOString() }), bind: async () => ({ ok: true }), leaveSecretDelivery: async () => undefined },
+      handshake: {
+        awaitHello: async (leaseId) => ({ leaseId, facts, startedAt: new Date().toISOString() }),
+        bind: async () => ({ ok: true }),
+        leaveSecretDelivery: async () => undefined,
+      },
       returns: { start: async () => (log.push('returns.start'), true), drain: async () => undefined, active: () => [] },
       calls: { attemptOf: async () => null },
       stop: async () => undefined,
       destroy: async () => void log.push('link.destroy'),
     },
-    expiry: { set: async () => void log.push('expiry.set'), ensure: async () => void log.push('expiry.ensure'), clear: async () => void log.push('expiry.clear') },
+    expiry: {
+      set: async () => void log.push('expiry.set'),
+      ensure: async () => void log.push('expiry.ensure'),
+      clear: async () => void log.push('expiry.clear'),
+    },
     retain: async () => void log.push('retain'),
     policies: { resolve: async () => ({ policy, ref: policyRef(policy) }) },
     audit: { record: async (e) => (audit.push({ action: e.action, actor: e.actor }), { ...e, id: 'a', at: '', details: {} }) },
@@ -127,7 +150,14 @@ describe('LeaseService.create', () => {
     const { service, log, audit, events } = world();
     const { lease, replayed } = await service.create({}, alice);
     expect([lease.status, lease.tenant, replayed, lease.manifest?.digest.startsWith('sha256:')]).toEqual(['ready', 'alice', false, true]);
-    expect(log).toEqual(['quota.reserve', 'expiry.set', 'lease pending→starting', 'returns.start', 'runtime.start', 'lease starting→ready']);
+    expect(log).toEqual([
+      'quota.reserve',
+      'expiry.set',
+      'lease pending→starting',
+      'returns.start',
+      'runtime.start',
+      'lease starting→ready',
+    ]);
     expect(events.get(lease.id)!.map((e) => e.reason)).toEqual(['created', 'starting', 'ready']);
     expect(audit).toEqual([{ action: 'lease.create', actor: alice }]);
   });
@@ -141,12 +171,22 @@ describe('LeaseService.create', () => {
     await expect(service.create({}, alice)).rejects.toMatchObject({ code: 'lease.create_failed' });
     const [lease] = await store.listLeases();
     expect([lease!.status, lease!.endReason]).toEqual(['failed', 'create_failed']);
-    expect(log.slice(-7)).toEqual(['runtime.remove', 'calls.abandon', 'link.destroy', 'lease starting→failed', 'retain', 'expiry.clear', 'quota.release']);
+    expect(log.slice(-7)).toEqual([
+      'runtime.remove',
+      'calls.abandon',
+      'link.destroy',
+      'lease starting→failed',
+      'retain',
+      'expiry.clear',
+      'quota.release',
+    ]);
   });
 
   it('a TTL above the policy’s maximum is refused before anything is made', async () => {
     const { service, log } = world();
-    await expect(service.create({ ttlSeconds: policy.resources.maxTtlSeconds + 1 }, alice)).rejects.toMatchObject({ code: 'lease.ttl_exceeds_policy' });
+    await expect(service.create({ ttlSeconds: policy.resources.maxTtlSeconds + 1 }, alice)).rejects.toMatchObject({
+      code: 'lease.ttl_exceeds_policy',
+    });
     expect(log).toEqual([]);
   });
 });
@@ -155,7 +195,13 @@ describe('LeaseService: reading, renewing, releasing', () => {
   it('another tenant’s lease is lease.not_found, for every use case', async () => {
     const { service } = world();
     const { lease } = await service.create({}, alice);
-    for (const attempt of [() => service.get(lease.id, bob), () => service.events(lease.id, bob), () => service.active(lease.id, bob), () => service.renew(lease.id, bob, 60), () => service.release(lease.id, bob)]) {
+    for (const attempt of [
+      () => service.get(lease.id, bob),
+      () => service.events(lease.id, bob),
+      () => service.active(lease.id, bob),
+      () => service.renew(lease.id, bob, 60),
+      () => service.release(lease.id, bob),
+    ]) {
       await expect(attempt()).rejects.toMatchObject({ code: 'lease.not_found' });
     }
     expect(await service.list(bob)).toEqual([]);
@@ -168,7 +214,9 @@ describe('LeaseService: reading, renewing, releasing', () => {
     const renewed = await service.renew(lease.id, alice, 120);
     expect(Date.parse(renewed.expiresAt)).toBeGreaterThan(Date.now() + 100_000);
     expect(log.at(-1)).toBe('expiry.set');
-    await expect(service.renew(lease.id, alice, policy.resources.maxTtlSeconds + 60)).rejects.toMatchObject({ code: 'lease.ttl_exceeds_policy' });
+    await expect(service.renew(lease.id, alice, policy.resources.maxTtlSeconds + 60)).rejects.toMatchObject({
+      code: 'lease.ttl_exceeds_policy',
+    });
     expect((await service.get(lease.id, alice)).expiresAt).toBe(renewed.expiresAt);
   });
 
@@ -178,7 +226,17 @@ describe('LeaseService: reading, renewing, releasing', () => {
     log.length = 0;
     const released = await service.release(lease.id, alice);
     expect(released.status).toBe('released');
-    expect(log).toEqual(['lease ready→releasing', 'returns.start', 'runtime.remove', 'calls.abandon', 'link.destroy', 'lease releasing→released', 'retain', 'expiry.clear', 'quota.release']);
+    expect(log).toEqual([
+      'lease ready→releasing',
+      'returns.start',
+      'runtime.remove',
+      'calls.abandon',
+      'link.destroy',
+      'lease releasing→released',
+      'retain',
+      'expiry.clear',
+      'quota.release',
+    ]);
     expect(await service.release(lease.id, alice)).toEqual(released);
     expect(audit.filter((a) => a.action === 'lease.release')).toEqual([{ action: 'lease.release', actor: alice }]);
     await expect(service.active(lease.id, alice)).rejects.toMatchObject({ code: 'lease.released' });
@@ -190,7 +248,11 @@ describe('LeaseService: expiry and reconcile', () => {
     const { service, store, audit } = world();
     const { lease } = await service.create({}, alice);
     expect(await service.onExpiryTimer(lease.id)).toEqual({ retryAtMs: Date.parse(lease.expiresAt) });
-    await store.transitionLease(lease.id, (l) => ({ record: { ...l, expiresAt: new Date(Date.now() - 1).toISOString() }, reason: 'test' }), () => new Date());
+    await store.transitionLease(
+      lease.id,
+      (l) => ({ record: { ...l, expiresAt: new Date(Date.now() - 1).toISOString() }, reason: 'test' }),
+      () => new Date(),
+    );
     expect(await service.onExpiryTimer(lease.id)).toEqual({ done: true });
     expect((await service.get(lease.id, alice)).status).toBe('expired');
     expect(audit.at(-1)).toEqual({ action: 'lease.expire', actor: 'system' });

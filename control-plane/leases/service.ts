@@ -54,7 +54,17 @@ export interface LeaseServiceOptions extends PlannerOptions {
 
 export interface LeaseServiceDeps {
   runtime: Pick<SandboxRuntime, 'info' | 'imageId' | 'start' | 'exited' | 'remove' | 'listOwned'>;
-  store: Pick<LeaseStore, 'createLease' | 'transitionLease' | 'getLease' | 'listLeases' | 'leaseEvents' | 'claimIdempotencyKey' | 'releaseIdempotencyKey' | 'claimOnce'>;
+  store: Pick<
+    LeaseStore,
+    | 'createLease'
+    | 'transitionLease'
+    | 'getLease'
+    | 'listLeases'
+    | 'leaseEvents'
+    | 'claimIdempotencyKey'
+    | 'releaseIdempotencyKey'
+    | 'claimOnce'
+  >;
   /** The per-lease channel to the agents (the parts the lifecycle uses). */
   link: LeaseLink;
   /** Durable expiry timers (BullMQ delayed jobs), one per lease. */
@@ -96,15 +106,54 @@ export class LeaseService {
     const { runtime, store, link, now, log } = deps;
     this.transitions = new LeaseTransitions(store, link.liveness.processId, now);
     this.planner = new LeasePlanner(deps, options);
-    this.provisioner = new Provisioner({ runtime, acl: link.acl, handshake: link.handshake, returns: link.returns, egress: deps.egress }, options);
-    this.teardown = new Teardown({ runtime, returns: link.returns, agentCalls: link.calls, link, calls: deps.calls, egress: deps.egress, store, audit: deps.audit, log }, options);
-    this.ender = new LeaseEnder({ ...deps, transitions: this.transitions, provisioner: this.provisioner, teardown: this.teardown, liveness: link.liveness }, options);
+    this.provisioner = new Provisioner(
+      { runtime, acl: link.acl, handshake: link.handshake, returns: link.returns, egress: deps.egress },
+      options,
+    );
+    this.teardown = new Teardown(
+      {
+        runtime,
+        returns: link.returns,
+        agentCalls: link.calls,
+        link,
+        calls: deps.calls,
+        egress: deps.egress,
+        store,
+        audit: deps.audit,
+        log,
+      },
+      options,
+    );
+    this.ender = new LeaseEnder(
+      { ...deps, transitions: this.transitions, provisioner: this.provisioner, teardown: this.teardown, liveness: link.liveness },
+      options,
+    );
     this.reconciler = new Reconciler(
-      { ...deps, transitions: this.transitions, ender: this.ender, teardown: this.teardown, provisioner: this.provisioner, returns: link.returns, acl: link.acl },
+      {
+        ...deps,
+        transitions: this.transitions,
+        ender: this.ender,
+        teardown: this.teardown,
+        provisioner: this.provisioner,
+        returns: link.returns,
+        acl: link.acl,
+      },
       options.ownership,
     );
     this.expiry = new LeaseExpiry({ store, ender: this.ender, now });
-    this.creator = new LeaseCreator({ ...deps, processId: link.liveness.processId, transitions: this.transitions, planner: this.planner, provisioner: this.provisioner, teardown: this.teardown, ender: this.ender }, options.ownership.owner, (id) => this.discardWarm(id));
+    this.creator = new LeaseCreator(
+      {
+        ...deps,
+        processId: link.liveness.processId,
+        transitions: this.transitions,
+        planner: this.planner,
+        provisioner: this.provisioner,
+        teardown: this.teardown,
+        ender: this.ender,
+      },
+      options.ownership.owner,
+      (id) => this.discardWarm(id),
+    );
   }
 
   /**
@@ -207,7 +256,14 @@ export class LeaseService {
       throw new AppError(
         'lease.ttl_exceeds_policy',
         `the lease may live until ${refusal.maxExpiresAt} (policy maxTtlSeconds ${refusal.maxTtlSeconds} from its creation); ttlSeconds ${ttlSeconds} goes past that`,
-        { details: { field: 'ttlSeconds', max: refusal.maxTtlSeconds, maxExpiresAt: refusal.maxExpiresAt, remainingSeconds: refusal.remainingSeconds } },
+        {
+          details: {
+            field: 'ttlSeconds',
+            max: refusal.maxTtlSeconds,
+            maxExpiresAt: refusal.maxExpiresAt,
+            remainingSeconds: refusal.remainingSeconds,
+          },
+        },
       );
     }
     if (!renewed.applied) {
@@ -246,7 +302,9 @@ export class LeaseService {
     if (TERMINAL_LEASE_STATUSES.has(lease.status)) return toView(lease);
     if (lease.status === 'releasing') return this.ender.awaitEnded(lease);
     // Its creation owns it until it is ready or has failed (and cleaned up after itself).
-    throw new AppError('lease.not_ready', `sandbox ${id} is still being created; release it once it is ready`, { details: { status: lease.status } });
+    throw new AppError('lease.not_ready', `sandbox ${id} is still being created; release it once it is ready`, {
+      details: { status: lease.status },
+    });
   }
 
   /** Handles the lease's expiry timer when it falls due (leases/expiry.ts). */
@@ -258,5 +316,4 @@ export class LeaseService {
   reconcile(): Promise<ReconcileOutcome> {
     return this.reconciler.run();
   }
-
 }

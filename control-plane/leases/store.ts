@@ -103,16 +103,34 @@ export class LeaseStore {
    * one lease event `{from, to, reason, details}`. Returns whether it applied and the record
    * as it is now (null when there is no lease). `decide` may throw; nothing is written then.
    */
-  async transitionLease(id: string, decide: (lease: LeaseRecord) => LeaseTransition | null, at: () => Date): Promise<{ applied: boolean; lease: LeaseRecord | null }> {
+  async transitionLease(
+    id: string,
+    decide: (lease: LeaseRecord) => LeaseTransition | null,
+    at: () => Date,
+  ): Promise<{ applied: boolean; lease: LeaseRecord | null }> {
     for (;;) {
       const text = await this.redis.get(this.k.lease(id));
       if (text === null) return { applied: false, lease: null };
       const current = LeaseRecord.parse(JSON.parse(text));
       const next = decide(current);
       if (next === null) return { applied: false, lease: current };
-      const event = leaseEventJson({ from: current.status, to: next.record.status, reason: next.reason, details: next.details ?? {} }, at());
+      const event = leaseEventJson(
+        { from: current.status, to: next.record.status, reason: next.reason, details: next.details ?? {} },
+        at(),
+      );
       // The status index (for counting leases by state without reading every record) moves with the record.
-      const seq = (await this.redis.eval(TRANSITION_LEASE, 3, this.k.lease(id), this.k.leaseEvents(id), this.k.statuses(), text, JSON.stringify(next.record), event, id, next.record.status)) as number;
+      const seq = (await this.redis.eval(
+        TRANSITION_LEASE,
+        3,
+        this.k.lease(id),
+        this.k.leaseEvents(id),
+        this.k.statuses(),
+        text,
+        JSON.stringify(next.record),
+        event,
+        id,
+        next.record.status,
+      )) as number;
       if (seq > 0) return { applied: true, lease: next.record };
     }
   }
@@ -180,7 +198,11 @@ export class LeaseStore {
    * Binds an Idempotency-Key to a lease id. Returns null when this caller won the key, or the
    * earlier binding `{leaseId, requestDigest}`. Keys live 24 h.
    */
-  async claimIdempotencyKey(key: string, leaseId: string, requestDigest: string): Promise<{ leaseId: string; requestDigest: string } | null> {
+  async claimIdempotencyKey(
+    key: string,
+    leaseId: string,
+    requestDigest: string,
+  ): Promise<{ leaseId: string; requestDigest: string } | null> {
     const value = JSON.stringify({ leaseId, requestDigest });
     const set = await this.redis.set(this.k.idem(key), value, 'EX', 24 * 3600, 'NX');
     if (set === 'OK') return null;

@@ -11,14 +11,18 @@ import { AppError } from '../../contract/errors.js';
 import type { Metrics } from './service.js';
 
 export const metricsRoutes: FastifyPluginAsync<{ metrics: Metrics }> = async (app, { metrics }) => {
-  app.get('/metrics', { schema: { tags: ['meta'], summary: 'Prometheus metrics (text format)', security: [] } }, async (_request, reply) => {
-    let rendered;
-    try {
-      rendered = await metrics.render();
-    } catch (err) {
-      // The scrape-time gauges read Redis: no answer there is no scrape, not an internal error.
-      throw new AppError('queue.unavailable', `metrics could not be read: ${(err as Error).message}`, { cause: err });
-    }
-    return reply.header('content-type', rendered.contentType).send(rendered.text);
-  });
+  app.get(
+    '/metrics',
+    { schema: { tags: ['meta'], summary: 'Prometheus metrics (text format)', security: [] } },
+    async (_request, reply) => {
+      let rendered;
+      try {
+        rendered = await metrics.render();
+      } catch (err) {
+        // The scrape-time gauges read Redis: no answer there is no scrape, not an internal error.
+        throw new AppError('queue.unavailable', `metrics could not be read: ${(err as Error).message}`, { cause: err });
+      }
+      return reply.header('content-type', rendered.contentType).send(rendered.text);
+    },
+  );
 };

@@ -97,7 +97,7 @@ export class Metrics {
     });
     this.callDuration = new Histogram({
       name: 'sbx_call_duration_seconds',
-      help: 'Time from a call\'s submission to its terminal result, seconds, by tool.',
+      help: "Time from a call's submission to its terminal result, seconds, by tool.",
       labelNames: ['tool'],
       buckets: CALL_DURATION_BUCKETS_SECONDS,
       registers,

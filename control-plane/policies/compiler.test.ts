@@ -30,7 +30,16 @@ function input(policy: Policy, ociRuntimes = ['runc']): CompileInput {
     agentConfigHostDir: '/data/leases/sbx_abc',
     agentRedisSocketDir: '/data/redis-socket',
     egressSocketHostDir: '/data/egress/sbx_abc',
-    mounts: { allowlist: ['/srv/shared'], realpaths: new Map([['/srv/shared/data', '/srv/shared/data'], ['/srv/shared/link', '/etc'], ['/srv/sharedx', '/srv/sharedx'], ['/srv/shared', '/srv/shared']]), protectedPaths: ['/srv/shared/sbx-data'] },
+    mounts: {
+      allowlist: ['/srv/shared'],
+      realpaths: new Map([
+        ['/srv/shared/data', '/srv/shared/data'],
+        ['/srv/shared/link', '/etc'],
+        ['/srv/sharedx', '/srv/sharedx'],
+        ['/srv/shared', '/srv/shared'],
+      ]),
+      protectedPaths: ['/srv/shared/sbx-data'],
+    },
     ociRuntimes,
     labels: { team: 'a' },
   };
@@ -65,7 +74,13 @@ describe('policy compiler', () => {
   it('puts volume roots on per-lease tmpfs volumes owned by the tool user, the agent spool on a disk volume, the rest on tmpfs; /tmp is sticky', () => {
     const spec = compileSandboxSpec(input(base));
     expect(spec.volumes).toEqual([
-      { name: 'sbx-sbx_abc-workspace', mountPath: '/workspace', backing: { tmpfs: true, sizeBytes: 256 * 1024 ** 2 }, uid: 1000, gid: 1000 },
+      {
+        name: 'sbx-sbx_abc-workspace',
+        mountPath: '/workspace',
+        backing: { tmpfs: true, sizeBytes: 256 * 1024 ** 2 },
+        uid: 1000,
+        gid: 1000,
+      },
       { name: 'sbx-sbx_abc-agent-spool', mountPath: '/run/sbx/spool', backing: { tmpfs: false }, uid: 0, gid: 0 },
     ]);
     expect(spec.tmpfs['/tmp']).toBe(`rw,exec,nosuid,nodev,size=${64 * 1024 ** 2},mode=1777`);
@@ -80,8 +95,14 @@ describe('policy compiler', () => {
   });
 
   it('mounts read-only only host paths that resolve inside the mount allowlist', () => {
-    const withMount = (hostPath: string): Policy => ({ ...base, filesystem: { ...base.filesystem, readOnlyMounts: [{ hostPath, containerPath: '/data' }] } });
-    expect(compileSandboxSpec(input(withMount('/srv/shared/data'))).readOnlyBinds).toContainEqual({ hostPath: '/srv/shared/data', containerPath: '/data' });
+    const withMount = (hostPath: string): Policy => ({
+      ...base,
+      filesystem: { ...base.filesystem, readOnlyMounts: [{ hostPath, containerPath: '/data' }] },
+    });
+    expect(compileSandboxSpec(input(withMount('/srv/shared/data'))).readOnlyBinds).toContainEqual({
+      hostPath: '/srv/shared/data',
+      containerPath: '/data',
+    });
     for (const outside of ['/srv/shared/link', '/srv/sharedx', '/srv/missing', '/srv/shared']) {
       try {
         compileSandboxSpec(input(withMount(outside)));
@@ -94,11 +115,18 @@ describe('policy compiler', () => {
   });
 
   it('refuses paths that are not in normal form, so no check can be walked around with // or ..', () => {
-    for (const [containerPath, hostPath] of [['//run/sbx', '/srv/shared/data'], ['/run//sbx/egress', '/srv/shared/data'], ['/data/', '/srv/shared/data'], ['/data', '/srv/shared/../etc']]) {
+    for (const [containerPath, hostPath] of [
+      ['//run/sbx', '/srv/shared/data'],
+      ['/run//sbx/egress', '/srv/shared/data'],
+      ['/data/', '/srv/shared/data'],
+      ['/data', '/srv/shared/../etc'],
+    ]) {
       const parsed = Policy.safeParse({ ...base, filesystem: { ...base.filesystem, readOnlyMounts: [{ hostPath, containerPath }] } });
       expect(parsed.success, `${containerPath} ${hostPath}`).toBe(false);
     }
-    expect(Policy.safeParse({ ...base, filesystem: { ...base.filesystem, writableRoots: [{ path: '/tmp/', sizeBytes: 1024 ** 2 }] } }).success).toBe(false);
+    expect(
+      Policy.safeParse({ ...base, filesystem: { ...base.filesystem, writableRoots: [{ path: '/tmp/', sizeBytes: 1024 ** 2 }] } }).success,
+    ).toBe(false);
   });
 
   it('puts an open-network sandbox on a bridge of its own, named for the firewall rule that matches sbx bridges', () => {
@@ -120,7 +148,14 @@ describe('policy compiler', () => {
   it('refuses allow rules outside mode allowlist, and malformed hosts and CIDRs, naming each', () => {
     const parsed = Policy.safeParse({
       ...base,
-      network: { mode: 'none', allow: [{ host: 'Bad_Host', ports: [443] }, { cidr: '10.0.0.0/33', ports: [80] }, { host: 'ok.test', ports: [] }] },
+      network: {
+        mode: 'none',
+        allow: [
+          { host: 'Bad_Host', ports: [443] },
+          { cidr: '10.0.0.0/33', ports: [80] },
+          { host: 'ok.test', ports: [] },
+        ],
+      },
     });
     expect(parsed.success).toBe(false);
     const paths = parsed.error!.issues.map((i) => i.path.join('.'));

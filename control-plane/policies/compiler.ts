@@ -64,30 +64,53 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
   const mountBinds = policy.filesystem.readOnlyMounts.map((mount, i) => {
     const real = input.mounts.realpaths.get(mount.hostPath) ?? null;
     const field = `filesystem.readOnlyMounts.${i}.hostPath`;
-    if (real === null) throw new AppError('policy.mount_not_allowed', `read-only mount ${mount.hostPath} does not exist on the host`, { details: { field, hostPath: mount.hostPath } });
+    if (real === null)
+      throw new AppError('policy.mount_not_allowed', `read-only mount ${mount.hostPath} does not exist on the host`, {
+        details: { field, hostPath: mount.hostPath },
+      });
     // Checked on the resolved path: a symlink inside an allowed directory leading out of it
     // does not make its target mountable.
     if (!input.mounts.allowlist.some((dir) => real === dir || real.startsWith(dir.endsWith('/') ? dir : `${dir}/`))) {
-      throw new AppError('policy.mount_not_allowed', `read-only mount ${mount.hostPath} (${real}) is not inside a directory of the mount allowlist`, {
-        details: { field, hostPath: mount.hostPath, resolved: real, allowlist: [...input.mounts.allowlist] },
-      });
+      throw new AppError(
+        'policy.mount_not_allowed',
+        `read-only mount ${mount.hostPath} (${real}) is not inside a directory of the mount allowlist`,
+        {
+          details: { field, hostPath: mount.hostPath, resolved: real, allowlist: [...input.mounts.allowlist] },
+        },
+      );
     }
     // The control plane's own state and sockets (Docker, Redis) are never mounted, even under an
     // allowlisted directory: a socket stays connectable through a read-only bind.
     const exposed = input.mounts.protectedPaths.find((p) => p === real || p.startsWith(real.endsWith('/') ? real : `${real}/`));
     if (exposed) {
-      throw new AppError('policy.mount_not_allowed', `read-only mount ${mount.hostPath} (${real}) would expose ${exposed}, which sandboxes never see`, { details: { field, hostPath: mount.hostPath, resolved: real } });
+      throw new AppError(
+        'policy.mount_not_allowed',
+        `read-only mount ${mount.hostPath} (${real}) would expose ${exposed}, which sandboxes never see`,
+        { details: { field, hostPath: mount.hostPath, resolved: real } },
+      );
     }
     return { hostPath: real, containerPath: mount.containerPath };
   });
   const user = policy.runtime.toolUser;
   const tmpfs: Record<string, string> = {};
   // Disk, not memory: spooled output may be large; the agent caps what it keeps (maxArtifactBytes).
-  const spool = { name: `sbx-${input.leaseId}-agent-spool`, mountPath: AGENT_SPOOL_DIR, backing: { tmpfs: false as const }, uid: 0, gid: 0 };
+  const spool = {
+    name: `sbx-${input.leaseId}-agent-spool`,
+    mountPath: AGENT_SPOOL_DIR,
+    backing: { tmpfs: false as const },
+    uid: 0,
+    gid: 0,
+  };
   const volumes: SandboxSpec['volumes'] = [];
   for (const root of policy.filesystem.writableRoots) {
     if (root.kind === 'volume') {
-      volumes.push({ name: `sbx-${input.leaseId}-${volumeSlug(root.path)}`, mountPath: root.path, backing: { tmpfs: true, sizeBytes: root.sizeBytes }, uid: user.uid, gid: user.gid });
+      volumes.push({
+        name: `sbx-${input.leaseId}-${volumeSlug(root.path)}`,
+        mountPath: root.path,
+        backing: { tmpfs: true, sizeBytes: root.sizeBytes },
+        uid: user.uid,
+        gid: user.gid,
+      });
     } else {
       // /tmp is shared by every user (sticky bit, tmp(5) convention); other roots belong to the tool user.
       const owner = root.path === '/tmp' ? 'mode=1777' : `uid=${user.uid},gid=${user.gid},mode=0755`;
@@ -118,7 +141,10 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
       [LABEL.policy]: `${input.policyRef.name}@${input.policyRef.version}`,
     },
     env: { SBX_AGENT_CONFIG: AGENT_CONFIG_PATH },
-    network: policy.network.mode === 'open' ? { mode: 'bridge', bridgeInterface: `${SBX_BRIDGE_PREFIX}${input.leaseId.replace(/^sbx_/, '').slice(0, 10)}` } : { mode: 'none' },
+    network:
+      policy.network.mode === 'open'
+        ? { mode: 'bridge', bridgeInterface: `${SBX_BRIDGE_PREFIX}${input.leaseId.replace(/^sbx_/, '').slice(0, 10)}` }
+        : { mode: 'none' },
     readOnlyRoot: policy.filesystem.readOnlyRoot,
     tmpfs,
     volumes: [...volumes, spool],
@@ -141,7 +167,12 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
 }
 
 function volumeSlug(path: string): string {
-  return path.replace(/^\/+/, '').replace(/[^a-zA-Z0-9]+/g, '-').toLowerCase() || 'root';
+  return (
+    path
+      .replace(/^\/+/, '')
+      .replace(/[^a-zA-Z0-9]+/g, '-')
+      .toLowerCase() || 'root'
+  );
 }
 
 /** The agent's egress settings for `policy`: its proxy listener and the socket it forwards to. */

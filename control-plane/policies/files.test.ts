@@ -28,7 +28,10 @@ describe('policy files', () => {
   it('several versions of one name load in version order; the digest changes with content', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'sbx-pol-'));
     const text = await readFile(join(policiesDir, 'default.yaml'), 'utf8');
-    await writeFile(join(dir, 'a.yaml'), text.replace('name: default', 'name: team').replace('version: 1', 'version: 2').replace('pids: 512', 'pids: 256'));
+    await writeFile(
+      join(dir, 'a.yaml'),
+      text.replace('name: default', 'name: team').replace('version: 1', 'version: 2').replace('pids: 512', 'pids: 256'),
+    );
     await writeFile(join(dir, 'b.yaml'), text.replace('name: default', 'name: team'));
     const [v1, v2] = await readPolicyFiles(dir);
     expect([v1!.version, v2!.version]).toEqual([1, 2]);
@@ -48,7 +51,10 @@ describe('policy files', () => {
     const dir = await mkdtemp(join(tmpdir(), 'sbx-pol-'));
     const text = await readFile(join(policiesDir, 'default.yaml'), 'utf8');
     await writeFile(join(dir, 'big.yaml'), text.replace('sizeBytes: 1073741824', 'sizeBytes: 4294967296'));
-    await expect(readPolicyFiles(dir)).rejects.toMatchObject({ code: 'policy.invalid', message: expect.stringContaining('filesystem.writableRoots') });
+    await expect(readPolicyFiles(dir)).rejects.toMatchObject({
+      code: 'policy.invalid',
+      message: expect.stringContaining('filesystem.writableRoots'),
+    });
   });
 
   it('an invalid policy file is policy.invalid naming the file and the field', async () => {

@@ -21,17 +21,26 @@ export async function readPolicyFiles(dir: string): Promise<Policy[]> {
     try {
       document = parseYaml(await readFile(join(dir, file), 'utf8'));
     } catch (err) {
-      throw new AppError('policy.invalid', `policy file ${file} is not valid YAML: ${(err as Error).message}`, { details: { file, issues: [] }, cause: err });
+      throw new AppError('policy.invalid', `policy file ${file} is not valid YAML: ${(err as Error).message}`, {
+        details: { file, issues: [] },
+        cause: err,
+      });
     }
     const result = validatePolicy(document);
     if (!result.ok) {
-      throw new AppError('policy.invalid', `policy file ${file} is invalid: ${result.issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, {
-        details: { file, issues: result.issues },
-      });
+      throw new AppError(
+        'policy.invalid',
+        `policy file ${file} is invalid: ${result.issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
+        {
+          details: { file, issues: result.issues },
+        },
+      );
     }
     const { name, version } = result.policy;
     if (policies.some((p) => p.name === name && p.version === version)) {
-      throw new AppError('policy.invalid', `policy ${name} version ${version} is defined twice (${file})`, { details: { file, issues: [{ path: 'version', message: 'defined twice' }] } });
+      throw new AppError('policy.invalid', `policy ${name} version ${version} is defined twice (${file})`, {
+        details: { file, issues: [{ path: 'version', message: 'defined twice' }] },
+      });
     }
     policies.push(result.policy);
   }

@@ -27,19 +27,30 @@ export const policiesRoutes: FastifyPluginAsync<{ policies: PolicyService }> = a
   app.addHook('preValidation', requireAdmin);
   const tags = ['admin: policies'];
 
-  app.get('/v1/policies', { schema: { tags, summary: 'The current version of every policy not deleted' } }, async () => ({ policies: await policies.list() }));
+  app.get('/v1/policies', { schema: { tags, summary: 'The current version of every policy not deleted' } }, async () => ({
+    policies: await policies.list(),
+  }));
 
-  app.get('/v1/policies/:name', { schema: { tags, summary: "A policy's current version", params: NameParams } }, async (request) => policies.current(request.params.name));
+  app.get('/v1/policies/:name', { schema: { tags, summary: "A policy's current version", params: NameParams } }, async (request) =>
+    policies.current(request.params.name),
+  );
 
-  app.get('/v1/policies/:name/versions', { schema: { tags, summary: 'Every version of a policy, oldest first', params: NameParams } }, async (request) => policies.history(request.params.name));
+  app.get(
+    '/v1/policies/:name/versions',
+    { schema: { tags, summary: 'Every version of a policy, oldest first', params: NameParams } },
+    async (request) => policies.history(request.params.name),
+  );
 
   const versionSchema = { tags, summary: 'One version of a policy (also of a deleted one)', params: VersionParams };
-  app.get('/v1/policies/:name/versions/:version', { schema: versionSchema }, async (request) => policies.version(request.params.name, request.params.version));
+  app.get('/v1/policies/:name/versions/:version', { schema: versionSchema }, async (request) =>
+    policies.version(request.params.name, request.params.version),
+  );
 
   const putSchema = {
     tags,
     summary: 'Store the next version of a policy',
-    description: '`201` when the name was new or deleted, else `200`. A `version` given must be the next one (`409 policy.version_conflict`). An invalid policy is `400 policy.invalid` listing every issue with its path.',
+    description:
+      '`201` when the name was new or deleted, else `200`. A `version` given must be the next one (`409 policy.version_conflict`). An invalid policy is `400 policy.invalid` listing every issue with its path.',
     params: NameParams,
     body: PutPolicyBody,
   };
@@ -48,5 +59,9 @@ export const policiesRoutes: FastifyPluginAsync<{ policies: PolicyService }> = a
     return reply.status(created ? 201 : 200).send(version);
   });
 
-  app.delete('/v1/policies/:name', { schema: { tags, summary: 'Delete a policy (tombstone; idempotent)', params: NameParams } }, async (request) => policies.delete(request.params.name, request.principal));
+  app.delete(
+    '/v1/policies/:name',
+    { schema: { tags, summary: 'Delete a policy (tombstone; idempotent)', params: NameParams } },
+    async (request) => policies.delete(request.params.name, request.principal),
+  );
 };

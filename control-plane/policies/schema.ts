@@ -21,10 +21,10 @@ const Ports = z.array(z.number().int().min(1).max(65535)).min(1).max(64);
  * or a CIDR block (`10.0.0.0/8`, `fd00::/8`), each with the ports it may use.
  */
 export const EgressRuleSchema = z.union([
-  z.object({ host: z.string().max(253).regex(HOST_PATTERN, 'a lower-case DNS name, optionally starting with "*."'), ports: Ports }).strict(),
   z
-    .object({ cidr: z.string().refine((c) => ipaddr.isValidCIDR(c), 'an IPv4 or IPv6 CIDR block like 10.0.0.0/8'), ports: Ports })
+    .object({ host: z.string().max(253).regex(HOST_PATTERN, 'a lower-case DNS name, optionally starting with "*."'), ports: Ports })
     .strict(),
+  z.object({ cidr: z.string().refine((c) => ipaddr.isValidCIDR(c), 'an IPv4 or IPv6 CIDR block like 10.0.0.0/8'), ports: Ports }).strict(),
 ]);
 
 /**
@@ -35,7 +35,10 @@ export const EgressRuleSchema = z.union([
 const NormalPath = z
   .string()
   .regex(/^\/[^\0]*$/, 'must be an absolute path')
-  .refine((p) => posix.normalize(p) === p && (p === '/' || !p.endsWith('/')), 'must be in normal form: no //, . or .. segments, no trailing /');
+  .refine(
+    (p) => posix.normalize(p) === p && (p === '/' || !p.endsWith('/')),
+    'must be in normal form: no //, . or .. segments, no trailing /',
+  );
 
 /** A writable directory backed by a size-limited filesystem. */
 export const WritableRoot = z
@@ -56,7 +59,10 @@ export const WritableRoot = z
 export const ReadOnlyMount = z
   .object({
     hostPath: NormalPath,
-    containerPath: NormalPath.refine((p) => !['/', '/run', '/proc', '/sys', '/dev'].includes(p.replace(/\/+$/, '') || '/') && !/^\/(run\/sbx|proc|sys|dev)(\/|$)/.test(p), 'must not cover /, /run, /run/sbx, /proc, /sys or /dev'),
+    containerPath: NormalPath.refine(
+      (p) => !['/', '/run', '/proc', '/sys', '/dev'].includes(p.replace(/\/+$/, '') || '/') && !/^\/(run\/sbx|proc|sys|dev)(\/|$)/.test(p),
+      'must not cover /, /run, /run/sbx, /proc, /sys or /dev',
+    ),
   })
   .strict();
 
@@ -111,7 +117,10 @@ export const PolicyShape = z
       .object({
         /** CPU count (fractions allowed), enforced as CFS quota. */
         cpus: z.number().positive().max(64),
-        memoryBytes: z.number().int().min(64 * MiB),
+        memoryBytes: z
+          .number()
+          .int()
+          .min(64 * MiB),
         /** Max processes/threads in the container (pids cgroup). */
         pids: z.number().int().min(16),
         /** RLIMIT_NOFILE soft and hard. */
@@ -127,7 +136,9 @@ export const PolicyShape = z
         /** OCI runtime: `runc`, or `runsc` (gVisor) when registered with the Docker engine. */
         oci: z.enum(['runc', 'runsc']).default('runc'),
         /** Capabilities added back after dropping all; only what the agent needs to run tools as `toolUser`. */
-        capabilities: z.array(z.enum(['SETUID', 'SETGID', 'KILL', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER'])).default(['SETUID', 'SETGID', 'KILL']),
+        capabilities: z
+          .array(z.enum(['SETUID', 'SETGID', 'KILL', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER']))
+          .default(['SETUID', 'SETGID', 'KILL']),
         noNewPrivileges: z.boolean().default(true),
         /** `default`: Docker's default seccomp profile. Unconfined is not offered. */
         seccomp: z.literal('default').default('default'),
@@ -146,9 +157,17 @@ export const PolicyShape = z
             /** Bytes kept per stream in events and the result; the rest is counted and hashed. */
             maxOutputBytes: z.number().int().positive(),
             /** Bytes of a cut stream kept whole as an artifact (the rest is still counted and hashed). */
-            maxArtifactBytes: z.number().int().positive().default(256 * MiB),
+            maxArtifactBytes: z
+              .number()
+              .int()
+              .positive()
+              .default(256 * MiB),
             /** Disk the agent's spool may use for all running calls together (background tasks included). */
-            maxSpoolBytes: z.number().int().positive().default(1024 * MiB),
+            maxSpoolBytes: z
+              .number()
+              .int()
+              .positive()
+              .default(1024 * MiB),
           })
           .strict(),
         /** read_file, write_file, edit_file, list_files, glob, search, git_status, git_diff: within the writable roots. */
@@ -156,7 +175,11 @@ export const PolicyShape = z
           .object({
             enabled: z.boolean().default(true),
             /** Largest file a file tool reads or writes, bytes. */
-            maxFileBytes: z.number().int().positive().default(16 * MiB),
+            maxFileBytes: z
+              .number()
+              .int()
+              .positive()
+              .default(16 * MiB),
             defaultTimeoutMs: z.number().int().positive().default(60_000),
           })
           .strict()
@@ -203,7 +226,11 @@ export function crossFieldIssues(p: unknown): PolicyIssue[] {
     const memory = field(resources, 'memoryBytes');
     if (sizes.every(isNumber) && isNumber(memory)) {
       const rootBytes = sizes.reduce((sum, n) => sum + n, 0);
-      if (rootBytes > memory) issues.push({ path: 'filesystem.writableRoots', message: `sizes add up to ${rootBytes} bytes, above resources.memoryBytes ${memory}` });
+      if (rootBytes > memory)
+        issues.push({
+          path: 'filesystem.writableRoots',
+          message: `sizes add up to ${rootBytes} bytes, above resources.memoryBytes ${memory}`,
+        });
     }
     const paths = roots.map((r) => field(r, 'path'));
     if (new Set(paths).size !== paths.length) issues.push({ path: 'filesystem.writableRoots', message: 'paths must be distinct' });

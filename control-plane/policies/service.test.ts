@@ -8,7 +8,8 @@ import { PolicyService } from './service.js';
 import type { ReadHead } from './store.js';
 
 const admin: Principal = { keyId: 'key_a', role: 'admin', tenant: 'default' };
-const defaultPolicy = async (): Promise<Policy> => Policy.parse(parseYaml(await readFile(new URL('../../policies/default.yaml', import.meta.url), 'utf8')));
+const defaultPolicy = async (): Promise<Policy> =>
+  Policy.parse(parseYaml(await readFile(new URL('../../policies/default.yaml', import.meta.url), 'utf8')));
 
 /** The store in memory, with the same compare-and-swap on the head text; `interfere` runs before a swap (another writer). */
 function memoryStore(interfere?: () => void) {
@@ -41,7 +42,11 @@ function memoryStore(interfere?: () => void) {
 
 function service(store: ReturnType<typeof memoryStore>): { policies: PolicyService; audit: AuditInput[] } {
   const audit: AuditInput[] = [];
-  const policies = new PolicyService({ store, audit: { record: async (e) => (audit.push(e), { ...(e as any), id: '1-0', at: '' }) }, now: () => new Date('2026-01-01T00:00:00.000Z') });
+  const policies = new PolicyService({
+    store,
+    audit: { record: async (e) => (audit.push(e), { ...(e as any), id: '1-0', at: '' }) },
+    now: () => new Date('2026-01-01T00:00:00.000Z'),
+  });
   return { policies, audit };
 }
 
@@ -81,7 +86,10 @@ describe('PolicyService', () => {
     await policies.seed([await defaultPolicy()]);
     const body = { ...(await defaultPolicy()), version: 2 };
     await policies.put('default', body, admin);
-    await expect(policies.put('default', body, admin)).rejects.toMatchObject({ code: 'policy.version_conflict', details: { expected: 3, given: 2 } });
+    await expect(policies.put('default', body, admin)).rejects.toMatchObject({
+      code: 'policy.version_conflict',
+      details: { expected: 3, given: 2 },
+    });
     expect((await policies.history('default')).versions).toHaveLength(2);
   });
 

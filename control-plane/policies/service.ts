@@ -63,7 +63,10 @@ export class PolicyService {
     const current = await this.deps.store.head(name);
     const record = current && current.head.deletedAt === null ? await this.deps.store.version(name, version ?? current.head.latest) : null;
     if (!record) {
-      const known = (await this.deps.store.heads()).filter((h) => h.deletedAt === null).map((h) => h.name).sort();
+      const known = (await this.deps.store.heads())
+        .filter((h) => h.deletedAt === null)
+        .map((h) => h.name)
+        .sort();
       throw this.notFound(name, version, current?.head, { known });
     }
     return { policy: record.policy, ref: { name, version: record.version, digest: record.digest } };
@@ -111,26 +114,35 @@ export class PolicyService {
   async put(name: string, body: unknown, by: Principal): Promise<{ version: PolicyVersion; created: boolean }> {
     const issues: PolicyIssue[] = [];
     if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-      throw new AppError('policy.invalid', 'the body must be a policy: a JSON object', { details: { issues: [{ path: '', message: 'expected an object' }] } });
+      throw new AppError('policy.invalid', 'the body must be a policy: a JSON object', {
+        details: { issues: [{ path: '', message: 'expected an object' }] },
+      });
     }
     const given = body as Record<string, unknown>;
-    if (given.name !== undefined && given.name !== name) issues.push({ path: 'name', message: `must be "${name}" (the name in the URL) or left out` });
+    if (given.name !== undefined && given.name !== name)
+      issues.push({ path: 'name', message: `must be "${name}" (the name in the URL) or left out` });
     const bodyVersion = BodyVersion.safeParse(given.version);
     if (!bodyVersion.success) issues.push({ path: 'version', message: 'must be a positive integer (the next version) or left out' });
     // The version number does not enter any rule: validate with a placeholder, assign it below.
     const result = validatePolicy({ ...given, name, version: 1 });
     if (!result.ok) issues.push(...result.issues);
     if (issues.length > 0 || !result.ok) {
-      throw new AppError('policy.invalid', `policy ${name} is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, { details: { issues } });
+      throw new AppError('policy.invalid', `policy ${name} is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, {
+        details: { issues },
+      });
     }
     const expected = bodyVersion.data;
     for (let attempt = 1; ; attempt += 1) {
       const current = await this.deps.store.head(name);
       const next = (current?.head.latest ?? 0) + 1;
       if ((expected !== undefined && expected !== next) || attempt > PUT_ATTEMPTS) {
-        throw new AppError('policy.version_conflict', `policy ${name}: the next version is ${next}${expected !== undefined ? `, not ${expected}` : ''}`, {
-          details: { expected: next, given: expected ?? null },
-        });
+        throw new AppError(
+          'policy.version_conflict',
+          `policy ${name}: the next version is ${next}${expected !== undefined ? `, not ${expected}` : ''}`,
+          {
+            details: { expected: next, given: expected ?? null },
+          },
+        );
       }
       const record = this.versionRecord({ ...result.policy, version: next }, by.keyId);
       if (!(await this.deps.store.swap(current, this.headOf(record), record))) continue;

@@ -45,7 +45,10 @@ function world(options: { latest?: PolicyRef; lockHeld?: boolean } = {}) {
     takeReady: async (pool, id) => {
       const list = ready.get(pool) ?? [];
       if (!list.includes(id)) return false;
-      ready.set(pool, list.filter((x) => x !== id));
+      ready.set(
+        pool,
+        list.filter((x) => x !== id),
+      );
       return true;
     },
     forget: async (id) => void members.delete(id),

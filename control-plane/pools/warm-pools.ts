@@ -19,7 +19,21 @@ import type { PoolStore } from './store.js';
 const CLAIM_SETTLE_MS = 60_000;
 
 export interface WarmPoolsDeps {
-  store: Pick<PoolStore, 'pop' | 'markClaimed' | 'lastClaimedAt' | 'settle' | 'claims' | 'owns' | 'membersOf' | 'putStarting' | 'putReady' | 'takeReady' | 'forget' | 'holdFiller'>;
+  store: Pick<
+    PoolStore,
+    | 'pop'
+    | 'markClaimed'
+    | 'lastClaimedAt'
+    | 'settle'
+    | 'claims'
+    | 'owns'
+    | 'membersOf'
+    | 'putStarting'
+    | 'putReady'
+    | 'takeReady'
+    | 'forget'
+    | 'holdFiller'
+  >;
   /** Whose containers the pools look at (this installation's only). */
   ownership: Ownership;
   defaultImage: string;
@@ -64,7 +78,8 @@ export class WarmPools {
     for (;;) {
       const member = await this.deps.store.pop(spec.name, this.deps.now());
       if (member === null) return undefined;
-      if (member.sandbox && member.sandbox.ref.digest === ref.digest) return { id: member.sandbox.id, containerId: member.sandbox.containerId, facts: member.sandbox.facts };
+      if (member.sandbox && member.sandbox.ref.digest === ref.digest)
+        return { id: member.sandbox.id, containerId: member.sandbox.containerId, facts: member.sandbox.facts };
       if (member.sandbox) void this.discard(member.sandbox.id);
     }
   }
@@ -118,7 +133,10 @@ export class WarmPools {
       if (m.state === 'ready' && !(await store.takeReady(spec.name, id))) continue;
       await store.forget(id);
       members.delete(id);
-      this.deps.log.info({ pool: spec.name, sandboxId: id, reason: dead ? 'container stopped' : stale ? 'start abandoned' : 'policy changed' }, 'pooled sandbox replaced');
+      this.deps.log.info(
+        { pool: spec.name, sandboxId: id, reason: dead ? 'container stopped' : stale ? 'start abandoned' : 'policy changed' },
+        'pooled sandbox replaced',
+      );
       await this.discard(id);
     }
     const claimedAt = await store.lastClaimedAt(spec.name);
@@ -144,7 +162,12 @@ export class WarmPools {
     await store.putStarting(id, { pool: spec.name, state: 'starting', since: now(), sandbox: null });
     try {
       const launched = await this.deps.launcher.launchWarm(id, { name: spec.policy }, spec.image);
-      await store.putReady(id, { pool: spec.name, state: 'ready', since: now(), sandbox: { id, containerId: launched.containerId, facts: launched.facts, ref: launched.ref, image: launched.image } });
+      await store.putReady(id, {
+        pool: spec.name,
+        state: 'ready',
+        since: now(),
+        sandbox: { id, containerId: launched.containerId, facts: launched.facts, ref: launched.ref, image: launched.image },
+      });
     } catch (err) {
       await store.forget(id);
       this.deps.log.warn({ pool: spec.name, sandboxId: id, err }, 'warm pool could not start a sandbox');
@@ -152,7 +175,9 @@ export class WarmPools {
   }
 
   private async discard(id: string): Promise<void> {
-    await this.deps.launcher.discardWarm(id).catch((err: unknown) => this.deps.log.warn({ sandboxId: id, err }, 'pooled sandbox could not be removed'));
+    await this.deps.launcher
+      .discardWarm(id)
+      .catch((err: unknown) => this.deps.log.warn({ sandboxId: id, err }, 'pooled sandbox could not be removed'));
   }
 
   /** Takes or renews this process's filler lock of `pool` (30 s): one process fills a pool at a time. */

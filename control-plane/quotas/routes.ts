@@ -11,8 +11,20 @@ export const quotasRoutes: FastifyPluginAsync<{ quotas: QuotaService }> = async 
   app.addHook('preValidation', requireAdmin);
   const tags = ['admin: quotas'];
 
-  app.get('/v1/tenants/:tenant/quota', { schema: { tags, summary: "A tenant's limits and usage", params: TenantParams } }, async (request) => quotas.get(request.params.tenant));
+  app.get(
+    '/v1/tenants/:tenant/quota',
+    { schema: { tags, summary: "A tenant's limits and usage", params: TenantParams } },
+    async (request) => quotas.get(request.params.tenant),
+  );
 
-  const putSchema = { tags, summary: "Set a tenant's limits", description: 'A field left out takes the default; `null` is no limit; `{}` returns the tenant to the default.', params: TenantParams, body: QuotaLimits };
-  app.put('/v1/tenants/:tenant/quota', { schema: putSchema }, async (request) => quotas.put(request.params.tenant, request.body, request.principal));
+  const putSchema = {
+    tags,
+    summary: "Set a tenant's limits",
+    description: 'A field left out takes the default; `null` is no limit; `{}` returns the tenant to the default.',
+    params: TenantParams,
+    body: QuotaLimits,
+  };
+  app.put('/v1/tenants/:tenant/quota', { schema: putSchema }, async (request) =>
+    quotas.put(request.params.tenant, request.body, request.principal),
+  );
 };

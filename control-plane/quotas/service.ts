@@ -33,7 +33,11 @@ export interface LeaseHold {
 /** A reservation whose lease record is missing is left alone this long (its create may be about to write it), ms. */
 const ORPHAN_GRACE_MS = 60_000;
 
-const FIELD_NAMES: Record<Refusal['field'], 'sandboxes' | 'cpus' | 'memoryBytes'> = { sandboxes: 'sandboxes', milliCpus: 'cpus', memoryBytes: 'memoryBytes' };
+const FIELD_NAMES: Record<Refusal['field'], 'sandboxes' | 'cpus' | 'memoryBytes'> = {
+  sandboxes: 'sandboxes',
+  milliCpus: 'cpus',
+  memoryBytes: 'memoryBytes',
+};
 
 export class QuotaService {
   constructor(private readonly deps: QuotaServiceDeps) {}
@@ -85,7 +89,11 @@ export class QuotaService {
     const scale = refusal.field === 'milliCpus' ? 1000 : 1;
     const requested = resource === 'sandboxes' ? 1 : resource === 'cpus' ? request.cpus : request.memoryBytes;
     const details = { tenant, resource, limit: refusal.limit / scale, used: refusal.used / scale, requested };
-    throw new AppError('quota.exceeded', `tenant ${tenant} would exceed its ${resource} quota: ${details.used} used + ${requested} requested > ${details.limit}`, { details });
+    throw new AppError(
+      'quota.exceeded',
+      `tenant ${tenant} would exceed its ${resource} quota: ${details.used} used + ${requested} requested > ${details.limit}`,
+      { details },
+    );
   }
 
   /** Releases what `leaseId` holds; a lease that holds nothing (released before) is fine. */
@@ -100,7 +108,10 @@ export class QuotaService {
    * raced this) is counted without a limit check, since it runs already. `leaseOf` reads a
    * lease (null when absent). Returns what it changed.
    */
-  async reconcile(liveIds: readonly string[], leaseOf: (id: string) => Promise<LeaseHold | null>): Promise<{ released: string[]; adopted: string[] }> {
+  async reconcile(
+    liveIds: readonly string[],
+    leaseOf: (id: string) => Promise<LeaseHold | null>,
+  ): Promise<{ released: string[]; adopted: string[] }> {
     const outcome = { released: [] as string[], adopted: [] as string[] };
     const reservations = await this.deps.store.reservations();
     const nowMs = this.deps.now().getTime();

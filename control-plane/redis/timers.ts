@@ -33,7 +33,12 @@ export class DurableTimers {
       prefix: this.prefix,
       // A failed handler (Redis or Docker hiccup) is tried again; the lease expiry's reconcile
       // also expires what is past due in any case.
-      defaultJobOptions: { removeOnComplete: true, removeOnFail: { age: 24 * 3600 }, attempts: 5, backoff: { type: 'exponential', delay: 1000 } },
+      defaultJobOptions: {
+        removeOnComplete: true,
+        removeOnFail: { age: 24 * 3600 },
+        attempts: 5,
+        backoff: { type: 'exponential', delay: 1000 },
+      },
     });
   }
 

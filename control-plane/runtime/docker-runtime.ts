@@ -12,13 +12,27 @@ import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { REFUSE_OUTSIDE, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
-import { LABEL, ownershipLabels, type OwnedSandbox, type Ownership, type RunAs, type RuntimeInfo, type SandboxRuntime, type SandboxSpec } from './runtime.js';
+import {
+  LABEL,
+  ownershipLabels,
+  type OwnedSandbox,
+  type Ownership,
+  type RunAs,
+  type RuntimeInfo,
+  type SandboxRuntime,
+  type SandboxSpec,
+} from './runtime.js';
 
 const InfoResponse = z.object({ ServerVersion: z.string(), Runtimes: z.record(z.string(), z.unknown()).default({}) });
 const ImageInspect = z.object({ Id: z.string() });
 const ContainerSummary = z.object({ Id: z.string(), State: z.string(), Labels: z.record(z.string(), z.string()).nullable().default({}) });
 const NetworkList = z.array(z.object({ Id: z.string() }));
-const VolumeList = z.object({ Volumes: z.array(z.object({ Name: z.string() })).nullable().default([]) });
+const VolumeList = z.object({
+  Volumes: z
+    .array(z.object({ Name: z.string() }))
+    .nullable()
+    .default([]),
+});
 const Labelled = z.object({ Labels: z.record(z.string(), z.string()).nullable().default({}) });
 const OwnedVolumeList = z.object({ Volumes: z.array(Labelled).nullable().default([]) });
 const OwnedNetworkList = z.array(Labelled);
@@ -42,7 +56,11 @@ export class DockerRuntime implements SandboxRuntime {
     } catch (err) {
       const status = statusOf(err);
       // 404: no such image; 400: not a valid reference. Either way the client must name another.
-      if (status === 404 || status === 400) throw new AppError('runtime.image_not_found', `image ${ref} is not on this Docker engine (nothing is pulled)`, { details: { image: ref }, cause: err });
+      if (status === 404 || status === 400)
+        throw new AppError('runtime.image_not_found', `image ${ref} is not on this Docker engine (nothing is pulled)`, {
+          details: { image: ref },
+          cause: err,
+        });
       throw unavailable('inspect image', err);
     }
   }
@@ -56,7 +74,9 @@ export class DockerRuntime implements SandboxRuntime {
           Driver: 'local',
           // A tmpfs-backed local volume: size-limited like a container tmpfs, but a named,
           // labelled object that reconcile can find and reap by lease.
-          DriverOpts: v.backing.tmpfs ? { type: 'tmpfs', device: 'tmpfs', o: `size=${v.backing.sizeBytes},uid=${v.uid},gid=${v.gid},mode=0755,nosuid,nodev` } : {},
+          DriverOpts: v.backing.tmpfs
+            ? { type: 'tmpfs', device: 'tmpfs', o: `size=${v.backing.sizeBytes},uid=${v.uid},gid=${v.gid},mode=0755,nosuid,nodev` }
+            : {},
           Labels: { [LABEL.lease]: spec.leaseId, ...ownershipLabels(ownership) },
         });
       }
@@ -106,7 +126,11 @@ export class DockerRuntime implements SandboxRuntime {
     } catch (err) {
       await this.remove(spec.leaseId, ownership).catch(() => undefined);
       if (err instanceof AppError) throw err;
-      if (statusOf(err) === 404) throw new AppError('runtime.image_not_found', `image ${spec.image} is not on this Docker engine`, { details: { image: spec.image }, cause: err });
+      if (statusOf(err) === 404)
+        throw new AppError('runtime.image_not_found', `image ${spec.image} is not on this Docker engine`, {
+          details: { image: spec.image },
+          cause: err,
+        });
       throw new AppError('lease.create_failed', `Docker could not start the sandbox: ${messageOf(err)}`, { cause: err });
     }
   }
@@ -117,7 +141,10 @@ export class DockerRuntime implements SandboxRuntime {
       const waited = z.object({ StatusCode: z.number() }).parse(await container.wait(signal ? { abortSignal: signal } : {}));
       const logs = (await container.logs({ stdout: true, stderr: true, tail: 20 })) as unknown as Buffer;
       // Non-TTY logs are multiplexed (8-byte frame headers); the readable text survives stripping them.
-      const logTail = logs.toString('utf8').replace(/[\x00-\x08]/g, '').trim();
+      const logTail = logs
+        .toString('utf8')
+        .replace(/[\x00-\x08]/g, '')
+        .trim();
       return { exitCode: waited.StatusCode, logTail };
     } catch {
       return { exitCode: null, logTail: '' };
@@ -127,7 +154,9 @@ export class DockerRuntime implements SandboxRuntime {
   async remove(leaseId: string, ownership: Ownership): Promise<void> {
     const failures: unknown[] = [];
     const filters = JSON.stringify({ label: [`${LABEL.lease}=${leaseId}`, ...ownershipFilter(ownership)] });
-    const containers = z.array(ContainerSummary).parse(await this.call('list containers', () => this.docker.listContainers({ all: true, filters })));
+    const containers = z
+      .array(ContainerSummary)
+      .parse(await this.call('list containers', () => this.docker.listContainers({ all: true, filters })));
     for (const c of containers) {
       await this.docker
         .getContainer(c.Id)
@@ -148,14 +177,21 @@ export class DockerRuntime implements SandboxRuntime {
         .remove()
         .catch((err: unknown) => statusOf(err) === 404 || failures.push(err));
     }
-    if (failures.length > 0) throw new AppError('runtime.unavailable', `could not remove every part of sandbox ${leaseId}: ${failures.map(messageOf).join('; ')}`, { cause: failures[0] });
+    if (failures.length > 0)
+      throw new AppError(
+        'runtime.unavailable',
+        `could not remove every part of sandbox ${leaseId}: ${failures.map(messageOf).join('; ')}`,
+        { cause: failures[0] },
+      );
   }
 
   async listOwned(ownership: Ownership): Promise<OwnedSandbox[]> {
     // Docker ANDs label filters: only what carries both this owner and this installation id.
     const filters = JSON.stringify({ label: ownershipFilter(ownership) });
     const [containers, volumes, networks] = await Promise.all([
-      this.call('list containers', () => this.docker.listContainers({ all: true, filters })).then((r) => z.array(ContainerSummary).parse(r)),
+      this.call('list containers', () => this.docker.listContainers({ all: true, filters })).then((r) =>
+        z.array(ContainerSummary).parse(r),
+      ),
       this.call('list volumes', () => this.docker.listVolumes({ filters })).then((r) => OwnedVolumeList.parse(r).Volumes ?? []),
       this.call('list networks', () => this.docker.listNetworks({ filters })).then((r) => OwnedNetworkList.parse(r)),
     ]);
@@ -213,12 +249,24 @@ export class DockerRuntime implements SandboxRuntime {
    * Runs `cmd` in the lease's container as `user` (docker exec), feeding `stdin` when given.
    * Resolves once started: `stdout` streams the demultiplexed output, `done` the exit code and stderr.
    */
-  private async execTar(leaseId: string, cmd: string[], user: RunAs, stdin: Readable | null): Promise<{ stdout: PassThrough; done: Promise<{ exitCode: number; stderr: string }> }> {
+  private async execTar(
+    leaseId: string,
+    cmd: string[],
+    user: RunAs,
+    stdin: Readable | null,
+  ): Promise<{ stdout: PassThrough; done: Promise<{ exitCode: number; stderr: string }> }> {
     const container = this.docker.getContainer(`sbx-${leaseId}`);
     let exec: Docker.Exec;
     let stream: NodeJS.ReadWriteStream;
     try {
-      exec = await container.exec({ Cmd: cmd, User: `${user.uid}:${user.gid}`, AttachStdin: stdin !== null, AttachStdout: true, AttachStderr: true, WorkingDir: '/' });
+      exec = await container.exec({
+        Cmd: cmd,
+        User: `${user.uid}:${user.gid}`,
+        AttachStdin: stdin !== null,
+        AttachStdout: true,
+        AttachStderr: true,
+        WorkingDir: '/',
+      });
       stream = (await exec.start({ hijack: true, stdin: stdin !== null })) as unknown as NodeJS.ReadWriteStream;
     } catch (err) {
       if (statusOf(err) === 404) throw new AppError('lease.not_ready', `sandbox ${leaseId} has no running container`, { cause: err });
@@ -292,14 +340,21 @@ const DOWNLOAD_SCRIPT = [
 function tarError(stderr: string, path: string): AppError {
   const reason = stderr.split('\n').find((l) => l.trim()) ?? 'tar failed';
   const details = { path, reason };
-  if (/resolves outside/.test(stderr)) return new AppError('input.path_outside_workspace', `${path} resolves outside its root in the sandbox (a symlink)`, { details });
-  if (/No space left on device/.test(stderr)) return new AppError('files.no_space', `no space left in the sandbox writing ${path}: ${reason}`, { details });
+  if (/resolves outside/.test(stderr))
+    return new AppError('input.path_outside_workspace', `${path} resolves outside its root in the sandbox (a symlink)`, { details });
+  if (/No space left on device/.test(stderr))
+    return new AppError('files.no_space', `no space left in the sandbox writing ${path}: ${reason}`, { details });
   if (/Permission denied|Read-only file system|Operation not permitted|cannot create directory/.test(stderr)) {
     const os = /Read-only file system/.test(stderr) ? 'EROFS' : /Operation not permitted/.test(stderr) ? 'EPERM' : 'EACCES';
-    return new AppError('files.permission_denied', `${os}: the sandbox user may not access ${path}: ${reason}`, { details: { ...details, errno: os } });
+    return new AppError('files.permission_denied', `${os}: the sandbox user may not access ${path}: ${reason}`, {
+      details: { ...details, errno: os },
+    });
   }
-  if (/No such file or directory|Cannot change to directory|Cannot stat/.test(stderr)) return new AppError('files.not_found', `no such path in the sandbox: ${path}`, { details });
-  return new AppError('files.transfer_failed', `tar in the sandbox failed for ${path}: ${reason}`, { details: { ...details, stderr: stderr.slice(0, 2000) } });
+  if (/No such file or directory|Cannot change to directory|Cannot stat/.test(stderr))
+    return new AppError('files.not_found', `no such path in the sandbox: ${path}`, { details });
+  return new AppError('files.transfer_failed', `tar in the sandbox failed for ${path}: ${reason}`, {
+    details: { ...details, stderr: stderr.slice(0, 2000) },
+  });
 }
 
 /** Docker label filters matching `ownership` (each `key=value` must match). */

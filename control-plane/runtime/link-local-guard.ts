@@ -38,10 +38,14 @@ export async function ensureLinkLocalBlocked(): Promise<void> {
     try {
       await run(tool, args('-I'));
     } catch (err) {
-      throw new AppError('policy.unenforceable', `network mode "open" needs a ${tool} rule dropping ${destination} from sandbox bridges, and it could not be installed: ${(err as Error).message.split('\n')[0]}`, {
-        details: { field: 'network.mode', mode: 'open', tool, destination },
-        cause: err,
-      });
+      throw new AppError(
+        'policy.unenforceable',
+        `network mode "open" needs a ${tool} rule dropping ${destination} from sandbox bridges, and it could not be installed: ${(err as Error).message.split('\n')[0]}`,
+        {
+          details: { field: 'network.mode', mode: 'open', tool, destination },
+          cause: err,
+        },
+      );
     }
   }
 }

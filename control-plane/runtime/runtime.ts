@@ -113,7 +113,13 @@ export interface SandboxRuntime {
  * (`SBX_OWNER`), `sbx.installation` (the installation id, control-plane/installation/),
  * `sbx.version`, `sbx.policy`.
  */
-export const LABEL = { lease: 'sbx.lease', owner: 'sbx.owner', installation: 'sbx.installation', version: 'sbx.version', policy: 'sbx.policy' } as const;
+export const LABEL = {
+  lease: 'sbx.lease',
+  owner: 'sbx.owner',
+  installation: 'sbx.installation',
+  version: 'sbx.version',
+  policy: 'sbx.policy',
+} as const;
 
 /**
  * Whose sandboxes: the `sbx.owner` setting and the installation id. The owner alone does not

@@ -86,12 +86,18 @@ walk commit "$staging/t" "$target" ''
 export function uploadConflict(stderr: string, path: string): AppError | null {
   const entry = /sbx-upload: type conflict: ([\s\S]*): ((?:a|not a) directory in the archive, [^\n]*)\n?$/.exec(stderr);
   if (entry) {
-    return new AppError('files.type_conflict', `upload into ${path}: entry ${JSON.stringify(entry[1])} is ${entry[2]}; nothing was written`, { details: { path, entry: entry[1], reason: entry[2] } });
+    return new AppError(
+      'files.type_conflict',
+      `upload into ${path}: entry ${JSON.stringify(entry[1])} is ${entry[2]}; nothing was written`,
+      { details: { path, entry: entry[1], reason: entry[2] } },
+    );
   }
   const target = /sbx-upload: target conflict: ([\s\S]*?)\n?$/.exec(stderr);
   if (target) {
     const reason = `${target[1]} is not a directory in the sandbox`;
-    return new AppError('files.type_conflict', `upload into ${path}: ${reason}; nothing was written`, { details: { path, entry: null, reason } });
+    return new AppError('files.type_conflict', `upload into ${path}: ${reason}; nothing was written`, {
+      details: { path, entry: null, reason },
+    });
   }
   return null;
 }

@@ -14,7 +14,13 @@ export const secretsRoutes: FastifyPluginAsync<{ secrets: SecretService }> = asy
   app.addHook('preValidation', requireAdmin);
   const tags = ['admin: secrets'];
 
-  const putSchema = { tags, summary: 'Store a secret (encrypted at rest)', description: '`201` metadata, `200` with the next `version` when it existed. The value is never returned.', params: SecretParams, body: PutSecretBody };
+  const putSchema = {
+    tags,
+    summary: 'Store a secret (encrypted at rest)',
+    description: '`201` metadata, `200` with the next `version` when it existed. The value is never returned.',
+    params: SecretParams,
+    body: PutSecretBody,
+  };
   app.put('/v1/secrets/:name', { schema: putSchema }, async (request, reply) => {
     const { metadata, created } = await secrets.put(request.params.name, request.body.value, request.principal);
     return reply.status(created ? 201 : 200).send(metadata);
@@ -22,10 +28,16 @@ export const secretsRoutes: FastifyPluginAsync<{ secrets: SecretService }> = asy
 
   app.get('/v1/secrets', { schema: { tags, summary: 'List secrets (metadata only)' } }, async () => ({ secrets: await secrets.list() }));
 
-  app.get('/v1/secrets/:name', { schema: { tags, summary: "A secret's metadata", params: SecretParams } }, async (request) => secrets.metadata(request.params.name));
+  app.get('/v1/secrets/:name', { schema: { tags, summary: "A secret's metadata", params: SecretParams } }, async (request) =>
+    secrets.metadata(request.params.name),
+  );
 
-  app.delete('/v1/secrets/:name', { schema: { tags, summary: 'Delete a secret (idempotent)', params: SecretParams } }, async (request, reply) => {
-    await secrets.delete(request.params.name, request.principal);
-    return reply.status(204).send();
-  });
+  app.delete(
+    '/v1/secrets/:name',
+    { schema: { tags, summary: 'Delete a secret (idempotent)', params: SecretParams } },
+    async (request, reply) => {
+      await secrets.delete(request.params.name, request.principal);
+      return reply.status(204).send();
+    },
+  );
 };

@@ -11,7 +11,14 @@ class MemoryRecords implements SecretRecords {
 
   async put(name: string, r: Parameters<SecretRecords['put']>[1]): Promise<SecretMetadata> {
     const before = this.rows.get(name);
-    const metadata = { name, version: (before?.metadata.version ?? 0) + 1, createdAt: before?.metadata.createdAt ?? r.at, updatedAt: r.at, updatedBy: r.updatedBy, sizeBytes: r.sizeBytes };
+    const metadata = {
+      name,
+      version: (before?.metadata.version ?? 0) + 1,
+      createdAt: before?.metadata.createdAt ?? r.at,
+      updatedAt: r.at,
+      updatedBy: r.updatedBy,
+      sizeBytes: r.sizeBytes,
+    };
     this.rows.set(name, { metadata, keyId: r.keyId, sealed: r.sealed });
     return metadata;
   }
@@ -40,8 +47,22 @@ describe('secret service', () => {
     const records = new MemoryRecords();
     const service = new SecretService({ records, key: randomBytes(32), audit: auditSink(), now });
     const first = await service.put('TOKEN', 'v1-värde', admin('key_a'));
-    expect(first).toEqual({ metadata: { name: 'TOKEN', version: 1, createdAt: now().toISOString(), updatedAt: now().toISOString(), updatedBy: 'key_a', sizeBytes: Buffer.byteLength('v1-värde') }, created: true });
-    expect((await service.put('TOKEN', 'second-value', admin('key_b'))).metadata).toMatchObject({ version: 2, updatedBy: 'key_b', sizeBytes: 12 });
+    expect(first).toEqual({
+      metadata: {
+        name: 'TOKEN',
+        version: 1,
+        createdAt: now().toISOString(),
+        updatedAt: now().toISOString(),
+        updatedBy: 'key_a',
+        sizeBytes: Buffer.byteLength('v1-värde'),
+      },
+      created: true,
+    });
+    expect((await service.put('TOKEN', 'second-value', admin('key_b'))).metadata).toMatchObject({
+      version: 2,
+      updatedBy: 'key_b',
+      sizeBytes: 12,
+    });
     // A value long enough that random ciphertext cannot contain it by chance.
     expect(JSON.stringify([...records.rows.values()])).not.toContain('second-value');
     expect((await service.reveal(['TOKEN'])).get('TOKEN')?.toString()).toBe('second-value');

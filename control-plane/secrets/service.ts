@@ -63,7 +63,13 @@ export class SecretService {
     const plaintext = Buffer.from(value, 'utf8');
     const sealed = seal(this.deps.key, storeAad(name), plaintext);
     plaintext.fill(0);
-    const metadata = await this.deps.records.put(name, { keyId: this.keyId, sealed, sizeBytes: Buffer.byteLength(value, 'utf8'), updatedBy: by.keyId, at: this.deps.now().toISOString() });
+    const metadata = await this.deps.records.put(name, {
+      keyId: this.keyId,
+      sealed,
+      sizeBytes: Buffer.byteLength(value, 'utf8'),
+      updatedBy: by.keyId,
+      at: this.deps.now().toISOString(),
+    });
     await this.deps.audit.record({
       actor: actorOf(by),
       action: 'secret.put',
@@ -92,7 +98,14 @@ export class SecretService {
     const before = await this.deps.records.get(name);
     const removed = await this.deps.records.delete(name);
     if (removed) {
-      await this.deps.audit.record({ actor: actorOf(by), action: 'secret.delete', target: `secret:${name}`, beforeDigest: before ? digestOf(before.metadata) : null, afterDigest: null, details: {} });
+      await this.deps.audit.record({
+        actor: actorOf(by),
+        action: 'secret.delete',
+        target: `secret:${name}`,
+        beforeDigest: before ? digestOf(before.metadata) : null,
+        afterDigest: null,
+        details: {},
+      });
     }
     return removed;
   }
@@ -108,12 +121,17 @@ export class SecretService {
       const stored = await this.deps.records.get(name);
       if (!stored) throw notFound(name);
       if (stored.keyId !== this.keyId) {
-        throw new AppError('secret.unreadable', `secret ${name} was stored under another secrets key; store it again`, { details: { name } });
+        throw new AppError('secret.unreadable', `secret ${name} was stored under another secrets key; store it again`, {
+          details: { name },
+        });
       }
       try {
         values.set(name, open(this.deps.key, storeAad(name), stored.sealed));
       } catch (err) {
-        throw new AppError('secret.unreadable', `secret ${name} does not decrypt (its record was altered); store it again`, { details: { name }, cause: err });
+        throw new AppError('secret.unreadable', `secret ${name} does not decrypt (its record was altered); store it again`, {
+          details: { name },
+          cause: err,
+        });
       }
     }
     return values;

@@ -30,13 +30,28 @@ export class RedisSecretRecords implements SecretRecords {
       .multi()
       .hincrby(key, 'version', 1)
       .hsetnx(key, 'createdAt', r.at)
-      .hset(key, { updatedAt: r.at, updatedBy: r.updatedBy, sizeBytes: r.sizeBytes, keyId: r.keyId, iv: r.sealed.iv, tag: r.sealed.tag, ciphertext: r.sealed.ciphertext })
+      .hset(key, {
+        updatedAt: r.at,
+        updatedBy: r.updatedBy,
+        sizeBytes: r.sizeBytes,
+        keyId: r.keyId,
+        iv: r.sealed.iv,
+        tag: r.sealed.tag,
+        ciphertext: r.sealed.ciphertext,
+      })
       .sadd(this.index, name)
       .hget(key, 'createdAt')
       .exec();
     const failed = results?.find(([err]) => err);
     if (!results || failed) throw failed?.[0] ?? new Error('secret write was aborted');
-    return { name, version: Number(results[0]![1]), createdAt: String(results[4]![1]), updatedAt: r.at, updatedBy: r.updatedBy, sizeBytes: r.sizeBytes };
+    return {
+      name,
+      version: Number(results[0]![1]),
+      createdAt: String(results[4]![1]),
+      updatedAt: r.at,
+      updatedBy: r.updatedBy,
+      sizeBytes: r.sizeBytes,
+    };
   }
 
   async get(name: string): Promise<StoredSecret | null> {

@@ -38,6 +38,8 @@ describe('canonicalPath', () => {
     expect(await resolveAccesses([{ kind: 'path', path: join(root, 'link'), mode: 'write' }])).toEqual([
       { kind: 'path', path: join(root, 'dir', 'a'), mode: 'write' },
     ]);
-    expect(await resolveAccesses([{ kind: 'path', path: join(root, 'dir', 'a', 'under-a-file'), mode: 'read' }])).toEqual([{ kind: 'all' }]);
+    expect(await resolveAccesses([{ kind: 'path', path: join(root, 'dir', 'a', 'under-a-file'), mode: 'read' }])).toEqual([
+      { kind: 'all' },
+    ]);
   });
 });

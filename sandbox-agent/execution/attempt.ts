@@ -74,7 +74,12 @@ export interface AgentTool<Args> {
 }
 
 /** The outcome of an attempt that ran nothing (or whose run nobody observed): no exit, no output. */
-export function outcomeWithoutRun(status: AttemptOutcome['status'], commitState: AttemptOutcome['commitState'], error: ErrorInfo, at: Date): AttemptOutcome {
+export function outcomeWithoutRun(
+  status: AttemptOutcome['status'],
+  commitState: AttemptOutcome['commitState'],
+  error: ErrorInfo,
+  at: Date,
+): AttemptOutcome {
   return {
     status,
     error,

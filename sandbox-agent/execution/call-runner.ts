@@ -192,12 +192,28 @@ export class CallRunner {
       this.running.delete(job.callId);
       if (backgroundGroup !== null) this.backgroundGroups.delete(backgroundGroup);
     }
-    log.info({ tool: job.tool, status: outcome.status, exitCode: outcome.exit?.code ?? null, durationMs: outcome.endedAt.getTime() - outcome.startedAt.getTime() }, 'call finished');
+    log.info(
+      {
+        tool: job.tool,
+        status: outcome.status,
+        exitCode: outcome.exit?.code ?? null,
+        durationMs: outcome.endedAt.getTime() - outcome.startedAt.getTime(),
+      },
+      'call finished',
+    );
     await channel.result(this.result(job, attemptId, outcome));
   }
 
   private result(job: CallJob, attemptId: string, o: AttemptOutcome): ToolResult {
-    const subject = { callId: job.callId, attemptId, leaseId: this.deps.config.leaseId, tool: job.tool, toolVersion: job.toolVersion, fingerprint: job.fingerprint, manifestDigest: job.manifestDigest };
+    const subject = {
+      callId: job.callId,
+      attemptId,
+      leaseId: this.deps.config.leaseId,
+      tool: job.tool,
+      toolVersion: job.toolVersion,
+      fingerprint: job.fingerprint,
+      manifestDigest: job.manifestDigest,
+    };
     const receipt = attemptReceipt(subject, o.commitState, o.startedAt, o.endedAt, o);
     return {
       callId: job.callId,

@@ -32,7 +32,11 @@ describe('AccessScheduler', () => {
   it('runs non-conflicting calls at once: reads in parallel, writes to different files in parallel', async () => {
     const s = new AccessScheduler();
     const started: string[] = [];
-    const calls = [track(s, [read('/w/a')], started, 'r1'), track(s, [read('/w/a')], started, 'r2'), track(s, [write('/w/b')], started, 'w')];
+    const calls = [
+      track(s, [read('/w/a')], started, 'r1'),
+      track(s, [read('/w/a')], started, 'r2'),
+      track(s, [write('/w/b')], started, 'w'),
+    ];
     await settle();
     expect(started.sort()).toEqual(['r1', 'r2', 'w']);
     for (const release of await Promise.all(calls)) release();

@@ -81,13 +81,20 @@ async function pipVersion(): Promise<string | null> {
   return line ?? versionOf('pip3', ['--version']);
 }
 
-const PIP_VERSION_PY = 'import os, sys, pip; print("pip %s from %s (python %d.%d)" % (pip.__version__, os.path.dirname(pip.__file__), *sys.version_info[:2]))';
+const PIP_VERSION_PY =
+  'import os, sys, pip; print("pip %s from %s (python %d.%d)" % (pip.__version__, os.path.dirname(pip.__file__), *sys.version_info[:2]))';
 
 /** The first executable `name` in the tools' PATH, as a path; `null` when there is none. */
 async function onPath(name: string): Promise<string | null> {
   for (const dir of (EXEC_ENV_DEFAULTS.PATH ?? '').split(':')) {
     const candidate = join(dir, name);
-    if (await access(candidate, constants.X_OK).then(() => true, () => false)) return candidate;
+    if (
+      await access(candidate, constants.X_OK).then(
+        () => true,
+        () => false,
+      )
+    )
+      return candidate;
   }
   return null;
 }

@@ -22,7 +22,10 @@ async function listProcesses(): Promise<Map<number, ProcInfo>> {
   const out = new Map<number, ProcInfo>();
   for (const name of await readdir('/proc')) {
     if (!/^\d+$/.test(name)) continue;
-    const [text, stat] = await Promise.all([readFile(`/proc/${name}/status`, 'utf8').catch(() => null), readFile(`/proc/${name}/stat`, 'utf8').catch(() => null)]);
+    const [text, stat] = await Promise.all([
+      readFile(`/proc/${name}/status`, 'utf8').catch(() => null),
+      readFile(`/proc/${name}/stat`, 'utf8').catch(() => null),
+    ]);
     if (!text || !stat) continue; // exited meanwhile
     const ppid = /^PPid:\s+(\d+)/m.exec(text);
     const uid = /^Uid:\s+(\d+)/m.exec(text);
@@ -70,11 +73,17 @@ function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
  * the `keepGroups` (background tasks), repeating while new ones appear (a dying parent may have
  * forked), up to 5 rounds. Returns how many it killed.
  */
-export async function sweepProcesses(uid: number, keep: ReadonlySet<number> = new Set(), keepGroups: ReadonlySet<number> = new Set()): Promise<number> {
+export async function sweepProcesses(
+  uid: number,
+  keep: ReadonlySet<number> = new Set(),
+  keepGroups: ReadonlySet<number> = new Set(),
+): Promise<number> {
   let killed = 0;
   for (let round = 0; round < 5; round += 1) {
     const procs = await listProcesses();
-    const victims = [...procs.values()].filter((p) => p.uid === uid && !keep.has(p.pid) && !keepGroups.has(p.pgid) && !startedByDockerExec(p.pid, procs));
+    const victims = [...procs.values()].filter(
+      (p) => p.uid === uid && !keep.has(p.pid) && !keepGroups.has(p.pgid) && !startedByDockerExec(p.pid, procs),
+    );
     if (victims.length === 0) break;
     for (const victim of victims) {
       try {

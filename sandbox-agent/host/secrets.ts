@@ -27,9 +27,7 @@ export class LeaseSecrets {
   /** Each secret file present now: how many running calls hold it (background tasks may overlap) and its write. */
   private readonly files = new Map<string, { holders: number; written: Promise<void> }>();
 
-  private constructor(
-    private readonly grants: ReadonlyMap<string, { grant: SecretGrant; value: Buffer }>,
-  ) {
+  private constructor(private readonly grants: ReadonlyMap<string, { grant: SecretGrant; value: Buffer }>) {
     this.redaction = new Redaction([...grants.values()].map(({ grant, value }) => ({ name: grant.name, value })));
   }
 

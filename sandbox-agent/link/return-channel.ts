@@ -39,7 +39,13 @@ export class ReturnChannel {
    * the control plane falls behind, waits for the queue to shrink, so neither the agent's memory
    * nor Redis holds more than a few chunks. Returns the artifact's size and sha256 (hex).
    */
-  async sendArtifact(callId: string, artifactId: string, path: string, name: string, mediaType: string): Promise<{ size: number; sha256: string }> {
+  async sendArtifact(
+    callId: string,
+    artifactId: string,
+    path: string,
+    name: string,
+    mediaType: string,
+  ): Promise<{ size: number; sha256: string }> {
     const whole = createHash('sha256');
     let size = 0;
     let index = 0;
@@ -51,7 +57,14 @@ export class ReturnChannel {
         if (bytesRead === 0) break;
         const chunk = buffer.subarray(0, bytesRead);
         whole.update(chunk);
-        const message: ReturnMessage = { kind: 'artifact_chunk', callId, artifactId, index, sha256: createHash('sha256').update(chunk).digest('hex'), dataBase64: chunk.toString('base64') };
+        const message: ReturnMessage = {
+          kind: 'artifact_chunk',
+          callId,
+          artifactId,
+          index,
+          sha256: createHash('sha256').update(chunk).digest('hex'),
+          dataBase64: chunk.toString('base64'),
+        };
         this.send(message, `art.${artifactId}.${index}`);
         await this.settled();
         size += bytesRead;

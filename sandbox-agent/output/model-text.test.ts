@@ -5,7 +5,13 @@ import type { StreamSummary } from './output-pipeline.js';
 
 const summary = (text: string, keptBytes = Buffer.byteLength(text)): StreamSummary => {
   const bytes = Buffer.from(text);
-  return { bytes: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex'), keptBytes, kept: bytes.subarray(0, keptBytes), tail: bytes.subarray(-8192) };
+  return {
+    bytes: bytes.length,
+    sha256: createHash('sha256').update(bytes).digest('hex'),
+    keptBytes,
+    kept: bytes.subarray(0, keptBytes),
+    tail: bytes.subarray(-8192),
+  };
 };
 const none = summary('');
 

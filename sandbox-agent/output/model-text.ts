@@ -15,7 +15,10 @@ const MODEL_TEXT_TAIL_CHARS = 2000;
  */
 export function modelTextOf(headline: string, out: StreamSummary, err: StreamSummary): string {
   const parts = [headline];
-  for (const [name, s] of [['stdout', out], ['stderr', err]] as const) {
+  for (const [name, s] of [
+    ['stdout', out],
+    ['stderr', err],
+  ] as const) {
     if (s.bytes === 0) continue;
     const whole = s.kept.toString('utf8');
     if (s.keptBytes === s.bytes && whole.length <= MODEL_TEXT_HEAD_CHARS + MODEL_TEXT_TAIL_CHARS) {

@@ -58,7 +58,14 @@ export class OutputPipeline {
     private readonly sink: OutputSink,
     private readonly options: OutputPipelineOptions,
   ) {
-    const fresh = (): StreamState => ({ total: 0, kept: [], keptBytes: 0, hash: createHash('sha256'), truncated: false, tail: Buffer.alloc(0) });
+    const fresh = (): StreamState => ({
+      total: 0,
+      kept: [],
+      keptBytes: 0,
+      hash: createHash('sha256'),
+      truncated: false,
+      tail: Buffer.alloc(0),
+    });
     this.streams = { stdout: fresh(), stderr: fresh() };
     this.maxBatchBytes = options.maxBatchBytes ?? 64 * 1024;
     this.flushIntervalMs = options.flushIntervalMs ?? 20;
@@ -69,7 +76,10 @@ export class OutputPipeline {
     const state = this.streams[stream];
     state.hash.update(data);
     state.total += data.length;
-    state.tail = data.length >= TAIL_BYTES ? Buffer.from(data.subarray(data.length - TAIL_BYTES)) : Buffer.concat([state.tail, data]).subarray(-TAIL_BYTES);
+    state.tail =
+      data.length >= TAIL_BYTES
+        ? Buffer.from(data.subarray(data.length - TAIL_BYTES))
+        : Buffer.concat([state.tail, data]).subarray(-TAIL_BYTES);
     if (state.truncated) return;
     const room = this.options.maxKeptBytes - state.keptBytes;
     const keep = data.length <= room ? data : data.subarray(0, room);
@@ -100,7 +110,13 @@ export class OutputPipeline {
 
   summary(stream: OutputStream): StreamSummary {
     const s = this.streams[stream];
-    return { bytes: s.total, sha256: s.hash.copy().digest('hex'), keptBytes: s.keptBytes, kept: Buffer.concat(s.kept, s.keptBytes), tail: s.tail };
+    return {
+      bytes: s.total,
+      sha256: s.hash.copy().digest('hex'),
+      keptBytes: s.keptBytes,
+      kept: Buffer.concat(s.kept, s.keptBytes),
+      tail: s.tail,
+    };
   }
 
   private enqueue(stream: OutputStream, offset: number, data: Buffer): void {

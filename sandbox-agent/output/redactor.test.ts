@@ -2,7 +2,10 @@ import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { Redaction, redactionMarker, type RedactionSecret } from './redactor.js';
 
-const secret = (name: string, value: string | Buffer): RedactionSecret => ({ name, value: Buffer.isBuffer(value) ? value : Buffer.from(value) });
+const secret = (name: string, value: string | Buffer): RedactionSecret => ({
+  name,
+  value: Buffer.isBuffer(value) ? value : Buffer.from(value),
+});
 const R = (name: string): string => redactionMarker(name);
 
 /** Feeds `input` to a stream redactor in pieces cut at `cuts` (sorted offsets). */
@@ -24,7 +27,8 @@ function streamed(redaction: Redaction, input: Buffer, cuts: number[]): Buffer {
  */
 function reference(secrets: RedactionSecret[], input: Buffer): Buffer {
   const unique = new Map<string, RedactionSecret>();
-  for (const s of [...secrets].sort((a, b) => (a.name < b.name ? -1 : 1))) if (s.value.length > 0 && !unique.has(s.value.toString('hex'))) unique.set(s.value.toString('hex'), s);
+  for (const s of [...secrets].sort((a, b) => (a.name < b.name ? -1 : 1)))
+    if (s.value.length > 0 && !unique.has(s.value.toString('hex'))) unique.set(s.value.toString('hex'), s);
   const occ: Array<{ start: number; end: number; name: string }> = [];
   for (const s of unique.values()) {
     for (let i = 0; i + s.value.length <= input.length; i += 1) {
@@ -55,7 +59,8 @@ function checkAllSplits(secrets: RedactionSecret[], input: Buffer): Buffer {
   expect(redaction.redactBytes(input).equals(expected)).toBe(true);
   for (let cut = 0; cut <= input.length; cut += 1) {
     const got = streamed(redaction, input, [cut]);
-    if (!got.equals(expected)) throw new Error(`split at ${cut}: ${JSON.stringify(got.toString('latin1'))} != ${JSON.stringify(expected.toString('latin1'))}`);
+    if (!got.equals(expected))
+      throw new Error(`split at ${cut}: ${JSON.stringify(got.toString('latin1'))} != ${JSON.stringify(expected.toString('latin1'))}`);
   }
   const everyByte = Array.from({ length: input.length }, (_, i) => i);
   expect(streamed(redaction, input, everyByte).equals(expected)).toBe(true);
@@ -111,14 +116,21 @@ describe('redaction (one shot)', () => {
     const value = Buffer.from([0x00, 0xff, 0x10, 0x80, 0x00]);
     const input = Buffer.concat([Buffer.from([1, 2, 0x00]), value, Buffer.from([0xff, 0xff]), value]);
     const out = new Redaction([secret('BIN', value)]).redactBytes(input);
-    expect(out.equals(Buffer.concat([Buffer.from([1, 2, 0x00]), Buffer.from(R('BIN')), Buffer.from([0xff, 0xff]), Buffer.from(R('BIN'))]))).toBe(true);
+    expect(
+      out.equals(Buffer.concat([Buffer.from([1, 2, 0x00]), Buffer.from(R('BIN')), Buffer.from([0xff, 0xff]), Buffer.from(R('BIN'))])),
+    ).toBe(true);
     expect(new Redaction([secret('U', 'päss🔑')]).redactText('x päss🔑 y')).toBe(`x ${R('U')} y`);
   });
 
   it('redactDeep redacts every string of a JSON value and leaves the rest', () => {
     const r = new Redaction([secret('T', 's3cret')]);
     const value = { a: 's3cret!', n: 3, list: ['x', 'is s3cret', null, true], nested: { deep: 's3crets3cret' } };
-    expect(r.redactDeep(value)).toEqual({ a: `${R('T')}!`, n: 3, list: ['x', `is ${R('T')}`, null, true], nested: { deep: `${R('T')}${R('T')}` } });
+    expect(r.redactDeep(value)).toEqual({
+      a: `${R('T')}!`,
+      n: 3,
+      list: ['x', `is ${R('T')}`, null, true],
+      nested: { deep: `${R('T')}${R('T')}` },
+    });
     expect(value.a).toBe('s3cret!');
   });
 });
@@ -158,16 +170,23 @@ describe('redaction (streams)', () => {
   it('random secrets and random data with planted values agree with the reference at random splits', () => {
     for (let round = 0; round < 200; round += 1) {
       const alphabet = Buffer.from('abc\n\0\xff', 'latin1');
-      const pick = (n: number): Buffer => Buffer.from(Array.from({ length: n }, () => alphabet[Math.floor(Math.random() * alphabet.length)]!));
-      const secrets = Array.from({ length: 1 + Math.floor(Math.random() * 4) }, (_, i) => secret(`S${i}`, pick(1 + Math.floor(Math.random() * 6))));
+      const pick = (n: number): Buffer =>
+        Buffer.from(Array.from({ length: n }, () => alphabet[Math.floor(Math.random() * alphabet.length)]!));
+      const secrets = Array.from({ length: 1 + Math.floor(Math.random() * 4) }, (_, i) =>
+        secret(`S${i}`, pick(1 + Math.floor(Math.random() * 6))),
+      );
       const parts: Buffer[] = [];
-      for (let i = 0; i < 20; i += 1) parts.push(Math.random() < 0.3 ? secrets[Math.floor(Math.random() * secrets.length)]!.value : pick(Math.floor(Math.random() * 5)));
+      for (let i = 0; i < 20; i += 1)
+        parts.push(Math.random() < 0.3 ? secrets[Math.floor(Math.random() * secrets.length)]!.value : pick(Math.floor(Math.random() * 5)));
       const input = Buffer.concat(parts);
       const cuts = [...new Set(Array.from({ length: 5 }, () => Math.floor(Math.random() * (input.length + 1))))].sort((a, b) => a - b);
       const redaction = new Redaction(secrets);
       const expected = reference(secrets, input);
       const got = streamed(redaction, input, cuts);
-      if (!got.equals(expected)) throw new Error(`mismatch: secrets ${JSON.stringify(secrets.map((s) => s.value.toString('latin1')))} input ${JSON.stringify(input.toString('latin1'))} cuts ${cuts}`);
+      if (!got.equals(expected))
+        throw new Error(
+          `mismatch: secrets ${JSON.stringify(secrets.map((s) => s.value.toString('latin1')))} input ${JSON.stringify(input.toString('latin1'))} cuts ${cuts}`,
+        );
     }
   });
 

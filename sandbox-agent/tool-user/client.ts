@@ -76,7 +76,10 @@ export class ToolUserWorker {
 
   private ensure(): ChildProcess {
     if (this.child) return this.child;
-    const child = fork(this.entry, ['--tool-user-worker', JSON.stringify(this.config)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: {} });
+    const child = fork(this.entry, ['--tool-user-worker', JSON.stringify(this.config)], {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      env: {},
+    });
     child.on('message', (raw: unknown) => {
       const parsed = WorkerReply.safeParse(raw);
       if (!parsed.success) return;

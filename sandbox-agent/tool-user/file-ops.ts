@@ -52,14 +52,19 @@ export function inside(path: string, roots: readonly string[]): boolean {
 }
 
 function outside(path: string, canonical: string, roots: readonly string[]): ToolError {
-  return new ToolError('input.path_outside_workspace', `${path} resolves to ${canonical}, outside the file roots (${roots.join(', ')})`, { path, resolved: canonical, roots });
+  return new ToolError('input.path_outside_workspace', `${path} resolves to ${canonical}, outside the file roots (${roots.join(', ')})`, {
+    path,
+    resolved: canonical,
+    roots,
+  });
 }
 
 /** A file system error as the catalogue's `files.*` code for `path`. */
 export function fsError(err: unknown, path: string): ToolError {
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'ENOENT') return new ToolError('files.not_found', `no such file or directory: ${path}`, { path });
-  if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') return new ToolError('files.permission_denied', `${code}: the tool user may not access ${path}`, { path, errno: code });
+  if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS')
+    return new ToolError('files.permission_denied', `${code}: the tool user may not access ${path}`, { path, errno: code });
   if (code === 'ENOSPC') return new ToolError('files.no_space', `no space left writing ${path}`, { path });
   if (code === 'EISDIR' || code === 'ENOTDIR') return new ToolError('files.not_a_file', `${code}: ${path}`, { path, errno: code });
   return new ToolError('files.transfer_failed', `${code ?? 'error'}: ${(err as Error).message}`, { path, errno: code });
@@ -156,16 +161,24 @@ async function withPinnedFile<T>(canonical: string, ctx: FileContext, fn: (dir: 
  */
 async function readRegular(dir: PinnedDir, name: string, ctx: FileContext): Promise<{ bytes: Buffer; mode: number } | null> {
   const shown = join(dir.real, name);
-  const handle = await open(join(dir.path, name), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch((err: unknown) => {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    if ((err as NodeJS.ErrnoException).code === 'ELOOP') throw new ToolError('files.not_a_file', `${shown} is a symlink (it changed during the call)`, { path: shown });
-    throw fsError(err, shown);
-  });
+  const handle = await open(join(dir.path, name), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch(
+    (err: unknown) => {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      if ((err as NodeJS.ErrnoException).code === 'ELOOP')
+        throw new ToolError('files.not_a_file', `${shown} is a symlink (it changed during the call)`, { path: shown });
+      throw fsError(err, shown);
+    },
+  );
   if (!handle) return null;
   try {
     const s = await handle.stat();
     if (!s.isFile()) throw new ToolError('files.not_a_file', `not a regular file: ${shown}`, { path: shown });
-    if (s.size > ctx.maxFileBytes) throw new ToolError('files.too_large', `${shown} is ${s.size} bytes, above the limit of ${ctx.maxFileBytes}`, { path: shown, bytes: s.size, maxBytes: ctx.maxFileBytes });
+    if (s.size > ctx.maxFileBytes)
+      throw new ToolError('files.too_large', `${shown} is ${s.size} bytes, above the limit of ${ctx.maxFileBytes}`, {
+        path: shown,
+        bytes: s.size,
+        maxBytes: ctx.maxFileBytes,
+      });
     return { bytes: await handle.readFile(), mode: s.mode & 0o777 };
   } finally {
     await handle.close();
@@ -191,7 +204,10 @@ export function splitLines(text: string): string[] {
 }
 
 export async function readFileOp(args: ReadFileArgs, ctx: FileContext): Promise<OpResult> {
-  const found = await withPinnedFile(await canonicalExisting(args.path, ctx), ctx, async (dir, name) => ({ canonical: join(dir.real, name), file: await readRegular(dir, name, ctx) }));
+  const found = await withPinnedFile(await canonicalExisting(args.path, ctx), ctx, async (dir, name) => ({
+    canonical: join(dir.real, name),
+    file: await readRegular(dir, name, ctx),
+  }));
   const { canonical } = found;
   if (!found.file) throw new ToolError('files.not_found', `no such file: ${args.path}`, { path: args.path });
   const bytes = found.file.bytes;
@@ -205,14 +221,22 @@ export async function readFileOp(args: ReadFileArgs, ctx: FileContext): Promise<
     };
   }
   const text = decodeText(bytes);
-  if (text === null) throw new ToolError('files.binary', `${canonical} is binary (NUL bytes or invalid UTF-8); read it with encoding: base64`, { path: canonical, bytes: bytes.length, sha256: digest });
+  if (text === null)
+    throw new ToolError('files.binary', `${canonical} is binary (NUL bytes or invalid UTF-8); read it with encoding: base64`, {
+      path: canonical,
+      bytes: bytes.length,
+      sha256: digest,
+    });
   const lines = splitLines(text);
   const start = Math.min(args.offset - 1, lines.length);
   const end = Math.min(lines.length, start + args.limit);
   const truncated = start > 0 || end < lines.length;
   const content = lines.slice(start, end).join('');
   if (start === lines.length && lines.length > 0 && args.offset > lines.length) {
-    throw new ToolError('input.invalid', `offset ${args.offset} is past the end of ${canonical} (${lines.length} lines)`, { path: canonical, totalLines: lines.length });
+    throw new ToolError('input.invalid', `offset ${args.offset} is past the end of ${canonical} (${lines.length} lines)`, {
+      path: canonical,
+      totalLines: lines.length,
+    });
   }
   return {
     data: {
@@ -267,18 +291,27 @@ function unifiedDiff(path: string, before: string, after: string): { diff: strin
 
 async function checkExpected(expected: string | undefined, actual: string | null, path: string): Promise<void> {
   if (expected !== undefined && expected !== actual) {
-    throw new ToolError('files.conflict', `${path} changed: expected sha256 ${expected}, found ${actual ?? 'no file'}; nothing written`, { path, expected, actual });
+    throw new ToolError('files.conflict', `${path} changed: expected sha256 ${expected}, found ${actual ?? 'no file'}; nothing written`, {
+      path,
+      expected,
+      actual,
+    });
   }
 }
 
 export async function writeFileOp(args: WriteFileArgs, ctx: FileContext): Promise<OpResult> {
   const bytes = args.encoding === 'base64' ? Buffer.from(args.content, 'base64') : Buffer.from(args.content, 'utf8');
-  if (bytes.length > ctx.maxFileBytes) throw new ToolError('files.too_large', `content is ${bytes.length} bytes, above the limit of ${ctx.maxFileBytes}`, { bytes: bytes.length, maxBytes: ctx.maxFileBytes });
+  if (bytes.length > ctx.maxFileBytes)
+    throw new ToolError('files.too_large', `content is ${bytes.length} bytes, above the limit of ${ctx.maxFileBytes}`, {
+      bytes: bytes.length,
+      maxBytes: ctx.maxFileBytes,
+    });
   const { canonical, existing } = await withPinnedFile(await canonicalForWrite(args.path, ctx), ctx, async (dir, name) => {
     const canonical = join(dir.real, name);
     const existing = await readRegular(dir, name, ctx);
     const before = existing ? sha256(existing.bytes) : null;
-    if (existing && args.createOnly) throw new ToolError('files.exists', `${canonical} exists (createOnly); nothing written`, { path: canonical, sha256: before });
+    if (existing && args.createOnly)
+      throw new ToolError('files.exists', `${canonical} exists (createOnly); nothing written`, { path: canonical, sha256: before });
     await checkExpected(args.expectedSha256, before, canonical);
     await atomicWrite(dir, name, bytes, existing ? existing.mode : (args.mode ?? 0o644));
     return { canonical, existing: existing?.bytes ?? null };
@@ -319,11 +352,18 @@ async function editPinned(args: EditFileArgs, ctx: FileContext, dir: PinnedDir, 
   const newString = toLf(args.newString);
   const count = normalized.split(oldString).length - 1;
   if (count === 0) throw new ToolError('edit.no_match', `oldString does not occur in ${canonical}`, { path: canonical, count });
-  if (count > 1 && !args.replaceAll) throw new ToolError('edit.ambiguous_match', `oldString occurs ${count} times in ${canonical}; make it unique or set replaceAll`, { path: canonical, count });
+  if (count > 1 && !args.replaceAll)
+    throw new ToolError('edit.ambiguous_match', `oldString occurs ${count} times in ${canonical}; make it unique or set replaceAll`, {
+      path: canonical,
+      count,
+    });
   const replaced = normalized.split(oldString).join(newString);
   const output = bom + (crlf ? replaced.replace(/\n/g, '\r\n') : replaced);
   const bytes = Buffer.from(output, 'utf8');
-  if (bytes.length > ctx.maxFileBytes) throw new ToolError('files.too_large', `the edited file would be ${bytes.length} bytes, above ${ctx.maxFileBytes}`, { path: canonical });
+  if (bytes.length > ctx.maxFileBytes)
+    throw new ToolError('files.too_large', `the edited file would be ${bytes.length} bytes, above ${ctx.maxFileBytes}`, {
+      path: canonical,
+    });
   await atomicWrite(dir, name, bytes, file.mode);
   const after = sha256(bytes);
   return {

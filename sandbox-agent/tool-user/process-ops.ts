@@ -15,7 +15,14 @@ interface RunOutput {
   stoppedEarly: boolean;
 }
 
-const ENV = { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', GIT_TERMINAL_PROMPT: '0', GIT_PAGER: 'cat', NO_COLOR: '1', GIT_CONFIG_NOSYSTEM: '1' };
+const ENV = {
+  PATH: '/usr/local/bin:/usr/bin:/bin',
+  LANG: 'C.UTF-8',
+  GIT_TERMINAL_PROMPT: '0',
+  GIT_PAGER: 'cat',
+  NO_COLOR: '1',
+  GIT_CONFIG_NOSYSTEM: '1',
+};
 
 /** What the program-running operations get: the file context, the tool user's home, and the operation's cancel signal. */
 type RunContext = FileContext & { home: string; signal?: AbortSignal };
@@ -25,7 +32,14 @@ type RunContext = FileContext & { home: string; signal?: AbortSignal };
  * The program gets its own process group, and a cancel kills the group, so what it started
  * (git's filters, say) goes with it.
  */
-function run(file: string, args: string[], cwd: string, maxBytes: number, ctx: RunContext, stop?: (kept: Buffer) => boolean): Promise<RunOutput> {
+function run(
+  file: string,
+  args: string[],
+  cwd: string,
+  maxBytes: number,
+  ctx: RunContext,
+  stop?: (kept: Buffer) => boolean,
+): Promise<RunOutput> {
   return new Promise((resolve, reject) => {
     const child = spawn(file, args, { cwd, env: { ...ENV, HOME: ctx.home }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     const killGroup = (): void => {
@@ -72,7 +86,14 @@ export async function searchOp(args: SearchArgs, ctx: RunContext): Promise<OpRes
   rgArgs.push('--regexp', args.pattern, '--', root);
   const matches: Array<{ path: string; line: number; text: string }> = [];
   // ripgrep writes one JSON object per line (`rg --json`, see rg(1)); stop once `limit` matches are in.
-  const result = await run('rg', rgArgs, root, 64 * 1024 * 1024, ctx, (kept) => kept.toString('utf8').split('"type":"match"').length - 1 > args.limit);
+  const result = await run(
+    'rg',
+    rgArgs,
+    root,
+    64 * 1024 * 1024,
+    ctx,
+    (kept) => kept.toString('utf8').split('"type":"match"').length - 1 > args.limit,
+  );
   for (const line of result.stdout.toString('utf8').split('\n')) {
     if (!line.startsWith('{"type":"match"')) continue;
     let event: { data?: { path?: { text?: string }; line_number?: number; lines?: { text?: string } } };
@@ -82,10 +103,17 @@ export async function searchOp(args: SearchArgs, ctx: RunContext): Promise<OpRes
       continue; // the last line may be cut where rg was stopped
     }
     if (matches.length >= args.limit) break;
-    matches.push({ path: event.data?.path?.text ?? '?', line: event.data?.line_number ?? 0, text: (event.data?.lines?.text ?? '').replace(/\n$/, '') });
+    matches.push({
+      path: event.data?.path?.text ?? '?',
+      line: event.data?.line_number ?? 0,
+      text: (event.data?.lines?.text ?? '').replace(/\n$/, ''),
+    });
   }
   // rg exits 1 when nothing matched, 2 on a bad pattern or other error.
-  if (result.code === 2 && matches.length === 0) throw new ToolError('input.invalid', `search failed: ${result.stderr.trim().split('\n')[0] ?? 'rg error'}`, { stderr: result.stderr.slice(0, 2000) });
+  if (result.code === 2 && matches.length === 0)
+    throw new ToolError('input.invalid', `search failed: ${result.stderr.trim().split('\n')[0] ?? 'rg error'}`, {
+      stderr: result.stderr.slice(0, 2000),
+    });
   const truncated = result.stoppedEarly || matches.length >= args.limit;
   return {
     data: { path: root, pattern: args.pattern, matches, truncated },
@@ -104,8 +132,11 @@ const GIT_SAFE = ['-c', 'core.fsmonitor=false', '-c', 'core.hooksPath=/dev/null'
 async function git(args: string[], cwd: string, maxBytes: number, ctx: RunContext): Promise<RunOutput> {
   const result = await run('git', [...GIT_SAFE, ...args], cwd, maxBytes, ctx);
   if (result.code !== 0 && !result.stoppedEarly) {
-    if (/not a git repository/i.test(result.stderr)) throw new ToolError('git.not_a_repository', `${cwd} is not inside a git work tree`, { path: cwd });
-    throw new ToolError('git.failed', `git ${args[0]} exited ${result.code}: ${result.stderr.trim().split('\n')[0] ?? ''}`, { stderr: result.stderr.slice(0, 4000) });
+    if (/not a git repository/i.test(result.stderr))
+      throw new ToolError('git.not_a_repository', `${cwd} is not inside a git work tree`, { path: cwd });
+    throw new ToolError('git.failed', `git ${args[0]} exited ${result.code}: ${result.stderr.trim().split('\n')[0] ?? ''}`, {
+      stderr: result.stderr.slice(0, 4000),
+    });
   }
   return result;
 }
@@ -125,7 +156,13 @@ export interface GitStatus {
  * path as its own NUL-terminated field), `u` unmerged, `?` untracked, `!` ignored.
  */
 export function parsePorcelainV2(output: string): GitStatus {
-  const status: GitStatus = { branch: { head: null, oid: null, upstream: null, ahead: 0, behind: 0 }, staged: [], unstaged: [], untracked: [], conflicted: [] };
+  const status: GitStatus = {
+    branch: { head: null, oid: null, upstream: null, ahead: 0, behind: 0 },
+    staged: [],
+    unstaged: [],
+    untracked: [],
+    conflicted: [],
+  };
   const fields = output.split('\0');
   for (let i = 0; i < fields.length; i += 1) {
     const record = fields[i]!;

@@ -52,7 +52,12 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
     provided = await ctx.secrets.provide(args.secrets ?? []);
   } catch (err) {
     // A secret file could not be written (the secrets tmpfs full or missing): nothing ran.
-    return outcomeWithoutRun('failed', 'not_started', errorInfo('execution.spawn_failed', `could not deliver the call's secrets: ${(err as Error).message}`), startedAt);
+    return outcomeWithoutRun(
+      'failed',
+      'not_started',
+      errorInfo('execution.spawn_failed', `could not deliver the call's secrets: ${(err as Error).message}`),
+      startedAt,
+    );
   }
   if (!('release' in provided)) return outcomeWithoutRun('denied', 'not_started', provided, startedAt);
   try {
@@ -74,7 +79,10 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
     LOGNAME: ctx.toolUser.name,
     ...userEnv,
   };
-  const environment: EffectReceipt['environment'] = { defaults: { ...EXEC_ENV_DEFAULTS, ...ctx.networkEnv }, keys: Object.keys(userEnv).sort() };
+  const environment: EffectReceipt['environment'] = {
+    defaults: { ...EXEC_ENV_DEFAULTS, ...ctx.networkEnv },
+    keys: Object.keys(userEnv).sort(),
+  };
   // The tool's processes are the first the kernel's OOM killer takes (oom_score_adj 1000,
   // proc(5); raising it needs no privilege), so a memory hog cannot take the agent down with it.
   // argv runs through `exec "$@"` so a missing program gets the shell's own message and 127.
@@ -181,7 +189,8 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   // A background task ends while other calls may run: it takes only its own group with it. A
   // foreground call runs alone (it declares access to everything) and sweeps, sparing the agent's
   // worker and running background tasks.
-  const killedProcesses = killedInGroup + (args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups()));
+  const killedProcesses =
+    killedInGroup + (args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups()));
   await drain(child.stdout, child.stderr);
   // What a redactor held back (a possible start of a value) ends the stream; the spool takes it on close.
   for (const stream of ['stdout', 'stderr'] as const) forward(stream, redactors[stream].end());
@@ -202,7 +211,14 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
       await spools[stream].remove();
     }
     const artifact = artifacts.at(-1)!;
-    return { truncated: true, originalBytes: s.bytes, keptBytes: s.keptBytes, strategy: 'head', fullArtifact: artifact.id, artifactTruncated: spools[stream].truncated };
+    return {
+      truncated: true,
+      originalBytes: s.bytes,
+      keptBytes: s.keptBytes,
+      strategy: 'head',
+      fullArtifact: artifact.id,
+      artifactTruncated: spools[stream].truncated,
+    };
   };
   const truncationStdout = await truncationOf('stdout', out);
   const truncationStderr = await truncationOf('stderr', err);
@@ -267,7 +283,11 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
       ...base,
       status: 'failed',
       commitState: 'committed',
-      error: errorInfo('resource.pids_exhausted', `exited with ${exit.code ?? exit.signal} after the sandbox process limit refused a fork`, { exitCode: exit.code }),
+      error: errorInfo(
+        'resource.pids_exhausted',
+        `exited with ${exit.code ?? exit.signal} after the sandbox process limit refused a fork`,
+        { exitCode: exit.code },
+      ),
       modelText: modelText(`exit ${exit.code ?? exit.signal}: process limit reached`),
     };
   }
@@ -325,12 +345,17 @@ async function checkCwd(cwd: string, user: { uid: number; gid: number }): Promis
 }
 
 function drain(...streams: NodeJS.ReadableStream[]): Promise<void> {
-  const closed = streams.map((s) => new Promise<void>((resolve) => {
-    const r = s as NodeJS.ReadableStream & { closed?: boolean; once(ev: string, fn: () => void): void };
-    if (r.closed) resolve();
-    else r.once('close', () => resolve());
-  }));
-  return Promise.race([Promise.all(closed).then(() => undefined), new Promise<void>((r) => setTimeout(r, DRAIN_AFTER_EXIT_MS))]).then(() => {
-    for (const s of streams) (s as NodeJS.ReadableStream & { destroy(): void }).destroy();
-  });
+  const closed = streams.map(
+    (s) =>
+      new Promise<void>((resolve) => {
+        const r = s as NodeJS.ReadableStream & { closed?: boolean; once(ev: string, fn: () => void): void };
+        if (r.closed) resolve();
+        else r.once('close', () => resolve());
+      }),
+  );
+  return Promise.race([Promise.all(closed).then(() => undefined), new Promise<void>((r) => setTimeout(r, DRAIN_AFTER_EXIT_MS))]).then(
+    () => {
+      for (const s of streams) (s as NodeJS.ReadableStream & { destroy(): void }).destroy();
+    },
+  );
 }

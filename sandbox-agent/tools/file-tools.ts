@@ -33,7 +33,17 @@ function fileTool(worker: ToolUserWorker, name: FileOpName): AgentTool<unknown> 
     async execute(ctx, args): Promise<AttemptOutcome> {
       const startedAt = new Date();
       ctx.emit({ type: 'call.started', attemptId: ctx.attemptId, pid: worker.pid });
-      const base = { startedAt, exit: null, environment: null, outputs: null, cleanup: null, stdout: '', stderr: '', truncation: null, runner: { pid: worker.pid, uid: ctx.toolUser.uid, gid: ctx.toolUser.gid } };
+      const base = {
+        startedAt,
+        exit: null,
+        environment: null,
+        outputs: null,
+        cleanup: null,
+        stdout: '',
+        stderr: '',
+        truncation: null,
+        runner: { pid: worker.pid, uid: ctx.toolUser.uid, gid: ctx.toolUser.gid },
+      };
       try {
         const r = await worker.request(name, args, ctx.timeoutMs, ctx.cancelSignal).finally(async () => {
           if (codeRuns) await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups());
@@ -42,28 +52,79 @@ function fileTool(worker: ToolUserWorker, name: FileOpName): AgentTool<unknown> 
         // A file may hold a secret value a call wrote there: what leaves the sandbox (data, text,
         // diff artifact) is redacted like exec output. Hashes in data stay those of the files.
         const { redaction } = ctx.secrets;
-        const { data, artifacts, modelText } = await diffToArtifact(ctx, redactData(redaction, r.data), redaction.redactText(r.modelText), inline);
-        return { ...base, endedAt: new Date(), status: 'succeeded', commitState: 'committed', error: null, data, versions: r.versions, modelText, artifacts };
+        const { data, artifacts, modelText } = await diffToArtifact(
+          ctx,
+          redactData(redaction, r.data),
+          redaction.redactText(r.modelText),
+          inline,
+        );
+        return {
+          ...base,
+          endedAt: new Date(),
+          status: 'succeeded',
+          commitState: 'committed',
+          error: null,
+          data,
+          versions: r.versions,
+          modelText,
+          artifacts,
+        };
       } catch (err) {
         const endedAt = new Date();
         const interrupted = writes || codeRuns ? ('unknown' as const) : ('not_started' as const);
         if (err instanceof ToolTimeout) {
           const error = errorInfo('execution.timeout', err.message, { timeoutMs: ctx.timeoutMs });
           ctx.emit({ type: 'call.timed_out', timeoutMs: ctx.timeoutMs });
-          return { ...base, endedAt, status: 'timed_out', commitState: interrupted, error, data: null, versions: [], modelText: error.message };
+          return {
+            ...base,
+            endedAt,
+            status: 'timed_out',
+            commitState: interrupted,
+            error,
+            data: null,
+            versions: [],
+            modelText: error.message,
+          };
         }
         if (err instanceof ToolCancelled) {
           ctx.emit({ type: 'call.cancel_acknowledged', attemptId: ctx.attemptId });
           const error = errorInfo('execution.cancelled', err.message);
-          return { ...base, endedAt, status: 'cancelled', commitState: interrupted, error, data: null, versions: [], modelText: error.message };
+          return {
+            ...base,
+            endedAt,
+            status: 'cancelled',
+            commitState: interrupted,
+            error,
+            data: null,
+            versions: [],
+            modelText: error.message,
+          };
         }
         if (err instanceof ToolError) {
           const { redaction } = ctx.secrets;
           const error = redaction.redactDeep(errorInfo(err.code, err.message, err.details));
-          return { ...base, endedAt, status: 'failed', commitState: 'not_started', error, data: null, versions: [], modelText: `${error.code}: ${error.message}` };
+          return {
+            ...base,
+            endedAt,
+            status: 'failed',
+            commitState: 'not_started',
+            error,
+            data: null,
+            versions: [],
+            modelText: `${error.code}: ${error.message}`,
+          };
         }
         const error = errorInfo('execution.effect_unknown', `the tool-user worker failed: ${(err as Error).message}`);
-        return { ...base, endedAt, status: 'effect_unknown', commitState: writes ? 'unknown' : 'not_started', error, data: null, versions: [], modelText: error.message };
+        return {
+          ...base,
+          endedAt,
+          status: 'effect_unknown',
+          commitState: writes ? 'unknown' : 'not_started',
+          error,
+          data: null,
+          versions: [],
+          modelText: error.message,
+        };
       }
     },
   };
@@ -104,7 +165,11 @@ async function diffToArtifact(
   if (granted < bytes) {
     ctx.spool.budget.give(granted);
     const note = `[diff truncated: ${bytes} bytes in all; no spool room to keep the whole]`;
-    return { data: { ...data, diff: head, diffTruncated: true, diffBytes: bytes, diffArtifact: null }, artifacts: [], modelText: `${head}\n${note}` };
+    return {
+      data: { ...data, diff: head, diffTruncated: true, diffBytes: bytes, diffArtifact: null },
+      artifacts: [],
+      modelText: `${head}\n${note}`,
+    };
   }
   const path = join(ctx.spool.dir, `${ctx.attemptId}.diff`);
   try {

@@ -70,7 +70,14 @@ export const auditPage: PageFactory = (ctx) => {
     current = cursors.pop();
     void load();
   });
-  const form = h('form', { class: 'filters', id: 'audit-filters' }, h('label', {}, 'Action ', action), h('label', {}, 'Target ', target), h('label', {}, 'Per page ', limit), h('button', { type: 'submit' }, 'Filter'));
+  const form = h(
+    'form',
+    { class: 'filters', id: 'audit-filters' },
+    h('label', {}, 'Action ', action),
+    h('label', {}, 'Target ', target),
+    h('label', {}, 'Per page ', limit),
+    h('button', { type: 'submit' }, 'Filter'),
+  );
   form.addEventListener('submit', (event) => {
     event.preventDefault();
     restart();
@@ -84,7 +91,12 @@ export const auditPage: PageFactory = (ctx) => {
       {},
       h('div', { class: 'toolbar' }, h('h2', {}, 'Audit log')),
       form,
-      h('table', { class: 'data', id: 'audit' }, h('thead', {}, h('tr', {}, ...['Time (UTC)', 'Action', 'Target', 'Actor', 'Before → after', 'Details'].map((c) => h('th', {}, c)))), body),
+      h(
+        'table',
+        { class: 'data', id: 'audit' },
+        h('thead', {}, h('tr', {}, ...['Time (UTC)', 'Action', 'Target', 'Actor', 'Before → after', 'Details'].map((c) => h('th', {}, c)))),
+        body,
+      ),
       note,
       h('div', { class: 'pager' }, newer, position, older),
     ),

@@ -9,7 +9,13 @@ import type { PageFactory } from '../page.js';
 
 export const egressPage: PageFactory = (ctx, selected) => {
   const sandbox = h('select', { id: 'egress-sandbox' });
-  const decision = h('select', { id: 'egress-decision' }, h('option', { value: '' }, 'any'), h('option', { value: 'allowed' }, 'allowed'), h('option', { value: 'denied' }, 'denied'));
+  const decision = h(
+    'select',
+    { id: 'egress-decision' },
+    h('option', { value: '' }, 'any'),
+    h('option', { value: 'allowed' }, 'allowed'),
+    h('option', { value: 'denied' }, 'denied'),
+  );
   const host = h('input', { type: 'search', id: 'egress-host', placeholder: 'host contains…', autocomplete: 'off' });
   const body = h('tbody');
   const note = h('p', { class: 'empty' });
@@ -39,15 +45,23 @@ export const egressPage: PageFactory = (ctx, selected) => {
     if (decision.value !== '') query.set('decision', decision.value);
     if (host.value.trim() !== '') query.set('host', host.value.trim());
     try {
-      const log = await ctx.api.json('GET', `/v1/sandboxes/${encodeURIComponent(id)}/egress${query.size > 0 ? `?${query}` : ''}`, EgressLog);
+      const log = await ctx.api.json(
+        'GET',
+        `/v1/sandboxes/${encodeURIComponent(id)}/egress${query.size > 0 ? `?${query}` : ''}`,
+        EgressLog,
+      );
       // Newest first, like the audit log.
       replace(body, ...[...log.events].reverse().map(row));
       const filtered = query.size > 0;
       const dropped = log.dropped.allowed + log.dropped.denied;
       note.textContent =
         log.events.length > 0
-          ? dropped > 0 ? `${dropped} older events were dropped from the log.` : ''
-          : filtered ? 'No connections match these filters.' : 'No connections recorded. Only sandboxes whose policy has network mode allowlist reach the egress proxy.';
+          ? dropped > 0
+            ? `${dropped} older events were dropped from the log.`
+            : ''
+          : filtered
+            ? 'No connections match these filters.'
+            : 'No connections recorded. Only sandboxes whose policy has network mode allowlist reach the egress proxy.';
     } catch (err) {
       replace(body);
       note.textContent = `Could not read the egress log: ${describeError(err)}`;
@@ -58,14 +72,26 @@ export const egressPage: PageFactory = (ctx, selected) => {
     try {
       const { sandboxes } = await ctx.api.json('GET', '/v1/sandboxes', SandboxList);
       sandboxes.sort((a, b) => b.createdAt.localeCompare(a.createdAt));
-      replace(sandbox, ...sandboxes.map((l) => h('option', { value: l.id, selected: l.id === selected }, `${l.id} · ${l.policy.name} v${l.policy.version} · ${l.status}`)));
+      replace(
+        sandbox,
+        ...sandboxes.map((l) =>
+          h('option', { value: l.id, selected: l.id === selected }, `${l.id} · ${l.policy.name} v${l.policy.version} · ${l.status}`),
+        ),
+      );
       await load();
     } catch (err) {
       ctx.flash('error', `Could not list sandboxes: ${describeError(err)}`);
     }
   };
 
-  const form = h('form', { class: 'filters', id: 'egress-filters' }, h('label', {}, 'Sandbox ', sandbox), h('label', {}, 'Decision ', decision), h('label', {}, 'Host ', host), h('button', { type: 'submit' }, 'Filter'));
+  const form = h(
+    'form',
+    { class: 'filters', id: 'egress-filters' },
+    h('label', {}, 'Sandbox ', sandbox),
+    h('label', {}, 'Decision ', decision),
+    h('label', {}, 'Host ', host),
+    h('button', { type: 'submit' }, 'Filter'),
+  );
   form.addEventListener('submit', (event) => {
     event.preventDefault();
     void load();
@@ -83,7 +109,20 @@ export const egressPage: PageFactory = (ctx, selected) => {
       {},
       h('div', { class: 'toolbar' }, h('h2', {}, 'Egress')),
       form,
-      h('table', { class: 'data', id: 'egress' }, h('thead', {}, h('tr', {}, ...['Time (UTC)', 'Decision', 'Method', 'Destination', 'Rule / reason', 'Address', 'Out', 'In'].map((c) => h('th', {}, c)))), body),
+      h(
+        'table',
+        { class: 'data', id: 'egress' },
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            ...['Time (UTC)', 'Decision', 'Method', 'Destination', 'Rule / reason', 'Address', 'Out', 'In'].map((c) => h('th', {}, c)),
+          ),
+        ),
+        body,
+      ),
       note,
     ),
     dispose: () => undefined,

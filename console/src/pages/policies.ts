@@ -82,7 +82,10 @@ export const policiesPage: PageFactory = (ctx, selected) => {
     const load = (version: PolicyVersionView): void => {
       editor.setText(policyToText(version.policy));
       editor.revealLine(1);
-      base.textContent = version.version === history.latest ? `editing from the latest, v${version.version}` : `editing from v${version.version} (latest is v${history.latest})`;
+      base.textContent =
+        version.version === history.latest
+          ? `editing from the latest, v${version.version}`
+          : `editing from v${version.version} (latest is v${history.latest})`;
       issues = [];
       showIssues();
     };
@@ -123,7 +126,16 @@ export const policiesPage: PageFactory = (ctx, selected) => {
         issues = [];
         located = [parsed.issue];
         editor.setIssues(located);
-        replace(issueList, h('li', { 'data-path': '', 'data-line': parsed.issue.line ?? '' }, h('code', {}, 'syntax'), ` line ${parsed.issue.line ?? '?'} `, h('div', {}, parsed.issue.message)));
+        replace(
+          issueList,
+          h(
+            'li',
+            { 'data-path': '', 'data-line': parsed.issue.line ?? '' },
+            h('code', {}, 'syntax'),
+            ` line ${parsed.issue.line ?? '?'} `,
+            h('div', {}, parsed.issue.message),
+          ),
+        );
         issuePanel.classList.remove('clean');
         status.textContent = 'Not saved: the text is not valid YAML or JSON.';
         status.classList.add('error-text');
@@ -179,9 +191,18 @@ export const policiesPage: PageFactory = (ctx, selected) => {
       h('div', { class: 'toolbar' }, saveButton, revertButton, base),
       status,
       h('div', { class: 'editor-row' }, editor.el, issuePanel),
-      h('p', { class: 'muted hint' }, 'YAML or JSON. The name comes from the page and the version is assigned on save (the next one); fields left out take their defaults.'),
+      h(
+        'p',
+        { class: 'muted hint' },
+        'YAML or JSON. The name comes from the page and the version is assigned on save (the next one); fields left out take their defaults.',
+      ),
       h('h3', {}, 'Version history'),
-      h('table', { class: 'data', id: 'policy-history' }, h('thead', {}, h('tr', {}, ...['Version', 'Created (UTC)', 'By', 'Digest', ''].map((c) => h('th', {}, c)))), historyBody),
+      h(
+        'table',
+        { class: 'data', id: 'policy-history' },
+        h('thead', {}, h('tr', {}, ...['Version', 'Created (UTC)', 'By', 'Digest', ''].map((c) => h('th', {}, c)))),
+        historyBody,
+      ),
     );
   }
 

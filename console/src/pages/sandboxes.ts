@@ -17,12 +17,17 @@ export const sandboxesPage: PageFactory = (ctx) => {
   const table = h(
     'table',
     { class: 'data', id: 'sandboxes' },
-    h('thead', {}, h('tr', {}, ...['Sandbox', 'Tenant', 'Status', 'Policy', 'Created', 'TTL left', 'Labels', ''].map((c) => h('th', {}, c)))),
+    h(
+      'thead',
+      {},
+      h('tr', {}, ...['Sandbox', 'Tenant', 'Status', 'Policy', 'Created', 'TTL left', 'Labels', ''].map((c) => h('th', {}, c))),
+    ),
     body,
   );
   const empty = h('p', { class: 'empty' });
 
-  const ttlText = (lease: Lease): string => (LIVE.includes(lease.status) ? formatDuration((Date.parse(lease.expiresAt) - Date.now()) / 1000) : '—');
+  const ttlText = (lease: Lease): string =>
+    LIVE.includes(lease.status) ? formatDuration((Date.parse(lease.expiresAt) - Date.now()) / 1000) : '—';
 
   const release = async (lease: Lease, button: HTMLButtonElement): Promise<void> => {
     if (!confirm(`Release sandbox ${lease.id}? Its container and workspace are removed.`)) return;
@@ -50,11 +55,21 @@ export const sandboxesPage: PageFactory = (ctx) => {
           h('td', {}, h('code', {}, lease.id)),
           h('td', {}, lease.tenant),
           h('td', {}, h('span', { class: `badge status-${lease.status}` }, lease.status)),
-          h('td', {}, h('a', { href: `#/policies/${encodeURIComponent(lease.policy.name)}` }, lease.policy.name), ` v${lease.policy.version}`),
+          h(
+            'td',
+            {},
+            h('a', { href: `#/policies/${encodeURIComponent(lease.policy.name)}` }, lease.policy.name),
+            ` v${lease.policy.version}`,
+          ),
           h('td', {}, formatTime(lease.createdAt)),
           h('td', { class: 'ttl', 'data-expires': lease.expiresAt }, ttlText(lease)),
           h('td', {}, ...Object.entries(lease.labels).map(([k, v]) => h('span', { class: 'label' }, `${k}=${v}`))),
-          h('td', { class: 'actions' }, h('a', { href: `#/egress/${encodeURIComponent(lease.id)}`, class: 'small' }, 'Egress'), live && button),
+          h(
+            'td',
+            { class: 'actions' },
+            h('a', { href: `#/egress/${encodeURIComponent(lease.id)}`, class: 'small' }, 'Egress'),
+            live && button,
+          ),
         );
       }),
     );

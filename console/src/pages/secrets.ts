@@ -9,8 +9,23 @@ import type { PageFactory } from '../page.js';
 export const secretsPage: PageFactory = (ctx) => {
   const body = h('tbody');
   const empty = h('p', { class: 'empty' });
-  const nameInput = h('input', { type: 'text', id: 'secret-name', required: true, pattern: '[A-Za-z0-9_.\\-]+', placeholder: 'NPM_TOKEN', autocomplete: 'off', spellcheck: 'false' });
-  const valueInput = h('textarea', { id: 'secret-value', required: true, rows: 3, autocomplete: 'off', spellcheck: 'false', placeholder: 'the value (sent once, never shown again)' });
+  const nameInput = h('input', {
+    type: 'text',
+    id: 'secret-name',
+    required: true,
+    pattern: '[A-Za-z0-9_.\\-]+',
+    placeholder: 'NPM_TOKEN',
+    autocomplete: 'off',
+    spellcheck: 'false',
+  });
+  const valueInput = h('textarea', {
+    id: 'secret-value',
+    required: true,
+    rows: 3,
+    autocomplete: 'off',
+    spellcheck: 'false',
+    placeholder: 'the value (sent once, never shown again)',
+  });
   const submit = h('button', { type: 'submit', class: 'primary' }, 'Set value');
 
   const load = async (): Promise<void> => {
@@ -75,7 +90,9 @@ export const secretsPage: PageFactory = (ctx) => {
     submit.disabled = true;
     void ctx.api
       .json('PUT', `/v1/secrets/${encodeURIComponent(name)}`, SecretMetadata, { value })
-      .then((meta) => ctx.flash('ok', `Stored ${meta.name} version ${meta.version} (${formatBytes(meta.sizeBytes)}). The value cannot be read back.`))
+      .then((meta) =>
+        ctx.flash('ok', `Stored ${meta.name} version ${meta.version} (${formatBytes(meta.sizeBytes)}). The value cannot be read back.`),
+      )
       .catch((err: unknown) => ctx.flash('error', `Could not store ${name}: ${describeError(err)}`))
       .finally(() => {
         submit.disabled = false;
@@ -89,8 +106,21 @@ export const secretsPage: PageFactory = (ctx) => {
       'section',
       {},
       h('div', { class: 'toolbar' }, h('h2', {}, 'Secrets')),
-      h('p', { class: 'muted' }, 'Names and metadata only: values are encrypted at rest and reach only the sandboxes whose policy allows them.'),
-      h('table', { class: 'data', id: 'secrets' }, h('thead', {}, h('tr', {}, ...['Name', 'Version', 'Size', 'Updated (UTC)', 'Updated by', 'Created (UTC)', ''].map((c) => h('th', {}, c)))), body),
+      h(
+        'p',
+        { class: 'muted' },
+        'Names and metadata only: values are encrypted at rest and reach only the sandboxes whose policy allows them.',
+      ),
+      h(
+        'table',
+        { class: 'data', id: 'secrets' },
+        h(
+          'thead',
+          {},
+          h('tr', {}, ...['Name', 'Version', 'Size', 'Updated (UTC)', 'Updated by', 'Created (UTC)', ''].map((c) => h('th', {}, c))),
+        ),
+        body,
+      ),
       empty,
       form,
     ),
