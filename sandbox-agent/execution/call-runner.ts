@@ -31,7 +31,8 @@ export interface CallRunnerDeps {
   keys: LeaseKeys;
   secrets: LeaseSecrets;
   tools: ReadonlyMap<string, AgentTool<unknown>>;
-  returns: ReturnChannel;
+  /** The return path: only what the runner uses of it (tests pass a fake). */
+  returns: Pick<ReturnChannel, 'forAttempt' | 'sendArtifact'>;
   claimAttempt: ClaimAttempt;
   keyExists: KeyExists;
   /** The agent's logger (bound to the sandbox); each attempt logs through a child bound to its call and attempt. */
