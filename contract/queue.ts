@@ -77,7 +77,13 @@ export const AgentConfig = z.object({
   rootPrefix: z.string(),
   redis: z.object({ path: z.string(), username: z.string(), password: z.string() }),
   toolUser: z.object({ name: z.string(), uid: z.number().int(), gid: z.number().int(), home: z.string() }),
+  /** The tools' default cwd: the image's `WorkingDir`, else `/workspace`. */
   workdir: z.string(),
+  /**
+   * The image's `Env` (PATH, PYTHONPATH, a conda prefix, ...): the tools' environment over the
+   * agent's defaults and under the lease's env. The agent itself never runs with it.
+   */
+  imageEnv: EnvMap.default({}),
   /** Lease env, applied under every call's env. */
   env: EnvMap,
   /** Agent-only directory for output spooled to become artifacts; `maxArtifactBytes` per stream, `maxTotalBytes` for all at once. */

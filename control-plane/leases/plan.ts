@@ -11,7 +11,7 @@ import type { SecretGrant } from '../../contract/queue.js';
 import { compileSandboxSpec, type CompileInput } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
 import type { PolicyService } from '../policies/service.js';
-import type { Ownership, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
+import type { ImageConfig, Ownership, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
 import type { CreateSandboxBody, SecretRequest } from './schema.js';
 
@@ -25,7 +25,8 @@ export interface LeasePlan {
   /** Secret values in clear, zeroed when the create ends. */
   values: Map<string, Buffer>;
   image: string;
-  imageId: string;
+  /** The image as the engine has it: its id, and the config the sandbox honours or records. */
+  imageConfig: ImageConfig;
   engineVersion: string;
   spec: SandboxSpec;
 }
@@ -36,7 +37,7 @@ export function leaseDirs(dataDir: string, id: string): { credentials: string; e
 }
 
 export interface PlannerDeps {
-  runtime: Pick<SandboxRuntime, 'info' | 'imageId'>;
+  runtime: Pick<SandboxRuntime, 'info' | 'inspectImage'>;
   policies: Pick<PolicyService, 'resolve'>;
   /** Values of the secrets a lease is granted, for its agent only. */
   secrets: Pick<SecretService, 'reveal'>;
@@ -51,6 +52,8 @@ export interface PlannerOptions {
   sbxVersion: string;
   dataDir: string;
   defaultImage: string;
+  /** Host directory of the agent runtime, mounted read-only at /opt/sbx in every sandbox. */
+  agentRuntimeDir: string;
   /** Host path of the Redis unix socket agents connect to. */
   agentRedisSocket: string;
   /** Host directories read-only mounts may come from (`SBX_MOUNT_ALLOWLIST`). */
@@ -103,7 +106,7 @@ export class LeasePlanner {
     }
     const values = await this.deps.secrets.reveal(grants.map((g) => g.name));
     const image = body.image ?? this.options.defaultImage;
-    const [info, imageId] = await Promise.all([runtime.info(), runtime.imageId(image)]);
+    const [info, imageConfig] = await Promise.all([runtime.info(), runtime.inspectImage(image)]);
     const dirs = leaseDirs(this.options.dataDir, id);
     const spec = compileSandboxSpec({
       leaseId: id,
@@ -113,13 +116,14 @@ export class LeasePlanner {
       policy,
       policyRef: ref,
       agentConfigHostDir: dirs.credentials,
+      agentRuntimeDir: this.options.agentRuntimeDir,
       agentRedisSocketDir: dirname(this.options.agentRedisSocket),
       egressSocketHostDir: dirs.egress,
       mounts: await resolveMounts(policy, this.options.mountAllowlist, this.options.protectedHostPaths),
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
     });
-    return { policy, ref, ttlSeconds, env, grants, values, image, imageId, engineVersion: info.engineVersion, spec };
+    return { policy, ref, ttlSeconds, env, grants, values, image, imageConfig, engineVersion: info.engineVersion, spec };
   }
 }
 

@@ -1,6 +1,6 @@
 /**
  * Docker engine driver (dockerode). The only module that talks to Docker. File transfers run
- * GNU tar inside the sandbox as the tool user (docker exec) rather than through the archive
+ * GNU tar (the agent runtime's, not the image's) inside the sandbox as the tool user (docker exec) rather than through the archive
  * API, which writes as root through the daemon and follows symlinks the sandbox planted (into
  * a read-only root, for one). Responses are parsed
  * with zod at this boundary; Docker errors are translated once here into AppErrors, keeping the
@@ -9,6 +9,7 @@
 import { PassThrough, Writable, type Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { z } from 'zod';
+import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_TOOLS } from '../../contract/agent-runtime.js';
 import { AppError } from '../../contract/errors.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { REFUSE_OUTSIDE, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
@@ -16,6 +17,7 @@ import {
   LABEL,
   ownershipLabels,
   type OwnedSandbox,
+  type ImageConfig,
   type Ownership,
   type RunAs,
   type RuntimeInfo,
@@ -24,7 +26,22 @@ import {
 } from './runtime.js';
 
 const InfoResponse = z.object({ ServerVersion: z.string(), Runtimes: z.record(z.string(), z.unknown()).default({}) });
-const ImageInspect = z.object({ Id: z.string() });
+const StringList = z.array(z.string()).nullable().default(null);
+const ImageInspect = z.object({
+  Id: z.string(),
+  RepoDigests: z.array(z.string()).nullable().default([]),
+  Config: z
+    .object({
+      Env: StringList,
+      WorkingDir: z.string().nullable().default(''),
+      User: z.string().nullable().default(''),
+      Labels: z.record(z.string(), z.string()).nullable().default({}),
+      Entrypoint: StringList,
+      Cmd: StringList,
+    })
+    .nullable()
+    .default(null),
+});
 const ContainerSummary = z.object({ Id: z.string(), State: z.string(), Labels: z.record(z.string(), z.string()).nullable().default({}) });
 const NetworkList = z.array(z.object({ Id: z.string() }));
 const VolumeList = z.object({
@@ -50,9 +67,10 @@ export class DockerRuntime implements SandboxRuntime {
     return { engineVersion: info.ServerVersion, ociRuntimes: Object.keys(info.Runtimes) };
   }
 
-  async imageId(ref: string): Promise<string> {
+  async inspectImage(ref: string): Promise<ImageConfig> {
+    let inspected: z.infer<typeof ImageInspect>;
     try {
-      return ImageInspect.parse(await this.docker.getImage(ref).inspect()).Id;
+      inspected = ImageInspect.parse(await this.docker.getImage(ref).inspect());
     } catch (err) {
       const status = statusOf(err);
       // 404: no such image; 400: not a valid reference. Either way the client must name another.
@@ -63,6 +81,22 @@ export class DockerRuntime implements SandboxRuntime {
         });
       throw unavailable('inspect image', err);
     }
+    const config = inspected.Config;
+    const env: Record<string, string> = {};
+    for (const entry of config?.Env ?? []) {
+      const at = entry.indexOf('=');
+      if (at > 0) env[entry.slice(0, at)] = entry.slice(at + 1);
+    }
+    return {
+      id: inspected.Id,
+      env,
+      workingDir: config?.WorkingDir || null,
+      user: config?.User || null,
+      labels: config?.Labels ?? {},
+      entrypoint: config?.Entrypoint ?? null,
+      cmd: config?.Cmd ?? null,
+      repoDigests: inspected.RepoDigests ?? [],
+    };
   }
 
   async start(spec: SandboxSpec): Promise<{ containerId: string }> {
@@ -99,6 +133,12 @@ export class DockerRuntime implements SandboxRuntime {
         Image: spec.image,
         Labels: spec.labels,
         Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+        // The image's entrypoint, command and user are recorded, never run: the agent runs as
+        // root from the runtime mount and drops every tool to the tool user.
+        Entrypoint: spec.command,
+        Cmd: [],
+        User: '0:0',
+        WorkingDir: '/',
         NetworkDisabled: spec.network.mode === 'none',
         HostConfig: {
           NetworkMode: networkMode,
@@ -209,14 +249,19 @@ export class DockerRuntime implements SandboxRuntime {
 
   async extractTar(leaseId: string, dir: string, root: string, tar: Readable, user: RunAs): Promise<void> {
     const relative = dir === root ? '' : dir.slice(root.length + 1);
-    const run = await this.execTar(leaseId, ['sh', '-c', UPLOAD_SCRIPT, 'sbx-upload', dir, root, relative], user, tar);
+    const run = await this.execTar(
+      leaseId,
+      [AGENT_RUNTIME_BUSYBOX, 'sh', '-c', UPLOAD_SCRIPT, 'sbx-upload', dir, root, relative],
+      user,
+      tar,
+    );
     run.stdout.resume();
     const { exitCode, stderr } = await run.done;
     if (exitCode !== 0) throw uploadConflict(stderr, dir) ?? tarError(stderr, dir);
   }
 
   async createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable> {
-    const run = await this.execTar(leaseId, ['sh', '-c', DOWNLOAD_SCRIPT, 'sbx-download', path, root], user, null);
+    const run = await this.execTar(leaseId, [AGENT_RUNTIME_BUSYBOX, 'sh', '-c', DOWNLOAD_SCRIPT, 'sbx-download', path, root], user, null);
     // The script checks the path before tar writes anything, so a missing or unreadable path
     // ends with no output and becomes an HTTP error instead of a broken archive.
     const first = await new Promise<Buffer | null>((resolve) => {
@@ -262,6 +307,9 @@ export class DockerRuntime implements SandboxRuntime {
       exec = await container.exec({
         Cmd: cmd,
         User: `${user.uid}:${user.gid}`,
+        // The runtime's own busybox and GNU tar, not the image's: transfers work the same in an
+        // image without a shell or tar, and whatever PATH the image sets.
+        Env: [`PATH=${AGENT_RUNTIME_TOOLS}`],
         AttachStdin: stdin !== null,
         AttachStdout: true,
         AttachStderr: true,
