@@ -22,6 +22,8 @@ export interface AttemptContext {
   readonly leaseEnv: Record<string, string>;
   /** The image's Env: under the network and lease env, over the agent's defaults. */
   readonly imageEnv: Record<string, string>;
+  /** The default cwd of `exec` (`AgentConfig.workdir`). */
+  readonly workdir: string;
   /** Absolute path of the shell `exec` runs with (`SandboxFacts.shell`). */
   readonly shell: string;
   /** The egress proxy variables (network mode `allowlist`), under the lease env; else empty. */

@@ -162,6 +162,7 @@ export class CallRunner {
           toolUser: this.deps.config.toolUser,
           leaseEnv: this.leaseEnv,
           imageEnv: this.deps.config.imageEnv,
+          workdir: this.deps.config.workdir,
           shell: this.deps.shell,
           networkEnv: this.networkEnv,
           secrets: this.secrets,

@@ -50,8 +50,9 @@ export const execTool: AgentTool<ExecArgs> = {
 
 async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutcome> {
   const startedAt = new Date();
-  const cwdError = await checkCwd(args.cwd, ctx.toolUser);
-  if (cwdError) return outcomeWithoutRun('failed', 'not_started', errorInfo('input.cwd_not_found', cwdError, { cwd: args.cwd }), startedAt);
+  const cwd = args.cwd ?? ctx.workdir;
+  const cwdError = await checkCwd(cwd, ctx.toolUser);
+  if (cwdError) return outcomeWithoutRun('failed', 'not_started', errorInfo('input.cwd_not_found', cwdError, { cwd }), startedAt);
 
   let provided;
   try {
@@ -116,7 +117,7 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   let child: ChildProcessWithoutNullStreams;
   try {
     child = spawn(ctx.shell, shellArgs, {
-      cwd: args.cwd,
+      cwd: args.cwd ?? ctx.workdir,
       env,
       uid: ctx.toolUser.uid,
       gid: ctx.toolUser.gid,
