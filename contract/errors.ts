@@ -254,6 +254,11 @@ export const ERROR_CODES = {
     retryability: 'after_fix',
     summary: '`oldString` occurs more than once and `replaceAll` is not set (details.count).',
   },
+  'image.user_not_found': {
+    status: 422,
+    retryability: 'after_fix',
+    summary: "The image's `User` (or its group) is not defined in the image's /etc/passwd (/etc/group); nothing was created.",
+  },
   'tool.unavailable': {
     status: 422,
     retryability: 'after_fix',

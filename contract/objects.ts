@@ -32,7 +32,14 @@ export const SandboxFacts = z.object({
     python: z.string().nullable(),
     pip: z.string().nullable().optional(),
   }),
-  user: z.object({ name: z.string(), uid: z.number().int(), gid: z.number().int(), home: z.string() }),
+  /** The tool user; `source` says whose choice it was (the policy's, the image's `User`, or the default). */
+  user: z.object({
+    name: z.string(),
+    uid: z.number().int(),
+    gid: z.number().int(),
+    home: z.string(),
+    source: z.enum(['policy', 'image', 'default']).optional(),
+  }),
   workdir: z.string(),
   agentVersion: z.string(),
   /**

@@ -11,10 +11,11 @@ import { chmod, copyFile, mkdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Lease, ToolResult } from '../contract/objects.js';
-import { buildImage, docker, execIn, importImage, removeImages, tarBytes, useHarness } from './fixtures/index.js';
+import { apiAs, buildImage, containersOf, docker, execIn, importImage, removeImages, tarBytes, useHarness } from './fixtures/index.js';
 
 const h = useHarness();
 const exec = execIn(() => h.client);
+const api = apiAs(() => h.url);
 /** A file tool's result (the exec helper is for exec only). */
 const call = async (leaseId: string, tool: string, args: Record<string, unknown>): Promise<ToolResult> => {
   const result = await h.client.submitCall(leaseId, tool, args, { waitSeconds: 60 });
@@ -178,5 +179,53 @@ describe('no shell at all (one static program, as in distroless images)', () => 
     expect(cmd.stdout.split('\n')).toEqual(expect.arrayContaining(['/app', 'app', 'etc', 'workspace']));
     const missing = await exec(lease.id, 'python3 --version');
     expect(missing.exitCode).toBe(127);
+  });
+});
+
+describe("the image's User: the tool user when the policy names none, never root", () => {
+  let appImage: string;
+  let ghostImage: string;
+  beforeAll(async () => {
+    appImage = await buildImage('user-app', ['FROM sbx-base:bookworm', 'RUN useradd -u 1500 -m app', 'USER app'].join('\n'));
+    ghostImage = await buildImage('user-ghost', ['FROM sbx-base:bookworm', 'USER ghost'].join('\n'));
+    // The default policy without its tool user, as an admin would make it.
+    const current = await api(h.apiKey, 'GET', '/v1/policies/default');
+    const policy = structuredClone(current.body.policy);
+    delete policy.name;
+    delete policy.version;
+    delete policy.runtime.toolUser;
+    const put = await api(h.apiKey, 'PUT', '/v1/policies/image-user', policy);
+    expect(put.status, JSON.stringify(put.body)).toBe(201);
+  }, 120_000);
+
+  it('under a policy without toolUser the image User runs the tools, owns the writable roots, and the manifest says so', async () => {
+    const lease = await h.client.createSandbox({ image: appImage, policy: 'image-user' });
+    expect(lease.manifest!.user).toEqual({ name: 'app', uid: 1500, gid: 1500, home: '/home/app', source: 'image' });
+    const r = await exec(lease.id, 'id -u; id -g; echo "$HOME"; touch /workspace/mine && stat -c %u /workspace/mine');
+    expect(r.stdout.trim().split('\n')).toEqual(['1500', '1500', '/home/app', '1500']);
+    await h.client.uploadTar(lease.id, '/workspace', await tarBytes([{ name: 'up.txt', content: 'x' }]));
+    expect((await exec(lease.id, 'stat -c %u /workspace/up.txt')).stdout.trim()).toBe('1500');
+  });
+
+  it("a policy that names the tool user wins over the image's User", async () => {
+    const lease = await h.client.createSandbox({ image: appImage });
+    expect(lease.manifest!.user).toMatchObject({ uid: 1000, source: 'policy' });
+    expect((await exec(lease.id, 'id -u')).stdout.trim()).toBe('1000');
+  });
+
+  it('an image running as root gets the default tool user, not root', async () => {
+    const lease = await h.client.createSandbox({ image: debianImage, policy: 'image-user' });
+    expect(lease.manifest!.user).toEqual({ name: 'sandbox', uid: 1000, gid: 1000, home: '/home/sandbox', source: 'default' });
+  });
+
+  it('a User the image does not define is 422 image.user_not_found, and nothing is created', async () => {
+    const before = await containersOf(h.config.owner);
+    const leasesBefore = (await h.client.listSandboxes()).length;
+    const answer = await api(h.apiKey, 'POST', '/v1/sandboxes', { image: ghostImage, policy: 'image-user' });
+    expect(answer.status).toBe(422);
+    expect(answer.body.error).toMatchObject({ code: 'image.user_not_found', details: { user: 'ghost' } });
+    // Refused while planning: no container (the one that read /etc/passwd is gone too), no lease.
+    expect(await containersOf(h.config.owner)).toEqual(before);
+    expect((await h.client.listSandboxes()).length).toBe(leasesBefore);
   });
 });

@@ -135,6 +135,7 @@ export class LeaseCreator {
       owner: this.owner,
       env: plan.env,
       policySnapshot: plan.policy,
+      toolUser: plan.toolUser,
       secrets: plan.grants,
       containerId: warm?.containerId ?? null,
       inProgressBy: this.deps.processId,

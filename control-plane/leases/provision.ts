@@ -65,7 +65,7 @@ export class Provisioner {
       leaseId: id,
       rootPrefix: this.options.redisPrefix,
       redis: { path: `${AGENT_REDIS_DIR}/${this.options.agentRedisSocket.split('/').pop()}`, ...creds },
-      toolUser: plan.policy.runtime.toolUser,
+      toolUser: plan.toolUser,
       workdir: plan.imageConfig.workingDir ?? DEFAULT_WORKDIR,
       imageEnv: plan.imageConfig.env,
       env: pooled ? {} : plan.env,

@@ -90,6 +90,7 @@ function world(over: { start?: () => Promise<{ containerId: string }> } = {}) {
         cmd: null,
         repoDigests: [],
       }),
+      readImageFiles: async (_ref: string, paths: string[]) => paths.map(() => null),
       start:
         over.start ??
         (async (spec) => {

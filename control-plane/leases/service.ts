@@ -53,7 +53,7 @@ export interface LeaseServiceOptions extends PlannerOptions {
 }
 
 export interface LeaseServiceDeps {
-  runtime: Pick<SandboxRuntime, 'info' | 'inspectImage' | 'start' | 'exited' | 'remove' | 'listOwned'>;
+  runtime: Pick<SandboxRuntime, 'info' | 'inspectImage' | 'readImageFiles' | 'start' | 'exited' | 'remove' | 'listOwned'>;
   store: Pick<
     LeaseStore,
     | 'createLease'

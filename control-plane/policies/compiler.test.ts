@@ -29,6 +29,7 @@ function input(policy: Policy, ociRuntimes = ['runc']): CompileInput {
     policyRef: policyRef(policy),
     agentConfigHostDir: '/data/leases/sbx_abc',
     agentRuntimeDir: '/opt/sbx-runtime/abc',
+    toolUser: policy.runtime.toolUser!,
     agentRedisSocketDir: '/data/redis-socket',
     egressSocketHostDir: '/data/egress/sbx_abc',
     mounts: {

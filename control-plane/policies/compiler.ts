@@ -14,7 +14,7 @@ import {
 } from '../../contract/agent-runtime.js';
 import { AppError } from '../../contract/errors.js';
 import type { PolicyRef } from '../../contract/objects.js';
-import type { AgentConfig } from '../../contract/queue.js';
+import type { AgentConfig, ToolUser } from '../../contract/queue.js';
 import { SBX_BRIDGE_PREFIX } from '../runtime/link-local-guard.js';
 import { SECRET_FILES_DIR, SECRET_MAX_BYTES } from '../../contract/secrets.js';
 import { LABEL, ownershipLabels, type Ownership, type SandboxSpec } from '../runtime/runtime.js';
@@ -46,6 +46,8 @@ export interface CompileInput {
   policyRef: PolicyRef;
   /** Host directory holding this lease's agent credentials file. */
   agentConfigHostDir: string;
+  /** Who the tools run as (resolved: the policy's, the image's `User`, or the default; leases/tool-user.ts). */
+  toolUser: ToolUser;
   /** Host directory of the agent runtime (mounted read-only at AGENT_RUNTIME_DIR). */
   agentRuntimeDir: string;
   /** Host directory holding the Redis socket (and nothing else). */
@@ -100,7 +102,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     }
     return { hostPath: real, containerPath: mount.containerPath };
   });
-  const user = policy.runtime.toolUser;
+  const user = input.toolUser;
   const tmpfs: Record<string, string> = {};
   // Disk, not memory: spooled output may be large; the agent caps what it keeps (maxArtifactBytes).
   const spool = {

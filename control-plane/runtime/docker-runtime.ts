@@ -11,6 +11,7 @@ import Docker from 'dockerode';
 import { z } from 'zod';
 import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_TOOLS } from '../../contract/agent-runtime.js';
 import { AppError } from '../../contract/errors.js';
+import { readImageFiles } from './docker-image-files.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { REFUSE_OUTSIDE, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
 import {
@@ -97,6 +98,10 @@ export class DockerRuntime implements SandboxRuntime {
       cmd: config?.Cmd ?? null,
       repoDigests: inspected.RepoDigests ?? [],
     };
+  }
+
+  async readImageFiles(ref: string, paths: string[], ownership: Ownership): Promise<Array<string | null>> {
+    return this.call('read image files', () => readImageFiles(this.docker, ref, paths, ownership));
   }
 
   async start(spec: SandboxSpec): Promise<{ containerId: string }> {

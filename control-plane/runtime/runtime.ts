@@ -101,6 +101,12 @@ export interface SandboxRuntime {
   info(): Promise<RuntimeInfo>;
   /** The image `ref` as the engine has it. Throws AppError `runtime.image_not_found`, `runtime.unavailable`. */
   inspectImage(ref: string): Promise<ImageConfig>;
+  /**
+   * The contents of `paths` in image `ref`, read without running it (null: absent or not a
+   * regular file), through a container never started that carries `ownership`'s labels.
+   * Throws AppError `runtime.unavailable`.
+   */
+  readImageFiles(ref: string, paths: string[], ownership: Ownership): Promise<Array<string | null>>;
   /** Creates the volumes and the container and starts it. Leaves nothing behind when it throws. */
   start(spec: SandboxSpec): Promise<{ containerId: string }>;
   /**
