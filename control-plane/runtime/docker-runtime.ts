@@ -11,7 +11,8 @@ import Docker from 'dockerode';
 import { z } from 'zod';
 import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_TOOLS } from '../../contract/agent-runtime.js';
 import { AppError } from '../../contract/errors.js';
-import { readImageFiles } from './docker-image-files.js';
+import { messageOf, statusOf, unavailable } from './docker-errors.js';
+import { inspectImage, readImageFiles } from './docker-images.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { REFUSE_OUTSIDE, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
 import {
@@ -27,22 +28,6 @@ import {
 } from './runtime.js';
 
 const InfoResponse = z.object({ ServerVersion: z.string(), Runtimes: z.record(z.string(), z.unknown()).default({}) });
-const StringList = z.array(z.string()).nullable().default(null);
-const ImageInspect = z.object({
-  Id: z.string(),
-  RepoDigests: z.array(z.string()).nullable().default([]),
-  Config: z
-    .object({
-      Env: StringList,
-      WorkingDir: z.string().nullable().default(''),
-      User: z.string().nullable().default(''),
-      Labels: z.record(z.string(), z.string()).nullable().default({}),
-      Entrypoint: StringList,
-      Cmd: StringList,
-    })
-    .nullable()
-    .default(null),
-});
 const ContainerSummary = z.object({ Id: z.string(), State: z.string(), Labels: z.record(z.string(), z.string()).nullable().default({}) });
 const NetworkList = z.array(z.object({ Id: z.string() }));
 const VolumeList = z.object({
@@ -69,35 +54,7 @@ export class DockerRuntime implements SandboxRuntime {
   }
 
   async inspectImage(ref: string): Promise<ImageConfig> {
-    let inspected: z.infer<typeof ImageInspect>;
-    try {
-      inspected = ImageInspect.parse(await this.docker.getImage(ref).inspect());
-    } catch (err) {
-      const status = statusOf(err);
-      // 404: no such image; 400: not a valid reference. Either way the client must name another.
-      if (status === 404 || status === 400)
-        throw new AppError('runtime.image_not_found', `image ${ref} is not on this Docker engine (nothing is pulled)`, {
-          details: { image: ref },
-          cause: err,
-        });
-      throw unavailable('inspect image', err);
-    }
-    const config = inspected.Config;
-    const env: Record<string, string> = {};
-    for (const entry of config?.Env ?? []) {
-      const at = entry.indexOf('=');
-      if (at > 0) env[entry.slice(0, at)] = entry.slice(at + 1);
-    }
-    return {
-      id: inspected.Id,
-      env,
-      workingDir: config?.WorkingDir || null,
-      user: config?.User || null,
-      labels: config?.Labels ?? {},
-      entrypoint: config?.Entrypoint ?? null,
-      cmd: config?.Cmd ?? null,
-      repoDigests: inspected.RepoDigests ?? [],
-    };
+    return inspectImage(this.docker, ref);
   }
 
   async readImageFiles(ref: string, paths: string[], ownership: Ownership): Promise<Array<string | null>> {
@@ -413,20 +370,4 @@ function tarError(stderr: string, path: string): AppError {
 /** Docker label filters matching `ownership` (each `key=value` must match). */
 function ownershipFilter(ownership: Ownership): string[] {
   return Object.entries(ownershipLabels(ownership)).map(([key, value]) => `${key}=${value}`);
-}
-
-function unavailable(what: string, err: unknown): AppError {
-  return new AppError('runtime.unavailable', `Docker engine: ${what} failed: ${messageOf(err)}`, { cause: err });
-}
-
-function statusOf(err: unknown): number | undefined {
-  return typeof err === 'object' && err !== null && 'statusCode' in err ? Number((err as { statusCode: unknown }).statusCode) : undefined;
-}
-
-function messageOf(err: unknown): string {
-  if (typeof err === 'object' && err !== null && 'json' in err) {
-    const json = (err as { json?: { message?: string } }).json;
-    if (json?.message) return json.message;
-  }
-  return err instanceof Error ? err.message : String(err);
 }
