@@ -76,5 +76,6 @@ fi
 
 printf '%s\n' "$dir" >"$repo/dist/.sbx-runtime.tmp" && mv "$repo/dist/.sbx-runtime.tmp" "$repo/dist/.sbx-runtime"
 # Keeps the three newest runtimes besides this one.
-ls -1dt "$out_root"/*/ 2>/dev/null | sed 's#/$##' | grep -vxF "$dir" | tail -n +4 | xargs -r rm -rf --one-file-system
+# (`|| true`: with this one alone, grep selects nothing and exits 1.)
+{ ls -1dt "$out_root"/*/ 2>/dev/null | sed 's#/$##' | grep -vxF "$dir" || true; } | tail -n +4 | xargs -r rm -rf --one-file-system
 echo "$dir"
