@@ -139,7 +139,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const volumes = new VolumeService(
     {
       store: new RedisVolumeStore(redis, config.redisPrefix),
-      disks: new LoopVolumeDisks(join(config.dataDir, 'volumes')),
+      // One directory per installation: two installations sharing a data dir never see each other's disks.
+      disks: new LoopVolumeDisks(join(config.dataDir, 'volumes', ownership.installation)),
       audit,
       leaseState: async (id) => {
         const lease = await leaseStore.getLease(id);

@@ -1,6 +1,6 @@
 /**
  * The disks behind persistent volumes, on the engine's host: one ext4 filesystem per volume in an
- * image file of exactly `sizeBytes` under `<data dir>/volumes/`, loop-mounted on a directory
+ * image file of exactly `sizeBytes` under `<data dir>/volumes/<installation id>/`, loop-mounted on a directory
  * beside it and bind-mounted into the sandboxes that use the volume. The filesystem's size is the
  * limit: a writer past it gets ENOSPC from the kernel, whatever the sandbox does.
  *
@@ -27,7 +27,7 @@ const run = promisify(execFile);
 const COMMAND_TIMEOUT_MS = 120_000;
 
 export class LoopVolumeDisks {
-  /** `root`: the directory holding the image files and mount points (`<data dir>/volumes`). */
+  /** `root`: the directory holding the image files and mount points (`<data dir>/volumes/<installation id>`). */
   constructor(private readonly root: string) {}
 
   /** Where volume `id`'s image file and mount point are. */
