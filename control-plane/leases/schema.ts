@@ -75,6 +75,12 @@ export const CreateSandboxBody = z
         policy: { name: 'offline-ci', version: 1 },
         secrets: [{ name: 'NPM_TOKEN' }, { name: 'GITHUB_TOKEN', env: 'GH_TOKEN', file: '/run/secrets/github' }],
       },
+      {
+        volumes: [
+          { name: 'pip-cache', path: '/cache' },
+          { name: 'dataset', path: '/data', readOnly: true },
+        ],
+      },
     ],
   });
 export type CreateSandboxBody = z.infer<typeof CreateSandboxBody>;

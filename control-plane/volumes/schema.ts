@@ -34,8 +34,8 @@ export const CreateVolumeBody = z
   .strict()
   .meta({
     examples: [
-      { name: 'pip-cache', sizeBytes: 1_073_741_824 },
-      { name: 'dataset', sizeBytes: 268_435_456, shared: true },
+      { name: 'pip-cache', sizeBytes: 268_435_456 },
+      { name: 'dataset', sizeBytes: 67_108_864, shared: true },
     ],
   });
 export type CreateVolumeBody = z.infer<typeof CreateVolumeBody>;
