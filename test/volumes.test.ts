@@ -6,13 +6,15 @@
  * input a documented 4xx with nothing made, tenants apart, the volume quota. Every volume, disk
  * image and loop device made here is removed in afterAll, also when a test failed.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { access, readdir, rmdir } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ErrorBody } from '../contract/errors.js';
 import { isMountPoint, LoopVolumeDisks } from '../control-plane/runtime/volume-disks.js';
-import { apiAs, docker, eventually, execIn, useHarness, type Answer } from './fixtures/index.js';
+import { join } from 'node:path';
+import { Sandbox } from '../sdk/index.js';
+import { apiAs, docker, eventually, execIn, REPO_ROOT, useHarness, type Answer } from './fixtures/index.js';
 
 const run = promisify(execFile);
 const h = useHarness();
@@ -60,6 +62,21 @@ const disks = (): LoopVolumeDisks => new LoopVolumeDisks(diskRoot());
 
 async function loopDevicesOf(image: string): Promise<string> {
   return (await run('losetup', ['-j', image])).stdout.trim();
+}
+
+/** Runs the built `sbx` CLI against the harness with the bootstrap key: exit code and output. */
+function sbx(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, '--api-key', h.apiKey, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
 }
 
 // Through the API first (the volumes this file made), then from the host whatever is left in
@@ -327,5 +344,34 @@ describe('persistent volumes', () => {
     expect(listed.body).toMatchObject({ usedBytes: 32 * MiB, limitBytes: 40 * MiB });
     expect((await api(await keyOf('volq'), 'DELETE', '/v1/volumes/one')).status).toBe(200);
     expect((await createVolume('volq', 'two', 16 * MiB)).status).toBe(201);
+  });
+
+  it('the SDK (client.volumes, Sandbox.create({volumes})) and the CLI (sbx volume, --volume NAME:PATH[:ro]) reach the same volumes', async () => {
+    made.push(
+      { key: h.apiKey, tenant: 'default', name: 'sdkvol', id: null },
+      { key: h.apiKey, tenant: 'default', name: 'clivol', id: null },
+    );
+    const created = await h.client.volumes.create({ name: 'sdkvol', sizeBytes: 16 * MiB });
+    expect(created).toMatchObject({ name: 'sdkvol', state: 'ready' });
+    {
+      await using sandbox = await Sandbox.create({ url: h.url, apiKey: h.apiKey, volumes: [{ name: 'sdkvol', path: '/v' }] });
+      expect((await sandbox.exec('echo sdk > /v/f && cat /v/f')).stdout).toBe('sdk\n');
+      expect((await h.client.volumes.get('sdkvol')).mounts).toEqual([{ leaseId: sandbox.id, readOnly: false }]);
+    }
+    expect((await h.client.volumes.list()).volumes.map((v) => v.name)).toContain('sdkvol');
+    await h.client.volumes.delete('sdkvol');
+    await expect(h.client.volumes.get('sdkvol')).rejects.toMatchObject({ code: 'volume.not_found' });
+
+    expect(await sbx(['volume', 'create', 'clivol', '--size', '16M'])).toMatchObject({ code: 0, stdout: 'clivol\n' });
+    expect((await sbx(['volume', 'ls'])).stdout).toMatch(/^clivol {2}16777216 bytes {2}one writer {2}ready/m);
+    expect((await sbx(['run', '--volume', 'clivol:/v', '--', 'echo cli > /v/f'])).code).toBe(0);
+    const read = await sbx(['run', '--volume', 'clivol:/v:ro', '--', 'cat /v/f; touch /v/g']);
+    expect(read.stdout).toContain('cli\n');
+    expect(read.stdout + read.stderr).toContain('Read-only file system');
+    const bad = await sbx(['run', '--volume', 'clivol:/proc', '--', 'true']);
+    expect(bad.code).toBe(125);
+    expect(bad.stderr).toContain('volume.mount_path_reserved');
+    expect((await sbx(['volume', 'rm', 'clivol'])).code).toBe(0);
+    expect((await sbx(['volume', 'ls'])).stdout).not.toContain('clivol');
   });
 });

@@ -1,18 +1,8 @@
 /** Schemas of the volumes domain: persistent, size-limited volumes per tenant, and how a lease mounts them. */
 import { z } from 'zod';
-import { Timestamp } from '../../contract/objects.js';
+import { Volume, VolumeName } from '../../contract/volumes.js';
 
-/**
- * A volume name: lower-case letters, digits, `_`, `.` and `-`; 1–63 characters, starting with a
- * letter or digit. Names are per tenant: two tenants may each have a volume `cache`, and neither
- * ever sees the other's.
- */
-export const VolumeName = z
-  .string()
-  .regex(/^[a-z0-9][a-z0-9_.-]{0,62}$/, 'lower-case letters, digits, _ . and -; 1 to 63, starting with a letter or digit');
-
-/** The smallest volume, bytes (16 MiB): an ext4 filesystem with its journal needs room of its own. */
-export const VOLUME_MIN_BYTES = 16 * 1024 * 1024;
+export { Volume, VolumeList, VolumeMount, VolumeName, VOLUME_MIN_BYTES } from '../../contract/volumes.js';
 
 /** `POST /v1/volumes` body. */
 export const CreateVolumeBody = z
@@ -42,22 +32,6 @@ export type CreateVolumeBody = z.infer<typeof CreateVolumeBody>;
 
 /** `/v1/volumes/:name`: any name-like string is looked up (an unknown one is `404 volume.not_found`). */
 export const VolumeParams = z.object({ name: z.string().regex(/^[A-Za-z0-9_.-]{1,100}$/, 'letters, digits, _ . and -; at most 100') });
-
-/** A sandbox that has the volume mounted now. */
-export const VolumeMount = z.object({ leaseId: z.string(), readOnly: z.boolean() });
-
-/** A volume as the API shows it. */
-export const Volume = z.object({
-  name: VolumeName,
-  sizeBytes: z.number().int(),
-  shared: z.boolean(),
-  /** `creating` while its disk is made, `ready`, `deleting` while it is removed. */
-  state: z.enum(['creating', 'ready', 'deleting']),
-  createdAt: Timestamp,
-  /** Live sandboxes that have it mounted (only in `GET /v1/volumes/:name`). */
-  mounts: z.array(VolumeMount).optional(),
-});
-export type Volume = z.infer<typeof Volume>;
 
 /** What the store keeps: the view's fields, the tenant, and the id that names its disk on the host. */
 export const VolumeRecord = Volume.omit({ mounts: true }).extend({
@@ -115,12 +89,4 @@ export interface ResolvedVolumeMount {
   hostPath: string;
   containerPath: string;
   readOnly: boolean;
-}
-
-/** `GET /v1/volumes` answer. */
-export interface VolumeList {
-  volumes: Volume[];
-  /** Bytes of the tenant's volumes (their `sizeBytes` summed) and the tenant's limit (`maxVolumeBytes`; null: none). */
-  usedBytes: number;
-  limitBytes: number | null;
 }
