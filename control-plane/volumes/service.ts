@@ -62,6 +62,9 @@ export interface VolumeServiceOptions {
  */
 const UNRECORDED_GRACE_MS = 60_000;
 
+/** A volume still `creating` after this long was left by a process that died mid-create; a delete may remove it, ms. */
+const CREATE_ABANDONED_MS = 10 * 60_000;
+
 export class VolumeService {
   constructor(
     private readonly deps: VolumeServiceDeps,
@@ -225,10 +228,16 @@ export class VolumeService {
     await this.deps.store.releaseLease(leaseId);
   }
 
+  /**
+   * The tenant's volume if it is ready. For a delete, also one a delete began (and did not
+   * finish), and one whose create has not finished in CREATE_ABANDONED_MS (its process died).
+   */
   private async find(tenant: string, name: string, options: { deleting?: boolean } = {}): Promise<VolumeRecord> {
     const record = await this.deps.store.get(tenant, name);
-    if (!record || (record.state !== 'ready' && !(options.deleting && record.state === 'deleting'))) throw notFound(name);
-    return record;
+    if (record?.state === 'ready') return record;
+    const abandoned = record?.state === 'creating' && this.deps.now().getTime() - Date.parse(record.createdAt) > CREATE_ABANDONED_MS;
+    if (record && options.deleting && (record.state === 'deleting' || abandoned)) return record;
+    throw notFound(name);
   }
 
   /** The volume's holds, split: of live leases (with the mode), and of ended leases (void). */
