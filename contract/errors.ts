@@ -173,7 +173,7 @@ export const ERROR_CODES = {
     status: 400,
     retryability: 'after_fix',
     summary:
-      'A volume mount path is `/`, or is or lies under `/proc`, `/sys`, `/dev` or `/run/sbx`, which sbx and the kernel own (`details.path`, `details.field`); nothing was created.',
+      'A volume mount path is `/`, or is, contains or lies under `/proc`, `/sys`, `/dev`, `/run/sbx`, `/run/secrets` or `/opt/sbx`, which sbx and the kernel own (`details.path`, `details.field`); nothing was created.',
   },
   'volume.mount_path_conflict': {
     status: 400,

@@ -182,6 +182,20 @@ describe('persistent volumes', () => {
     await release('vola', reader.body.id);
   });
 
+  it('concurrent read-write creates on one volume: exactly one wins, the others are 409 with nothing made', async () => {
+    expect((await createVolume('vola', 'race', 16 * MiB)).status).toBe(201);
+    const key = await keyOf('vola');
+    const before = (await api(key, 'GET', '/v1/sandboxes')).body.sandboxes.length;
+    const answers = await Promise.all([1, 2, 3].map(() => lease('vola', [{ name: 'race', path: '/vol' }])));
+    const won = answers.filter((a) => a.status === 201);
+    expect(won).toHaveLength(1);
+    for (const lost of answers.filter((a) => a.status !== 201))
+      expect([lost.status, codeOf(lost)]).toEqual([409, 'volume.writer_conflict']);
+    expect((await api(key, 'GET', '/v1/sandboxes')).body.sandboxes.length).toBe(before + 1);
+    expect((await api(key, 'GET', '/v1/volumes/race')).body.mounts).toEqual([{ leaseId: won[0]!.body.id, readOnly: false }]);
+    await release('vola', won[0]!.body.id);
+  });
+
   it('the writer lock goes with the lease whichever way it ends: expiry, a lost container, a failed create', async () => {
     expect((await createVolume('vola', 'locks', 16 * MiB)).status).toBe(201);
     const mount = [{ name: 'locks', path: '/vol' }];

@@ -29,7 +29,20 @@ describe('volume mount paths', () => {
   });
 
   it('refuses /, the kernel and sbx paths, over or under them', () => {
-    for (const path of ['/', '/proc', '/proc/1', '/sys', '/dev', '/dev/shm', '/run/sbx', '/run/sbx/agent', '/run', '/run/secrets'])
+    for (const path of [
+      '/',
+      '/proc',
+      '/proc/1',
+      '/sys',
+      '/dev',
+      '/dev/shm',
+      '/run/sbx',
+      '/run/sbx/agent',
+      '/run',
+      '/run/secrets',
+      '/opt/sbx',
+      '/opt',
+    ])
       expect([path, refusal([{ name: 'a', path }])]).toEqual([path, 'volume.mount_path_reserved']);
   });
 

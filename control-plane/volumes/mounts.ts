@@ -7,10 +7,11 @@ import type { VolumeMountRequest } from './schema.js';
 
 /**
  * Paths no volume may be mounted on or under: the kernel's (`/proc`, `/sys`, `/dev`), sbx's own
- * (`/run/sbx`: agent credentials, Redis and egress sockets, spool; `/run/secrets`: file secrets).
+ * (`/run/sbx`: agent credentials, Redis and egress sockets, spool; `/run/secrets`: file secrets;
+ * `/opt/sbx`: the agent's runtime mounted from outside the image).
  * `/` itself is refused too (a volume over the root would hide the image).
  */
-export const RESERVED_MOUNT_PATHS = ['/proc', '/sys', '/dev', '/run/sbx', '/run/secrets'] as const;
+export const RESERVED_MOUNT_PATHS = ['/proc', '/sys', '/dev', '/run/sbx', '/run/secrets', '/opt/sbx'] as const;
 
 /** Whether `inner` is `outer` or lies under it (both normalized absolute paths). */
 export function within(inner: string, outer: string): boolean {
