@@ -14,7 +14,7 @@ import { ErrorBody } from '../contract/errors.js';
 import { isMountPoint, LoopVolumeDisks } from '../control-plane/runtime/volume-disks.js';
 import { join } from 'node:path';
 import { Sandbox } from '../sdk/index.js';
-import { apiAs, docker, eventually, execIn, REPO_ROOT, useHarness, type Answer } from './fixtures/index.js';
+import { apiAs, docker, eventually, execIn, REPO_ROOT, startHarness, useHarness, type Answer } from './fixtures/index.js';
 
 const run = promisify(execFile);
 const h = useHarness();
@@ -391,5 +391,25 @@ describe('persistent volumes', () => {
     expect(bad.stderr).toContain('volume.mount_path_reserved');
     expect((await sbx(['volume', 'rm', 'clivol'])).code).toBe(0);
     expect((await sbx(['volume', 'ls'])).stdout).not.toContain('clivol');
+  });
+
+  it('beside a warm pool, a lease with volumes starts cold (a pooled container has no mounts) and gets them', async () => {
+    const pooled = await startHarness({ SBX_WARM_POOLS: JSON.stringify([{ policy: 'default', min: 1, max: 1 }]) });
+    try {
+      const readyIds = (): Promise<string[]> =>
+        pooled.redis.lrange(`${pooled.config.redisPrefix}pool:default@${pooled.config.image}:ready`, 0, -1);
+      const warm = await eventually(readyIds, (ids) => ids.length === 1, 90_000);
+      await pooled.client.volumes.create({ name: 'beside-pool', sizeBytes: 16 * MiB });
+      const lease = await pooled.client.createSandbox({ volumes: [{ name: 'beside-pool', path: '/vol' }] });
+      expect(warm).not.toContain(lease.id);
+      expect(await readyIds()).toEqual(warm);
+      const wrote = await execIn(() => pooled.client)(lease.id, 'echo cold > /vol/f && cat /vol/f');
+      expect(wrote.stdout).toBe('cold\n');
+      await pooled.client.releaseSandbox(lease.id);
+      await pooled.client.volumes.delete('beside-pool');
+    } finally {
+      // The disk is removed by the delete above; if the test failed before it, by the run's teardown.
+      await pooled.close();
+    }
   });
 });
