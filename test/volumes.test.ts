@@ -412,4 +412,18 @@ describe('persistent volumes', () => {
       await pooled.close();
     }
   });
+
+  it('disks: concurrent mounts of an unmounted volume (two creates after a reboot) attach one loop device, never two', async () => {
+    const id = 'vol_00000000000000race';
+    const [one, two] = [disks(), disks()];
+    await one.create(id, 16 * MiB);
+    const { image, mountPoint } = one.paths(id);
+    await run('umount', [mountPoint]);
+    await Promise.all([one.ensureMounted(id), two.ensureMounted(id), one.ensureMounted(id), two.ensureMounted(id)]);
+    expect((await loopDevicesOf(image)).split('\n')).toHaveLength(1);
+    const mounts = (await run('grep', ['-c', ` ${mountPoint} `, '/proc/self/mountinfo'])).stdout.trim();
+    expect(mounts).toBe('1');
+    await one.destroy(id);
+    expect(await isMountPoint(mountPoint)).toBe(false);
+  });
 });

@@ -23,6 +23,9 @@ import { AppError } from '../../contract/errors.js';
 
 const run = promisify(execFile);
 
+/** `$1` mount point, `$2` image: mount unless mounted (run under the image's flock). */
+const MOUNT_SCRIPT = 'mountpoint -q -- "$1" || exec mount -t ext4 -o loop,nosuid,nodev,noatime -- "$2" "$1"';
+
 /** How long one mkfs/mount/umount/fallocate may take, ms. */
 const COMMAND_TIMEOUT_MS = 120_000;
 
@@ -83,7 +86,8 @@ export class LoopVolumeDisks {
    */
   async destroy(id: string): Promise<void> {
     const { image, mountPoint } = this.paths(id);
-    if (await isMountPoint(mountPoint)) await run('umount', ['-l', mountPoint], { timeout: COMMAND_TIMEOUT_MS });
+    if (await isMountPoint(mountPoint))
+      await run('flock', ['--exclusive', image, 'umount', '-l', mountPoint], { timeout: COMMAND_TIMEOUT_MS });
     // rmdir, never rm -r: a mount point still mounted must not have its content deleted through it.
     await rmdir(mountPoint).catch((err: NodeJS.ErrnoException) => {
       if (err.code !== 'ENOENT') throw err;
@@ -91,10 +95,18 @@ export class LoopVolumeDisks {
     await rm(image, { force: true });
   }
 
+  /**
+   * Mounts the image unless it is mounted, under an exclusive flock(2) of the image file: two
+   * creates (in one process or two) that find it unmounted after a reboot must not both mount
+   * it — `mount -o loop` would attach a second loop device, and two ext4 mounts of one image
+   * corrupt it (seen on this host with two concurrent mounts).
+   */
   private async mount(id: string): Promise<void> {
     const { image, mountPoint } = this.paths(id);
     if (await isMountPoint(mountPoint)) return;
-    await run('mount', ['-t', 'ext4', '-o', 'loop,nosuid,nodev,noatime', image, mountPoint], { timeout: COMMAND_TIMEOUT_MS });
+    await run('flock', ['--exclusive', image, 'sh', '-c', MOUNT_SCRIPT, 'sbx-volume-mount', mountPoint, image], {
+      timeout: COMMAND_TIMEOUT_MS,
+    });
   }
 }
 
@@ -117,10 +129,14 @@ function translate(err: unknown): AppError {
   const text = stderrOf(err).trim();
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'ENOENT' && /spawn/.test(text))
-    return new AppError('policy.unenforceable', `volumes need fallocate, mkfs.ext4 and mount on the engine's host: ${text}`, {
-      details: { field: 'sizeBytes', reason: text },
-      cause: err,
-    });
+    return new AppError(
+      'policy.unenforceable',
+      `volumes need fallocate, mkfs.ext4, flock, mountpoint and mount on the engine's host: ${text}`,
+      {
+        details: { field: 'sizeBytes', reason: text },
+        cause: err,
+      },
+    );
   if (/only root|permission denied|operation not permitted|failed to setup loop device|could not find any free loop/i.test(text))
     return new AppError(
       'policy.unenforceable',
