@@ -214,9 +214,10 @@ describe('persistent volumes', () => {
       async () => (await api(await keyOf('vola'), 'GET', `/v1/sandboxes/${afterExpiry.body.id}`)).body.status,
       (status) => status === 'lost',
     );
-    // A lease whose container cannot run an agent fails to start: its hold goes with it.
-    const failed = await lease('vola', mount, { image: 'sbx-base:bookworm' });
-    expect(failed.status).toBeGreaterThanOrEqual(400);
+    // A lease whose container cannot start (the volume's directory bound over a file of the
+    // image) fails after its hold was taken: the hold goes with it.
+    const failed = await lease('vola', [{ name: 'locks', path: '/etc/passwd' }]);
+    expect([failed.status, codeOf(failed)]).toEqual([503, 'lease.create_failed']);
     const afterFailure = await lease('vola', mount);
     expect(afterFailure.status).toBe(201);
     expect((await api(await keyOf('vola'), 'GET', '/v1/volumes/locks')).body.mounts).toEqual([

@@ -12,7 +12,7 @@ import type { Lease } from '../../contract/objects.js';
 import { actorOf, type AuditLog } from '../audit/service.js';
 import { allowlistDigest } from '../egress/rules.js';
 import type { Principal } from '../http/auth.js';
-import { buildManifest } from '../manifest/manifest.js';
+import { buildManifest, imageRecord } from '../manifest/manifest.js';
 import type { LeaseMetrics } from '../metrics/service.js';
 import type { Launched, WarmSandbox } from '../pools/schema.js';
 import type { WarmPools } from '../pools/warm-pools.js';
@@ -139,6 +139,7 @@ export class LeaseCreator {
       owner: this.owner,
       env: plan.env,
       policySnapshot: plan.policy,
+      toolUser: plan.toolUser,
       secrets: plan.grants,
       containerId: warm?.containerId ?? null,
       inProgressBy: this.deps.processId,
@@ -149,7 +150,7 @@ export class LeaseCreator {
     if (plan.volumes.length > 0) {
       // Atomically against other creates: a writer lock lost to a race is a 409 with nothing made.
       try {
-        await this.deps.volumes!.claim(id, by.tenant, plan.volumes, plan.policy.runtime.toolUser);
+        await this.deps.volumes!.claim(id, by.tenant, plan.volumes, plan.toolUser);
       } catch (err) {
         await this.deps.quotas.release(id);
         throw err;
@@ -172,7 +173,7 @@ export class LeaseCreator {
       }
       const manifest = buildManifest({
         facts: launched.facts,
-        image: { ref: plan.image, id: plan.imageId },
+        image: imageRecord(plan.image, plan.imageConfig),
         engineVersion: plan.engineVersion,
         ociRuntime: plan.policy.runtime.oci,
         policy: plan.ref,
