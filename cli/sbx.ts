@@ -10,6 +10,7 @@
  *   sbx events ID                    a sandbox's status transitions
  *   sbx ls                           list sandboxes
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
+ *   sbx volume create NAME --size 1G [--shared] | ls | rm NAME   persistent volumes
  *   sbx mcp [options]                an MCP server on stdio: the sandbox tools for coding agents
  *   sbx down [--data-dir DIR]        stop the control planes and the Redis set-up started for a data dir
  *
@@ -32,6 +33,7 @@ import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf } from './exit-status
 import { runMcpServer } from './mcp.js';
 import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
 import { describeDown, down, downSucceeded } from './down.js';
+import { addVolumeCommands, volumeMounts } from './volumes.js';
 
 /** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
 function connection(opts: { url?: string; apiKey?: string }): ConnectionOptions {
@@ -165,7 +167,8 @@ const leaseOptions = (cmd: Command): Command =>
       collect,
     )
     .option('--secret-file <NAME=PATH>', 'a stored secret as a file PATH in /run/secrets while a call that asks runs (repeatable)', collect)
-    .option('--image <ref>', 'sandbox image');
+    .option('--image <ref>', 'sandbox image')
+    .option('--volume <NAME:PATH[:ro]>', 'mount a persistent volume (sbx volume create) at PATH, read-only with :ro (repeatable)', collect);
 
 leaseOptions(program.command('run'))
   .description('lease a sandbox, upload, run CMD, stream its output, print the receipt, download, release')
@@ -189,6 +192,7 @@ leaseOptions(program.command('run'))
       ...(opts.image ? { image: opts.image } : {}),
       ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       ...(secretRequests(opts.secret, opts.secretFile) ? { secrets: secretRequests(opts.secret, opts.secretFile) } : {}),
+      ...(volumeMounts(opts.volume) ? { volumes: volumeMounts(opts.volume) } : {}),
     });
     const interrupted = new AbortController();
     const onSignal = (): void => {
@@ -255,6 +259,7 @@ leaseOptions(program.command('lease'))
       ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       ...(pairs(opts.label, '--label') ? { labels: pairs(opts.label, '--label') } : {}),
       ...(secretRequests(opts.secret, opts.secretFile) ? { secrets: secretRequests(opts.secret, opts.secretFile) } : {}),
+      ...(volumeMounts(opts.volume) ? { volumes: volumeMounts(opts.volume) } : {}),
     });
     process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id}\n`);
   });
@@ -365,6 +370,11 @@ secretCommand
   .action(async (name: string) => {
     await connect(connection(program.opts<{ url?: string; apiKey?: string }>())).deleteSecret(name);
   });
+
+addVolumeCommands(program, () => {
+  const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+  return { ...connection(global), ...(global.json ? { json: true } : {}) };
+});
 
 program
   .command('mcp')

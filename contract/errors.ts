@@ -134,7 +134,58 @@ export const ERROR_CODES = {
     status: 429,
     retryability: 'after_fix',
     summary:
-      'The lease would take its tenant over a quota (`details`: `tenant`, `resource` = `sandboxes`, `cpus` or `memoryBytes`, `limit`, `used`, `requested`); nothing was created. Release sandboxes, or ask an admin to raise the quota (`PUT /v1/tenants/:tenant/quota`).',
+      'The lease would take its tenant over a quota (`details`: `tenant`, `resource` = `sandboxes`, `cpus`, `memoryBytes` or `volumeBytes`, `limit`, `used`, `requested`); nothing was created. Release sandboxes, or ask an admin to raise the quota (`PUT /v1/tenants/:tenant/quota`).',
+  },
+  'volume.not_found': {
+    status: 404,
+    retryability: 'no',
+    summary:
+      'No volume with this name in the tenant, or it belongs to another tenant (a user key is not told which), or it is being deleted (`details.name`).',
+  },
+  'volume.exists': {
+    status: 409,
+    retryability: 'after_fix',
+    summary: 'The tenant already has a volume with this name (`details.name`); names are per tenant.',
+  },
+  'volume.size_out_of_range': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      '`sizeBytes` is 0, negative, below the smallest volume (16 MiB) or above the largest this installation makes (`SBX_VOLUME_MAX_BYTES`, default 64 GiB); `details.min`, `details.max`.',
+  },
+  'volume.in_use': {
+    status: 409,
+    retryability: 'after_fix',
+    summary: 'The volume is mounted by a sandbox that has not ended (`details.leases`); release them, then delete. Nothing was deleted.',
+  },
+  'volume.writer_conflict': {
+    status: 409,
+    retryability: 'after_fix',
+    summary:
+      'The volume is not `shared` and another live sandbox has it mounted read-write (`details.leaseId`); mount it `readOnly`, wait for that sandbox to end, or create the volume `shared`. Nothing was created.',
+  },
+  'volume.mounted_twice': {
+    status: 400,
+    retryability: 'after_fix',
+    summary: 'One lease names the same volume twice in `volumes` (`details.name`, `details.field`); nothing was created.',
+  },
+  'volume.mount_path_reserved': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      'A volume mount path is `/`, or is, contains or lies under `/proc`, `/sys`, `/dev`, `/run/sbx`, `/run/secrets` or `/opt/sbx`, which sbx and the kernel own (`details.path`, `details.field`); nothing was created.',
+  },
+  'volume.mount_path_conflict': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      'A volume mount path is, contains or lies inside a writable root of the policy (`/workspace`, `/tmp`, ...) or another volume mount of the lease (`details.path`, `details.conflictsWith`, `details.field`); nothing was created.',
+  },
+  'volume.create_failed': {
+    status: 503,
+    retryability: 'safe',
+    summary:
+      "The volume's disk could not be made on the host (no space for its image file, mkfs or mount failed; `details.reason`); nothing was left behind.",
   },
   'call.not_found': { status: 404, retryability: 'no', summary: 'No call with this id exists in this sandbox.' },
   'call.id_conflict': { status: 409, retryability: 'after_fix', summary: 'The callId was used before with different tool or arguments.' },

@@ -36,6 +36,8 @@ import type { Notifier } from './redis/notifier.js';
 import type { SandboxRuntime } from './runtime/runtime.js';
 import { secretsRoutes } from './secrets/routes.js';
 import type { SecretService } from './secrets/service.js';
+import { volumesRoutes } from './volumes/routes.js';
+import type { VolumeService } from './volumes/service.js';
 
 export interface AppDeps {
   log: Logger;
@@ -55,6 +57,7 @@ export interface AppDeps {
   artifacts: ArtifactStore;
   secrets: SecretService;
   quotas: QuotaService;
+  volumes: VolumeService;
   /** Rendered by the public `GET /metrics`. */
   metrics: Metrics;
   /** Resolves when Redis answers; rejects otherwise. */
@@ -121,6 +124,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(auditRoutes, { audit: deps.audit });
   await app.register(secretsRoutes, { secrets: deps.secrets });
   await app.register(quotasRoutes, { quotas: deps.quotas });
+  await app.register(volumesRoutes, { volumes: deps.volumes });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   await app.register(consoleRoutes, { consoleDir: deps.consoleDir });
   await app.register(filesRoutes, { runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });

@@ -78,6 +78,12 @@ const Env = z.object({
     .int()
     .positive()
     .default(2 * 1024 * 1024 * 1024),
+  /** Largest persistent volume (`POST /v1/volumes` `sizeBytes`), bytes. Default 64 GiB. */
+  SBX_VOLUME_MAX_BYTES: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(64 * 1024 * 1024 * 1024),
   /** How long an ended sandbox's calls, events and receipts stay readable, seconds. Default 7 days. */
   SBX_LEDGER_RETENTION_SECONDS: z.coerce
     .number()
@@ -151,6 +157,8 @@ export interface Config {
   policyDir: string;
   dockerSocket: string;
   maxUploadBytes: number;
+  /** Largest persistent volume, bytes (default 64 GiB). */
+  volumeMaxBytes?: number;
   ledgerRetentionSeconds: number;
   logLevel: z.infer<typeof Env>['SBX_LOG_LEVEL'];
   /** Host directories read-only mounts may come from. */
@@ -196,6 +204,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     dockerSocket:
       e.SBX_DOCKER_SOCKET ?? (e.DOCKER_HOST?.startsWith('unix://') ? e.DOCKER_HOST.slice('unix://'.length) : '/var/run/docker.sock'),
     maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,
+    volumeMaxBytes: e.SBX_VOLUME_MAX_BYTES,
     ledgerRetentionSeconds: e.SBX_LEDGER_RETENTION_SECONDS,
     logLevel: e.SBX_LOG_LEVEL,
     egressDnsServers: e.SBX_EGRESS_DNS_SERVERS,

@@ -42,8 +42,11 @@ import { Notifier } from './redis/notifier.js';
 import { DurableTimers } from './redis/timers.js';
 import { DockerRuntime } from './runtime/docker-runtime.js';
 import type { Ownership } from './runtime/runtime.js';
+import { LoopVolumeDisks } from './runtime/volume-disks.js';
 import { SecretService } from './secrets/service.js';
 import { RedisSecretRecords } from './secrets/store.js';
+import { VolumeService } from './volumes/service.js';
+import { RedisVolumeStore } from './volumes/store.js';
 
 export interface ControlPlane {
   app: FastifyInstance;
@@ -140,6 +143,21 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       memoryBytes: lease.policySnapshot.resources.memoryBytes,
     };
   };
+  const volumes = new VolumeService(
+    {
+      store: new RedisVolumeStore(redis, config.redisPrefix),
+      // One directory per installation: two installations sharing a data dir never see each other's disks.
+      disks: new LoopVolumeDisks(join(config.dataDir, 'volumes', ownership.installation)),
+      audit,
+      leaseState: async (id) => {
+        const lease = await leaseStore.getLease(id);
+        return lease === null ? 'absent' : TERMINAL_LEASE_STATUSES.has(lease.status) ? 'ended' : 'live';
+      },
+      limitBytes: (tenant) => quotas.volumeLimitBytes(tenant),
+      now,
+    },
+    { maxSizeBytes: config.volumeMaxBytes ?? 64 * 1024 * 1024 * 1024 },
+  );
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
   // The pools start sandboxes through the lease service, which claims from the pools: the
   // launcher reaches `leases` once both exist (it is only called from background rounds and creates).
@@ -192,6 +210,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       quotas,
       metrics,
       ...(pools ? { pools } : {}),
+      volumes,
       onLost,
       now,
       log,
@@ -225,6 +244,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     artifacts,
     secrets,
     quotas,
+    volumes,
     metrics,
     pingRedis: () => redis.ping(),
     spoolDir: join(config.dataDir, 'spool'),

@@ -15,6 +15,7 @@ import { z } from 'zod';
 import { CallEvent } from '../contract/events.js';
 import { CallView, EgressEvent, Lease, LeaseEvent, ToolResult } from '../contract/objects.js';
 import { SecretMetadata } from '../contract/secrets.js';
+import { Volume, VolumeList } from '../contract/volumes.js';
 import { SbxError, errorOfResponse } from './errors.js';
 
 /** What `POST /v1/sandboxes` takes; see the README's HTTP API for each field. */
@@ -31,6 +32,12 @@ export interface CreateSandboxOptions {
   labels?: Record<string, string>;
   /** Stored secrets for the lease's calls: `env` (default: the name) and/or `file` (in /run/secrets). */
   secrets?: Array<{ name: string; env?: string; file?: string }>;
+  /**
+   * Persistent volumes of the tenant (`client.volumes.create`) to mount at `path`; read-write
+   * unless `readOnly`. A second read-write mount of a volume that is not `shared` is
+   * `volume.writer_conflict` while another live sandbox writes it.
+   */
+  volumes?: Array<{ name: string; path: string; readOnly?: boolean }>;
   /** The same key and body return the same sandbox (per tenant); another body is `lease.idempotency_conflict`. */
   idempotencyKey?: string;
 }
@@ -77,8 +84,33 @@ export interface SbxClientOptions {
   fetch?: typeof fetch;
 }
 
+/** Persistent volumes of the key's tenant (`/v1/volumes`). */
+export interface VolumesApi {
+  /**
+   * Creates a volume of `sizeBytes` (16 MiB to the installation's maximum, `volume.size_out_of_range`
+   * otherwise); `shared` lets several sandboxes write it at once. Throws `volume.exists`,
+   * `quota.exceeded`, `policy.unenforceable` (this host cannot enforce the size).
+   */
+  create(options: { name: string; sizeBytes: number; shared?: boolean }): Promise<Volume>;
+  /** The tenant's volumes, the bytes they take and the tenant's limit. */
+  list(): Promise<VolumeList>;
+  /** One volume with the live sandboxes that have it mounted. Throws `volume.not_found`. */
+  get(name: string): Promise<Volume>;
+  /** Deletes a volume and its content. Throws `volume.not_found`, `volume.in_use` (mounted by a live sandbox). */
+  delete(name: string): Promise<void>;
+}
+
 export class SbxClient {
   private readonly fetchImpl: typeof fetch;
+  /** Persistent volumes: `client.volumes.create({name, sizeBytes})`, `list()`, `get(name)`, `delete(name)`. */
+  readonly volumes: VolumesApi = {
+    create: async (options) => Volume.parse(await this.json('POST', '/v1/volumes', options)),
+    list: async () => VolumeList.parse(await this.json('GET', '/v1/volumes')),
+    get: async (name) => Volume.parse(await this.json('GET', `/v1/volumes/${encodeURIComponent(name)}`)),
+    delete: async (name) => {
+      await this.json('DELETE', `/v1/volumes/${encodeURIComponent(name)}`);
+    },
+  };
 
   /** `baseUrl`: e.g. `http://127.0.0.1:7070` (no trailing slash); `apiKey`: a bearer key. */
   constructor(

@@ -16,9 +16,11 @@ export {
   type SbxClientOptions,
   type SubmitCallOptions,
   type UploadSummary,
+  type VolumesApi,
 } from './client.js';
 export { SbxError } from './errors.js';
 export type { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
 export type { CallEvent } from '../contract/events.js';
 export type { ErrorCode, ErrorInfo, Retryability } from '../contract/errors.js';
 export type { CallView, EffectReceipt, Lease, ToolResult } from '../contract/objects.js';
+export type { Volume, VolumeList } from '../contract/volumes.js';

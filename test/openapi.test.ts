@@ -100,9 +100,12 @@ describe('OpenAPI document', () => {
         }
       }
     }
-    // The examples the schemas carry: leases, calls, keys, quotas, secrets.
+    // Volumes the examples made hold a disk on the host: removed here, not left to the Redis cleanup.
+    for (const name of ['pip-cache', 'dataset']) expect((await h.client.raw('DELETE', `/v1/volumes/${name}`)).status).toBe(200);
+    // The examples the schemas carry: leases, calls, keys, quotas, secrets, volumes.
     expect(new Set(checked)).toEqual(
       new Set([
+        'post /v1/volumes',
         'post /v1/sandboxes',
         'post /v1/sandboxes/{id}/calls',
         'post /v1/api-keys',

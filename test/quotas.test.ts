@@ -26,7 +26,7 @@ describe('tenant quotas', () => {
     const beta = await userKey('qbeta');
     expect((await quota('qalpha')).body).toEqual({
       tenant: 'qalpha',
-      limits: { maxSandboxes: 2, maxCpus: null, maxMemoryBytes: null },
+      limits: { maxSandboxes: 2, maxCpus: null, maxMemoryBytes: null, maxVolumeBytes: null },
       configured: null,
       usage: { sandboxes: 0, cpus: 0, memoryBytes: 0 },
     });
@@ -100,6 +100,7 @@ describe('tenant quotas', () => {
       maxSandboxes: 2,
       maxCpus: null,
       maxMemoryBytes: null,
+      maxVolumeBytes: null,
     });
     await api(gamma, 'DELETE', `/v1/sandboxes/${first.body.id}`);
   });

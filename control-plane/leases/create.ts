@@ -18,6 +18,7 @@ import type { Launched, WarmSandbox } from '../pools/schema.js';
 import type { WarmPools } from '../pools/warm-pools.js';
 import type { QuotaService } from '../quotas/service.js';
 import type { DurableTimers } from '../redis/timers.js';
+import type { VolumeService } from '../volumes/service.js';
 import type { LeaseEnder } from './ending.js';
 import type { LeaseMachineEvent } from './machine.js';
 import type { LeasePlan, LeasePlanner } from './plan.js';
@@ -44,6 +45,8 @@ export interface CreatorDeps {
   audit: Pick<AuditLog, 'record'>;
   metrics: LeaseMetrics;
   pools?: Pick<WarmPools, 'claim' | 'settle'>;
+  /** Persistent volumes: a lease's holds are taken before its record is written, and given back by teardown. */
+  volumes?: Pick<VolumeService, 'claim' | 'release'>;
   now: () => Date;
   log: Logger;
 }
@@ -88,9 +91,10 @@ export class LeaseCreator {
   }
 
   private async createNew(id: string, body: CreateSandboxBody, by: Principal): Promise<Lease> {
-    const plan = await this.deps.planner.plan(id, body);
+    const plan = await this.deps.planner.plan(id, body, by.tenant);
     try {
-      const warm = await this.deps.pools?.claim(plan.ref, plan.image);
+      // A warm sandbox was started without the lease's volumes (mounts are fixed at container create).
+      const warm = plan.volumes.length === 0 ? await this.deps.pools?.claim(plan.ref, plan.image) : undefined;
       if (warm) {
         try {
           return await this.make(warm.id, plan, body, by, warm);
@@ -143,6 +147,15 @@ export class LeaseCreator {
       endedBy: null,
     };
     await this.deps.quotas.reserve(id, by.tenant, { cpus: plan.policy.resources.cpus, memoryBytes: plan.policy.resources.memoryBytes });
+    if (plan.volumes.length > 0) {
+      // Atomically against other creates: a writer lock lost to a race is a 409 with nothing made.
+      try {
+        await this.deps.volumes!.claim(id, by.tenant, plan.volumes, plan.toolUser);
+      } catch (err) {
+        await this.deps.quotas.release(id);
+        throw err;
+      }
+    }
     await store.createLease(record, warm ? 'created_from_pool' : 'created', createdAt);
     // The claimed sandbox is the lease's now, as reconcile sees it.
     if (warm) await this.deps.pools?.settle(id);

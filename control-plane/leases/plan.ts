@@ -13,6 +13,8 @@ import type { Policy } from '../policies/schema.js';
 import type { PolicyService } from '../policies/service.js';
 import type { ImageConfig, Ownership, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
+import type { ResolvedVolumeMount } from '../volumes/schema.js';
+import type { VolumeService } from '../volumes/service.js';
 import type { CreateSandboxBody, SecretRequest } from './schema.js';
 import { DEFAULT_TOOL_USER, parseImageUser, resolveImageUser } from './tool-user.js';
 
@@ -32,6 +34,8 @@ export interface LeasePlan {
   toolUser: ToolUser;
   engineVersion: string;
   spec: SandboxSpec;
+  /** The persistent volumes it mounts, checked (their holds are taken by the create, `VolumeService.claim`). */
+  volumes: ResolvedVolumeMount[];
 }
 
 /** Host directories of a lease under the data dir: its agent credentials file (until the agent read it) and its egress proxy socket. */
@@ -44,6 +48,8 @@ export interface PlannerDeps {
   policies: Pick<PolicyService, 'resolve'>;
   /** Values of the secrets a lease is granted, for its agent only. */
   secrets: Pick<SecretService, 'reveal'>;
+  /** Persistent volumes (none: a lease asking for one is refused as `policy.unenforceable`). */
+  volumes?: Pick<VolumeService, 'resolveMounts'>;
 }
 
 export interface PlannerOptions {
@@ -75,9 +81,10 @@ export class LeasePlanner {
    * Plans lease `id` from `body`. Throws `policy.not_found`, `policy.unenforceable`,
    * `lease.ttl_exceeds_policy`, `input.invalid` (env names the policy does not allow),
    * `policy.secret_denied`, `secret.not_found`, `secret.unreadable`,
-   * `policy.mount_not_allowed`, `runtime.image_not_found`, `runtime.unavailable`.
+   * `policy.mount_not_allowed`, `runtime.image_not_found`, `runtime.unavailable`, and for
+   * `volumes` (of `tenant`) what `VolumeService.resolveMounts` throws.
    */
-  async plan(id: string, body: CreateSandboxBody): Promise<LeasePlan> {
+  async plan(id: string, body: CreateSandboxBody, tenant = 'default'): Promise<LeasePlan> {
     const { runtime, policies } = this.deps;
     const policyName = typeof body.policy === 'string' ? body.policy : (body.policy?.name ?? 'default');
     const policyVersion = typeof body.policy === 'object' ? body.policy.version : undefined;
@@ -108,6 +115,7 @@ export class LeasePlanner {
       });
     }
     const values = await this.deps.secrets.reveal(grants.map((g) => g.name));
+    const volumes = await this.planVolumes(policy, body, tenant);
     const image = body.image ?? this.options.defaultImage;
     const [info, imageConfig] = await Promise.all([runtime.info(), runtime.inspectImage(image)]);
     const toolUser = await this.toolUser(policy, image, imageConfig);
@@ -127,8 +135,19 @@ export class LeasePlanner {
       mounts: await resolveMounts(policy, this.options.mountAllowlist, this.options.protectedHostPaths),
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
+      volumeMounts: volumes,
     });
-    return { policy, ref, ttlSeconds, env, grants, values, image, imageConfig, toolUser, engineVersion: info.engineVersion, spec };
+    return { policy, ref, ttlSeconds, env, grants, values, image, imageConfig, toolUser, engineVersion: info.engineVersion, spec, volumes };
+  }
+
+  /** The lease's volume mounts, checked against the paths the policy already mounts. */
+  private async planVolumes(policy: Policy, body: CreateSandboxBody, tenant: string): Promise<ResolvedVolumeMount[]> {
+    const requests = body.volumes ?? [];
+    if (requests.length === 0) return [];
+    if (!this.deps.volumes)
+      throw new AppError('policy.unenforceable', 'this control plane offers no persistent volumes', { details: { field: 'volumes' } });
+    const taken = [...policy.filesystem.writableRoots.map((r) => r.path), ...policy.filesystem.readOnlyMounts.map((m) => m.containerPath)];
+    return this.deps.volumes.resolveMounts(tenant, requests, taken);
   }
 
   /**

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { LeaseStatus, type Lease } from '../../contract/objects.js';
 import { SecretFilePath, SecretName } from '../../contract/secrets.js';
 import { EnvMap, EnvName } from '../../contract/tools.js';
+import { VolumeMountRequests } from '../volumes/schema.js';
 
 const LabelKey = z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_.\/-]{0,62}$/, 'label keys: letters, digits, _ . / -');
 
@@ -54,6 +55,11 @@ export const CreateSandboxBody = z
     env: EnvMap.optional(),
     /** Stored secrets the lease may hand to its calls; each must be allowed by the policy (`policy.secret_denied`). */
     secrets: SecretRequests.optional(),
+    /**
+     * Persistent volumes of the tenant to mount (`POST /v1/volumes`): `{name, path, readOnly?}`,
+     * each checked before anything is created (docs/errors.md `volume.*`).
+     */
+    volumes: VolumeMountRequests.optional(),
     /** Free-form labels, returned as given; `sbx.*` keys are reserved. */
     labels: z
       .record(LabelKey, z.string().max(256))
@@ -68,6 +74,12 @@ export const CreateSandboxBody = z
       {
         policy: { name: 'offline-ci', version: 1 },
         secrets: [{ name: 'NPM_TOKEN' }, { name: 'GITHUB_TOKEN', env: 'GH_TOKEN', file: '/run/secrets/github' }],
+      },
+      {
+        volumes: [
+          { name: 'pip-cache', path: '/cache' },
+          { name: 'dataset', path: '/data', readOnly: true },
+        ],
       },
     ],
   });

@@ -24,6 +24,7 @@ import type { QuotaService } from '../quotas/service.js';
 import type { DurableTimers, TimerOutcome } from '../redis/timers.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
+import type { VolumeService } from '../volumes/service.js';
 import { LeaseCreator } from './create.js';
 import { LeaseEnder } from './ending.js';
 import { checkUsable } from './machine.js';
@@ -83,6 +84,8 @@ export interface LeaseServiceDeps {
   metrics: LeaseMetrics;
   /** Warm pools a lease may claim a started sandbox from (none: every lease starts cold). */
   pools?: Pick<WarmPools, 'claim' | 'owns' | 'settle'>;
+  /** Persistent volumes leases may mount (none: a lease asking for one is refused as `policy.unenforceable`). */
+  volumes?: Pick<VolumeService, 'resolveMounts' | 'claim' | 'release'>;
   /** Told when reconcile has decided a lease is lost (`ReconcilerDeps.onLost`). */
   onLost?: (leaseId: string) => void;
   now: () => Date;
@@ -120,6 +123,7 @@ export class LeaseService {
         egress: deps.egress,
         store,
         audit: deps.audit,
+        ...(deps.volumes ? { volumes: deps.volumes } : {}),
         log,
       },
       options,

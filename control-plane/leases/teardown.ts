@@ -9,6 +9,7 @@ import type { ReturnsIn } from '../agent-link/returns-in.js';
 import type { AuditLog } from '../audit/service.js';
 import type { EgressProxy } from '../egress/proxy.js';
 import type { Ownership, SandboxRuntime } from '../runtime/runtime.js';
+import type { VolumeService } from '../volumes/service.js';
 import { leaseDirs } from './plan.js';
 import type { LeaseCalls, LeaseLink } from './ports.js';
 import type { LeaseRecord, LeaseStore } from './store.js';
@@ -22,6 +23,8 @@ export interface TeardownDeps {
   egress: Pick<EgressProxy, 'stop'>;
   store: Pick<LeaseStore, 'claimOnce'>;
   audit: Pick<AuditLog, 'record'>;
+  /** Persistent volumes: the lease's holds (writer locks) go once its container is gone; the volumes stay. */
+  volumes?: Pick<VolumeService, 'release'>;
   log: Logger;
 }
 
@@ -52,6 +55,8 @@ export class Teardown {
       }
     };
     await step(() => runtime.remove(id, this.options.ownership));
+    // Only once the container is gone: until then it may still write. A hold of an ended lease is void anyway.
+    if (failures.length === 0) await step(async () => this.deps.volumes?.release(id));
     await step(() => returns.drain(id, DRAIN_TIMEOUT_MS));
     await step(() => calls.abandonOpenCalls(id, manifestDigest, (callId) => agentCalls.attemptOf(id, callId)));
     await step(() => link.destroy(id));

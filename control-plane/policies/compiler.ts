@@ -63,6 +63,8 @@ export interface CompileInput {
   /** OCI runtimes the engine offers. */
   ociRuntimes: readonly string[];
   labels: Record<string, string>;
+  /** Persistent volumes, bind-mounted from their host mount points (checked by the volumes domain). */
+  volumeMounts?: ReadonlyArray<{ hostPath: string; containerPath: string; readOnly: boolean }>;
 }
 
 export function compileSandboxSpec(input: CompileInput): SandboxSpec {
@@ -181,6 +183,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
       ...(policy.network.mode === 'allowlist' ? [{ hostPath: input.egressSocketHostDir, containerPath: EGRESS_SOCKET_DIR }] : []),
       ...mountBinds,
     ],
+    volumeBinds: (input.volumeMounts ?? []).map((m) => ({ hostPath: m.hostPath, containerPath: m.containerPath, readOnly: m.readOnly })),
     ociRuntime: policy.runtime.oci,
     capAdd: [...policy.runtime.capabilities],
     noNewPrivileges: policy.runtime.noNewPrivileges,

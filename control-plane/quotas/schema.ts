@@ -16,6 +16,8 @@ export const QuotaLimits = z
     maxCpus: z.number().min(0).max(1_000_000).nullable().optional(),
     /** Memory (the policies' `resources.memoryBytes`) summed over the sandboxes, bytes. */
     maxMemoryBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).nullable().optional(),
+    /** Persistent volumes (`POST /v1/volumes`): their `sizeBytes` summed over the tenant's volumes, bytes. */
+    maxVolumeBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).nullable().optional(),
   })
   .strict()
   .meta({ examples: [{ maxSandboxes: 10, maxCpus: 8, maxMemoryBytes: 17_179_869_184 }, { maxSandboxes: null }, {}] });
@@ -26,6 +28,7 @@ export interface EffectiveLimits {
   maxSandboxes: number | null;
   maxCpus: number | null;
   maxMemoryBytes: number | null;
+  maxVolumeBytes: number | null;
 }
 
 /** What a tenant's live leases hold now. */

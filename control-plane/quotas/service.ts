@@ -96,6 +96,11 @@ export class QuotaService {
     );
   }
 
+  /** The tenant's limit on its volumes' bytes (`maxVolumeBytes`; null: none). The volumes domain counts and checks it. */
+  async volumeLimitBytes(tenant: string): Promise<number | null> {
+    return this.effective(await this.deps.store.getLimits(tenant)).maxVolumeBytes;
+  }
+
   /** Releases what `leaseId` holds; a lease that holds nothing (released before) is fine. */
   async release(leaseId: string): Promise<void> {
     await this.deps.store.release(leaseId);
@@ -135,7 +140,12 @@ export class QuotaService {
       const own = configured?.[key];
       return own !== undefined ? own : (this.deps.defaults[key] ?? null);
     };
-    return { maxSandboxes: pick('maxSandboxes'), maxCpus: pick('maxCpus'), maxMemoryBytes: pick('maxMemoryBytes') };
+    return {
+      maxSandboxes: pick('maxSandboxes'),
+      maxCpus: pick('maxCpus'),
+      maxMemoryBytes: pick('maxMemoryBytes'),
+      maxVolumeBytes: pick('maxVolumeBytes'),
+    };
   }
 }
 

@@ -109,6 +109,12 @@ export class DockerRuntime implements SandboxRuntime {
           Mounts: [
             ...spec.volumes.map((v) => ({ Type: 'volume' as const, Source: v.name, Target: v.mountPath })),
             ...spec.readOnlyBinds.map((b) => ({ Type: 'bind' as const, Source: b.hostPath, Target: b.containerPath, ReadOnly: true })),
+            ...(spec.volumeBinds ?? []).map((b) => ({
+              Type: 'bind' as const,
+              Source: b.hostPath,
+              Target: b.containerPath,
+              ReadOnly: b.readOnly,
+            })),
           ],
           Runtime: spec.ociRuntime,
           CapDrop: ['ALL'],

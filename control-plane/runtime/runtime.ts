@@ -44,6 +44,8 @@ export interface SandboxSpec {
   volumes: VolumeSpec[];
   /** Host path → container path, read-only bind mounts (agent credentials, Redis socket dir). */
   readOnlyBinds: Array<{ hostPath: string; containerPath: string }>;
+  /** Persistent volumes: a host directory (a volume's mounted filesystem) → container path, read-only or not. */
+  volumeBinds?: Array<{ hostPath: string; containerPath: string; readOnly: boolean }>;
   ociRuntime: 'runc' | 'runsc';
   capAdd: string[];
   noNewPrivileges: boolean;
