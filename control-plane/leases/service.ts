@@ -53,7 +53,10 @@ export interface LeaseServiceOptions extends PlannerOptions {
 }
 
 export interface LeaseServiceDeps {
-  runtime: Pick<SandboxRuntime, 'info' | 'imageId' | 'start' | 'exited' | 'remove' | 'listOwned'>;
+  runtime: Pick<
+    SandboxRuntime,
+    'info' | 'imageId' | 'start' | 'exited' | 'remove' | 'listOwned' | 'pause' | 'unpause' | 'checkpointSupport' | 'checkpoint'
+  >;
   store: Pick<
     LeaseStore,
     | 'createLease'
