@@ -82,7 +82,9 @@ export class LeaseEnder {
     // Ended from a pause: thawed first, so its calls end through the agent as usual (a frozen
     // agent answers nothing). A container already gone is the teardown's business.
     if (lease.pausedAt !== null && ending.settleCalls) {
-      await this.deps.runtime.unpause(lease.id).catch((err: unknown) => log.warn({ leaseId: lease.id, err }, 'unpause before release failed'));
+      await this.deps.runtime
+        .unpause(lease.id)
+        .catch((err: unknown) => log.warn({ leaseId: lease.id, err }, 'unpause before release failed'));
     }
     if (ending.settleCalls) await this.settleCalls(lease);
     const failures = await this.deps.teardown.run(lease.id, lease.manifest?.digest ?? null);
