@@ -34,8 +34,8 @@ export async function freezeSandbox(docker: Docker, leaseId: string): Promise<vo
   try {
     await docker.getContainer(`sbx-${leaseId}`).pause();
   } catch (err) {
-    // 409 "already paused" is what we want; 409 "not running" is not.
-    if (statusOf(err) === 409 && /already paused/i.test(messageOf(err))) return;
+    // "already paused" is what we want (409, or 500 on older engines); "not running" is not.
+    if (/already paused/i.test(messageOf(err))) return;
     throw translate('pause', leaseId, err);
   }
 }
@@ -48,7 +48,8 @@ export async function thawSandbox(docker: Docker, leaseId: string): Promise<void
   try {
     await docker.getContainer(`sbx-${leaseId}`).unpause();
   } catch (err) {
-    if (statusOf(err) === 409 && /not paused/i.test(messageOf(err))) return;
+    // "is not paused" (409, or 500 on Docker 20.10): a racing resume or reconcile thawed it first.
+    if (/is not paused/i.test(messageOf(err))) return;
     throw translate('unpause', leaseId, err);
   }
 }
