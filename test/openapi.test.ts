@@ -100,10 +100,11 @@ describe('OpenAPI document', () => {
         }
       }
     }
-    // The examples the schemas carry: leases, calls, keys, quotas, secrets.
+    // The examples the schemas carry: leases, checkpoints, calls, keys, quotas, secrets.
     expect(new Set(checked)).toEqual(
       new Set([
         'post /v1/sandboxes',
+        'post /v1/sandboxes/{id}/checkpoints',
         'post /v1/sandboxes/{id}/calls',
         'post /v1/api-keys',
         'put /v1/tenants/{tenant}/quota',
