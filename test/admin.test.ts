@@ -198,7 +198,9 @@ describe('tenancy', () => {
               ? { tool: 'exec', args: { cmd: `touch /workspace/by-${who}` }, callId: `${who}-call` }
               : route.path.endsWith('/renew')
                 ? { ttlSeconds: 600 }
-                : {}
+                : route.path.endsWith('/checkpoints')
+                  ? { includeMemory: true }
+                  : {}
             : undefined;
       // The events stream of a finished call ends by itself; ask for nothing after its last event.
       return api(
@@ -216,6 +218,8 @@ describe('tenancy', () => {
       expect(own.body?.error?.code, `${route.method} ${route.path}`).not.toBe('lease.not_found');
     }
     expectError(await api(userA, 'DELETE', `/v1/sandboxes/${leaseB.id}`), 404, 'lease.not_found');
+    // B's own pause (if its resume came first in the route order) is undone; resuming a running sandbox changes nothing.
+    expect((await api(userB, 'POST', `/v1/sandboxes/${leaseB.id}/resume`)).status).toBe(200);
     // Nothing A asked for reached the sandbox: it is still ready, A's call and file never ran.
     expect((await api(userB, 'GET', `/v1/sandboxes/${leaseB.id}`)).body.status).toBe('ready');
     expectError(await api(userB, 'GET', `/v1/sandboxes/${leaseB.id}/calls/a-call`), 404, 'call.not_found');
