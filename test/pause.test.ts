@@ -100,6 +100,27 @@ describe('pause and resume', () => {
     await h.client.releaseSandbox(lease.id);
   });
 
+  it('a call running across a pause longer than the agent’s queue lock (30 s) finishes once after resume, succeeded', async () => {
+    const lease = await h.client.createSandbox();
+    const call = await h.client.submitCall(lease.id, 'exec', { cmd: 'sleep 2; echo done >> /workspace/done; echo done' });
+    for await (const e of h.client.events(lease.id, call.callId)) if (e.type === 'call.started') break;
+    await h.client.pauseSandbox(lease.id);
+    // Held paused past BullMQ's lockDuration (30 s) so the job's lock expires while its agent is
+    // frozen: the duration is the thing tested, not a wait for an event.
+    await new Promise((r) => setTimeout(r, 40_000));
+    await h.client.resumeSandbox(lease.id);
+    const finished = await eventually(
+      () => h.client.getCall(lease.id, call.callId),
+      (c) => c.status === 'finished',
+      30_000,
+    );
+    expect(finished.result).toMatchObject({ status: 'succeeded', stdout: 'done\n' });
+    // Ran once: one line written, and no second attempt's result.
+    expect((await exec(lease.id, 'cat /workspace/done')).stdout).toBe('done\n');
+    expect((await h.client.getCall(lease.id, call.callId)).result?.receipt?.attemptId).toBe(finished.result?.receipt?.attemptId);
+    await h.client.releaseSandbox(lease.id);
+  }, 120_000);
+
   it('the running TTL stops while paused: expiresAt is the pause budget while paused, and the TTL left comes back on resume', async () => {
     const lease = await h.client.createSandbox({ ttlSeconds: 600 });
     const paused = await h.client.pauseSandbox(lease.id);
