@@ -6,10 +6,14 @@
  * a restarted control plane keeps it paused. Memory checkpoints are refused as
  * `422 policy.unenforceable` on an engine without experimental features and criu.
  */
+import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { apiAs, docker, eventually, execIn, useHarness } from './fixtures/index.js';
+import { Sandbox } from '../sdk/index.js';
+import { apiAs, docker, eventually, execIn, REPO_ROOT, useHarness } from './fixtures/index.js';
 
 const h = useHarness();
 const exec = execIn(() => h.client);
@@ -120,6 +124,24 @@ describe('pause and resume', () => {
     expect((await h.client.getCall(lease.id, call.callId)).result?.receipt?.attemptId).toBe(finished.result?.receipt?.attemptId);
     await h.client.releaseSandbox(lease.id);
   }, 120_000);
+
+  it('the SDK: sandbox.pause() and resume() change its lease; exec while paused throws SbxError lease.paused', async () => {
+    const sbx = await Sandbox.create({ url: h.url, apiKey: h.apiKey });
+    try {
+      expect((await sbx.pause()).status).toBe('paused');
+      expect(sbx.lease.status).toBe('paused');
+      await expect(sbx.exec('true')).rejects.toMatchObject({ code: 'lease.paused', status: 409 });
+      expect((await sbx.resume()).status).toBe('ready');
+      expect((await sbx.exec('echo back')).stdout).toBe('back\n');
+      // The CLI (dist/cli/sbx.js): `sbx pause ID`, `sbx resume ID`.
+      const cli = (...args: string[]) =>
+        promisify(execFile)(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, '--api-key', h.apiKey, ...args]);
+      expect((await cli('pause', sbx.id)).stdout).toMatch(new RegExp(`^${sbx.id} paused expires `));
+      expect((await cli('resume', sbx.id)).stdout).toMatch(new RegExp(`^${sbx.id} ready expires `));
+    } finally {
+      await sbx.release();
+    }
+  });
 
   it('the running TTL stops while paused: expiresAt is the pause budget while paused, and the TTL left comes back on resume', async () => {
     const lease = await h.client.createSandbox({ ttlSeconds: 600 });
