@@ -43,8 +43,11 @@ function record(status: LeaseStatus, over: Partial<LeaseRecord> = {}): LeaseReco
   };
 }
 
-function world(initial: LeaseRecord, runtimeOver: { pause?: () => Promise<void> } = {}) {
+function world(initial: LeaseRecord, runtimeOver: { pause?: (set: (r: LeaseRecord) => void) => Promise<void> } = {}) {
   let current = initial;
+  const set = (r: LeaseRecord): void => {
+    current = r;
+  };
   const log: string[] = [];
   const store: Pick<LeaseStore, 'transitionLease' | 'getLease'> = {
     transitionLease: async (_id, decide) => {
@@ -61,7 +64,7 @@ function world(initial: LeaseRecord, runtimeOver: { pause?: () => Promise<void> 
     transitions,
     store,
     runtime: {
-      pause: runtimeOver.pause ?? (async () => void log.push('engine.pause')),
+      pause: async () => (runtimeOver.pause ? runtimeOver.pause(set) : void log.push('engine.pause')),
       unpause: async () => void log.push('engine.unpause'),
       checkpointSupport: async () => ({ supported: false, missing: ['the Docker engine runs without experimental features'] }),
       checkpoint: async () => void log.push('engine.checkpoint'),
@@ -117,6 +120,17 @@ describe('LeasePauser', () => {
     expect(await codeOf(w.pauser.pause(w.current(), by))).toBe('runtime.unavailable');
     expect(w.current().status).toBe('ready');
     expect(w.log).toEqual(['paused', 'pause_undone', `timer ${w.current().expiresAt}`]);
+  });
+
+  it('a release that began while the freeze was under way gets the sandbox thawed again (its agent settles the calls)', async () => {
+    const w = world(record('ready'), {
+      pause: async (set) => {
+        w.log.push('engine.pause');
+        set({ ...record('releasing'), pausedAt: new Date(NOW_MS).toISOString(), endReason: 'released' });
+      },
+    });
+    await w.pauser.pause(w.current(), by);
+    expect(w.log.slice(0, 4)).toEqual(['paused', 'engine.pause', `timer ${new Date(NOW_MS + 3600_000).toISOString()}`, 'engine.unpause']);
   });
 
   it('resume: the record first (the running TTL left from now), the timer, then the thaw', async () => {

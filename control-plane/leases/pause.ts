@@ -141,12 +141,14 @@ export class LeasePauser {
 
   /**
    * After the engine did its part: if a racing request changed the record meanwhile (a resume
-   * right after a pause), the engine is made to match the record as it is now.
+   * or a release right after a pause), the engine is made to match the record as it is now.
    */
   private async converge(id: string): Promise<void> {
     const now = await this.deps.store.getLease(id);
     if (now?.status === 'paused') await this.deps.runtime.pause(id).catch(() => undefined);
-    if (now?.status === 'ready') await this.deps.runtime.unpause(id).catch(() => undefined);
+    // Ready again, or being released (a release thaws first, so its agent can settle the calls;
+    // a freeze landing after that thaw would leave the agent frozen through the release).
+    if (now?.status === 'ready' || now?.status === 'releasing') await this.deps.runtime.unpause(id).catch(() => undefined);
   }
 
   private async audit(by: Principal, action: string, lease: LeaseRecord): Promise<void> {
