@@ -19,13 +19,16 @@ run="${1:-}"
 [[ "$run" =~ ^[0-9a-f]{8}$ ]] || { echo "usage: $0 [--remove] RUN (8 hex characters, the run's SBX_TEST_RUN)" >&2; exit 2; }
 prefix="sbx-test-$run-"
 
-# kind: container | volume | network. Prints "ID OWNER" of each object of this run.
+# kind: container | volume | network | image. Prints "ID OWNER" of each object of this run (an
+# image has no label filter in `docker image ls` output: a test image is named after its owner,
+# `sbx-test-<run>-<name>:<tag>`, test/fixtures/images.ts).
 objects() {
   local kind="$1" format
   case "$kind" in
     container) format='{{.ID}} {{.Label "sbx.owner"}}'; docker ps -a --filter label=sbx.owner --format "$format" ;;
     volume) format='{{.Name}} {{.Label "sbx.owner"}}'; docker volume ls --filter label=sbx.owner --format "$format" ;;
     network) format='{{.ID}} {{.Label "sbx.owner"}}'; docker network ls --filter label=sbx.owner --format "$format" ;;
+    image) docker image ls --format '{{.Repository}}:{{.Tag}} {{.Repository}}' ;;
   esac | awk -v p="$prefix" 'index($2, p) == 1'
 }
 
@@ -62,12 +65,14 @@ if ((remove)); then
   [[ -z "$volumes" ]] || docker volume rm -f $volumes >/dev/null 2>&1 || true
   networks="$(objects network | awk '{print $1}')"
   [[ -z "$networks" ]] || docker network rm $networks >/dev/null 2>&1 || true
+  images="$(objects image | awk '{print $1}')"
+  [[ -z "$images" ]] || docker rmi -f $images >/dev/null 2>&1 || true
   pids="$(processes | awk '{print $1}')"
   [[ -z "$pids" ]] || kill -KILL $pids 2>/dev/null || true
 fi
 
 found=0
-for kind in container volume network; do
+for kind in container volume network image; do
   while read -r id owner; do
     [[ -n "$id" ]] || continue
     echo "leftover $kind $id (sbx.owner=$owner)"

@@ -56,7 +56,17 @@ export interface LeaseServiceOptions extends PlannerOptions {
 export interface LeaseServiceDeps {
   runtime: Pick<
     SandboxRuntime,
-    'info' | 'imageId' | 'start' | 'exited' | 'remove' | 'listOwned' | 'pause' | 'unpause' | 'checkpointSupport' | 'checkpoint'
+    | 'info'
+    | 'inspectImage'
+    | 'readImageFiles'
+    | 'start'
+    | 'exited'
+    | 'remove'
+    | 'listOwned'
+    | 'pause'
+    | 'unpause'
+    | 'checkpointSupport'
+    | 'checkpoint'
   >;
   store: Pick<
     LeaseStore,

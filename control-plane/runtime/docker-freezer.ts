@@ -9,21 +9,13 @@ import { execFile } from 'node:child_process';
 import type Docker from 'dockerode';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
+import { messageOf, statusOf, unavailable } from './docker-errors.js';
 import type { CheckpointSupport } from './runtime.js';
 
 const ExperimentalInfo = z.object({ ExperimentalBuild: z.boolean().default(false) });
 
 /** How long `criu check` may take before it counts as failed, ms. */
 const CRIU_CHECK_TIMEOUT_MS = 10_000;
-
-/** The HTTP status of a dockerode error, if it has one. */
-function statusOf(err: unknown): number | undefined {
-  return (err as { statusCode?: number } | null)?.statusCode;
-}
-
-function messageOf(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
 
 /**
  * Freezes every process of lease `leaseId`'s container (cgroup freezer). Idempotent: an already
@@ -65,7 +57,7 @@ export async function checkpointSupport(docker: Docker, local: boolean): Promise
   try {
     experimental = ExperimentalInfo.parse(await docker.info()).ExperimentalBuild;
   } catch (err) {
-    throw new AppError('runtime.unavailable', `the Docker engine did not answer (info): ${messageOf(err)}`, { cause: err });
+    throw unavailable('info', err);
   }
   if (!experimental) missing.push('the Docker engine runs without experimental features (docker info: ExperimentalBuild false)');
   if (!local) missing.push('the engine is not on this host, so criu cannot be checked');
@@ -109,7 +101,5 @@ function translate(action: string, leaseId: string, err: unknown): AppError {
     return new AppError('lease.not_ready', `sandbox ${leaseId} has no running container to ${action}: ${messageOf(err)}`, {
       cause: err,
     });
-  return new AppError('runtime.unavailable', `the Docker engine could not ${action} sandbox ${leaseId}: ${messageOf(err)}`, {
-    cause: err,
-  });
+  return unavailable(`${action} of sandbox ${leaseId}`, err);
 }
