@@ -20,6 +20,7 @@ import { filesReadWrite } from './figures/files-rw.js';
 import { leaseByo } from './figures/lease-byo.js';
 import { leaseCold } from './figures/lease-cold.js';
 import { leaseWarm, WARM_POLICY } from './figures/lease-warm.js';
+import { pauseResume } from './figures/pause-resume.js';
 import { stdoutStream } from './figures/stdout-stream.js';
 import { throughput } from './figures/throughput.js';
 import { uploadTree } from './figures/upload.js';
@@ -39,6 +40,7 @@ export const FIGURES: ReadonlyArray<{ id: string; run: (ctx: BenchContext) => Pr
   { id: 'files-rw', run: filesReadWrite },
   { id: 'upload', run: uploadTree },
   { id: 'density', run: density },
+  { id: 'pause-resume', run: pauseResume },
 ];
 
 /** The checkout (this file is dist/bench/run.js or bench/run.ts). */

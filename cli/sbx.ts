@@ -7,6 +7,7 @@
  *   sbx exec ID [options] -- CMD...  run a command in a leased sandbox
  *   sbx release ID [--grace-ms MS]   release a sandbox (running calls cancelled after the grace)
  *   sbx renew ID --ttl S             move a sandbox's expiry to now + S seconds
+ *   sbx pause ID | sbx resume ID     freeze every process of a sandbox (its TTL stops), and thaw it
  *   sbx events ID                    a sandbox's status transitions
  *   sbx ls                           list sandboxes
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
@@ -302,6 +303,24 @@ program
     const lease = await connect(connection(global)).renewSandbox(id, opts.ttl);
     process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id} ${lease.status} expires ${lease.expiresAt}\n`);
   });
+
+for (const [name, description] of [
+  ['pause', 'freeze every process of a sandbox; its TTL stops, its pause budget (policy pausedTtlSeconds) runs'],
+  ['resume', 'thaw a paused sandbox where it was'],
+] as const) {
+  program
+    .command(name)
+    .description(description)
+    .argument('<id>')
+    .action(async (id: string) => {
+      const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+      const client = connect(connection(global));
+      const lease = name === 'pause' ? await client.pauseSandbox(id) : await client.resumeSandbox(id);
+      process.stdout.write(
+        global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id} ${lease.status} expires ${lease.expiresAt}\n`,
+      );
+    });
+}
 
 program
   .command('events')

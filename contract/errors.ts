@@ -118,6 +118,12 @@ export const ERROR_CODES = {
     retryability: 'safe',
     summary: 'The sandbox is still being created (`pending`, `starting`) or is being released (`releasing`).',
   },
+  'lease.paused': {
+    status: 409,
+    retryability: 'after_fix',
+    summary:
+      'The sandbox is paused (every process frozen): calls and file transfers wait for `POST /v1/sandboxes/:id/resume`; `details.expiresAt` is when the pause runs out and the lease expires.',
+  },
   'lease.ttl_exceeds_policy': {
     status: 400,
     retryability: 'after_fix',
@@ -211,6 +217,12 @@ export const ERROR_CODES = {
     status: 422,
     retryability: 'after_fix',
     summary: 'The policy asks for isolation this runtime cannot enforce; the sandbox is not started with less.',
+  },
+  'policy.pause_denied': {
+    status: 403,
+    retryability: 'no',
+    summary:
+      "The lease's policy allows it no (more) time paused: `resources.pausedTtlSeconds` is 0 or its pauses have used it up (`details.pausedTtlSeconds`, `details.pausedTotalMs`).",
   },
   'policy.mount_not_allowed': {
     status: 422,

@@ -114,9 +114,11 @@ export type EnvironmentManifest = z.infer<typeof EnvironmentManifest>;
  * credentials, container and agent are being made) → `ready` → `releasing` (calls drained or
  * cancelled, container and credentials removed) → one of the terminal states: `released`,
  * `expired` (its TTL ran out), `failed` (it never became ready) or `lost` (its container
- * vanished or stopped on its own; calls that were running end `effect_unknown`).
+ * vanished or stopped on its own; calls that were running end `effect_unknown`). A ready
+ * lease may be `paused` (every process frozen by the cgroup freezer; calls and files answer
+ * `409 lease.paused`) and resumed back to `ready`; a paused lease may also be released or expire.
  */
-export const LeaseStatus = z.enum(['pending', 'starting', 'ready', 'releasing', 'released', 'expired', 'failed', 'lost']);
+export const LeaseStatus = z.enum(['pending', 'starting', 'ready', 'paused', 'releasing', 'released', 'expired', 'failed', 'lost']);
 export type LeaseStatus = z.infer<typeof LeaseStatus>;
 
 /** The states a lease never leaves. */
@@ -141,6 +143,12 @@ export const Lease = z.object({
   manifest: EnvironmentManifest.nullable(),
   labels: z.record(z.string(), z.string()),
   /**
+   * While `paused`: when the pause began (null otherwise). `expiresAt` is then the end of the
+   * pause budget (`resources.pausedTtlSeconds`); the running TTL left at the pause comes back on
+   * resume.
+   */
+  pausedAt: Timestamp.nullable().default(null),
+  /**
    * The tenant of the API key that created it; only that tenant's user keys (and admin keys)
    * see it. Records from before tenants existed read as `default`.
    */
@@ -159,7 +167,8 @@ export const LeaseEvent = z.object({
   from: LeaseStatus.nullable(),
   to: LeaseStatus,
   /**
-   * Why: `created`, `starting`, `ready`, `renewed`, `released`, `expired`, `container_missing`,
+   * Why: `created`, `starting`, `ready`, `renewed`, `paused`, `resumed` (also `pause_undone`:
+   * the engine could not freeze it), `released`, `expired`, `container_missing`,
    * `container_exited`, `create_failed`, `create_interrupted`; within `releasing`:
    * `release_resumed` (another process took over the release of a dead one) and
    * `teardown_incomplete` (a step failed; reconcile finishes it).

@@ -154,6 +154,25 @@ export class SbxClient {
     return Lease.parse(await this.json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/renew`, { ttlSeconds }));
   }
 
+  /**
+   * Pauses a sandbox (`POST /v1/sandboxes/:id/pause`): every process frozen, calls and files
+   * `409 lease.paused` until resumed; its running TTL stops and `expiresAt` becomes the end of
+   * its pause budget (policy `resources.pausedTtlSeconds`). Pausing a paused one returns it
+   * unchanged. Throws `policy.pause_denied`, `lease.expired`/`lease.released` (410), `lease.not_ready`.
+   */
+  async pauseSandbox(id: string): Promise<Lease> {
+    return Lease.parse(await this.json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/pause`));
+  }
+
+  /**
+   * Resumes a paused sandbox where it was (`POST /v1/sandboxes/:id/resume`): processes, open
+   * files and background tasks go on; the running TTL left at the pause counts again from now.
+   * Resuming a running one returns it unchanged. Throws `lease.expired`/`lease.released` (410).
+   */
+  async resumeSandbox(id: string): Promise<Lease> {
+    return Lease.parse(await this.json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/resume`));
+  }
+
   /** The sandbox's status transitions, oldest first. */
   async leaseEvents(id: string): Promise<LeaseEvent[]> {
     return LeaseEventList.parse(await this.json('GET', `/v1/sandboxes/${encodeURIComponent(id)}/events`)).events;

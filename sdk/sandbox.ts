@@ -1,6 +1,6 @@
 /**
  * `Sandbox`: one leased sbx sandbox and what can be done with it — commands (`exec`, streamed),
- * files (`files.*`), git (`git.*`), `renew`, `release` (also by `await using`).
+ * files (`files.*`), git (`git.*`), `renew`, `pause`/`resume`, `release` (also by `await using`).
  *
  * A call's result is not a receipt and a timeout is not "no effect" (docs/DESIGN.md): `exec`
  * returns the whole `ToolResult` (status, exit code, receipt with `commitState`) whatever the
@@ -241,6 +241,22 @@ export class Sandbox implements AsyncDisposable {
    */
   async renew(ttlSeconds: number): Promise<Lease> {
     this.current = await this.client.renewSandbox(this.id, ttlSeconds);
+    return this.current;
+  }
+
+  /**
+   * Freezes every process of the sandbox; calls and files answer SbxError `lease.paused` until
+   * `resume()`. Its running TTL stops; a sandbox left paused past its policy's
+   * `pausedTtlSeconds` expires. Idempotent. Throws SbxError `policy.pause_denied`, `lease.expired`, `lease.released`.
+   */
+  async pause(): Promise<Lease> {
+    this.current = await this.client.pauseSandbox(this.id);
+    return this.current;
+  }
+
+  /** Resumes a paused sandbox where it was (processes, open files, background tasks). Idempotent. */
+  async resume(): Promise<Lease> {
+    this.current = await this.client.resumeSandbox(this.id);
     return this.current;
   }
 

@@ -198,7 +198,9 @@ describe('tenancy', () => {
               ? { tool: 'exec', args: { cmd: `touch /workspace/by-${who}` }, callId: `${who}-call` }
               : route.path.endsWith('/renew')
                 ? { ttlSeconds: 600 }
-                : {}
+                : route.path.endsWith('/checkpoints')
+                  ? { includeMemory: true }
+                  : {}
             : undefined;
       // The events stream of a finished call ends by itself; ask for nothing after its last event.
       return api(
@@ -214,6 +216,8 @@ describe('tenancy', () => {
       expect(missing).toEqual({ id: leaseB.id });
       const own = await request('b', route);
       expect(own.body?.error?.code, `${route.method} ${route.path}`).not.toBe('lease.not_found');
+      // B's own pause got past the check: resumed at once, so B's later calls and files run.
+      if (route.path.endsWith('/pause')) expect((await api(userB, 'POST', `/v1/sandboxes/${leaseB.id}/resume`)).status).toBe(200);
     }
     expectError(await api(userA, 'DELETE', `/v1/sandboxes/${leaseB.id}`), 404, 'lease.not_found');
     // Nothing A asked for reached the sandbox: it is still ready, A's call and file never ran.

@@ -141,6 +141,9 @@ async function undo(method: string, path: string, answer: Answer): Promise<void>
   if (method === 'POST' && path === '/v1/api-keys') await send('DELETE', `/v1/api-keys/${String(created().id)}`, admin, Buffer.alloc(0));
   if (method === 'PUT' && path.startsWith('/v1/secrets/')) await send('DELETE', path, admin, Buffer.alloc(0));
   if (method === 'PUT' && path.startsWith('/v1/policies/')) await send('DELETE', path, admin, Buffer.alloc(0));
+  // A paused sandbox answers its calls and files 409 lease.paused: resumed at once, so the next probes reach it.
+  if (method === 'POST' && path === '/v1/sandboxes/:id/pause')
+    await send('POST', `/v1/sandboxes/${leaseId}/resume`, admin, Buffer.alloc(0));
 }
 
 let requests = 0;

@@ -102,11 +102,12 @@ describe('OpenAPI document', () => {
     }
     // Volumes the examples made hold a disk on the host: removed here, not left to the Redis cleanup.
     for (const name of ['pip-cache', 'dataset']) expect((await h.client.raw('DELETE', `/v1/volumes/${name}`)).status).toBe(200);
-    // The examples the schemas carry: leases, calls, keys, quotas, secrets, volumes.
+    // The examples the schemas carry: leases, checkpoints, calls, keys, quotas, secrets, volumes.
     expect(new Set(checked)).toEqual(
       new Set([
         'post /v1/volumes',
         'post /v1/sandboxes',
+        'post /v1/sandboxes/{id}/checkpoints',
         'post /v1/sandboxes/{id}/calls',
         'post /v1/api-keys',
         'put /v1/tenants/{tenant}/quota',

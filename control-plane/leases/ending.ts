@@ -12,6 +12,7 @@ import type { AuditLog } from '../audit/service.js';
 import type { AuditActor } from '../audit/schema.js';
 import type { QuotaService } from '../quotas/service.js';
 import type { DurableTimers } from '../redis/timers.js';
+import type { SandboxRuntime } from '../runtime/runtime.js';
 import { endingOf, type EndReason } from './machine.js';
 import type { LeaseCalls } from './ports.js';
 import type { Provisioner } from './provision.js';
@@ -25,6 +26,8 @@ export interface EnderDeps {
   calls: Pick<LeaseCalls, 'openCalls' | 'waitAllFinished' | 'cancel'>;
   provisioner: Pick<Provisioner, 'attach'>;
   teardown: Pick<Teardown, 'run'>;
+  /** Thaws a paused sandbox before it ends, so its agent can settle its calls. */
+  runtime: Pick<SandboxRuntime, 'unpause'>;
   liveness: Pick<Liveness, 'isAlive'>;
   expiry: Pick<DurableTimers, 'clear'>;
   /** Starts the retention clock of everything an ended lease recorded (its record, calls, receipts, artifacts, egress log). */
@@ -76,6 +79,13 @@ export class LeaseEnder {
   async finish(lease: LeaseRecord): Promise<Lease> {
     const { transitions, log } = this.deps;
     const ending = endingOf(lease.endReason);
+    // Ended from a pause: thawed first, so its calls end through the agent as usual (a frozen
+    // agent answers nothing). A container already gone is the teardown's business.
+    if (lease.pausedAt !== null && ending.settleCalls) {
+      await this.deps.runtime
+        .unpause(lease.id)
+        .catch((err: unknown) => log.warn({ leaseId: lease.id, err }, 'unpause before release failed'));
+    }
     if (ending.settleCalls) await this.settleCalls(lease);
     const failures = await this.deps.teardown.run(lease.id, lease.manifest?.digest ?? null);
     if (failures.length > 0) {

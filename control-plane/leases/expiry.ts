@@ -20,7 +20,7 @@ export class LeaseExpiry {
   ) {}
 
   /**
-   * Expires a ready lease whose `expiresAt` has passed (exactly once across processes: the
+   * Expires a ready or paused lease whose `expiresAt` has passed (exactly once across processes: the
    * `ready` → `releasing` compare-and-swap decides), or says when to fire again (renewed, or
    * not ready yet).
    */
@@ -29,7 +29,8 @@ export class LeaseExpiry {
     if (!lease || lease.status === 'releasing' || TERMINAL_LEASE_STATUSES.has(lease.status)) return { done: true };
     const nowMs = this.deps.now().getTime();
     const dueMs = Date.parse(lease.expiresAt);
-    if (lease.status !== 'ready') return { retryAtMs: Math.max(dueMs, nowMs + 1000) };
+    // Ready or paused (a paused lease's `expiresAt` is the end of its pause budget).
+    if (lease.status !== 'ready' && lease.status !== 'paused') return { retryAtMs: Math.max(dueMs, nowMs + 1000) };
     if (dueMs > nowMs) return { retryAtMs: dueMs };
     const begun = await this.deps.ender.begin(id, 'expired', 'system', 0);
     if (begun.applied) await this.deps.ender.finish(begun.lease);

@@ -14,9 +14,12 @@ const CREATED_MS = Date.parse('2026-01-01T00:00:00.000Z');
 /** Ten minutes after creation; the lease expires after an hour and may live two. */
 const NOW_MS = CREATED_MS + 10 * 60_000;
 const ctx: MachineContext = { nowMs: NOW_MS, processId: ME };
-const STATUSES: LeaseStatus[] = ['pending', 'starting', 'ready', 'releasing', 'released', 'expired', 'failed', 'lost'];
+const STATUSES: LeaseStatus[] = ['pending', 'starting', 'ready', 'paused', 'releasing', 'released', 'expired', 'failed', 'lost'];
 const KEY = { keyId: 'k1', role: 'user', tenant: 'default' } as const;
 const MANIFEST = { digest: 'sha256:m' } as unknown as EnvironmentManifest;
+/** A paused lease (by default) was paused five minutes before now with 20 minutes of running TTL left. */
+const PAUSED_AT_MS = NOW_MS - 5 * 60_000;
+const RUNNING_LEFT_MS = 20 * 60_000;
 
 function lease(status: LeaseStatus, over: Partial<LeaseRecord> = {}): LeaseRecord {
   return {
@@ -33,12 +36,15 @@ function lease(status: LeaseStatus, over: Partial<LeaseRecord> = {}): LeaseRecor
     tenant: 'default',
     owner: 'sbx',
     env: {},
-    policySnapshot: { resources: { maxTtlSeconds: 7200 } } as unknown as LeaseRecord['policySnapshot'],
+    policySnapshot: { resources: { maxTtlSeconds: 7200, pausedTtlSeconds: 3600 } } as unknown as LeaseRecord['policySnapshot'],
     secrets: [],
     containerId: null,
     inProgressBy: status === 'pending' || status === 'starting' || status === 'releasing' ? ME : null,
     releaseGraceUntil: null,
     endedBy: null,
+    pausedAt: status === 'paused' ? new Date(PAUSED_AT_MS).toISOString() : null,
+    runningTtlLeftMs: status === 'paused' ? RUNNING_LEFT_MS : null,
+    pausedTotalMs: 0,
     ...over,
   };
 }
@@ -50,7 +56,9 @@ const EVENTS: Array<{ event: LeaseMachineEvent; allowed: LeaseStatus[] }> = [
   { event: { type: 'fail_create', code: 'runtime.unavailable' }, allowed: ['pending', 'starting'] },
   { event: { type: 'fail_interrupted', holder: ME }, allowed: ['pending', 'starting'] },
   { event: { type: 'renew', ttlSeconds: 600 }, allowed: ['ready'] },
-  { event: { type: 'begin_end', reason: 'released', actor: 'system', graceMs: 0 }, allowed: ['ready'] },
+  { event: { type: 'begin_end', reason: 'released', actor: 'system', graceMs: 0 }, allowed: ['ready', 'paused'] },
+  { event: { type: 'pause' }, allowed: ['ready'] },
+  { event: { type: 'resume' }, allowed: ['paused'] },
   { event: { type: 'resume_release', holder: ME }, allowed: ['releasing'] },
   { event: { type: 'hand_back', failures: ['x'] }, allowed: ['releasing'] },
   { event: { type: 'end' }, allowed: ['releasing'] },
@@ -270,6 +278,7 @@ describe('checkUsable', () => {
       pending: 'lease.not_ready',
       starting: 'lease.not_ready',
       ready: null,
+      paused: 'lease.paused',
       releasing: 'lease.not_ready',
       released: 'lease.released',
       expired: 'lease.expired',
@@ -281,5 +290,98 @@ describe('checkUsable', () => {
 
   it('a ready lease at its expiry is expired (its timer is about to end it)', () => {
     expect(code(lease('ready', { expiresAt: new Date(NOW_MS).toISOString() }))).toBe('lease.expired');
+  });
+
+  it('a paused lease at the end of its pause budget is expired, before it is paused', () => {
+    expect(code(lease('paused', { expiresAt: new Date(NOW_MS).toISOString() }))).toBe('lease.expired');
+  });
+});
+
+describe('lease machine: pause and resume (the running TTL stops while paused)', () => {
+  const made = (l: LeaseRecord, event: LeaseMachineEvent, nowMs = NOW_MS) => {
+    const decision = decide(l, event, { ...ctx, nowMs });
+    if (!decision.ok) throw new Error(`refused: ${JSON.stringify(decision.refusal)}`);
+    return decision.transition;
+  };
+  const refusal = (l: LeaseRecord, event: LeaseMachineEvent) => {
+    const decision = decide(l, event, ctx);
+    return decision.ok ? null : decision.refusal;
+  };
+  const iso = (ms: number) => new Date(ms).toISOString();
+
+  it('pause: ready → paused, keeping the running TTL left and expiring at the end of the pause budget', () => {
+    const t = made(lease('ready'), { type: 'pause' });
+    const runningTtlLeftMs = CREATED_MS + 3600_000 - NOW_MS;
+    expect(t).toEqual({
+      record: lease('ready', { status: 'paused', pausedAt: iso(NOW_MS), runningTtlLeftMs, expiresAt: iso(NOW_MS + 3600_000) }),
+      reason: 'paused',
+      details: { expiresAt: iso(NOW_MS + 3600_000), runningTtlLeftSeconds: runningTtlLeftMs / 1000 },
+    });
+  });
+
+  it('pause: earlier pauses count against the budget (pausedTtlSeconds over the whole life)', () => {
+    const t = made(lease('ready', { pausedTotalMs: 3000_000 }), { type: 'pause' });
+    expect(t.record.expiresAt).toBe(iso(NOW_MS + 600_000));
+  });
+
+  it('pause: a spent budget, or a policy with pausedTtlSeconds 0, is pause_budget_spent', () => {
+    expect(refusal(lease('ready', { pausedTotalMs: 3600_000 }), { type: 'pause' })).toEqual({
+      reason: 'pause_budget_spent',
+      status: 'ready',
+      pausedTtlSeconds: 3600,
+      pausedTotalMs: 3600_000,
+    });
+    const none = lease('ready', {
+      policySnapshot: { resources: { maxTtlSeconds: 7200, pausedTtlSeconds: 0 } } as unknown as LeaseRecord['policySnapshot'],
+    });
+    expect(refusal(none, { type: 'pause' })).toMatchObject({ reason: 'pause_budget_spent', pausedTtlSeconds: 0 });
+  });
+
+  it('pause: a ready lease past its expiry is past_due (its timer is about to end it)', () => {
+    const expiresAt = iso(NOW_MS);
+    expect(refusal(lease('ready', { expiresAt }), { type: 'pause' })).toEqual({ reason: 'past_due', status: 'ready', expiresAt });
+  });
+
+  it('resume: paused → ready with the kept running TTL from now; the pause adds to pausedTotalMs', () => {
+    const t = made(lease('paused', { pausedTotalMs: 1000 }), { type: 'resume' });
+    const expiresAt = iso(NOW_MS + RUNNING_LEFT_MS);
+    expect(t).toEqual({
+      record: lease('ready', { expiresAt, pausedTotalMs: 1000 + (NOW_MS - PAUSED_AT_MS) }),
+      reason: 'resumed',
+      details: { expiresAt, pausedSeconds: 300 },
+    });
+  });
+
+  it('resume with undo (the freeze failed) is recorded as pause_undone', () => {
+    expect(made(lease('paused'), { type: 'resume', undo: true }).reason).toBe('pause_undone');
+  });
+
+  it('pause then resume an hour of running TTL later leaves the running TTL where it was', () => {
+    const paused = made(lease('ready'), { type: 'pause' }).record;
+    const later = NOW_MS + 30 * 60_000;
+    const resumed = made(paused, { type: 'resume' }, later).record;
+    expect(Date.parse(resumed.expiresAt) - later).toBe(Date.parse(lease('ready').expiresAt) - NOW_MS);
+    expect(resumed.pausedTotalMs).toBe(30 * 60_000);
+  });
+
+  it('renew: the whole-life bound does not count time spent paused', () => {
+    const l = lease('ready', { pausedTotalMs: 600_000 });
+    expect(made(l, { type: 'renew', ttlSeconds: 7200 }).record.expiresAt).toBe(iso(CREATED_MS + 7200_000 + 600_000));
+  });
+
+  it('begin_end: a paused lease starts ending (details.paused), keeping pausedAt so the release thaws it first', () => {
+    const due = { expiresAt: iso(NOW_MS) };
+    const t = made(lease('paused', due), { type: 'begin_end', reason: 'expired', actor: 'system', graceMs: 0 });
+    expect(t.record).toMatchObject({ status: 'releasing', endReason: 'expired', pausedAt: iso(PAUSED_AT_MS), inProgressBy: ME });
+    expect(t.details).toEqual({ paused: true });
+    expect(refusal(lease('paused'), { type: 'begin_end', reason: 'expired', actor: 'system', graceMs: 0 })).toMatchObject({
+      reason: 'not_due',
+      status: 'paused',
+    });
+  });
+
+  it('end: a lease released from a pause ends with no pause left on its record', () => {
+    const releasing = lease('releasing', { pausedAt: iso(PAUSED_AT_MS), runningTtlLeftMs: RUNNING_LEFT_MS });
+    expect(made(releasing, { type: 'end' }).record).toMatchObject({ status: 'released', pausedAt: null, runningTtlLeftMs: null });
   });
 });

@@ -5,7 +5,17 @@
  * several processes deciding the same event exactly one applies it.
  *
  * States (contract/objects.ts): `pending` → `starting` → `ready` → `releasing` → `released`,
- * `expired` or `lost`; a create that fails or is interrupted ends `failed`. Work in progress
+ * `expired` or `lost`; a create that fails or is interrupted ends `failed`. `ready` ⇄ `paused`
+ * (pause, resume); a paused lease may begin to end like a ready one.
+ *
+ * TTL while paused: the running clock stops. A pause keeps the running TTL left
+ * (`runningTtlLeftMs`) and sets `expiresAt` to the end of the lease's pause budget (policy
+ * `resources.pausedTtlSeconds`, minus `pausedTotalMs` of earlier pauses); a resume gives the
+ * kept TTL back from now and adds the pause to `pausedTotalMs`. A lease still paused at its
+ * `expiresAt` expires. The whole-life bound of a renewal (`maxTtlSeconds` from `createdAt`) does
+ * not count time spent paused.
+ *
+ * Work in progress
  * (a create, a release) is held by one control-plane process (`inProgressBy`); only the holder
  * moves it on, and another process takes it over only from a holder it found dead.
  */
@@ -51,7 +61,14 @@ export type LeaseMachineEvent =
   /** This process's release could not tear everything down: handed back (held by nobody) for reconcile. */
   | { type: 'hand_back'; failures: string[] }
   /** This process's release is done: `releasing` → the final status of its end reason. */
-  | { type: 'end' };
+  | { type: 'end' }
+  /** A ready lease is frozen: `ready` → `paused` (its running TTL kept, `expiresAt` the end of its pause budget). */
+  | { type: 'pause' }
+  /**
+   * A paused lease runs again: `paused` → `ready` (its kept TTL from now). `undo`: the freeze
+   * itself failed, so the pause is taken back (reason `pause_undone`).
+   */
+  | { type: 'resume'; undo?: boolean };
 
 /** Facts a decision needs from outside: the time and who decides. */
 export interface MachineContext {
@@ -70,12 +87,16 @@ export type Refusal =
   | { reason: 'not_due'; status: LeaseStatus; expiresAt: string }
   /** A renewal of a lease already past its expiry (its timer is about to end it). */
   | { reason: 'past_due'; status: LeaseStatus; expiresAt: string }
+  /** A pause of a lease whose policy allows no (more) time paused: `pausedTtlSeconds` 0 or spent. */
+  | { reason: 'pause_budget_spent'; status: LeaseStatus; pausedTtlSeconds: number; pausedTotalMs: number }
   /** A renewal past the policy's bound on the lease's whole life. */
   | { reason: 'ttl_exceeds_policy'; status: LeaseStatus; maxTtlSeconds: number; maxExpiresAt: string; remainingSeconds: number };
 
 export type Decision = { ok: true; transition: LeaseTransition } | { ok: false; refusal: Refusal };
 
 const CREATING: readonly LeaseStatus[] = ['pending', 'starting'];
+/** States a lease may begin to end from. */
+const ENDABLE: readonly LeaseStatus[] = ['ready', 'paused'];
 
 /** Decides what `event` makes of `lease` (see `LeaseMachineEvent`). Pure. */
 export function decide(lease: LeaseRecord, event: LeaseMachineEvent, ctx: MachineContext): Decision {
@@ -113,7 +134,8 @@ export function decide(lease: LeaseRecord, event: LeaseMachineEvent, ctx: Machin
       if (Date.parse(l.expiresAt) <= ctx.nowMs)
         return { ok: false, refusal: { reason: 'past_due', status: l.status, expiresAt: l.expiresAt } };
       const maxTtlSeconds = l.policySnapshot.resources.maxTtlSeconds;
-      const maxMs = Date.parse(l.createdAt) + maxTtlSeconds * 1000;
+      // Time spent paused is not running time: the bound moves by it.
+      const maxMs = Date.parse(l.createdAt) + maxTtlSeconds * 1000 + l.pausedTotalMs;
       const expiresAtMs = ctx.nowMs + event.ttlSeconds * 1000;
       if (expiresAtMs > maxMs) {
         const remainingSeconds = Math.max(0, Math.floor((maxMs - ctx.nowMs) / 1000));
@@ -132,7 +154,7 @@ export function decide(lease: LeaseRecord, event: LeaseMachineEvent, ctx: Machin
       return to({ ...l, expiresAt }, 'renewed', { ttlSeconds: event.ttlSeconds, expiresAt });
     }
     case 'begin_end': {
-      if (l.status !== 'ready') return wrong();
+      if (!ENDABLE.includes(l.status)) return wrong();
       if (event.reason === 'expired' && Date.parse(l.expiresAt) > ctx.nowMs)
         return { ok: false, refusal: { reason: 'not_due', status: l.status, expiresAt: l.expiresAt } };
       const releaseGraceUntil = new Date(ctx.nowMs + event.graceMs).toISOString();
@@ -144,7 +166,38 @@ export function decide(lease: LeaseRecord, event: LeaseMachineEvent, ctx: Machin
         inProgressBy: ctx.processId,
         releaseGraceUntil,
       };
-      return to(record, event.reason, event.graceMs > 0 ? { graceMs: event.graceMs } : {});
+      const details: Record<string, unknown> = event.graceMs > 0 ? { graceMs: event.graceMs } : {};
+      if (l.status === 'paused') details.paused = true;
+      return to(record, event.reason, details);
+    }
+    case 'pause': {
+      if (l.status !== 'ready') return wrong();
+      if (Date.parse(l.expiresAt) <= ctx.nowMs)
+        return { ok: false, refusal: { reason: 'past_due', status: l.status, expiresAt: l.expiresAt } };
+      const pausedTtlSeconds = l.policySnapshot.resources.pausedTtlSeconds;
+      const budgetMs = pausedTtlSeconds * 1000 - l.pausedTotalMs;
+      if (budgetMs < 1000)
+        return { ok: false, refusal: { reason: 'pause_budget_spent', status: l.status, pausedTtlSeconds, pausedTotalMs: l.pausedTotalMs } };
+      const runningTtlLeftMs = Date.parse(l.expiresAt) - ctx.nowMs;
+      const expiresAt = new Date(ctx.nowMs + budgetMs).toISOString();
+      return to({ ...l, status: 'paused', pausedAt: now, runningTtlLeftMs, expiresAt }, 'paused', {
+        expiresAt,
+        runningTtlLeftSeconds: Math.floor(runningTtlLeftMs / 1000),
+      });
+    }
+    case 'resume': {
+      if (l.status !== 'paused') return wrong();
+      const pausedMs = Math.max(0, ctx.nowMs - Date.parse(l.pausedAt ?? now));
+      const expiresAt = new Date(ctx.nowMs + (l.runningTtlLeftMs ?? 0)).toISOString();
+      const record: LeaseRecord = {
+        ...l,
+        status: 'ready',
+        expiresAt,
+        pausedAt: null,
+        runningTtlLeftMs: null,
+        pausedTotalMs: l.pausedTotalMs + pausedMs,
+      };
+      return to(record, event.undo ? 'pause_undone' : 'resumed', { expiresAt, pausedSeconds: Math.round(pausedMs / 1000) });
     }
     case 'resume_release':
       if (l.status !== 'releasing') return wrong();
@@ -158,7 +211,15 @@ export function decide(lease: LeaseRecord, event: LeaseMachineEvent, ctx: Machin
       if (l.status !== 'releasing') return wrong();
       if (!mine) return notHolder();
       return to(
-        { ...l, status: endingOf(l.endReason).status, endedAt: now, inProgressBy: null, releaseGraceUntil: null },
+        {
+          ...l,
+          status: endingOf(l.endReason).status,
+          endedAt: now,
+          inProgressBy: null,
+          releaseGraceUntil: null,
+          pausedAt: null,
+          runningTtlLeftMs: null,
+        },
         l.endReason ?? 'released',
       );
   }
@@ -166,18 +227,23 @@ export function decide(lease: LeaseRecord, event: LeaseMachineEvent, ctx: Machin
 
 /**
  * `lease` if calls and files may use it at `nowMs`. Throws AppError `lease.expired` (also a
- * ready lease past its `expiresAt` whose timer is about to end it), `lease.released` (also
- * failed and lost leases), `lease.not_ready` (pending, starting, releasing). Pure.
+ * ready or paused lease past its `expiresAt` whose timer is about to end it), `lease.paused`
+ * (resume it first), `lease.released` (also failed and lost leases), `lease.not_ready`
+ * (pending, starting, releasing). Pure.
  */
 export function checkUsable(lease: LeaseRecord, nowMs: number): LeaseRecord {
   const id = lease.id;
-  const due = lease.status === 'ready' && Date.parse(lease.expiresAt) <= nowMs;
+  const due = ENDABLE.includes(lease.status) && Date.parse(lease.expiresAt) <= nowMs;
   if (due || lease.status === 'expired') {
     throw new AppError('lease.expired', `sandbox ${id} expired at ${lease.expiresAt}`, { details: { expiresAt: lease.expiresAt } });
   }
   switch (lease.status) {
     case 'ready':
       return lease;
+    case 'paused':
+      throw new AppError('lease.paused', `sandbox ${id} is paused; resume it first (POST /v1/sandboxes/${id}/resume)`, {
+        details: { status: lease.status, pausedAt: lease.pausedAt, expiresAt: lease.expiresAt },
+      });
     case 'released':
     case 'failed':
     case 'lost':

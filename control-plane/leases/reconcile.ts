@@ -33,7 +33,7 @@ export interface ReconcileOutcome {
 }
 
 export interface ReconcilerDeps {
-  runtime: Pick<SandboxRuntime, 'listOwned'>;
+  runtime: Pick<SandboxRuntime, 'listOwned' | 'pause' | 'unpause'>;
   store: Pick<LeaseStore, 'getLease' | 'listLeases'>;
   transitions: LeaseTransitions;
   ender: Pick<LeaseEnder, 'begin' | 'finish' | 'resume' | 'isAlive' | 'closeRecords'>;
@@ -66,9 +66,11 @@ export class Reconciler {
    * listed, so never reaped):
    * - container, volumes or network but no lease record, or an ended lease → removed (`lease.reap`);
    * - `pending`/`starting` whose process is gone → `failed` (`create_interrupted`), leftovers removed;
-   * - `ready` with a running container → adopted: its returns consumed (and its egress served)
-   *   when no live process does, its expiry timer ensured (one past due fires at once);
-   * - `ready` whose container is gone or stopped → `lost`, open calls `effect_unknown`;
+   * - `ready` or `paused` with a running container → adopted: its returns consumed (and its
+   *   egress served) when no live process does, its expiry timer ensured (one past due fires at
+   *   once), and the container frozen or thawed to match the record (the record is the truth: a
+   *   pause or resume cut short between its record and the engine is finished here);
+   * - `ready` or `paused` whose container is gone or stopped → `lost`, open calls `effect_unknown`;
    * - `releasing` whose process is gone → the release finished here.
    * Also stops consuming returns of leases others ended, and deletes agent ACL users of ended leases.
    */
@@ -133,8 +135,12 @@ export class Reconciler {
         if (await ender.isAlive(lease.inProgressBy)) return;
         if (await ender.resume(lease)) result.resumed.push(lease.id);
         return;
-      case 'ready': {
+      case 'ready':
+      case 'paused': {
         if (sandbox?.running) {
+          // A paused lease's container stays frozen; a ready one's runs. Never lost for being frozen.
+          if (lease.status === 'paused' && !sandbox.paused) await this.deps.runtime.pause(lease.id);
+          if (lease.status === 'ready' && sandbox.paused) await this.deps.runtime.unpause(lease.id);
           await this.deps.provisioner.attach(lease.id, lease.policySnapshot);
           await this.deps.expiry.ensure(lease.id, Date.parse(lease.expiresAt));
           result.adopted.push(lease.id);

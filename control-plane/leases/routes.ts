@@ -1,11 +1,12 @@
 /**
- * Lease routes: create, read, list, lease events, renew, release. Each passes the caller's
+ * Lease routes: create, read, list, lease events, renew, pause, resume, checkpoint, release. Each passes the caller's
  * principal to the lease service, which scopes every lookup to the caller's tenant (user keys)
  * in one place. Inputs are validated from the `schema:` of each route (see http/openapi.ts).
  */
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import {
+  CheckpointBody,
   CreateSandboxBody,
   CreateSandboxHeaders,
   LeaseParams,
@@ -76,6 +77,48 @@ export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async 
       },
     },
     async (request) => leases.renew(request.params.id, request.principal, request.body.ttlSeconds),
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/pause',
+    {
+      schema: {
+        tags,
+        summary: 'Pause a sandbox: every process frozen, its TTL stopped (idempotent)',
+        description:
+          'Calls and file transfers answer `409 lease.paused` until resumed; `expiresAt` becomes the end of the pause budget (policy `resources.pausedTtlSeconds`), at which a still-paused sandbox expires.',
+        params: LeaseParams,
+      },
+    },
+    async (request) => leases.pause(request.params.id, request.principal),
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/resume',
+    {
+      schema: {
+        tags,
+        summary: 'Resume a paused sandbox where it was (idempotent)',
+        description: 'Processes, open files and background tasks go on; the running TTL left at the pause comes back from now.',
+        params: LeaseParams,
+      },
+    },
+    async (request) => leases.resume(request.params.id, request.principal),
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/checkpoints',
+    {
+      schema: {
+        tags,
+        summary: "Checkpoint a running sandbox's memory and processes (CRIU), where the engine can",
+        description:
+          '`422 policy.unenforceable` where the engine cannot (`details.missing`); never a filesystem-only snapshot in its place.',
+        params: LeaseParams,
+        body: CheckpointBody,
+      },
+    },
+    async (request, reply) => reply.status(201).send(await leases.checkpoint(request.params.id, request.principal)),
   );
 
   app.delete(

@@ -94,6 +94,19 @@ export const RenewSandboxBody = z
   .strict();
 export type RenewSandboxBody = z.infer<typeof RenewSandboxBody>;
 
+/**
+ * `POST /v1/sandboxes/:id/checkpoints`: a checkpoint of the running sandbox's memory and
+ * processes. `includeMemory` must be true (a filesystem snapshot is `POST
+ * /v1/sandboxes/:id/snapshots`); where the engine cannot checkpoint memory the answer is
+ * `422 policy.unenforceable`, never a snapshot without it.
+ */
+export const CheckpointBody = z
+  .object({
+    includeMemory: z.literal(true, { error: 'includeMemory must be true: a filesystem snapshot is POST /v1/sandboxes/:id/snapshots' }),
+  })
+  .strict()
+  .meta({ examples: [{ includeMemory: true }] });
+
 /** `DELETE /v1/sandboxes/:id` query. */
 export const ReleaseQuery = z
   .object({

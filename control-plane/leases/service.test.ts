@@ -95,7 +95,7 @@ function world(over: { start?: () => Promise<{ containerId: string }> } = {}) {
         over.start ??
         (async (spec) => {
           const leaseId = spec.labels['sbx.lease']!;
-          containers.set(leaseId, { leaseId, containerId: `ctr_${leaseId}`, running: true });
+          containers.set(leaseId, { leaseId, containerId: `ctr_${leaseId}`, running: true, paused: false });
           log.push('runtime.start');
           return { containerId: `ctr_${leaseId}` };
         }),
@@ -105,6 +105,10 @@ function world(over: { start?: () => Promise<{ containerId: string }> } = {}) {
         log.push('runtime.remove');
       },
       listOwned: async () => [...containers.values()],
+      pause: async () => undefined,
+      unpause: async () => undefined,
+      checkpointSupport: async () => ({ supported: false, missing: ['fake runtime'] }),
+      checkpoint: async () => undefined,
     },
     store,
     link: {
@@ -274,7 +278,7 @@ describe('LeaseService: expiry and reconcile', () => {
     const { lease: kept } = await service.create({}, alice);
     const { lease: vanished } = await service.create({}, alice);
     containers.delete(vanished.id);
-    containers.set('sbx_orphan', { leaseId: 'sbx_orphan', containerId: 'ctr_orphan', running: true });
+    containers.set('sbx_orphan', { leaseId: 'sbx_orphan', containerId: 'ctr_orphan', running: true, paused: false });
     const outcome = await service.reconcile();
     expect(outcome).toEqual({ adopted: [kept.id], removed: ['sbx_orphan'], lost: [vanished.id], failed: [], resumed: [] });
     expect((await service.get(vanished.id, alice)).status).toBe('lost');

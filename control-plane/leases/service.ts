@@ -29,6 +29,7 @@ import { LeaseCreator } from './create.js';
 import { LeaseEnder } from './ending.js';
 import { checkUsable } from './machine.js';
 import { LeaseExpiry } from './expiry.js';
+import { LeasePauser, type Checkpoint } from './pause.js';
 import { LeasePlanner, type PlannerOptions } from './plan.js';
 import type { LeaseCalls, LeaseLink } from './ports.js';
 import { Provisioner } from './provision.js';
@@ -54,7 +55,20 @@ export interface LeaseServiceOptions extends PlannerOptions {
 }
 
 export interface LeaseServiceDeps {
-  runtime: Pick<SandboxRuntime, 'info' | 'inspectImage' | 'readImageFiles' | 'start' | 'exited' | 'remove' | 'listOwned'>;
+  runtime: Pick<
+    SandboxRuntime,
+    | 'info'
+    | 'inspectImage'
+    | 'readImageFiles'
+    | 'start'
+    | 'exited'
+    | 'remove'
+    | 'listOwned'
+    | 'pause'
+    | 'unpause'
+    | 'checkpointSupport'
+    | 'checkpoint'
+  >;
   store: Pick<
     LeaseStore,
     | 'createLease'
@@ -101,6 +115,7 @@ export class LeaseService {
   private readonly reconciler: Reconciler;
   private readonly expiry: LeaseExpiry;
   private readonly creator: LeaseCreator;
+  private readonly pauser: LeasePauser;
 
   constructor(
     private readonly deps: LeaseServiceDeps,
@@ -145,6 +160,7 @@ export class LeaseService {
       options.ownership,
     );
     this.expiry = new LeaseExpiry({ store, ender: this.ender, now });
+    this.pauser = new LeasePauser({ ...deps, transitions: this.transitions });
     this.creator = new LeaseCreator(
       {
         ...deps,
@@ -309,6 +325,29 @@ export class LeaseService {
     throw new AppError('lease.not_ready', `sandbox ${id} is still being created; release it once it is ready`, {
       details: { status: lease.status },
     });
+  }
+
+  /**
+   * Pauses the sandbox: every process frozen, calls and files `409 lease.paused` until resumed;
+   * its running TTL stops and the pause budget runs (leases/pause.ts). Idempotent. Throws
+   * `lease.not_found`, `policy.pause_denied`, `lease.expired`/`lease.released` (410),
+   * `lease.not_ready`, `runtime.unavailable`.
+   */
+  async pause(id: string, by: Principal): Promise<Lease> {
+    return this.pauser.pause(await this.visible(id, by), by);
+  }
+
+  /** Resumes a paused sandbox where it was (leases/pause.ts). Idempotent. Throws as `pause` (not `policy.pause_denied`). */
+  async resume(id: string, by: Principal): Promise<Lease> {
+    return this.pauser.resume(await this.visible(id, by), by);
+  }
+
+  /**
+   * A memory checkpoint of a running sandbox where the engine supports it; else
+   * `policy.unenforceable` (leases/pause.ts). Throws the `active` codes too.
+   */
+  async checkpoint(id: string, by: Principal): Promise<Checkpoint> {
+    return this.pauser.checkpoint(await this.visible(id, by), by);
   }
 
   /** Handles the lease's expiry timer when it falls due (leases/expiry.ts). */

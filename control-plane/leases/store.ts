@@ -39,6 +39,10 @@ export const LeaseRecord = Lease.extend({
   releaseGraceUntil: Timestamp.nullable().default(null),
   /** Who ended it (the audit actor of its release, expiry or loss), set with `endReason`. */
   endedBy: AuditActor.nullable().default(null),
+  /** While `paused` (and `releasing` from a pause): the running TTL the lease had left when paused, ms; restored on resume. */
+  runningTtlLeftMs: z.number().int().nonnegative().nullable().default(null),
+  /** Time spent paused in earlier, finished pauses, ms: counts against `resources.pausedTtlSeconds`. */
+  pausedTotalMs: z.number().int().nonnegative().default(0),
 });
 export type LeaseRecord = z.infer<typeof LeaseRecord>;
 
@@ -246,6 +250,7 @@ export function toView(r: LeaseRecord): Lease {
     policy: r.policy,
     manifest: r.manifest,
     labels: r.labels,
+    pausedAt: r.pausedAt,
     tenant: r.tenant,
   };
 }

@@ -129,6 +129,13 @@ export const PolicyShape = z
         ttlSeconds: z.number().int().positive(),
         /** Upper bound a request may ask for, seconds. */
         maxTtlSeconds: z.number().int().positive(),
+        /**
+         * How long a lease may stay paused over its whole life, seconds (all pauses added up); a
+         * lease still paused when this runs out expires. The running TTL stops while paused, so
+         * a lease lives at most `maxTtlSeconds` running plus this paused. 0: pausing is refused
+         * (`policy.pause_denied`). Default 3600.
+         */
+        pausedTtlSeconds: z.number().int().min(0).default(3600),
       })
       .strict(),
     runtime: z

@@ -70,7 +70,9 @@ function world(options: { latest?: PolicyRef; lockHeld?: boolean } = {}) {
           running.delete(id);
         },
       },
-      runtime: { listOwned: async () => [...running].map((leaseId) => ({ leaseId, containerId: `ctr_${leaseId}`, running: true })) },
+      runtime: {
+        listOwned: async () => [...running].map((leaseId) => ({ leaseId, containerId: `ctr_${leaseId}`, running: true, paused: false })),
+      },
       latestPolicy: async () => options.latest ?? v1,
       log: pino({ level: 'silent' }),
       now: () => clock,

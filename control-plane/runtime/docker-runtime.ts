@@ -13,11 +13,13 @@ import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_TOOLS } from '../../contract/agent
 import { AppError } from '../../contract/errors.js';
 import { messageOf, statusOf, unavailable } from './docker-errors.js';
 import { inspectImage, readImageFiles } from './docker-images.js';
+import { checkpointSandbox, checkpointSupport, freezeSandbox, thawSandbox } from './docker-freezer.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { REFUSE_OUTSIDE, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
 import {
   LABEL,
   ownershipLabels,
+  type CheckpointSupport,
   type OwnedSandbox,
   type ImageConfig,
   type Ownership,
@@ -42,10 +44,13 @@ const OwnedNetworkList = z.array(Labelled);
 
 export class DockerRuntime implements SandboxRuntime {
   private readonly docker: Docker;
+  /** Whether the engine is on this host (a Unix socket path), for `criu check`. */
+  private readonly local: boolean;
 
   /** `socketPath`: the Docker engine's API socket, e.g. /var/run/docker.sock. */
   constructor(socketPath: string) {
     this.docker = new Docker({ socketPath });
+    this.local = !socketPath.includes('://');
   }
 
   async info(): Promise<RuntimeInfo> {
@@ -206,14 +211,20 @@ export class DockerRuntime implements SandboxRuntime {
     const owned = new Map<string, OwnedSandbox>();
     for (const c of containers) {
       const leaseId = c.Labels?.[LABEL.lease];
-      if (leaseId) owned.set(leaseId, { leaseId, containerId: c.Id, running: c.State === 'running' });
+      if (leaseId)
+        owned.set(leaseId, { leaseId, containerId: c.Id, running: ['running', 'paused'].includes(c.State), paused: c.State === 'paused' });
     }
     for (const r of [...volumes, ...networks]) {
       const leaseId = r.Labels?.[LABEL.lease];
-      if (leaseId && !owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false });
+      if (leaseId && !owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false, paused: false });
     }
     return [...owned.values()];
   }
+
+  pause = (leaseId: string): Promise<void> => freezeSandbox(this.docker, leaseId);
+  unpause = (leaseId: string): Promise<void> => thawSandbox(this.docker, leaseId);
+  checkpoint = (leaseId: string, id: string): Promise<void> => checkpointSandbox(this.docker, leaseId, id);
+  checkpointSupport = (): Promise<CheckpointSupport> => checkpointSupport(this.docker, this.local);
 
   async extractTar(leaseId: string, dir: string, root: string, tar: Readable, user: RunAs): Promise<void> {
     const relative = dir === root ? '' : dir.slice(root.length + 1);

@@ -68,7 +68,16 @@ export interface RunAs {
 export interface OwnedSandbox {
   leaseId: string;
   containerId: string | null;
+  /** Running (frozen or not). */
   running: boolean;
+  /** Running with every process frozen (`docker pause`). */
+  paused: boolean;
+}
+
+/** Whether the runtime can checkpoint a sandbox's memory, and if not, what it lacks (one line each). */
+export interface CheckpointSupport {
+  supported: boolean;
+  missing: string[];
 }
 
 /**
@@ -125,6 +134,17 @@ export interface SandboxRuntime {
   remove(leaseId: string, ownership: Ownership): Promise<void>;
   /** One entry per lease that has a container, volume or network carrying both labels of `ownership`. */
   listOwned(ownership: Ownership): Promise<OwnedSandbox[]>;
+  /**
+   * Freezes every process of the lease's container (cgroup freezer); paused already is
+   * success. Throws AppError `lease.not_ready` (no running container), `runtime.unavailable`.
+   */
+  pause(leaseId: string): Promise<void>;
+  /** Thaws the lease's container; not paused is success. Throws as `pause`. */
+  unpause(leaseId: string): Promise<void>;
+  /** Whether memory checkpoints work on this engine (docker-freezer.ts). Throws `runtime.unavailable`. */
+  checkpointSupport(): Promise<CheckpointSupport>;
+  /** Checkpoints the running container's memory as `checkpointId` (only when supported). Throws as `pause`. */
+  checkpoint(leaseId: string, checkpointId: string): Promise<void>;
   /**
    * Unpacks a tar stream into `dir` inside the sandbox, as `user`: `tar -x` runs in the sandbox,
    * so its mounts and permissions apply (read-only root, symlinks resolved inside the sandbox)

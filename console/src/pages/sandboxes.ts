@@ -7,7 +7,7 @@ import { formatDuration, formatTime, h, replace } from '../dom.js';
 import type { PageFactory } from '../page.js';
 
 const REFRESH_MS = 5000;
-const LIVE = ['creating', 'ready', 'releasing'];
+const LIVE = ['creating', 'ready', 'paused', 'releasing'];
 
 export const sandboxesPage: PageFactory = (ctx) => {
   let leases: Lease[] = [];
