@@ -57,8 +57,8 @@ export class DockerRuntime implements SandboxRuntime {
       const status = statusOf(err);
       // 404: no such image; 400: not a valid reference. Either way the client must name another.
       if (status === 404 || status === 400)
-        throw new AppError('runtime.image_not_found', `image ${ref} is not on this Docker engine (nothing is pulled)`, {
-          details: { image: ref },
+        throw new AppError('image.not_found', `image ${ref} is not on this Docker engine (nothing is pulled)`, {
+          details: { field: 'image', image: ref },
           cause: err,
         });
       throw unavailable('inspect image', err);
@@ -127,7 +127,7 @@ export class DockerRuntime implements SandboxRuntime {
       await this.remove(spec.leaseId, ownership).catch(() => undefined);
       if (err instanceof AppError) throw err;
       if (statusOf(err) === 404)
-        throw new AppError('runtime.image_not_found', `image ${spec.image} is not on this Docker engine`, {
+        throw new AppError('image.not_found', `image ${spec.image} is not on this Docker engine`, {
           details: { image: spec.image },
           cause: err,
         });

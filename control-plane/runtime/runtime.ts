@@ -72,7 +72,7 @@ export interface RuntimeInfo {
 export interface SandboxRuntime {
   /** Throws AppError `runtime.unavailable` when the engine does not answer. */
   info(): Promise<RuntimeInfo>;
-  /** Local image id (`sha256:…`). Throws AppError `runtime.image_not_found`. */
+  /** Local image id (`sha256:…`). Throws AppError `image.not_found`. */
   imageId(ref: string): Promise<string>;
   /** Creates the volumes and the container and starts it. Leaves nothing behind when it throws. */
   start(spec: SandboxSpec): Promise<{ containerId: string }>;

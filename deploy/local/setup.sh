@@ -69,6 +69,8 @@ require redis-server redis-server
 require redis-cli redis-tools
 require debootstrap debootstrap
 require iptables iptables
+# A local image registry for the registry-pull tests (test/images.test.ts).
+require docker-registry docker-registry
 # Headless browser for the admin console's end-to-end tests (test/console.test.ts).
 require chromium chromium
 if [[ ! -x /usr/bin/runsc ]]; then
