@@ -303,11 +303,6 @@ export const ERROR_CODES = {
     retryability: 'after_fix',
     summary: 'The build context holds no file at the Dockerfile path (`details.dockerfile`).',
   },
-  'image.context_escape': {
-    status: 400,
-    retryability: 'after_fix',
-    summary: 'The Dockerfile COPYs or ADDs a path outside the build context (`details.line`).',
-  },
   'queue.unavailable': { status: 503, retryability: 'safe', summary: 'Redis does not answer.' },
   'execution.nonzero_exit': {
     status: 200,

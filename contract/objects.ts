@@ -44,7 +44,12 @@ export type SandboxFacts = z.infer<typeof SandboxFacts>;
  */
 export const EnvironmentManifest = SandboxFacts.extend({
   schemaVersion: z.literal(1),
-  image: z.object({ ref: z.string(), id: z.string() }),
+  /**
+   * The image as the lease named it, the engine's id, and its registry digest (`repo@sha256:…`)
+   * when it has one (an image pulled from a registry); manifests stored before digests were
+   * recorded have none.
+   */
+  image: z.object({ ref: z.string(), id: z.string(), digest: z.string().optional() }),
   runtime: z.object({ kind: z.literal('docker'), engineVersion: z.string(), ociRuntime: z.string() }),
   policy: PolicyRef,
   /**

@@ -23,6 +23,8 @@ import { buildApp } from './app.js';
 import { EgressProxy } from './egress/proxy.js';
 import { createResolver } from './egress/resolver.js';
 import { EgressLog } from './egress/store.js';
+import { ImageService } from './images/service.js';
+import { ImageStore } from './images/store.js';
 import { LEASE_EXPIRY_QUEUE } from './leases/expiry.js';
 import { LeaseService, type ReconcileOutcome } from './leases/service.js';
 import { LeaseStore } from './leases/store.js';
@@ -38,6 +40,7 @@ import { installationId } from './installation/store.js';
 import { connectRedis, redisOptions } from './redis/connections.js';
 import { Notifier } from './redis/notifier.js';
 import { DurableTimers } from './redis/timers.js';
+import { DockerImages } from './runtime/docker-images.js';
 import { DockerRuntime } from './runtime/docker-runtime.js';
 import type { Ownership } from './runtime/runtime.js';
 import { SecretService } from './secrets/service.js';
@@ -133,6 +136,17 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       memoryBytes: lease.policySnapshot.resources.memoryBytes,
     };
   };
+  const imageStore = new ImageStore(redis, config.redisPrefix);
+  const images = new ImageService({
+    store: imageStore,
+    engine: new DockerImages(config.dockerSocket),
+    audit,
+    ownership,
+    registries: config.imageRegistries,
+    buildPolicy: config.imageBuildPolicy,
+    now,
+    log,
+  });
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
   // The pools start sandboxes through the lease service, which claims from the pools: the
   // launcher reaches `leases` once both exist (it is only called from background rounds and creates).
@@ -184,6 +198,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       secrets,
       quotas,
       metrics,
+      images,
       ...(pools ? { pools } : {}),
       onLost,
       now,
@@ -217,6 +232,9 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     artifacts,
     secrets,
     quotas,
+    images,
+    imageStore,
+    maxImageContextBytes: config.imageBuildPolicy.maxContextBytes,
     metrics,
     pingRedis: () => redis.ping(),
     spoolDir: join(config.dataDir, 'spool'),

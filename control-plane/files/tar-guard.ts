@@ -90,7 +90,13 @@ type EntryStream = NodeJS.ReadableStream & { header: tar.Header & { byteOffset?:
  * or the name field of the header that failed; null when there is none), `offset` (byte offset
  * in the body where it went wrong) and `reason` (the parser's words).
  */
-export async function guardArchive(inputPath: string, outputPath: string, owner: Owner): Promise<GuardSummary> {
+export async function guardArchive(
+  inputPath: string,
+  outputPath: string,
+  owner: Owner,
+  /** Called with each accepted entry's normalized name and type (e.g. to find a build's Dockerfile). */
+  onEntry?: (name: string, type: string) => void,
+): Promise<GuardSummary> {
   const bodyBytes = (await stat(inputPath)).size;
   const extract = tar.extract();
   const pack = tar.pack();
@@ -114,6 +120,13 @@ export async function guardArchive(inputPath: string, outputPath: string, owner:
       const dataOffset = header.byteOffset ?? position.nextHeaderOffset + BLOCK;
       position.current = { name: header.name, dataOffset, sizeBytes };
       summary.entries += 1;
+      onEntry?.(
+        header.name
+          .split('/')
+          .filter((p) => p !== '' && p !== '.')
+          .join('/'),
+        header.type ?? 'file',
+      );
       if (header.type === 'symlink')
         links.add(
           header.name

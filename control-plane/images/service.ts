@@ -199,10 +199,18 @@ export class ImageService {
         },
       });
       const inspected = await engine.inspect(imageId);
-      done = { ...record, status: 'ready', engineImageId: imageId, sizeBytes: inspected?.sizeBytes ?? null, finishedAt: now().toISOString() };
+      done = {
+        ...record,
+        status: 'ready',
+        engineImageId: imageId,
+        sizeBytes: inspected?.sizeBytes ?? null,
+        finishedAt: now().toISOString(),
+      };
     } catch (err) {
       const error =
-        err instanceof AppError ? { code: err.code, message: err.message } : { code: 'image.build_failed', message: (err as Error).message };
+        err instanceof AppError
+          ? { code: err.code, message: err.message }
+          : { code: 'image.build_failed', message: (err as Error).message };
       done = { ...record, status: 'failed', finishedAt: now().toISOString(), error };
     } finally {
       await rm(contextPath, { force: true });
@@ -213,7 +221,9 @@ export class ImageService {
       if (done.status === 'ready') await engine.remove(done.engineRef).catch(() => undefined);
       return;
     }
-    await append(done.status === 'ready' ? { type: 'succeeded', engineImageId: done.engineImageId! } : { type: 'failed', error: done.error! });
+    await append(
+      done.status === 'ready' ? { type: 'succeeded', engineImageId: done.engineImageId! } : { type: 'failed', error: done.error! },
+    );
     await this.deps.audit.record({
       actor: actorOf(by),
       action: 'image.build',
@@ -235,7 +245,8 @@ export class ImageService {
       finishedAt: this.deps.now().toISOString(),
       error: { code: 'image.build_failed', message: 'the build was interrupted (its control plane stopped)' },
     };
-    if (await this.deps.store.finish(failed)) await this.deps.store.appendEvent(record.id, { type: 'failed', error: failed.error! }, this.deps.now());
+    if (await this.deps.store.finish(failed))
+      await this.deps.store.appendEvent(record.id, { type: 'failed', error: failed.error! }, this.deps.now());
     return (await this.deps.store.get(record.id)) ?? failed;
   }
 
@@ -289,6 +300,8 @@ export class ImageService {
 /** The registry digest of `ref`'s repository among an image's `RepoDigests`, else the first one, else null. */
 function repoDigest(ref: ImageRef, repoDigests: readonly string[]): string | null {
   const name = ref.registry === null ? ref.repository : `${ref.registry}/${ref.repository}`;
-  const mine = repoDigests.find((d) => d.startsWith(`${name}@`) || d.startsWith(`docker.io/${name}@`) || d.startsWith(`docker.io/library/${name}@`));
+  const mine = repoDigests.find(
+    (d) => d.startsWith(`${name}@`) || d.startsWith(`docker.io/${name}@`) || d.startsWith(`docker.io/library/${name}@`),
+  );
   return mine ?? repoDigests[0] ?? null;
 }

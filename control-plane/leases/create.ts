@@ -88,7 +88,7 @@ export class LeaseCreator {
   }
 
   private async createNew(id: string, body: CreateSandboxBody, by: Principal): Promise<Lease> {
-    const plan = await this.deps.planner.plan(id, body);
+    const plan = await this.deps.planner.plan(id, body, by.tenant);
     try {
       const warm = await this.deps.pools?.claim(plan.ref, plan.image);
       if (warm) {
@@ -159,7 +159,7 @@ export class LeaseCreator {
       }
       const manifest = buildManifest({
         facts: launched.facts,
-        image: { ref: plan.image, id: plan.imageId },
+        image: { ref: plan.image, id: plan.imageId, ...(plan.imageDigest === null ? {} : { digest: plan.imageDigest }) },
         engineVersion: plan.engineVersion,
         ociRuntime: plan.policy.runtime.oci,
         policy: plan.ref,

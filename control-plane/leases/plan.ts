@@ -10,6 +10,7 @@ import type { PolicyRef } from '../../contract/objects.js';
 import type { SecretGrant } from '../../contract/queue.js';
 import { compileSandboxSpec, type CompileInput } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
+import type { ImageService, ResolvedImage } from '../images/service.js';
 import type { PolicyService } from '../policies/service.js';
 import type { Ownership, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
@@ -26,6 +27,8 @@ export interface LeasePlan {
   values: Map<string, Buffer>;
   image: string;
   imageId: string;
+  /** The image's registry digest (`repo@sha256:…`) when it has one (a pulled image), else null. */
+  imageDigest: string | null;
   engineVersion: string;
   spec: SandboxSpec;
 }
@@ -40,6 +43,11 @@ export interface PlannerDeps {
   policies: Pick<PolicyService, 'resolve'>;
   /** Values of the secrets a lease is granted, for its agent only. */
   secrets: Pick<SecretService, 'reveal'>;
+  /**
+   * Resolves the image a lease names (a tenant's built image, an engine image, a pull from an
+   * allowlisted registry: control-plane/images/). Without it, only images on the engine are used.
+   */
+  images?: Pick<ImageService, 'resolve'>;
 }
 
 export interface PlannerOptions {
@@ -69,9 +77,11 @@ export class LeasePlanner {
    * Plans lease `id` from `body`. Throws `policy.not_found`, `policy.unenforceable`,
    * `lease.ttl_exceeds_policy`, `input.invalid` (env names the policy does not allow),
    * `policy.secret_denied`, `secret.not_found`, `secret.unreadable`,
-   * `policy.mount_not_allowed`, `runtime.image_not_found`, `runtime.unavailable`.
+   * `policy.mount_not_allowed`, `image.invalid_reference`, `image.registry_not_allowed`,
+   * `image.not_found`, `image.pull_failed`, `runtime.unavailable`. `tenant` sees its own built
+   * images (null: none).
    */
-  async plan(id: string, body: CreateSandboxBody): Promise<LeasePlan> {
+  async plan(id: string, body: CreateSandboxBody, tenant: string | null = null): Promise<LeasePlan> {
     const { runtime, policies } = this.deps;
     const policyName = typeof body.policy === 'string' ? body.policy : (body.policy?.name ?? 'default');
     const policyVersion = typeof body.policy === 'object' ? body.policy.version : undefined;
@@ -103,13 +113,17 @@ export class LeasePlanner {
     }
     const values = await this.deps.secrets.reveal(grants.map((g) => g.name));
     const image = body.image ?? this.options.defaultImage;
-    const [info, imageId] = await Promise.all([runtime.info(), runtime.imageId(image)]);
+    const resolveImage = async (): Promise<ResolvedImage> =>
+      this.deps.images
+        ? this.deps.images.resolve(image, tenant)
+        : { engineRef: image, imageId: await runtime.imageId(image), digest: null, pulled: false };
+    const [info, resolved] = await Promise.all([runtime.info(), resolveImage()]);
     const dirs = leaseDirs(this.options.dataDir, id);
     const spec = compileSandboxSpec({
       leaseId: id,
       ownership: this.options.ownership,
       sbxVersion: this.options.sbxVersion,
-      image,
+      image: resolved.engineRef,
       policy,
       policyRef: ref,
       agentConfigHostDir: dirs.credentials,
@@ -119,7 +133,8 @@ export class LeasePlanner {
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
     });
-    return { policy, ref, ttlSeconds, env, grants, values, image, imageId, engineVersion: info.engineVersion, spec };
+    const { imageId, digest: imageDigest } = resolved;
+    return { policy, ref, ttlSeconds, env, grants, values, image, imageId, imageDigest, engineVersion: info.engineVersion, spec };
   }
 }
 

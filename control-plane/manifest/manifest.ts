@@ -8,7 +8,7 @@ import type { EnvironmentManifest, PolicyRef, SandboxFacts } from '../../contrac
 
 export interface ManifestInput {
   facts: SandboxFacts;
-  image: { ref: string; id: string };
+  image: { ref: string; id: string; digest?: string };
   engineVersion: string;
   ociRuntime: string;
   policy: PolicyRef;

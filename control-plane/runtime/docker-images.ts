@@ -14,7 +14,10 @@ const Inspect = z.object({
   Id: z.string(),
   RepoDigests: z.array(z.string()).nullable().default([]),
   Size: z.number().default(0),
-  Config: z.object({ Labels: z.record(z.string(), z.string()).nullable().default({}) }).nullable().default({ Labels: {} }),
+  Config: z
+    .object({ Labels: z.record(z.string(), z.string()).nullable().default({}) })
+    .nullable()
+    .default({ Labels: {} }),
 });
 const ContainerSummary = z.object({ Id: z.string(), ImageID: z.string().default(''), Labels: z.record(z.string(), z.string()).nullable() });
 /** One line of the builder's or the puller's JSON stream. */
@@ -69,7 +72,8 @@ export class DockerImages implements ImageEngine {
         (err: Error | null) => resolve(err ? messageOf(err) : error),
         (event: unknown) => {
           const p = Progress.safeParse(event);
-          if (p.success && (p.data.error || p.data.errorDetail?.message)) error = p.data.errorDetail?.message ?? p.data.error ?? 'pull failed';
+          if (p.success && (p.data.error || p.data.errorDetail?.message))
+            error = p.data.errorDetail?.message ?? p.data.error ?? 'pull failed';
         },
       );
     });
@@ -183,7 +187,10 @@ function pullError(ref: string, message: string, cause: unknown): AppError {
       details: { field: 'image', image: ref },
       ...extra,
     });
-  return new AppError('image.pull_failed', `image ${ref} could not be pulled: ${message}`, { details: { field: 'image', image: ref }, ...extra });
+  return new AppError('image.pull_failed', `image ${ref} could not be pulled: ${message}`, {
+    details: { field: 'image', image: ref },
+    ...extra,
+  });
 }
 
 function unavailable(what: string, err: unknown): AppError {

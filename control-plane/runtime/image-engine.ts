@@ -55,4 +55,3 @@ export interface ImageEngine {
   /** Lease ids of `ownership`'s containers (running or not) made from image `imageId`. */
   usedBy(imageId: string, ownership: Ownership): Promise<string[]>;
 }
-
