@@ -1,7 +1,9 @@
 /** Schemas of the images domain: the build policy (a setting), the image record and view, build events, route inputs. */
 import { z } from 'zod';
-import { Digest, Timestamp } from '../../contract/objects.js';
-import { AuditActor } from '../audit/schema.js';
+import { ImageEvent, ImageId, ImageView } from '../../contract/images.js';
+import { Timestamp } from '../../contract/objects.js';
+
+export { ImageEvent, ImageId, ImageView };
 
 /**
  * The admin build policy (`SBX_IMAGE_BUILD_POLICY`, JSON). `network`: what the build's RUN steps
@@ -29,43 +31,15 @@ export const BuildPolicy = z
   .strict();
 export type BuildPolicy = z.infer<typeof BuildPolicy>;
 
-/** An image id: `img_` and 24 hex characters of its content digest (with its tenant). */
-export const ImageId = z.string().regex(/^img_[0-9a-f]{24}$/, 'img_ and 24 hex characters');
-
 /** A tenant's own name for a built image (`team/env:1`); never of the `img_…` form. */
 export const ImageName = z
   .string()
   .regex(/^[a-z0-9][a-z0-9._/-]{0,127}(?::[\w][\w.-]{0,127})?$/, 'lower-case letters, digits, . _ / - and an optional :tag')
   .refine((n) => !ImageId.safeParse(n).success, 'names of the form img_<hex> are image ids');
 
-export const ImageStatus = z.enum(['building', 'ready', 'failed']);
-
-/** A built image as stored. `engineRef` is its tag on the engine (`sbx-built:<hex>`), set once the build succeeded. */
-export const ImageRecord = z.object({
-  id: ImageId,
-  tenant: z.string(),
-  name: z.string().nullable(),
-  status: ImageStatus,
-  /** sha256 of the context tar, the Dockerfile path and the build args (canonical JSON). */
-  contentDigest: Digest,
-  contextBytes: z.number().int().nonnegative(),
-  dockerfile: z.string(),
-  buildArgs: z.record(z.string(), z.string()),
-  engineRef: z.string(),
-  /** The engine's image id (`sha256:…`) once built. */
-  engineImageId: z.string().nullable(),
-  sizeBytes: z.number().int().nonnegative().nullable(),
-  builder: AuditActor,
-  createdAt: Timestamp,
-  finishedAt: Timestamp.nullable(),
-  /** When a build still `building` counts as failed (its process died): the build policy's time limit plus a margin. */
-  deadlineAt: Timestamp,
-  error: z.object({ code: z.string(), message: z.string() }).nullable(),
-});
+/** A built image as stored: the view, and its tag on the engine (`sbx-built:<hex>`) and the time a build still `building` counts as failed (its process died). */
+export const ImageRecord = ImageView.extend({ engineRef: z.string(), deadlineAt: Timestamp });
 export type ImageRecord = z.infer<typeof ImageRecord>;
-
-/** What `GET /v1/images/:id` shows. */
-export type ImageView = Omit<ImageRecord, 'engineRef' | 'deadlineAt'>;
 
 /** The record as clients see it. */
 export function toImageView(r: ImageRecord): ImageView {
@@ -73,20 +47,6 @@ export function toImageView(r: ImageRecord): ImageView {
   return view;
 }
 
-/**
- * One step of a build, as `GET /v1/images/:id/events` streams them (`seq` from 1, gap-free):
- * `started`, `log` (a line of the builder's output), and one terminal event, `succeeded` or
- * `failed` (`error.message` is the builder's).
- */
-export const ImageEvent = z.object({
-  seq: z.number().int().positive(),
-  at: Timestamp,
-  type: z.enum(['started', 'log', 'succeeded', 'failed']),
-  text: z.string().optional(),
-  engineImageId: z.string().optional(),
-  error: z.object({ code: z.string(), message: z.string() }).optional(),
-});
-export type ImageEvent = z.infer<typeof ImageEvent>;
 export type ImageEventBody = Omit<ImageEvent, 'seq' | 'at'>;
 
 export const ImageParams = z.object({ id: ImageId }).strict();
