@@ -10,6 +10,7 @@
  *   sbx events ID                    a sandbox's status transitions
  *   sbx ls                           list sandboxes
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
+ *   sbx image build DIR | ls | rm ID  build (cli/image.ts), list, delete the tenant's images
  *   sbx mcp [options]                an MCP server on stdio: the sandbox tools for coding agents
  *   sbx down [--data-dir DIR]        stop the control planes and the Redis set-up started for a data dir
  *
@@ -29,6 +30,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { TERMINAL_LEASE_STATUSES, type Lease, type ToolResult } from '../contract/objects.js';
 import { Sandbox, SbxError, connect, type ConnectionOptions, type ExecOptions } from '../sdk/index.js';
 import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf } from './exit-status.js';
+import { addImageCommands } from './image.js';
 import { runMcpServer } from './mcp.js';
 import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
 import { describeDown, down, downSucceeded } from './down.js';
@@ -165,7 +167,7 @@ const leaseOptions = (cmd: Command): Command =>
       collect,
     )
     .option('--secret-file <NAME=PATH>', 'a stored secret as a file PATH in /run/secrets while a call that asks runs (repeatable)', collect)
-    .option('--image <ref>', 'sandbox image');
+    .option('--image <ref>', 'sandbox image: an engine image, a registry image on SBX_IMAGE_REGISTRIES, or a built image (id or name)');
 
 leaseOptions(program.command('run'))
   .description('lease a sandbox, upload, run CMD, stream its output, print the receipt, download, release')
@@ -365,6 +367,8 @@ secretCommand
   .action(async (name: string) => {
     await connect(connection(program.opts<{ url?: string; apiKey?: string }>())).deleteSecret(name);
   });
+
+addImageCommands(program, connection);
 
 program
   .command('mcp')

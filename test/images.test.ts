@@ -2,7 +2,6 @@
  * Images: pulled on demand from an allowlisted registry (a local `docker-registry` on loopback),
  * and built through `POST /v1/images` (offline, FROM this checkout's sandbox image).
  */
-import { createServer, type Server, type Socket } from 'node:net';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +10,6 @@ import type { ImageEvent } from '../contract/images.js';
 import { SbxClient } from '../sdk/index.js';
 import {
   apiAs,
-  bridgeHostAddress,
   containersOf,
   docker,
   execIn,
@@ -48,6 +46,9 @@ afterAll(async () => {
   await registry?.stop();
   await rm(await scratch, { recursive: true, force: true });
 });
+
+/** A TCP server on port 8080 that logs each connection it accepts. */
+const SERVER = "require('net').createServer((s)=>{console.log('CONNECTION');s.end()}).listen(8080)";
 
 /** A build context directory with `files` (path → content). */
 async function context(files: Record<string, string>): Promise<string> {
@@ -91,7 +92,7 @@ describe('images from a registry', () => {
       await h.client.releaseSandbox(lease.id);
     }
     expect(registry.log()).toContain(`/v2/sbx-test/pushed/manifests/${run}`);
-  });
+  }, 240_000); // Pushing the sandbox image's layers (~360 MB) to the empty registry takes most of it.
 
   it('a registry not on the allowlist is 400, a malformed reference 400, a missing tag 404, and nothing is created', async () => {
     const before = { containers: await containersOf(h.config.owner), leases: (await h.client.listSandboxes()).length };
@@ -184,30 +185,20 @@ describe('image builds', () => {
     await expect(h.client.createSandbox({ image: image.id })).rejects.toMatchObject({ status: 404, code: 'image.not_found' });
   });
 
-  it('RUN steps have no network: a server on the host bridge address receives nothing, which an ordinary container reaches', async () => {
-    const host = await bridgeHostAddress();
-    const accepted: Socket[] = [];
-    const server: Server = createServer((socket) => {
-      accepted.push(socket);
-      socket.end();
-    });
-    await new Promise<void>((resolve) => server.listen(0, host, resolve));
-    const port = (server.address() as { port: number }).port;
+  it('RUN steps have no network: a server container receives nothing from a build, while an ordinary container reaches it', async () => {
+    // A network and a server container of this test's own (labelled with its owner, so the teardown finds them).
+    const net = `${h.config.owner}-net`;
+    const server = `${h.config.owner}-server`;
+    const labels = ['--label', `sbx.owner=${h.config.owner}`];
+    const node = ['--entrypoint', '/usr/local/bin/node', h.config.image];
+    await docker('network', 'create', ...labels, net);
     try {
-      const probe = `const s=require('net').connect(${port},'${host}');s.on('connect',()=>{console.log('REACHED');process.exit(0)});s.on('error',(e)=>{console.log('BLOCKED '+e.code);process.exit(0)});setTimeout(()=>{console.log('BLOCKED timeout');process.exit(0)},3000)`;
-      const control = await docker(
-        'run',
-        '--rm',
-        '--network',
-        'bridge',
-        '--entrypoint',
-        '/usr/local/bin/node',
-        h.config.image,
-        '-e',
-        probe,
-      );
+      await docker('run', '-d', '--name', server, '--network', net, ...labels, ...node, '-e', SERVER);
+      const address = (await docker('inspect', server, '--format', '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}')).trim();
+      const probe = `const s=require('net').connect(8080,'${address}');s.on('connect',()=>{console.log('REACHED');process.exit(0)});s.on('error',(e)=>{console.log('BLOCKED '+e.code);process.exit(0)});setTimeout(()=>{console.log('BLOCKED timeout');process.exit(0)},3000)`;
+      const control = await docker('run', '--rm', '--network', net, ...labels, ...node, '-e', probe);
       expect(control).toContain('REACHED');
-      const reachedBefore = accepted.length;
+      await expect.poll(async () => (await docker('logs', server)).match(/CONNECTION/g)?.length ?? 0).toBe(1);
       const dir = await context({ Dockerfile: `FROM ${h.config.image}\nARG PROBE\nRUN /usr/local/bin/node -e "$PROBE"\n` });
       const { image } = await h.client.buildImage(dir, { buildArgs: { PROBE: probe } });
       const events = await eventsOf(h.client, image.id);
@@ -215,10 +206,11 @@ describe('image builds', () => {
       const log = events.map((e) => e.text ?? '').join('');
       expect(log).toContain('BLOCKED');
       expect(log).not.toContain('REACHED');
-      expect(accepted.length).toBe(reachedBefore);
+      // Still the control's one connection.
+      expect((await docker('logs', server)).match(/CONNECTION/g)?.length ?? 0).toBe(1);
     } finally {
-      for (const s of accepted) s.destroy();
-      await new Promise((r) => server.close(r));
+      await docker('rm', '-f', server).catch(() => undefined);
+      await docker('network', 'rm', net).catch(() => undefined);
     }
   });
 

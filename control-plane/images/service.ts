@@ -20,8 +20,8 @@ import { checkRegistry, parseImageRef, type ImageRef } from './reference.js';
 import { ImageId, toImageView, type BuildPolicy, type ImageEventBody, type ImageRecord, type ImageView } from './schema.js';
 import type { ImageStore } from './store.js';
 
-/** Label on every image sbx builds: its image id (`img_…`); `sbx.tenant` names its tenant. */
-export const IMAGE_LABEL = { image: 'sbx.image', tenant: 'sbx.tenant' } as const;
+/** Labels on every image sbx builds: its image id (`img_…`) and its tenant. (`sbx.image` is the sandbox image's own label.) */
+export const IMAGE_LABEL = { image: 'sbx.build.image', tenant: 'sbx.build.tenant' } as const;
 
 /** Time past a build's limit after which a record still `building` is taken for failed (its process died), ms. */
 const DEADLINE_MARGIN_MS = 60_000;
