@@ -179,9 +179,9 @@ describe('image builds', () => {
     expect(last.error?.message).toMatch(/non-zero code: 3/);
     expect(events.some((e) => e.text?.includes(`boom-${run}`))).toBe(true);
     expect(await h.client.getImage(image.id)).toMatchObject({ status: 'failed', engineImageId: null });
-    const hex = image.id.slice('img_'.length);
-    expect(await docker('images', '-q', `sbx-built:${hex}`)).toBe('');
-    expect(await docker('images', '-q', `sbx-built:${hex}-building`)).toBe('');
+    // No image of this build carries a tag (the engine tag is set only after success).
+    const tagged = await docker('images', '--filter', `label=sbx.build.image=${image.id}`, '--format', '{{.Repository}}:{{.Tag}}');
+    expect(tagged.split('\n').filter((t) => t && t !== '<none>:<none>')).toEqual([]);
     await expect(h.client.createSandbox({ image: image.id })).rejects.toMatchObject({ status: 404, code: 'image.not_found' });
   });
 
@@ -224,7 +224,8 @@ describe('image builds', () => {
     expect((await other.client.listImages()).map((i) => i.id)).not.toContain(image.id);
     await expect(other.client.deleteImage(image.id)).rejects.toMatchObject({ status: 404, code: 'image.not_found' });
     await expect(other.client.createSandbox({ image: image.id })).rejects.toMatchObject({ status: 404, code: 'image.not_found' });
-    const tag = `sbx-built:${image.id.slice('img_'.length)}`;
+    const tag = (await docker('images', '--filter', `label=sbx.build.image=${image.id}`, '--format', '{{.Repository}}:{{.Tag}}')).trim();
+    expect(tag).toMatch(/^sbx-built:[0-9a-f]{24}$/);
     await expect(other.client.createSandbox({ image: tag })).rejects.toMatchObject({ status: 404, code: 'image.not_found' });
     const events = await api(other.key, 'GET', `/v1/images/${image.id}/events`);
     expect(events.status).toBe(404);
@@ -244,7 +245,7 @@ describe('image builds', () => {
     await h.client.releaseSandbox(lease.id);
     await h.client.deleteImage(image.id);
     await expect(h.client.getImage(image.id)).rejects.toMatchObject({ status: 404, code: 'image.not_found' });
-    expect(await docker('images', '-q', `sbx-built:${image.id.slice('img_'.length)}`)).toBe('');
+    expect(await docker('images', '-q', '--filter', `label=sbx.build.image=${image.id}`)).toBe('');
   });
 
   it('bad contexts are documented 4xx answers, a COPY outside the context a clean failed build', async () => {

@@ -6,7 +6,7 @@
  * events (`ImageStore.appendEvent`). A build whose process died counts as failed once its
  * deadline passed.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import type { Logger } from 'pino';
@@ -146,7 +146,8 @@ export class ImageService {
       contextBytes: input.contextBytes,
       dockerfile: input.dockerfile,
       buildArgs: input.buildArgs,
-      engineRef: `sbx-built:${hex}`,
+      // Random, not derived from the input: another tenant cannot guess it to build FROM it or lease it.
+      engineRef: `sbx-built:${randomBytes(12).toString('hex')}`,
       engineImageId: null,
       sizeBytes: null,
       builder: actorOf(by),
