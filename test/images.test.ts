@@ -260,6 +260,17 @@ describe('image builds', () => {
       status: 400,
       code: 'input.invalid',
     });
+    // A base image the build may not use: another registry, or one that exists nowhere (nothing is pulled by the builder).
+    await expect(h.client.buildImage(await context({ Dockerfile: 'FROM registry.example.com/team/base:1\n' }))).rejects.toMatchObject({
+      status: 400,
+      code: 'image.registry_not_allowed',
+      details: { field: 'dockerfile', line: 1 },
+    });
+    await expect(
+      h.client.buildImage(await context({ Dockerfile: `ARG BASE\nFROM \${BASE}\n` }), {
+        buildArgs: { BASE: `${registry.host}/sbx-test/none:${run}` },
+      }),
+    ).rejects.toMatchObject({ status: 404, code: 'image.not_found', details: { field: 'dockerfile', line: 2 } });
     const big = await context({ Dockerfile: `FROM ${h.config.image}\n`, 'big.bin': 'x'.repeat(2 * 1024 * 1024) });
     await expect(h.client.buildImage(big)).rejects.toMatchObject({ status: 413, code: 'input.body_too_large' });
     const escape = await h.client.buildImage(await context({ Dockerfile: `FROM ${h.config.image}\nCOPY ../../etc/passwd /opt/passwd\n` }));

@@ -217,3 +217,38 @@ async function headerName(inputPath: string, offset: number): Promise<string | n
     await file.close();
   }
 }
+
+/**
+ * The content of regular file `name` (normalized, as `guardArchive` reports names) in the tar at
+ * `path`, or null when the archive has no such file; at most `maxBytes` (more is an
+ * `input.body_too_large`). For archives `guardArchive` already checked.
+ */
+export async function readArchiveFile(path: string, name: string, maxBytes: number): Promise<Buffer | null> {
+  const extract = tar.extract();
+  const reading = pipeline(createReadStream(path), extract);
+  const settled = reading.catch(() => undefined);
+  let found: Buffer | null = null;
+  try {
+    for await (const entry of extract as AsyncIterable<EntryStream>) {
+      const normalized = entry.header.name
+        .split('/')
+        .filter((p) => p !== '' && p !== '.')
+        .join('/');
+      const wanted = normalized === name && (entry.header.type === 'file' || entry.header.type === 'contiguous-file');
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const chunk of entry as AsyncIterable<Buffer>) {
+        if (!wanted) continue;
+        size += chunk.length;
+        if (size > maxBytes) throw new AppError('input.body_too_large', `${name} is over ${maxBytes} bytes`, { details: { maxBytes } });
+        chunks.push(chunk);
+      }
+      if (wanted) found = Buffer.concat(chunks);
+    }
+    await reading;
+    return found;
+  } finally {
+    extract.destroy();
+    await settled;
+  }
+}

@@ -17,7 +17,7 @@ import { pipeline } from 'node:stream/promises';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
-import { guardArchive } from '../files/tar-guard.js';
+import { guardArchive, readArchiveFile } from '../files/tar-guard.js';
 import { streamSse } from '../http/sse.js';
 import type { Notifier } from '../redis/notifier.js';
 import { BuildQuery, ImageEventsHeaders, ImageParams, toImageView } from './schema.js';
@@ -34,6 +34,9 @@ export interface ImagesRoutesOptions {
   maxContextBytes: number;
 }
 
+/** Largest Dockerfile read for its base images, bytes. */
+const MAX_DOCKERFILE_BYTES = 1024 * 1024;
+
 export const imagesRoutes: FastifyPluginAsync<ImagesRoutesOptions> = async (plugin, opts) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   const tags = ['images'];
@@ -45,7 +48,7 @@ export const imagesRoutes: FastifyPluginAsync<ImagesRoutesOptions> = async (plug
     tags,
     summary: 'Build an image from a context tar',
     description:
-      'The body is a tar of the build context (any Content-Type). `202` with the image (`status: building`) when a build starts; `200` with the existing image when the same context, Dockerfile path and build args were built before (no rebuild). Follow `GET /v1/images/:id/events` to its terminal `succeeded` or `failed` event. Refused: not a tar or unsafe entries (`files.invalid_archive`, `files.unsafe_entry`), no Dockerfile (`image.dockerfile_not_found`), over the size limit (`input.body_too_large`), a build policy with network hosts (`policy.unenforceable`).',
+      'The body is a tar of the build context (any Content-Type). `202` with the image (`status: building`) when a build starts; `200` with the existing image when the same context, Dockerfile path and build args were built before (no rebuild). Follow `GET /v1/images/:id/events` to its terminal `succeeded` or `failed` event. Refused: not a tar or unsafe entries (`files.invalid_archive`, `files.unsafe_entry`), no Dockerfile (`image.dockerfile_not_found`), a base image (`FROM`, `COPY --from`) that a lease could not use (`image.registry_not_allowed`, `image.not_found`, `image.invalid_reference`), over the size limit (`input.body_too_large`), a build policy with network hosts (`policy.unenforceable`).',
     querystring: BuildQuery,
   };
   app.post('/v1/images', { schema: buildSchema, bodyLimit: opts.maxContextBytes }, async (request, reply) => {
@@ -75,17 +78,17 @@ export const imagesRoutes: FastifyPluginAsync<ImagesRoutesOptions> = async (plug
         if (type === 'file' || type === 'contiguous-file') files.add(name);
       });
       const { dockerfile, buildArgs, name } = request.query;
-      if (
-        !files.has(
-          dockerfile
-            .split('/')
-            .filter((p) => p !== '' && p !== '.')
-            .join('/'),
-        )
-      )
+      const dockerfileName = dockerfile
+        .split('/')
+        .filter((p) => p !== '' && p !== '.')
+        .join('/');
+      const text = files.has(dockerfileName) ? await readArchiveFile(guarded, dockerfileName, MAX_DOCKERFILE_BYTES) : null;
+      if (text === null)
         throw new AppError('image.dockerfile_not_found', `the build context has no file ${dockerfile}`, {
           details: { field: 'dockerfile', dockerfile },
         });
+      // Every base is checked (and pulled from an allowlisted registry) before the builder sees it.
+      await images.checkBases(text.toString('utf8'), buildArgs, request.principal.tenant);
       handedOver = true;
       const { image, created } = await images.build(
         { contextPath: guarded, contextBytes: bytes, contextSha256: hash.digest('hex'), dockerfile, buildArgs, name },

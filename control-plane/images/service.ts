@@ -16,6 +16,7 @@ import { actorOf, type AuditLog } from '../audit/service.js';
 import { seesTenant, type Principal } from '../http/auth.js';
 import type { ImageEngine } from '../runtime/image-engine.js';
 import { ownershipLabels, type Ownership } from '../runtime/runtime.js';
+import { baseImages } from './dockerfile.js';
 import { checkRegistry, parseImageRef, type ImageRef } from './reference.js';
 import { ImageId, toImageView, type BuildPolicy, type ImageEventBody, type ImageRecord, type ImageView } from './schema.js';
 import type { ImageStore } from './store.js';
@@ -77,6 +78,11 @@ export class ImageService {
   async resolve(ref: string, tenant: string | null): Promise<ResolvedImage> {
     const built = await this.builtFor(ref, tenant);
     if (built) return { engineRef: built.engineRef, imageId: built.engineImageId!, digest: null, pulled: false };
+    return this.resolveEngine(ref, tenant);
+  }
+
+  /** An engine image (pulled when absent and its registry allowlisted), never another tenant's build. Throws as `resolve`. */
+  private async resolveEngine(ref: string, tenant: string | null): Promise<ResolvedImage> {
     const parsed = parseImageRef(ref);
     const { pullable } = checkRegistry(parsed, this.deps.registries);
     let found = await this.deps.engine.inspect(ref);
@@ -109,6 +115,30 @@ export class ImageService {
     if (record && record.tenant === tenant && record.status === 'ready') return record;
     if (!isId && !record) return undefined;
     throw new AppError('image.not_found', `no ready image ${ref}`, { details: { field: 'image', image: ref } });
+  }
+
+  /**
+   * Checks the images `dockerfile` builds on (`FROM`, `COPY --from`) as a lease's image is
+   * checked, pulling those of allowlisted registries now, so the engine's builder never pulls
+   * on its own (it would reach any registry) and never builds on another tenant's image. A
+   * tenant's built images are not bases (their engine tags are private). Throws
+   * `image.invalid_reference` (the Dockerfile's, or a base's), `image.registry_not_allowed`,
+   * `image.not_found`, `image.pull_failed`.
+   */
+  async checkBases(dockerfile: string, buildArgs: Readonly<Record<string, string>>, tenant: string): Promise<void> {
+    for (const base of baseImages(dockerfile, buildArgs)) {
+      try {
+        await this.resolveEngine(base.ref, tenant);
+      } catch (err) {
+        if (err instanceof AppError) {
+          throw new AppError(err.code, `Dockerfile line ${base.line}: ${err.message}`, {
+            details: { ...err.details, field: 'dockerfile', line: base.line, image: base.ref },
+            cause: err,
+          });
+        }
+        throw err;
+      }
+    }
   }
 
   /** Throws `policy.unenforceable` (422) when the build policy asks for what builds cannot enforce (an egress allowlist). */
