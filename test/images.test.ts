@@ -2,6 +2,7 @@
  * Images: pulled on demand from an allowlisted registry (a local `docker-registry` on loopback),
  * and built through `POST /v1/images` (offline, FROM this checkout's sandbox image).
  */
+import { spawn } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,6 +14,7 @@ import {
   containersOf,
   docker,
   execIn,
+  REPO_ROOT,
   startHarness,
   startRegistry,
   testRunId,
@@ -278,6 +280,30 @@ describe('image builds', () => {
     expect(last).toMatchObject({ type: 'failed', error: { code: 'image.build_failed' } });
     expect(last?.error?.message).toMatch(/outside the build context|no such file|not found/i);
     expect(await h.client.getImage(escape.image.id)).toMatchObject({ status: 'failed' });
+  });
+
+  it('the CLI builds (log on stderr, id on stdout), lists and removes an image; a failed build exits 1 with the builder message', async () => {
+    const cli = (...args: string[]) =>
+      new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+        const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, '--api-key', h.apiKey, ...args]);
+        let stdout = '';
+        let stderr = '';
+        child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
+        child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+        child.on('close', (code) => resolve({ code, stdout, stderr }));
+      });
+    const dir = await context({ 'docker/Build.df': `FROM ${h.config.image}\nARG WORD\nRUN echo "cli-$WORD" > /opt/cli\n` });
+    const built = await cli('image', 'build', dir, '--dockerfile', 'docker/Build.df', '--build-arg', `WORD=${run}`, '--name', `cli-${run}`);
+    expect(built.code, built.stderr).toBe(0);
+    const id = built.stdout.trim();
+    expect(id).toMatch(/^img_[0-9a-f]{24}$/);
+    expect(built.stderr).toContain('RUN echo');
+    expect((await cli('image', 'ls')).stdout).toContain(`${id}  ready`);
+    expect((await cli('image', 'rm', id)).code).toBe(0);
+    await expect(h.client.getImage(id)).rejects.toMatchObject({ code: 'image.not_found' });
+    const failed = await cli('image', 'build', await context({ Dockerfile: `FROM ${h.config.image}\nRUN exit 7\n` }));
+    expect(failed.code).toBe(1);
+    expect(failed.stderr).toMatch(/build failed: .*non-zero code: 7/);
   });
 
   it('a build policy allowing network hosts is refused as policy.unenforceable', async () => {
