@@ -40,7 +40,7 @@ import { installationId } from './installation/store.js';
 import { connectRedis, redisOptions } from './redis/connections.js';
 import { Notifier } from './redis/notifier.js';
 import { DurableTimers } from './redis/timers.js';
-import { DockerImages } from './runtime/docker-images.js';
+import { DockerImages } from './runtime/docker-image-engine.js';
 import { DockerRuntime } from './runtime/docker-runtime.js';
 import type { Ownership } from './runtime/runtime.js';
 import { SecretService } from './secrets/service.js';

@@ -1,6 +1,6 @@
 /**
  * The images port: what the lease planner and the images domain need of the engine's images.
- * Docker implements it (docker-images.ts).
+ * Docker implements it (docker-image-engine.ts).
  */
 import type { Readable } from 'node:stream';
 import type { Ownership } from './runtime.js';
