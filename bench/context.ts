@@ -44,8 +44,8 @@ export class BenchContext {
   }
 
   /** Leases a sandbox (default policy unless `policy`); it is released by `releaseAll` if not before. */
-  async lease(policy?: string): Promise<string> {
-    const lease = await this.client.createSandbox(policy ? { policy } : {});
+  async lease(policy?: string, image?: string): Promise<string> {
+    const lease = await this.client.createSandbox({ ...(policy ? { policy } : {}), ...(image ? { image } : {}) });
     if (lease.status !== 'ready') throw new Error(`lease ${lease.id} is ${lease.status}, not ready`);
     this.live.add(lease.id);
     return lease.id;

@@ -37,10 +37,10 @@ const durationMs = Number(process.argv[1]);
  * profiling lasts `durationMs`, which should outlast the workload). Returns the .cpuprofile JSON.
  */
 export async function profileAgent(docker: Docker, container: string, durationMs: number, workload: () => Promise<void>): Promise<string> {
-  const pid = await execText(docker, container, ['pgrep', '-f', '^/usr/local/bin/node /opt/sbx/sbx-agent.cjs$']);
+  const pid = await execText(docker, container, ['pgrep', '-f', '^/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs$']);
   await dockerExec(docker, container, ['kill', '-USR1', pid.trim().split('\n')[0]!], { user: '0' });
   const chunks: Buffer[] = [];
-  const profiling = dockerExec(docker, container, ['/usr/local/bin/node', '--experimental-websocket', '-e', PROFILER, String(durationMs)], {
+  const profiling = dockerExec(docker, container, ['/opt/sbx/bin/node', '--experimental-websocket', '-e', PROFILER, String(durationMs)], {
     user: '0',
     onStdout: (c) => chunks.push(c),
   });

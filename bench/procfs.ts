@@ -29,7 +29,7 @@ export async function memoryOf(pid: number): Promise<Memory> {
   return { rssBytes: kb('VmRSS'), hwmBytes: kb('VmHWM'), pssBytes: pssKb * 1024 };
 }
 
-/** Host pid of the sandbox agent (`node /opt/sbx/sbx-agent.cjs`) in container `name`. */
+/** Host pid of the sandbox agent (`/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs`, from the runtime mount) in container `name`. */
 export async function agentPid(docker: Docker, name: string): Promise<number> {
   const top = (await docker.getContainer(name).top({ ps_args: '-eo pid,args' })) as { Titles: string[]; Processes: string[][] };
   const pidCol = top.Titles.findIndex((t) => t.toUpperCase() === 'PID');

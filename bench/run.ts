@@ -17,6 +17,7 @@ import { BenchContext } from './context.js';
 import { density } from './figures/density.js';
 import { execRoundTrip } from './figures/exec-rtt.js';
 import { filesReadWrite } from './figures/files-rw.js';
+import { leaseByo } from './figures/lease-byo.js';
 import { leaseByoImage } from './figures/lease-byo-image.js';
 import { leaseCold } from './figures/lease-cold.js';
 import { leaseWarm, WARM_POLICY } from './figures/lease-warm.js';
@@ -32,6 +33,7 @@ import { renderTable } from './table.js';
 export const FIGURES: ReadonlyArray<{ id: string; run: (ctx: BenchContext) => Promise<Figure> }> = [
   { id: 'lease-cold', run: leaseCold },
   { id: 'lease-warm', run: leaseWarm },
+  { id: 'lease-byo', run: leaseByo },
   { id: 'lease-byo-image', run: leaseByoImage },
   { id: 'exec-rtt', run: execRoundTrip },
   { id: 'throughput', run: throughput },

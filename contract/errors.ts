@@ -254,6 +254,16 @@ export const ERROR_CODES = {
     retryability: 'after_fix',
     summary: '`oldString` occurs more than once and `replaceAll` is not set (details.count).',
   },
+  'image.user_not_found': {
+    status: 422,
+    retryability: 'after_fix',
+    summary: "The image's `User` (or its group) is not defined in the image's /etc/passwd (/etc/group); nothing was created.",
+  },
+  'tool.unavailable': {
+    status: 422,
+    retryability: 'after_fix',
+    summary: "The program a tool needs is not in the sandbox's image (`details.program`); use an image that has it.",
+  },
   'git.not_a_repository': { status: 422, retryability: 'after_fix', summary: 'The path is not inside a git work tree.' },
   'git.failed': { status: 422, retryability: 'after_fix', summary: 'git exited non-zero; details.stderr has its message.' },
   'files.not_found': { status: 404, retryability: 'no', summary: 'The requested path does not exist in the sandbox.' },

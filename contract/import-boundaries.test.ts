@@ -30,7 +30,7 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   'tar-fs': ['sdk/client.ts'],
   'eventsource-parser': ['sdk/client.ts'],
   '@modelcontextprotocol/sdk': ['cli/mcp.ts'],
-  'tar-stream': ['control-plane/files/tar-guard.ts'],
+  'tar-stream': ['control-plane/files/tar-guard.ts', 'control-plane/runtime/'],
   // Redis connections, the lock, the notifier and durable timers; the per-lease agent channel; the sandbox agent.
   bullmq: ['control-plane/redis/', 'control-plane/agent-link/', 'sandbox-agent/main.ts', 'sandbox-agent/link/return-channel.ts'],
   // The same, and each domain's store.

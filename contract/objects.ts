@@ -32,11 +32,59 @@ export const SandboxFacts = z.object({
     python: z.string().nullable(),
     pip: z.string().nullable().optional(),
   }),
-  user: z.object({ name: z.string(), uid: z.number().int(), gid: z.number().int(), home: z.string() }),
+  /** The tool user; `source` says whose choice it was (the policy's, the image's `User`, or the default). */
+  user: z.object({
+    name: z.string(),
+    uid: z.number().int(),
+    gid: z.number().int(),
+    home: z.string(),
+    source: z.enum(['policy', 'image', 'default']).optional(),
+  }),
   workdir: z.string(),
   agentVersion: z.string(),
+  /**
+   * The image's C library, as its dynamic loader says: `glibc` or `musl` with the version, or
+   * `none` (a static-only image: no loader). Optional: agents before it did not probe.
+   */
+  libc: z.object({ family: z.enum(['glibc', 'musl', 'none']), version: z.string().nullable() }).optional(),
+  /**
+   * The shell `exec` runs a `cmd` string with: the image's `/bin/bash`, else its `/bin/sh`, else
+   * the agent runtime's busybox sh (`source: 'sbx-runtime'`).
+   */
+  shell: z.object({ path: z.string(), source: z.enum(['image', 'sbx-runtime']) }).optional(),
+  /**
+   * Further programs of the image as the tools' PATH finds them, with the version each prints
+   * (`null`: absent): `rg` (without it `search` uses the agent's built-in walker), `bash`, `go`,
+   * `java`, `rustc`, `gcc`, `make`, `conda`.
+   */
+  programs: z.record(z.string(), z.string().nullable()).optional(),
 });
 export type SandboxFacts = z.infer<typeof SandboxFacts>;
+
+/**
+ * The image of a sandbox: the reference asked for, the engine's id, and (optional: manifests made
+ * before) the image's own config — `Env` names only (values stay out), `WorkingDir` (the tools'
+ * default cwd), `User`, `Labels`, and `Entrypoint`/`Cmd`, which are recorded and never run (the
+ * agent runtime is the sandbox's init) — and its registry digests.
+ */
+export const ImageRecord = z.object({
+  ref: z.string(),
+  id: z.string(),
+  repoDigests: z.array(z.string()).optional(),
+  /** The registry digest (`repo@sha256:…`) of the reference a lease pulled (optional: images not pulled, manifests made before). */
+  digest: z.string().optional(),
+  config: z
+    .object({
+      envKeys: z.array(z.string()),
+      workingDir: z.string().nullable(),
+      user: z.string().nullable(),
+      labels: z.record(z.string(), z.string()),
+      entrypoint: z.array(z.string()).nullable(),
+      cmd: z.array(z.string()).nullable(),
+    })
+    .optional(),
+});
+export type ImageRecord = z.infer<typeof ImageRecord>;
 
 /**
  * What a sandbox *is*, content-addressed: `digest` is the sha256 of the canonical JSON of every
@@ -44,12 +92,7 @@ export type SandboxFacts = z.infer<typeof SandboxFacts>;
  */
 export const EnvironmentManifest = SandboxFacts.extend({
   schemaVersion: z.literal(1),
-  /**
-   * The image as the lease named it, the engine's id, and its registry digest (`repo@sha256:…`)
-   * when it has one (an image pulled from a registry); manifests stored before digests were
-   * recorded have none.
-   */
-  image: z.object({ ref: z.string(), id: z.string(), digest: z.string().optional() }),
+  image: ImageRecord,
   runtime: z.object({ kind: z.literal('docker'), engineVersion: z.string(), ociRuntime: z.string() }),
   policy: PolicyRef,
   /**

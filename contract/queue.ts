@@ -72,12 +72,31 @@ export const SecretGrant = z
 export type SecretGrant = z.infer<typeof SecretGrant>;
 
 /** The agent's credentials file (mode 0400, root): how it reaches its own lease's keys. */
+/**
+ * Who the tools run as, and (optional: configs before it) whose choice that was: the policy's
+ * `runtime.toolUser`, the image's `User`, or the default `sandbox` (1000:1000).
+ */
+export const ToolUser = z.object({
+  name: z.string(),
+  uid: z.number().int(),
+  gid: z.number().int(),
+  home: z.string(),
+  source: z.enum(['policy', 'image', 'default']).optional(),
+});
+export type ToolUser = z.infer<typeof ToolUser>;
+
 export const AgentConfig = z.object({
   leaseId: z.string(),
   rootPrefix: z.string(),
   redis: z.object({ path: z.string(), username: z.string(), password: z.string() }),
-  toolUser: z.object({ name: z.string(), uid: z.number().int(), gid: z.number().int(), home: z.string() }),
+  toolUser: ToolUser,
+  /** The tools' default cwd: the image's `WorkingDir`, else `/workspace`. */
   workdir: z.string(),
+  /**
+   * The image's `Env` (PATH, PYTHONPATH, a conda prefix, ...): the tools' environment over the
+   * agent's defaults and under the lease's env. The agent itself never runs with it.
+   */
+  imageEnv: EnvMap.default({}),
   /** Lease env, applied under every call's env. */
   env: EnvMap,
   /** Agent-only directory for output spooled to become artifacts; `maxArtifactBytes` per stream, `maxTotalBytes` for all at once. */

@@ -61,6 +61,12 @@ const Env = z.object({
    * else `sbx-sandbox:latest`.
    */
   SBX_IMAGE: z.string().optional(),
+  /**
+   * The agent runtime directory mounted read-only at /opt/sbx in every sandbox (node with its own
+   * libraries, tini, busybox, GNU tar, the agent; images/runtime/build-runtime.sh). Default: the
+   * one setup built for this checkout (its path in `dist/.sbx-runtime`).
+   */
+  SBX_AGENT_RUNTIME: z.string().optional(),
   /** Directory of policy files. Default `<repo>/policies`. */
   SBX_POLICY_DIR: z.string().optional(),
   /** Docker engine socket. Default: the path of `DOCKER_HOST` when that is `unix://…` (as the docker CLI reads it), else /var/run/docker.sock. */
@@ -163,6 +169,8 @@ export interface Config {
   secretsKey: Buffer | undefined;
   owner: string;
   image: string;
+  /** Host directory of the agent runtime, mounted read-only at /opt/sbx in every sandbox. */
+  agentRuntimeDir: string;
   policyDir: string;
   dockerSocket: string;
   maxUploadBytes: number;
@@ -209,7 +217,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     apiKey: e.SBX_API_KEY,
     secretsKey: e.SBX_SECRETS_KEY === undefined ? undefined : Buffer.from(e.SBX_SECRETS_KEY, 'base64'),
     owner: e.SBX_OWNER,
-    image: e.SBX_IMAGE ?? builtImage(repoRoot) ?? 'sbx-sandbox:latest',
+    image: e.SBX_IMAGE ?? builtFile(repoRoot, '.sbx-image') ?? 'sbx-sandbox:latest',
+    agentRuntimeDir: e.SBX_AGENT_RUNTIME ?? builtFile(repoRoot, '.sbx-runtime') ?? join(repoRoot, 'dist', 'sbx-runtime', 'missing'),
     policyDir: e.SBX_POLICY_DIR ?? join(repoRoot, 'policies'),
     dockerSocket:
       e.SBX_DOCKER_SOCKET ?? (e.DOCKER_HOST?.startsWith('unix://') ? e.DOCKER_HOST.slice('unix://'.length) : '/var/run/docker.sock'),
@@ -226,8 +235,11 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
   };
 }
 
-/** The tag deploy/local/setup.sh recorded for the image it built from this checkout, if any. */
-function builtImage(repoRoot: string): string | undefined {
-  const file = join(repoRoot, 'dist', '.sbx-image');
+/**
+ * What deploy/local/setup.sh recorded for this checkout in `dist/<name>`, if any: the tag of the
+ * image it built (`.sbx-image`), the agent runtime directory (`.sbx-runtime`).
+ */
+function builtFile(repoRoot: string, name: string): string | undefined {
+  const file = join(repoRoot, 'dist', name);
   return existsSync(file) ? readFileSync(file, 'utf8').trim() || undefined : undefined;
 }

@@ -5,7 +5,9 @@
  * calls) is joined here, not inside a domain. Used by main.ts and by the integration tests, so
  * both run the same assembly.
  */
+import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { AGENT_RUNTIME_DIR, AGENT_RUNTIME_NODE } from '../contract/agent-runtime.js';
 import type { FastifyInstance } from 'fastify';
 import { TERMINAL_LEASE_STATUSES } from '../contract/objects.js';
 import type { Logger } from 'pino';
@@ -75,6 +77,11 @@ export interface ControlPlane {
  */
 export async function createControlPlane(config: Config, apiKey: string, log: Logger): Promise<ControlPlane> {
   if (!config.secretsKey) throw new Error('no secrets key: set SBX_SECRETS_KEY or let main.ts create <data dir>/secrets-key');
+  // Every sandbox runs its agent from this directory: without it no lease could start.
+  if (!existsSync(join(config.agentRuntimeDir, AGENT_RUNTIME_NODE.slice(AGENT_RUNTIME_DIR.length + 1))))
+    throw new Error(
+      `no agent runtime at ${config.agentRuntimeDir}: run \`npm run setup\` (images/runtime/build-runtime.sh) or set SBX_AGENT_RUNTIME`,
+    );
   const options = redisOptions(config.redis);
   const redis = connectRedis(options);
   const subscriber = connectRedis(options);
@@ -209,6 +216,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       sbxVersion: SBX_VERSION,
       dataDir: config.dataDir,
       defaultImage: config.image,
+      agentRuntimeDir: config.agentRuntimeDir,
       agentRedisSocket: config.agentRedisSocket,
       redisPrefix: config.redisPrefix,
       retentionSeconds: config.ledgerRetentionSeconds,

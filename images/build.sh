@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds sbx-sandbox:<hash> (+ :latest) from the registry-free base image, the
-# host's own node/npm and the agent bundle. The tag is a content hash of every
+# Builds sbx-sandbox:<hash> (+ :latest) from the registry-free base image and
+# the host's own node/npm (the agent is not in it: images/runtime/). The tag is a content hash of every
 # input, so an up-to-date image is detected without staging or building.
 # stdout carries only the tag (last line); progress goes to stderr.
 set -euo pipefail
@@ -11,9 +11,7 @@ trap '[[ $BASH_SUBSHELL -gt 0 ]] || echo "sbx-setup: images/build.sh failed at l
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 dockerfile="$here/sandbox/Dockerfile"
-bundle="$repo/dist/agent/sbx-agent.cjs"
 
-[[ -f "$bundle" ]] || die "agent bundle $bundle is missing; run 'npm run build' first"
 [[ -f "$dockerfile" ]] || die "$dockerfile is missing"
 command -v node >/dev/null 2>&1 || die "node not found on PATH"
 command -v npm >/dev/null 2>&1 || die "npm not found on PATH"
@@ -30,10 +28,9 @@ npm_dir="$(readlink -f "$(npm root -g)/npm")"
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 node_sha="$(sha "$node_bin")"
 npm_version="$(node -p 'require(process.argv[1]).version' "$npm_dir/package.json")"
-agent_sha="$(sha "$bundle")"
 dockerfile_sha="$(sha "$dockerfile")"
 
-hash="$(printf '%s\n' "$base_id" "$node_sha" "$npm_version" "$agent_sha" "$dockerfile_sha" \
+hash="$(printf '%s\n' "$base_id" "$node_sha" "$npm_version" "$dockerfile_sha" \
   | sha256sum | cut -c1-12)"
 tag="sbx-sandbox:$hash"
 
@@ -56,22 +53,19 @@ ctx="$(mktemp -d "${TMPDIR:-/var/tmp}/sbx-sandbox-ctx.XXXXXX")"
 trap 'rm -rf --one-file-system "$ctx"' EXIT
 cp "$node_bin" "$ctx/node"
 cp -a "$npm_dir" "$ctx/npm"
-cp "$bundle" "$ctx/sbx-agent.cjs"
 cp "$dockerfile" "$ctx/Dockerfile"
 # The legacy builder has no COPY --chmod, so modes are fixed in the context.
 chmod 0755 "$ctx/node"
-chmod 0644 "$ctx/sbx-agent.cjs"
 
 # Without the buildx plugin the modern CLI refuses BuildKit builds; the legacy
 # builder is enough for this Dockerfile.
 build_env=()
 docker buildx version >/dev/null 2>&1 || build_env=(DOCKER_BUILDKIT=0)
 
-echo "sbx-setup: building $tag (node $("$node_bin" --version), npm $npm_version, agent ${agent_sha:0:12})" >&2
+echo "sbx-setup: building $tag (node $("$node_bin" --version), npm $npm_version)" >&2
 if ! env "${build_env[@]}" docker build \
     --build-arg "BASE_IMAGE=$base_tag" \
     --label sbx.image=sandbox \
-    --label "sbx.agent.sha256=$agent_sha" \
     -t "$tag" "$ctx" >&2; then
   die "docker build of $tag failed (see output above)"
 fi

@@ -29,12 +29,13 @@ import type { AgentTool } from './execution/attempt.js';
 import { CallRunner } from './execution/call-runner.js';
 import { startEgressForwarder } from './host/egress-forwarder.js';
 import { measureFacts } from './host/facts.js';
+import { detectShell } from './host/image-probe.js';
 import { ReturnChannel } from './link/return-channel.js';
 import { AccessScheduler } from './execution/scheduler.js';
 import { LeaseSecrets } from './host/secrets.js';
 import { ToolUserWorker } from './tool-user/client.js';
 import { runToolUserWorker } from './tool-user/worker.js';
-import { execTool } from './tools/exec.js';
+import { execTool, toolsPath } from './tools/exec.js';
 import { fileTools } from './tools/file-tools.js';
 
 async function main(): Promise<void> {
@@ -75,10 +76,12 @@ async function main(): Promise<void> {
     home: config.toolUser.home,
     roots: config.files.roots,
     maxFileBytes: config.files.maxFileBytes,
+    path: toolsPath(config),
   });
   const tools = new Map<string, AgentTool<unknown>>([execTool as AgentTool<unknown>, ...fileTools(worker)].map((t) => [t.name, t]));
   const runner = new CallRunner({
     config,
+    shell: detectShell().path,
     scheduler: new AccessScheduler(),
     agentPids: () => new Set(worker.pid === null ? [] : [worker.pid]),
     keys,

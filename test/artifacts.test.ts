@@ -27,7 +27,7 @@ const { exec } = useLeasedSandbox(
 describe('artifacts', () => {
   it('200 MB of binary output at full speed: the whole stream is an artifact whose sha256 is what the process wrote; agent memory stays bounded', async () => {
     const peakKb = async (): Promise<number> => {
-      const ps = await exec({ cmd: "grep VmHWM /proc/$(pgrep -f '^/usr/local/bin/node /opt/sbx/sbx-agent.cjs$')/status" });
+      const ps = await exec({ cmd: "grep VmHWM /proc/$(pgrep -f '^/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs$')/status" });
       return Number(/VmHWM:\s+(\d+) kB/.exec(ps.stdout)?.[1]);
     };
     const before = await peakKb();

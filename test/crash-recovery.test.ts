@@ -28,7 +28,9 @@ import {
   type ChildPlane,
   docker,
   eventually,
+  REAL_AGENT_IN_SANDBOX,
   REPO_ROOT,
+  runtimeWithAgent,
   startHarness,
   type Harness,
 } from './fixtures/index.js';
@@ -86,10 +88,11 @@ type Ledger = ReturnType<typeof ledgerOf>;
  */
 async function withChildPlane(
   name: string,
+  env: Record<string, string>,
   body: (ctx: { id: ReturnType<typeof planeIdentity>; child: ChildPlane; ledger: Ledger; restart(): Promise<Harness> }) => Promise<void>,
 ): Promise<void> {
   const id = planeIdentity(name);
-  const child = await startChildPlane(id);
+  const child = await startChildPlane(id, env);
   let h: Harness | undefined;
   try {
     await body({
@@ -115,19 +118,13 @@ describe('kill -9 of the control plane', () => {
     'in the middle of a lease create (container up, agent not ready): the next control plane fails the lease (create_interrupted) and removes the container',
     { timeout: 120_000 },
     async () => {
-      // An agent that takes 3 s to start holds the lease in `starting` long enough to kill in.
-      const tag = `sbx-test-slow-agent:${randomBytes(3).toString('hex')}`;
-      const context = await mkdtemp(join(tmpdir(), 'sbx-slow-'));
-      const image = loadConfig(process.env, REPO_ROOT).image;
-      await writeFile(
-        join(context, 'Dockerfile'),
-        `FROM ${image}\nCMD ["/bin/bash", "-c", "sleep 3; exec /usr/local/bin/node /opt/sbx/sbx-agent.cjs"]\n`,
-      );
-      await docker('build', '-q', '-t', tag, context);
+      // An agent that takes 3 s to start holds the lease in `starting` long enough to kill in
+      // (the agent comes from the runtime mount: a runtime whose agent waits, then runs the real one).
+      const slow = await runtimeWithAgent(`setTimeout(() => require(${JSON.stringify(REAL_AGENT_IN_SANDBOX)}), 3000);\n`);
       try {
-        await withChildPlane('crash-create', async ({ id, child, ledger, restart }) => {
+        await withChildPlane('crash-create', { SBX_AGENT_RUNTIME: slow.dir }, async ({ id, child, ledger, restart }) => {
           const t0 = Date.now();
-          const request = child.client.createSandbox({ image: tag }).catch((e: unknown) => e);
+          const request = child.client.createSandbox().catch((e: unknown) => e);
           const seen = new Set<string>();
           const starting = await eventually(
             async () => {
@@ -191,8 +188,7 @@ describe('kill -9 of the control plane', () => {
           );
         });
       } finally {
-        await docker('rmi', tag).catch(() => undefined);
-        await rm(context, { recursive: true, force: true });
+        await slow.remove();
       }
     },
   );
@@ -201,7 +197,7 @@ describe('kill -9 of the control plane', () => {
     'in the middle of a running call: the call runs on, and its result and receipt reach the ledger through the next control plane',
     { timeout: 120_000 },
     async () => {
-      await withChildPlane('crash-call', async ({ id, child, ledger, restart }) => {
+      await withChildPlane('crash-call', {}, async ({ id, child, ledger, restart }) => {
         const lease = await child.client.createSandbox();
         const { callId } = await child.client.submitCall(lease.id, 'exec', { cmd: 'echo started; sleep 3; echo finished' });
         await eventually(
@@ -243,7 +239,7 @@ describe('kill -9 of the control plane', () => {
     'in the middle of a release (waiting out its grace): the next control plane takes the release over and finishes it once',
     { timeout: 120_000 },
     async () => {
-      await withChildPlane('crash-release', async ({ id, child, ledger, restart }) => {
+      await withChildPlane('crash-release', {}, async ({ id, child, ledger, restart }) => {
         const lease = await child.client.createSandbox();
         const { callId } = await child.client.submitCall(lease.id, 'exec', { cmd: 'sleep 60' });
         await eventually(
@@ -301,7 +297,7 @@ describe('kill -9 of the control plane', () => {
     'right after creating a lease: its durable timer still expires it on time, through another process',
     { timeout: 120_000 },
     async () => {
-      await withChildPlane('crash-expiry', async ({ id, child, restart }) => {
+      await withChildPlane('crash-expiry', {}, async ({ id, child, restart }) => {
         const lease = await child.client.createSandbox({ ttlSeconds: 6 });
         await child.kill9();
         const h = await restart();

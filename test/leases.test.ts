@@ -3,12 +3,19 @@
  * reconcile after a restart or beside a second control-plane process, the default policy's
  * isolation.
  */
-import { mkdtemp, writeFile } from 'node:fs/promises';
 import { connect, createServer, type Server } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { containersOf, docker, eventually, reassemble, useHarness, execIn, bridgeHostAddress } from './fixtures/index.js';
+import {
+  containersOf,
+  docker,
+  eventually,
+  reassemble,
+  runtimeWithAgent,
+  startHarness,
+  useHarness,
+  execIn,
+  bridgeHostAddress,
+} from './fixtures/index.js';
 
 const h = useHarness();
 
@@ -178,20 +185,24 @@ describe('lease lifecycle', () => {
   });
 
   it('an agent that dies before it is ready fails the lease with its last words, and leaves nothing', async () => {
-    const tag = 'sbx-test-crashing-agent:1';
-    const context = await mkdtemp(join(tmpdir(), 'sbx-crash-'));
-    await writeFile(
-      join(context, 'Dockerfile'),
-      `FROM ${h.config.image}\nCMD ["/usr/local/bin/node", "-e", "console.error('agent boom'); process.exit(3)"]\n`,
-    );
-    await docker('build', '-q', '-t', tag, context);
-    const before = await containersOf(h.config.owner);
-    const error = await h.client.createSandbox({ image: tag }).catch((e: unknown) => e);
-    expect(error).toMatchObject({ status: 503, code: 'lease.create_failed' });
-    expect((error as Error).message).toContain('exited (code 3)');
-    expect((error as Error).message).toContain('agent boom');
-    expect(await containersOf(h.config.owner)).toEqual(before);
-    await docker('rmi', tag);
+    // The agent comes from the runtime mount, not the image: a control plane whose runtime's
+    // agent crashes at once.
+    const runtime = await runtimeWithAgent("console.error('agent boom'); process.exit(3);\n");
+    try {
+      const crashing = await startHarness({ SBX_AGENT_RUNTIME: runtime.dir });
+      try {
+        const before = await containersOf(crashing.config.owner);
+        const error = await crashing.client.createSandbox().catch((e: unknown) => e);
+        expect(error).toMatchObject({ status: 503, code: 'lease.create_failed' });
+        expect((error as Error).message).toContain('exited (code 3)');
+        expect((error as Error).message).toContain('agent boom');
+        expect(await containersOf(crashing.config.owner)).toEqual(before);
+      } finally {
+        await crashing.close();
+      }
+    } finally {
+      await runtime.remove();
+    }
   });
 
   it('a ttl above the policy maximum is refused before anything is created', async () => {

@@ -19,17 +19,21 @@ run="${1:-}"
 [[ "$run" =~ ^[0-9a-f]{8}$ ]] || { echo "usage: $0 [--remove] RUN (8 hex characters, the run's SBX_TEST_RUN)" >&2; exit 2; }
 prefix="sbx-test-$run-"
 
-# kind: container | volume | network | image. Prints "ID OWNER" of each object of this run.
+# kind: container | volume | network | image. Prints "ID OWNER" of each object of this run (an
+# image has no label filter in `docker image ls` output: a test image is named after its owner,
+# `sbx-test-<run>-<name>:<tag>`, test/fixtures/images.ts), or an image sbx built for one of its owners (`POST /v1/images` labels it `sbx.owner`).
 objects() {
   local kind="$1" format
   case "$kind" in
     container) format='{{.ID}} {{.Label "sbx.owner"}}'; docker ps -a --filter label=sbx.owner --format "$format" ;;
     volume) format='{{.Name}} {{.Label "sbx.owner"}}'; docker volume ls --filter label=sbx.owner --format "$format" ;;
     network) format='{{.ID}} {{.Label "sbx.owner"}}'; docker network ls --filter label=sbx.owner --format "$format" ;;
-    # Images sbx built for the run's owners (POST /v1/images labels them).
-    image) docker images --filter label=sbx.owner --format '{{.ID}}' | sort -u | while read -r id; do
-        echo "$id $(docker image inspect --format '{{index .Config.Labels "sbx.owner"}}' "$id" 2>/dev/null)"
-      done ;;
+    image) {
+        docker image ls --format '{{.Repository}}:{{.Tag}} {{.Repository}}'
+        docker images --filter label=sbx.owner --format '{{.ID}}' | sort -u | while read -r id; do
+          echo "$id $(docker image inspect --format '{{index .Config.Labels "sbx.owner"}}' "$id" 2>/dev/null)"
+        done
+      } ;;
   esac | awk -v p="$prefix" 'index($2, p) == 1'
 }
 

@@ -4,12 +4,9 @@
  * the allowed number succeed), release and failed creates giving capacity back, other tenants
  * unaffected, CPU and memory limits, and reservations repaired after a crash.
  */
-import { mkdtemp, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ErrorBody } from '../contract/errors.js';
-import { docker, useHarness, apiAs, type Answer, eventually } from './fixtures/index.js';
+import { buildImage, removeImages, useHarness, apiAs, type Answer, eventually } from './fixtures/index.js';
 
 const h = useHarness({ SBX_DEFAULT_TENANT_QUOTA: JSON.stringify({ maxSandboxes: 2 }) });
 
@@ -127,16 +124,15 @@ describe('tenant quotas', () => {
 
   it('a create that fails after reserving gives its share back', async () => {
     const epsilon = await userKey('qepsilon');
-    const tag = 'sbx-test-crashing-agent:quota';
-    const context = await mkdtemp(join(tmpdir(), 'sbx-quota-crash-'));
-    await writeFile(join(context, 'Dockerfile'), `FROM ${h.config.image}\nCMD ["/usr/local/bin/node", "-e", "process.exit(3)"]\n`);
-    await docker('build', '-q', '-t', tag, context);
+    // An image whose /workspace is a file: the engine cannot mount the writable root there, so
+    // the create fails at container start, after the share was reserved.
+    const tag = await buildImage('unmountable', `FROM ${h.config.image}\nRUN rm -rf /workspace && touch /workspace\n`);
     try {
       const failed = await api(epsilon, 'POST', '/v1/sandboxes', { image: tag });
       expect(ErrorBody.parse(failed.body).error.code).toBe('lease.create_failed');
       expect((await quota('qepsilon')).body.usage).toEqual({ sandboxes: 0, cpus: 0, memoryBytes: 0 });
     } finally {
-      await docker('rmi', tag);
+      await removeImages();
     }
   });
 

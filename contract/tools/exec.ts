@@ -21,8 +21,8 @@ export const ExecArgs = z
       .optional(),
     /** Passed to bash as one argument, so at most MAX_ARG_BYTES; longer scripts go in a file (upload) or `stdin`. */
     cmd: z.string().min(1).refine(fitsExec, `at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN); upload longer scripts`).optional(),
-    /** Working directory; default `/workspace`. */
-    cwd: SandboxPath.default('/workspace'),
+    /** Working directory; default the sandbox's workdir (`manifest.workdir`: the image's `WorkingDir`, else `/workspace`). */
+    cwd: SandboxPath.optional(),
     /** Extra environment for this call, over the lease's env. */
     env: EnvMap.default({}),
     /**

@@ -20,6 +20,7 @@ import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import { SandboxPath } from '../../contract/tools.js';
 import { LeaseParams } from '../leases/schema.js';
+import { toolUserOf } from '../leases/store.js';
 import type { Policy } from '../policies/schema.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
 import { guardArchive } from './tar-guard.js';
@@ -79,7 +80,7 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (plugin
     const guarded = `${raw}.guarded`;
     try {
       await pipeline(request.body as Readable, byteLimit(opts.maxUploadBytes), createWriteStream(raw));
-      const user = lease.policySnapshot.runtime.toolUser;
+      const user = toolUserOf(lease);
       const summary = await guardArchive(raw, guarded, { uid: user.uid, gid: user.gid, uname: user.name, gname: user.name });
       await opts.runtime.extractTar(id, posix.join(root, relative), root, createReadStream(guarded), user);
       return { path: posix.join(root, relative), entries: summary.entries, bytes: summary.bytes };
@@ -94,7 +95,7 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (plugin
     const { path } = request.query;
     const lease = request.lease;
     const { root, relative } = locateInVolume(lease.policySnapshot, path);
-    const user = lease.policySnapshot.runtime.toolUser;
+    const user = toolUserOf(lease);
     const stream = await opts.runtime.createTar(id, posix.join(root, relative), root, user);
     return reply.type('application/x-tar').send(stream);
   });

@@ -12,7 +12,7 @@ import type { Lease } from '../../contract/objects.js';
 import { actorOf, type AuditLog } from '../audit/service.js';
 import { allowlistDigest } from '../egress/rules.js';
 import type { Principal } from '../http/auth.js';
-import { buildManifest } from '../manifest/manifest.js';
+import { buildManifest, imageRecord } from '../manifest/manifest.js';
 import type { LeaseMetrics } from '../metrics/service.js';
 import type { Launched, WarmSandbox } from '../pools/schema.js';
 import type { WarmPools } from '../pools/warm-pools.js';
@@ -135,6 +135,7 @@ export class LeaseCreator {
       owner: this.owner,
       env: plan.env,
       policySnapshot: plan.policy,
+      toolUser: plan.toolUser,
       secrets: plan.grants,
       containerId: warm?.containerId ?? null,
       inProgressBy: this.deps.processId,
@@ -159,7 +160,7 @@ export class LeaseCreator {
       }
       const manifest = buildManifest({
         facts: launched.facts,
-        image: { ref: plan.image, id: plan.imageId, ...(plan.imageDigest === null ? {} : { digest: plan.imageDigest }) },
+        image: { ...imageRecord(plan.image, plan.imageConfig), ...(plan.imageDigest === null ? {} : { digest: plan.imageDigest }) },
         engineVersion: plan.engineVersion,
         ociRuntime: plan.policy.runtime.oci,
         policy: plan.ref,

@@ -7,14 +7,15 @@ import { realpath } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { AppError } from '../../contract/errors.js';
 import type { PolicyRef } from '../../contract/objects.js';
-import type { SecretGrant } from '../../contract/queue.js';
+import type { SecretGrant, ToolUser } from '../../contract/queue.js';
 import { compileSandboxSpec, type CompileInput } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
 import type { ImageService, ResolvedImage } from '../images/service.js';
 import type { PolicyService } from '../policies/service.js';
-import type { Ownership, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
+import type { ImageConfig, Ownership, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
 import type { CreateSandboxBody, SecretRequest } from './schema.js';
+import { DEFAULT_TOOL_USER, parseImageUser, resolveImageUser } from './tool-user.js';
 
 /** A lease's decisions before anything is made. */
 export interface LeasePlan {
@@ -26,9 +27,12 @@ export interface LeasePlan {
   /** Secret values in clear, zeroed when the create ends. */
   values: Map<string, Buffer>;
   image: string;
-  imageId: string;
+  /** The image as the engine has it: its id, and the config the sandbox honours or records. */
+  imageConfig: ImageConfig;
   /** The image's registry digest (`repo@sha256:…`) when it has one (a pulled image), else null. */
   imageDigest: string | null;
+  /** Who the tools run as, and whose choice that was (tool-user.ts). */
+  toolUser: ToolUser;
   engineVersion: string;
   spec: SandboxSpec;
 }
@@ -39,7 +43,7 @@ export function leaseDirs(dataDir: string, id: string): { credentials: string; e
 }
 
 export interface PlannerDeps {
-  runtime: Pick<SandboxRuntime, 'info' | 'imageId'>;
+  runtime: Pick<SandboxRuntime, 'info' | 'inspectImage' | 'readImageFiles'>;
   policies: Pick<PolicyService, 'resolve'>;
   /** Values of the secrets a lease is granted, for its agent only. */
   secrets: Pick<SecretService, 'reveal'>;
@@ -59,6 +63,8 @@ export interface PlannerOptions {
   sbxVersion: string;
   dataDir: string;
   defaultImage: string;
+  /** Host directory of the agent runtime, mounted read-only at /opt/sbx in every sandbox. */
+  agentRuntimeDir: string;
   /** Host path of the Redis unix socket agents connect to. */
   agentRedisSocket: string;
   /** Host directories read-only mounts may come from (`SBX_MOUNT_ALLOWLIST`). */
@@ -113,28 +119,55 @@ export class LeasePlanner {
     }
     const values = await this.deps.secrets.reveal(grants.map((g) => g.name));
     const image = body.image ?? this.options.defaultImage;
-    const resolveImage = async (): Promise<ResolvedImage> =>
-      this.deps.images
-        ? this.deps.images.resolve(image, tenant)
-        : { engineRef: image, imageId: await runtime.imageId(image), digest: null, pulled: false };
-    const [info, resolved] = await Promise.all([runtime.info(), resolveImage()]);
+    // A tenant's built image, an engine image, or one pulled now from an allowlisted registry (images/).
+    const resolved: ResolvedImage | null = this.deps.images ? await this.deps.images.resolve(image, tenant) : null;
+    const engineRef = resolved?.engineRef ?? image;
+    const [info, imageConfig] = await Promise.all([runtime.info(), runtime.inspectImage(engineRef)]);
+    const toolUser = await this.toolUser(policy, engineRef, imageConfig);
     const dirs = leaseDirs(this.options.dataDir, id);
     const spec = compileSandboxSpec({
       leaseId: id,
       ownership: this.options.ownership,
       sbxVersion: this.options.sbxVersion,
-      image: resolved.engineRef,
+      image: engineRef,
       policy,
       policyRef: ref,
       agentConfigHostDir: dirs.credentials,
+      agentRuntimeDir: this.options.agentRuntimeDir,
+      toolUser,
       agentRedisSocketDir: dirname(this.options.agentRedisSocket),
       egressSocketHostDir: dirs.egress,
       mounts: await resolveMounts(policy, this.options.mountAllowlist, this.options.protectedHostPaths),
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
     });
-    const { imageId, digest: imageDigest } = resolved;
-    return { policy, ref, ttlSeconds, env, grants, values, image, imageId, imageDigest, engineVersion: info.engineVersion, spec };
+    const imageDigest = resolved?.digest ?? null;
+    return {
+      policy,
+      ref,
+      ttlSeconds,
+      env,
+      grants,
+      values,
+      image,
+      imageConfig,
+      imageDigest,
+      toolUser,
+      engineVersion: info.engineVersion,
+      spec,
+    };
+  }
+
+  /**
+   * The policy's tool user; else the image's `User` unless root (read in the image's own
+   * /etc/passwd and /etc/group); else the default. Throws `image.user_not_found`.
+   */
+  private async toolUser(policy: Policy, image: string, config: ImageConfig): Promise<ToolUser> {
+    if (policy.runtime.toolUser) return { ...policy.runtime.toolUser, source: 'policy' };
+    const wanted = parseImageUser(config.user);
+    if (wanted === null) return DEFAULT_TOOL_USER;
+    const [passwd, group] = await this.deps.runtime.readImageFiles(image, ['/etc/passwd', '/etc/group'], this.options.ownership);
+    return resolveImageUser(wanted, passwd ?? null, group ?? null);
   }
 }
 

@@ -20,6 +20,9 @@ import type { Launched } from '../pools/schema.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
 import { leaseDirs, type LeasePlan } from './plan.js';
 
+/** The tools' default cwd when the image sets no `WorkingDir`. */
+const DEFAULT_WORKDIR = '/workspace';
+
 /** How long a claimed pooled sandbox may take to acknowledge its binding, ms. */
 const BIND_TIMEOUT_MS = 5000;
 
@@ -62,8 +65,9 @@ export class Provisioner {
       leaseId: id,
       rootPrefix: this.options.redisPrefix,
       redis: { path: `${AGENT_REDIS_DIR}/${this.options.agentRedisSocket.split('/').pop()}`, ...creds },
-      toolUser: plan.policy.runtime.toolUser,
-      workdir: '/workspace',
+      toolUser: plan.toolUser,
+      workdir: plan.imageConfig.workingDir ?? DEFAULT_WORKDIR,
+      imageEnv: plan.imageConfig.env,
       env: pooled ? {} : plan.env,
       files: { roots: plan.policy.filesystem.writableRoots.map((r) => r.path), maxFileBytes: plan.policy.tools.files.maxFileBytes },
       spool: {

@@ -80,7 +80,17 @@ function world(over: { start?: () => Promise<{ containerId: string }> } = {}) {
   const deps: LeaseServiceDeps = {
     runtime: {
       info: async () => ({ engineVersion: '27', ociRuntimes: ['runc'] }),
-      imageId: async () => 'sha256:img',
+      inspectImage: async () => ({
+        id: 'sha256:img',
+        env: {},
+        workingDir: null,
+        user: null,
+        labels: {},
+        entrypoint: null,
+        cmd: null,
+        repoDigests: [],
+      }),
+      readImageFiles: async (_ref: string, paths: string[]) => paths.map(() => null),
       start:
         over.start ??
         (async (spec) => {
@@ -136,6 +146,7 @@ function world(over: { start?: () => Promise<{ containerId: string }> } = {}) {
     sbxVersion: '0',
     dataDir,
     defaultImage: 'img',
+    agentRuntimeDir: '/opt/sbx-runtime',
     agentRedisSocket: '/run/redis/redis.sock',
     redisPrefix: 'u:',
     retentionSeconds: 60,

@@ -54,7 +54,7 @@ export interface LeaseServiceOptions extends PlannerOptions {
 }
 
 export interface LeaseServiceDeps {
-  runtime: Pick<SandboxRuntime, 'info' | 'imageId' | 'start' | 'exited' | 'remove' | 'listOwned'>;
+  runtime: Pick<SandboxRuntime, 'info' | 'inspectImage' | 'readImageFiles' | 'start' | 'exited' | 'remove' | 'listOwned'>;
   store: Pick<
     LeaseStore,
     | 'createLease'

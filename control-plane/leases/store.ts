@@ -8,7 +8,7 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { canonicalJson } from '../../contract/digest.js';
 import { Lease, LeaseEvent, LeaseStatus, Timestamp } from '../../contract/objects.js';
-import { SecretGrant } from '../../contract/queue.js';
+import { SecretGrant, ToolUser } from '../../contract/queue.js';
 import { EnvMap } from '../../contract/tools.js';
 import { AuditActor } from '../audit/schema.js';
 import { PolicyShape } from '../policies/schema.js';
@@ -21,6 +21,11 @@ export const LeaseRecord = Lease.extend({
   env: EnvMap,
   /** The policy version the lease is bound to, as it was at creation (read back without today's cross-field rules). */
   policySnapshot: PolicyShape,
+  /**
+   * Who the tools run as (the policy's tool user, the image's `User`, or the default), as the
+   * plan resolved it. Records before it: the policy snapshot's `runtime.toolUser`.
+   */
+  toolUser: ToolUser.optional(),
   /** Secrets granted to the lease: names and how they are delivered, never values. */
   secrets: z.array(SecretGrant).default([]),
   containerId: z.string().nullable(),
@@ -243,4 +248,11 @@ export function toView(r: LeaseRecord): Lease {
     labels: r.labels,
     tenant: r.tenant,
   };
+}
+
+/** Who a lease's tools run as: its resolved tool user, or (records before it) its policy's. */
+export function toolUserOf(lease: Pick<LeaseRecord, 'toolUser' | 'policySnapshot'>): ToolUser {
+  const user = lease.toolUser ?? lease.policySnapshot.runtime.toolUser;
+  if (!user) throw new Error('a lease record without a tool user (neither resolved nor in its policy)');
+  return user;
 }

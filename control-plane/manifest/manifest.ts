@@ -4,11 +4,12 @@
  * the same image, facts, policy and env have the same digest whatever the key order.
  */
 import { digestOf } from '../../contract/digest.js';
-import type { EnvironmentManifest, PolicyRef, SandboxFacts } from '../../contract/objects.js';
+import type { EnvironmentManifest, ImageRecord, PolicyRef, SandboxFacts } from '../../contract/objects.js';
+import type { ImageConfig } from '../runtime/runtime.js';
 
 export interface ManifestInput {
   facts: SandboxFacts;
-  image: { ref: string; id: string; digest?: string };
+  image: ImageRecord;
   engineVersion: string;
   ociRuntime: string;
   policy: PolicyRef;
@@ -38,4 +39,21 @@ export function buildManifest(input: ManifestInput): EnvironmentManifest {
 export function manifestDigest(manifest: EnvironmentManifest): string {
   const { digest: _digest, ...body } = manifest;
   return digestOf(body);
+}
+
+/** The manifest's record of image `ref` as the engine has it (`Env` by names only: values may be credentials). */
+export function imageRecord(ref: string, image: ImageConfig): ImageRecord {
+  return {
+    ref,
+    id: image.id,
+    repoDigests: [...image.repoDigests].sort(),
+    config: {
+      envKeys: Object.keys(image.env).sort(),
+      workingDir: image.workingDir,
+      user: image.user,
+      labels: image.labels,
+      entrypoint: image.entrypoint,
+      cmd: image.cmd,
+    },
+  };
 }

@@ -28,6 +28,8 @@ function input(policy: Policy, ociRuntimes = ['runc']): CompileInput {
     policy,
     policyRef: policyRef(policy),
     agentConfigHostDir: '/data/leases/sbx_abc',
+    agentRuntimeDir: '/opt/sbx-runtime/abc',
+    toolUser: policy.runtime.toolUser!,
     agentRedisSocketDir: '/data/redis-socket',
     egressSocketHostDir: '/data/egress/sbx_abc',
     mounts: {
@@ -87,8 +89,9 @@ describe('policy compiler', () => {
     expect(spec.tmpfs['/home/sandbox']).toBe(`rw,exec,nosuid,nodev,size=${32 * 1024 ** 2},uid=1000,gid=1000,mode=0755`);
   });
 
-  it('mounts only the credentials directory and the Redis socket directory, read-only', () => {
+  it('mounts only the agent runtime, the credentials directory and the Redis socket directory, read-only', () => {
     expect(compileSandboxSpec(input(base)).readOnlyBinds).toEqual([
+      { hostPath: '/opt/sbx-runtime/abc', containerPath: '/opt/sbx' },
       { hostPath: '/data/leases/sbx_abc', containerPath: '/run/sbx/agent' },
       { hostPath: '/data/redis-socket', containerPath: '/run/sbx/redis' },
     ]);

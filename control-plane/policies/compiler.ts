@@ -5,9 +5,16 @@
  * Fails closed: a policy section this runtime cannot enforce throws AppError
  * `policy.unenforceable`; the sandbox is never started with less isolation than asked for.
  */
+import {
+  AGENT_RUNTIME_AGENT,
+  AGENT_RUNTIME_BUSYBOX,
+  AGENT_RUNTIME_DIR,
+  AGENT_RUNTIME_INIT,
+  AGENT_RUNTIME_NODE,
+} from '../../contract/agent-runtime.js';
 import { AppError } from '../../contract/errors.js';
 import type { PolicyRef } from '../../contract/objects.js';
-import type { AgentConfig } from '../../contract/queue.js';
+import type { AgentConfig, ToolUser } from '../../contract/queue.js';
 import { SBX_BRIDGE_PREFIX } from '../runtime/link-local-guard.js';
 import { SECRET_FILES_DIR, SECRET_MAX_BYTES } from '../../contract/secrets.js';
 import { LABEL, ownershipLabels, type Ownership, type SandboxSpec } from '../runtime/runtime.js';
@@ -39,6 +46,10 @@ export interface CompileInput {
   policyRef: PolicyRef;
   /** Host directory holding this lease's agent credentials file. */
   agentConfigHostDir: string;
+  /** Who the tools run as (resolved: the policy's, the image's `User`, or the default; leases/tool-user.ts). */
+  toolUser: ToolUser;
+  /** Host directory of the agent runtime (mounted read-only at AGENT_RUNTIME_DIR). */
+  agentRuntimeDir: string;
   /** Host directory holding the Redis socket (and nothing else). */
   agentRedisSocketDir: string;
   /** Host directory where the control plane serves this lease's egress proxy socket. */
@@ -91,7 +102,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     }
     return { hostPath: real, containerPath: mount.containerPath };
   });
-  const user = policy.runtime.toolUser;
+  const user = input.toolUser;
   const tmpfs: Record<string, string> = {};
   // Disk, not memory: spooled output may be large; the agent caps what it keeps (maxArtifactBytes).
   const spool = {
@@ -141,6 +152,19 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
       [LABEL.policy]: `${input.policyRef.name}@${input.policyRef.version}`,
     },
     env: { SBX_AGENT_CONFIG: AGENT_CONFIG_PATH },
+    // `env -i`: the agent starts with none of the image's Env (an LD_PRELOAD or NODE_OPTIONS of
+    // the image must not reach it); the image's Env reaches the tools through the agent config.
+    command: [
+      AGENT_RUNTIME_INIT,
+      '-g',
+      '--',
+      AGENT_RUNTIME_BUSYBOX,
+      'env',
+      '-i',
+      `SBX_AGENT_CONFIG=${AGENT_CONFIG_PATH}`,
+      AGENT_RUNTIME_NODE,
+      AGENT_RUNTIME_AGENT,
+    ],
     network:
       policy.network.mode === 'open'
         ? { mode: 'bridge', bridgeInterface: `${SBX_BRIDGE_PREFIX}${input.leaseId.replace(/^sbx_/, '').slice(0, 10)}` }
@@ -149,6 +173,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     tmpfs,
     volumes: [...volumes, spool],
     readOnlyBinds: [
+      { hostPath: input.agentRuntimeDir, containerPath: AGENT_RUNTIME_DIR },
       { hostPath: input.agentConfigHostDir, containerPath: AGENT_CONFIG_DIR },
       { hostPath: input.agentRedisSocketDir, containerPath: AGENT_REDIS_DIR },
       // A directory, not the socket file: a peer control plane that takes the proxy over binds a

@@ -142,7 +142,14 @@ export const PolicyShape = z
         noNewPrivileges: z.boolean().default(true),
         /** `default`: Docker's default seccomp profile. Unconfined is not offered. */
         seccomp: z.literal('default').default('default'),
-        toolUser: z.object({ name: z.string(), uid: z.number().int().min(1), gid: z.number().int().min(1), home: z.string() }).strict(),
+        /**
+         * Who the tools run as (never root). Optional: without it the image's `User` is used
+         * when not root, else `sandbox` (1000:1000); the manifest's `user.source` says which.
+         */
+        toolUser: z
+          .object({ name: z.string(), uid: z.number().int().min(1), gid: z.number().int().min(1), home: z.string() })
+          .strict()
+          .optional(),
       })
       .strict(),
     tools: z

@@ -1,6 +1,6 @@
 /**
  * Docker engine driver (dockerode). The only module that talks to Docker. File transfers run
- * GNU tar inside the sandbox as the tool user (docker exec) rather than through the archive
+ * GNU tar (the agent runtime's, not the image's) inside the sandbox as the tool user (docker exec) rather than through the archive
  * API, which writes as root through the daemon and follows symlinks the sandbox planted (into
  * a read-only root, for one). Responses are parsed
  * with zod at this boundary; Docker errors are translated once here into AppErrors, keeping the
@@ -9,13 +9,17 @@
 import { PassThrough, Writable, type Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { z } from 'zod';
+import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_TOOLS } from '../../contract/agent-runtime.js';
 import { AppError } from '../../contract/errors.js';
+import { messageOf, statusOf, unavailable } from './docker-errors.js';
+import { inspectImage, readImageFiles } from './docker-images.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { REFUSE_OUTSIDE, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
 import {
   LABEL,
   ownershipLabels,
   type OwnedSandbox,
+  type ImageConfig,
   type Ownership,
   type RunAs,
   type RuntimeInfo,
@@ -24,7 +28,6 @@ import {
 } from './runtime.js';
 
 const InfoResponse = z.object({ ServerVersion: z.string(), Runtimes: z.record(z.string(), z.unknown()).default({}) });
-const ImageInspect = z.object({ Id: z.string() });
 const ContainerSummary = z.object({ Id: z.string(), State: z.string(), Labels: z.record(z.string(), z.string()).nullable().default({}) });
 const NetworkList = z.array(z.object({ Id: z.string() }));
 const VolumeList = z.object({
@@ -50,19 +53,12 @@ export class DockerRuntime implements SandboxRuntime {
     return { engineVersion: info.ServerVersion, ociRuntimes: Object.keys(info.Runtimes) };
   }
 
-  async imageId(ref: string): Promise<string> {
-    try {
-      return ImageInspect.parse(await this.docker.getImage(ref).inspect()).Id;
-    } catch (err) {
-      const status = statusOf(err);
-      // 404: no such image; 400: not a valid reference. Either way the client must name another.
-      if (status === 404 || status === 400)
-        throw new AppError('image.not_found', `image ${ref} is not on this Docker engine (nothing is pulled)`, {
-          details: { field: 'image', image: ref },
-          cause: err,
-        });
-      throw unavailable('inspect image', err);
-    }
+  async inspectImage(ref: string): Promise<ImageConfig> {
+    return inspectImage(this.docker, ref);
+  }
+
+  async readImageFiles(ref: string, paths: string[], ownership: Ownership): Promise<Array<string | null>> {
+    return this.call('read image files', () => readImageFiles(this.docker, ref, paths, ownership));
   }
 
   async start(spec: SandboxSpec): Promise<{ containerId: string }> {
@@ -99,6 +95,12 @@ export class DockerRuntime implements SandboxRuntime {
         Image: spec.image,
         Labels: spec.labels,
         Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+        // The image's entrypoint, command and user are recorded, never run: the agent runs as
+        // root from the runtime mount and drops every tool to the tool user.
+        Entrypoint: spec.command,
+        Cmd: [],
+        User: '0:0',
+        WorkingDir: '/',
         NetworkDisabled: spec.network.mode === 'none',
         HostConfig: {
           NetworkMode: networkMode,
@@ -209,14 +211,19 @@ export class DockerRuntime implements SandboxRuntime {
 
   async extractTar(leaseId: string, dir: string, root: string, tar: Readable, user: RunAs): Promise<void> {
     const relative = dir === root ? '' : dir.slice(root.length + 1);
-    const run = await this.execTar(leaseId, ['sh', '-c', UPLOAD_SCRIPT, 'sbx-upload', dir, root, relative], user, tar);
+    const run = await this.execTar(
+      leaseId,
+      [AGENT_RUNTIME_BUSYBOX, 'sh', '-c', UPLOAD_SCRIPT, 'sbx-upload', dir, root, relative],
+      user,
+      tar,
+    );
     run.stdout.resume();
     const { exitCode, stderr } = await run.done;
     if (exitCode !== 0) throw uploadConflict(stderr, dir) ?? tarError(stderr, dir);
   }
 
   async createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable> {
-    const run = await this.execTar(leaseId, ['sh', '-c', DOWNLOAD_SCRIPT, 'sbx-download', path, root], user, null);
+    const run = await this.execTar(leaseId, [AGENT_RUNTIME_BUSYBOX, 'sh', '-c', DOWNLOAD_SCRIPT, 'sbx-download', path, root], user, null);
     // The script checks the path before tar writes anything, so a missing or unreadable path
     // ends with no output and becomes an HTTP error instead of a broken archive.
     const first = await new Promise<Buffer | null>((resolve) => {
@@ -262,6 +269,9 @@ export class DockerRuntime implements SandboxRuntime {
       exec = await container.exec({
         Cmd: cmd,
         User: `${user.uid}:${user.gid}`,
+        // The runtime's own busybox and GNU tar, not the image's: transfers work the same in an
+        // image without a shell or tar, and whatever PATH the image sets.
+        Env: [`PATH=${AGENT_RUNTIME_TOOLS}`],
         AttachStdin: stdin !== null,
         AttachStdout: true,
         AttachStderr: true,
@@ -360,20 +370,4 @@ function tarError(stderr: string, path: string): AppError {
 /** Docker label filters matching `ownership` (each `key=value` must match). */
 function ownershipFilter(ownership: Ownership): string[] {
   return Object.entries(ownershipLabels(ownership)).map(([key, value]) => `${key}=${value}`);
-}
-
-function unavailable(what: string, err: unknown): AppError {
-  return new AppError('runtime.unavailable', `Docker engine: ${what} failed: ${messageOf(err)}`, { cause: err });
-}
-
-function statusOf(err: unknown): number | undefined {
-  return typeof err === 'object' && err !== null && 'statusCode' in err ? Number((err as { statusCode: unknown }).statusCode) : undefined;
-}
-
-function messageOf(err: unknown): string {
-  if (typeof err === 'object' && err !== null && 'json' in err) {
-    const json = (err as { json?: { message?: string } }).json;
-    if (json?.message) return json.message;
-  }
-  return err instanceof Error ? err.message : String(err);
 }

@@ -25,7 +25,13 @@ export interface SandboxSpec {
   /** Whose sandbox this is; its labels are in `labels` and on the volumes and network too. */
   ownership: Ownership;
   labels: Record<string, string>;
+  /** The container's own env (the image's Env is merged in by the engine, and overridden by these). */
   env: Record<string, string>;
+  /**
+   * What the container runs, as root, whatever the image's `Entrypoint`, `Cmd` and `User` say
+   * (those are recorded in the manifest, not run): the agent from the read-only runtime mount.
+   */
+  command: string[];
   /**
    * `none`: loopback only. `bridge`: a network of this sandbox's own (no other container on
    * it), on a host bridge interface named `bridgeInterface` (an `sbxbr` name, ≤ 15 characters,
@@ -63,6 +69,27 @@ export interface OwnedSandbox {
   running: boolean;
 }
 
+/**
+ * An image as the engine has it: its id and the parts of its config a sandbox honours (`env`:
+ * the tools' environment; `workingDir`: their default cwd; `user`: the tool user when the
+ * policy names none) or records (`labels`, `entrypoint`, `cmd`: never run).
+ */
+export interface ImageConfig {
+  /** Local image id, `sha256:…`. */
+  id: string;
+  /** The image's `Env`, as a map (a later duplicate name wins, as in Docker). */
+  env: Record<string, string>;
+  /** `WorkingDir`; null when unset. */
+  workingDir: string | null;
+  /** `User` (`name`, `uid`, `uid:gid`, ...); null when unset. */
+  user: string | null;
+  labels: Record<string, string>;
+  entrypoint: string[] | null;
+  cmd: string[] | null;
+  /** `repo@sha256:…` digests the image is known by in registries (empty for an image built or imported here). */
+  repoDigests: string[];
+}
+
 export interface RuntimeInfo {
   engineVersion: string;
   /** OCI runtimes the engine has registered (`runc`, `runsc`, ...). */
@@ -72,8 +99,14 @@ export interface RuntimeInfo {
 export interface SandboxRuntime {
   /** Throws AppError `runtime.unavailable` when the engine does not answer. */
   info(): Promise<RuntimeInfo>;
-  /** Local image id (`sha256:…`). Throws AppError `image.not_found`. */
-  imageId(ref: string): Promise<string>;
+  /** The image `ref` as the engine has it. Throws AppError `image.not_found`, `runtime.unavailable`. */
+  inspectImage(ref: string): Promise<ImageConfig>;
+  /**
+   * The contents of `paths` in image `ref`, read without running it (null: absent or not a
+   * regular file), through a container never started that carries `ownership`'s labels.
+   * Throws AppError `runtime.unavailable`.
+   */
+  readImageFiles(ref: string, paths: string[], ownership: Ownership): Promise<Array<string | null>>;
   /** Creates the volumes and the container and starts it. Leaves nothing behind when it throws. */
   start(spec: SandboxSpec): Promise<{ containerId: string }>;
   /**

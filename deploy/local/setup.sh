@@ -69,6 +69,12 @@ require redis-server redis-server
 require redis-cli redis-tools
 require debootstrap debootstrap
 require iptables iptables
+# The agent runtime mounted into every sandbox (images/runtime/build-runtime.sh): a static init
+# and busybox, and patchelf to point the host's node at its own copy of its libraries.
+require patchelf patchelf
+[[ -x /usr/bin/tini-static ]] || apt_install tini || die "cannot install tini: $apt_err"
+[[ -x /bin/busybox ]] && /bin/busybox --list >/dev/null 2>&1 && ! ldd /bin/busybox >/dev/null 2>&1 \
+  || apt_install busybox-static || die "cannot install busybox-static: $apt_err"
 # A local image registry for the registry-pull tests (test/images.test.ts).
 require docker-registry docker-registry
 # Headless browser for the admin console's end-to-end tests (test/console.test.ts).
@@ -203,7 +209,9 @@ if [[ ! -f "$build_stamp" ]] || [[ -n "$(find "${build_inputs[@]}" -newer "$buil
   chmod 0644 "$build_stamp"
 fi
 
-# ---------------------------------------------------------------- h. image
+# ---------------------------------------------------------------- h. agent runtime and image
+# Every sandbox gets the agent from this directory (read-only at /opt/sbx), whatever its image.
+runtime_dir="$(bash "$repo/images/runtime/build-runtime.sh" | tail -n1)" || exit 1
 image_tag="$(bash "$repo/images/build.sh" | tail -n1)" || exit 1
 # The control plane of this checkout leases this image by default (not a shared :latest that
 # another checkout may have rebuilt with a different agent).
@@ -211,4 +219,4 @@ image_tag="$(bash "$repo/images/build.sh" | tail -n1)" || exit 1
 
 # ---------------------------------------------------------------- i. summary
 elapsed="$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
-echo "sbx-setup: ready (docker $docker_version, redis ${redis_version:-unknown}, image $image_tag) in ${elapsed}s"
+echo "sbx-setup: ready (docker $docker_version, redis ${redis_version:-unknown}, image $image_tag, agent runtime ${runtime_dir##*/}) in ${elapsed}s"

@@ -20,6 +20,12 @@ export interface AttemptContext {
   readonly cancelSignal: AbortSignal;
   readonly toolUser: AgentConfig['toolUser'];
   readonly leaseEnv: Record<string, string>;
+  /** The image's Env: under the network and lease env, over the agent's defaults. */
+  readonly imageEnv: Record<string, string>;
+  /** The default cwd of `exec` (`AgentConfig.workdir`). */
+  readonly workdir: string;
+  /** Absolute path of the shell `exec` runs with (`SandboxFacts.shell`). */
+  readonly shell: string;
   /** The egress proxy variables (network mode `allowlist`), under the lease env; else empty. */
   readonly networkEnv: Record<string, string>;
   /** The lease's secrets: their redaction (for every call's output) and delivery to calls that ask. */

@@ -131,6 +131,7 @@ async function makeRunner(over: Partial<CallRunnerDeps> = {}): Promise<CallRunne
   const cfg = over.config ?? config;
   return new CallRunner({
     config: cfg,
+    shell: '/bin/sh',
     scheduler: new AccessScheduler(),
     agentPids: () => new Set(),
     keys,

@@ -31,6 +31,8 @@ export interface CallRunnerDeps {
   keys: LeaseKeys;
   secrets: LeaseSecrets;
   tools: ReadonlyMap<string, AgentTool<unknown>>;
+  /** Absolute path of the shell `exec` runs `cmd` with (host/image-probe.ts `detectShell`). */
+  shell: string;
   /** The return path: only what the runner uses of it (tests pass a fake). */
   returns: Pick<ReturnChannel, 'forAttempt' | 'sendArtifact'>;
   claimAttempt: ClaimAttempt;
@@ -159,6 +161,9 @@ export class CallRunner {
           cancelSignal: controller.signal,
           toolUser: this.deps.config.toolUser,
           leaseEnv: this.leaseEnv,
+          imageEnv: this.deps.config.imageEnv,
+          workdir: this.deps.config.workdir,
+          shell: this.deps.shell,
           networkEnv: this.networkEnv,
           secrets: this.secrets,
           agentPids: this.deps.agentPids,

@@ -3,14 +3,14 @@
  * kernel, toolchain versions (as each binary on the tools' PATH prints its own), and the tool user.
  */
 import { execFile } from 'node:child_process';
-import { constants } from 'node:fs';
-import { access, readFile, realpath } from 'node:fs/promises';
+import { readFile, realpath } from 'node:fs/promises';
 import { machine, release } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import type { SandboxFacts } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
-import { EXEC_ENV_DEFAULTS } from '../tools/exec.js';
+import { toolsPath } from '../tools/exec.js';
+import { detectShell, findOnPath, probeLibc, probePrograms } from './image-probe.js';
 
 const run = promisify(execFile);
 
@@ -23,13 +23,17 @@ export const AGENT_VERSION = '0.1.0';
  * `process.version`: an image may put another node first), read at run time.
  */
 export async function measureFacts(config: AgentConfig): Promise<SandboxFacts> {
-  const [osRelease, node, npm, git, python, pip] = await Promise.all([
-    readFile('/etc/os-release', 'utf8').catch(() => ''),
-    versionOf('node', ['--version']),
-    npmVersion(),
-    versionOf('git', ['--version']),
-    versionOf('python3', ['--version']),
-    pipVersion(),
+  const path = toolsPath(config);
+  const [osRelease, node, npm, git, python, pip, libc, programs] = await Promise.all([
+    // os-release(5): /etc/os-release, else /usr/lib/os-release.
+    readFile('/etc/os-release', 'utf8').catch(() => readFile('/usr/lib/os-release', 'utf8').catch(() => '')),
+    versionOf('node', ['--version'], path),
+    npmVersion(path),
+    versionOf('git', ['--version'], path),
+    versionOf('python3', ['--version'], path).then((v) => v ?? versionOf('python', ['--version'], path)),
+    pipVersion(path),
+    probeLibc(),
+    probePrograms(path),
   ]);
   const fields = parseOsRelease(osRelease);
   return {
@@ -40,13 +44,16 @@ export async function measureFacts(config: AgentConfig): Promise<SandboxFacts> {
     user: config.toolUser,
     workdir: config.workdir,
     agentVersion: AGENT_VERSION,
+    libc,
+    shell: detectShell(),
+    programs,
   };
 }
 
 /** What `file args` prints (stdout, else stderr), trimmed; `null` when it is absent or fails. */
-async function versionOf(file: string, args: string[]): Promise<string | null> {
+async function versionOf(file: string, args: string[], path: string): Promise<string | null> {
   try {
-    const { stdout, stderr } = await run(file, args, { timeout: 5000, env: { ...process.env, PATH: EXEC_ENV_DEFAULTS.PATH } });
+    const { stdout, stderr } = await run(file, args, { timeout: 5000, env: { ...process.env, PATH: path } });
     return (stdout || stderr).trim() || null;
   } catch {
     return null;
@@ -58,8 +65,8 @@ async function versionOf(file: string, args: string[]): Promise<string | null> {
  * version in the package.json of the npm CLI that `npm` on the PATH links to; running it only
  * when that is not an npm package's CLI.
  */
-async function npmVersion(): Promise<string | null> {
-  const npm = await onPath('npm');
+async function npmVersion(path: string): Promise<string | null> {
+  const npm = findOnPath('npm', path);
   if (npm === null) return null;
   try {
     const cli = await realpath(npm);
@@ -68,7 +75,7 @@ async function npmVersion(): Promise<string | null> {
   } catch {
     // Not an npm package layout (a wrapper script, say): ask the binary.
   }
-  return versionOf(npm, ['--version']);
+  return versionOf(npm, ['--version'], path);
 }
 
 /**
@@ -76,28 +83,13 @@ async function npmVersion(): Promise<string | null> {
  * 3.11)`), formatted as pip formats it from the pip module python3 imports, because starting pip
  * itself costs about half a second of CPU per lease; `pip3 --version` when python3 has no pip module.
  */
-async function pipVersion(): Promise<string | null> {
-  const line = await versionOf('python3', ['-c', PIP_VERSION_PY]);
-  return line ?? versionOf('pip3', ['--version']);
+async function pipVersion(path: string): Promise<string | null> {
+  const line = await versionOf('python3', ['-c', PIP_VERSION_PY], path);
+  return line ?? versionOf('pip3', ['--version'], path);
 }
 
 const PIP_VERSION_PY =
   'import os, sys, pip; print("pip %s from %s (python %d.%d)" % (pip.__version__, os.path.dirname(pip.__file__), *sys.version_info[:2]))';
-
-/** The first executable `name` in the tools' PATH, as a path; `null` when there is none. */
-async function onPath(name: string): Promise<string | null> {
-  for (const dir of (EXEC_ENV_DEFAULTS.PATH ?? '').split(':')) {
-    const candidate = join(dir, name);
-    if (
-      await access(candidate, constants.X_OK).then(
-        () => true,
-        () => false,
-      )
-    )
-      return candidate;
-  }
-  return null;
-}
 
 /** os-release(5): KEY=value lines, values optionally quoted. */
 export function parseOsRelease(text: string): Record<string, string> {

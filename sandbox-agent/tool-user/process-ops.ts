@@ -5,7 +5,9 @@
  */
 import { spawn } from 'node:child_process';
 import type { GitDiffArgs, GitStatusArgs, SearchArgs } from '../../contract/tools.js';
+import { findOnPath } from '../host/image-probe.js';
 import { canonicalExisting, MAX_DIFF_BYTES, ToolError, type FileContext, type OpResult } from './file-ops.js';
+import { walkerSearch, type WalkerMatch } from './search-walker.js';
 
 interface RunOutput {
   stdout: Buffer;
@@ -16,7 +18,6 @@ interface RunOutput {
 }
 
 const ENV = {
-  PATH: '/usr/local/bin:/usr/bin:/bin',
   LANG: 'C.UTF-8',
   GIT_TERMINAL_PROMPT: '0',
   GIT_PAGER: 'cat',
@@ -24,8 +25,11 @@ const ENV = {
   GIT_CONFIG_NOSYSTEM: '1',
 };
 
-/** What the program-running operations get: the file context, the tool user's home, and the operation's cancel signal. */
-type RunContext = FileContext & { home: string; signal?: AbortSignal };
+/**
+ * What the program-running operations get: the file context, the tool user's home, the PATH
+ * programs are found on (the image's), and the operation's cancel signal.
+ */
+type RunContext = FileContext & { home: string; path: string; signal?: AbortSignal };
 
 /**
  * Runs `file args`, keeping at most `maxBytes` of stdout (then stops it) and 64 KiB of stderr.
@@ -41,7 +45,22 @@ function run(
   stop?: (kept: Buffer) => boolean,
 ): Promise<RunOutput> {
   return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { cwd, env: { ...ENV, HOME: ctx.home }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const program = findOnPath(file, ctx.path);
+    if (program === null) {
+      reject(
+        new ToolError('tool.unavailable', `${file} is not in this sandbox's image (not found on PATH ${ctx.path})`, {
+          program: file,
+          path: ctx.path,
+        }),
+      );
+      return;
+    }
+    const child = spawn(program, args, {
+      cwd,
+      env: { ...ENV, PATH: ctx.path, HOME: ctx.home },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
     const killGroup = (): void => {
       try {
         process.kill(-child.pid!, 'SIGKILL');
@@ -77,8 +96,16 @@ function run(
   });
 }
 
+/**
+ * `search`: ripgrep when the image has it (`rg` on its PATH), else the built-in walker
+ * (search-walker.ts); `data.engine` says which ran.
+ */
 export async function searchOp(args: SearchArgs, ctx: RunContext): Promise<OpResult> {
   const root = await canonicalExisting(args.path, ctx);
+  if (findOnPath('rg', ctx.path) === null) {
+    const { matches, truncated } = await walkerSearch(root, args, ctx.signal);
+    return searchResult(root, args, matches, truncated, 'builtin');
+  }
   const rgArgs = ['--json', '--no-config', '--max-columns', '2000'];
   if (args.literal) rgArgs.push('--fixed-strings');
   if (args.ignoreCase) rgArgs.push('--ignore-case');
@@ -114,9 +141,12 @@ export async function searchOp(args: SearchArgs, ctx: RunContext): Promise<OpRes
     throw new ToolError('input.invalid', `search failed: ${result.stderr.trim().split('\n')[0] ?? 'rg error'}`, {
       stderr: result.stderr.slice(0, 2000),
     });
-  const truncated = result.stoppedEarly || matches.length >= args.limit;
+  return searchResult(root, args, matches, result.stoppedEarly || matches.length >= args.limit, 'ripgrep');
+}
+
+function searchResult(root: string, args: SearchArgs, matches: WalkerMatch[], truncated: boolean, engine: 'ripgrep' | 'builtin'): OpResult {
   return {
-    data: { path: root, pattern: args.pattern, matches, truncated },
+    data: { path: root, pattern: args.pattern, matches, truncated, engine },
     versions: [],
     modelText: matches.map((m) => `${m.path}:${m.line}:${m.text}`).join('\n') + (truncated ? `\n[truncated at ${args.limit} matches]` : ''),
   };

@@ -37,6 +37,8 @@ export const WorkerConfig = z.object({
   uid: z.number().int(),
   gid: z.number().int(),
   home: z.string(),
+  /** The PATH search and git are looked up on (the image's, else the default). */
+  path: z.string(),
   roots: z.array(z.string()),
   maxFileBytes: z.number().int().positive(),
 });

@@ -16,7 +16,7 @@ export async function runToolUserWorker(configJson: string): Promise<void> {
   process.setgid?.(config.gid);
   process.setuid?.(config.uid);
   process.umask(0o022);
-  const ctx = { roots: config.roots, maxFileBytes: config.maxFileBytes, home: config.home };
+  const ctx = { roots: config.roots, maxFileBytes: config.maxFileBytes, home: config.home, path: config.path };
   const ops: Record<FileOpName, (args: unknown, signal: AbortSignal) => Promise<OpResult>> = {
     read_file: (a) => readFileOp(TOOL_ARGS.read_file.parse(a), ctx),
     write_file: (a) => writeFileOp(TOOL_ARGS.write_file.parse(a), ctx),

@@ -10,6 +10,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { errorInfo } from '../../contract/errors.js';
 import type { EffectReceipt, StreamTruncation } from '../../contract/objects.js';
+import type { AgentConfig } from '../../contract/queue.js';
 import { execSpec, type ExecArgs } from '../../contract/tools/exec.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
 import type { ProvidedSecrets } from '../host/secrets.js';
@@ -30,6 +31,11 @@ export const EXEC_ENV_DEFAULTS: Readonly<Record<string, string>> = {
   PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
 };
 
+/** The PATH the tools run with: the image's, else the default one. */
+export function toolsPath(config: Pick<AgentConfig, 'imageEnv'>): string {
+  return config.imageEnv.PATH ?? EXEC_ENV_DEFAULTS.PATH!;
+}
+
 const OOM_FIRST = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null;';
 
 /** After the main process exits, how long to wait for its pipes to close, ms. */
@@ -44,8 +50,9 @@ export const execTool: AgentTool<ExecArgs> = {
 
 async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutcome> {
   const startedAt = new Date();
-  const cwdError = await checkCwd(args.cwd, ctx.toolUser);
-  if (cwdError) return outcomeWithoutRun('failed', 'not_started', errorInfo('input.cwd_not_found', cwdError, { cwd: args.cwd }), startedAt);
+  const cwd = args.cwd ?? ctx.workdir;
+  const cwdError = await checkCwd(cwd, ctx.toolUser);
+  if (cwdError) return outcomeWithoutRun('failed', 'not_started', errorInfo('input.cwd_not_found', cwdError, { cwd }), startedAt);
 
   let provided;
   try {
@@ -71,24 +78,31 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
 async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Date, provided: ProvidedSecrets): Promise<AttemptOutcome> {
   // A secret's variable wins over a lease or call variable of the same name: it was asked for by name.
   const userEnv = { ...ctx.leaseEnv, ...args.env, ...provided.env };
+  // The image's Env (its PATH, PYTHONPATH, a conda prefix) over the defaults, under everything sbx or the lease sets.
   const env = {
     ...EXEC_ENV_DEFAULTS,
+    ...ctx.imageEnv,
     ...ctx.networkEnv,
     HOME: ctx.toolUser.home,
     USER: ctx.toolUser.name,
     LOGNAME: ctx.toolUser.name,
     ...userEnv,
   };
+  // The image's variables are named, not valued, like the lease's (the manifest has their names too).
+  const imageKeys = Object.keys(ctx.imageEnv);
+  const defaults = Object.fromEntries(Object.entries(EXEC_ENV_DEFAULTS).filter(([k]) => !imageKeys.includes(k)));
   const environment: EffectReceipt['environment'] = {
-    defaults: { ...EXEC_ENV_DEFAULTS, ...ctx.networkEnv },
-    keys: Object.keys(userEnv).sort(),
+    defaults: { ...defaults, ...ctx.networkEnv },
+    keys: [...new Set([...imageKeys, ...Object.keys(userEnv)])].sort(),
   };
   // The tool's processes are the first the kernel's OOM killer takes (oom_score_adj 1000,
   // proc(5); raising it needs no privilege), so a memory hog cannot take the agent down with it.
   // argv runs through `exec "$@"` so a missing program gets the shell's own message and 127.
+  // `cmd` runs in the image's bash, else its sh, else the runtime's busybox sh (ctx.shell; the
+  // manifest's `shell` says which).
   const shellArgs =
     args.cmd !== undefined
-      ? ['-c', `${OOM_FIRST} exec /bin/bash -c -- "$0"`, args.cmd]
+      ? ['-c', `${OOM_FIRST} exec ${ctx.shell} -c -- "$0"`, args.cmd]
       : ['-c', `${OOM_FIRST} exec "$@"`, 'sbx-exec', ...args.argv!];
 
   const pipeline = new OutputPipeline(
@@ -102,8 +116,8 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   const countersBefore = await readCgroupCounters();
   let child: ChildProcessWithoutNullStreams;
   try {
-    child = spawn('/bin/bash', shellArgs, {
-      cwd: args.cwd,
+    child = spawn(ctx.shell, shellArgs, {
+      cwd: args.cwd ?? ctx.workdir,
       env,
       uid: ctx.toolUser.uid,
       gid: ctx.toolUser.gid,

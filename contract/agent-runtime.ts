@@ -1,0 +1,22 @@
+/**
+ * Where the sbx agent runtime appears inside every sandbox: a read-only mount of the directory
+ * `images/runtime/build-runtime.sh` builds, whatever the image holds. Self-contained (node with
+ * its own loader and libraries, a static tini and busybox, GNU tar), so a sandbox's image needs
+ * no Node, no shell and no libc of its own. Both the control plane (container command, file
+ * transfers) and the agent (the shell of last resort) read these paths from here.
+ */
+
+/** The mount point of the runtime. */
+export const AGENT_RUNTIME_DIR = '/opt/sbx';
+/** The init (PID 1): tini, static; `-g` forwards signals to the whole process group. */
+export const AGENT_RUNTIME_INIT = `${AGENT_RUNTIME_DIR}/bin/tini`;
+/** node, patched to load only the runtime's own glibc loader and libraries. */
+export const AGENT_RUNTIME_NODE = `${AGENT_RUNTIME_DIR}/bin/node`;
+/** A static busybox (sh and the utilities of the transfer scripts). */
+export const AGENT_RUNTIME_BUSYBOX = `${AGENT_RUNTIME_DIR}/bin/busybox`;
+/** The agent bundle. */
+export const AGENT_RUNTIME_AGENT = `${AGENT_RUNTIME_DIR}/agent/sbx-agent.cjs`;
+/** The PATH of the runtime's own tools (busybox applets, GNU tar): file transfers run on these only. */
+export const AGENT_RUNTIME_TOOLS = `${AGENT_RUNTIME_DIR}/tools`;
+/** busybox's sh: the shell `exec` falls back to in an image with neither bash nor sh. */
+export const AGENT_RUNTIME_SHELL = `${AGENT_RUNTIME_TOOLS}/sh`;

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds the sbx agent runtime: the directory every sandbox gets read-only at /opt/sbx, whatever
+# its image holds (no Node, no shell, musl or no libc at all). Self-contained: the host's node
+# with its own glibc loader and libraries (patchelf points node at them, so neither the image's
+# libraries nor an LD_LIBRARY_PATH of the image are ever loaded), a static tini as init, a static
+# busybox, GNU tar with its libraries for file transfers, and the agent bundle. Nothing of it is
+# written into an image or its layers.
+#
+# Output: dist/sbx-runtime/<hash>/ (hash: the first 12 hex digits of the sha256 of every input),
+# and dist/.sbx-runtime holding that directory's absolute path; the control plane reads it
+# (SBX_AGENT_RUNTIME overrides). An up-to-date directory is kept; older ones are pruned down to
+# the three newest (sandboxes still running keep theirs: a bind mount holds its directory).
+# stdout carries only the directory (last line); progress goes to stderr.
+set -euo pipefail
+
+die() { echo "sbx-setup: $*" >&2; exit 1; }
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+bundle="$repo/dist/agent/sbx-agent.cjs"
+out_root="$repo/dist/sbx-runtime"
+
+[[ -f "$bundle" ]] || die "agent bundle $bundle is missing; run 'npm run build' first"
+node_bin="$(readlink -f "$(command -v node)")"
+tar_bin="$(readlink -f "$(command -v tar)")"
+tini_bin=/usr/bin/tini-static
+busybox_bin=/bin/busybox
+for f in "$tini_bin" "$busybox_bin"; do [[ -x "$f" ]] || die "$f is missing (packages tini, busybox-static)"; done
+command -v patchelf >/dev/null 2>&1 || die "patchelf is missing (package patchelf)"
+
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+# The libraries a binary loads (ldd's resolved paths, the loader included), one a line.
+libs_of() { ldd "$1" | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }'; }
+inputs="$( {
+  for f in "$node_bin" "$tar_bin" "$tini_bin" "$busybox_bin" "$bundle" "${BASH_SOURCE[0]}" $(libs_of "$node_bin") $(libs_of "$tar_bin"); do
+    printf '%s %s\n' "$(sha "$(readlink -f "$f")")" "$f"
+  done
+} | sort -u)"
+hash="$(sha256sum <<<"$inputs" | cut -c1-12)"
+dir="$out_root/$hash"
+
+if [[ ! -f "$dir/.complete" ]]; then
+  echo "sbx-setup: building agent runtime $hash (node $("$node_bin" --version))" >&2
+  mkdir -p "$out_root"
+  stage="$(mktemp -d "$out_root/.stage.XXXXXX")"
+  trap 'rm -rf --one-file-system "$stage"' EXIT
+  mkdir -p "$stage/bin" "$stage/lib" "$stage/tools" "$stage/agent"
+  for f in $(libs_of "$node_bin") $(libs_of "$tar_bin"); do cp -L "$f" "$stage/lib/"; done
+  loader="$(ldd "$node_bin" | awk '/^\t\/[^ ]+ \(/ { print $1 }')"
+  loader_name="$(basename "$loader")"
+  [[ -f "$stage/lib/$loader_name" ]] || die "node's loader $loader was not staged"
+  cp "$node_bin" "$stage/bin/node"
+  cp "$tar_bin" "$stage/tools/tar"
+  # DT_RPATH (--force-rpath), not DT_RUNPATH: an LD_LIBRARY_PATH the image sets cannot override it.
+  for b in "$stage/bin/node" "$stage/tools/tar"; do
+    patchelf --set-interpreter "/opt/sbx/lib/$loader_name" --force-rpath --set-rpath /opt/sbx/lib "$b"
+  done
+  cp "$tini_bin" "$stage/bin/tini"
+  cp "$busybox_bin" "$stage/bin/busybox"
+  # The transfer scripts' utilities (control-plane/runtime/transfer-scripts): busybox applets.
+  for applet in sh mv mkdir rm rmdir cat ls chmod mktemp env readlink test '[' printf echo find stat dirname basename; do
+    ln -s ../bin/busybox "$stage/tools/$applet"
+  done
+  cp "$bundle" "$stage/agent/sbx-agent.cjs"
+  chmod -R u=rwX,go=rX "$stage"
+  # A node that cannot start with its staged libraries fails here, not at lease time (through the
+  # staged loader: the interpreter path /opt/sbx/lib exists only inside sandboxes).
+  "$stage/lib/$loader_name" --library-path "$stage/lib" "$stage/bin/node" -e 'process.exit(0)' \
+    || die "the staged node does not start with its staged libraries"
+  printf '%s\n' "$inputs" >"$stage/INPUTS"
+  touch "$stage/.complete"
+  rm -rf --one-file-system "$dir"
+  mv "$stage" "$dir"
+  trap - EXIT
+fi
+
+printf '%s\n' "$dir" >"$repo/dist/.sbx-runtime.tmp" && mv "$repo/dist/.sbx-runtime.tmp" "$repo/dist/.sbx-runtime"
+# Keeps the three newest runtimes besides this one.
+# (`|| true`: with this one alone, grep selects nothing and exits 1.)
+{ ls -1dt "$out_root"/*/ 2>/dev/null | sed 's#/$##' | grep -vxF "$dir" || true; } | tail -n +4 | xargs -r rm -rf --one-file-system
+echo "$dir"
