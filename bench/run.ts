@@ -18,6 +18,7 @@ import { density } from './figures/density.js';
 import { execRoundTrip } from './figures/exec-rtt.js';
 import { filesReadWrite } from './figures/files-rw.js';
 import { leaseByo } from './figures/lease-byo.js';
+import { leaseByoImage } from './figures/lease-byo-image.js';
 import { leaseCold } from './figures/lease-cold.js';
 import { leaseWarm, WARM_POLICY } from './figures/lease-warm.js';
 import { pauseResume } from './figures/pause-resume.js';
@@ -34,6 +35,7 @@ export const FIGURES: ReadonlyArray<{ id: string; run: (ctx: BenchContext) => Pr
   { id: 'lease-cold', run: leaseCold },
   { id: 'lease-warm', run: leaseWarm },
   { id: 'lease-byo', run: leaseByo },
+  { id: 'lease-byo-image', run: leaseByoImage },
   { id: 'exec-rtt', run: execRoundTrip },
   { id: 'throughput', run: throughput },
   { id: 'stdout-stream', run: stdoutStream },

@@ -12,6 +12,7 @@
  *   sbx ls                           list sandboxes
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
  *   sbx volume create NAME --size 1G [--shared] | ls | rm NAME   persistent volumes
+ *   sbx image build DIR | ls | rm ID  build (cli/image.ts), list, delete the tenant's images
  *   sbx mcp [options]                an MCP server on stdio: the sandbox tools for coding agents
  *   sbx down [--data-dir DIR]        stop the control planes and the Redis set-up started for a data dir
  *
@@ -31,6 +32,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { TERMINAL_LEASE_STATUSES, type Lease, type ToolResult } from '../contract/objects.js';
 import { Sandbox, SbxError, connect, type ConnectionOptions, type ExecOptions } from '../sdk/index.js';
 import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf } from './exit-status.js';
+import { addImageCommands } from './image.js';
 import { runMcpServer } from './mcp.js';
 import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
 import { describeDown, down, downSucceeded } from './down.js';
@@ -168,7 +170,7 @@ const leaseOptions = (cmd: Command): Command =>
       collect,
     )
     .option('--secret-file <NAME=PATH>', 'a stored secret as a file PATH in /run/secrets while a call that asks runs (repeatable)', collect)
-    .option('--image <ref>', 'sandbox image')
+    .option('--image <ref>', 'sandbox image: an engine image, a registry image on SBX_IMAGE_REGISTRIES, or a built image (id or name)')
     .option('--volume <NAME:PATH[:ro]>', 'mount a persistent volume (sbx volume create) at PATH, read-only with :ro (repeatable)', collect);
 
 leaseOptions(program.command('run'))
@@ -394,6 +396,8 @@ addVolumeCommands(program, () => {
   const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
   return { ...connection(global), ...(global.json ? { json: true } : {}) };
 });
+
+addImageCommands(program, connection);
 
 program
   .command('mcp')

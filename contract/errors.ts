@@ -338,10 +338,43 @@ export const ERROR_CODES = {
   },
   'artifact.incomplete': { status: 409, retryability: 'safe', summary: 'An artifact was closed before all its chunks arrived.' },
   'runtime.unavailable': { status: 503, retryability: 'safe', summary: 'The container runtime (Docker engine) does not answer.' },
-  'runtime.image_not_found': {
+  'image.not_found': {
+    status: 404,
+    retryability: 'after_fix',
+    summary:
+      "The image is neither on the engine nor pullable from an allowlisted registry (`SBX_IMAGE_REGISTRIES`), or is another tenant's build; nothing was created.",
+  },
+  'image.invalid_reference': {
     status: 400,
     retryability: 'after_fix',
-    summary: 'The image is not present on the runtime and cannot be pulled.',
+    summary:
+      'The image reference is empty, over 255 characters, or not `[registry/]repository[:tag][@sha256:…]`; `details.field` names the field.',
+  },
+  'image.registry_not_allowed': {
+    status: 400,
+    retryability: 'after_fix',
+    summary: 'The image reference names a registry that is not on `SBX_IMAGE_REGISTRIES`; `details.registry` names it.',
+  },
+  'image.pull_failed': {
+    status: 502,
+    retryability: 'safe',
+    summary: "The image's registry is allowlisted but the pull failed (the registry did not answer or refused); nothing was created.",
+  },
+  'image.in_use': {
+    status: 409,
+    retryability: 'after_fix',
+    summary: 'The image cannot be deleted: a sandbox runs from it (`details.leases`) or it is still being built.',
+  },
+  'image.build_failed': {
+    status: 422,
+    retryability: 'after_fix',
+    summary:
+      "The build failed (a step exited non-zero, a COPY outside the context, the time limit); the message is the builder's. Reported in the build's terminal `failed` event.",
+  },
+  'image.dockerfile_not_found': {
+    status: 400,
+    retryability: 'after_fix',
+    summary: 'The build context holds no file at the Dockerfile path (`details.dockerfile`).',
   },
   'queue.unavailable': { status: 503, retryability: 'safe', summary: 'Redis does not answer.' },
   'execution.nonzero_exit': {

@@ -36,7 +36,7 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   // The same, and each domain's store.
   ioredis: ['control-plane/redis/', 'control-plane/agent-link/', DOMAIN_STORE, 'sandbox-agent/main.ts'],
   fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', DOMAIN_ROUTES],
-  'better-sse': ['control-plane/calls/routes.ts'],
+  'better-sse': ['control-plane/http/sse.ts'],
   'prom-client': ['control-plane/metrics/service.ts'],
   '@fastify/static': ['control-plane/console/routes.ts'],
   '@fastify/swagger': ['control-plane/http/openapi.ts'],

@@ -71,6 +71,8 @@ export const ImageRecord = z.object({
   ref: z.string(),
   id: z.string(),
   repoDigests: z.array(z.string()).optional(),
+  /** The registry digest (`repo@sha256:…`) of the reference a lease pulled (optional: images not pulled, manifests made before). */
+  digest: z.string().optional(),
   config: z
     .object({
       envKeys: z.array(z.string()),

@@ -20,6 +20,9 @@ import { egressRoutes } from './egress/routes.js';
 import type { EgressLog } from './egress/store.js';
 import { filesRoutes } from './files/routes.js';
 import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
+import { imagesRoutes } from './images/routes.js';
+import type { ImageService } from './images/service.js';
+import type { ImageStore } from './images/store.js';
 import { edgeServerOptions, installErrorHandling } from './http/errors.js';
 import { installLeaseGuard } from './http/lease-guard.js';
 import { DOCS_ROUTES, installOpenApi, installZodValidation } from './http/openapi.js';
@@ -58,6 +61,10 @@ export interface AppDeps {
   secrets: SecretService;
   quotas: QuotaService;
   volumes: VolumeService;
+  images: ImageService;
+  imageStore: ImageStore;
+  /** Largest image build context, bytes. */
+  maxImageContextBytes: number;
   /** Rendered by the public `GET /metrics`. */
   metrics: Metrics;
   /** Resolves when Redis answers; rejects otherwise. */
@@ -127,6 +134,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(volumesRoutes, { volumes: deps.volumes });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   await app.register(consoleRoutes, { consoleDir: deps.consoleDir });
+  await app.register(imagesRoutes, {
+    images: deps.images,
+    store: deps.imageStore,
+    notifier: deps.notifier,
+    spoolDir: deps.spoolDir,
+    maxContextBytes: deps.maxImageContextBytes,
+  });
   await app.register(filesRoutes, { runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
   return app;
 }

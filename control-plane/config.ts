@@ -6,6 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_DATA_DIR, dataDirLayout } from '../contract/data-dir.js';
+import { BuildPolicy } from './images/schema.js';
 import { PoolSpec } from './pools/schema.js';
 import { QuotaLimits } from './quotas/schema.js';
 
@@ -133,6 +134,28 @@ const Env = z.object({
    * at `/console`. Default `<repo>/dist/console`.
    */
   SBX_CONSOLE_DIR: z.string().optional(),
+  /**
+   * Registries images may be pulled from on demand, comma-separated `host[:port]` (`docker.io`
+   * for references without a registry). Default none: nothing is ever pulled, and a reference
+   * naming a registry is refused (`image.registry_not_allowed`).
+   */
+  SBX_IMAGE_REGISTRIES: z
+    .string()
+    .default('')
+    .transform((s) =>
+      s
+        .split(',')
+        .map((x) => x.trim().toLowerCase())
+        .filter(Boolean),
+    )
+    .pipe(z.array(z.string().regex(/^[a-z0-9.-]+(:[0-9]{1,5})?$/, 'host[:port]'))),
+  /**
+   * The admin build policy of `POST /v1/images`, as JSON: `{"network": "none", "cpus": 1,
+   * "memoryBytes": 2147483648, "timeoutSeconds": 600, "maxContextBytes": 536870912}` (these are
+   * the defaults; control-plane/images/schema.ts). `network: {"allow": [hosts]}` is refused
+   * with `policy.unenforceable`.
+   */
+  SBX_IMAGE_BUILD_POLICY: jsonSetting('{}', 'a JSON object').pipe(BuildPolicy),
   /** pino log level. Default `info`. */
   SBX_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
@@ -171,6 +194,10 @@ export interface Config {
   defaultTenantQuota: QuotaLimits;
   /** Built admin console served at `/console`. */
   consoleDir: string;
+  /** Registries images are pulled from on demand (`host[:port]`); empty: none. */
+  imageRegistries: string[];
+  /** Limits and network of image builds. */
+  imageBuildPolicy: BuildPolicy;
 }
 
 /**
@@ -212,6 +239,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     warmPools: e.SBX_WARM_POOLS,
     defaultTenantQuota: e.SBX_DEFAULT_TENANT_QUOTA,
     consoleDir: e.SBX_CONSOLE_DIR ?? join(repoRoot, 'dist', 'console'),
+    imageRegistries: e.SBX_IMAGE_REGISTRIES,
+    imageBuildPolicy: e.SBX_IMAGE_BUILD_POLICY,
   };
 }
 

@@ -25,6 +25,8 @@ import { buildApp } from './app.js';
 import { EgressProxy } from './egress/proxy.js';
 import { createResolver } from './egress/resolver.js';
 import { EgressLog } from './egress/store.js';
+import { ImageService } from './images/service.js';
+import { ImageStore } from './images/store.js';
 import { LEASE_EXPIRY_QUEUE } from './leases/expiry.js';
 import { LeaseService, type ReconcileOutcome } from './leases/service.js';
 import { LeaseStore } from './leases/store.js';
@@ -40,6 +42,7 @@ import { installationId } from './installation/store.js';
 import { connectRedis, redisOptions } from './redis/connections.js';
 import { Notifier } from './redis/notifier.js';
 import { DurableTimers } from './redis/timers.js';
+import { DockerImages } from './runtime/docker-image-engine.js';
 import { DockerRuntime } from './runtime/docker-runtime.js';
 import type { Ownership } from './runtime/runtime.js';
 import { LoopVolumeDisks } from './runtime/volume-disks.js';
@@ -158,6 +161,17 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     },
     { maxSizeBytes: config.volumeMaxBytes ?? 64 * 1024 * 1024 * 1024 },
   );
+  const imageStore = new ImageStore(redis, config.redisPrefix);
+  const images = new ImageService({
+    store: imageStore,
+    engine: new DockerImages(config.dockerSocket),
+    audit,
+    ownership,
+    registries: config.imageRegistries,
+    buildPolicy: config.imageBuildPolicy,
+    now,
+    log,
+  });
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
   // The pools start sandboxes through the lease service, which claims from the pools: the
   // launcher reaches `leases` once both exist (it is only called from background rounds and creates).
@@ -209,6 +223,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       secrets,
       quotas,
       metrics,
+      images,
       ...(pools ? { pools } : {}),
       volumes,
       onLost,
@@ -245,6 +260,9 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     secrets,
     quotas,
     volumes,
+    images,
+    imageStore,
+    maxImageContextBytes: config.imageBuildPolicy.maxContextBytes,
     metrics,
     pingRedis: () => redis.ping(),
     spoolDir: join(config.dataDir, 'spool'),

@@ -13,6 +13,7 @@ import { EventSourceParserStream } from 'eventsource-parser/stream';
 import * as tarFs from 'tar-fs';
 import { z } from 'zod';
 import { CallEvent } from '../contract/events.js';
+import { ImageEvent, ImageView } from '../contract/images.js';
 import { CallView, EgressEvent, Lease, LeaseEvent, ToolResult } from '../contract/objects.js';
 import { SecretMetadata } from '../contract/secrets.js';
 import { Volume, VolumeList } from '../contract/volumes.js';
@@ -73,11 +74,42 @@ const LeaseList = z.object({ sandboxes: z.array(Lease) });
 const LeaseEventList = z.object({ events: z.array(LeaseEvent) });
 const EgressList = z.object({ events: z.array(EgressEvent) });
 const SecretList = z.object({ secrets: z.array(SecretMetadata) });
+const ImageList = z.object({ images: z.array(ImageView) });
 
 /** Times the event stream of one call is reopened after it dropped before `call.finished`. */
 const MAX_STREAM_RECONNECTS = 20;
 /** Pause before reopening a dropped event stream, ms. */
 const RECONNECT_DELAY_MS = 200;
+
+/** Options of an image build (`POST /v1/images`). */
+export interface BuildImageOptions {
+  /** Path of the Dockerfile inside the context. Default `Dockerfile`. */
+  dockerfile?: string;
+  /** Build args (`ARG` values). */
+  buildArgs?: Record<string, string>;
+  /** A name of the tenant's for the image; a lease may name it by this or by its id. */
+  name?: string;
+}
+
+/** Packs `dir` as a tar in sorted order with zeroed times and root owners: the same files give the same bytes. */
+async function packDirectory(dir: string): Promise<Buffer> {
+  const info = await stat(dir).catch(() => null);
+  if (!info?.isDirectory())
+    throw new SbxError({
+      code: 'files.not_found',
+      domain: 'files',
+      retryability: 'no',
+      message: `no such local directory: ${dir}`,
+      details: { path: dir },
+    });
+  const pack = tarFs.pack(dir, {
+    sort: true,
+    map: (header) => ({ ...header, mtime: new Date(0), uid: 0, gid: 0, uname: 'root', gname: 'root' }),
+  } as tarFs.PackOptions);
+  const chunks: Buffer[] = [];
+  for await (const chunk of pack as unknown as AsyncIterable<Buffer>) chunks.push(chunk);
+  return Buffer.concat(chunks);
+}
 
 export interface SbxClientOptions {
   /** The fetch to use (default the global one): for proxies, custom agents or tests. */
@@ -240,12 +272,32 @@ export class SbxClient {
    * the stream kept dropping.
    */
   async *events(leaseId: string, callId: string, afterSeq = 0): AsyncGenerator<CallEvent> {
+    yield* this.eventStream(
+      `/v1/sandboxes/${leaseId}/calls/${callId}/events`,
+      (data) => CallEvent.parse(data),
+      (event) => event.type === 'call.finished',
+      afterSeq,
+      { what: `call ${callId}`, details: { callId } },
+    );
+  }
+
+  /**
+   * An SSE stream of `seq`-numbered events at `path` after `afterSeq`, until `isTerminal`. A
+   * stream that drops is reopened with `Last-Event-ID`, so each event arrives once, in order.
+   */
+  private async *eventStream<E extends { seq: number }>(
+    path: string,
+    parse: (data: unknown) => E,
+    isTerminal: (event: E) => boolean,
+    afterSeq: number,
+    subject: { what: string; details: Record<string, unknown> },
+  ): AsyncGenerator<E> {
     let last = afterSeq;
     for (let attempt = 0; attempt <= MAX_STREAM_RECONNECTS; attempt += 1) {
       if (attempt > 0) await new Promise((r) => setTimeout(r, RECONNECT_DELAY_MS));
       let response: Response;
       try {
-        response = await this.fetch(`${this.baseUrl}/v1/sandboxes/${leaseId}/calls/${callId}/events`, {
+        response = await this.fetch(`${this.baseUrl}${path}`, {
           headers: {
             authorization: `Bearer ${this.apiKey}`,
             accept: 'text/event-stream',
@@ -262,12 +314,12 @@ export class SbxClient {
       try {
         for await (const message of stream) {
           if (!message.data) continue;
-          const event = CallEvent.parse(JSON.parse(message.data));
+          const event = parse(JSON.parse(message.data));
           // A server resuming from Last-Event-ID sends nothing at or before it; this keeps the promise if one did.
           if (event.seq <= last) continue;
           last = event.seq;
           yield event;
-          if (event.type === 'call.finished') return;
+          if (isTerminal(event)) return;
         }
       } catch (err) {
         // A dropped connection (reset, proxy timeout) is reopened; a malformed event is not a drop.
@@ -278,9 +330,62 @@ export class SbxClient {
       code: 'api.unreachable',
       domain: 'api',
       retryability: 'reconcile_first',
-      message: `the event stream of call ${callId} kept dropping`,
-      details: { callId, lastSeq: last },
+      message: `the event stream of ${subject.what} kept dropping`,
+      details: { ...subject.details, lastSeq: last },
     });
+  }
+
+  /**
+   * Starts building an image from `context`: a local directory (packed as a tar in a fixed
+   * order with zeroed times and owners, so the same files give the same content digest and the
+   * same image without a rebuild) or a tar archive's bytes. Resolves with the image (`status:
+   * building`, or the existing image with `created: false`); `imageEvents` follows the build.
+   * Throws SbxError `files.invalid_archive`, `image.dockerfile_not_found`, `input.body_too_large`,
+   * `policy.unenforceable`.
+   */
+  async buildImage(context: string | Uint8Array, options: BuildImageOptions = {}): Promise<{ image: ImageView; created: boolean }> {
+    const body = typeof context === 'string' ? await packDirectory(context) : context;
+    const query = new URLSearchParams();
+    if (options.dockerfile !== undefined) query.set('dockerfile', options.dockerfile);
+    if (options.buildArgs !== undefined) query.set('buildArgs', JSON.stringify(options.buildArgs));
+    if (options.name !== undefined) query.set('name', options.name);
+    const qs = query.size > 0 ? `?${query.toString()}` : '';
+    const response = await this.fetch(`${this.baseUrl}/v1/images${qs}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${this.apiKey}`, 'content-type': 'application/x-tar' },
+      body,
+    });
+    if (!response.ok) throw await errorOfResponse(response);
+    return { image: ImageView.parse(await response.json()), created: response.status === 202 };
+  }
+
+  /** A build's events after `afterSeq` until `succeeded` or `failed`, resumed across dropped streams. */
+  async *imageEvents(id: string, afterSeq = 0): AsyncGenerator<ImageEvent> {
+    yield* this.eventStream(
+      `/v1/images/${encodeURIComponent(id)}/events`,
+      (data) => ImageEvent.parse(data),
+      (event) => event.type === 'succeeded' || event.type === 'failed',
+      afterSeq,
+      { what: `image ${id}`, details: { imageId: id } },
+    );
+  }
+
+  async getImage(id: string): Promise<ImageView> {
+    return ImageView.parse(await this.json('GET', `/v1/images/${encodeURIComponent(id)}`));
+  }
+
+  /** The caller's tenant's images. */
+  async listImages(): Promise<ImageView[]> {
+    return ImageList.parse(await this.json('GET', '/v1/images')).images;
+  }
+
+  /** Deletes an image. Throws SbxError `image.in_use` while a sandbox runs from it, `image.not_found`. */
+  async deleteImage(id: string): Promise<void> {
+    const response = await this.fetch(`${this.baseUrl}/v1/images/${encodeURIComponent(id)}`, {
+      method: 'DELETE',
+      headers: { authorization: `Bearer ${this.apiKey}` },
+    });
+    if (!response.ok) throw await errorOfResponse(response);
   }
 
   /**

@@ -10,6 +10,7 @@
 export { Sandbox, SandboxFiles, SandboxGit, connect, type ConnectionOptions, type ExecOptions, type OutputChunk } from './sandbox.js';
 export {
   SbxClient,
+  type BuildImageOptions,
   type CreateSandboxOptions,
   type ToolDescription,
   type PendingCall,
@@ -18,9 +19,11 @@ export {
   type UploadSummary,
   type VolumesApi,
 } from './client.js';
+export { Image, type ImageBuildOptions } from './images.js';
 export { SbxError } from './errors.js';
 export type { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
 export type { CallEvent } from '../contract/events.js';
 export type { ErrorCode, ErrorInfo, Retryability } from '../contract/errors.js';
 export type { CallView, EffectReceipt, Lease, ToolResult } from '../contract/objects.js';
 export type { Volume, VolumeList } from '../contract/volumes.js';
+export type { ImageEvent, ImageView } from '../contract/images.js';

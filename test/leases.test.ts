@@ -210,8 +210,8 @@ describe('lease lifecycle', () => {
     await expect(h.client.createSandbox({ ttlSeconds: 10 ** 7 })).rejects.toMatchObject({ status: 400, code: 'lease.ttl_exceeds_policy' });
     await expect(h.client.createSandbox({ policy: 'no-such-policy' })).rejects.toMatchObject({ status: 404, code: 'policy.not_found' });
     await expect(h.client.createSandbox({ image: 'no-such-image:never' })).rejects.toMatchObject({
-      status: 400,
-      code: 'runtime.image_not_found',
+      status: 404,
+      code: 'image.not_found',
     });
     expect(await containersOf(h.config.owner)).toEqual(before);
   });

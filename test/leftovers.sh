@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What one integration-test run left behind: containers, volumes and networks whose sbx.owner
+# What one integration-test run left behind: containers, volumes, networks and built images whose sbx.owner
 # label starts with sbx-test-<run>- (test/fixtures/run.ts names every test owner so), and
 # processes the tests started that still run (found by SBX_TEST_RUN=<run> in their environment,
 # which every process a test worker starts inherits: child control planes, sbx mcp, a private
@@ -21,14 +21,19 @@ prefix="sbx-test-$run-"
 
 # kind: container | volume | network | image. Prints "ID OWNER" of each object of this run (an
 # image has no label filter in `docker image ls` output: a test image is named after its owner,
-# `sbx-test-<run>-<name>:<tag>`, test/fixtures/images.ts).
+# `sbx-test-<run>-<name>:<tag>`, test/fixtures/images.ts), or an image sbx built for one of its owners (`POST /v1/images` labels it `sbx.owner`).
 objects() {
   local kind="$1" format
   case "$kind" in
     container) format='{{.ID}} {{.Label "sbx.owner"}}'; docker ps -a --filter label=sbx.owner --format "$format" ;;
     volume) format='{{.Name}} {{.Label "sbx.owner"}}'; docker volume ls --filter label=sbx.owner --format "$format" ;;
     network) format='{{.ID}} {{.Label "sbx.owner"}}'; docker network ls --filter label=sbx.owner --format "$format" ;;
-    image) docker image ls --format '{{.Repository}}:{{.Tag}} {{.Repository}}' ;;
+    image) {
+        docker image ls --format '{{.Repository}}:{{.Tag}} {{.Repository}}'
+        docker images --filter label=sbx.owner --format '{{.ID}}' | sort -u | while read -r id; do
+          echo "$id $(docker image inspect --format '{{index .Config.Labels "sbx.owner"}}' "$id" 2>/dev/null)"
+        done
+      } ;;
   esac | awk -v p="$prefix" 'index($2, p) == 1'
 }
 

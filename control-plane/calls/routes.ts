@@ -2,10 +2,10 @@
  * Call routes: submit (with `?wait=` long-poll), read, cancel, the tool list, receipts, and the
  * per-call event stream as Server-Sent Events (`id:` = `seq`; `Last-Event-ID` resumes after it).
  */
-import { createSession } from 'better-sse';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
+import { streamSse } from '../http/sse.js';
 import type { Notifier } from '../redis/notifier.js';
 import { LeaseParams } from '../leases/schema.js';
 import type { LeaseService } from '../leases/service.js';
@@ -24,9 +24,6 @@ export interface CallsRoutesOptions {
 
 /** Largest call body, bytes. */
 const CALL_BODY_LIMIT_BYTES = 48 * 1024 * 1024;
-
-/** SSE comment heartbeat interval, ms: keeps proxies from closing an idle stream. */
-const SSE_KEEPALIVE_MS = 15_000;
 
 export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin, { leases, calls, store, notifier }) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
@@ -100,29 +97,17 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
     const { id, callId } = request.params;
     await calls.get(id, callId);
     const after = Number(request.headers['last-event-id'] ?? 0);
-    reply.hijack();
-    const session = await createSession(request.raw, reply.raw, { keepAlive: SSE_KEEPALIVE_MS, retry: 1000 });
-    const closed = new AbortController();
-    request.raw.on('close', () => closed.abort());
-    const channel = store.notifyChannel(id, callId);
-    let seq = after;
-    try {
-      while (!closed.signal.aborted) {
-        const wake = notifier.next(channel, SSE_KEEPALIVE_MS, closed.signal);
-        const events = await store.readEvents(id, callId, seq);
-        for (const event of events) {
-          session.push(event, event.type, String(event.seq));
-          seq = event.seq;
-        }
-        if (events.at(-1)?.type === 'call.finished') break;
-        // Resumed after the last event of a finished call: nothing more will come.
-        if (events.length === 0 && (await store.getCall(id, callId))?.status === 'finished') break;
-        await wake;
-      }
-    } catch (err) {
-      request.log.warn({ err, callId }, 'event stream ended with an error');
-    } finally {
-      reply.raw.end();
-    }
+    await streamSse(
+      request,
+      reply,
+      notifier,
+      {
+        channel: store.notifyChannel(id, callId),
+        read: (seq) => store.readEvents(id, callId, seq),
+        isTerminal: (event) => event.type === 'call.finished',
+        ended: async () => (await store.getCall(id, callId))?.status === 'finished',
+      },
+      after,
+    );
   });
 };

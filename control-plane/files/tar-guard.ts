@@ -90,7 +90,13 @@ type EntryStream = NodeJS.ReadableStream & { header: tar.Header & { byteOffset?:
  * or the name field of the header that failed; null when there is none), `offset` (byte offset
  * in the body where it went wrong) and `reason` (the parser's words).
  */
-export async function guardArchive(inputPath: string, outputPath: string, owner: Owner): Promise<GuardSummary> {
+export async function guardArchive(
+  inputPath: string,
+  outputPath: string,
+  owner: Owner,
+  /** Called with each accepted entry's normalized name and type (e.g. to find a build's Dockerfile). */
+  onEntry?: (name: string, type: string) => void,
+): Promise<GuardSummary> {
   const bodyBytes = (await stat(inputPath)).size;
   const extract = tar.extract();
   const pack = tar.pack();
@@ -114,6 +120,13 @@ export async function guardArchive(inputPath: string, outputPath: string, owner:
       const dataOffset = header.byteOffset ?? position.nextHeaderOffset + BLOCK;
       position.current = { name: header.name, dataOffset, sizeBytes };
       summary.entries += 1;
+      onEntry?.(
+        header.name
+          .split('/')
+          .filter((p) => p !== '' && p !== '.')
+          .join('/'),
+        header.type ?? 'file',
+      );
       if (header.type === 'symlink')
         links.add(
           header.name
@@ -202,5 +215,40 @@ async function headerName(inputPath: string, offset: number): Promise<string | n
     return name === '' ? null : name;
   } finally {
     await file.close();
+  }
+}
+
+/**
+ * The content of regular file `name` (normalized, as `guardArchive` reports names) in the tar at
+ * `path`, or null when the archive has no such file; at most `maxBytes` (more is an
+ * `input.body_too_large`). For archives `guardArchive` already checked.
+ */
+export async function readArchiveFile(path: string, name: string, maxBytes: number): Promise<Buffer | null> {
+  const extract = tar.extract();
+  const reading = pipeline(createReadStream(path), extract);
+  const settled = reading.catch(() => undefined);
+  let found: Buffer | null = null;
+  try {
+    for await (const entry of extract as AsyncIterable<EntryStream>) {
+      const normalized = entry.header.name
+        .split('/')
+        .filter((p) => p !== '' && p !== '.')
+        .join('/');
+      const wanted = normalized === name && (entry.header.type === 'file' || entry.header.type === 'contiguous-file');
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const chunk of entry as AsyncIterable<Buffer>) {
+        if (!wanted) continue;
+        size += chunk.length;
+        if (size > maxBytes) throw new AppError('input.body_too_large', `${name} is over ${maxBytes} bytes`, { details: { maxBytes } });
+        chunks.push(chunk);
+      }
+      if (wanted) found = Buffer.concat(chunks);
+    }
+    await reading;
+    return found;
+  } finally {
+    extract.destroy();
+    await settled;
   }
 }

@@ -176,7 +176,7 @@ export class LeaseCreator {
       }
       const manifest = buildManifest({
         facts: launched.facts,
-        image: imageRecord(plan.image, plan.imageConfig),
+        image: { ...imageRecord(plan.image, plan.imageConfig), ...(plan.imageDigest === null ? {} : { digest: plan.imageDigest }) },
         engineVersion: plan.engineVersion,
         ociRuntime: plan.policy.runtime.oci,
         policy: plan.ref,

@@ -10,6 +10,7 @@ import type { PolicyRef } from '../../contract/objects.js';
 import type { SecretGrant, ToolUser } from '../../contract/queue.js';
 import { compileSandboxSpec, type CompileInput } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
+import type { ImageService, ResolvedImage } from '../images/service.js';
 import type { PolicyService } from '../policies/service.js';
 import type { ImageConfig, Ownership, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
@@ -30,6 +31,8 @@ export interface LeasePlan {
   image: string;
   /** The image as the engine has it: its id, and the config the sandbox honours or records. */
   imageConfig: ImageConfig;
+  /** The image's registry digest (`repo@sha256:…`) when it has one (a pulled image), else null. */
+  imageDigest: string | null;
   /** Who the tools run as, and whose choice that was (tool-user.ts). */
   toolUser: ToolUser;
   engineVersion: string;
@@ -50,6 +53,11 @@ export interface PlannerDeps {
   secrets: Pick<SecretService, 'reveal'>;
   /** Persistent volumes (none: a lease asking for one is refused as `policy.unenforceable`). */
   volumes?: Pick<VolumeService, 'resolveMounts'>;
+  /**
+   * Resolves the image a lease names (a tenant's built image, an engine image, a pull from an
+   * allowlisted registry: control-plane/images/). Without it, only images on the engine are used.
+   */
+  images?: Pick<ImageService, 'resolve'>;
 }
 
 export interface PlannerOptions {
@@ -81,10 +89,11 @@ export class LeasePlanner {
    * Plans lease `id` from `body`. Throws `policy.not_found`, `policy.unenforceable`,
    * `lease.ttl_exceeds_policy`, `input.invalid` (env names the policy does not allow),
    * `policy.secret_denied`, `secret.not_found`, `secret.unreadable`,
-   * `policy.mount_not_allowed`, `runtime.image_not_found`, `runtime.unavailable`, and for
-   * `volumes` (of `tenant`) what `VolumeService.resolveMounts` throws.
+   * `policy.mount_not_allowed`, `image.invalid_reference`, `image.registry_not_allowed`,
+   * `image.not_found`, `image.pull_failed`, `runtime.unavailable`. `tenant` sees its own built
+   * images (null: none), and for `volumes` what `VolumeService.resolveMounts` throws.
    */
-  async plan(id: string, body: CreateSandboxBody, tenant = 'default'): Promise<LeasePlan> {
+  async plan(id: string, body: CreateSandboxBody, tenant: string | null = null): Promise<LeasePlan> {
     const { runtime, policies } = this.deps;
     const policyName = typeof body.policy === 'string' ? body.policy : (body.policy?.name ?? 'default');
     const policyVersion = typeof body.policy === 'object' ? body.policy.version : undefined;
@@ -117,14 +126,17 @@ export class LeasePlanner {
     const values = await this.deps.secrets.reveal(grants.map((g) => g.name));
     const volumes = await this.planVolumes(policy, body, tenant);
     const image = body.image ?? this.options.defaultImage;
-    const [info, imageConfig] = await Promise.all([runtime.info(), runtime.inspectImage(image)]);
-    const toolUser = await this.toolUser(policy, image, imageConfig);
+    // A tenant's built image, an engine image, or one pulled now from an allowlisted registry (images/).
+    const resolved: ResolvedImage | null = this.deps.images ? await this.deps.images.resolve(image, tenant) : null;
+    const engineRef = resolved?.engineRef ?? image;
+    const [info, imageConfig] = await Promise.all([runtime.info(), runtime.inspectImage(engineRef)]);
+    const toolUser = await this.toolUser(policy, engineRef, imageConfig);
     const dirs = leaseDirs(this.options.dataDir, id);
     const spec = compileSandboxSpec({
       leaseId: id,
       ownership: this.options.ownership,
       sbxVersion: this.options.sbxVersion,
-      image,
+      image: engineRef,
       policy,
       policyRef: ref,
       agentConfigHostDir: dirs.credentials,
@@ -137,13 +149,30 @@ export class LeasePlanner {
       labels: body.labels ?? {},
       volumeMounts: volumes,
     });
-    return { policy, ref, ttlSeconds, env, grants, values, image, imageConfig, toolUser, engineVersion: info.engineVersion, spec, volumes };
+    const imageDigest = resolved?.digest ?? null;
+    return {
+      policy,
+      ref,
+      ttlSeconds,
+      env,
+      grants,
+      values,
+      image,
+      imageConfig,
+      imageDigest,
+      toolUser,
+      engineVersion: info.engineVersion,
+      spec,
+      volumes,
+    };
   }
 
   /** The lease's volume mounts, checked against the paths the policy already mounts. */
-  private async planVolumes(policy: Policy, body: CreateSandboxBody, tenant: string): Promise<ResolvedVolumeMount[]> {
+  private async planVolumes(policy: Policy, body: CreateSandboxBody, tenant: string | null): Promise<ResolvedVolumeMount[]> {
     const requests = body.volumes ?? [];
     if (requests.length === 0) return [];
+    // Only a warm pool plans without a tenant, and it asks for no volumes.
+    if (tenant === null) throw new AppError('input.invalid', 'volumes need a tenant', { details: { field: 'volumes' } });
     if (!this.deps.volumes)
       throw new AppError('policy.unenforceable', 'this control plane offers no persistent volumes', { details: { field: 'volumes' } });
     const taken = [...policy.filesystem.writableRoots.map((r) => r.path), ...policy.filesystem.readOnlyMounts.map((m) => m.containerPath)];

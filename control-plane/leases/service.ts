@@ -22,6 +22,7 @@ import type { Launched } from '../pools/schema.js';
 import type { WarmPools } from '../pools/warm-pools.js';
 import type { QuotaService } from '../quotas/service.js';
 import type { DurableTimers, TimerOutcome } from '../redis/timers.js';
+import type { ImageService } from '../images/service.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
 import type { VolumeService } from '../volumes/service.js';
@@ -93,6 +94,8 @@ export interface LeaseServiceDeps {
   egress: Pick<EgressProxy, 'serve' | 'stop'>;
   /** Values of the secrets a lease is granted, for its agent only. */
   secrets: Pick<SecretService, 'reveal'>;
+  /** Resolves (and pulls) the image a lease names; without it, only images on the engine are used. */
+  images?: Pick<ImageService, 'resolve'>;
   /** The tenant's share a lease holds from before it is created until it has ended. */
   quotas: Pick<QuotaService, 'reserve' | 'release'>;
   metrics: LeaseMetrics;

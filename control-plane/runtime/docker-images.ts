@@ -28,7 +28,7 @@ const ImageInspect = z.object({
     .default(null),
 });
 
-/** The image `ref` as the engine has it (`SandboxRuntime.inspectImage`). Throws `runtime.image_not_found`, `runtime.unavailable`. */
+/** The image `ref` as the engine has it (`SandboxRuntime.inspectImage`). Throws `image.not_found`, `runtime.unavailable`. */
 export async function inspectImage(docker: Docker, ref: string): Promise<ImageConfig> {
   let inspected: z.infer<typeof ImageInspect>;
   try {
@@ -37,8 +37,8 @@ export async function inspectImage(docker: Docker, ref: string): Promise<ImageCo
     const status = statusOf(err);
     // 404: no such image; 400: not a valid reference. Either way the client must name another.
     if (status === 404 || status === 400)
-      throw new AppError('runtime.image_not_found', `image ${ref} is not on this Docker engine (nothing is pulled)`, {
-        details: { image: ref },
+      throw new AppError('image.not_found', `image ${ref} is not on this Docker engine`, {
+        details: { field: 'image', image: ref },
         cause: err,
       });
     throw unavailable('inspect image', err);

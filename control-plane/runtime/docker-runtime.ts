@@ -140,7 +140,7 @@ export class DockerRuntime implements SandboxRuntime {
       await this.remove(spec.leaseId, ownership).catch(() => undefined);
       if (err instanceof AppError) throw err;
       if (statusOf(err) === 404)
-        throw new AppError('runtime.image_not_found', `image ${spec.image} is not on this Docker engine`, {
+        throw new AppError('image.not_found', `image ${spec.image} is not on this Docker engine`, {
           details: { image: spec.image },
           cause: err,
         });

@@ -110,7 +110,7 @@ export interface RuntimeInfo {
 export interface SandboxRuntime {
   /** Throws AppError `runtime.unavailable` when the engine does not answer. */
   info(): Promise<RuntimeInfo>;
-  /** The image `ref` as the engine has it. Throws AppError `runtime.image_not_found`, `runtime.unavailable`. */
+  /** The image `ref` as the engine has it. Throws AppError `image.not_found`, `runtime.unavailable`. */
   inspectImage(ref: string): Promise<ImageConfig>;
   /**
    * The contents of `paths` in image `ref`, read without running it (null: absent or not a

@@ -1,0 +1,57 @@
+/**
+ * The images port: what the lease planner and the images domain need of the engine's images.
+ * Docker implements it (docker-image-engine.ts).
+ */
+import type { Readable } from 'node:stream';
+import type { Ownership } from './runtime.js';
+
+/** An image on the engine: its id (`sha256:…`) and its registry digests (`repo@sha256:…`). */
+export interface EngineImage {
+  id: string;
+  repoDigests: string[];
+  sizeBytes: number;
+  labels: Record<string, string>;
+}
+
+/** One build through the engine (the classic builder: every RUN step runs in a container of the engine's). */
+export interface EngineBuild {
+  /** The build context, a tar stream (checked before it gets here). */
+  context: Readable;
+  /** Path of the Dockerfile inside the context. */
+  dockerfile: string;
+  buildArgs: Record<string, string>;
+  /** The tag the image gets when, and only when, the build succeeds. */
+  tag: string;
+  labels: Record<string, string>;
+  /** Network of the build's RUN steps: `none` (loopback only). */
+  network: 'none';
+  /** CPU limit of each build step, in CPUs (period 100 ms). */
+  cpus: number;
+  /** Memory limit of each build step (swap included), bytes. */
+  memoryBytes: number;
+  /** Wall-clock limit of the whole build, ms. */
+  timeoutMs: number;
+  /** Called with each line of the builder's output, in order. */
+  onLog: (text: string) => void;
+}
+
+/** What the lease planner and the images domain need of the engine. */
+export interface ImageEngine {
+  /** The image `ref` names on the engine, or null when there is none. Throws `runtime.unavailable`. */
+  inspect(ref: string): Promise<EngineImage | null>;
+  /**
+   * Pulls `ref` from its registry. Throws `image.not_found` (the registry has no such
+   * repository or tag) or `image.pull_failed` (the registry did not answer, refused, ...).
+   */
+  pull(ref: string): Promise<void>;
+  /**
+   * Builds `spec`; resolves with the new image's id once it is tagged. Throws
+   * `image.build_failed` with the builder's message (a failing step, a COPY outside the
+   * context, the time limit); the tag is then not set.
+   */
+  build(spec: EngineBuild): Promise<{ imageId: string }>;
+  /** Removes the tag `ref` (and the image when nothing else holds it). Absence is success. Throws `image.in_use`. */
+  remove(ref: string): Promise<void>;
+  /** Lease ids of `ownership`'s containers (running or not) made from image `imageId`. */
+  usedBy(imageId: string, ownership: Ownership): Promise<string[]>;
+}
