@@ -130,6 +130,24 @@ export const ERROR_CODES = {
     summary: 'The Idempotency-Key was used before with a different request body.',
   },
   'lease.create_failed': { status: 503, retryability: 'safe', summary: 'The sandbox could not be started; nothing was left behind.' },
+  'lease.writable_root_invalid': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      'A writable root the lease asks for (`writableRoots[].path`) is not an absolute path in normal form, is `/` or lies under /proc, /sys, /dev or /run, is asked twice, or overlaps a writable root of the policy, another asked root or a read-only mount (`details.reason`: `not_absolute`, `not_normal`, `reserved`, `duplicate`, `overlap`; `details.field`); nothing was created.',
+  },
+  'lease.writable_root_too_large': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      "A lease writable root's `sizeBytes` is above its policy rule's `maxSizeBytes`, or all writable roots together would exceed the policy's `resources.memoryBytes` (they are memory-backed); `details.maxSizeBytes` is what fits; nothing was created.",
+  },
+  'lease.writable_root_full': {
+    status: 422,
+    retryability: 'after_fix',
+    summary:
+      "The image's content at a writable root (`details.path`) does not fit the root's `sizeBytes`; ask for a larger root (lease roots) or a policy with one; nothing was left behind.",
+  },
   'quota.exceeded': {
     status: 429,
     retryability: 'after_fix',
@@ -182,6 +200,12 @@ export const ERROR_CODES = {
     status: 500,
     retryability: 'after_fix',
     summary: 'A stored secret does not decrypt with the configured key (the key changed or the record was altered); store the value again.',
+  },
+  'policy.writable_root_denied': {
+    status: 403,
+    retryability: 'after_fix',
+    summary:
+      "No pattern of the policy's `filesystem.leaseWritableRoots` allows a lease writable root at this path (`details.path`, `details.allowed`); nothing was created.",
   },
   'policy.tool_denied': {
     status: 403,

@@ -90,7 +90,8 @@ export class LeaseCreator {
   private async createNew(id: string, body: CreateSandboxBody, by: Principal): Promise<Lease> {
     const plan = await this.deps.planner.plan(id, body);
     try {
-      const warm = await this.deps.pools?.claim(plan.ref, plan.image);
+      // A pooled sandbox was started without the lease's own writable roots: none fits such a lease.
+      const warm = (body.writableRoots ?? []).length > 0 ? undefined : await this.deps.pools?.claim(plan.ref, plan.image);
       if (warm) {
         try {
           return await this.make(warm.id, plan, body, by, warm);
@@ -169,6 +170,7 @@ export class LeaseCreator {
         },
         env: plan.env,
         secretRefs: plan.grants.map((g) => g.name),
+        writableRoots: plan.roots.map((r) => ({ ...r, fromImage: r.fromImage && (launched.seededPaths ?? []).includes(r.path) })),
         createdAt,
       });
       const ready = await this.advance(id, { type: 'become_ready', manifest, containerId: launched.containerId });

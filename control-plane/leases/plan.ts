@@ -6,7 +6,7 @@
 import { realpath } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { AppError } from '../../contract/errors.js';
-import type { PolicyRef } from '../../contract/objects.js';
+import type { PolicyRef, WritableRootEntry } from '../../contract/objects.js';
 import type { SecretGrant } from '../../contract/queue.js';
 import { compileSandboxSpec, type CompileInput } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
@@ -14,10 +14,14 @@ import type { PolicyService } from '../policies/service.js';
 import type { Ownership, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
 import type { CreateSandboxBody, SecretRequest } from './schema.js';
+import { withLeaseRoots } from './writable-roots.js';
 
 /** A lease's decisions before anything is made. */
 export interface LeasePlan {
+  /** The policy version, with the lease's own writable roots (if any) added to `filesystem.writableRoots`. */
   policy: Policy;
+  /** Every writable root (`fromImage`: asked to start with the image's content), for the manifest. */
+  roots: WritableRootEntry[];
   ref: PolicyRef;
   ttlSeconds: number;
   env: Record<string, string>;
@@ -69,14 +73,18 @@ export class LeasePlanner {
    * Plans lease `id` from `body`. Throws `policy.not_found`, `policy.unenforceable`,
    * `lease.ttl_exceeds_policy`, `input.invalid` (env names the policy does not allow),
    * `policy.secret_denied`, `secret.not_found`, `secret.unreadable`,
-   * `policy.mount_not_allowed`, `runtime.image_not_found`, `runtime.unavailable`.
+   * `policy.mount_not_allowed`, `runtime.image_not_found`, `runtime.unavailable`, and for
+   * `writableRoots` what `withLeaseRoots` throws (`lease.writable_root_invalid`,
+   * `policy.writable_root_denied`, `lease.writable_root_too_large`).
    */
   async plan(id: string, body: CreateSandboxBody): Promise<LeasePlan> {
     const { runtime, policies } = this.deps;
     const policyName = typeof body.policy === 'string' ? body.policy : (body.policy?.name ?? 'default');
     const policyVersion = typeof body.policy === 'object' ? body.policy.version : undefined;
     // The version and its snapshot are fixed here: a later PUT or DELETE of the policy never reaches this lease.
-    const { policy, ref } = await policies.resolve(policyName, policyVersion);
+    const resolved = await policies.resolve(policyName, policyVersion);
+    const ref = resolved.ref;
+    const { policy, roots } = withLeaseRoots(resolved.policy, body.writableRoots ?? []);
     const ttlSeconds = body.ttlSeconds ?? policy.resources.ttlSeconds;
     if (ttlSeconds > policy.resources.maxTtlSeconds) {
       throw new AppError(
@@ -119,7 +127,7 @@ export class LeasePlanner {
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
     });
-    return { policy, ref, ttlSeconds, env, grants, values, image, imageId, engineVersion: info.engineVersion, spec };
+    return { policy, roots, ref, ttlSeconds, env, grants, values, image, imageId, engineVersion: info.engineVersion, spec };
   }
 }
 

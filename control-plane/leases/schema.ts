@@ -54,6 +54,27 @@ export const CreateSandboxBody = z
     env: EnvMap.optional(),
     /** Stored secrets the lease may hand to its calls; each must be allowed by the policy (`policy.secret_denied`). */
     secrets: SecretRequests.optional(),
+    /**
+     * Writable roots of the lease's own, within the policy's `filesystem.leaseWritableRoots`
+     * (e.g. `/testbed`): each starts with the image's content at its path, owned by the tool
+     * user; `sizeBytes` default: the policy's largest, within the memory its roots leave.
+     * Refused: `lease.writable_root_invalid`, `policy.writable_root_denied`, `lease.writable_root_too_large`.
+     */
+    writableRoots: z
+      .array(
+        z
+          .object({
+            path: z.string().min(1).max(1024),
+            sizeBytes: z
+              .number()
+              .int()
+              .min(1024 * 1024)
+              .optional(),
+          })
+          .strict(),
+      )
+      .max(16)
+      .optional(),
     /** Free-form labels, returned as given; `sbx.*` keys are reserved. */
     labels: z
       .record(LabelKey, z.string().max(256))
@@ -65,6 +86,7 @@ export const CreateSandboxBody = z
     examples: [
       {},
       { policy: 'default', ttlSeconds: 600, env: { CI: 'true' }, labels: { team: 'ci', job: '42' } },
+      { writableRoots: [{ path: '/testbed', sizeBytes: 268435456 }] },
       {
         policy: { name: 'offline-ci', version: 1 },
         secrets: [{ name: 'NPM_TOKEN' }, { name: 'GITHUB_TOKEN', env: 'GH_TOKEN', file: '/run/secrets/github' }],

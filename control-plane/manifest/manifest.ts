@@ -4,7 +4,7 @@
  * the same image, facts, policy and env have the same digest whatever the key order.
  */
 import { digestOf } from '../../contract/digest.js';
-import type { EnvironmentManifest, PolicyRef, SandboxFacts } from '../../contract/objects.js';
+import type { EnvironmentManifest, PolicyRef, SandboxFacts, WritableRootEntry } from '../../contract/objects.js';
 
 export interface ManifestInput {
   facts: SandboxFacts;
@@ -16,6 +16,8 @@ export interface ManifestInput {
   /** Lease env; only its names and digest enter the manifest. */
   env: Record<string, string>;
   secretRefs: string[];
+  /** The sandbox's writable roots (policy's and lease's), `fromImage` as the create found it. */
+  writableRoots?: WritableRootEntry[];
   createdAt: Date;
 }
 
@@ -29,6 +31,7 @@ export function buildManifest(input: ManifestInput): EnvironmentManifest {
     network: input.network,
     env: { keys: Object.keys(input.env).sort(), digest: digestOf(input.env) },
     secretRefs: [...input.secretRefs].sort(),
+    writableRoots: input.writableRoots ?? [],
     createdAt: input.createdAt.toISOString(),
   };
   return { ...body, digest: digestOf(body) };

@@ -163,6 +163,8 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     memoryBytes: policy.resources.memoryBytes,
     pidsLimit: policy.resources.pids,
     openFiles: policy.resources.openFiles,
+    seedRoots: policy.filesystem.writableRoots.filter((r) => r.fromImage).map((r) => ({ path: r.path, sizeBytes: r.sizeBytes })),
+    seedUser: { uid: user.uid, gid: user.gid },
   };
 }
 

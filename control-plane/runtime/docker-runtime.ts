@@ -11,6 +11,7 @@ import Docker from 'dockerode';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
+import { seedWritableRoots } from './seed-roots.js';
 import { REFUSE_OUTSIDE, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
 import {
   LABEL,
@@ -21,6 +22,7 @@ import {
   type RuntimeInfo,
   type SandboxRuntime,
   type SandboxSpec,
+  type Started,
 } from './runtime.js';
 
 const InfoResponse = z.object({ ServerVersion: z.string(), Runtimes: z.record(z.string(), z.unknown()).default({}) });
@@ -65,7 +67,7 @@ export class DockerRuntime implements SandboxRuntime {
     }
   }
 
-  async start(spec: SandboxSpec): Promise<{ containerId: string }> {
+  async start(spec: SandboxSpec): Promise<Started> {
     const { ownership } = spec;
     try {
       for (const v of spec.volumes) {
@@ -122,7 +124,7 @@ export class DockerRuntime implements SandboxRuntime {
         },
       });
       await container.start();
-      return { containerId: container.id };
+      return { containerId: container.id, seededPaths: await seedWritableRoots(this.docker, spec) };
     } catch (err) {
       await this.remove(spec.leaseId, ownership).catch(() => undefined);
       if (err instanceof AppError) throw err;
@@ -198,7 +200,10 @@ export class DockerRuntime implements SandboxRuntime {
     const owned = new Map<string, OwnedSandbox>();
     for (const c of containers) {
       const leaseId = c.Labels?.[LABEL.lease];
-      if (leaseId) owned.set(leaseId, { leaseId, containerId: c.Id, running: c.State === 'running' });
+      // A create's seed container (never started) counts like a volume: the lease's own container wins.
+      if (leaseId && c.Labels?.[LABEL.role] === 'seed') {
+        if (!owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false });
+      } else if (leaseId) owned.set(leaseId, { leaseId, containerId: c.Id, running: c.State === 'running' });
     }
     for (const r of [...volumes, ...networks]) {
       const leaseId = r.Labels?.[LABEL.lease];

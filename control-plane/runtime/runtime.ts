@@ -45,6 +45,19 @@ export interface SandboxSpec {
   memoryBytes: number;
   pidsLimit: number;
   openFiles: number;
+  /**
+   * Writable roots (volume or tmpfs, already in `volumes`/`tmpfs`) that start with the image's
+   * content at their path, copied in once the container runs, owned by `seedUser` (the tool
+   * user). A root whose content does not fit its `sizeBytes` fails the start.
+   */
+  seedRoots: Array<{ path: string; sizeBytes: number }>;
+  seedUser: RunAs;
+}
+
+/** What `start` made: the container, and which `seedRoots` had content in the image (copied in). */
+export interface Started {
+  containerId: string;
+  seededPaths: string[];
 }
 
 /** The numeric identity a transfer runs as inside the sandbox. */
@@ -74,8 +87,12 @@ export interface SandboxRuntime {
   info(): Promise<RuntimeInfo>;
   /** Local image id (`sha256:…`). Throws AppError `runtime.image_not_found`. */
   imageId(ref: string): Promise<string>;
-  /** Creates the volumes and the container and starts it. Leaves nothing behind when it throws. */
-  start(spec: SandboxSpec): Promise<{ containerId: string }>;
+  /**
+   * Creates the volumes and the container, starts it and fills its `seedRoots` from the image.
+   * Leaves nothing behind when it throws: `lease.writable_root_full` (the image's content at a
+   * root does not fit its size), `runtime.image_not_found`, `lease.create_failed`.
+   */
+  start(spec: SandboxSpec): Promise<Started>;
   /**
    * Resolves when the lease's container stops, with its exit code and its last log lines (the
    * agent's fatal error, typically). Never rejects; resolves with code null if it cannot tell
@@ -119,6 +136,8 @@ export const LABEL = {
   installation: 'sbx.installation',
   version: 'sbx.version',
   policy: 'sbx.policy',
+  /** `seed` on the never-started container a create reads the image's content through (seed-roots.ts). */
+  role: 'sbx.role',
 } as const;
 
 /**
