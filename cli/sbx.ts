@@ -54,6 +54,16 @@ function pairs(list: string[] | undefined, what: string): Record<string, string>
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
 
+/** `--writable-root PATH[:BYTES]` values as the `writableRoots` of a create, or undefined when none. */
+function writableRootsOf(list: string[] | undefined): Array<{ path: string; sizeBytes?: number }> | undefined {
+  if (!list || list.length === 0) return undefined;
+  return list.map((item) => {
+    const m = /^([^:]+)(?::(\d+))?$/.exec(item);
+    if (!m) throw new UsageError(`--writable-root must be PATH or PATH:BYTES, got ${JSON.stringify(item)}`);
+    return m[2] === undefined ? { path: m[1]! } : { path: m[1]!, sizeBytes: Number(m[2]) };
+  });
+}
+
 /**
  * `--secret NAME[=VAR]` (as env VAR, default NAME) and `--secret-file NAME=PATH` (a file in
  * /run/secrets) into the lease's `secrets`; one name given both ways gets both.
@@ -165,7 +175,12 @@ const leaseOptions = (cmd: Command): Command =>
       collect,
     )
     .option('--secret-file <NAME=PATH>', 'a stored secret as a file PATH in /run/secrets while a call that asks runs (repeatable)', collect)
-    .option('--image <ref>', 'sandbox image');
+    .option('--image <ref>', 'sandbox image')
+    .option(
+      '--writable-root <PATH[:BYTES]>',
+      "a writable root of the lease's own, starting with the image's content there, where the policy allows (repeatable)",
+      collect,
+    );
 
 leaseOptions(program.command('run'))
   .description('lease a sandbox, upload, run CMD, stream its output, print the receipt, download, release')
@@ -189,6 +204,7 @@ leaseOptions(program.command('run'))
       ...(opts.image ? { image: opts.image } : {}),
       ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       ...(secretRequests(opts.secret, opts.secretFile) ? { secrets: secretRequests(opts.secret, opts.secretFile) } : {}),
+      ...(writableRootsOf(opts.writableRoot) ? { writableRoots: writableRootsOf(opts.writableRoot) } : {}),
     });
     const interrupted = new AbortController();
     const onSignal = (): void => {
@@ -255,6 +271,7 @@ leaseOptions(program.command('lease'))
       ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       ...(pairs(opts.label, '--label') ? { labels: pairs(opts.label, '--label') } : {}),
       ...(secretRequests(opts.secret, opts.secretFile) ? { secrets: secretRequests(opts.secret, opts.secretFile) } : {}),
+      ...(writableRootsOf(opts.writableRoot) ? { writableRoots: writableRootsOf(opts.writableRoot) } : {}),
     });
     process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id}\n`);
   });

@@ -31,6 +31,12 @@ export interface CreateSandboxOptions {
   labels?: Record<string, string>;
   /** Stored secrets for the lease's calls: `env` (default: the name) and/or `file` (in /run/secrets). */
   secrets?: Array<{ name: string; env?: string; file?: string }>;
+  /**
+   * Writable roots of the lease's own (e.g. `[{ path: '/testbed' }]`), within the policy's
+   * `filesystem.leaseWritableRoots`; each starts with the image's content there, writable by the
+   * tool user. `sizeBytes` default: the policy's largest within its memory.
+   */
+  writableRoots?: Array<{ path: string; sizeBytes?: number }>;
   /** The same key and body return the same sandbox (per tenant); another body is `lease.idempotency_conflict`. */
   idempotencyKey?: string;
 }

@@ -107,7 +107,14 @@ export class DockerRuntime implements SandboxRuntime {
           ReadonlyRootfs: spec.readOnlyRoot,
           Tmpfs: spec.tmpfs,
           Mounts: [
-            ...spec.volumes.map((v) => ({ Type: 'volume' as const, Source: v.name, Target: v.mountPath })),
+            // NoCopy: the engine's copy-up fills a tmpfs volume only to unmount it again (its
+            // content is lost); seed-roots.ts copies the image's content once the container runs.
+            ...spec.volumes.map((v) => ({
+              Type: 'volume' as const,
+              Source: v.name,
+              Target: v.mountPath,
+              VolumeOptions: { NoCopy: true } as Docker.MountSettings['VolumeOptions'],
+            })),
             ...spec.readOnlyBinds.map((b) => ({ Type: 'bind' as const, Source: b.hostPath, Target: b.containerPath, ReadOnly: true })),
           ],
           Runtime: spec.ociRuntime,

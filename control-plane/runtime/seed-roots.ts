@@ -159,7 +159,7 @@ async function extractInSandbox(
   if (exitCode === 0) return;
   const stderr = Buffer.concat(stderrChunks).toString('utf8').trim();
   const reason = stderr.split('\n').find((l) => l.trim()) ?? `tar exited ${exitCode}`;
-  if (/No space left on device/.test(stderr)) {
+  if (/No space left on device|Wrote only \d+ of \d+ bytes/.test(stderr)) {
     throw new AppError(
       'lease.writable_root_full',
       `the image's content at ${root.path} does not fit the writable root's ${root.sizeBytes} bytes`,
