@@ -52,6 +52,11 @@ export interface CompileInput {
   /** OCI runtimes the engine offers. */
   ociRuntimes: readonly string[];
   labels: Record<string, string>;
+  /**
+   * A lease started from a snapshot: the writable roots at `paths` start with what the snapshot
+   * captured, kept in its image under `prefix` + path (whatever their `fromImage`).
+   */
+  seedFrom?: { prefix: string; paths: readonly string[] };
 }
 
 export function compileSandboxSpec(input: CompileInput): SandboxSpec {
@@ -163,7 +168,11 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     memoryBytes: policy.resources.memoryBytes,
     pidsLimit: policy.resources.pids,
     openFiles: policy.resources.openFiles,
-    seedRoots: policy.filesystem.writableRoots.filter((r) => r.fromImage).map((r) => ({ path: r.path, sizeBytes: r.sizeBytes })),
+    seedRoots: policy.filesystem.writableRoots.flatMap((r) => {
+      if (input.seedFrom?.paths.includes(r.path))
+        return [{ path: r.path, sizeBytes: r.sizeBytes, from: `${input.seedFrom.prefix}${r.path}` }];
+      return r.fromImage ? [{ path: r.path, sizeBytes: r.sizeBytes }] : [];
+    }),
     seedUser: { uid: user.uid, gid: user.gid },
   };
 }

@@ -207,8 +207,8 @@ export class DockerRuntime implements SandboxRuntime {
     const owned = new Map<string, OwnedSandbox>();
     for (const c of containers) {
       const leaseId = c.Labels?.[LABEL.lease];
-      // A create's seed container (never started) counts like a volume: the lease's own container wins.
-      if (leaseId && c.Labels?.[LABEL.role] === 'seed') {
+      // A helper container (a create's seed source, a snapshot's staging; never started) counts like a volume.
+      if (leaseId && c.Labels?.[LABEL.role]) {
         if (!owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false });
       } else if (leaseId) owned.set(leaseId, { leaseId, containerId: c.Id, running: c.State === 'running' });
     }

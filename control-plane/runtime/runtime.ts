@@ -48,9 +48,11 @@ export interface SandboxSpec {
   /**
    * Writable roots (volume or tmpfs, already in `volumes`/`tmpfs`) that start with the image's
    * content at their path, copied in once the container runs, owned by `seedUser` (the tool
-   * user). A root whose content does not fit its `sizeBytes` fails the start.
+   * user). A root whose content does not fit its `sizeBytes` fails the start. `from`: where in
+   * the image the content is read (a snapshot keeps each root's under `/.sbx-snapshot/roots`);
+   * default `path`.
    */
-  seedRoots: Array<{ path: string; sizeBytes: number }>;
+  seedRoots: Array<{ path: string; sizeBytes: number; from?: string }>;
   seedUser: RunAs;
 }
 
@@ -136,7 +138,10 @@ export const LABEL = {
   installation: 'sbx.installation',
   version: 'sbx.version',
   policy: 'sbx.policy',
-  /** `seed` on the never-started container a create reads the image's content through (seed-roots.ts). */
+  /**
+   * On helper containers that are never started: `seed` (a create reads the image's content
+   * through it, seed-roots.ts), `snapshot` (a snapshot's staging container).
+   */
   role: 'sbx.role',
 } as const;
 

@@ -53,14 +53,20 @@ export async function seedWritableRoots(docker: Docker, spec: SandboxSpec): Prom
     for (const root of spec.seedRoots) {
       let archive: Readable;
       try {
-        archive = (await source.getArchive({ path: root.path })) as unknown as Readable;
+        archive = (await source.getArchive({ path: root.from ?? root.path })) as unknown as Readable;
       } catch (err) {
         if (statusOf(err) === 404) continue; // the image has nothing at this path
         throw err;
       }
       const head = await readHead(archive, EMPTY_DIR_ARCHIVE_MAX_BYTES + 1);
       if (head.ended && entryCount(head.bytes) <= 1) continue;
-      await extractInSandbox(docker, spec, root, head.bytes, head.ended ? null : archive);
+      try {
+        await extractInSandbox(docker, spec, root, head.bytes, head.ended ? null : archive);
+      } catch (err) {
+        // The sandbox's agent died meanwhile: the caller reports that (with its last words), not the copy.
+        if (!(await isRunning(docker, spec.name))) return seeded;
+        throw err;
+      }
       seeded.push(root.path);
     }
     return seeded;
@@ -115,7 +121,7 @@ function entryCount(tar: Buffer): number {
 async function extractInSandbox(
   docker: Docker,
   spec: SandboxSpec,
-  root: { path: string; sizeBytes: number },
+  root: SandboxSpec['seedRoots'][number],
   head: Buffer,
   rest: Readable | null,
 ): Promise<void> {
@@ -169,6 +175,15 @@ async function extractInSandbox(
   throw new AppError('lease.create_failed', `copying the image's content into the writable root ${root.path} failed: ${reason}`, {
     details: { path: root.path, stderr: stderr.slice(0, 2000) },
   });
+}
+
+async function isRunning(docker: Docker, name: string): Promise<boolean> {
+  try {
+    const info = (await docker.getContainer(name).inspect()) as { State?: { Running?: boolean } };
+    return info.State?.Running === true;
+  } catch {
+    return false;
+  }
 }
 
 function statusOf(err: unknown): number | undefined {
