@@ -152,7 +152,23 @@ export const ERROR_CODES = {
     status: 429,
     retryability: 'after_fix',
     summary:
-      'The lease would take its tenant over a quota (`details`: `tenant`, `resource` = `sandboxes`, `cpus` or `memoryBytes`, `limit`, `used`, `requested`); nothing was created. Release sandboxes, or ask an admin to raise the quota (`PUT /v1/tenants/:tenant/quota`).',
+      'The lease would take its tenant over a quota (`details`: `tenant`, `resource` = `sandboxes`, `cpus`, `memoryBytes` or `snapshotBytes`, `limit`, `used`, `requested`); nothing was created. Release sandboxes, or ask an admin to raise the quota (`PUT /v1/tenants/:tenant/quota`).',
+  },
+  'snapshot.not_found': {
+    status: 404,
+    retryability: 'no',
+    summary: 'No snapshot with this id exists, it expired or was deleted, or it belongs to another tenant (a user key is not told which).',
+  },
+  'snapshot.in_use': {
+    status: 409,
+    retryability: 'after_fix',
+    summary: 'The snapshot cannot be deleted while a sandbox started from it is running (`details.leases`); release them first.',
+  },
+  'snapshot.capture_failed': {
+    status: 422,
+    retryability: 'after_fix',
+    summary:
+      'The sandbox could not be captured (a file in a writable root the tool user cannot read, or the engine refused; `details.path`, `details.stderr`); nothing was kept, the sandbox runs on.',
   },
   'call.not_found': { status: 404, retryability: 'no', summary: 'No call with this id exists in this sandbox.' },
   'call.id_conflict': { status: 409, retryability: 'after_fix', summary: 'The callId was used before with different tool or arguments.' },

@@ -73,6 +73,8 @@ export const EnvironmentManifest = SandboxFacts.extend({
   env: z.object({ keys: z.array(z.string()), digest: Digest }),
   /** Names of the secrets granted to the lease, sorted; never values nor digests of values. */
   secretRefs: z.array(z.string()),
+  /** The snapshot the sandbox started from (its id, image digest and the lease it was taken of), else null. */
+  snapshot: z.object({ id: z.string(), digest: z.string(), parentLeaseId: z.string() }).nullable().default(null),
   /** Every writable root, in mount order; manifests stored before this field existed read as []. */
   writableRoots: z.array(WritableRootEntry).default([]),
   createdAt: Timestamp,

@@ -35,6 +35,8 @@ import type { QuotaService } from './quotas/service.js';
 import type { Notifier } from './redis/notifier.js';
 import type { SandboxRuntime } from './runtime/runtime.js';
 import { secretsRoutes } from './secrets/routes.js';
+import { snapshotsRoutes } from './snapshots/routes.js';
+import type { SnapshotService } from './snapshots/service.js';
 import type { SecretService } from './secrets/service.js';
 
 export interface AppDeps {
@@ -55,6 +57,7 @@ export interface AppDeps {
   artifacts: ArtifactStore;
   secrets: SecretService;
   quotas: QuotaService;
+  snapshots: SnapshotService;
   /** Rendered by the public `GET /metrics`. */
   metrics: Metrics;
   /** Resolves when Redis answers; rejects otherwise. */
@@ -121,6 +124,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(auditRoutes, { audit: deps.audit });
   await app.register(secretsRoutes, { secrets: deps.secrets });
   await app.register(quotasRoutes, { quotas: deps.quotas });
+  await app.register(snapshotsRoutes, { snapshots: deps.snapshots });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   await app.register(consoleRoutes, { consoleDir: deps.consoleDir });
   await app.register(filesRoutes, { runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });

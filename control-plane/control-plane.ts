@@ -5,6 +5,8 @@
  * calls) is joined here, not inside a domain. Used by main.ts and by the integration tests, so
  * both run the same assembly.
  */
+import { SnapshotService } from './snapshots/service.js';
+import { SnapshotStore } from './snapshots/store.js';
 import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { TERMINAL_LEASE_STATUSES } from '../contract/objects.js';
@@ -185,6 +187,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       quotas,
       metrics,
       ...(pools ? { pools } : {}),
+      // Resolved late: the snapshot service needs the lease service it is made after.
+      snapshots: { source: (id, by) => snapshots.source(id, by) },
       onLost,
       now,
       log,
@@ -201,9 +205,28 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       protectedHostPaths: [config.dataDir, config.dockerSocket, dirname(config.agentRedisSocket)],
     },
   );
+  const snapshots: SnapshotService = new SnapshotService({
+    store: new SnapshotStore(redis, config.redisPrefix),
+    runtime,
+    leases: {
+      visible: (id, by) => leases.visible(id, by),
+      create: (body, by) => leases.create(body, by),
+      release: (id, by) => leases.release(id, by),
+      using: async (imageRef) =>
+        (await leaseStore.listLeases()).filter((l) => l.image === imageRef && !TERMINAL_LEASE_STATUSES.has(l.status)).map((l) => l.id),
+    },
+    openCalls: (leaseId) => callStore.openCalls(leaseId),
+    quotas,
+    audit,
+    ownership,
+    settings: config.snapshots,
+    now,
+    log,
+  });
   const app = await buildApp({
     log,
     apiKey,
+    snapshots,
     lookupPrincipal: (sha256) => apiKeys.lookup(sha256),
     apiKeys,
     policies,
@@ -274,6 +297,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       if (pools) every(poolIntervalMs, 'warm pools', () => pools.maintain());
       // Artifact files whose records expired, and parts abandoned for a day.
       every(10 * 60_000, 'artifact sweep', () => artifacts.sweep(24 * 3600_000));
+      // Snapshots past their retention, unless a sandbox started from one still runs.
+      every(60_000, 'snapshot expiry', () => snapshots.sweep());
       return outcome;
     },
     async close() {

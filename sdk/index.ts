@@ -22,3 +22,4 @@ export type { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileD
 export type { CallEvent } from '../contract/events.js';
 export type { ErrorCode, ErrorInfo, Retryability } from '../contract/errors.js';
 export type { CallView, EffectReceipt, Lease, ToolResult } from '../contract/objects.js';
+export type { Snapshot } from '../contract/snapshots.js';

@@ -23,6 +23,7 @@ import type { LeaseMachineEvent } from './machine.js';
 import type { LeasePlan, LeasePlanner } from './plan.js';
 import type { Provisioner } from './provision.js';
 import type { CreateSandboxBody } from './schema.js';
+import type { SnapshotSource } from '../snapshots/schema.js';
 import { toView, type LeaseRecord, type LeaseStore } from './store.js';
 import type { Teardown } from './teardown.js';
 import type { LeaseTransitions } from './transitions.js';
@@ -44,6 +45,8 @@ export interface CreatorDeps {
   audit: Pick<AuditLog, 'record'>;
   metrics: LeaseMetrics;
   pools?: Pick<WarmPools, 'claim' | 'settle'>;
+  /** Resolves `snapshot` of a create body for its tenant (throws `snapshot.not_found`); none: snapshots are refused. */
+  snapshots?: { source(id: string, by: Principal): Promise<SnapshotSource> };
   now: () => Date;
   log: Logger;
 }
@@ -87,11 +90,25 @@ export class LeaseCreator {
     }
   }
 
-  private async createNew(id: string, body: CreateSandboxBody, by: Principal): Promise<Lease> {
-    const plan = await this.deps.planner.plan(id, body);
+  private async createNew(id: string, asked: CreateSandboxBody, by: Principal): Promise<Lease> {
+    let body = asked;
+    let from: SnapshotSource | undefined;
+    if (asked.snapshot !== undefined) {
+      if (!this.deps.snapshots)
+        throw new AppError('snapshot.not_found', `no snapshot ${asked.snapshot}`, { details: { id: asked.snapshot } });
+      from = await this.deps.snapshots.source(asked.snapshot, by);
+      body = {
+        ...asked,
+        image: from.imageRef,
+        policy: asked.policy ?? { name: from.policy.name, version: from.policy.version },
+        writableRoots: asked.writableRoots ?? from.leaseRoots,
+      };
+    }
+    const plan = await this.deps.planner.plan(id, body, from);
+    plan.snapshot = from ? { id: from.id, digest: from.digest, parentLeaseId: from.parentLeaseId } : null;
     try {
       // A pooled sandbox was started without the lease's own writable roots: none fits such a lease.
-      const warm = (body.writableRoots ?? []).length > 0 ? undefined : await this.deps.pools?.claim(plan.ref, plan.image);
+      const warm = (body.writableRoots ?? []).length > 0 || from ? undefined : await this.deps.pools?.claim(plan.ref, plan.image);
       if (warm) {
         try {
           return await this.make(warm.id, plan, body, by, warm);
@@ -170,6 +187,7 @@ export class LeaseCreator {
         },
         env: plan.env,
         secretRefs: plan.grants.map((g) => g.name),
+        snapshot: plan.snapshot ?? null,
         writableRoots: plan.roots.map((r) => ({ ...r, fromImage: r.fromImage && (launched.seededPaths ?? []).includes(r.path) })),
         createdAt,
       });

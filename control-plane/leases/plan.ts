@@ -11,7 +11,8 @@ import type { SecretGrant } from '../../contract/queue.js';
 import { compileSandboxSpec, type CompileInput } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
 import type { PolicyService } from '../policies/service.js';
-import type { Ownership, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
+import { SNAPSHOT_ROOTS_PREFIX, type Ownership, type SandboxRuntime, type SandboxSpec } from '../runtime/runtime.js';
+import type { SnapshotSource } from '../snapshots/schema.js';
 import type { SecretService } from '../secrets/service.js';
 import type { CreateSandboxBody, SecretRequest } from './schema.js';
 import { withLeaseRoots } from './writable-roots.js';
@@ -22,6 +23,8 @@ export interface LeasePlan {
   policy: Policy;
   /** Every writable root (`fromImage`: asked to start with the image's content), for the manifest. */
   roots: WritableRootEntry[];
+  /** The snapshot the lease starts from (set by the create), for the manifest. */
+  snapshot?: { id: string; digest: string; parentLeaseId: string } | null;
   ref: PolicyRef;
   ttlSeconds: number;
   env: Record<string, string>;
@@ -70,14 +73,15 @@ export class LeasePlanner {
   ) {}
 
   /**
-   * Plans lease `id` from `body`. Throws `policy.not_found`, `policy.unenforceable`,
+   * Plans lease `id` from `body` (with `from`: a snapshot, whose captured roots seed the lease's;
+   * the caller put its image, policy and roots into `body`). Throws `policy.not_found`, `policy.unenforceable`,
    * `lease.ttl_exceeds_policy`, `input.invalid` (env names the policy does not allow),
    * `policy.secret_denied`, `secret.not_found`, `secret.unreadable`,
    * `policy.mount_not_allowed`, `runtime.image_not_found`, `runtime.unavailable`, and for
    * `writableRoots` what `withLeaseRoots` throws (`lease.writable_root_invalid`,
    * `policy.writable_root_denied`, `lease.writable_root_too_large`).
    */
-  async plan(id: string, body: CreateSandboxBody): Promise<LeasePlan> {
+  async plan(id: string, body: CreateSandboxBody, from?: SnapshotSource): Promise<LeasePlan> {
     const { runtime, policies } = this.deps;
     const policyName = typeof body.policy === 'string' ? body.policy : (body.policy?.name ?? 'default');
     const policyVersion = typeof body.policy === 'object' ? body.policy.version : undefined;
@@ -126,6 +130,7 @@ export class LeasePlanner {
       mounts: await resolveMounts(policy, this.options.mountAllowlist, this.options.protectedHostPaths),
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
+      ...(from ? { seedFrom: { prefix: SNAPSHOT_ROOTS_PREFIX, paths: from.capturedRoots } } : {}),
     });
     return { policy, roots, ref, ttlSeconds, env, grants, values, image, imageId, engineVersion: info.engineVersion, spec };
   }

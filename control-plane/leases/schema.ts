@@ -44,6 +44,14 @@ export const CreateSandboxBody = z
   .object({
     /** Image reference; default the sandbox image built from images/. */
     image: z.string().min(1).max(256).optional(),
+    /**
+     * A snapshot of the tenant's (`snap_…`) to start from: its image, policy version (unless
+     * `policy` names one) and writable roots with their captured content. Not with `image`.
+     */
+    snapshot: z
+      .string()
+      .regex(/^[A-Za-z0-9_-]{1,128}$/)
+      .optional(),
     /** Policy name (latest version) or `{name, version}`. Default `default`. */
     policy: z
       .union([z.string().min(1), z.object({ name: z.string().min(1), version: z.number().int().positive().optional() }).strict()])
@@ -82,6 +90,7 @@ export const CreateSandboxBody = z
       .optional(),
   })
   .strict()
+  .refine((b) => b.snapshot === undefined || b.image === undefined, { message: 'give image or snapshot, not both', path: ['snapshot'] })
   .meta({
     examples: [
       {},

@@ -24,6 +24,7 @@ import type { QuotaService } from '../quotas/service.js';
 import type { DurableTimers, TimerOutcome } from '../redis/timers.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
+import type { SnapshotSource } from '../snapshots/schema.js';
 import { LeaseCreator } from './create.js';
 import { LeaseEnder } from './ending.js';
 import { checkUsable } from './machine.js';
@@ -83,6 +84,8 @@ export interface LeaseServiceDeps {
   metrics: LeaseMetrics;
   /** Warm pools a lease may claim a started sandbox from (none: every lease starts cold). */
   pools?: Pick<WarmPools, 'claim' | 'owns' | 'settle'>;
+  /** Resolves the `snapshot` of a create body for its tenant (snapshots/); none: such creates are refused. */
+  snapshots?: { source(id: string, by: Principal): Promise<SnapshotSource> };
   /** Told when reconcile has decided a lease is lost (`ReconcilerDeps.onLost`). */
   onLost?: (leaseId: string) => void;
   now: () => Date;

@@ -18,6 +18,8 @@ export interface ManifestInput {
   secretRefs: string[];
   /** The sandbox's writable roots (policy's and lease's), `fromImage` as the create found it. */
   writableRoots?: WritableRootEntry[];
+  /** The snapshot the sandbox started from. */
+  snapshot?: { id: string; digest: string; parentLeaseId: string } | null;
   createdAt: Date;
 }
 
@@ -31,6 +33,7 @@ export function buildManifest(input: ManifestInput): EnvironmentManifest {
     network: input.network,
     env: { keys: Object.keys(input.env).sort(), digest: digestOf(input.env) },
     secretRefs: [...input.secretRefs].sort(),
+    snapshot: input.snapshot ?? null,
     writableRoots: input.writableRoots ?? [],
     createdAt: input.createdAt.toISOString(),
   };

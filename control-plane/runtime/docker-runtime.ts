@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { seedWritableRoots } from './seed-roots.js';
+import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
 import { REFUSE_OUTSIDE, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
 import {
   LABEL,
@@ -21,7 +22,9 @@ import {
   type RunAs,
   type RuntimeInfo,
   type SandboxRuntime,
+  type CapturedImage,
   type SandboxSpec,
+  type SnapshotCapture,
   type Started,
 } from './runtime.js';
 
@@ -38,6 +41,8 @@ const VolumeList = z.object({
 const Labelled = z.object({ Labels: z.record(z.string(), z.string()).nullable().default({}) });
 const OwnedVolumeList = z.object({ Volumes: z.array(Labelled).nullable().default([]) });
 const OwnedNetworkList = z.array(Labelled);
+
+const NO_COPY = { NoCopy: true } as Docker.MountSettings['VolumeOptions'];
 
 export class DockerRuntime implements SandboxRuntime {
   private readonly docker: Docker;
@@ -107,14 +112,8 @@ export class DockerRuntime implements SandboxRuntime {
           ReadonlyRootfs: spec.readOnlyRoot,
           Tmpfs: spec.tmpfs,
           Mounts: [
-            // NoCopy: the engine's copy-up fills a tmpfs volume only to unmount it again (its
-            // content is lost); seed-roots.ts copies the image's content once the container runs.
-            ...spec.volumes.map((v) => ({
-              Type: 'volume' as const,
-              Source: v.name,
-              Target: v.mountPath,
-              VolumeOptions: { NoCopy: true } as Docker.MountSettings['VolumeOptions'],
-            })),
+            // NoCopy: the engine's copy-up of a tmpfs volume is lost anyway (seed-roots.ts copies instead).
+            ...spec.volumes.map((v) => ({ Type: 'volume' as const, Source: v.name, Target: v.mountPath, VolumeOptions: NO_COPY })),
             ...spec.readOnlyBinds.map((b) => ({ Type: 'bind' as const, Source: b.hostPath, Target: b.containerPath, ReadOnly: true })),
           ],
           Runtime: spec.ociRuntime,
@@ -313,6 +312,14 @@ export class DockerRuntime implements SandboxRuntime {
       });
     });
     return { stdout, done };
+  }
+
+  snapshot(capture: SnapshotCapture): Promise<CapturedImage> {
+    return captureSnapshot(this.docker, capture);
+  }
+
+  removeSnapshot(ref: string): Promise<void> {
+    return removeSnapshotImage(this.docker, ref);
   }
 
   private async call<T>(what: string, fn: () => Promise<T>): Promise<T> {

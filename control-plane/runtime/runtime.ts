@@ -62,6 +62,30 @@ export interface Started {
   seededPaths: string[];
 }
 
+/** Where a snapshot image keeps the content of each writable root (`<prefix><root path>`; snapshot-image.ts). */
+export const SNAPSHOT_ROOTS_PREFIX = '/.sbx-snapshot/roots';
+
+/** What `snapshot` needs: whose sandbox, which writable roots, as whom, and the image's labels. */
+export interface SnapshotCapture {
+  leaseId: string;
+  ownership: Ownership;
+  /** Writable roots to capture (absolute paths). */
+  roots: readonly string[];
+  /** Who archives the roots in the sandbox (the tool user). */
+  user: RunAs;
+  /** Labels of the snapshot image (`sbx.snapshot.*`). */
+  labels: Record<string, string>;
+}
+
+export interface CapturedImage {
+  /** `sbx-snapshot:<hex>`. */
+  ref: string;
+  /** The image id, `sha256:…`. */
+  imageId: string;
+  /** Bytes the snapshot adds to the image it was leased from (its own layers). */
+  sizeBytes: number;
+}
+
 /** The numeric identity a transfer runs as inside the sandbox. */
 export interface RunAs {
   uid: number;
@@ -125,6 +149,13 @@ export interface SandboxRuntime {
    * Throws as `extractTar`.
    */
   createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable>;
+  /**
+   * Captures the lease's sandbox as a snapshot image (its changed files and every writable root;
+   * see snapshot-image.ts), while it keeps running. Throws `snapshot.capture_failed`, `lease.not_ready`.
+   */
+  snapshot(capture: SnapshotCapture): Promise<CapturedImage>;
+  /** Removes a snapshot image by its ref; absence is success. Throws `snapshot.in_use` while a container uses it. */
+  removeSnapshot(ref: string): Promise<void>;
 }
 
 /**
