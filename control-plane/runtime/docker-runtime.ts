@@ -209,7 +209,7 @@ export class DockerRuntime implements SandboxRuntime {
       // A helper container (a create's seed source, a snapshot's staging; never started) counts like a volume.
       if (leaseId && c.Labels?.[LABEL.role]) {
         if (!owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false });
-      } else if (leaseId) owned.set(leaseId, { leaseId, containerId: c.Id, running: c.State === 'running' });
+      } else if (leaseId) owned.set(leaseId, { leaseId, containerId: c.Id, running: c.State === 'running' || c.State === 'paused' });
     }
     for (const r of [...volumes, ...networks]) {
       const leaseId = r.Labels?.[LABEL.lease];

@@ -99,6 +99,7 @@ export interface RunAs {
 export interface OwnedSandbox {
   leaseId: string;
   containerId: string | null;
+  /** The container is alive: running, or paused (a snapshot's commit pauses it for a moment). */
   running: boolean;
 }
 

@@ -48,11 +48,14 @@ async function capture(docker: Docker, spec: SnapshotCapture): Promise<CapturedI
   }
   if (!base.State.Running) throw new AppError('lease.not_ready', `sandbox ${spec.leaseId} is not running`);
   const committed = (await container.commit({ pause: true })) as { Id: string };
+  // Never started; its command is the sandbox's, since the commit of it makes the snapshot's config.
+  const config = ((await docker.getImage(committed.Id).inspect()) as { Config?: { Entrypoint?: string[] | null; Cmd?: string[] | null } })
+    .Config;
+  const command = (config?.Entrypoint?.length ?? 0) + (config?.Cmd?.length ?? 0) > 0;
   const staging = await docker.createContainer({
     Image: committed.Id,
     name: `sbx-${spec.leaseId}-snap-${Date.now().toString(36)}`,
-    Entrypoint: ['/nonexistent/sbx-snapshot-staging'],
-    Cmd: [],
+    ...(command ? {} : { Entrypoint: ['/nonexistent/sbx-snapshot-staging'] }),
     Labels: { [LABEL.lease]: spec.leaseId, [LABEL.role]: 'snapshot', ...ownershipLabels(spec.ownership) },
     NetworkDisabled: true,
     HostConfig: { NetworkMode: 'none' },
