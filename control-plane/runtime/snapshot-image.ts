@@ -62,7 +62,8 @@ async function capture(docker: Docker, spec: SnapshotCapture): Promise<CapturedI
   });
   try {
     for (const root of spec.roots) await copyRoot(docker, spec, root, staging);
-    const changes = `LABEL ${Object.entries(spec.labels)
+    // The staging container's role label would pass to every sandbox of the snapshot: emptied.
+    const changes = `LABEL ${Object.entries({ ...spec.labels, [LABEL.role]: '' })
       .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
       .join(' ')}`;
     const image = (await staging.commit({ pause: false, changes })) as { Id: string };
