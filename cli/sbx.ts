@@ -7,6 +7,8 @@
  *   sbx exec ID [options] -- CMD...  run a command in a leased sandbox
  *   sbx release ID [--grace-ms MS]   release a sandbox (running calls cancelled after the grace)
  *   sbx renew ID --ttl S             move a sandbox's expiry to now + S seconds
+ *   sbx snapshot ID [--ttl S]        snapshot a running sandbox's filesystem
+ *   sbx fork SNAP --count N          start N sandboxes from a snapshot
  *   sbx events ID                    a sandbox's status transitions
  *   sbx ls                           list sandboxes
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
@@ -176,6 +178,7 @@ const leaseOptions = (cmd: Command): Command =>
     )
     .option('--secret-file <NAME=PATH>', 'a stored secret as a file PATH in /run/secrets while a call that asks runs (repeatable)', collect)
     .option('--image <ref>', 'sandbox image')
+    .option('--snapshot <id>', 'start from this snapshot (its image, policy and writable roots)')
     .option(
       '--writable-root <PATH[:BYTES]>',
       "a writable root of the lease's own, starting with the image's content there, where the policy allows (repeatable)",
@@ -202,6 +205,7 @@ leaseOptions(program.command('run'))
       policy: opts.policy,
       ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}),
       ...(opts.image ? { image: opts.image } : {}),
+      ...(opts.snapshot ? { snapshot: opts.snapshot } : {}),
       ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       ...(secretRequests(opts.secret, opts.secretFile) ? { secrets: secretRequests(opts.secret, opts.secretFile) } : {}),
       ...(writableRootsOf(opts.writableRoot) ? { writableRoots: writableRootsOf(opts.writableRoot) } : {}),
@@ -268,6 +272,7 @@ leaseOptions(program.command('lease'))
       policy: opts.policy,
       ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}),
       ...(opts.image ? { image: opts.image } : {}),
+      ...(opts.snapshot ? { snapshot: opts.snapshot } : {}),
       ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       ...(pairs(opts.label, '--label') ? { labels: pairs(opts.label, '--label') } : {}),
       ...(secretRequests(opts.secret, opts.secretFile) ? { secrets: secretRequests(opts.secret, opts.secretFile) } : {}),
@@ -313,6 +318,35 @@ program
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
     const lease = await connect(connection(global)).renewSandbox(id, opts.ttl);
     process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id} ${lease.status} expires ${lease.expiresAt}\n`);
+  });
+
+program
+  .command('snapshot')
+  .description("snapshot a running sandbox's filesystem (changed files and every writable root); prints the snapshot id")
+  .argument('<id>')
+  .addOption(
+    new Option('--ttl <seconds>', 'keep the snapshot this long (default and maximum: SBX_SNAPSHOT_TTL_SECONDS)').argParser(positiveInt),
+  )
+  .action(async (id: string, opts: { ttl?: number }) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const snapshot = await connect(connection(global)).snapshotSandbox(id, opts.ttl ? { ttlSeconds: opts.ttl } : {});
+    process.stdout.write(
+      global.json
+        ? `${JSON.stringify(snapshot, null, 2)}\n`
+        : `${snapshot.id} ${snapshot.sizeBytes} bytes, ${snapshot.inFlightCalls.length} calls in flight not waited for\n`,
+    );
+  });
+
+program
+  .command('fork')
+  .description('start --count independent sandboxes from a snapshot (all or none); prints their ids')
+  .argument('<snapshot>')
+  .addOption(new Option('--count <n>', 'how many sandboxes').argParser(positiveInt).default(1))
+  .addOption(new Option('--ttl <seconds>', 'lease TTL in seconds').argParser(positiveInt))
+  .action(async (snapshot: string, opts: { count: number; ttl?: number }) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const leases = await connect(connection(global)).fork(snapshot, { count: opts.count, ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}) });
+    process.stdout.write(global.json ? `${JSON.stringify(leases, null, 2)}\n` : leases.map((l) => `${l.id}\n`).join(''));
   });
 
 program

@@ -100,7 +100,7 @@ describe('OpenAPI document', () => {
         }
       }
     }
-    // The examples the schemas carry: leases, calls, keys, quotas, secrets.
+    // The examples the schemas carry: leases, calls, keys, quotas, secrets, snapshots.
     expect(new Set(checked)).toEqual(
       new Set([
         'post /v1/sandboxes',
@@ -108,6 +108,8 @@ describe('OpenAPI document', () => {
         'post /v1/api-keys',
         'put /v1/tenants/{tenant}/quota',
         'put /v1/secrets/{name}',
+        'post /v1/sandboxes/{id}/snapshots',
+        'post /v1/snapshots/{id}/fork',
       ]),
     );
   });
