@@ -17,6 +17,7 @@ import { BenchContext } from './context.js';
 import { density } from './figures/density.js';
 import { execRoundTrip } from './figures/exec-rtt.js';
 import { filesReadWrite } from './figures/files-rw.js';
+import { forkOfN } from './figures/fork.js';
 import { leaseCold } from './figures/lease-cold.js';
 import { leaseWarm, WARM_POLICY } from './figures/lease-warm.js';
 import { stdoutStream } from './figures/stdout-stream.js';
@@ -37,6 +38,7 @@ export const FIGURES: ReadonlyArray<{ id: string; run: (ctx: BenchContext) => Pr
   { id: 'files-rw', run: filesReadWrite },
   { id: 'upload', run: uploadTree },
   { id: 'density', run: density },
+  { id: 'fork', run: forkOfN },
 ];
 
 /** The checkout (this file is dist/bench/run.js or bench/run.ts). */
