@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What one integration-test run left behind: containers, volumes and networks whose sbx.owner
+# What one integration-test run left behind: containers, volumes, networks and snapshot images whose sbx.owner
 # label starts with sbx-test-<run>- (test/fixtures/run.ts names every test owner so), and
 # processes the tests started that still run (found by SBX_TEST_RUN=<run> in their environment,
 # which every process a test worker starts inherits: child control planes, sbx mcp, a private
@@ -19,13 +19,19 @@ run="${1:-}"
 [[ "$run" =~ ^[0-9a-f]{8}$ ]] || { echo "usage: $0 [--remove] RUN (8 hex characters, the run's SBX_TEST_RUN)" >&2; exit 2; }
 prefix="sbx-test-$run-"
 
-# kind: container | volume | network. Prints "ID OWNER" of each object of this run.
+# kind: container | volume | network | image. Prints "ID OWNER" of each object of this run.
 objects() {
   local kind="$1" format
   case "$kind" in
     container) format='{{.ID}} {{.Label "sbx.owner"}}'; docker ps -a --filter label=sbx.owner --format "$format" ;;
     volume) format='{{.Name}} {{.Label "sbx.owner"}}'; docker volume ls --filter label=sbx.owner --format "$format" ;;
     network) format='{{.ID}} {{.Label "sbx.owner"}}'; docker network ls --filter label=sbx.owner --format "$format" ;;
+    # Snapshot images (sbx-snapshot:<hex>) carry the owner label of the sandbox they were taken of.
+    image)
+      local ids
+      ids="$(docker images --filter reference='sbx-snapshot:*' --filter label=sbx.owner -q | sort -u)"
+      [[ -z "$ids" ]] || docker image inspect --format '{{.Id}} {{index .Config.Labels "sbx.owner"}}' $ids
+      ;;
   esac | awk -v p="$prefix" 'index($2, p) == 1'
 }
 
@@ -62,12 +68,14 @@ if ((remove)); then
   [[ -z "$volumes" ]] || docker volume rm -f $volumes >/dev/null 2>&1 || true
   networks="$(objects network | awk '{print $1}')"
   [[ -z "$networks" ]] || docker network rm $networks >/dev/null 2>&1 || true
+  images="$(objects image | awk '{print $1}')"
+  [[ -z "$images" ]] || docker rmi -f $images >/dev/null 2>&1 || true
   pids="$(processes | awk '{print $1}')"
   [[ -z "$pids" ]] || kill -KILL $pids 2>/dev/null || true
 fi
 
 found=0
-for kind in container volume network; do
+for kind in container volume network image; do
   while read -r id owner; do
     [[ -n "$id" ]] || continue
     echo "leftover $kind $id (sbx.owner=$owner)"
