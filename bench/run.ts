@@ -19,6 +19,7 @@ import { execRoundTrip } from './figures/exec-rtt.js';
 import { filesReadWrite } from './figures/files-rw.js';
 import { leaseByo } from './figures/lease-byo.js';
 import { leaseByoImage } from './figures/lease-byo-image.js';
+import { forkOfN } from './figures/fork.js';
 import { leaseCold } from './figures/lease-cold.js';
 import { leaseWarm, WARM_POLICY } from './figures/lease-warm.js';
 import { pauseResume } from './figures/pause-resume.js';
@@ -43,6 +44,7 @@ export const FIGURES: ReadonlyArray<{ id: string; run: (ctx: BenchContext) => Pr
   { id: 'upload', run: uploadTree },
   { id: 'density', run: density },
   { id: 'pause-resume', run: pauseResume },
+  { id: 'fork', run: forkOfN },
 ];
 
 /** The checkout (this file is dist/bench/run.js or bench/run.ts). */

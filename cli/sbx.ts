@@ -8,6 +8,8 @@
  *   sbx release ID [--grace-ms MS]   release a sandbox (running calls cancelled after the grace)
  *   sbx renew ID --ttl S             move a sandbox's expiry to now + S seconds
  *   sbx pause ID | sbx resume ID     freeze every process of a sandbox (its TTL stops), and thaw it
+ *   sbx snapshot ID [--ttl S]        snapshot a running sandbox's filesystem
+ *   sbx fork SNAP --count N          start N sandboxes from a snapshot
  *   sbx events ID                    a sandbox's status transitions
  *   sbx ls                           list sandboxes
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
@@ -58,6 +60,16 @@ function pairs(list: string[] | undefined, what: string): Record<string, string>
 }
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
+
+/** `--writable-root PATH[:BYTES]` values as the `writableRoots` of a create, or undefined when none. */
+function writableRootsOf(list: string[] | undefined): Array<{ path: string; sizeBytes?: number }> | undefined {
+  if (!list || list.length === 0) return undefined;
+  return list.map((item) => {
+    const m = /^([^:]+)(?::(\d+))?$/.exec(item);
+    if (!m) throw new UsageError(`--writable-root must be PATH or PATH:BYTES, got ${JSON.stringify(item)}`);
+    return m[2] === undefined ? { path: m[1]! } : { path: m[1]!, sizeBytes: Number(m[2]) };
+  });
+}
 
 /**
  * `--secret NAME[=VAR]` (as env VAR, default NAME) and `--secret-file NAME=PATH` (a file in
@@ -171,7 +183,13 @@ const leaseOptions = (cmd: Command): Command =>
     )
     .option('--secret-file <NAME=PATH>', 'a stored secret as a file PATH in /run/secrets while a call that asks runs (repeatable)', collect)
     .option('--image <ref>', 'sandbox image: an engine image, a registry image on SBX_IMAGE_REGISTRIES, or a built image (id or name)')
-    .option('--volume <NAME:PATH[:ro]>', 'mount a persistent volume (sbx volume create) at PATH, read-only with :ro (repeatable)', collect);
+    .option('--volume <NAME:PATH[:ro]>', 'mount a persistent volume (sbx volume create) at PATH, read-only with :ro (repeatable)', collect)
+    .option('--snapshot <id>', 'start from this snapshot (its image, policy and writable roots)')
+    .option(
+      '--writable-root <PATH[:BYTES]>',
+      "a writable root of the lease's own, starting with the image's content there, where the policy allows (repeatable)",
+      collect,
+    );
 
 leaseOptions(program.command('run'))
   .description('lease a sandbox, upload, run CMD, stream its output, print the receipt, download, release')
@@ -193,9 +211,11 @@ leaseOptions(program.command('run'))
       policy: opts.policy,
       ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}),
       ...(opts.image ? { image: opts.image } : {}),
+      ...(opts.snapshot ? { snapshot: opts.snapshot } : {}),
       ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       ...(secretRequests(opts.secret, opts.secretFile) ? { secrets: secretRequests(opts.secret, opts.secretFile) } : {}),
       ...(volumeMounts(opts.volume) ? { volumes: volumeMounts(opts.volume) } : {}),
+      ...(writableRootsOf(opts.writableRoot) ? { writableRoots: writableRootsOf(opts.writableRoot) } : {}),
     });
     const interrupted = new AbortController();
     const onSignal = (): void => {
@@ -259,10 +279,12 @@ leaseOptions(program.command('lease'))
       policy: opts.policy,
       ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}),
       ...(opts.image ? { image: opts.image } : {}),
+      ...(opts.snapshot ? { snapshot: opts.snapshot } : {}),
       ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       ...(pairs(opts.label, '--label') ? { labels: pairs(opts.label, '--label') } : {}),
       ...(secretRequests(opts.secret, opts.secretFile) ? { secrets: secretRequests(opts.secret, opts.secretFile) } : {}),
       ...(volumeMounts(opts.volume) ? { volumes: volumeMounts(opts.volume) } : {}),
+      ...(writableRootsOf(opts.writableRoot) ? { writableRoots: writableRootsOf(opts.writableRoot) } : {}),
     });
     process.stdout.write(global.json ? `${JSON.stringify(lease, null, 2)}\n` : `${lease.id}\n`);
   });
@@ -323,6 +345,35 @@ for (const [name, description] of [
       );
     });
 }
+
+program
+  .command('snapshot')
+  .description("snapshot a running sandbox's filesystem (changed files and every writable root); prints the snapshot id")
+  .argument('<id>')
+  .addOption(
+    new Option('--ttl <seconds>', 'keep the snapshot this long (default and maximum: SBX_SNAPSHOT_TTL_SECONDS)').argParser(positiveInt),
+  )
+  .action(async (id: string, opts: { ttl?: number }) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const snapshot = await connect(connection(global)).snapshotSandbox(id, opts.ttl ? { ttlSeconds: opts.ttl } : {});
+    process.stdout.write(
+      global.json
+        ? `${JSON.stringify(snapshot, null, 2)}\n`
+        : `${snapshot.id} ${snapshot.sizeBytes} bytes, ${snapshot.inFlightCalls.length} calls in flight not waited for\n`,
+    );
+  });
+
+program
+  .command('fork')
+  .description('start --count independent sandboxes from a snapshot (all or none); prints their ids')
+  .argument('<snapshot>')
+  .addOption(new Option('--count <n>', 'how many sandboxes').argParser(positiveInt).default(1))
+  .addOption(new Option('--ttl <seconds>', 'lease TTL in seconds').argParser(positiveInt))
+  .action(async (snapshot: string, opts: { count: number; ttl?: number }) => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const leases = await connect(connection(global)).fork(snapshot, { count: opts.count, ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}) });
+    process.stdout.write(global.json ? `${JSON.stringify(leases, null, 2)}\n` : leases.map((l) => `${l.id}\n`).join(''));
+  });
 
 program
   .command('events')

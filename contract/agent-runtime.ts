@@ -18,5 +18,7 @@ export const AGENT_RUNTIME_BUSYBOX = `${AGENT_RUNTIME_DIR}/bin/busybox`;
 export const AGENT_RUNTIME_AGENT = `${AGENT_RUNTIME_DIR}/agent/sbx-agent.cjs`;
 /** The PATH of the runtime's own tools (busybox applets, GNU tar): file transfers run on these only. */
 export const AGENT_RUNTIME_TOOLS = `${AGENT_RUNTIME_DIR}/tools`;
+/** GNU tar of the runtime: transfers, seeding of writable roots and snapshots run it, never the image's. */
+export const AGENT_RUNTIME_TAR = `${AGENT_RUNTIME_TOOLS}/tar`;
 /** busybox's sh: the shell `exec` falls back to in an image with neither bash nor sh. */
 export const AGENT_RUNTIME_SHELL = `${AGENT_RUNTIME_TOOLS}/sh`;

@@ -136,11 +136,29 @@ export const ERROR_CODES = {
     summary: 'The Idempotency-Key was used before with a different request body.',
   },
   'lease.create_failed': { status: 503, retryability: 'safe', summary: 'The sandbox could not be started; nothing was left behind.' },
+  'lease.writable_root_invalid': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      'A writable root the lease asks for (`writableRoots[].path`) is not an absolute path in normal form, is `/` or lies under /proc, /sys, /dev or /run, is asked twice, or overlaps a writable root of the policy, another asked root or a read-only mount (`details.reason`: `not_absolute`, `not_normal`, `reserved`, `duplicate`, `overlap`; `details.field`); nothing was created.',
+  },
+  'lease.writable_root_too_large': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      "A lease writable root's `sizeBytes` is above its policy rule's `maxSizeBytes`, or all writable roots together would exceed the policy's `resources.memoryBytes` (they are memory-backed); `details.maxSizeBytes` is what fits; nothing was created.",
+  },
+  'lease.writable_root_full': {
+    status: 422,
+    retryability: 'after_fix',
+    summary:
+      "The image's content at a writable root (`details.path`) does not fit the root's `sizeBytes`; ask for a larger root (lease roots) or a policy with one; nothing was left behind.",
+  },
   'quota.exceeded': {
     status: 429,
     retryability: 'after_fix',
     summary:
-      'The lease would take its tenant over a quota (`details`: `tenant`, `resource` = `sandboxes`, `cpus`, `memoryBytes` or `volumeBytes`, `limit`, `used`, `requested`); nothing was created. Release sandboxes, or ask an admin to raise the quota (`PUT /v1/tenants/:tenant/quota`).',
+      'The lease would take its tenant over a quota (`details`: `tenant`, `resource` = `sandboxes`, `cpus`, `memoryBytes`, `volumeBytes` or `snapshotBytes`, `limit`, `used`, `requested`); nothing was created. Release sandboxes, or ask an admin to raise the quota (`PUT /v1/tenants/:tenant/quota`).',
   },
   'volume.not_found': {
     status: 404,
@@ -192,6 +210,22 @@ export const ERROR_CODES = {
     retryability: 'safe',
     summary:
       "The volume's disk could not be made on the host (no space for its image file, mkfs or mount failed; `details.reason`); nothing was left behind.",
+  },
+  'snapshot.not_found': {
+    status: 404,
+    retryability: 'no',
+    summary: 'No snapshot with this id exists, it expired or was deleted, or it belongs to another tenant (a user key is not told which).',
+  },
+  'snapshot.in_use': {
+    status: 409,
+    retryability: 'after_fix',
+    summary: 'The snapshot cannot be deleted while a sandbox started from it is running (`details.leases`); release them first.',
+  },
+  'snapshot.capture_failed': {
+    status: 422,
+    retryability: 'after_fix',
+    summary:
+      'The sandbox could not be captured (a file in a writable root the tool user cannot read, or the engine refused; `details.path`, `details.stderr`); nothing was kept, the sandbox runs on.',
   },
   'call.not_found': { status: 404, retryability: 'no', summary: 'No call with this id exists in this sandbox.' },
   'call.id_conflict': { status: 409, retryability: 'after_fix', summary: 'The callId was used before with different tool or arguments.' },
@@ -245,6 +279,12 @@ export const ERROR_CODES = {
     status: 500,
     retryability: 'after_fix',
     summary: 'A stored secret does not decrypt with the configured key (the key changed or the record was altered); store the value again.',
+  },
+  'policy.writable_root_denied': {
+    status: 403,
+    retryability: 'after_fix',
+    summary:
+      "No pattern of the policy's `filesystem.leaseWritableRoots` allows a lease writable root at this path (`details.path`, `details.allowed`); nothing was created.",
   },
   'policy.tool_denied': {
     status: 403,

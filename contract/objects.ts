@@ -90,6 +90,21 @@ export type ImageRecord = z.infer<typeof ImageRecord>;
  * What a sandbox *is*, content-addressed: `digest` is the sha256 of the canonical JSON of every
  * other field. Holds hashes and names, never env or secret values.
  */
+/**
+ * One writable root of a sandbox as its manifest records it: path, size limit in bytes, kind,
+ * `source` (`policy`: the policy's `filesystem.writableRoots`; `lease`: asked for at create,
+ * within the policy's `leaseWritableRoots`) and `fromImage` (it started with the image's content
+ * at that path, owned by the tool user; false: it started empty).
+ */
+export const WritableRootEntry = z.object({
+  path: z.string(),
+  sizeBytes: z.number().int(),
+  kind: z.enum(['volume', 'tmpfs']),
+  source: z.enum(['policy', 'lease']),
+  fromImage: z.boolean(),
+});
+export type WritableRootEntry = z.infer<typeof WritableRootEntry>;
+
 export const EnvironmentManifest = SandboxFacts.extend({
   schemaVersion: z.literal(1),
   image: ImageRecord,
@@ -106,6 +121,10 @@ export const EnvironmentManifest = SandboxFacts.extend({
   env: z.object({ keys: z.array(z.string()), digest: Digest }),
   /** Names of the secrets granted to the lease, sorted; never values nor digests of values. */
   secretRefs: z.array(z.string()),
+  /** The snapshot the sandbox started from (its id, image digest and the lease it was taken of), else null. */
+  snapshot: z.object({ id: z.string(), digest: z.string(), parentLeaseId: z.string() }).nullable().default(null),
+  /** Every writable root, in mount order; manifests stored before this field existed read as []. */
+  writableRoots: z.array(WritableRootEntry).default([]),
   createdAt: Timestamp,
   digest: Digest,
 });

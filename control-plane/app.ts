@@ -38,6 +38,8 @@ import type { QuotaService } from './quotas/service.js';
 import type { Notifier } from './redis/notifier.js';
 import type { SandboxRuntime } from './runtime/runtime.js';
 import { secretsRoutes } from './secrets/routes.js';
+import { snapshotsRoutes } from './snapshots/routes.js';
+import type { SnapshotService } from './snapshots/service.js';
 import type { SecretService } from './secrets/service.js';
 import { volumesRoutes } from './volumes/routes.js';
 import type { VolumeService } from './volumes/service.js';
@@ -65,6 +67,7 @@ export interface AppDeps {
   imageStore: ImageStore;
   /** Largest image build context, bytes. */
   maxImageContextBytes: number;
+  snapshots: SnapshotService;
   /** Rendered by the public `GET /metrics`. */
   metrics: Metrics;
   /** Resolves when Redis answers; rejects otherwise. */
@@ -132,6 +135,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(secretsRoutes, { secrets: deps.secrets });
   await app.register(quotasRoutes, { quotas: deps.quotas });
   await app.register(volumesRoutes, { volumes: deps.volumes });
+  await app.register(snapshotsRoutes, { snapshots: deps.snapshots });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   await app.register(consoleRoutes, { consoleDir: deps.consoleDir });
   await app.register(imagesRoutes, {

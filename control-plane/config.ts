@@ -26,6 +26,16 @@ function jsonSetting(fallback: string, what: string) {
 }
 
 const Env = z.object({
+  /** Default and largest retention of a snapshot, seconds. Default 604 800 (7 days). */
+  SBX_SNAPSHOT_TTL_SECONDS: z.coerce.number().int().positive().default(604_800),
+  /** Bytes of snapshots one tenant may keep (sum of their `sizeBytes`). Default 21 474 836 480 (20 GiB). */
+  SBX_SNAPSHOT_QUOTA_BYTES: z.coerce
+    .number()
+    .int()
+    .nonnegative()
+    .default(20 * 1024 ** 3),
+  /** Largest `count` of `POST /v1/snapshots/:id/fork`. Default 64. */
+  SBX_FORK_MAX: z.coerce.number().int().min(1).max(1000).default(64),
   /** TCP port of the API. Default 7070. */
   SBX_PORT: z.coerce.number().int().min(0).max(65535).default(7070),
   /** Listen address. Default 127.0.0.1 (loopback only). */
@@ -183,6 +193,8 @@ export interface Config {
   /** Largest persistent volume, bytes (default 64 GiB). */
   volumeMaxBytes?: number;
   ledgerRetentionSeconds: number;
+  /** Snapshot retention, quota and fork bound (`SBX_SNAPSHOT_TTL_SECONDS`, `SBX_SNAPSHOT_QUOTA_BYTES`, `SBX_FORK_MAX`). */
+  snapshots: { ttlSeconds: number; quotaBytes: number; forkMax: number };
   logLevel: z.infer<typeof Env>['SBX_LOG_LEVEL'];
   /** Host directories read-only mounts may come from. */
   mountAllowlist: string[];
@@ -233,6 +245,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,
     volumeMaxBytes: e.SBX_VOLUME_MAX_BYTES,
     ledgerRetentionSeconds: e.SBX_LEDGER_RETENTION_SECONDS,
+    snapshots: { ttlSeconds: e.SBX_SNAPSHOT_TTL_SECONDS, quotaBytes: e.SBX_SNAPSHOT_QUOTA_BYTES, forkMax: e.SBX_FORK_MAX },
     logLevel: e.SBX_LOG_LEVEL,
     egressDnsServers: e.SBX_EGRESS_DNS_SERVERS,
     mountAllowlist: e.SBX_MOUNT_ALLOWLIST,

@@ -6,6 +6,8 @@
  * both run the same assembly.
  */
 import { existsSync } from 'node:fs';
+import { SnapshotService } from './snapshots/service.js';
+import { SnapshotStore } from './snapshots/store.js';
 import { dirname, join } from 'node:path';
 import { AGENT_RUNTIME_DIR, AGENT_RUNTIME_NODE } from '../contract/agent-runtime.js';
 import type { FastifyInstance } from 'fastify';
@@ -226,6 +228,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       images,
       ...(pools ? { pools } : {}),
       volumes,
+      // Resolved late: the snapshot service needs the lease service it is made after.
+      snapshots: { source: (id, by) => snapshots.source(id, by) },
       onLost,
       now,
       log,
@@ -243,9 +247,28 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       protectedHostPaths: [config.dataDir, config.dockerSocket, dirname(config.agentRedisSocket)],
     },
   );
+  const snapshots: SnapshotService = new SnapshotService({
+    store: new SnapshotStore(redis, config.redisPrefix),
+    runtime,
+    leases: {
+      visible: (id, by) => leases.visible(id, by),
+      create: (body, by) => leases.create(body, by),
+      release: (id, by) => leases.release(id, by),
+      using: async (imageRef) =>
+        (await leaseStore.listLeases()).filter((l) => l.image === imageRef && !TERMINAL_LEASE_STATUSES.has(l.status)).map((l) => l.id),
+    },
+    openCalls: (leaseId) => callStore.openCalls(leaseId),
+    quotas,
+    audit,
+    ownership,
+    settings: config.snapshots,
+    now,
+    log,
+  });
   const app = await buildApp({
     log,
     apiKey,
+    snapshots,
     lookupPrincipal: (sha256) => apiKeys.lookup(sha256),
     apiKeys,
     policies,
@@ -320,6 +343,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       if (pools) every(poolIntervalMs, 'warm pools', () => pools.maintain());
       // Artifact files whose records expired, and parts abandoned for a day.
       every(10 * 60_000, 'artifact sweep', () => artifacts.sweep(24 * 3600_000));
+      // Snapshots past their retention, unless a sandbox started from one still runs.
+      every(60_000, 'snapshot expiry', () => snapshots.sweep());
       return outcome;
     },
     async close() {

@@ -17,12 +17,15 @@ import { ImageEvent, ImageView } from '../contract/images.js';
 import { CallView, EgressEvent, Lease, LeaseEvent, ToolResult } from '../contract/objects.js';
 import { SecretMetadata } from '../contract/secrets.js';
 import { Volume, VolumeList } from '../contract/volumes.js';
+import { Snapshot } from '../contract/snapshots.js';
 import { SbxError, errorOfResponse } from './errors.js';
 
 /** What `POST /v1/sandboxes` takes; see the README's HTTP API for each field. */
 export interface CreateSandboxOptions {
   /** Image reference; default the control plane's sandbox image. */
   image?: string;
+  /** A snapshot (`snap_…`) to start from: its image, policy and writable roots' content (not with `image`). */
+  snapshot?: string;
   /** Policy name (its latest version) or `{name, version}`. Default `default`. */
   policy?: string | { name: string; version?: number };
   /** Lease lifetime in seconds; default and maximum come from the policy (`lease.ttl_exceeds_policy`). */
@@ -39,6 +42,12 @@ export interface CreateSandboxOptions {
    * `volume.writer_conflict` while another live sandbox writes it.
    */
   volumes?: Array<{ name: string; path: string; readOnly?: boolean }>;
+  /**
+   * Writable roots of the lease's own (e.g. `[{ path: '/testbed' }]`), within the policy's
+   * `filesystem.leaseWritableRoots`; each starts with the image's content there, writable by the
+   * tool user. `sizeBytes` default: the policy's largest within its memory.
+   */
+  writableRoots?: Array<{ path: string; sizeBytes?: number }>;
   /** The same key and body return the same sandbox (per tenant); another body is `lease.idempotency_conflict`. */
   idempotencyKey?: string;
 }
@@ -203,6 +212,42 @@ export class SbxClient {
    */
   async resumeSandbox(id: string): Promise<Lease> {
     return Lease.parse(await this.json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/resume`));
+  }
+
+  /**
+   * Snapshots a running sandbox's filesystem (`POST /v1/sandboxes/:id/snapshots`): its changed
+   * files and every writable root; it keeps running, calls in flight are not waited for
+   * (`inFlightCalls`). Throws SbxError `lease.not_found` (ended or another tenant's),
+   * `quota.exceeded` (snapshot bytes), `snapshot.capture_failed`.
+   */
+  async snapshotSandbox(id: string, options: { ttlSeconds?: number } = {}): Promise<Snapshot> {
+    return Snapshot.parse(await this.json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/snapshots`, options));
+  }
+
+  /** The tenant's snapshots, oldest first. */
+  async listSnapshots(): Promise<Snapshot[]> {
+    return z.object({ snapshots: z.array(Snapshot) }).parse(await this.json('GET', '/v1/snapshots')).snapshots;
+  }
+
+  /** Throws SbxError `snapshot.not_found`. */
+  async getSnapshot(id: string): Promise<Snapshot> {
+    return Snapshot.parse(await this.json('GET', `/v1/snapshots/${encodeURIComponent(id)}`));
+  }
+
+  /** Deletes a snapshot. Throws SbxError `snapshot.not_found`, `snapshot.in_use`. */
+  async deleteSnapshot(id: string): Promise<void> {
+    const response = await this.raw('DELETE', `/v1/snapshots/${encodeURIComponent(id)}`);
+    if (!response.ok) throw await errorOfResponse(response);
+  }
+
+  /**
+   * Starts `count` independent sandboxes from a snapshot, all or none
+   * (`POST /v1/snapshots/:id/fork`). Throws SbxError `snapshot.not_found`, `quota.exceeded`,
+   * `input.invalid` (count out of bounds).
+   */
+  async fork(snapshotId: string, options: { count: number; ttlSeconds?: number; labels?: Record<string, string> }): Promise<Lease[]> {
+    const body = await this.json('POST', `/v1/snapshots/${encodeURIComponent(snapshotId)}/fork`, options);
+    return z.object({ sandboxes: z.array(Lease) }).parse(body).sandboxes;
   }
 
   /** The sandbox's status transitions, oldest first. */

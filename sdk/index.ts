@@ -27,3 +27,4 @@ export type { ErrorCode, ErrorInfo, Retryability } from '../contract/errors.js';
 export type { CallView, EffectReceipt, Lease, ToolResult } from '../contract/objects.js';
 export type { Volume, VolumeList } from '../contract/volumes.js';
 export type { ImageEvent, ImageView } from '../contract/images.js';
+export type { Snapshot } from '../contract/snapshots.js';

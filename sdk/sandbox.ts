@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import type { z } from 'zod';
 import type { CallEvent } from '../contract/events.js';
 import type { Lease, ToolResult } from '../contract/objects.js';
+import type { Snapshot } from '../contract/snapshots.js';
 import { SbxClient, type CreateSandboxOptions, type UploadSummary } from './client.js';
 import { SbxError } from './errors.js';
 import { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
@@ -258,6 +259,24 @@ export class Sandbox implements AsyncDisposable {
   async resume(): Promise<Lease> {
     this.current = await this.client.resumeSandbox(this.id);
     return this.current;
+  }
+
+  /**
+   * Snapshots this sandbox's filesystem (changed files and every writable root) while it runs;
+   * calls in flight are not waited for (`inFlightCalls`). Start copies with `Sandbox.fork`.
+   */
+  async snapshot(options: { ttlSeconds?: number } = {}): Promise<Snapshot> {
+    return this.client.snapshotSandbox(this.id, options);
+  }
+
+  /**
+   * Starts `count` independent sandboxes from snapshot `snapshotId` (all or none), each with
+   * writable roots of its own: a write in one never appears in another.
+   */
+  static async fork(snapshotId: string, options: { count: number; ttlSeconds?: number } & ConnectionOptions): Promise<Sandbox[]> {
+    const { url, apiKey, fetch, ...fork } = options;
+    const client = connect({ url, apiKey, fetch });
+    return (await client.fork(snapshotId, fork)).map((lease) => new Sandbox(client, lease));
   }
 
   /** Releases the sandbox: container, volumes and queues go; calls and receipts stay readable. Idempotent. */

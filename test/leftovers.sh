@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What one integration-test run left behind: containers, volumes, networks and built images whose sbx.owner
+# What one integration-test run left behind: containers, volumes, networks, and built and snapshot images whose sbx.owner
 # label starts with sbx-test-<run>- (test/fixtures/run.ts names every test owner so), and
 # processes the tests started that still run (found by SBX_TEST_RUN=<run> in their environment,
 # which every process a test worker starts inherits: child control planes, sbx mcp, a private

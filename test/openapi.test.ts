@@ -102,7 +102,7 @@ describe('OpenAPI document', () => {
     }
     // Volumes the examples made hold a disk on the host: removed here, not left to the Redis cleanup.
     for (const name of ['pip-cache', 'dataset']) expect((await h.client.raw('DELETE', `/v1/volumes/${name}`)).status).toBe(200);
-    // The examples the schemas carry: leases, checkpoints, calls, keys, quotas, secrets, volumes.
+    // The examples the schemas carry: leases, checkpoints, calls, keys, quotas, secrets, volumes, snapshots.
     expect(new Set(checked)).toEqual(
       new Set([
         'post /v1/volumes',
@@ -112,6 +112,8 @@ describe('OpenAPI document', () => {
         'post /v1/api-keys',
         'put /v1/tenants/{tenant}/quota',
         'put /v1/secrets/{name}',
+        'post /v1/sandboxes/{id}/snapshots',
+        'post /v1/snapshots/{id}/fork',
       ]),
     );
   });

@@ -24,6 +24,7 @@ import type { LeaseMachineEvent } from './machine.js';
 import type { LeasePlan, LeasePlanner } from './plan.js';
 import type { Provisioner } from './provision.js';
 import type { CreateSandboxBody } from './schema.js';
+import type { SnapshotSource } from '../snapshots/schema.js';
 import { toView, type LeaseRecord, type LeaseStore } from './store.js';
 import type { Teardown } from './teardown.js';
 import type { LeaseTransitions } from './transitions.js';
@@ -47,6 +48,8 @@ export interface CreatorDeps {
   pools?: Pick<WarmPools, 'claim' | 'settle'>;
   /** Persistent volumes: a lease's holds are taken before its record is written, and given back by teardown. */
   volumes?: Pick<VolumeService, 'claim' | 'release'>;
+  /** Resolves `snapshot` of a create body for its tenant (throws `snapshot.not_found`); none: snapshots are refused. */
+  snapshots?: { source(id: string, by: Principal): Promise<SnapshotSource> };
   now: () => Date;
   log: Logger;
 }
@@ -90,11 +93,27 @@ export class LeaseCreator {
     }
   }
 
-  private async createNew(id: string, body: CreateSandboxBody, by: Principal): Promise<Lease> {
-    const plan = await this.deps.planner.plan(id, body, by.tenant);
+  private async createNew(id: string, asked: CreateSandboxBody, by: Principal): Promise<Lease> {
+    let body = asked;
+    let from: SnapshotSource | undefined;
+    if (asked.snapshot !== undefined) {
+      if (!this.deps.snapshots)
+        throw new AppError('snapshot.not_found', `no snapshot ${asked.snapshot}`, { details: { id: asked.snapshot } });
+      from = await this.deps.snapshots.source(asked.snapshot, by);
+      body = {
+        ...asked,
+        image: from.imageRef,
+        policy: asked.policy ?? { name: from.policy.name, version: from.policy.version },
+        writableRoots: asked.writableRoots ?? from.leaseRoots,
+      };
+    }
+    const plan = await this.deps.planner.plan(id, body, by.tenant, from);
+    plan.snapshot = from ? { id: from.id, digest: from.digest, parentLeaseId: from.parentLeaseId } : null;
     try {
-      // A warm sandbox was started without the lease's volumes (mounts are fixed at container create).
-      const warm = plan.volumes.length === 0 ? await this.deps.pools?.claim(plan.ref, plan.image) : undefined;
+      // A pooled sandbox was started without the lease's own writable roots and volumes (mounts
+      // are fixed at container create): none fits such a lease.
+      const own = (body.writableRoots ?? []).length > 0 || from !== undefined || plan.volumes.length > 0;
+      const warm = own ? undefined : await this.deps.pools?.claim(plan.ref, plan.image);
       if (warm) {
         try {
           return await this.make(warm.id, plan, body, by, warm);
@@ -186,6 +205,8 @@ export class LeaseCreator {
         },
         env: plan.env,
         secretRefs: plan.grants.map((g) => g.name),
+        snapshot: plan.snapshot ?? null,
+        writableRoots: plan.roots.map((r) => ({ ...r, fromImage: r.fromImage && (launched.seededPaths ?? []).includes(r.path) })),
         createdAt,
       });
       const ready = await this.advance(id, { type: 'become_ready', manifest, containerId: launched.containerId });

@@ -6,22 +6,29 @@
 import { realpath } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { AppError } from '../../contract/errors.js';
-import type { PolicyRef } from '../../contract/objects.js';
+import type { PolicyRef, WritableRootEntry } from '../../contract/objects.js';
 import type { SecretGrant, ToolUser } from '../../contract/queue.js';
 import { compileSandboxSpec, type CompileInput } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
 import type { ImageService, ResolvedImage } from '../images/service.js';
 import type { PolicyService } from '../policies/service.js';
-import type { ImageConfig, Ownership, SandboxRuntime, SandboxSpec } from '../runtime/runtime.js';
+import { SNAPSHOT_ROOTS_PREFIX, type ImageConfig, type Ownership, type SandboxRuntime, type SandboxSpec } from '../runtime/runtime.js';
+import type { SnapshotSource } from '../snapshots/schema.js';
 import type { SecretService } from '../secrets/service.js';
 import type { ResolvedVolumeMount } from '../volumes/schema.js';
 import type { VolumeService } from '../volumes/service.js';
 import type { CreateSandboxBody, SecretRequest } from './schema.js';
 import { DEFAULT_TOOL_USER, parseImageUser, resolveImageUser } from './tool-user.js';
+import { withLeaseRoots } from './writable-roots.js';
 
 /** A lease's decisions before anything is made. */
 export interface LeasePlan {
+  /** The policy version, with the lease's own writable roots (if any) added to `filesystem.writableRoots`. */
   policy: Policy;
+  /** Every writable root (`fromImage`: asked to start with the image's content), for the manifest. */
+  roots: WritableRootEntry[];
+  /** The snapshot the lease starts from (set by the create), for the manifest. */
+  snapshot?: { id: string; digest: string; parentLeaseId: string } | null;
   ref: PolicyRef;
   ttlSeconds: number;
   env: Record<string, string>;
@@ -86,19 +93,25 @@ export class LeasePlanner {
   ) {}
 
   /**
-   * Plans lease `id` from `body`. Throws `policy.not_found`, `policy.unenforceable`,
+   * Plans lease `id` from `body` (with `from`: a snapshot, whose captured roots seed the lease's;
+   * the caller put its image, policy and roots into `body`). Throws `policy.not_found`, `policy.unenforceable`,
    * `lease.ttl_exceeds_policy`, `input.invalid` (env names the policy does not allow),
    * `policy.secret_denied`, `secret.not_found`, `secret.unreadable`,
    * `policy.mount_not_allowed`, `image.invalid_reference`, `image.registry_not_allowed`,
-   * `image.not_found`, `image.pull_failed`, `runtime.unavailable`. `tenant` sees its own built
-   * images (null: none), and for `volumes` what `VolumeService.resolveMounts` throws.
+   * `image.not_found`, `image.pull_failed`, `image.user_not_found`, `runtime.unavailable`;
+   * for `volumes` what `VolumeService.resolveMounts` throws; for `writableRoots` what
+   * `withLeaseRoots` throws (`lease.writable_root_invalid`, `policy.writable_root_denied`,
+   * `lease.writable_root_too_large`). `tenant` sees its own built images and volumes (null:
+   * none); `from`: the snapshot the lease starts from.
    */
-  async plan(id: string, body: CreateSandboxBody, tenant: string | null = null): Promise<LeasePlan> {
+  async plan(id: string, body: CreateSandboxBody, tenant: string | null = null, from?: SnapshotSource): Promise<LeasePlan> {
     const { runtime, policies } = this.deps;
     const policyName = typeof body.policy === 'string' ? body.policy : (body.policy?.name ?? 'default');
     const policyVersion = typeof body.policy === 'object' ? body.policy.version : undefined;
     // The version and its snapshot are fixed here: a later PUT or DELETE of the policy never reaches this lease.
-    const { policy, ref } = await policies.resolve(policyName, policyVersion);
+    const bound = await policies.resolve(policyName, policyVersion);
+    const ref = bound.ref;
+    const { policy, roots } = withLeaseRoots(bound.policy, body.writableRoots ?? []);
     const ttlSeconds = body.ttlSeconds ?? policy.resources.ttlSeconds;
     if (ttlSeconds > policy.resources.maxTtlSeconds) {
       throw new AppError(
@@ -148,10 +161,12 @@ export class LeasePlanner {
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},
       volumeMounts: volumes,
+      ...(from ? { seedFrom: { prefix: SNAPSHOT_ROOTS_PREFIX, paths: from.capturedRoots } } : {}),
     });
     const imageDigest = resolved?.digest ?? null;
     return {
       policy,
+      roots,
       ref,
       ttlSeconds,
       env,

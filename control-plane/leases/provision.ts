@@ -82,7 +82,7 @@ export class Provisioner {
     await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
     await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
     await this.attach(id, plan.policy);
-    const { containerId } = await runtime.start(plan.spec);
+    const { containerId, seededPaths } = await runtime.start(plan.spec);
     // The agent says hello, or its container stops first (a crashed agent: fail now, with its
     // last words, rather than after the hello timeout).
     const helloArrived = new AbortController();
@@ -101,7 +101,7 @@ export class Provisioner {
     // The agent holds its credentials now; removing the file keeps them out of reach of
     // anything that reads the sandbox's filesystem later (files API included).
     await rm(credsPath, { force: true });
-    return { containerId, facts: hello.facts };
+    return { containerId, facts: hello.facts, seededPaths };
   }
 
   /**

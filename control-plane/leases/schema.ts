@@ -45,6 +45,14 @@ export const CreateSandboxBody = z
   .object({
     /** Image reference; default the sandbox image built from images/. */
     image: z.string().min(1).max(256).optional(),
+    /**
+     * A snapshot of the tenant's (`snap_…`) to start from: its image, policy version (unless
+     * `policy` names one) and writable roots with their captured content. Not with `image`.
+     */
+    snapshot: z
+      .string()
+      .regex(/^[A-Za-z0-9_-]{1,128}$/)
+      .optional(),
     /** Policy name (latest version) or `{name, version}`. Default `default`. */
     policy: z
       .union([z.string().min(1), z.object({ name: z.string().min(1), version: z.number().int().positive().optional() }).strict()])
@@ -60,6 +68,27 @@ export const CreateSandboxBody = z
      * each checked before anything is created (docs/errors.md `volume.*`).
      */
     volumes: VolumeMountRequests.optional(),
+    /**
+     * Writable roots of the lease's own, within the policy's `filesystem.leaseWritableRoots`
+     * (e.g. `/testbed`): each starts with the image's content at its path, owned by the tool
+     * user; `sizeBytes` default: the policy's largest, within the memory its roots leave.
+     * Refused: `lease.writable_root_invalid`, `policy.writable_root_denied`, `lease.writable_root_too_large`.
+     */
+    writableRoots: z
+      .array(
+        z
+          .object({
+            path: z.string().min(1).max(1024),
+            sizeBytes: z
+              .number()
+              .int()
+              .min(1024 * 1024)
+              .optional(),
+          })
+          .strict(),
+      )
+      .max(16)
+      .optional(),
     /** Free-form labels, returned as given; `sbx.*` keys are reserved. */
     labels: z
       .record(LabelKey, z.string().max(256))
@@ -67,10 +96,12 @@ export const CreateSandboxBody = z
       .optional(),
   })
   .strict()
+  .refine((b) => b.snapshot === undefined || b.image === undefined, { message: 'give image or snapshot, not both', path: ['snapshot'] })
   .meta({
     examples: [
       {},
       { policy: 'default', ttlSeconds: 600, env: { CI: 'true' }, labels: { team: 'ci', job: '42' } },
+      { writableRoots: [{ path: '/testbed', sizeBytes: 268435456 }] },
       {
         policy: { name: 'offline-ci', version: 1 },
         secrets: [{ name: 'NPM_TOKEN' }, { name: 'GITHUB_TOKEN', env: 'GH_TOKEN', file: '/run/secrets/github' }],

@@ -37,7 +37,7 @@ beforeAll(async () => {
 afterAll(async () => rm(dataDir, { recursive: true, force: true }));
 
 /** Every port faked; `log` lists the effects in order. */
-function world(over: { start?: () => Promise<{ containerId: string }> } = {}) {
+function world(over: { start?: () => Promise<{ containerId: string; seededPaths: string[] }> } = {}) {
   const log: string[] = [];
   const records = new Map<string, string>();
   const events = new Map<string, LeaseEvent[]>();
@@ -97,7 +97,7 @@ function world(over: { start?: () => Promise<{ containerId: string }> } = {}) {
           const leaseId = spec.labels['sbx.lease']!;
           containers.set(leaseId, { leaseId, containerId: `ctr_${leaseId}`, running: true, paused: false });
           log.push('runtime.start');
-          return { containerId: `ctr_${leaseId}` };
+          return { containerId: `ctr_${leaseId}`, seededPaths: [] };
         }),
       exited: (_id, signal) => new Promise((resolve) => signal?.addEventListener('abort', () => resolve({ exitCode: null, logTail: '' }))),
       remove: async (id) => {

@@ -26,6 +26,7 @@ import type { ImageService } from '../images/service.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
 import type { SecretService } from '../secrets/service.js';
 import type { VolumeService } from '../volumes/service.js';
+import type { SnapshotSource } from '../snapshots/schema.js';
 import { LeaseCreator } from './create.js';
 import { LeaseEnder } from './ending.js';
 import { checkUsable } from './machine.js';
@@ -103,6 +104,8 @@ export interface LeaseServiceDeps {
   pools?: Pick<WarmPools, 'claim' | 'owns' | 'settle'>;
   /** Persistent volumes leases may mount (none: a lease asking for one is refused as `policy.unenforceable`). */
   volumes?: Pick<VolumeService, 'resolveMounts' | 'claim' | 'release'>;
+  /** Resolves the `snapshot` of a create body for its tenant (snapshots/); none: such creates are refused. */
+  snapshots?: { source(id: string, by: Principal): Promise<SnapshotSource> };
   /** Told when reconcile has decided a lease is lost (`ReconcilerDeps.onLost`). */
   onLost?: (leaseId: string) => void;
   now: () => Date;

@@ -4,7 +4,7 @@
  * the same image, facts, policy and env have the same digest whatever the key order.
  */
 import { digestOf } from '../../contract/digest.js';
-import type { EnvironmentManifest, ImageRecord, PolicyRef, SandboxFacts } from '../../contract/objects.js';
+import type { EnvironmentManifest, ImageRecord, PolicyRef, SandboxFacts, WritableRootEntry } from '../../contract/objects.js';
 import type { ImageConfig } from '../runtime/runtime.js';
 
 export interface ManifestInput {
@@ -17,6 +17,10 @@ export interface ManifestInput {
   /** Lease env; only its names and digest enter the manifest. */
   env: Record<string, string>;
   secretRefs: string[];
+  /** The sandbox's writable roots (policy's and lease's), `fromImage` as the create found it. */
+  writableRoots?: WritableRootEntry[];
+  /** The snapshot the sandbox started from. */
+  snapshot?: { id: string; digest: string; parentLeaseId: string } | null;
   createdAt: Date;
 }
 
@@ -30,6 +34,8 @@ export function buildManifest(input: ManifestInput): EnvironmentManifest {
     network: input.network,
     env: { keys: Object.keys(input.env).sort(), digest: digestOf(input.env) },
     secretRefs: [...input.secretRefs].sort(),
+    snapshot: input.snapshot ?? null,
+    writableRoots: input.writableRoots ?? [],
     createdAt: input.createdAt.toISOString(),
   };
   return { ...body, digest: digestOf(body) };

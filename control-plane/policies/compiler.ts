@@ -65,6 +65,11 @@ export interface CompileInput {
   labels: Record<string, string>;
   /** Persistent volumes, bind-mounted from their host mount points (checked by the volumes domain). */
   volumeMounts?: ReadonlyArray<{ hostPath: string; containerPath: string; readOnly: boolean }>;
+  /**
+   * A lease started from a snapshot: the writable roots at `paths` start with what the snapshot
+   * captured, kept in its image under `prefix` + path (whatever their `fromImage`).
+   */
+  seedFrom?: { prefix: string; paths: readonly string[] };
 }
 
 export function compileSandboxSpec(input: CompileInput): SandboxSpec {
@@ -191,6 +196,12 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     memoryBytes: policy.resources.memoryBytes,
     pidsLimit: policy.resources.pids,
     openFiles: policy.resources.openFiles,
+    seedRoots: policy.filesystem.writableRoots.flatMap((r) => {
+      if (input.seedFrom?.paths.includes(r.path))
+        return [{ path: r.path, sizeBytes: r.sizeBytes, from: `${input.seedFrom.prefix}${r.path}` }];
+      return r.fromImage ? [{ path: r.path, sizeBytes: r.sizeBytes }] : [];
+    }),
+    seedUser: { uid: user.uid, gid: user.gid },
   };
 }
 

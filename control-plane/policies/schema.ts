@@ -52,8 +52,49 @@ export const WritableRoot = z
      * scratch space (/tmp, the tool user's home).
      */
     kind: z.enum(['volume', 'tmpfs']).default('tmpfs'),
+    /**
+     * Whether the root starts with what the image has at `path` (copied in at create, owned by
+     * the tool user; see control-plane/runtime/seed-roots.ts). Default true. False: it starts empty.
+     */
+    fromImage: z.boolean().default(true),
   })
   .strict();
+
+/**
+ * Paths no writable root, of a policy or of a lease, may be or lie under: the image's root,
+ * the kernel's filesystems and sbx's own mounts (`/run`, which holds `/run/sbx` and `/run/secrets`).
+ */
+export const RESERVED_ROOT_PATHS = ['/proc', '/sys', '/dev', '/run'] as const;
+
+/** True when `path` (absolute, normal form) is `/` or lies in one of RESERVED_ROOT_PATHS. */
+export function isReservedRootPath(path: string): boolean {
+  return path === '/' || RESERVED_ROOT_PATHS.some((r) => path === r || path.startsWith(`${r}/`));
+}
+
+/**
+ * A path pattern of `filesystem.leaseWritableRoots`: an absolute path in normal form whose
+ * segments are names or `*` (exactly one segment, any name): `/testbed`, `/home/*`.
+ */
+const RootPattern = z
+  .string()
+  .max(1024)
+  .regex(/^(\/([^/\0*]+|\*))+$/, 'an absolute path of names or * segments, like /testbed or /home/*')
+  .refine((p) => posix.normalize(p) === p, 'must be in normal form: no //, . or .. segments, no trailing /')
+  .refine((p) => !isReservedRootPath(p.replace(/\/\*.*$/, '') || '/'), 'must not be or lie under /proc, /sys, /dev or /run');
+
+/**
+ * Writable roots a lease may add itself (`writableRoots` of `POST /v1/sandboxes`): a path
+ * matching `path` (a pattern), at most `maxSizeBytes` large. They are `volume` roots (the files
+ * API and the file tools reach them), seeded from the image like the policy's.
+ */
+export const LeaseWritableRootRule = z
+  .object({
+    path: RootPattern,
+    /** Largest `sizeBytes` a lease may ask for at such a path, bytes. */
+    maxSizeBytes: z.number().int().min(MiB),
+  })
+  .strict();
+export type LeaseWritableRootRule = z.infer<typeof LeaseWritableRootRule>;
 
 /** A read-only bind mount of a host path. */
 export const ReadOnlyMount = z
@@ -80,6 +121,11 @@ export const PolicyShape = z
         /** The image's root filesystem is mounted read-only. */
         readOnlyRoot: z.boolean().default(true),
         writableRoots: z.array(WritableRoot).default([]),
+        /**
+         * Path patterns where a lease may add writable roots of its own, each with a largest
+         * size. Default: none (a lease asking for one is refused, `policy.writable_root_denied`).
+         */
+        leaseWritableRoots: z.array(LeaseWritableRootRule).max(32).default([]),
         /**
          * Host directories or files mounted read-only, e.g. a shared dataset or toolchain. Each
          * host path must resolve (symlinks followed) inside a directory of the control plane's

@@ -27,6 +27,8 @@ export type PoolSpec = z.infer<typeof PoolSpec>;
 export interface Launched {
   containerId: string;
   facts: SandboxFacts;
+  /** Writable roots that started with the image's content (`SandboxRuntime.start`); absent: none known. */
+  seededPaths?: string[];
 }
 
 /** A pooled sandbox a lease claimed: its id (the lease's from now on), container and facts. */

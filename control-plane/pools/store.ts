@@ -19,7 +19,17 @@ export const Member = z.object({
   state: z.enum(['starting', 'ready']),
   /** When it entered this state, ms since the epoch. */
   since: z.number(),
-  sandbox: z.object({ id: z.string(), containerId: z.string(), facts: SandboxFacts, ref: PolicyRef, image: z.string() }).nullable(),
+  sandbox: z
+    .object({
+      id: z.string(),
+      containerId: z.string(),
+      facts: SandboxFacts,
+      ref: PolicyRef,
+      image: z.string(),
+      /** Writable roots filled from the image; records from before this field read as unknown. */
+      seededPaths: z.array(z.string()).optional(),
+    })
+    .nullable(),
 });
 export type Member = z.infer<typeof Member>;
 

@@ -79,7 +79,12 @@ export class WarmPools {
       const member = await this.deps.store.pop(spec.name, this.deps.now());
       if (member === null) return undefined;
       if (member.sandbox && member.sandbox.ref.digest === ref.digest)
-        return { id: member.sandbox.id, containerId: member.sandbox.containerId, facts: member.sandbox.facts };
+        return {
+          id: member.sandbox.id,
+          containerId: member.sandbox.containerId,
+          facts: member.sandbox.facts,
+          seededPaths: member.sandbox.seededPaths,
+        };
       if (member.sandbox) void this.discard(member.sandbox.id);
     }
   }
@@ -166,7 +171,14 @@ export class WarmPools {
         pool: spec.name,
         state: 'ready',
         since: now(),
-        sandbox: { id, containerId: launched.containerId, facts: launched.facts, ref: launched.ref, image: launched.image },
+        sandbox: {
+          id,
+          containerId: launched.containerId,
+          facts: launched.facts,
+          ref: launched.ref,
+          image: launched.image,
+          seededPaths: launched.seededPaths,
+        },
       });
     } catch (err) {
       await store.forget(id);

@@ -15,6 +15,8 @@ import { messageOf, statusOf, unavailable } from './docker-errors.js';
 import { inspectImage, readImageFiles } from './docker-images.js';
 import { checkpointSandbox, checkpointSupport, freezeSandbox, thawSandbox } from './docker-freezer.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
+import { seedWritableRoots } from './seed-roots.js';
+import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
 import { REFUSE_OUTSIDE, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
 import {
   LABEL,
@@ -26,7 +28,10 @@ import {
   type RunAs,
   type RuntimeInfo,
   type SandboxRuntime,
+  type CapturedImage,
   type SandboxSpec,
+  type SnapshotCapture,
+  type Started,
 } from './runtime.js';
 
 const InfoResponse = z.object({ ServerVersion: z.string(), Runtimes: z.record(z.string(), z.unknown()).default({}) });
@@ -41,6 +46,8 @@ const VolumeList = z.object({
 const Labelled = z.object({ Labels: z.record(z.string(), z.string()).nullable().default({}) });
 const OwnedVolumeList = z.object({ Volumes: z.array(Labelled).nullable().default([]) });
 const OwnedNetworkList = z.array(Labelled);
+
+const NO_COPY = { NoCopy: true } as Docker.MountSettings['VolumeOptions'];
 
 export class DockerRuntime implements SandboxRuntime {
   private readonly docker: Docker;
@@ -66,7 +73,7 @@ export class DockerRuntime implements SandboxRuntime {
     return this.call('read image files', () => readImageFiles(this.docker, ref, paths, ownership));
   }
 
-  async start(spec: SandboxSpec): Promise<{ containerId: string }> {
+  async start(spec: SandboxSpec): Promise<Started> {
     const { ownership } = spec;
     try {
       for (const v of spec.volumes) {
@@ -112,7 +119,8 @@ export class DockerRuntime implements SandboxRuntime {
           ReadonlyRootfs: spec.readOnlyRoot,
           Tmpfs: spec.tmpfs,
           Mounts: [
-            ...spec.volumes.map((v) => ({ Type: 'volume' as const, Source: v.name, Target: v.mountPath })),
+            // NoCopy: the engine's copy-up of a tmpfs volume is lost anyway (seed-roots.ts copies instead).
+            ...spec.volumes.map((v) => ({ Type: 'volume' as const, Source: v.name, Target: v.mountPath, VolumeOptions: NO_COPY })),
             ...spec.readOnlyBinds.map((b) => ({ Type: 'bind' as const, Source: b.hostPath, Target: b.containerPath, ReadOnly: true })),
             ...(spec.volumeBinds ?? []).map((b) => ({
               Type: 'bind' as const,
@@ -135,7 +143,7 @@ export class DockerRuntime implements SandboxRuntime {
         },
       });
       await container.start();
-      return { containerId: container.id };
+      return { containerId: container.id, seededPaths: await seedWritableRoots(this.docker, spec) };
     } catch (err) {
       await this.remove(spec.leaseId, ownership).catch(() => undefined);
       if (err instanceof AppError) throw err;
@@ -211,7 +219,10 @@ export class DockerRuntime implements SandboxRuntime {
     const owned = new Map<string, OwnedSandbox>();
     for (const c of containers) {
       const leaseId = c.Labels?.[LABEL.lease];
-      if (leaseId)
+      // A helper container (a create's seed source, a snapshot's staging; never started) counts like a volume.
+      if (leaseId && c.Labels?.[LABEL.role]) {
+        if (!owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false, paused: false });
+      } else if (leaseId)
         owned.set(leaseId, { leaseId, containerId: c.Id, running: ['running', 'paused'].includes(c.State), paused: c.State === 'paused' });
     }
     for (const r of [...volumes, ...networks]) {
@@ -328,6 +339,14 @@ export class DockerRuntime implements SandboxRuntime {
       });
     });
     return { stdout, done };
+  }
+
+  snapshot(capture: SnapshotCapture): Promise<CapturedImage> {
+    return captureSnapshot(this.docker, capture);
+  }
+
+  removeSnapshot(ref: string): Promise<void> {
+    return removeSnapshotImage(this.docker, ref);
   }
 
   private async call<T>(what: string, fn: () => Promise<T>): Promise<T> {

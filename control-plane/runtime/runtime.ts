@@ -53,6 +53,45 @@ export interface SandboxSpec {
   memoryBytes: number;
   pidsLimit: number;
   openFiles: number;
+  /**
+   * Writable roots (volume or tmpfs, already in `volumes`/`tmpfs`) that start with the image's
+   * content at their path, copied in once the container runs, owned by `seedUser` (the tool
+   * user). A root whose content does not fit its `sizeBytes` fails the start. `from`: where in
+   * the image the content is read (a snapshot keeps each root's under `/.sbx-snapshot/roots`);
+   * default `path`.
+   */
+  seedRoots: Array<{ path: string; sizeBytes: number; from?: string }>;
+  seedUser: RunAs;
+}
+
+/** What `start` made: the container, and which `seedRoots` had content in the image (copied in). */
+export interface Started {
+  containerId: string;
+  seededPaths: string[];
+}
+
+/** Where a snapshot image keeps the content of each writable root (`<prefix><root path>`; snapshot-image.ts). */
+export const SNAPSHOT_ROOTS_PREFIX = '/.sbx-snapshot/roots';
+
+/** What `snapshot` needs: whose sandbox, which writable roots, as whom, and the image's labels. */
+export interface SnapshotCapture {
+  leaseId: string;
+  ownership: Ownership;
+  /** Writable roots to capture (absolute paths). */
+  roots: readonly string[];
+  /** Who archives the roots in the sandbox (the tool user). */
+  user: RunAs;
+  /** Labels of the snapshot image (`sbx.snapshot.*`). */
+  labels: Record<string, string>;
+}
+
+export interface CapturedImage {
+  /** `sbx-snapshot:<hex>`. */
+  ref: string;
+  /** The image id, `sha256:…`. */
+  imageId: string;
+  /** Bytes the snapshot adds to the image it was leased from (its own layers). */
+  sizeBytes: number;
 }
 
 /** The numeric identity a transfer runs as inside the sandbox. */
@@ -68,7 +107,7 @@ export interface RunAs {
 export interface OwnedSandbox {
   leaseId: string;
   containerId: string | null;
-  /** Running (frozen or not). */
+  /** The container is alive: running, or paused (a snapshot's commit pauses it for a moment). */
   running: boolean;
   /** Running with every process frozen (`docker pause`). */
   paused: boolean;
@@ -118,8 +157,12 @@ export interface SandboxRuntime {
    * Throws AppError `runtime.unavailable`.
    */
   readImageFiles(ref: string, paths: string[], ownership: Ownership): Promise<Array<string | null>>;
-  /** Creates the volumes and the container and starts it. Leaves nothing behind when it throws. */
-  start(spec: SandboxSpec): Promise<{ containerId: string }>;
+  /**
+   * Creates the volumes and the container, starts it and fills its `seedRoots` from the image.
+   * Leaves nothing behind when it throws: `lease.writable_root_full` (the image's content at a
+   * root does not fit its size), `image.not_found`, `lease.create_failed`.
+   */
+  start(spec: SandboxSpec): Promise<Started>;
   /**
    * Resolves when the lease's container stops, with its exit code and its last log lines (the
    * agent's fatal error, typically). Never rejects; resolves with code null if it cannot tell
@@ -161,6 +204,13 @@ export interface SandboxRuntime {
    * Throws as `extractTar`.
    */
   createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable>;
+  /**
+   * Captures the lease's sandbox as a snapshot image (its changed files and every writable root;
+   * see snapshot-image.ts), while it keeps running. Throws `snapshot.capture_failed`, `lease.not_ready`.
+   */
+  snapshot(capture: SnapshotCapture): Promise<CapturedImage>;
+  /** Removes a snapshot image by its ref; absence is success. Throws `snapshot.in_use` while a container uses it. */
+  removeSnapshot(ref: string): Promise<void>;
 }
 
 /**
@@ -174,6 +224,11 @@ export const LABEL = {
   installation: 'sbx.installation',
   version: 'sbx.version',
   policy: 'sbx.policy',
+  /**
+   * On helper containers that are never started: `seed` (a create reads the image's content
+   * through it, seed-roots.ts), `snapshot` (a snapshot's staging container).
+   */
+  role: 'sbx.role',
 } as const;
 
 /**

@@ -1,0 +1,246 @@
+/**
+ * The snapshot use cases: capture a running sandbox, list/read/delete (tenant-scoped), fork N
+ * sandboxes from one, expire by retention, and resolve a snapshot for a lease started from it.
+ *
+ * Calls in flight are not waited for: a capture records the ids of the calls queued or running
+ * when it began (`inFlightCalls`); they go on, and their effects may be in the snapshot, partly
+ * or not at all. The capture runs while the sandbox runs (only the commit of its changed files
+ * pauses it), recorded as `consistent: false`.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import { digestOf } from '../../contract/digest.js';
+import { AppError } from '../../contract/errors.js';
+import { TERMINAL_LEASE_STATUSES, type Lease } from '../../contract/objects.js';
+import { actorOf, type AuditLog } from '../audit/service.js';
+import { seesTenant, type Principal } from '../http/auth.js';
+import type { CreateSandboxBody } from '../leases/schema.js';
+import { toolUserOf, type LeaseRecord } from '../leases/store.js';
+import type { QuotaService } from '../quotas/service.js';
+import type { Ownership, SandboxRuntime } from '../runtime/runtime.js';
+import type { Snapshot, SnapshotRecord, SnapshotSettings, SnapshotSource } from './schema.js';
+import type { SnapshotStore } from './store.js';
+
+/** What snapshots need of the lease domain. */
+export interface SnapshotLeases {
+  visible(id: string, by: Principal): Promise<LeaseRecord>;
+  create(body: CreateSandboxBody, by: Principal): Promise<{ lease: Lease }>;
+  release(id: string, by: Principal): Promise<unknown>;
+  /** Ids of the leases not ended whose image is `imageRef`. */
+  using(imageRef: string): Promise<string[]>;
+}
+
+export interface SnapshotServiceDeps {
+  store: Pick<SnapshotStore, 'put' | 'get' | 'list' | 'delete'>;
+  runtime: Pick<SandboxRuntime, 'snapshot' | 'removeSnapshot'>;
+  leases: SnapshotLeases;
+  /** Ids of a lease's calls that have not finished. */
+  openCalls: (leaseId: string) => Promise<string[]>;
+  quotas: Pick<QuotaService, 'get'>;
+  audit: Pick<AuditLog, 'record'>;
+  ownership: Ownership;
+  settings: SnapshotSettings;
+  now: () => Date;
+  log: Logger;
+}
+
+export class SnapshotService {
+  constructor(private readonly deps: SnapshotServiceDeps) {}
+
+  /**
+   * Captures lease `leaseId` of `by`'s tenant. Throws `lease.not_found` (another tenant's, or an
+   * ended sandbox: there is nothing left to capture), `lease.not_ready`, `snapshot.capture_failed`,
+   * `quota.exceeded` (resource `snapshotBytes`; the capture is removed again).
+   */
+  async capture(leaseId: string, by: Principal, ttlSeconds?: number): Promise<Snapshot> {
+    const { deps } = this;
+    const lease = await deps.leases.visible(leaseId, by);
+    if (TERMINAL_LEASE_STATUSES.has(lease.status)) {
+      throw new AppError('lease.not_found', `sandbox ${leaseId} has ended (${lease.status}); nothing is left to snapshot`, {
+        details: { id: leaseId, status: lease.status },
+      });
+    }
+    if (lease.status !== 'ready' || !lease.manifest)
+      throw new AppError('lease.not_ready', `sandbox ${leaseId} is ${lease.status}`, { details: { status: lease.status } });
+    const ttl = Math.min(ttlSeconds ?? deps.settings.ttlSeconds, deps.settings.ttlSeconds);
+    const roots =
+      lease.manifest.writableRoots.length > 0
+        ? lease.manifest.writableRoots.map((r) => ({ path: r.path, sizeBytes: r.sizeBytes, source: r.source }))
+        : lease.policySnapshot.filesystem.writableRoots.map((r) => ({ path: r.path, sizeBytes: r.sizeBytes, source: 'policy' as const }));
+    const id = `snap_${randomBytes(10).toString('hex')}`;
+    const inFlightCalls = await deps.openCalls(leaseId);
+    const user = toolUserOf(lease);
+    const image = await deps.runtime.snapshot({
+      leaseId,
+      ownership: deps.ownership,
+      roots: roots.map((r) => r.path),
+      user: { uid: user.uid, gid: user.gid },
+      labels: {
+        'sbx.snapshot.id': id,
+        'sbx.snapshot.tenant': lease.tenant,
+        'sbx.snapshot.parent': leaseId,
+        'sbx.snapshot.manifest': lease.manifest.digest,
+      },
+    });
+    const used = (await this.ofTenant(lease.tenant)).reduce((sum, s) => sum + s.sizeBytes, 0);
+    if (used + image.sizeBytes > deps.settings.quotaBytes) {
+      await deps.runtime.removeSnapshot(image.ref).catch(() => undefined);
+      throw new AppError(
+        'quota.exceeded',
+        `tenant ${lease.tenant} would exceed its snapshotBytes quota: ${used} used + ${image.sizeBytes} requested > ${deps.settings.quotaBytes}`,
+        { details: { tenant: lease.tenant, resource: 'snapshotBytes', limit: deps.settings.quotaBytes, used, requested: image.sizeBytes } },
+      );
+    }
+    const now = deps.now();
+    const record: SnapshotRecord = {
+      id,
+      digest: image.imageId,
+      imageRef: image.ref,
+      sizeBytes: image.sizeBytes,
+      parentLeaseId: leaseId,
+      manifestDigest: lease.manifest.digest,
+      policy: lease.policy,
+      sourceImage: lease.image,
+      roots,
+      inFlightCalls,
+      consistent: false,
+      tenant: lease.tenant,
+      createdAt: now.toISOString(),
+      expiresAt: new Date(now.getTime() + ttl * 1000).toISOString(),
+    };
+    await deps.store.put(record);
+    await deps.audit.record({
+      actor: actorOf(by),
+      action: 'snapshot.create',
+      target: `snapshot:${id}`,
+      beforeDigest: null,
+      afterDigest: digestOf(record),
+      details: { tenant: lease.tenant, parentLeaseId: leaseId, sizeBytes: image.sizeBytes, inFlightCalls: inFlightCalls.length },
+    });
+    deps.log.info(
+      { sandboxId: leaseId, snapshotId: id, sizeBytes: image.sizeBytes, inFlightCalls: inFlightCalls.length },
+      'snapshot taken',
+    );
+    return view(record);
+  }
+
+  /** `by`'s tenant's snapshots (every tenant's for an admin key), oldest first, expired ones left out. */
+  async list(by: Principal): Promise<Snapshot[]> {
+    const now = this.deps.now().toISOString();
+    return (await this.deps.store.list()).filter((s) => seesTenant(by, s.tenant) && s.expiresAt > now).map(view);
+  }
+
+  /** Throws `snapshot.not_found` (also for another tenant's, or an expired one). */
+  async get(id: string, by: Principal): Promise<Snapshot> {
+    return view(await this.visible(id, by));
+  }
+
+  /** Deletes the snapshot and its image. Throws `snapshot.not_found`, `snapshot.in_use` (a sandbox started from it runs). */
+  async delete(id: string, by: Principal): Promise<void> {
+    const record = await this.visible(id, by);
+    await this.remove(record);
+    await this.deps.audit.record({
+      actor: actorOf(by),
+      action: 'snapshot.delete',
+      target: `snapshot:${id}`,
+      beforeDigest: digestOf(record),
+      afterDigest: null,
+      details: { tenant: record.tenant },
+    });
+  }
+
+  /**
+   * Starts `count` sandboxes from snapshot `id`, all or none: when one fails, those started are
+   * released and the first error is thrown. Throws `snapshot.not_found`, `quota.exceeded` (more
+   * than the tenant's sandbox quota leaves, before anything starts), `input.invalid` (count over
+   * `forkMax`), and what a create throws.
+   */
+  async fork(id: string, by: Principal, body: { count: number; ttlSeconds?: number; labels?: Record<string, string> }): Promise<Lease[]> {
+    const record = await this.visible(id, by);
+    const quota = await this.deps.quotas.get(record.tenant);
+    const max = quota.limits.maxSandboxes;
+    if (max !== null && quota.usage.sandboxes + body.count > max) {
+      throw new AppError(
+        'quota.exceeded',
+        `tenant ${record.tenant} would exceed its sandboxes quota: ${quota.usage.sandboxes} used + ${body.count} requested > ${max}`,
+        { details: { tenant: record.tenant, resource: 'sandboxes', limit: max, used: quota.usage.sandboxes, requested: body.count } },
+      );
+    }
+    if (body.count > this.deps.settings.forkMax) {
+      throw new AppError('input.invalid', `count ${body.count} is above the most one fork starts (${this.deps.settings.forkMax})`, {
+        details: { issues: [{ path: 'count', message: `at most ${this.deps.settings.forkMax}` }] },
+      });
+    }
+    const create: CreateSandboxBody = {
+      snapshot: id,
+      ...(body.ttlSeconds !== undefined ? { ttlSeconds: body.ttlSeconds } : {}),
+      ...(body.labels ? { labels: body.labels } : {}),
+    };
+    const results = await Promise.allSettled(Array.from({ length: body.count }, () => this.deps.leases.create(create, by)));
+    const made = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.lease] : []));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) {
+      await Promise.allSettled(made.map((l) => this.deps.leases.release(l.id, by)));
+      throw failed.reason;
+    }
+    return made;
+  }
+
+  /** What a lease started from snapshot `id` needs. Throws `snapshot.not_found`. */
+  async source(id: string, by: Principal): Promise<SnapshotSource> {
+    const r = await this.visible(id, by);
+    return {
+      id: r.id,
+      digest: r.digest,
+      parentLeaseId: r.parentLeaseId,
+      imageRef: r.imageRef,
+      policy: r.policy,
+      leaseRoots: r.roots.filter((x) => x.source === 'lease').map((x) => ({ path: x.path, sizeBytes: x.sizeBytes })),
+      capturedRoots: r.roots.map((x) => x.path),
+    };
+  }
+
+  /** Deletes expired snapshots no sandbox uses (those in use go once their sandboxes end). Returns the ids deleted. */
+  async sweep(): Promise<string[]> {
+    const now = this.deps.now().toISOString();
+    const deleted: string[] = [];
+    for (const record of await this.deps.store.list()) {
+      if (record.expiresAt > now) continue;
+      try {
+        await this.remove(record);
+        deleted.push(record.id);
+      } catch (err) {
+        if (!(err instanceof AppError && err.code === 'snapshot.in_use'))
+          this.deps.log.warn({ snapshotId: record.id, err }, 'snapshot expiry failed');
+      }
+    }
+    return deleted;
+  }
+
+  private async remove(record: SnapshotRecord): Promise<void> {
+    const using = await this.deps.leases.using(record.imageRef);
+    if (using.length > 0) {
+      throw new AppError('snapshot.in_use', `snapshot ${record.id} is used by ${using.length} running sandbox(es)`, {
+        details: { id: record.id, leases: using },
+      });
+    }
+    await this.deps.runtime.removeSnapshot(record.imageRef);
+    await this.deps.store.delete(record.id);
+  }
+
+  private async ofTenant(tenant: string): Promise<SnapshotRecord[]> {
+    return (await this.deps.store.list()).filter((s) => s.tenant === tenant);
+  }
+
+  private async visible(id: string, by: Principal): Promise<SnapshotRecord> {
+    const record = await this.deps.store.get(id);
+    if (!record || !seesTenant(by, record.tenant) || record.expiresAt <= this.deps.now().toISOString())
+      throw new AppError('snapshot.not_found', `no snapshot ${id}`, { details: { id } });
+    return record;
+  }
+}
+
+function view(record: SnapshotRecord): Snapshot {
+  const { imageRef: _ref, ...rest } = record;
+  return rest;
+}

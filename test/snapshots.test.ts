@@ -1,0 +1,131 @@
+/**
+ * Snapshots and fork (issue 12 part 5) against the real engine: a snapshot holds the sandbox's
+ * writable roots (the policy's and the lease's own); forks share no writable state with each
+ * other or the parent; tenant scoping, ended sandboxes, fork bounds, delete while in use, and
+ * a call in flight during the capture (not waited for, recorded).
+ */
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { REPO_ROOT, apiAs, docker, execIn, testRunId, useHarness } from './fixtures/index.js';
+
+// A sandbox quota, so a fork of 1,000 meets it (the default has none).
+const h = useHarness({ SBX_DEFAULT_TENANT_QUOTA: '{"maxSandboxes": 20}' });
+const exec = execIn(() => h.client);
+const api = apiAs(() => h.url);
+const MiB = 1024 * 1024;
+const image = `sbx-test-snap-${testRunId()}:testbed`;
+/** Snapshot image refs this file made, removed after it whatever happened. */
+const made = new Set<string>();
+
+beforeAll(async () => {
+  const base = (await readFile(join(REPO_ROOT, 'dist', '.sbx-image'), 'utf8')).trim();
+  const context = await mkdtemp(join(tmpdir(), 'sbx-snap-'));
+  try {
+    await writeFile(
+      join(context, 'Dockerfile'),
+      `FROM ${base}\nUSER root\nRUN mkdir -p /testbed && echo original > /testbed/a.txt && echo doomed > /testbed/gone.txt\n`,
+    );
+    await docker('build', '-q', '-t', image, context);
+  } finally {
+    await rm(context, { recursive: true, force: true });
+  }
+}, 120_000);
+
+afterAll(async () => {
+  for (const lease of await h.client.listSandboxes().catch(() => [])) await h.client.releaseSandbox(lease.id).catch(() => undefined);
+  for (const s of await h.client.listSnapshots().catch(() => [])) await h.client.deleteSnapshot(s.id).catch(() => undefined);
+  for (const ref of made) await docker('rmi', '-f', ref).catch(() => undefined);
+  await docker('rmi', '-f', image).catch(() => undefined);
+});
+
+describe('snapshots and fork', () => {
+  it('a fork has the files of /workspace and of a lease root; writes in one fork appear in no other nor in the parent', async () => {
+    const parent = await h.client.createSandbox({ image, writableRoots: [{ path: '/testbed', sizeBytes: 16 * MiB }] });
+    await exec(parent.id, {
+      cmd: 'echo ws > /workspace/w.txt && echo changed > /testbed/a.txt && rm /testbed/gone.txt && echo home > ~/h.txt',
+    });
+    const snap = await h.client.snapshotSandbox(parent.id);
+    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    expect(snap).toMatchObject({ parentLeaseId: parent.id, manifestDigest: parent.manifest!.digest, inFlightCalls: [], consistent: false });
+    expect(snap.id).toMatch(/^snap_/);
+    expect(snap.roots.map((r) => r.path)).toEqual(['/workspace', '/tmp', '/home/sandbox', '/testbed']);
+    expect(await h.client.getSnapshot(snap.id)).toEqual(snap);
+    expect((await h.client.listSnapshots()).map((s) => s.id)).toContain(snap.id);
+
+    const forks = await h.client.fork(snap.id, { count: 2 });
+    expect(forks).toHaveLength(2);
+    for (const f of forks) {
+      expect(f.manifest!.snapshot).toEqual({ id: snap.id, digest: snap.digest, parentLeaseId: parent.id });
+      const r = await exec(f.id, { cmd: 'cat /workspace/w.txt /testbed/a.txt ~/h.txt; ls /testbed; stat -c %U /testbed/a.txt' });
+      expect(r.stdout).toBe('ws\nchanged\nhome\na.txt\nsandbox\n');
+    }
+    await exec(forks[0]!.id, { cmd: 'echo fork0 > /workspace/w.txt && echo fork0 > /testbed/new.txt' });
+    const other = await exec(forks[1]!.id, { cmd: 'cat /workspace/w.txt; ls /testbed' });
+    expect(other.stdout).toBe('ws\na.txt\n');
+    const inParent = await exec(parent.id, { cmd: 'cat /workspace/w.txt; ls /testbed' });
+    expect(inParent.stdout).toBe('ws\na.txt\n');
+
+    // A sandbox from the snapshot runs: the snapshot may not be deleted.
+    const refused = await api(h.apiKey, 'DELETE', `/v1/snapshots/${snap.id}`);
+    expect(refused.status).toBe(409);
+    expect(refused.body.error).toMatchObject({ code: 'snapshot.in_use' });
+    for (const f of forks) await h.client.releaseSandbox(f.id);
+    expect((await api(h.apiKey, 'DELETE', `/v1/snapshots/${snap.id}`)).status).toBe(204);
+    expect((await api(h.apiKey, 'GET', `/v1/snapshots/${snap.id}`)).body.error.code).toBe('snapshot.not_found');
+    expect(await docker('images', '-q', `sbx-snapshot:${snap.digest.slice('sha256:'.length)}`)).toBe('');
+  });
+
+  it('POST /v1/sandboxes {snapshot} starts one sandbox from it', async () => {
+    const parent = await h.client.createSandbox();
+    await exec(parent.id, { cmd: 'echo one > /workspace/one.txt' });
+    const snap = await h.client.snapshotSandbox(parent.id);
+    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    const child = await h.client.createSandbox({ snapshot: snap.id });
+    expect(child.manifest!.snapshot?.parentLeaseId).toBe(parent.id);
+    expect((await exec(child.id, { cmd: 'cat /workspace/one.txt' })).stdout).toBe('one\n');
+  });
+
+  it('a call in flight is not waited for: the snapshot records it and the call finishes normally', async () => {
+    const lease = await h.client.createSandbox();
+    const pending = await h.client.submitCall(lease.id, 'exec', { cmd: 'sleep 3; echo done > /workspace/late.txt' }, { waitSeconds: 0 });
+    await expect.poll(async () => (await h.client.getCall(lease.id, pending.callId)).status, { timeout: 20_000 }).toBe('running');
+    const snap = await h.client.snapshotSandbox(lease.id);
+    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    expect(snap.inFlightCalls).toEqual([pending.callId]);
+    const finished = await h.client.submitCall(lease.id, 'exec', { cmd: 'cat /workspace/late.txt' }, { waitSeconds: 30 });
+    expect('receipt' in finished && finished.stdout).toBe('done\n');
+  });
+
+  it('snapshot of another tenant’s sandbox, an ended one or a made-up one is 404', async () => {
+    const lease = await h.client.createSandbox();
+    const other = await api(h.apiKey, 'POST', '/v1/api-keys', { tenant: 'other-snap', role: 'user', name: 'snap' });
+    expect(other.status).toBe(201);
+    const otherKey = other.body.secret as string;
+    expect((await api(otherKey, 'POST', `/v1/sandboxes/${lease.id}/snapshots`, {})).status).toBe(404);
+    await h.client.releaseSandbox(lease.id);
+    const ended = await api(h.apiKey, 'POST', `/v1/sandboxes/${lease.id}/snapshots`, {});
+    expect(ended.status).toBe(404);
+    expect(ended.body.error.code).toBe('lease.not_found');
+    expect((await api(h.apiKey, 'POST', '/v1/sandboxes/sbx_nope/snapshots', {})).status).toBe(404);
+    expect((await api(otherKey, 'GET', '/v1/snapshots')).body.snapshots).toEqual([]);
+  });
+
+  it('fork count 0 and -1 are 400, 1000 is 429 quota.exceeded, and nothing starts', async () => {
+    const lease = await h.client.createSandbox();
+    const snap = await h.client.snapshotSandbox(lease.id);
+    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    const before = (await h.client.listSandboxes()).length;
+    for (const count of [0, -1]) {
+      const r = await api(h.apiKey, 'POST', `/v1/snapshots/${snap.id}/fork`, { count });
+      expect(r.status).toBe(400);
+      expect(r.body.error.code).toBe('input.invalid');
+    }
+    const tooMany = await api(h.apiKey, 'POST', `/v1/snapshots/${snap.id}/fork`, { count: 1000 });
+    expect(tooMany.status).toBe(429);
+    expect(tooMany.body.error).toMatchObject({ code: 'quota.exceeded', details: { resource: 'sandboxes', requested: 1000 } });
+    expect((await h.client.listSandboxes()).length).toBe(before);
+    expect((await api(h.apiKey, 'POST', '/v1/snapshots/snap_00000000000000000000/fork', { count: 1 })).status).toBe(404);
+  });
+});
