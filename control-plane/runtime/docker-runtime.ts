@@ -17,7 +17,7 @@ import { checkpointSandbox, checkpointSupport, freezeSandbox, thawSandbox } from
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { seedWritableRoots } from './seed-roots.js';
 import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
-import { REFUSE_OUTSIDE, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
+import { DOWNLOAD_SCRIPT, tarError, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
 import {
   LABEL,
   ownershipLabels,
@@ -356,51 +356,6 @@ export class DockerRuntime implements SandboxRuntime {
       throw unavailable(what, err);
     }
   }
-}
-
-/**
- * Both scripts (the upload's is in `upload-script.ts`) run under `sh -c` with the paths as
- * positional arguments (never spliced into the script). They work from directories entered with
- * `cd -P` (symlinks resolved) and checked against the root `$2` by where they really are (`$PWD`
- * after `cd -P`); the working directory then stays put even if a path is swapped for a symlink a
- * moment later. Names are taken with parameter expansion, not `$(...)`, which would drop
- * trailing newlines of a name.
- *
- * Download `$1`: its directory is entered and checked; the last component is archived as it is
- * (tar stores a symlink as a symlink, without following it). A missing or unreadable path is
- * refused before tar writes its first block.
- */
-const DOWNLOAD_SCRIPT = [
-  'dir=${1%/*}; name=${1##*/}',
-  'cd -P -- "${dir:-/}" || { echo "$1: Cannot stat: No such file or directory" >&2; exit 2; }',
-  `case "\${PWD%/}/$name" in "$2"|"$2"/*) ;; *) ${REFUSE_OUTSIDE} ;; esac`,
-  'if [ ! -e "$name" ] && [ ! -L "$name" ]; then echo "$1: Cannot stat: No such file or directory" >&2; exit 2; fi',
-  'if [ ! -L "$name" ] && [ ! -r "$name" ]; then echo "$1: Cannot open: Permission denied" >&2; exit 2; fi',
-  'exec tar -c -f - -- "$name"',
-].join('\n');
-
-/**
- * Maps GNU tar's complaint to an error code. tar reports the OS reason as text
- * (`Cannot open: Permission denied`, `Read-only file system`, ...): strerror(3) wording.
- */
-function tarError(stderr: string, path: string): AppError {
-  const reason = stderr.split('\n').find((l) => l.trim()) ?? 'tar failed';
-  const details = { path, reason };
-  if (/resolves outside/.test(stderr))
-    return new AppError('input.path_outside_workspace', `${path} resolves outside its root in the sandbox (a symlink)`, { details });
-  if (/No space left on device/.test(stderr))
-    return new AppError('files.no_space', `no space left in the sandbox writing ${path}: ${reason}`, { details });
-  if (/Permission denied|Read-only file system|Operation not permitted|cannot create directory/.test(stderr)) {
-    const os = /Read-only file system/.test(stderr) ? 'EROFS' : /Operation not permitted/.test(stderr) ? 'EPERM' : 'EACCES';
-    return new AppError('files.permission_denied', `${os}: the sandbox user may not access ${path}: ${reason}`, {
-      details: { ...details, errno: os },
-    });
-  }
-  if (/No such file or directory|Cannot change to directory|Cannot stat/.test(stderr))
-    return new AppError('files.not_found', `no such path in the sandbox: ${path}`, { details });
-  return new AppError('files.transfer_failed', `tar in the sandbox failed for ${path}: ${reason}`, {
-    details: { ...details, stderr: stderr.slice(0, 2000) },
-  });
 }
 
 /** Docker label filters matching `ownership` (each `key=value` must match). */
