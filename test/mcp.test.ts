@@ -30,8 +30,8 @@ async function connectMcp(...options: string[]): Promise<{ client: Client; trans
 }
 
 /** An MCP client connected to a fresh `sbx mcp` process. */
-async function connectClient(): Promise<Client> {
-  return (await connectMcp()).client;
+async function connectClient(...options: string[]): Promise<Client> {
+  return (await connectMcp(...options)).client;
 }
 
 const textOf = (result: CallToolResult): string => result.content.map((c) => (c.type === 'text' ? c.text : '')).join('');
