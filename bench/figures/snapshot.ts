@@ -50,6 +50,8 @@ export async function snapshotOf(ctx: BenchContext): Promise<Figure> {
     baseline: side('docker commit + docker exec tar of /workspace', base, { rate: rate(base) }),
     basis: 'rate',
     targets: (s) => [target('≥ 0.5× baseline rate', s ?? NaN, '>=', 0.5, times)],
-    notes: ['ours copies every writable root into a content-addressed image of the tenant; the baseline only reads /workspace'],
+    notes: [
+      'ours writes every writable root (tar in the sandbox → putArchive into a staging container) and commits that as a second layer, a kept image of the tenant; the baseline commits the (small) container layer and only reads /workspace',
+    ],
   });
 }
