@@ -95,7 +95,7 @@ afterAll(async () => {
 }, 120_000);
 
 describe('console: images, snapshots, volumes', () => {
-  it('images: lists a built image with status, name, id and size; shows its build log; Delete removes it', async () => {
+  it('images: lists a built image with status, name, id and size; shows its build log; Delete shows 409 image.in_use while a sandbox runs from it, then removes it', async () => {
     const dir = await mkdtemp(join(scratch, 'ctx-'));
     const base = (await readFile(join(REPO_ROOT, 'dist', '.sbx-image'), 'utf8')).trim();
     await writeFile(join(dir, 'Dockerfile'), `FROM ${base}\nRUN echo console-build-${runId} > /opt/console.txt\n`);
@@ -113,6 +113,13 @@ describe('console: images, snapshots, volumes', () => {
     await eventually(() => page.textContent('#image-log')).toContain(`console-build-${runId}`);
     expect(await page.textContent('#image-log')).toContain('[succeeded]');
 
+    // While a sandbox runs from it, Delete is refused and the code is shown; released, it goes.
+    const user = await h.client.createSandbox({ image: image.id, ttlSeconds: 600 });
+    page.once('dialog', (dialog) => void dialog.accept());
+    await row.locator('button[data-action=delete]').click();
+    await eventually(() => page.textContent('#banner')).toContain('image.in_use');
+    expect((await h.client.getImage(image.id)).status).toBe('ready');
+    await h.client.releaseSandbox(user.id);
     page.once('dialog', (dialog) => void dialog.accept());
     await row.locator('button[data-action=delete]').click();
     await eventually(() => page.textContent('#banner')).toContain(`Deleted ${image.id}`);
