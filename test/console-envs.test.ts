@@ -23,6 +23,8 @@ let h: Harness;
 let browser: Browser;
 let page: Page;
 let scratch: string;
+/** Screenshots of each page go to `SBX_CONSOLE_SCREENSHOTS` (default: a fresh temporary directory, printed). */
+let shots: string;
 /** Script errors of the page, and every request it made to somewhere other than the control plane. */
 const pageErrors: string[] = [];
 const elsewhere: string[] = [];
@@ -32,6 +34,10 @@ const volumeNames = new Set<string>();
 
 const api = apiAs(() => h.url);
 const eventually = <T>(read: () => Promise<T> | T) => expect.poll(read, { timeout: 30_000, interval: 100 });
+
+async function shot(name: string): Promise<void> {
+  await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+}
 
 async function go(hash: string): Promise<void> {
   await page.goto(`${h.url}/console/#/${hash}`);
@@ -47,6 +53,8 @@ beforeAll(async () => {
   await run('node', [join(REPO_ROOT, 'console', 'build.mjs'), consoleDir]);
   scratch = await mkdtemp(join(tmpdir(), 'sbx-console-envs-'));
   h = await startHarness({ SBX_CONSOLE_DIR: consoleDir });
+  shots = process.env.SBX_CONSOLE_SCREENSHOTS ?? (await mkdtemp(join(tmpdir(), 'sbx-console-shots-')));
+  process.stdout.write(`console screenshots: ${shots}\n`);
   browser = await chromium.launch({
     executablePath: '/usr/bin/chromium',
     args: [
@@ -112,6 +120,7 @@ describe('console: images, snapshots, volumes', () => {
     await row.locator('button[data-action=log]').click();
     await eventually(() => page.textContent('#image-log')).toContain(`console-build-${runId}`);
     expect(await page.textContent('#image-log')).toContain('[succeeded]');
+    await shot('images');
 
     // While a sandbox runs from it, Delete is refused and the code is shown; released, it goes.
     const user = await h.client.createSandbox({ image: image.id, ttlSeconds: 600 });
@@ -148,6 +157,7 @@ describe('console: images, snapshots, volumes', () => {
     const lease = await h.client.getSandbox(forkId!);
     expect(lease.status).toBe('ready');
     expect(await page.textContent('#banner')).toContain(`Forked ${snap.id} into 1 sandbox`);
+    await shot('snapshots');
 
     page.once('dialog', (dialog) => void dialog.accept());
     await row.locator('button[data-action=delete]').click();
@@ -178,6 +188,7 @@ describe('console: images, snapshots, volumes', () => {
     const freeRow = page.locator(`#volumes tr[data-name="${free}"]`);
     await freeRow.waitFor();
     expect((await api(h.apiKey, 'GET', `/v1/volumes/${free}`)).body.sizeBytes).toBe(16 * MiB);
+    await shot('volumes');
 
     page.once('dialog', (dialog) => void dialog.accept());
     await row.locator('button[data-action=delete]').click();
