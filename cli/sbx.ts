@@ -10,6 +10,7 @@
  *   sbx pause ID | sbx resume ID     freeze every process of a sandbox (its TTL stops), and thaw it
  *   sbx snapshot ID [--ttl S]        snapshot a running sandbox's filesystem
  *   sbx fork SNAP --count N          start N sandboxes from a snapshot
+ *   sbx snapshots ls | rm ID         the tenant's snapshots
  *   sbx events ID                    a sandbox's status transitions
  *   sbx ls                           list sandboxes
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
@@ -38,7 +39,7 @@ import { addImageCommands } from './image.js';
 import { runMcpServer } from './mcp.js';
 import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
 import { describeDown, down, downSucceeded } from './down.js';
-import { addVolumeCommands, volumeMounts } from './volumes.js';
+import { addVolumeCommands, parseSize, volumeMounts } from './volumes.js';
 
 /** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
 function connection(opts: { url?: string; apiKey?: string }): ConnectionOptions {
@@ -65,9 +66,17 @@ const collect = (value: string, previous: string[] = []): string[] => [...previo
 function writableRootsOf(list: string[] | undefined): Array<{ path: string; sizeBytes?: number }> | undefined {
   if (!list || list.length === 0) return undefined;
   return list.map((item) => {
-    const m = /^([^:]+)(?::(\d+))?$/.exec(item);
-    if (!m) throw new UsageError(`--writable-root must be PATH or PATH:BYTES, got ${JSON.stringify(item)}`);
-    return m[2] === undefined ? { path: m[1]! } : { path: m[1]!, sizeBytes: Number(m[2]) };
+    const m = /^([^:]+)(?::(.+))?$/.exec(item);
+    if (!m)
+      throw new UsageError(
+        `--writable-root must be PATH or PATH:SIZE (bytes, or K, M, G: e.g. /testbed:512M), got ${JSON.stringify(item)}`,
+      );
+    if (m[2] === undefined) return { path: m[1]! };
+    try {
+      return { path: m[1]!, sizeBytes: parseSize(m[2]) };
+    } catch (err) {
+      throw new UsageError(`--writable-root ${JSON.stringify(item)}: SIZE ${(err as Error).message} (at least 1M)`);
+    }
   });
 }
 
@@ -201,7 +210,7 @@ leaseOptions(program.command('run'))
   .option('--exclude <name>', 'skip this top-level file or directory of each upload (repeatable)', collect)
   .option('--download <remote>', 'copy this sandbox path back after the command (repeatable)', collect)
   .option('--download-dir <dir>', 'where downloads go', 'sbx-downloads')
-  .option('--cwd <dir>', 'working directory in the sandbox', '/workspace')
+  .option('--cwd <dir>', "working directory in the sandbox (default: the sandbox's workdir: the image's WORKDIR, else /workspace)")
   .addOption(new Option('--timeout-ms <ms>', 'command timeout in ms').argParser(positiveInt))
   .argument('<command...>')
   .action(async (command: string[], opts) => {
@@ -294,7 +303,7 @@ program
   .description('run a command in a leased sandbox, streaming its output')
   .argument('<id>')
   .argument('<command...>')
-  .option('--cwd <dir>', 'working directory', '/workspace')
+  .option('--cwd <dir>', "working directory (default: the sandbox's workdir: the image's WORKDIR, else /workspace)")
   .addOption(new Option('--timeout-ms <ms>', 'command timeout in ms').argParser(positiveInt))
   .option('--secret <NAME>', "one of the sandbox's secrets this command receives (repeatable)", collect)
   .action(async (id: string, command: string[], opts) => {
@@ -356,11 +365,34 @@ program
   .action(async (id: string, opts: { ttl?: number }) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
     const snapshot = await connect(connection(global)).snapshotSandbox(id, opts.ttl ? { ttlSeconds: opts.ttl } : {});
+    if (global.json) {
+      process.stdout.write(`${JSON.stringify(snapshot, null, 2)}\n`);
+      return;
+    }
+    // The id alone on stdout (`SNAP=$(sbx snapshot ID)`), what else it says on stderr.
+    process.stderr.write(`${snapshot.sizeBytes} bytes, ${snapshot.inFlightCalls.length} calls in flight not waited for\n`);
+    process.stdout.write(`${snapshot.id}\n`);
+  });
+
+const snapshots = program.command('snapshots').description("the tenant's snapshots: ls, rm ID");
+snapshots
+  .command('ls')
+  .description("list the tenant's snapshots")
+  .action(async () => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    const list = await connect(connection(global)).listSnapshots();
     process.stdout.write(
       global.json
-        ? `${JSON.stringify(snapshot, null, 2)}\n`
-        : `${snapshot.id} ${snapshot.sizeBytes} bytes, ${snapshot.inFlightCalls.length} calls in flight not waited for\n`,
+        ? `${JSON.stringify(list, null, 2)}\n`
+        : list.map((s) => `${s.id}\t${s.sizeBytes}\t${s.parentLeaseId}\t${s.expiresAt}\n`).join(''),
     );
+  });
+snapshots
+  .command('rm')
+  .description('delete a snapshot (refused while a sandbox started from it runs)')
+  .argument('<id>')
+  .action(async (id: string) => {
+    await connect(connection(program.opts<{ url?: string; apiKey?: string }>())).deleteSnapshot(id);
   });
 
 program
@@ -462,7 +494,7 @@ program
     'start the sandbox from this snapshot (its image, policy unless --policy, and files); the `snapshot` tool makes one',
   )
   .option(
-    '--writable-root <PATH[:BYTES]>',
+    '--writable-root <PATH[:SIZE]>',
     "a writable root of the lease's own, starting with the image's content there, where the policy allows (repeatable)",
     collect,
   )

@@ -504,7 +504,7 @@ export class SbxClient {
           code: 'api.unreachable',
           domain: 'api',
           retryability: 'reconcile_first',
-          message: `cannot reach sbx at ${origin}: ${reason}`,
+          message: `cannot reach sbx at ${origin}: ${reason} (another address: --url or SBX_URL)`,
           details: { url: origin, reason },
         },
         { cause: err },

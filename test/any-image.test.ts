@@ -11,7 +11,18 @@ import { chmod, copyFile, mkdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Lease, ToolResult } from '../contract/objects.js';
-import { apiAs, buildImage, containersOf, docker, execIn, importImage, removeImages, tarBytes, useHarness } from './fixtures/index.js';
+import {
+  apiAs,
+  buildImage,
+  containersOf,
+  docker,
+  execIn,
+  importImage,
+  removeImages,
+  runCli,
+  tarBytes,
+  useHarness,
+} from './fixtures/index.js';
 
 const h = useHarness();
 const exec = execIn(() => h.client);
@@ -150,6 +161,19 @@ describe('Debian without Node, with /testbed, PYTHONPATH, WORKDIR, labels and a 
     expect(r.stderr).toBe('');
     expect(r.status).toBe('succeeded');
     expect(r.stdout.trim().split('\n')).toEqual(['/testbed', 'from-image', '42', 'seed']);
+  });
+
+  it('the CLI too runs in the image WorkingDir unless --cwd says otherwise, and `sbx snapshot` prints the id alone on stdout', async () => {
+    const pwd = await runCli(h, ['exec', lease.id, '--', 'pwd']);
+    expect(pwd).toMatchObject({ code: 0, stdout: '/testbed\n' });
+    expect((await runCli(h, ['exec', lease.id, '--cwd', '/tmp', '--', 'pwd'])).stdout).toBe('/tmp\n');
+    const snap = await runCli(h, ['snapshot', lease.id]);
+    expect(snap.code).toBe(0);
+    expect(snap.stdout).toMatch(/^snap_[a-z0-9]+\n$/);
+    const listed = await runCli(h, ['snapshots', 'ls']);
+    expect(listed.stdout).toContain(snap.stdout.trim());
+    expect(await runCli(h, ['snapshots', 'rm', snap.stdout.trim()])).toMatchObject({ code: 0 });
+    expect((await runCli(h, ['snapshots', 'ls'])).stdout).not.toContain(snap.stdout.trim());
   });
 
   it('the lease env wins over the image env of the same name', async () => {

@@ -6,15 +6,14 @@
  * input a documented 4xx with nothing made, tenants apart, the volume quota. Every volume, disk
  * image and loop device made here is removed in afterAll, also when a test failed.
  */
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { access, readdir, rmdir } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ErrorBody } from '../contract/errors.js';
 import { isMountPoint, LoopVolumeDisks } from '../control-plane/runtime/volume-disks.js';
-import { join } from 'node:path';
 import { Sandbox } from '../sdk/index.js';
-import { apiAs, docker, eventually, execIn, REPO_ROOT, startHarness, useHarness, type Answer } from './fixtures/index.js';
+import { apiAs, docker, eventually, execIn, runCli, startHarness, useHarness, type Answer, type CliRun } from './fixtures/index.js';
 
 const run = promisify(execFile);
 const h = useHarness();
@@ -64,20 +63,8 @@ async function loopDevicesOf(image: string): Promise<string> {
   return (await run('losetup', ['-j', image])).stdout.trim();
 }
 
-/** Runs the built `sbx` CLI against the harness with the bootstrap key: exit code and output. */
-function sbx(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, '--api-key', h.apiKey, ...args], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+/** The built `sbx` CLI against the harness with the bootstrap key. */
+const sbx = (args: string[]): Promise<CliRun> => runCli(h, args);
 
 // Through the API first (the volumes this file made), then from the host whatever is left in
 // this installation's directory (a test that failed half-way, a volume made by mistake).

@@ -135,6 +135,24 @@ export class Api {
     await this.send(method, path, body);
   }
 
+  /**
+   * `GET path` of a Server-Sent Events stream: `onData` gets each event's `data:` text as it
+   * arrives; resolves when the server ends the stream. Throws ApiError.
+   */
+  async events(path: string, onData: (data: string) => void): Promise<void> {
+    const response = await this.send('GET', path, undefined);
+    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let buffered = '';
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      buffered += value;
+      const blocks = buffered.split('\n\n');
+      buffered = blocks.pop() ?? '';
+      for (const block of blocks) for (const line of block.split('\n')) if (line.startsWith('data:')) onData(line.slice(5).trim());
+    }
+  }
+
   private async send(method: string, path: string, body: unknown): Promise<Response> {
     const headers: Record<string, string> = { authorization: `Bearer ${this.key}` };
     if (body !== undefined) headers['content-type'] = 'application/json';

@@ -8,9 +8,12 @@ import { h, replace } from './dom.js';
 import type { Page, PageFactory, PageContext } from './page.js';
 import { auditPage } from './pages/audit.js';
 import { egressPage } from './pages/egress.js';
+import { imagesPage } from './pages/images.js';
 import { policiesPage } from './pages/policies.js';
 import { sandboxesPage } from './pages/sandboxes.js';
 import { secretsPage } from './pages/secrets.js';
+import { snapshotsPage } from './pages/snapshots.js';
+import { volumesPage } from './pages/volumes.js';
 
 const KEY_STORAGE = 'sbx.console.adminKey';
 
@@ -18,6 +21,9 @@ const PAGES: Array<{ path: string; title: string; page: PageFactory }> = [
   { path: 'sandboxes', title: 'Sandboxes', page: sandboxesPage },
   { path: 'policies', title: 'Policies', page: policiesPage },
   { path: 'secrets', title: 'Secrets', page: secretsPage },
+  { path: 'images', title: 'Images', page: imagesPage },
+  { path: 'snapshots', title: 'Snapshots', page: snapshotsPage },
+  { path: 'volumes', title: 'Volumes', page: volumesPage },
   { path: 'egress', title: 'Egress', page: egressPage },
   { path: 'audit', title: 'Audit', page: auditPage },
 ];

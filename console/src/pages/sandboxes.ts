@@ -1,6 +1,7 @@
 /**
  * Sandboxes: every tenant's leases with state, policy version and time left, refreshed every few
- * seconds; live ones by default, ended ones on request; a release button per live sandbox.
+ * seconds; live ones by default, ended ones on request; a release button per live sandbox, and
+ * pause (ready ones) or resume (paused ones), refusals shown by code (`policy.pause_denied`).
  */
 import { describeError, Lease, SandboxList } from '../api.js';
 import { formatDuration, formatTime, h, replace } from '../dom.js';
@@ -41,6 +42,17 @@ export const sandboxesPage: PageFactory = (ctx) => {
     await load();
   };
 
+  const pauseOrResume = async (lease: Lease, action: 'pause' | 'resume', button: HTMLButtonElement): Promise<void> => {
+    button.disabled = true;
+    try {
+      const after = await ctx.api.json('POST', `/v1/sandboxes/${encodeURIComponent(lease.id)}/${action}`, Lease);
+      ctx.flash('ok', `${action === 'pause' ? 'Paused' : 'Resumed'} ${after.id} (${after.status}).`);
+    } catch (err) {
+      ctx.flash('error', `Could not ${action} ${lease.id}: ${describeError(err)}`);
+    }
+    await load();
+  };
+
   const render = (): void => {
     const shown = showEnded.checked ? leases : leases.filter((l) => LIVE.includes(l.status));
     replace(
@@ -49,6 +61,13 @@ export const sandboxesPage: PageFactory = (ctx) => {
         const live = LIVE.includes(lease.status);
         const button = h('button', { class: 'danger small', type: 'button', 'data-action': 'release' }, 'Release');
         button.addEventListener('click', () => void release(lease, button));
+        const action = lease.status === 'ready' ? 'pause' : lease.status === 'paused' ? 'resume' : undefined;
+        const toggle = h(
+          'button',
+          { class: 'small', type: 'button', 'data-action': action ?? '' },
+          action === 'pause' ? 'Pause' : 'Resume',
+        );
+        if (action) toggle.addEventListener('click', () => void pauseOrResume(lease, action, toggle));
         return h(
           'tr',
           { 'data-id': lease.id, 'data-status': lease.status },
@@ -68,6 +87,7 @@ export const sandboxesPage: PageFactory = (ctx) => {
             'td',
             { class: 'actions' },
             h('a', { href: `#/egress/${encodeURIComponent(lease.id)}`, class: 'small' }, 'Egress'),
+            action !== undefined && toggle,
             live && button,
           ),
         );
