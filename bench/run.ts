@@ -20,9 +20,11 @@ import { filesReadWrite } from './figures/files-rw.js';
 import { leaseByo } from './figures/lease-byo.js';
 import { leaseByoImage } from './figures/lease-byo-image.js';
 import { forkOfN } from './figures/fork.js';
+import { leaseFromSnapshot } from './figures/lease-from-snapshot.js';
 import { leaseCold } from './figures/lease-cold.js';
 import { leaseWarm, WARM_POLICY } from './figures/lease-warm.js';
 import { pauseResume } from './figures/pause-resume.js';
+import { snapshotOf } from './figures/snapshot.js';
 import { stdoutStream } from './figures/stdout-stream.js';
 import { throughput } from './figures/throughput.js';
 import { uploadTree } from './figures/upload.js';
@@ -45,6 +47,8 @@ export const FIGURES: ReadonlyArray<{ id: string; run: (ctx: BenchContext) => Pr
   { id: 'density', run: density },
   { id: 'pause-resume', run: pauseResume },
   { id: 'fork', run: forkOfN },
+  { id: 'snapshot', run: snapshotOf },
+  { id: 'lease-from-snapshot', run: leaseFromSnapshot },
 ];
 
 /** The checkout (this file is dist/bench/run.js or bench/run.ts). */

@@ -13,6 +13,9 @@
  *   with the MCP request itself (an unknown tool name) stays a protocol error.
  * - MCP request cancellation cancels the sandbox call; a request with a `progressToken` gets a
  *   progress notification per output chunk (clients may reset their request timeout on those).
+ * - One tool of the server's own, `snapshot`: checkpoints the session's sandbox filesystem
+ *   (`POST /v1/sandboxes/:id/snapshots`) and returns the snapshot id, from which another session
+ *   starts (`sbx mcp --snapshot ID`).
  */
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
@@ -62,6 +65,20 @@ const TOOL_SEMANTICS: Record<string, string> = {
     'Runs git (counts as running code: needs exec enabled). Staged, unstaged, untracked and conflicted paths and the branch; reports the whole work tree.',
   git_diff:
     'Runs git (counts as running code: needs exec enabled). The unified diff of the work tree (or the index with `staged`), at most `maxBytes` in the result; a cut diff is kept whole as an artifact.',
+};
+
+/** The server's own tool: a checkpoint of the session's sandbox filesystem. */
+export const SNAPSHOT_TOOL: Tool = {
+  name: 'snapshot',
+  description:
+    "Checkpoints this session's sandbox: its filesystem — files changed anywhere plus every writable root (/workspace, /tmp, home, the lease's own roots) — as a snapshot of the tenant's, while the sandbox keeps running. Returns the snapshot id (`snap_…`); a new session started with `sbx mcp --snapshot <id>` (or `POST /v1/sandboxes {snapshot}`) begins with exactly these files. " +
+    'Not captured: memory and running processes (background tasks start afresh). Calls still running are not waited for: their effects may be in the snapshot partly or not at all (`inFlightCalls` lists them). ' +
+    "The snapshot counts against the tenant snapshot bytes quota (`quota.exceeded`) and expires after `ttlSeconds` (default and at most the platform's retention). Leases the sandbox first if no tool was called yet.",
+  inputSchema: {
+    type: 'object',
+    properties: { ttlSeconds: { type: 'integer', minimum: 1, description: 'how long the snapshot is kept, seconds' } },
+    additionalProperties: false,
+  },
 };
 
 /** The MCP tool for a platform tool: its schema as the platform gives it, its description with the semantics above. */
@@ -144,7 +161,7 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
 
   server.setRequestHandler(ListToolsRequestSchema, async () => {
     try {
-      return { tools: (await platformTools()).map(mcpTool) };
+      return { tools: [...(await platformTools()).map(mcpTool), SNAPSHOT_TOOL] };
     } catch (err) {
       throw new McpError(ErrorCode.InternalError, `the sbx tool list could not be read: ${(err as Error).message}`);
     }
@@ -152,6 +169,7 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
 
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const { name, arguments: args = {} } = request.params;
+    if (name === SNAPSHOT_TOOL.name) return snapshotTool(args);
     const known = await platformTools().catch(() => null);
     // Without the list (API unreachable) the call goes ahead: the platform names an unknown tool itself.
     if (known && !known.some((t) => t.name === name)) throw new McpError(ErrorCode.InvalidParams, `unknown tool: ${name}`);
@@ -176,6 +194,40 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
       throw err;
     }
   });
+
+  /** The `snapshot` tool: a checkpoint of the session's sandbox; its id in the text and structuredContent. */
+  const snapshotTool = async (args: Record<string, unknown>): Promise<CallToolResult> => {
+    const ttl = args.ttlSeconds;
+    if (ttl !== undefined && (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 1))
+      throw new McpError(ErrorCode.InvalidParams, 'ttlSeconds must be a positive integer');
+    const extra = Object.keys(args).filter((k) => k !== 'ttlSeconds');
+    if (extra.length > 0) throw new McpError(ErrorCode.InvalidParams, `snapshot takes only ttlSeconds, not ${extra.join(', ')}`);
+    try {
+      const sbx = await leased();
+      const snap = await sbx.snapshot(ttl === undefined ? {} : { ttlSeconds: ttl });
+      const facts = [`status=succeeded`, `snapshot=${snap.id}`, `sizeBytes=${snap.sizeBytes}`, `sandbox=${sbx.id}`];
+      return {
+        content: [
+          {
+            type: 'text',
+            text: `snapshot ${snap.id} of sandbox ${sbx.id} (${snap.sizeBytes} bytes, expires ${snap.expiresAt}${snap.inFlightCalls.length > 0 ? `, ${snap.inFlightCalls.length} call(s) in flight not waited for` : ''}); start from it with \`sbx mcp --snapshot ${snap.id}\`\n[sbx] ${facts.join(' ')}`,
+          },
+        ],
+        structuredContent: {
+          status: 'succeeded',
+          snapshotId: snap.id,
+          sizeBytes: snap.sizeBytes,
+          expiresAt: snap.expiresAt,
+          inFlightCalls: snap.inFlightCalls,
+          sandboxId: sbx.id,
+        },
+        isError: false,
+      };
+    } catch (err) {
+      if (err instanceof SbxError) return fromError(err.info);
+      throw err;
+    }
+  };
 
   let closing: Promise<void> | undefined;
   const shutdown = (): Promise<void> => {

@@ -489,14 +489,27 @@ program
   .addOption(new Option('--ttl <seconds>', 'lease TTL in seconds').argParser(positiveInt))
   .option('--env <KEY=VALUE>', 'environment for every call (repeatable)', collect)
   .option('--image <ref>', 'sandbox image')
-  .action(async (opts) => {
+  .option(
+    '--snapshot <id>',
+    'start the sandbox from this snapshot (its image, policy unless --policy, and files); the `snapshot` tool makes one',
+  )
+  .option(
+    '--writable-root <PATH[:SIZE]>',
+    "a writable root of the lease's own, starting with the image's content there, where the policy allows (repeatable)",
+    collect,
+  )
+  .action(async (opts, command: Command) => {
     const global = program.opts<{ url?: string; apiKey?: string }>();
+    // From a snapshot, its own policy version holds unless --policy is given.
+    const policyGiven = !opts.snapshot || command.getOptionValueSource('policy') === 'cli';
     await runMcpServer({
       connection: connection(global),
       lease: {
-        policy: opts.policy,
+        ...(policyGiven ? { policy: opts.policy } : {}),
         ...(opts.ttl ? { ttlSeconds: opts.ttl } : {}),
         ...(opts.image ? { image: opts.image } : {}),
+        ...(opts.snapshot ? { snapshot: opts.snapshot } : {}),
+        ...(writableRootsOf(opts.writableRoot) ? { writableRoots: writableRootsOf(opts.writableRoot) } : {}),
         ...(pairs(opts.env, '--env') ? { env: pairs(opts.env, '--env') } : {}),
       },
     });

@@ -125,7 +125,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
   );
 
-  await app.register(leasesRoutes, { leases: deps.leases });
+  await app.register(leasesRoutes, {
+    leases: deps.leases,
+    startMany: (snapshot, by, body, key) => deps.snapshots.startMany(snapshot, by, body, key),
+  });
   await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, store: deps.callStore, notifier: deps.notifier });
   await app.register(artifactsRoutes, { artifacts: deps.artifacts });
   await app.register(egressRoutes, { egressLog: deps.egressLog });

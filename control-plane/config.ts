@@ -34,7 +34,7 @@ const Env = z.object({
     .int()
     .nonnegative()
     .default(20 * 1024 ** 3),
-  /** Largest `count` of `POST /v1/snapshots/:id/fork`. Default 64. */
+  /** Largest `count` of `POST /v1/snapshots/:id/fork` and `POST /v1/sandboxes {snapshot, count}`. Default 64. */
   SBX_FORK_MAX: z.coerce.number().int().min(1).max(1000).default(64),
   /** TCP port of the API. Default 7070. */
   SBX_PORT: z.coerce.number().int().min(0).max(65535).default(7070),

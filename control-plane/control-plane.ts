@@ -252,7 +252,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     runtime,
     leases: {
       visible: (id, by) => leases.visible(id, by),
-      create: (body, by) => leases.create(body, by),
+      create: (body, by, key) => leases.create(body, by, key),
+      forgetIdempotencyKey: (key, by) => leases.forgetIdempotencyKey(key, by),
       release: (id, by) => leases.release(id, by),
       using: async (imageRef) =>
         (await leaseStore.listLeases()).filter((l) => l.image === imageRef && !TERMINAL_LEASE_STATUSES.has(l.status)).map((l) => l.id),

@@ -2,8 +2,9 @@
  * `sbx mcp` driven by the official MCP client (`Client` + `StdioClientTransport`, spawning the
  * built CLI) against a real control plane: the tool list with the platform's schemas and the
  * semantics in the descriptions, a lazily leased sandbox, exec and write/read, tool errors as
- * isError results with the platform's code, protocol errors as protocol errors, and the sandbox
- * released when the client goes.
+ * isError results with the platform's code, protocol errors as protocol errors, the sandbox
+ * released when the client goes, and the `snapshot` tool whose id a second session
+ * (`--snapshot`) starts from.
  */
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -16,10 +17,10 @@ import { REPO_ROOT, useHarness, eventually } from './fixtures/index.js';
 const h = useHarness();
 
 /** An MCP client connected to a fresh `sbx mcp` process, and that process's transport. */
-async function connectMcp(): Promise<{ client: Client; transport: StdioClientTransport }> {
+async function connectMcp(...options: string[]): Promise<{ client: Client; transport: StdioClientTransport }> {
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: [join(REPO_ROOT, 'dist/cli/sbx.js'), 'mcp'],
+    args: [join(REPO_ROOT, 'dist/cli/sbx.js'), 'mcp', ...options],
     env: { ...(process.env as Record<string, string>), SBX_URL: h.url, SBX_API_KEY: h.apiKey },
     stderr: 'pipe',
   });
@@ -29,8 +30,8 @@ async function connectMcp(): Promise<{ client: Client; transport: StdioClientTra
 }
 
 /** An MCP client connected to a fresh `sbx mcp` process. */
-async function connectClient(): Promise<Client> {
-  return (await connectMcp()).client;
+async function connectClient(...options: string[]): Promise<Client> {
+  return (await connectMcp(...options)).client;
 }
 
 const textOf = (result: CallToolResult): string => result.content.map((c) => (c.type === 'text' ? c.text : '')).join('');
@@ -50,7 +51,7 @@ describe('sbx mcp', () => {
     try {
       const { tools } = await client.listTools();
       const platform = (await h.client.listTools()).map((t) => t.name).sort();
-      expect(tools.map((t) => t.name).sort()).toEqual(platform);
+      expect(tools.map((t) => t.name).sort()).toEqual([...platform, 'snapshot'].sort());
       const exec = tools.find((t) => t.name === 'exec')!;
       expect(exec.inputSchema.type).toBe('object');
       expect(Object.keys(exec.inputSchema.properties ?? {})).toEqual(expect.arrayContaining(['cmd', 'argv', 'cwd', 'timeoutMs']));
@@ -127,5 +128,45 @@ describe('sbx mcp', () => {
       20_000,
     );
     await client.close();
+  });
+
+  it('the snapshot tool checkpoints the sandbox (with a --writable-root) and a second sbx mcp --snapshot session sees its files', async () => {
+    let snapshotId: string | undefined;
+    const first = await connectClient('--writable-root', '/testbed:16777216');
+    const sandboxes: string[] = [];
+    try {
+      const tool = (await first.listTools()).tools.find((t) => t.name === 'snapshot');
+      expect(tool?.description).toMatch(/--snapshot/);
+      const wrote = await call(first, 'exec', { cmd: 'echo from first > /workspace/first.txt && echo root > /testbed/t.txt' });
+      expect(wrote.isError).toBe(false);
+      sandboxes.push((wrote.structuredContent as { sandboxId: string }).sandboxId);
+      const snap = await call(first, 'snapshot', {});
+      expect(snap.isError).toBe(false);
+      snapshotId = (snap.structuredContent as { snapshotId: string }).snapshotId;
+      expect(snapshotId).toMatch(/^snap_[a-f0-9]{20}$/);
+      expect(textOf(snap)).toContain(`snapshot=${snapshotId}`);
+      const bad = await first.callTool({ name: 'snapshot', arguments: { ttlSeconds: -1 } }).catch((err: unknown) => err);
+      expect(bad).toBeInstanceOf(McpError);
+    } finally {
+      await first.close();
+    }
+    const second = await connectClient('--snapshot', snapshotId!);
+    try {
+      const seen = await call(second, 'exec', { cmd: 'cat /workspace/first.txt /testbed/t.txt' });
+      expect(seen.isError).toBe(false);
+      expect(textOf(seen)).toContain('from first\nroot');
+      const id = (seen.structuredContent as { sandboxId: string }).sandboxId;
+      sandboxes.push(id);
+      expect((await h.client.getSandbox(id)).manifest?.snapshot?.id).toBe(snapshotId);
+    } finally {
+      await second.close();
+      for (const id of sandboxes)
+        await eventually(
+          () => h.client.getSandbox(id),
+          (l) => TERMINAL_LEASE_STATUSES.has(l.status),
+          20_000,
+        ).catch(() => undefined);
+      if (snapshotId) await h.client.deleteSnapshot(snapshotId).catch(() => undefined);
+    }
   });
 });

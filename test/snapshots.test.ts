@@ -10,8 +10,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPO_ROOT, apiAs, docker, execIn, testRunId, useHarness } from './fixtures/index.js';
 
-// A sandbox quota, so a fork of 1,000 meets it (the default has none).
-const h = useHarness({ SBX_DEFAULT_TENANT_QUOTA: '{"maxSandboxes": 20}' });
+// A sandbox quota, so a fork of 1,000 meets it (the default has none); a fork bound of 3 under it.
+const h = useHarness({ SBX_DEFAULT_TENANT_QUOTA: '{"maxSandboxes": 20}', SBX_FORK_MAX: '3' });
 const exec = execIn(() => h.client);
 const api = apiAs(() => h.url);
 const MiB = 1024 * 1024;
@@ -127,5 +127,74 @@ describe('snapshots and fork', () => {
     expect(tooMany.body.error).toMatchObject({ code: 'quota.exceeded', details: { resource: 'sandboxes', requested: 1000 } });
     expect((await h.client.listSandboxes()).length).toBe(before);
     expect((await api(h.apiKey, 'POST', '/v1/snapshots/snap_00000000000000000000/fork', { count: 1 })).status).toBe(404);
+  });
+
+  it('POST /v1/sandboxes {snapshot, count} starts count copies; writes in one never appear in another; a key replays them', async () => {
+    const parent = await h.client.createSandbox();
+    await exec(parent.id, { cmd: 'echo base > /workspace/b.txt' });
+    const snap = await h.client.snapshotSandbox(parent.id);
+    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    const key = `many-${testRunId()}`;
+    const r = await api(
+      h.apiKey,
+      'POST',
+      '/v1/sandboxes',
+      { snapshot: snap.id, count: 3, labels: { many: 'yes' } },
+      { 'idempotency-key': key },
+    );
+    expect(r.status).toBe(201);
+    const copies = r.body.sandboxes as Array<{ id: string; labels: Record<string, string>; manifest: { snapshot: unknown } }>;
+    expect(copies).toHaveLength(3);
+    expect(new Set(copies.map((c) => c.id)).size).toBe(3);
+    for (const [i, c] of copies.entries()) {
+      expect(c.labels).toEqual({ many: 'yes' });
+      expect(c.manifest.snapshot).toEqual({ id: snap.id, digest: snap.digest, parentLeaseId: parent.id });
+      await exec(c.id, { cmd: `echo copy${i} > /workspace/b.txt && echo ${i} > /workspace/only${i}.txt` });
+    }
+    for (const [i, c] of copies.entries()) {
+      const seen = await exec(c.id, { cmd: 'cat /workspace/b.txt; ls /workspace' });
+      expect(seen.stdout).toBe(`copy${i}\nb.txt\nonly${i}.txt\n`);
+    }
+    expect((await exec(parent.id, { cmd: 'cat /workspace/b.txt; ls /workspace' })).stdout).toBe('base\nb.txt\n');
+
+    // The same request with the same key answers the same sandboxes; a different body is a conflict.
+    const again = await api(
+      h.apiKey,
+      'POST',
+      '/v1/sandboxes',
+      { snapshot: snap.id, count: 3, labels: { many: 'yes' } },
+      { 'idempotency-key': key },
+    );
+    expect(again.status).toBe(200);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect((again.body.sandboxes as Array<{ id: string }>).map((c) => c.id)).toEqual(copies.map((c) => c.id));
+    const changed = await api(h.apiKey, 'POST', '/v1/sandboxes', { snapshot: snap.id, count: 3 }, { 'idempotency-key': key });
+    expect(changed.status).toBe(409);
+    expect(changed.body.error.code).toBe('lease.idempotency_conflict');
+    for (const c of copies) await h.client.releaseSandbox(c.id);
+  });
+
+  it('POST /v1/sandboxes count without snapshot, 0, negative, over SBX_FORK_MAX is 400 naming count; over the quota 429; nothing starts', async () => {
+    const lease = await h.client.createSandbox();
+    const snap = await h.client.snapshotSandbox(lease.id);
+    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    const before = (await h.client.listSandboxes()).map((l) => l.id);
+    const bad = [
+      { count: 2 },
+      { snapshot: snap.id, count: 0 },
+      { snapshot: snap.id, count: -1 },
+      { snapshot: snap.id, count: 4 },
+      { snapshot: snap.id, count: 2, env: { A: 'b' } },
+    ];
+    for (const body of bad) {
+      const r = await api(h.apiKey, 'POST', '/v1/sandboxes', body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body.error.code).toBe('input.invalid');
+      expect(JSON.stringify(r.body.error.details)).toContain('count');
+    }
+    const tooMany = await api(h.apiKey, 'POST', '/v1/sandboxes', { snapshot: snap.id, count: 1000 });
+    expect(tooMany.status).toBe(429);
+    expect(tooMany.body.error).toMatchObject({ code: 'quota.exceeded', details: { resource: 'sandboxes', requested: 1000 } });
+    expect((await h.client.listSandboxes()).map((l) => l.id)).toEqual(before);
   });
 });

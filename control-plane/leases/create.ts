@@ -93,6 +93,11 @@ export class LeaseCreator {
     }
   }
 
+  /** Frees `idempotencyKey` of `by`'s tenant, so a retry with it starts afresh (a fork that failed after some copies started). */
+  async forgetIdempotencyKey(idempotencyKey: string, by: Principal): Promise<void> {
+    await this.deps.store.releaseIdempotencyKey(`${by.tenant}:${idempotencyKey}`);
+  }
+
   private async createNew(id: string, asked: CreateSandboxBody, by: Principal): Promise<Lease> {
     let body = asked;
     let from: SnapshotSource | undefined;

@@ -15,9 +15,22 @@ import {
   RenewSandboxBody,
   matchesListQuery,
 } from './schema.js';
+import type { Principal } from '../http/auth.js';
+import type { Lease } from '../../contract/objects.js';
 import type { LeaseService } from './service.js';
 
-export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async (plugin, { leases }) => {
+/**
+ * Starts `count` sandboxes from snapshot `snapshot` (snapshots/ `startMany`), all or none; with
+ * an Idempotency-Key, the same request again replays them.
+ */
+export type StartMany = (
+  snapshot: string,
+  by: Principal,
+  body: { count: number; ttlSeconds?: number; labels?: Record<string, string> },
+  idempotencyKey?: string,
+) => Promise<{ sandboxes: Lease[]; replayed: boolean }>;
+
+export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService; startMany: StartMany }> = async (plugin, { leases, startMany }) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   const tags = ['sandboxes'];
 
@@ -27,12 +40,20 @@ export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService }> = async 
       schema: {
         tags,
         summary: 'Lease a sandbox',
-        description: '`201` the lease with its manifest; `200` with `idempotent-replayed: true` for a replayed Idempotency-Key.',
+        description:
+          '`201` the lease with its manifest; `200` with `idempotent-replayed: true` for a replayed Idempotency-Key. With `{snapshot, count}`: `201 {sandboxes}`, count independent sandboxes from the snapshot, all or none (as `POST /v1/snapshots/:id/fork`); count over `SBX_FORK_MAX` is `400 input.invalid`, over the tenant sandbox quota `429 quota.exceeded` before anything starts; with an Idempotency-Key copy i is keyed `<key>#<i>/<count>` and the same request replays all of them (`200`).',
         body: CreateSandboxBody,
         headers: CreateSandboxHeaders,
       },
     },
     async (request, reply) => {
+      const { snapshot, count, ttlSeconds, labels } = request.body;
+      if (count !== undefined && snapshot !== undefined) {
+        const body = { count, ...(ttlSeconds !== undefined ? { ttlSeconds } : {}), ...(labels ? { labels } : {}) };
+        const many = await startMany(snapshot, request.principal, body, request.headers['idempotency-key']);
+        if (many.replayed) reply.header('idempotent-replayed', 'true');
+        return reply.status(many.replayed ? 200 : 201).send({ sandboxes: many.sandboxes });
+      }
       const { lease, replayed } = await leases.create(request.body, request.principal, request.headers['idempotency-key']);
       if (replayed) reply.header('idempotent-replayed', 'true');
       return reply.status(replayed ? 200 : 201).send(lease);

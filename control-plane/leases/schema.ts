@@ -41,6 +41,9 @@ const SecretRequests = z
     });
   });
 
+/** The fields a create with `count` may have (what a fork takes). */
+const FORK_FIELDS = new Set(['snapshot', 'count', 'ttlSeconds', 'labels']);
+
 export const CreateSandboxBody = z
   .object({
     /** Image reference; default the sandbox image built from images/. */
@@ -53,6 +56,15 @@ export const CreateSandboxBody = z
       .string()
       .regex(/^[A-Za-z0-9_-]{1,128}$/)
       .optional(),
+    /**
+     * With `snapshot` only: start `count` independent sandboxes from it (1 to `SBX_FORK_MAX`), all
+     * or none, answered `201 {sandboxes}` like `POST /v1/snapshots/:id/fork`. Over `SBX_FORK_MAX`
+     * is `400 input.invalid`; more than the tenant's sandbox quota leaves, `429 quota.exceeded`
+     * before anything starts. With an Idempotency-Key, copy i is created under the key
+     * `<key>#<i>/<count>`: the same request again answers the same sandboxes (`200`); a failed
+     * one releases the copies it started and frees their keys.
+     */
+    count: z.number().int().min(1).max(1000).optional(),
     /** Policy name (latest version) or `{name, version}`. Default `default`. */
     policy: z
       .union([z.string().min(1), z.object({ name: z.string().min(1), version: z.number().int().positive().optional() }).strict()])
@@ -97,11 +109,20 @@ export const CreateSandboxBody = z
   })
   .strict()
   .refine((b) => b.snapshot === undefined || b.image === undefined, { message: 'give image or snapshot, not both', path: ['snapshot'] })
+  .refine((b) => b.count === undefined || b.snapshot !== undefined, {
+    message: 'count is only for a start from a snapshot',
+    path: ['count'],
+  })
+  .refine((b) => b.count === undefined || Object.keys(b).every((k) => FORK_FIELDS.has(k)), {
+    message: 'with count, only snapshot, ttlSeconds and labels may be given',
+    path: ['count'],
+  })
   .meta({
     examples: [
       {},
       { policy: 'default', ttlSeconds: 600, env: { CI: 'true' }, labels: { team: 'ci', job: '42' } },
       { writableRoots: [{ path: '/testbed', sizeBytes: 268435456 }] },
+      { snapshot: 'snap_0123456789abcdef0123', count: 3 },
       {
         policy: { name: 'offline-ci', version: 1 },
         secrets: [{ name: 'NPM_TOKEN' }, { name: 'GITHUB_TOKEN', env: 'GH_TOKEN', file: '/run/secrets/github' }],

@@ -192,6 +192,11 @@ export class LeaseService {
     return this.creator.create(body, by, idempotencyKey);
   }
 
+  /** Frees an Idempotency-Key of `by`'s tenant, so a retry with it starts afresh. */
+  forgetIdempotencyKey(idempotencyKey: string, by: Principal): Promise<void> {
+    return this.creator.forgetIdempotencyKey(idempotencyKey, by);
+  }
+
   /**
    * Starts a sandbox for a warm pool: leased to nobody yet, under `policy` (its latest version)
    * and `image`, with a lease id it keeps when claimed. The pool records it; on failure

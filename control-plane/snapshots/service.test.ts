@@ -49,8 +49,9 @@ function world(over: { sizeBytes?: number; quotaBytes?: number; maxSandboxes?: n
       create: async () => {
         creates++;
         if (creates === over.failCreateAt) throw new Error('boom');
-        return { lease: { id: `sbx_f${creates}` } as never };
+        return { lease: { id: `sbx_f${creates}` } as never, replayed: false };
       },
+      forgetIdempotencyKey: async () => undefined,
       release: async (id) => void released.push(id),
       using: async (ref) => (using.has(ref) ? ['sbx_child'] : []),
     },

@@ -24,7 +24,9 @@ import type { SnapshotStore } from './store.js';
 /** What snapshots need of the lease domain. */
 export interface SnapshotLeases {
   visible(id: string, by: Principal): Promise<LeaseRecord>;
-  create(body: CreateSandboxBody, by: Principal): Promise<{ lease: Lease }>;
+  create(body: CreateSandboxBody, by: Principal, idempotencyKey?: string): Promise<{ lease: Lease; replayed: boolean }>;
+  /** Frees an Idempotency-Key of `by`'s tenant. */
+  forgetIdempotencyKey(idempotencyKey: string, by: Principal): Promise<void>;
   release(id: string, by: Principal): Promise<unknown>;
   /** Ids of the leases not ended whose image is `imageRef`. */
   using(imageRef: string): Promise<string[]>;
@@ -155,7 +157,22 @@ export class SnapshotService {
    * than the tenant's sandbox quota leaves, before anything starts), `input.invalid` (count over
    * `forkMax`), and what a create throws.
    */
-  async fork(id: string, by: Principal, body: { count: number; ttlSeconds?: number; labels?: Record<string, string> }): Promise<Lease[]> {
+  async fork(id: string, by: Principal, body: ForkRequest): Promise<Lease[]> {
+    return (await this.startMany(id, by, body)).sandboxes;
+  }
+
+  /**
+   * `fork`, with an Idempotency-Key (`POST /v1/sandboxes {snapshot, count}`): copy i is created
+   * under `<key>#<i>/<count>`, so the same request again answers the same sandboxes
+   * (`replayed: true` when every copy was replayed) and another count is another request; on
+   * failure every key taken is freed with the copies released. Throws as `fork`.
+   */
+  async startMany(
+    id: string,
+    by: Principal,
+    body: ForkRequest,
+    idempotencyKey?: string,
+  ): Promise<{ sandboxes: Lease[]; replayed: boolean }> {
     const record = await this.visible(id, by);
     const quota = await this.deps.quotas.get(record.tenant);
     const max = quota.limits.maxSandboxes;
@@ -176,14 +193,22 @@ export class SnapshotService {
       ...(body.ttlSeconds !== undefined ? { ttlSeconds: body.ttlSeconds } : {}),
       ...(body.labels ? { labels: body.labels } : {}),
     };
-    const results = await Promise.allSettled(Array.from({ length: body.count }, () => this.deps.leases.create(create, by)));
-    const made = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.lease] : []));
+    const keys = Array.from({ length: body.count }, (_, i) =>
+      idempotencyKey === undefined ? undefined : `${idempotencyKey}#${i}/${body.count}`,
+    );
+    const results = await Promise.allSettled(keys.map((key) => this.deps.leases.create(create, by, key)));
+    const made = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) {
-      await Promise.allSettled(made.map((l) => this.deps.leases.release(l.id, by)));
+      // Only what this request started goes (and its key); a replayed copy belongs to the earlier request.
+      const fresh = results.flatMap((r, i) =>
+        r.status === 'fulfilled' && !r.value.replayed ? [{ lease: r.value.lease, key: keys[i] }] : [],
+      );
+      await Promise.allSettled(fresh.map((m) => this.deps.leases.release(m.lease.id, by)));
+      await Promise.allSettled(fresh.flatMap((m) => (m.key === undefined ? [] : [this.deps.leases.forgetIdempotencyKey(m.key, by)])));
       throw failed.reason;
     }
-    return made;
+    return { sandboxes: made.map((m) => m.lease), replayed: made.every((m) => m.replayed) };
   }
 
   /** What a lease started from snapshot `id` needs. Throws `snapshot.not_found`. */
@@ -238,6 +263,13 @@ export class SnapshotService {
       throw new AppError('snapshot.not_found', `no snapshot ${id}`, { details: { id } });
     return record;
   }
+}
+
+/** What a fork asks for: how many copies (1 to `forkMax`), their TTL and labels. */
+export interface ForkRequest {
+  count: number;
+  ttlSeconds?: number;
+  labels?: Record<string, string>;
 }
 
 function view(record: SnapshotRecord): Snapshot {
