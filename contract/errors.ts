@@ -357,6 +357,12 @@ export const ERROR_CODES = {
     retryability: 'after_fix',
     summary: '`oldString` occurs more than once and `replaceAll` is not set (details.count).',
   },
+  'image.mount_path_symlink': {
+    status: 422,
+    retryability: 'after_fix',
+    summary:
+      'The image has a symbolic link at or above a path sbx mounts over (a writable root, a volume, /opt/sbx, /run/sbx; `details.path`, `details.linkTarget`, `details.mountPath`); mounts do not follow links out of their path; nothing was created.',
+  },
   'image.user_not_found': {
     status: 422,
     retryability: 'after_fix',
