@@ -140,7 +140,7 @@ export const ERROR_CODES = {
     status: 400,
     retryability: 'after_fix',
     summary:
-      'A writable root the lease asks for (`writableRoots[].path`) is not an absolute path in normal form, is `/` or lies under /proc, /sys, /dev or /run, is asked twice, or overlaps a writable root of the policy, another asked root or a read-only mount (`details.reason`: `not_absolute`, `not_normal`, `reserved`, `duplicate`, `overlap`; `details.field`); nothing was created.',
+      'A writable root the lease asks for (`writableRoots[].path`) is not an absolute path in normal form, is `/` or lies under /proc, /sys, /dev, /run or /opt/sbx (the agent runtime), is asked twice, or overlaps a writable root of the policy, another asked root or a read-only mount (`details.reason`: `not_absolute`, `not_normal`, `reserved`, `duplicate`, `overlap`; `details.field`); nothing was created.',
   },
   'lease.writable_root_too_large': {
     status: 400,
@@ -356,6 +356,12 @@ export const ERROR_CODES = {
     status: 422,
     retryability: 'after_fix',
     summary: '`oldString` occurs more than once and `replaceAll` is not set (details.count).',
+  },
+  'image.mount_path_symlink': {
+    status: 422,
+    retryability: 'after_fix',
+    summary:
+      'The image has a symbolic link at or above a path sbx mounts over (a writable root, a volume, /opt/sbx, /run/sbx; `details.path`, `details.linkTarget`, `details.mountPath`); mounts do not follow links out of their path; nothing was created.',
   },
   'image.user_not_found': {
     status: 422,

@@ -253,3 +253,23 @@ describe("the image's User: the tool user when the policy names none, never root
     expect((await h.client.listSandboxes()).length).toBe(leasesBefore);
   });
 });
+
+describe('a hostile image: the programs the agent probes for the manifest', () => {
+  it('run as the tool user with no agent env, never as root: a fake git cannot read the agent credentials', async () => {
+    const image = await buildImage(
+      'hostile-git',
+      [
+        'FROM sbx-base:bookworm',
+        "RUN printf '#!/bin/sh\\nid -u > /tmp/probe-uid\\nenv > /tmp/probe-env\\ncat /run/sbx/agent/* > /tmp/probe-leak 2>/dev/null\\necho git version 9.9.9\\n' > /usr/local/bin/git && chmod 755 /usr/local/bin/git",
+      ].join('\n'),
+    );
+    const lease = await h.client.createSandbox({ image });
+    try {
+      expect(lease.manifest?.toolchain.git).toBe('git version 9.9.9');
+      const r = await exec(lease.id, 'cat /tmp/probe-uid; wc -c < /tmp/probe-leak; grep -c SBX_ /tmp/probe-env || true');
+      expect(r.stdout.trim().split('\n')).toEqual(['1000', '0', '0']);
+    } finally {
+      await h.client.releaseSandbox(lease.id).catch(() => undefined);
+    }
+  });
+});

@@ -98,6 +98,29 @@ describe('snapshots and fork', () => {
     expect('receipt' in finished && finished.stdout).toBe('done\n');
   });
 
+  it('another tenant cannot lease a snapshot image by its engine tag or image id (404 image.not_found), and sees none of its files', async () => {
+    const lease = await h.client.createSandbox();
+    await exec(lease.id, 'echo private-data > /workspace/secret.txt');
+    const snap = await api(h.apiKey, 'POST', `/v1/sandboxes/${lease.id}/snapshots`, {});
+    expect(snap.status, JSON.stringify(snap.body)).toBe(201);
+    await h.client.releaseSandbox(lease.id);
+    const snapshotId = snap.body.id as string;
+    const tag = (await docker('images', '--filter', `label=sbx.snapshot.id=${snapshotId}`, '--format', '{{.Repository}}:{{.Tag}}')).trim();
+    expect(tag).toMatch(/^sbx-snapshot:[0-9a-f]{64}$/);
+    const imageId = (await docker('image', 'inspect', '--format', '{{.Id}}', tag)).trim();
+    const other = await api(h.apiKey, 'POST', '/v1/api-keys', { tenant: 'other-snaptag', role: 'user', name: 'tag' });
+    const otherKey = other.body.secret as string;
+    for (const image of [tag, imageId]) {
+      const answer = await api(otherKey, 'POST', '/v1/sandboxes', { image });
+      if (answer.status === 201) await api(otherKey, 'DELETE', `/v1/sandboxes/${answer.body.id as string}`);
+      expect(answer.status, JSON.stringify(answer.body).slice(0, 300)).toBe(404);
+      expect(answer.body.error.code).toBe('image.not_found');
+    }
+    const mine = await api(h.apiKey, 'POST', `/v1/snapshots/${snapshotId}/fork`, { count: 1 });
+    expect(mine.status, JSON.stringify(mine.body).slice(0, 300)).toBe(201);
+    await h.client.deleteSnapshot(snapshotId).catch(() => undefined);
+  });
+
   it('snapshot of another tenant’s sandbox, an ended one or a made-up one is 404', async () => {
     const lease = await h.client.createSandbox();
     const other = await api(h.apiKey, 'POST', '/v1/api-keys', { tenant: 'other-snap', role: 'user', name: 'snap' });

@@ -92,6 +92,35 @@ describe('writable roots start with the image content', () => {
     expect(volumes.split('\n').filter((v) => v && ![...live].some((id) => v.startsWith(`sbx-${id}-`)))).toEqual([]);
   });
 
+  it('an image with a symbolic link at or above a root path (/testbed -> /etc, /home/esc -> /) is 422 image.mount_path_symlink (was a writable /etc, or a 503 from runc), nothing left', async () => {
+    const base = (await readFile(join(REPO_ROOT, 'dist', '.sbx-image'), 'utf8')).trim();
+    const linked = `sbx-test-roots-${testRunId()}:links`;
+    const context = await mkdtemp(join(tmpdir(), 'sbx-roots-'));
+    try {
+      await writeFile(
+        join(context, 'Dockerfile'),
+        [`FROM ${base}`, 'USER root', 'RUN ln -s /etc /testbed && mkdir -p /home && ln -s / /home/esc'].join('\n'),
+      );
+      await docker('build', '-q', '-t', linked, context);
+      const before = await containersOf(h.config.owner);
+      for (const [path, linkPath] of [
+        ['/testbed', '/testbed'],
+        ['/home/esc', '/home/esc'],
+      ] as const) {
+        const answer = await api(h.apiKey, 'POST', '/v1/sandboxes', { image: linked, writableRoots: [{ path }] });
+        expect(answer.status, JSON.stringify(answer.body)).toBe(422);
+        expect(answer.body.error).toMatchObject({ code: 'image.mount_path_symlink', details: { path: linkPath, mountPath: path } });
+      }
+      expect(await containersOf(h.config.owner)).toEqual(before);
+      const volumes = await docker('volume', 'ls', '-q', '--filter', `label=sbx.owner=${h.config.owner}`);
+      const live = new Set((await h.client.listSandboxes()).filter((l) => l.status === 'ready').map((l) => l.id));
+      expect(volumes.split('\n').filter((v) => v && ![...live].some((id) => v.startsWith(`sbx-${id}-`)))).toEqual([]);
+    } finally {
+      await docker('rmi', '-f', linked).catch(() => undefined);
+      await rm(context, { recursive: true, force: true });
+    }
+  });
+
   it('two leases of the same image do not share writes in their roots', async () => {
     const [a, b] = await Promise.all([
       h.client.createSandbox({ image, writableRoots: [{ path: '/testbed', sizeBytes: 4 * MiB }] }),

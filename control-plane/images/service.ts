@@ -24,6 +24,9 @@ import type { ImageStore } from './store.js';
 /** Labels on every image sbx builds: its image id (`img_…`) and its tenant. (`sbx.image` is the sandbox image's own label.) */
 export const IMAGE_LABEL = { image: 'sbx.build.image', tenant: 'sbx.build.tenant' } as const;
 
+/** Labels of a snapshot image (control-plane/snapshots/service.ts sets them): its id and its tenant. */
+const SNAPSHOT_LABEL = { id: 'sbx.snapshot.id', tenant: 'sbx.snapshot.tenant' } as const;
+
 /** Time past a build's limit after which a record still `building` is taken for failed (its process died), ms. */
 const DEADLINE_MARGIN_MS = 60_000;
 
@@ -92,9 +95,12 @@ export class ImageService {
       found = await this.deps.engine.inspect(ref);
       pulled = true;
     }
-    // Another tenant's build is as absent as a missing image, also when named by its engine tag.
-    const owner = found?.labels[IMAGE_LABEL.tenant];
-    if (!found || (found.labels[IMAGE_LABEL.image] !== undefined && owner !== tenant)) {
+    // Another tenant's build or snapshot is as absent as a missing image, also when named by its
+    // engine tag (`sbx-built:<hex>`, `sbx-snapshot:<hex>`, or its image id).
+    const built = found?.labels[IMAGE_LABEL.image] !== undefined;
+    const snapshot = found?.labels[SNAPSHOT_LABEL.id] !== undefined;
+    const owner = built ? found?.labels[IMAGE_LABEL.tenant] : found?.labels[SNAPSHOT_LABEL.tenant];
+    if (!found || ((built || snapshot) && owner !== tenant)) {
       throw new AppError(
         'image.not_found',
         pullable

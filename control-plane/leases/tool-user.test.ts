@@ -39,6 +39,26 @@ describe('the image User as the tool user', () => {
     expect(resolveImageUser({ user: '1700', group: null }, PASSWD, GROUP).home).toBe('/');
   });
 
+  it('a uid 0 under another name (toor) is never the tool user; a passwd uid or gid that is no id (abc, out of range) is image.user_not_found', () => {
+    const passwd = 'toor:x:0:0::/root:/bin/sh\nbad:x:abc:1:::\nhuge:x:99999999999:1:::\n';
+    expect(resolveImageUser({ user: 'toor', group: null }, passwd, GROUP)).toEqual(DEFAULT_TOOL_USER);
+    expect(resolveImageUser({ user: '00', group: null }, passwd, GROUP)).toEqual(DEFAULT_TOOL_USER);
+    for (const wanted of [
+      { user: 'bad', group: null },
+      { user: 'huge', group: null },
+      { user: '4294967296', group: null },
+      { user: 'toor', group: '99999999999' },
+    ]) {
+      let code = 'none';
+      try {
+        resolveImageUser(wanted, passwd, GROUP);
+      } catch (err) {
+        code = (err as AppError).code;
+      }
+      expect(code, JSON.stringify(wanted)).toBe('image.user_not_found');
+    }
+  });
+
   it('a name or group the image does not define is image.user_not_found; uid 0 by number falls back to the default, never root', () => {
     const code = (f: () => unknown): string | undefined => {
       try {

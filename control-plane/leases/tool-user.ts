@@ -47,9 +47,23 @@ export function resolveImageUser(wanted: { user: string; group: string | null },
       gid = Number(g[2]);
     }
   }
+  // A uid or gid that is no id the kernel takes (a malformed passwd field, a number past 2^32-2)
+  // is a user the image does not define: refused here, before runc fails on it.
+  for (const [kind, id] of [
+    ['uid', uid],
+    ['gid', gid],
+  ] as const) {
+    if (!Number.isSafeInteger(id) || id < 0 || id > MAX_ID)
+      throw new AppError('image.user_not_found', `the image's User ${wanted.user} has no valid ${kind} (${String(id)})`, {
+        details: { user: wanted.user, ...(wanted.group !== null ? { group: wanted.group } : {}), [kind]: String(id) },
+      });
+  }
   if (uid === 0) return DEFAULT_TOOL_USER;
   return { name: entry?.[0] ?? String(uid), uid, gid, home: entry?.[5] || '/', source: 'image' };
 }
+
+/** Largest uid/gid Linux takes (2^32-1 is the invalid id). */
+const MAX_ID = 2 ** 32 - 2;
 
 /** passwd(5)/group(5) lines as their colon-separated fields (comments and blank lines left out). */
 function parseColonFile(text: string | null): string[][] {

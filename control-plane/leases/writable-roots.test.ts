@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import type { AppError } from '../../contract/errors.js';
 import { Policy } from '../policies/schema.js';
 import { matchesPattern, withLeaseRoots } from './writable-roots.js';
 
@@ -85,10 +86,25 @@ describe('lease writable roots', () => {
     expect(matchesPattern('/testbed', '/testbed2')).toBe(false);
   });
 
+  it('a root at or under the agent runtime mount /opt/sbx is reserved, though /opt/* is allowed (was a 503 Duplicate mount point)', () => {
+    const withOpt = { ...policy, filesystem: { ...policy.filesystem, leaseWritableRoots: [{ path: '/opt/*', maxSizeBytes: 64 * MiB }] } };
+    const code = (path: string) => {
+      try {
+        withLeaseRoots(withOpt, [{ path }]);
+        return 'ok';
+      } catch (err) {
+        return (err as AppError).details?.reason ?? (err as AppError).code;
+      }
+    };
+    expect(code('/opt/sbx')).toBe('reserved');
+    expect(code('/opt/tool')).toBe('ok');
+  });
+
   it('the policy schema refuses patterns over reserved paths', () => {
     const bad = (path: string) =>
       Policy.safeParse({ ...policy, filesystem: { ...policy.filesystem, leaseWritableRoots: [{ path, maxSizeBytes: MiB }] } }).success;
     expect(bad('/testbed')).toBe(true);
-    for (const path of ['/', '/*', '/proc/*', '/run/sbx', '/dev', 'rel', '/a/../b', '/a/']) expect(bad(path), path).toBe(false);
+    for (const path of ['/', '/*', '/proc/*', '/run/sbx', '/opt/sbx', '/opt/sbx/*', '/dev', 'rel', '/a/../b', '/a/'])
+      expect(bad(path), path).toBe(false);
   });
 });

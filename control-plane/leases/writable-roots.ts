@@ -25,7 +25,7 @@ export interface LeaseRootRequest {
  *
  * Throws AppError, before anything is made:
  * - `lease.writable_root_invalid` (400): a path that is not absolute, not in normal form
- *   (`..`, `.`, `//`, trailing `/`), `/` or under /proc, /sys, /dev, /run; asked twice, or
+ *   (`..`, `.`, `//`, trailing `/`), `/` or under /proc, /sys, /dev, /run, /opt/sbx; asked twice, or
  *   overlapping (equal, above or below) a root of the policy, another asked root or a read-only
  *   mount (`details.reason`: `not_absolute`, `not_normal`, `reserved`, `duplicate`, `overlap`);
  * - `policy.writable_root_denied` (403): no pattern of the policy's `leaseWritableRoots` matches;
@@ -52,7 +52,7 @@ export function withLeaseRoots(policy: Policy, requested: readonly LeaseRootRequ
     if (r.path.includes('\0') || posix.normalize(r.path) !== r.path || (r.path !== '/' && r.path.endsWith('/')))
       throw invalid('not_normal', `writable root ${r.path} is not in normal form (no //, . or .. segments, no trailing /)`);
     if (isReservedRootPath(r.path))
-      throw invalid('reserved', `writable root ${r.path} would cover / or lie under /proc, /sys, /dev or /run`);
+      throw invalid('reserved', `writable root ${r.path} would cover / or lie under /proc, /sys, /dev, /run or /opt/sbx`);
     if (added.some((a) => a.path === r.path)) throw invalid('duplicate', `writable root ${r.path} is asked for twice`);
     const clash = [...policyRoots, ...added].find((a) => overlaps(a.path, r.path));
     if (clash) throw invalid('overlap', `writable root ${r.path} overlaps the writable root ${clash.path}`, { with: clash.path });

@@ -62,9 +62,10 @@ export const WritableRoot = z
 
 /**
  * Paths no writable root, of a policy or of a lease, may be or lie under: the image's root,
- * the kernel's filesystems and sbx's own mounts (`/run`, which holds `/run/sbx` and `/run/secrets`).
+ * the kernel's filesystems and sbx's own mounts (`/run`, which holds `/run/sbx` and `/run/secrets`;
+ * `/opt/sbx`, the agent runtime mounted read-only from outside the image).
  */
-export const RESERVED_ROOT_PATHS = ['/proc', '/sys', '/dev', '/run'] as const;
+export const RESERVED_ROOT_PATHS = ['/proc', '/sys', '/dev', '/run', '/opt/sbx'] as const;
 
 /** True when `path` (absolute, normal form) is `/` or lies in one of RESERVED_ROOT_PATHS. */
 export function isReservedRootPath(path: string): boolean {
@@ -80,7 +81,7 @@ const RootPattern = z
   .max(1024)
   .regex(/^(\/([^/\0*]+|\*))+$/, 'an absolute path of names or * segments, like /testbed or /home/*')
   .refine((p) => posix.normalize(p) === p, 'must be in normal form: no //, . or .. segments, no trailing /')
-  .refine((p) => !isReservedRootPath(p.replace(/\/\*.*$/, '') || '/'), 'must not be or lie under /proc, /sys, /dev or /run');
+  .refine((p) => !isReservedRootPath(p.replace(/\/\*.*$/, '') || '/'), 'must not be or lie under /proc, /sys, /dev, /run or /opt/sbx');
 
 /**
  * Writable roots a lease may add itself (`writableRoots` of `POST /v1/sandboxes`): a path

@@ -15,6 +15,7 @@ import { messageOf, statusOf, unavailable } from './docker-errors.js';
 import { inspectImage, readImageFiles } from './docker-images.js';
 import { checkpointSandbox, checkpointSupport, freezeSandbox, thawSandbox } from './docker-freezer.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
+import { mountTargetsOf, refuseSymlinkedMountTargets } from './mount-targets.js';
 import { seedWritableRoots } from './seed-roots.js';
 import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
 import { DOWNLOAD_SCRIPT, tarError, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
@@ -102,6 +103,7 @@ export class DockerRuntime implements SandboxRuntime {
           Labels: { [LABEL.lease]: spec.leaseId, ...ownershipLabels(ownership) },
         });
       }
+      await refuseSymlinkedMountTargets(this.docker, spec, mountTargetsOf(spec));
       const container = await this.docker.createContainer({
         name: spec.name,
         Image: spec.image,

@@ -10,7 +10,7 @@ import { promisify } from 'node:util';
 import type { SandboxFacts } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
 import { toolsPath } from '../tools/exec.js';
-import { detectShell, findOnPath, probeLibc, probePrograms } from './image-probe.js';
+import { detectShell, findOnPath, probeLibc, probePrograms, type ProbeUser } from './image-probe.js';
 
 const run = promisify(execFile);
 
@@ -24,16 +24,18 @@ export const AGENT_VERSION = '0.1.0';
  */
 export async function measureFacts(config: AgentConfig): Promise<SandboxFacts> {
   const path = toolsPath(config);
+  // The image's programs run as the tool user with nothing of the agent's env (see ProbeUser).
+  const as: ProbeUser & { home: string } = config.toolUser;
   const [osRelease, node, npm, git, python, pip, libc, programs] = await Promise.all([
     // os-release(5): /etc/os-release, else /usr/lib/os-release.
     readFile('/etc/os-release', 'utf8').catch(() => readFile('/usr/lib/os-release', 'utf8').catch(() => '')),
-    versionOf('node', ['--version'], path),
-    npmVersion(path),
-    versionOf('git', ['--version'], path),
-    versionOf('python3', ['--version'], path).then((v) => v ?? versionOf('python', ['--version'], path)),
-    pipVersion(path),
-    probeLibc(),
-    probePrograms(path),
+    versionOf('node', ['--version'], path, as),
+    npmVersion(path, as),
+    versionOf('git', ['--version'], path, as),
+    versionOf('python3', ['--version'], path, as).then((v) => v ?? versionOf('python', ['--version'], path, as)),
+    pipVersion(path, as),
+    probeLibc(as),
+    probePrograms(path, as),
   ]);
   const fields = parseOsRelease(osRelease);
   return {
@@ -51,9 +53,9 @@ export async function measureFacts(config: AgentConfig): Promise<SandboxFacts> {
 }
 
 /** What `file args` prints (stdout, else stderr), trimmed; `null` when it is absent or fails. */
-async function versionOf(file: string, args: string[], path: string): Promise<string | null> {
+async function versionOf(file: string, args: string[], path: string, as: ProbeUser & { home: string }): Promise<string | null> {
   try {
-    const { stdout, stderr } = await run(file, args, { timeout: 5000, env: { ...process.env, PATH: path } });
+    const { stdout, stderr } = await run(file, args, { timeout: 5000, env: { PATH: path, HOME: as.home }, uid: as.uid, gid: as.gid });
     return (stdout || stderr).trim() || null;
   } catch {
     return null;
@@ -65,7 +67,7 @@ async function versionOf(file: string, args: string[], path: string): Promise<st
  * version in the package.json of the npm CLI that `npm` on the PATH links to; running it only
  * when that is not an npm package's CLI.
  */
-async function npmVersion(path: string): Promise<string | null> {
+async function npmVersion(path: string, as: ProbeUser & { home: string }): Promise<string | null> {
   const npm = findOnPath('npm', path);
   if (npm === null) return null;
   try {
@@ -75,7 +77,7 @@ async function npmVersion(path: string): Promise<string | null> {
   } catch {
     // Not an npm package layout (a wrapper script, say): ask the binary.
   }
-  return versionOf(npm, ['--version'], path);
+  return versionOf(npm, ['--version'], path, as);
 }
 
 /**
@@ -83,9 +85,9 @@ async function npmVersion(path: string): Promise<string | null> {
  * 3.11)`), formatted as pip formats it from the pip module python3 imports, because starting pip
  * itself costs about half a second of CPU per lease; `pip3 --version` when python3 has no pip module.
  */
-async function pipVersion(path: string): Promise<string | null> {
-  const line = await versionOf('python3', ['-c', PIP_VERSION_PY], path);
-  return line ?? versionOf('pip3', ['--version'], path);
+async function pipVersion(path: string, as: ProbeUser & { home: string }): Promise<string | null> {
+  const line = await versionOf('python3', ['-c', PIP_VERSION_PY], path, as);
+  return line ?? versionOf('pip3', ['--version'], path, as);
 }
 
 const PIP_VERSION_PY =

@@ -42,17 +42,27 @@ function isExecutable(path: string): boolean {
 }
 
 /**
+ * Who runs the image's programs that probes start: the tool user, never the agent's root. The
+ * image is untrusted: a `git`, `python3` or loader of a hostile image run as root would read the
+ * agent's credentials under /run/sbx.
+ */
+export interface ProbeUser {
+  uid: number;
+  gid: number;
+}
+
+/**
  * The image's C library, by its dynamic loader: musl's is `ld-musl-<arch>.so.1` in /lib (it
  * prints its version when run), glibc's `ld-linux*.so.2` (its `--version` says which). No
  * loader: `none` (static binaries only).
  */
-export async function probeLibc(): Promise<NonNullable<SandboxFacts['libc']>> {
+export async function probeLibc(as: ProbeUser): Promise<NonNullable<SandboxFacts['libc']>> {
   const libDirs = ['/lib', '/lib64', '/lib/x86_64-linux-gnu', '/lib/aarch64-linux-gnu', '/usr/lib'];
   const names = (await Promise.all(libDirs.map(async (d) => (await readdir(d).catch(() => [])).map((n) => join(d, n))))).flat();
   const musl = names.find((n) => /\/ld-musl-[^/]+\.so\.1$/.test(n));
   if (musl) {
     // musl's loader run by itself prints its usage and `Version x.y.z` on stderr and exits 1.
-    const out = await run(musl, [], { timeout: 5000 }).then(
+    const out = await run(musl, [], { timeout: 5000, env: {}, uid: as.uid, gid: as.gid }).then(
       (r) => r.stderr,
       (err: { stderr?: string }) => err.stderr ?? '',
     );
@@ -60,7 +70,7 @@ export async function probeLibc(): Promise<NonNullable<SandboxFacts['libc']>> {
   }
   const glibc = names.find((n) => /\/ld-linux[^/]*\.so\.2$/.test(n));
   if (glibc) {
-    const out = await run(glibc, ['--version'], { timeout: 5000 }).then(
+    const out = await run(glibc, ['--version'], { timeout: 5000, env: {}, uid: as.uid, gid: as.gid }).then(
       (r) => r.stdout,
       () => '',
     );
@@ -82,13 +92,13 @@ const PROGRAMS: ReadonlyArray<[name: string, args: string[]]> = [
 ];
 
 /** Each of PROGRAMS found on `path`, with the first line it prints of its version (`null`: absent or failing). */
-export async function probePrograms(path: string): Promise<Record<string, string | null>> {
+export async function probePrograms(path: string, as: ProbeUser): Promise<Record<string, string | null>> {
   const entries = await Promise.all(
     PROGRAMS.map(async ([name, args]): Promise<[string, string | null]> => {
       const file = findOnPath(name, path);
       if (file === null) return [name, null];
       try {
-        const { stdout, stderr } = await run(file, args, { timeout: 5000, env: { PATH: path } });
+        const { stdout, stderr } = await run(file, args, { timeout: 5000, env: { PATH: path }, uid: as.uid, gid: as.gid });
         return [name, (stdout || stderr).trim().split('\n')[0] || null];
       } catch {
         return [name, null];
