@@ -130,7 +130,8 @@ describe('kill -9 of the control plane', () => {
             async () => {
               const [lease] = await ledger.listLeases();
               if (lease) seen.add(lease.status);
-              return lease?.status === 'starting' && (await leftoversOf(id.owner)).some((l) => l.startsWith('container ')) ? lease : null;
+              // The sandbox's own container (a create also makes short-lived helper containers of the image).
+              return lease?.status === 'starting' && (await leftoversOf(id.owner)).includes(`container sbx-${lease.id}`) ? lease : null;
             },
             (l) => l !== null,
             30_000,
