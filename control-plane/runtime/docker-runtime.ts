@@ -241,19 +241,14 @@ export class DockerRuntime implements SandboxRuntime {
 
   async extractTar(leaseId: string, dir: string, root: string, tar: Readable, user: RunAs): Promise<void> {
     const relative = dir === root ? '' : dir.slice(root.length + 1);
-    const run = await this.execTar(
-      leaseId,
-      [AGENT_RUNTIME_BUSYBOX, 'sh', '-c', UPLOAD_SCRIPT, 'sbx-upload', dir, root, relative],
-      user,
-      tar,
-    );
+    const run = await this.execTar(leaseId, [...IMAGE_SHELL_FIRST, UPLOAD_SCRIPT, 'sbx-upload', dir, root, relative], user, tar);
     run.stdout.resume();
     const { exitCode, stderr } = await run.done;
     if (exitCode !== 0) throw uploadConflict(stderr, dir) ?? tarError(stderr, dir);
   }
 
   async createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable> {
-    const run = await this.execTar(leaseId, [AGENT_RUNTIME_BUSYBOX, 'sh', '-c', DOWNLOAD_SCRIPT, 'sbx-download', path, root], user, null);
+    const run = await this.execTar(leaseId, [...IMAGE_SHELL_FIRST, DOWNLOAD_SCRIPT, 'sbx-download', path, root], user, null);
     // The script checks the path before tar writes anything, so a missing or unreadable path
     // ends with no output and becomes an HTTP error instead of a broken archive.
     const first = await new Promise<Buffer | null>((resolve) => {
@@ -299,9 +294,8 @@ export class DockerRuntime implements SandboxRuntime {
       exec = await container.exec({
         Cmd: cmd,
         User: `${user.uid}:${user.gid}`,
-        // The runtime's own busybox and GNU tar, not the image's: transfers work the same in an
-        // image without a shell or tar, and whatever PATH the image sets.
-        Env: [`PATH=${AGENT_RUNTIME_TOOLS}`],
+        // The image's tools first, the runtime's (busybox applets, GNU tar) where the image has none.
+        Env: [`PATH=${TRANSFER_PATH}`],
         AttachStdin: stdin !== null,
         AttachStdout: true,
         AttachStderr: true,
@@ -359,6 +353,24 @@ export class DockerRuntime implements SandboxRuntime {
     }
   }
 }
+
+/**
+ * Runs a transfer script (the next argument, then its own `$0` and arguments) with the image's
+ * `/bin/sh` when it has one, else the runtime's busybox sh: an image without a shell still
+ * transfers files. The image's shell and tools first because with busybox sh and the runtime's
+ * tools alone the upload fuzz (test/files-fuzz.test.ts) saw an archive accepted that the image's
+ * dash and tar refused (which of the two differs is not pinned down yet).
+ */
+const IMAGE_SHELL_FIRST = [
+  AGENT_RUNTIME_BUSYBOX,
+  'sh',
+  '-c',
+  `if [ -x /bin/sh ]; then exec /bin/sh -c "$@"; fi; exec ${AGENT_RUNTIME_BUSYBOX} sh -c "$@"`,
+  'sbx-transfer',
+];
+
+/** The PATH of a transfer: the image's usual directories, then the runtime's tools. */
+const TRANSFER_PATH = `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:${AGENT_RUNTIME_TOOLS}`;
 
 /** Docker label filters matching `ownership` (each `key=value` must match). */
 function ownershipFilter(ownership: Ownership): string[] {
