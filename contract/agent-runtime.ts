@@ -16,7 +16,7 @@ export const AGENT_RUNTIME_NODE = `${AGENT_RUNTIME_DIR}/bin/node`;
 export const AGENT_RUNTIME_BUSYBOX = `${AGENT_RUNTIME_DIR}/bin/busybox`;
 /** The agent bundle. */
 export const AGENT_RUNTIME_AGENT = `${AGENT_RUNTIME_DIR}/agent/sbx-agent.cjs`;
-/** The PATH of the runtime's own tools (busybox applets, GNU tar): file transfers run on these only. */
+/** The directory of the runtime's own tools (busybox applets, GNU tar): the fallback of file transfers in an image without them. */
 export const AGENT_RUNTIME_TOOLS = `${AGENT_RUNTIME_DIR}/tools`;
 /** GNU tar of the runtime: transfers, seeding of writable roots and snapshots run it, never the image's. */
 export const AGENT_RUNTIME_TAR = `${AGENT_RUNTIME_TOOLS}/tar`;
