@@ -5,14 +5,12 @@
  * places a value must never reach (container config, manifest, receipts, events, Redis).
  * Real Docker engine, real Redis.
  */
-import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { SbxError } from '../sdk/index.js';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
-import { containersOf, docker, reassemble, REPO_ROOT, useHarness, execIn } from './fixtures/index.js';
+import { containersOf, docker, reassemble, runCli, useHarness, execIn, type CliRun } from './fixtures/index.js';
 
 const h = useHarness();
 const execInLease = execIn(() => h.client, { waitSeconds: 120 });
@@ -89,21 +87,8 @@ function expectNoValue(text: string, where: string): void {
   }
 }
 
-/** Runs the built `sbx` CLI against the harness with `stdin`; its exit code and output. */
-function sbx(args: string[], stdin = ''): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, '--api-key', h.apiKey, ...args], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-    child.stdin.end(stdin);
-  });
-}
+/** The built `sbx` CLI against the harness, fed `stdin`. */
+const sbx = (args: string[], stdin = ''): Promise<CliRun> => runCli(h, args, stdin);
 
 beforeAll(async () => {
   await h.client.putSecret('NPM_TOKEN', npmToken);
