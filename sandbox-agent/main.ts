@@ -32,6 +32,7 @@ import { measureFacts } from './host/facts.js';
 import { detectShell } from './host/image-probe.js';
 import { ReturnChannel } from './link/return-channel.js';
 import { AccessScheduler } from './execution/scheduler.js';
+import { ProcessTrees } from './host/process-trees.js';
 import { LeaseSecrets } from './host/secrets.js';
 import { ToolUserWorker } from './tool-user/client.js';
 import { runToolUserWorker } from './tool-user/worker.js';
@@ -79,11 +80,13 @@ async function main(): Promise<void> {
     path: toolsPath(config),
   });
   const tools = new Map<string, AgentTool<unknown>>([execTool as AgentTool<unknown>, ...fileTools(worker)].map((t) => [t.name, t]));
+  const processTrees = new ProcessTrees();
   const runner = new CallRunner({
     config,
     shell: detectShell().path,
     scheduler: new AccessScheduler(),
     agentPids: () => new Set(worker.pid === null ? [] : [worker.pid]),
+    processTrees,
     keys,
     secrets,
     tools,

@@ -6,6 +6,7 @@ import type { ErrorInfo } from '../../contract/errors.js';
 import type { EventBody } from '../../contract/events.js';
 import type { CommitState, EffectReceipt, ResultStatus, ToolResult } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
+import type { ProcessTrees } from '../host/process-trees.js';
 import type { LeaseSecrets } from '../host/secrets.js';
 import type { SpoolBudget } from '../output/spool.js';
 
@@ -32,12 +33,12 @@ export interface AttemptContext {
   readonly secrets: LeaseSecrets;
   /** Processes of the tool user that are the agent's own (its worker): a sweep spares them. */
   readonly agentPids: () => ReadonlySet<number>;
-  /** Process groups of running background tasks: a sweep spares them too. */
-  readonly backgroundGroups: () => ReadonlySet<number>;
+  /** The process trees kept between calls (background tasks, sessions, terminals): a sweep spares them. */
+  readonly processTrees: ProcessTrees;
   /**
-   * Turns the call into a background task whose process group is `pgid`: answers `detached`
-   * with the handle now and lets other calls run; the outcome the tool returns later is the
-   * call's final result.
+   * Turns the call into a background task whose process group (and session) is `pgid`: answers
+   * `detached` with the handle now, keeps its tree from sweeps and lets other calls run; the
+   * outcome the tool returns later is the call's final result.
    */
   detach(pgid: number): void;
   /** Queues an event for the control plane; events keep the order of `emit` calls. */

@@ -4,6 +4,7 @@ import { ERROR_CODES } from '../../contract/errors.js';
 import type { EventBody } from '../../contract/events.js';
 import { ToolResult } from '../../contract/objects.js';
 import { AgentConfig, leaseKeys, type CallJob } from '../../contract/queue.js';
+import { ProcessTrees } from '../host/process-trees.js';
 import { LeaseSecrets } from '../host/secrets.js';
 import type { ReturnChannel } from '../link/return-channel.js';
 import type { AgentTool, AttemptContext, AttemptOutcome } from './attempt.js';
@@ -134,6 +135,7 @@ async function makeRunner(over: Partial<CallRunnerDeps> = {}): Promise<CallRunne
     shell: '/bin/sh',
     scheduler: new AccessScheduler(),
     agentPids: () => new Set(),
+    processTrees: new ProcessTrees(),
     keys,
     secrets: await LeaseSecrets.load(cfg, async () => null),
     tools: new Map<string, AgentTool<unknown>>([[tool.name, tool as AgentTool<unknown>]]),

@@ -15,6 +15,7 @@ import { outcomeWithoutRun, type AgentTool, type AttemptOutcome } from './attemp
 import type { ReturnChannel } from '../link/return-channel.js';
 import { resolveAccesses } from './accesses.js';
 import type { AccessScheduler } from './scheduler.js';
+import type { ProcessTrees } from '../host/process-trees.js';
 import type { LeaseSecrets } from '../host/secrets.js';
 import { SpoolBudget } from '../output/spool.js';
 
@@ -28,6 +29,8 @@ export interface CallRunnerDeps {
   scheduler: AccessScheduler;
   /** Pids of the agent's own tool-user processes (see AttemptContext.agentPids). */
   agentPids: () => ReadonlySet<number>;
+  /** The agent's one registry of process trees kept between calls (`host/process-trees.ts`). */
+  processTrees: ProcessTrees;
   keys: LeaseKeys;
   secrets: LeaseSecrets;
   tools: ReadonlyMap<string, AgentTool<unknown>>;
@@ -44,8 +47,6 @@ export interface CallRunnerDeps {
 export class CallRunner {
   private readonly running = new Map<string, AbortController>();
   private readonly spoolBudget: SpoolBudget;
-  /** Process groups of background tasks still running. */
-  private readonly backgroundGroups = new Set<number>();
   private readonly networkEnv: Record<string, string>;
   /** The lease's env and secrets: from the config, or from the binding of a pooled sandbox. */
   private leaseEnv: Record<string, string>;
@@ -167,10 +168,10 @@ export class CallRunner {
           networkEnv: this.networkEnv,
           secrets: this.secrets,
           agentPids: this.deps.agentPids,
-          backgroundGroups: () => this.backgroundGroups,
+          processTrees: this.deps.processTrees,
           detach: (pgid) => {
             backgroundGroup = pgid;
-            this.backgroundGroups.add(pgid);
+            this.deps.processTrees.keep(pgid, { kind: 'call', id: job.callId });
             channel.detached(detachedResult(job.callId, pgid));
             // A background task holds no access: later calls need not wait for it to end.
             void slot.then((release) => (release as () => void)());
@@ -196,7 +197,7 @@ export class CallRunner {
       outcome = outcomeWithoutRun('effect_unknown', 'unknown', error, now);
     } finally {
       this.running.delete(job.callId);
-      if (backgroundGroup !== null) this.backgroundGroups.delete(backgroundGroup);
+      if (backgroundGroup !== null) this.deps.processTrees.release(backgroundGroup);
     }
     log.info(
       {

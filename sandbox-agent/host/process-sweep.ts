@@ -13,6 +13,8 @@ interface ProcInfo {
   pid: number;
   ppid: number;
   pgid: number;
+  /** Session id (setsid(2)): the pid of the session's leader. */
+  sid: number;
   uid: number;
   /** proc(5) state letter: `Z` (zombie) and `X` (dead) have exited already. */
   state: string;
@@ -30,8 +32,10 @@ async function listProcesses(): Promise<Map<number, ProcInfo>> {
     const ppid = /^PPid:\s+(\d+)/m.exec(text);
     const uid = /^Uid:\s+(\d+)/m.exec(text);
     // stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses, so count after the last ')'.
-    const [state = '', , pgid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (ppid && uid) out.set(Number(name), { pid: Number(name), ppid: Number(ppid[1]), pgid: Number(pgid), uid: Number(uid[1]), state });
+    const [state = '', , pgid, sid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (ppid && uid) {
+      out.set(Number(name), { pid: Number(name), ppid: Number(ppid[1]), pgid: Number(pgid), sid: Number(sid), uid: Number(uid[1]), state });
+    }
   }
   return out;
 }
@@ -70,19 +74,20 @@ function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
 
 /**
  * SIGKILLs every process of `uid` not started by a docker exec, not in `keep` and not in one of
- * the `keepGroups` (background tasks), repeating while new ones appear (a dying parent may have
- * forked), up to 5 rounds. Returns how many it killed.
+ * the `keepSessions` (session ids of the kept trees: background tasks, shell sessions,
+ * terminals; `ProcessTrees`), repeating while new ones appear (a dying parent may have forked),
+ * up to 5 rounds. Returns how many it killed.
  */
 export async function sweepProcesses(
   uid: number,
   keep: ReadonlySet<number> = new Set(),
-  keepGroups: ReadonlySet<number> = new Set(),
+  keepSessions: ReadonlySet<number> = new Set(),
 ): Promise<number> {
   let killed = 0;
   for (let round = 0; round < 5; round += 1) {
     const procs = await listProcesses();
     const victims = [...procs.values()].filter(
-      (p) => p.uid === uid && !keep.has(p.pid) && !keepGroups.has(p.pgid) && !startedByDockerExec(p.pid, procs),
+      (p) => p.uid === uid && !keep.has(p.pid) && !keepSessions.has(p.sid) && !startedByDockerExec(p.pid, procs),
     );
     if (victims.length === 0) break;
     for (const victim of victims) {

@@ -204,7 +204,7 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   // foreground call runs alone (it declares access to everything) and sweeps, sparing the agent's
   // worker and running background tasks.
   const killedProcesses =
-    killedInGroup + (args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups()));
+    killedInGroup + (args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.processTrees.sessionIds()));
   await drain(child.stdout, child.stderr);
   // What a redactor held back (a possible start of a value) ends the stream; the spool takes it on close.
   for (const stream of ['stdout', 'stderr'] as const) forward(stream, redactors[stream].end());

@@ -46,7 +46,7 @@ function fileTool(worker: ToolUserWorker, name: FileOpName): AgentTool<unknown> 
       };
       try {
         const r = await worker.request(name, args, ctx.timeoutMs, ctx.cancelSignal).finally(async () => {
-          if (codeRuns) await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.backgroundGroups());
+          if (codeRuns) await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.processTrees.sessionIds());
         });
         const inline = name === 'git_diff' ? (args as { maxBytes: number }).maxBytes : DIFF_INLINE_BYTES;
         // A file may hold a secret value a call wrote there: what leaves the sandbox (data, text,
