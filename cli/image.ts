@@ -3,11 +3,12 @@
  *
  *   sbx image build DIR [--dockerfile F] [--build-arg K=V]... [--name N]   build (log streamed to stderr), print the id
  *   sbx image ls                                                           list the tenant's images
- *   sbx image rm ID                                                        delete an image (refused while a sandbox uses it)
+ *   sbx image rm ID|NAME                                                   delete an image (refused while a sandbox uses it)
  *
  * A failed build exits 1 with the builder's message; API errors exit 125 like every command.
  */
 import type { Command } from 'commander';
+import { ImageId } from '../contract/images.js';
 import { Image, type ConnectionOptions } from '../sdk/index.js';
 
 type Global = { url?: string; apiKey?: string; json?: boolean };
@@ -57,8 +58,21 @@ export function addImageCommands(program: Command, connection: (opts: Global) =>
   image
     .command('rm')
     .description('delete an image (refused with image.in_use while a sandbox runs from it)')
-    .argument('<id>')
-    .action(async (id: string) => {
-      await Image.remove(id, connection(program.opts<Global>()));
+    .argument('<image>', 'the image id (img_…) or its name')
+    .action(async (ref: string) => {
+      const conn = connection(program.opts<Global>());
+      await Image.remove(await imageIdOf(ref, conn), conn);
     });
+}
+
+/**
+ * The id of the tenant's image `ref`: `ref` itself when it is an image id, else the one image
+ * named `ref`. Throws when no image or more than one has that name (ids tell them apart).
+ */
+async function imageIdOf(ref: string, conn: ConnectionOptions): Promise<string> {
+  if (ImageId.safeParse(ref).success) return ref;
+  const named = (await Image.list(conn)).filter((i) => i.name === ref);
+  if (named.length === 1) return named[0]!.id;
+  if (named.length === 0) throw new Error(`no image named ${ref} (sbx image ls lists them)`);
+  throw new Error(`${named.length} images are named ${ref}: give the id (${named.map((i) => i.id).join(', ')})`);
 }

@@ -2,7 +2,6 @@
  * Images: pulled on demand from an allowlisted registry (a local `docker-registry` on loopback),
  * and built through `POST /v1/images` (offline, FROM this checkout's sandbox image).
  */
-import { spawn } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,7 +13,7 @@ import {
   containersOf,
   docker,
   execIn,
-  REPO_ROOT,
+  runCli,
   startHarness,
   startRegistry,
   testRunId,
@@ -243,6 +242,7 @@ describe('image builds', () => {
       status: 409,
       code: 'image.in_use',
       details: { leases: [lease.id] },
+      message: expect.stringContaining(lease.id),
     });
     await h.client.releaseSandbox(lease.id);
     await h.client.deleteImage(image.id);
@@ -282,16 +282,8 @@ describe('image builds', () => {
     expect(await h.client.getImage(escape.image.id)).toMatchObject({ status: 'failed' });
   });
 
-  it('the CLI builds (log on stderr, id on stdout), lists and removes an image; a failed build exits 1 with the builder message', async () => {
-    const cli = (...args: string[]) =>
-      new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-        const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, '--api-key', h.apiKey, ...args]);
-        let stdout = '';
-        let stderr = '';
-        child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
-        child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
-        child.on('close', (code) => resolve({ code, stdout, stderr }));
-      });
+  it('the CLI builds (log on stderr, id on stdout), lists and removes an image by its name; a failed build exits 1 with the builder message; --json errors on stdout', async () => {
+    const cli = (...args: string[]) => runCli(h, args);
     const dir = await context({ 'docker/Build.df': `FROM ${h.config.image}\nARG WORD\nRUN echo "cli-$WORD" > /opt/cli\n` });
     const built = await cli('image', 'build', dir, '--dockerfile', 'docker/Build.df', '--build-arg', `WORD=${run}`, '--name', `cli-${run}`);
     expect(built.code, built.stderr).toBe(0);
@@ -299,8 +291,12 @@ describe('image builds', () => {
     expect(id).toMatch(/^img_[0-9a-f]{24}$/);
     expect(built.stderr).toContain('RUN echo');
     expect((await cli('image', 'ls')).stdout).toContain(`${id}  ready`);
-    expect((await cli('image', 'rm', id)).code).toBe(0);
+    expect((await cli('image', 'rm', `cli-${run}`)).code).toBe(0);
     await expect(h.client.getImage(id)).rejects.toMatchObject({ code: 'image.not_found' });
+    const missing = await cli('--json', 'image', 'rm', id);
+    expect(missing.code).toBe(125);
+    expect(JSON.parse(missing.stdout)).toMatchObject({ error: { code: 'image.not_found', status: 404, retryability: expect.any(String) } });
+    expect((await cli('image', 'rm', `no-such-${run}`)).stderr).toContain(`no image named no-such-${run}`);
     const failed = await cli('image', 'build', await context({ Dockerfile: `FROM ${h.config.image}\nRUN exit 7\n` }));
     expect(failed.code).toBe(1);
     expect(failed.stderr).toMatch(/build failed: .*non-zero code: 7/);

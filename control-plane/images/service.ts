@@ -319,7 +319,9 @@ export class ImageService {
     if (record.engineImageId !== null) {
       const leases = await this.deps.engine.usedBy(record.engineImageId, this.deps.ownership);
       if (leases.length > 0)
-        throw new AppError('image.in_use', `image ${id} is used by ${leases.length} sandbox(es)`, { details: { imageId: id, leases } });
+        throw new AppError('image.in_use', `image ${id} is used by sandbox ${leases.join(', ')}: release it first`, {
+          details: { imageId: id, leases },
+        });
       await this.deps.engine.remove(record.engineRef);
     }
     await this.deps.store.delete(record);
