@@ -273,6 +273,20 @@ describe('image builds', () => {
         buildArgs: { BASE: `${registry.host}/sbx-test/none:${run}` },
       }),
     ).rejects.toMatchObject({ status: 404, code: 'image.not_found', details: { field: 'dockerfile', line: 2 } });
+    const { image: own } = await h.client.buildImage(
+      await context({ Dockerfile: `FROM ${h.config.image}\nRUN echo base-${run} > /opt/b\n` }),
+      {
+        name: `base-${run}`,
+      },
+    );
+    await eventsOf(h.client, own.id);
+    await expect(h.client.buildImage(await context({ Dockerfile: `FROM base-${run}\n` }))).rejects.toMatchObject({
+      status: 404,
+      code: 'image.not_found',
+      message: expect.stringContaining('is one of your built images'),
+      details: { line: 1, reason: 'built_image_as_base' },
+    });
+    await h.client.deleteImage(own.id);
     const big = await context({ Dockerfile: `FROM ${h.config.image}\n`, 'big.bin': 'x'.repeat(2 * 1024 * 1024) });
     await expect(h.client.buildImage(big)).rejects.toMatchObject({ status: 413, code: 'input.body_too_large' });
     const escape = await h.client.buildImage(await context({ Dockerfile: `FROM ${h.config.image}\nCOPY ../../etc/passwd /opt/passwd\n` }));

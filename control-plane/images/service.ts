@@ -134,6 +134,12 @@ export class ImageService {
   async checkBases(dockerfile: string, buildArgs: Readonly<Record<string, string>>, tenant: string): Promise<void> {
     for (const base of baseImages(dockerfile, buildArgs)) {
       try {
+        if ((await this.builtFor(base.ref, tenant).catch(() => undefined)) !== undefined)
+          throw new AppError(
+            'image.not_found',
+            `${base.ref} is one of your built images, and a build cannot start FROM a built image: start from its base and add its steps to this Dockerfile`,
+            { details: { field: 'image', image: base.ref, reason: 'built_image_as_base' } },
+          );
         await this.resolveEngine(base.ref, tenant);
       } catch (err) {
         if (err instanceof AppError) {
