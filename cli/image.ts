@@ -4,6 +4,7 @@
  *   sbx image build DIR [--dockerfile F] [--build-arg K=V]... [--name N]   build (log streamed to stderr), print the id
  *   sbx image ls                                                           list the tenant's images
  *   sbx image rm ID|NAME                                                   delete an image (refused while a sandbox uses it)
+ *   sbx image egress ID|NAME [--denied]                                    the build's egress log (build policy network {allow})
  *
  * A failed build exits 1 with the builder's message; API errors exit 125 like every command.
  */
@@ -54,6 +55,22 @@ export function addImageCommands(program: Command, connection: (opts: Global) =>
       const images = await Image.list(connection(global));
       if (global.json) process.stdout.write(`${JSON.stringify(images, null, 2)}\n`);
       else for (const i of images) process.stdout.write(`${i.id}  ${i.status.padEnd(8)} ${i.name ?? '-'}  ${i.createdAt}\n`);
+    });
+  image
+    .command('egress')
+    .description("the build's egress log, oldest first: each connection its RUN steps asked the egress proxy for")
+    .argument('<image>', 'the image id (img_…) or its name')
+    .option('--denied', 'only the denied connections')
+    .action(async (ref: string, opts: { denied?: boolean }) => {
+      const global = program.opts<Global>();
+      const conn = connection(global);
+      const events = await Image.egress(await imageIdOf(ref, conn), { ...conn, ...(opts.denied ? { decision: 'denied' as const } : {}) });
+      if (global.json) process.stdout.write(`${JSON.stringify(events, null, 2)}\n`);
+      else
+        for (const e of events)
+          process.stdout.write(
+            `${e.at}  ${e.decision.padEnd(7)} ${e.method} ${e.host}:${e.port}  ${e.rule}${e.error ? `  (${e.error})` : ''}\n`,
+          );
     });
   image
     .command('rm')
