@@ -3,14 +3,13 @@ import { isIP } from 'node:net';
 import { z } from 'zod';
 import { ImageEvent, ImageId, ImageView } from '../../contract/images.js';
 import { Timestamp } from '../../contract/objects.js';
-import { HOST_PATTERN } from '../egress/rules.js';
-import { EgressRuleSchema } from '../policies/schema.js';
+import { EgressRuleSchema, HOST_PATTERN } from '../egress/schema.js';
 
 export { ImageEvent, ImageId, ImageView };
 
 /**
- * A host a build may reach, written short: `deb.debian.org` (ports 80 and 443) or
- * `deb.debian.org:8080` (that port). Becomes a host rule of the egress allowlist.
+ * A host a build may reach, written short: `deb.example.org` (ports 80 and 443) or
+ * `deb.example.org:8080` (that port). Becomes a host rule of the egress allowlist.
  */
 const HostShorthand = z
   .string()
