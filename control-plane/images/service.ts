@@ -309,8 +309,11 @@ export class ImageService {
       finishedAt: this.deps.now().toISOString(),
       error: { code: 'image.build_failed', message: 'the build was interrupted (its control plane stopped)' },
     };
-    if (await this.deps.store.finish(failed))
+    if (await this.deps.store.finish(failed)) {
       await this.deps.store.appendEvent(record.id, { type: 'failed', error: failed.error! }, this.deps.now());
+      // Its network helper exited at the deadline by itself (runtime/build-proxy.ts); its socket directory is left.
+      await closeBuildNetwork(this.deps.buildNetwork, record.id);
+    }
     return (await this.deps.store.get(record.id)) ?? failed;
   }
 
