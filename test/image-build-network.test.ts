@@ -116,7 +116,7 @@ describe('image builds with an allowlisted network', () => {
         '',
       ].join('\n'),
     );
-    const built = await runCli(h, ['image', 'build', dir]);
+    const built = await runCli(h, ['image', 'build', dir, '--name', `mirror-${run}`]);
     expect(built.code, built.stderr).toBe(0);
     const id = built.stdout.trim();
     expect(mirror.hits).toEqual(['GET /pkg.txt', 'GET /tunnel.txt']);
@@ -143,7 +143,7 @@ describe('image builds with an allowlisted network', () => {
       ['allowed', 'GET', 'mirror.build.test', mirror.port, '127.0.0.2'],
       ['allowed', 'CONNECT', 'mirror.build.test', mirror.port, '127.0.0.2'],
     ]);
-    const listed = await runCli(h, ['image', 'egress', id]);
+    const listed = await runCli(h, ['image', 'egress', `mirror-${run}`]);
     expect(listed.stdout).toContain(`allowed GET mirror.build.test:${mirror.port}`);
     // The build's helper and its socket directory are gone.
     expect(await helpersOf(id)).toBe('');
