@@ -23,7 +23,7 @@ export type Access = z.infer<typeof Access>;
  * leftover processes are swept afterwards. `fs.write`: changes files — interrupted, its effect
  * is `unknown`, never "nothing". `fs.read`: reads files.
  */
-export const EffectClass = z.enum(['process', 'fs.read', 'fs.write']);
+export const EffectClass = z.enum(['process', 'fs.read', 'fs.write', 'process.read', 'process.signal']);
 export type EffectClass = z.infer<typeof EffectClass>;
 
 /**
