@@ -55,7 +55,7 @@ export class ProcessService {
     await this.deps.audit.record({
       actor: actorOf(by),
       action: 'process.signal',
-      target: `process:${lease.id}/${pid}`,
+      target: `process:${lease.id}.${pid}`,
       beforeDigest: null,
       afterDigest: null,
       details: {
