@@ -63,7 +63,7 @@ describe('GET /v1/sandboxes/:id/processes', () => {
       expect(sleep.cpuTimeMs).toBeGreaterThanOrEqual(0);
       // The listing is a call: its receipt is readable like any other.
       const receipt = await fetch(`${h.url}/v1/receipts/${r.body.receiptId}`, { headers: { authorization: `Bearer ${h.apiKey}` } });
-      expect((await receipt.json()).tool).toBe('list_processes');
+      expect(((await receipt.json()) as { tool: string }).tool).toBe('list_processes');
     } finally {
       await h.client.cancelCall(leaseId, taskId).catch(() => undefined);
     }
@@ -91,7 +91,7 @@ describe('GET /v1/sandboxes/:id/processes', () => {
           headers: { authorization: `Bearer ${h.apiKey}` },
         },
       );
-      const entries = (await audit.json()).entries as Array<{ actor: unknown; details: Record<string, unknown> }>;
+      const entries = ((await audit.json()) as { entries: unknown }).entries as Array<{ actor: unknown; details: Record<string, unknown> }>;
       expect(entries[0]).toMatchObject({
         actor: { keyId: 'bootstrap' },
         details: { signal: 'SIGTERM', status: 'succeeded', callId: sent.body.callId },
