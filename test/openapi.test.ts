@@ -86,7 +86,9 @@ describe('OpenAPI document', () => {
         const url = path.replace(
           /\{(\w+)\}/g,
           (_m, name: string) =>
-            ({ id: 'sbx_openapi_example', callId: 'call-example', tenant: 'openapi-example', name: 'OPENAPI_EXAMPLE' })[name] ?? 'x',
+            ({ id: 'sbx_openapi_example', callId: 'call-example', tenant: 'openapi-example', name: 'OPENAPI_EXAMPLE', pid: '4242' })[
+              name
+            ] ?? 'x',
         );
         for (const example of bodyExamples(op)) {
           const response = await h.client.raw(method.toUpperCase(), url, {
