@@ -104,7 +104,7 @@ describe('OpenAPI document', () => {
     }
     // Volumes the examples made hold a disk on the host: removed here, not left to the Redis cleanup.
     for (const name of ['pip-cache', 'dataset']) expect((await h.client.raw('DELETE', `/v1/volumes/${name}`)).status).toBe(200);
-    // The examples the schemas carry: leases, checkpoints, calls, keys, quotas, secrets, volumes, snapshots.
+    // The examples the schemas carry: leases, checkpoints, calls, keys, quotas, secrets, volumes, snapshots, signals.
     expect(new Set(checked)).toEqual(
       new Set([
         'post /v1/volumes',
@@ -116,6 +116,7 @@ describe('OpenAPI document', () => {
         'put /v1/secrets/{name}',
         'post /v1/sandboxes/{id}/snapshots',
         'post /v1/snapshots/{id}/fork',
+        'post /v1/sandboxes/{id}/processes/{pid}/signal',
       ]),
     );
   });
