@@ -169,6 +169,8 @@ describe('move', () => {
     expect(data(await call('move', { path: '/workspace/dirA', destination: '/workspace/dirB' }))).toMatchObject({ type: 'directory' });
     expect(await sh('cat /workspace/dirB/sub/f')).toBe('d\n');
     expect((await call('move', { path: '/workspace/dirB', destination: '/workspace/dirB/sub/x' })).error?.code).toBe('input.invalid');
+    expect((await call('move', { path: '/workspace/dirB', destination: '/workspace/dirB/new/deeper' })).error?.code).toBe('input.invalid');
+    expect(await sh('test -e /workspace/dirB/new && echo made || echo nothing')).toBe('nothing\n');
     expect((await call('move', { path: '/workspace/none', destination: '/workspace/x' })).error?.code).toBe('files.not_found');
     expect((await call('move', { path: '/workspace', destination: '/workspace/x' })).error?.code).toBe('files.root_protected');
   });

@@ -145,10 +145,11 @@ export async function makeDirOp(args: MakeDirArgs, ctx: FileContext): Promise<Op
     const s = await lstat(where.full).catch(() => null);
     if (s) {
       // An existing directory (or a link to one inside the roots) is what was asked for.
-      const real = s.isSymbolicLink() ? await canonicalExisting(where.full, ctx).catch(() => null) : where.full;
-      const isDir = s.isDirectory() || (real !== null && (await lstat(real).catch(() => null))?.isDirectory() === true);
+      // A link is followed here (mkdir -p does): out of the roots or dangling, it says so.
+      const real = s.isSymbolicLink() ? await canonicalExisting(where.full, ctx) : where.full;
+      const isDir = s.isDirectory() || (await lstat(real).catch(() => null))?.isDirectory() === true;
       if (!isDir) throw new ToolError('files.exists', `${where.full} exists and is not a directory`, { path: where.full, type: typeOf(s) });
-      return { data: { path: real ?? where.full, created: false, createdDirs: [] }, versions: [], modelText: `${where.full} exists` };
+      return { data: { path: real, created: false, createdDirs: [] }, versions: [], modelText: `${where.full} exists` };
     }
   } else if (!args.parents) {
     throw new ToolError('files.not_found', `the parent of ${args.path} does not exist (pass parents: true)`, { path: args.path });
@@ -167,6 +168,9 @@ export async function moveOp(args: MoveArgs, ctx: FileContext): Promise<OpResult
   if (!from) throw new ToolError('files.not_found', `no such file or directory: ${args.path}`, { path: args.path });
   refuseRoot(from.full, args.path, ctx, 'moved');
   const destination = posix.normalize(args.destination).replace(/(.)\/+$/, '$1');
+  // Into itself, by its canonical name: refused before any missing parent is made.
+  if (destination === from.full || destination.startsWith(`${from.full}/`))
+    throw new ToolError('input.invalid', `cannot move ${from.full} into itself (${destination})`, { path: from.full, destination });
   // Missing parents of the destination are made, as write_file makes a file's.
   const toDir = (await locate(destination, ctx)) ?? (await ensureDirectory(dirname(destination), ctx), await locate(destination, ctx));
   if (!toDir) throw new ToolError('files.not_found', `the directory of ${args.destination} does not exist`, { path: args.destination });
