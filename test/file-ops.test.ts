@@ -184,6 +184,48 @@ describe('move', () => {
   });
 });
 
+describe('scheduling by declared accesses', () => {
+  /** [start, end] in ms of a finished call, from the agent's receipt. */
+  const span = (r: ToolResult): [number, number] => {
+    expect(r.status, JSON.stringify(r.error)).toBe('succeeded');
+    return [Date.parse(r.receipt!.startedAt), Date.parse(r.receipt!.endedAt)];
+  };
+  const big = 'x'.repeat(8 * 1024 * 1024);
+
+  it('a recursive remove of one tree and a write elsewhere overlap; a write beneath the removed tree never does', async () => {
+    // Overlap seen in any round proves the two ran side by side (a serialising scheduler never
+    // shows one); up to three rounds keep a loaded machine's gap from hiding it.
+    const rounds: Array<[[number, number], [number, number]]> = [];
+    for (let round = 0; round < 3; round += 1) {
+      await sh(
+        `mkdir -p /workspace/par${round} && cd /workspace/par${round} && for d in $(seq 1 40); do mkdir d$d; for f in $(seq 1 50); do : > d$d/f$f; done; done`,
+      );
+      // The write is queued first (its 8 MiB body takes the longest to arrive), then the remove.
+      const writeArgs = { path: `/workspace/other${round}.txt`, content: big };
+      const queued = await h.client.submitCall(leaseId, 'write_file', writeArgs, { waitSeconds: 0 });
+      const rm = await call('remove', { path: `/workspace/par${round}`, recursive: true });
+      const write = await h.client.submitCall(leaseId, 'write_file', writeArgs, { callId: queued.callId, waitSeconds: 60 });
+      if (!('receipt' in write)) throw new Error('write_file did not finish');
+      rounds.push([span(rm), span(write)]);
+      const [a, b] = rounds.at(-1)!;
+      if (a[0] < b[1] && b[0] < a[1]) break;
+    }
+    const [a, b] = rounds.at(-1)!;
+    expect(a[0], JSON.stringify(rounds)).toBeLessThan(b[1]);
+    expect(b[0], JSON.stringify(rounds)).toBeLessThan(a[1]);
+
+    await sh(
+      'mkdir -p /workspace/conf && cd /workspace/conf && for d in $(seq 1 40); do mkdir d$d; for f in $(seq 1 50); do : > d$d/f$f; done; done',
+    );
+    const both = await Promise.all([
+      call('remove', { path: '/workspace/conf', recursive: true }),
+      call('write_file', { path: '/workspace/conf/d1/new.txt', content: big }),
+    ]);
+    const [first, second] = both.map(span).sort((p, q) => p[0] - q[0]);
+    expect(second![0], JSON.stringify(both.map(span))).toBeGreaterThanOrEqual(first![1]);
+  });
+});
+
 describe('interfaces', () => {
   it('the SDK: sandbox.files.makeDir/stat/move/remove, errors as SbxError with the code', async () => {
     const sbx = await Sandbox.connect(leaseId, { url: h.url, apiKey: h.apiKey });
