@@ -38,6 +38,7 @@ import { ToolUserWorker } from './tool-user/client.js';
 import { runToolUserWorker } from './tool-user/worker.js';
 import { execTool, toolsPath } from './tools/exec.js';
 import { fileTools } from './tools/file-tools.js';
+import { processTools } from './tools/process-tools.js';
 
 async function main(): Promise<void> {
   const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent/agent.json';
@@ -79,7 +80,9 @@ async function main(): Promise<void> {
     maxFileBytes: config.files.maxFileBytes,
     path: toolsPath(config),
   });
-  const tools = new Map<string, AgentTool<unknown>>([execTool as AgentTool<unknown>, ...fileTools(worker)].map((t) => [t.name, t]));
+  const tools = new Map<string, AgentTool<unknown>>(
+    [execTool as AgentTool<unknown>, ...fileTools(worker), ...processTools].map((t) => [t.name, t]),
+  );
   const processTrees = new ProcessTrees();
   const runner = new CallRunner({
     config,
