@@ -90,7 +90,9 @@ export interface CapturedImage {
   ref: string;
   /** The image id, `sha256:…`. */
   imageId: string;
-  /** Bytes the snapshot adds to the image it was leased from (its own layers). */
+  /** The snapshot's content address: the digest of the image id and each root's archive SHA-256 (snapshot-image.ts). */
+  digest: string;
+  /** Bytes the snapshot adds to the image it was leased from: its own layers and its roots' archives. */
   sizeBytes: number;
 }
 

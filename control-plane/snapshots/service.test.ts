@@ -38,7 +38,7 @@ function world(over: { sizeBytes?: number; quotaBytes?: number; maxSandboxes?: n
       delete: async (id) => records.delete(id),
     },
     runtime: {
-      snapshot: async () => ({ ref: 'sbx-snapshot:abc', imageId: 'sha256:abc', sizeBytes: over.sizeBytes ?? 100 }),
+      snapshot: async () => ({ ref: 'sbx-snapshot:abc', imageId: 'sha256:abc', digest: 'sha256:abd', sizeBytes: over.sizeBytes ?? 100 }),
       removeSnapshot: async (ref) => void removed.push(ref),
     },
     leases: {

@@ -96,7 +96,7 @@ export class SnapshotService {
     const now = deps.now();
     const record: SnapshotRecord = {
       id,
-      digest: image.imageId,
+      digest: image.digest,
       imageRef: image.ref,
       sizeBytes: image.sizeBytes,
       parentLeaseId: leaseId,
