@@ -19,6 +19,7 @@ import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { mountTargetsOf, refuseSymlinkedMountTargets } from './mount-targets.js';
 import { seedWritableRoots } from './seed-roots.js';
 import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
+import { rootsBytesInUse } from './snapshot-roots.js';
 import { DOWNLOAD_SCRIPT, tarError, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
 import {
   LABEL,
@@ -308,6 +309,11 @@ export class DockerRuntime implements SandboxRuntime {
 
   snapshot(capture: SnapshotCapture): Promise<CapturedImage> {
     return captureSnapshot(this.docker, this.snapshotDir, capture);
+  }
+
+  async snapshotBytesEstimate(leaseId: string, paths: readonly string[]): Promise<number> {
+    const info = (await this.call('inspect', () => this.docker.getContainer(`sbx-${leaseId}`).inspect())) as { State?: { Pid?: number } };
+    return rootsBytesInUse(info.State?.Pid ?? 0, paths);
   }
 
   removeSnapshot(ref: string): Promise<void> {

@@ -211,6 +211,11 @@ export interface SandboxRuntime {
    * see snapshot-image.ts), while it keeps running. Throws `snapshot.capture_failed`, `lease.not_ready`.
    */
   snapshot(capture: SnapshotCapture): Promise<CapturedImage>;
+  /**
+   * Bytes the lease's writable roots `paths` hold now (their filesystems' use): what a snapshot
+   * reserves of the tenant's quota before its capture. An estimate; throws when it cannot tell.
+   */
+  snapshotBytesEstimate(leaseId: string, paths: readonly string[]): Promise<number>;
   /** Removes a snapshot image by its ref; absence is success. Throws `snapshot.in_use` while a container uses it. */
   removeSnapshot(ref: string): Promise<void>;
 }

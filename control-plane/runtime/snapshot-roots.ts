@@ -26,7 +26,7 @@
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { constants, createReadStream } from 'node:fs';
-import { open, readFile } from 'node:fs/promises';
+import { open, readFile, stat, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AppError } from '../../contract/errors.js';
 import type { RunAs } from './runtime.js';
@@ -133,6 +133,24 @@ async function archiveRoot(pid: number, mounts: Map<string, number>, path: strin
   } finally {
     await dirFd.close().catch(() => undefined);
   }
+}
+
+/**
+ * Bytes in use on the filesystems of `roots` of the sandbox whose init has host pid `pid` (each
+ * root is a tmpfs of its own: what it holds). An estimate. Throws when a root cannot be read.
+ */
+export async function rootsBytesInUse(pid: number, roots: readonly string[]): Promise<number> {
+  if (!(pid > 0)) throw new Error('the sandbox is not running');
+  const mounts = parseMountinfo(await readFile(`/proc/${pid}/mountinfo`, 'utf8'));
+  let total = 0;
+  for (const path of roots) {
+    const at = `/proc/${pid}/root${path}`;
+    // Where a planted symlink leads elsewhere, that filesystem's use is not the root's (its archive fails anyway).
+    if ((await stat(at)).dev !== mounts.get(path)) continue;
+    const fs = await statfs(at);
+    total += (fs.blocks - fs.bfree) * fs.bsize;
+  }
+  return total;
 }
 
 /** Mount point → device number (`st_dev`) of the topmost mount there, from a mountinfo text (proc(5)). */
