@@ -70,7 +70,10 @@ export interface Started {
   seededPaths: string[];
 }
 
-/** Where a snapshot image keeps the content of each writable root (`<prefix><root path>`; snapshot-image.ts). */
+/**
+ * Where a snapshot's seeding names each writable root (`<prefix><root path>`): its archive on the
+ * host (snapshot-roots.ts), or, in a snapshot made before the archives, that path in its image.
+ */
 export const SNAPSHOT_ROOTS_PREFIX = '/.sbx-snapshot/roots';
 
 /** What `snapshot` needs: whose sandbox, which writable roots, as whom, and the image's labels. */
@@ -233,7 +236,8 @@ export const LABEL = {
   policy: 'sbx.policy',
   /**
    * On helper containers that are never started: `seed` (a create reads the image's content
-   * through it, seed-roots.ts), `snapshot` (a snapshot's staging container).
+   * through it, seed-roots.ts); `snapshot` was a snapshot's staging container (none is made now;
+   * one left by an older version is reaped like the others).
    */
   role: 'sbx.role',
 } as const;
