@@ -75,7 +75,7 @@ async function capture(docker: Docker, snapshotDir: string, spec: SnapshotCaptur
     const tag = imageId!.slice('sha256:'.length);
     kept = snapshotDirOf(snapshotDir, `${SNAPSHOT_REPO}:${tag}`)!;
     await rename(staging, kept);
-    const archives: RootArchive[] = archived.value.map((a) => ({ ...a, file: join(kept!, a.file.slice(staging.length + 1)) }));
+    const archives: RootArchive[] = archived.value;
     await docker.getImage(imageId!).tag({ repo: SNAPSHOT_REPO, tag });
     const [mine, parent] = await Promise.all([docker.getImage(imageId!).inspect(), docker.getImage(base.Image).inspect()]);
     const rootBytes = archives.reduce((sum, a) => sum + a.sizeBytes, 0);

@@ -31,7 +31,7 @@ import { join } from 'node:path';
 import { AppError } from '../../contract/errors.js';
 import type { RunAs } from './runtime.js';
 
-/** One root's archive: where it is, its SHA-256 (hex) and its size in bytes. */
+/** One root's archive: the file it was written to (in the capture's directory), its SHA-256 (hex) and its size in bytes. */
 export interface RootArchive {
   path: string;
   file: string;

@@ -60,10 +60,6 @@ export class SnapshotStore {
   private key = (): string => `${this.prefix}snapshots`;
   private reservations = (): string => `${this.prefix}snapshot-reservations`;
 
-  async put(record: SnapshotRecord): Promise<void> {
-    await this.redis.hset(this.key(), record.id, JSON.stringify(record));
-  }
-
   /**
    * Reserves `bytes` of `tenant`'s snapshot quota for capture `id` until `expiresAtMs`, if its
    * records, its other live reservations and `bytes` fit `quotaBytes`. Returns null when
