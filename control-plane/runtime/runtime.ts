@@ -237,7 +237,8 @@ export const LABEL = {
   /**
    * On helper containers that are never started: `seed` (a create reads the image's content
    * through it, seed-roots.ts); `snapshot` was a snapshot's staging container (none is made now;
-   * one left by an older version is reaped like the others).
+   * one left by an older version is reaped like the others); and on `build-proxy`, the running
+   * network helper of an image build (build-proxy.ts; no lease label).
    */
   role: 'sbx.role',
 } as const;
