@@ -8,9 +8,9 @@ import { Digest, PolicyRef, Timestamp } from './objects.js';
 /** A snapshot as the API shows it. */
 export const Snapshot = z.object({
   id: z.string(),
-  /** The snapshot image's id (`sha256:…`): what its content is addressed by. */
+  /** What its content is addressed by: the digest of its image's id (the changed files) and of each writable root's archive (SHA-256). */
   digest: Digest,
-  /** Bytes the snapshot adds to the image its parent was leased from (its own layers); counted against the tenant's snapshot quota. */
+  /** Bytes the snapshot adds to the image its parent was leased from (its own layer and its roots' archives); counted against the tenant's snapshot quota. */
   sizeBytes: z.number().int().nonnegative(),
   /** The sandbox it was taken of. */
   parentLeaseId: z.string(),

@@ -94,8 +94,9 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   // ioredis reconnects by itself (commands wait meanwhile); say so in the log, not on bare stderr.
   for (const conn of [redis, subscriber])
     conn.on('error', (err: Error) => log.warn({ err: err.message }, 'redis connection error; reconnecting'));
-  const runtime = new DockerRuntime(config.dockerSocket);
   const ownership = { owner: config.owner, installation: await installationId(redis, config.redisPrefix) };
+  // One directory per installation, as for volumes: snapshots' roots (runtime/snapshot-roots.ts).
+  const runtime = new DockerRuntime(config.dockerSocket, { snapshotDir: join(config.dataDir, 'snapshots', ownership.installation) });
   const leaseStore = new LeaseStore(redis, config.redisPrefix);
   const callStore = new CallStore(redis, config.redisPrefix);
   const artifactRecords = new ArtifactRecords(redis, config.redisPrefix);

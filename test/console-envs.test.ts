@@ -28,8 +28,8 @@ let shots: string;
 /** Script errors of the page, and every request it made to somewhere other than the control plane. */
 const pageErrors: string[] = [];
 const elsewhere: string[] = [];
-/** Snapshot image refs made here (removed whatever the API says). */
-const snapshotRefs = new Set<string>();
+/** Snapshots made here (ids): their images are removed whatever the API says. */
+const snapshotIds = new Set<string>();
 const volumeNames = new Set<string>();
 
 const api = apiAs(() => h.url);
@@ -83,7 +83,7 @@ afterAll(async () => {
   if (!h) return;
   for (const lease of await h.client.listSandboxes().catch(() => [])) await h.client.releaseSandbox(lease.id).catch(() => undefined);
   for (const s of await h.client.listSnapshots().catch(() => [])) {
-    snapshotRefs.add(`sbx-snapshot:${s.digest.slice('sha256:'.length)}`);
+    snapshotIds.add(s.id);
     await h.client.deleteSnapshot(s.id).catch(() => undefined);
   }
   for (const image of await h.client.listImages().catch(() => [])) await h.client.deleteImage(image.id).catch(() => undefined);
@@ -97,7 +97,10 @@ afterAll(async () => {
     .split('\n')
     .filter(Boolean);
   if (built.length > 0) await docker('rmi', '-f', ...new Set(built)).catch(() => undefined);
-  for (const ref of snapshotRefs) await docker('rmi', '-f', ref).catch(() => undefined);
+  for (const id of snapshotIds) {
+    const images = (await docker('images', '-q', '--filter', `label=sbx.snapshot.id=${id}`).catch(() => '')).split('\n').filter(Boolean);
+    if (images.length > 0) await docker('rmi', '-f', ...images).catch(() => undefined);
+  }
   await h.close();
   await rm(scratch, { recursive: true, force: true });
 }, 120_000);
@@ -139,7 +142,7 @@ describe('console: images, snapshots, volumes', () => {
   it('snapshots: lists a snapshot of a leased sandbox; Fork 1 starts one sandbox whose id is shown; Delete while it runs shows 409 snapshot.in_use', async () => {
     const parent = await h.client.createSandbox({ ttlSeconds: 600 });
     const snap = await h.client.snapshotSandbox(parent.id);
-    snapshotRefs.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    snapshotIds.add(snap.id);
 
     await go('snapshots');
     const row = page.locator(`#snapshots tr[data-id="${snap.id}"]`);

@@ -16,7 +16,7 @@ const exec = execIn(() => h.client);
 const api = apiAs(() => h.url);
 const MiB = 1024 * 1024;
 const image = `sbx-test-snap-${testRunId()}:testbed`;
-/** Snapshot image refs this file made, removed after it whatever happened. */
+/** Snapshots this file made (ids), their images removed after it whatever happened. */
 const made = new Set<string>();
 
 beforeAll(async () => {
@@ -36,9 +36,15 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const lease of await h.client.listSandboxes().catch(() => [])) await h.client.releaseSandbox(lease.id).catch(() => undefined);
   for (const s of await h.client.listSnapshots().catch(() => [])) await h.client.deleteSnapshot(s.id).catch(() => undefined);
-  for (const ref of made) await docker('rmi', '-f', ref).catch(() => undefined);
+  for (const id of made) for (const ref of await snapshotImages(id)) await docker('rmi', '-f', ref).catch(() => undefined);
   await docker('rmi', '-f', image).catch(() => undefined);
 });
+
+/** The engine refs of snapshot `id`'s image (found by its label; the digest also covers the roots' archives). */
+async function snapshotImages(id: string): Promise<string[]> {
+  const out = await docker('images', '--filter', `label=sbx.snapshot.id=${id}`, '--format', '{{.Repository}}:{{.Tag}}');
+  return out.split('\n').filter(Boolean);
+}
 
 describe('snapshots and fork', () => {
   it('a fork has the files of /workspace and of a lease root; writes in one fork appear in no other nor in the parent', async () => {
@@ -47,7 +53,7 @@ describe('snapshots and fork', () => {
       cmd: 'echo ws > /workspace/w.txt && echo changed > /testbed/a.txt && rm /testbed/gone.txt && echo home > ~/h.txt',
     });
     const snap = await h.client.snapshotSandbox(parent.id);
-    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    made.add(snap.id);
     expect(snap).toMatchObject({ parentLeaseId: parent.id, manifestDigest: parent.manifest!.digest, inFlightCalls: [], consistent: false });
     expect(snap.id).toMatch(/^snap_/);
     expect(snap.roots.map((r) => r.path)).toEqual(['/workspace', '/tmp', '/home/sandbox', '/testbed']);
@@ -74,14 +80,14 @@ describe('snapshots and fork', () => {
     for (const f of forks) await h.client.releaseSandbox(f.id);
     expect((await api(h.apiKey, 'DELETE', `/v1/snapshots/${snap.id}`)).status).toBe(204);
     expect((await api(h.apiKey, 'GET', `/v1/snapshots/${snap.id}`)).body.error.code).toBe('snapshot.not_found');
-    expect(await docker('images', '-q', `sbx-snapshot:${snap.digest.slice('sha256:'.length)}`)).toBe('');
+    expect(await snapshotImages(snap.id)).toEqual([]);
   });
 
   it('POST /v1/sandboxes {snapshot} starts one sandbox from it', async () => {
     const parent = await h.client.createSandbox();
     await exec(parent.id, { cmd: 'echo one > /workspace/one.txt' });
     const snap = await h.client.snapshotSandbox(parent.id);
-    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    made.add(snap.id);
     const child = await h.client.createSandbox({ snapshot: snap.id });
     expect(child.manifest!.snapshot?.parentLeaseId).toBe(parent.id);
     expect((await exec(child.id, { cmd: 'cat /workspace/one.txt' })).stdout).toBe('one\n');
@@ -92,7 +98,7 @@ describe('snapshots and fork', () => {
     const pending = await h.client.submitCall(lease.id, 'exec', { cmd: 'sleep 3; echo done > /workspace/late.txt' }, { waitSeconds: 0 });
     await expect.poll(async () => (await h.client.getCall(lease.id, pending.callId)).status, { timeout: 20_000 }).toBe('running');
     const snap = await h.client.snapshotSandbox(lease.id);
-    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    made.add(snap.id);
     expect(snap.inFlightCalls).toEqual([pending.callId]);
     const finished = await h.client.submitCall(lease.id, 'exec', { cmd: 'cat /workspace/late.txt' }, { waitSeconds: 30 });
     expect('receipt' in finished && finished.stdout).toBe('done\n');
@@ -138,7 +144,7 @@ describe('snapshots and fork', () => {
   it('fork count 0 and -1 are 400, 1000 is 429 quota.exceeded, and nothing starts', async () => {
     const lease = await h.client.createSandbox();
     const snap = await h.client.snapshotSandbox(lease.id);
-    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    made.add(snap.id);
     const before = (await h.client.listSandboxes()).length;
     for (const count of [0, -1]) {
       const r = await api(h.apiKey, 'POST', `/v1/snapshots/${snap.id}/fork`, { count });
@@ -156,7 +162,7 @@ describe('snapshots and fork', () => {
     const parent = await h.client.createSandbox();
     await exec(parent.id, { cmd: 'echo base > /workspace/b.txt' });
     const snap = await h.client.snapshotSandbox(parent.id);
-    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    made.add(snap.id);
     const key = `many-${testRunId()}`;
     const r = await api(
       h.apiKey,
@@ -200,7 +206,7 @@ describe('snapshots and fork', () => {
   it('POST /v1/sandboxes count without snapshot, 0, negative, over SBX_FORK_MAX is 400 naming count; over the quota 429; nothing starts', async () => {
     const lease = await h.client.createSandbox();
     const snap = await h.client.snapshotSandbox(lease.id);
-    made.add(`sbx-snapshot:${snap.digest.slice('sha256:'.length)}`);
+    made.add(snap.id);
     const before = (await h.client.listSandboxes()).map((l) => l.id);
     const bad = [
       { count: 2 },

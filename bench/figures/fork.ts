@@ -37,7 +37,7 @@ export async function forkOfN(ctx: BenchContext): Promise<Figure> {
     basis: 'p50',
     targets: (s) => [target('per copy ≤ 1.5 × a cold lease (speed-up ≥ 0.67×)', s ?? NaN, '>=', 1 / 1.5, times)],
     notes: [
-      'a fork also copies each writable root from the snapshot image (archive API + tar in the sandbox); a cold lease seeds from the image too',
+      "a fork also copies each writable root from the snapshot's archive of it (tar in the sandbox); a cold lease seeds from the image too",
     ],
   });
 }

@@ -43,6 +43,6 @@ export async function leaseFromSnapshot(ctx: BenchContext): Promise<Figure> {
     baseline: side('POST /v1/sandboxes → ready (same image, policy default)', base),
     basis: 'p50',
     targets: (s) => [target('p50 ≤ 1.5 × a cold lease (speed-up ≥ 0.67×)', s ?? NaN, '>=', 1 / 1.5, times)],
-    notes: ['a lease from a snapshot also fills each writable root from the snapshot image'],
+    notes: ["a lease from a snapshot also fills each writable root from the snapshot's archive of it"],
   });
 }

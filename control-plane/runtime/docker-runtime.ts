@@ -6,18 +6,20 @@
  * with zod at this boundary; Docker errors are translated once here into AppErrors, keeping the
  * original as `cause`.
  */
-import { PassThrough, Writable, type Readable } from 'node:stream';
+import { PassThrough, type Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { z } from 'zod';
 import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_TOOLS } from '../../contract/agent-runtime.js';
 import { AppError } from '../../contract/errors.js';
 import { messageOf, statusOf, unavailable } from './docker-errors.js';
+import { execInContainer, type ExecRun } from './docker-exec.js';
 import { inspectImage, readImageFiles } from './docker-images.js';
 import { checkpointSandbox, checkpointSupport, freezeSandbox, thawSandbox } from './docker-freezer.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { mountTargetsOf, refuseSymlinkedMountTargets } from './mount-targets.js';
 import { seedWritableRoots } from './seed-roots.js';
 import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
+import { rootsBytesInUse } from './snapshot-roots.js';
 import { DOWNLOAD_SCRIPT, tarError, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
 import {
   LABEL,
@@ -55,10 +57,17 @@ export class DockerRuntime implements SandboxRuntime {
   /** Whether the engine is on this host (a Unix socket path), for `criu check`. */
   private readonly local: boolean;
 
-  /** `socketPath`: the Docker engine's API socket, e.g. /var/run/docker.sock. */
-  constructor(socketPath: string) {
+  /** Where snapshots keep their roots' archives, on the engine's host (snapshot-roots.ts). */
+  private readonly snapshotDir: string;
+
+  /**
+   * `socketPath`: the Docker engine's API socket, e.g. /var/run/docker.sock; `snapshotDir`: a
+   * directory on the engine's host for snapshots' roots (`<data dir>/snapshots/<installation id>`).
+   */
+  constructor(socketPath: string, options: { snapshotDir: string }) {
     this.docker = new Docker({ socketPath });
     this.local = !socketPath.includes('://');
+    this.snapshotDir = options.snapshotDir;
   }
 
   async info(): Promise<RuntimeInfo> {
@@ -145,7 +154,7 @@ export class DockerRuntime implements SandboxRuntime {
         },
       });
       await container.start();
-      return { containerId: container.id, seededPaths: await seedWritableRoots(this.docker, spec) };
+      return { containerId: container.id, seededPaths: await seedWritableRoots(this.docker, spec, this.snapshotDir) };
     } catch (err) {
       await this.remove(spec.leaseId, ownership).catch(() => undefined);
       if (err instanceof AppError) throw err;
@@ -281,68 +290,34 @@ export class DockerRuntime implements SandboxRuntime {
    * Runs `cmd` in the lease's container as `user` (docker exec), feeding `stdin` when given.
    * Resolves once started: `stdout` streams the demultiplexed output, `done` the exit code and stderr.
    */
-  private async execTar(
-    leaseId: string,
-    cmd: string[],
-    user: RunAs,
-    stdin: Readable | null,
-  ): Promise<{ stdout: PassThrough; done: Promise<{ exitCode: number; stderr: string }> }> {
-    const container = this.docker.getContainer(`sbx-${leaseId}`);
-    let exec: Docker.Exec;
-    let stream: NodeJS.ReadWriteStream;
+  private async execTar(leaseId: string, cmd: string[], user: RunAs, stdin: Readable | null): Promise<ExecRun> {
+    let run: ExecRun;
     try {
-      exec = await container.exec({
-        Cmd: cmd,
-        User: `${user.uid}:${user.gid}`,
-        // The image's tools first, the runtime's (busybox applets, GNU tar) where the image has none.
-        Env: [`PATH=${TRANSFER_PATH}`],
-        AttachStdin: stdin !== null,
-        AttachStdout: true,
-        AttachStderr: true,
-        WorkingDir: '/',
-      });
-      stream = (await exec.start({ hijack: true, stdin: stdin !== null })) as unknown as NodeJS.ReadWriteStream;
+      // The image's tools first, the runtime's (busybox applets, GNU tar) where the image has none.
+      run = await execInContainer(this.docker, { container: `sbx-${leaseId}`, cmd, user, env: [`PATH=${TRANSFER_PATH}`], stdin });
     } catch (err) {
       if (statusOf(err) === 404) throw new AppError('lease.not_ready', `sandbox ${leaseId} has no running container`, { cause: err });
       throw unavailable('exec', err);
     }
-    const stdout = new PassThrough();
-    const stderrChunks: Buffer[] = [];
-    const stderr = new Writable({
-      write(chunk: Buffer, _enc, cb) {
-        if (stderrChunks.length < 64) stderrChunks.push(chunk);
-        cb();
-      },
-    });
-    this.docker.modem.demuxStream(stream, stdout, stderr);
-    if (stdin) {
-      stdin.on('error', (err) => (stream as unknown as { destroy(e: Error): void }).destroy(err));
-      // Ending the write side half-closes the hijacked connection: tar sees EOF on stdin.
-      stdin.pipe(stream as unknown as NodeJS.WritableStream);
-    }
-    const done = new Promise<{ exitCode: number; stderr: string }>((resolve, reject) => {
-      stream.on('end', () => {
-        stdout.end();
-        exec
-          .inspect()
-          .then((info) => resolve({ exitCode: Number(info.ExitCode ?? -1), stderr: Buffer.concat(stderrChunks).toString('utf8').trim() }))
-          .catch((err: unknown) => reject(unavailable('exec inspect', err)));
-      });
-      stream.on('error', (err) => {
-        // Without an error: nobody may be listening on stdout, and `done` carries the reason.
-        stdout.destroy();
-        reject(unavailable('exec stream', err));
-      });
-    });
-    return { stdout, done };
+    return {
+      stdout: run.stdout,
+      done: run.done.catch((err: unknown) => {
+        throw unavailable('exec stream', err);
+      }),
+    };
   }
 
   snapshot(capture: SnapshotCapture): Promise<CapturedImage> {
-    return captureSnapshot(this.docker, capture);
+    return captureSnapshot(this.docker, this.snapshotDir, capture);
+  }
+
+  async snapshotBytesEstimate(leaseId: string, paths: readonly string[]): Promise<number> {
+    const info = (await this.call('inspect', () => this.docker.getContainer(`sbx-${leaseId}`).inspect())) as { State?: { Pid?: number } };
+    return rootsBytesInUse(info.State?.Pid ?? 0, paths);
   }
 
   removeSnapshot(ref: string): Promise<void> {
-    return removeSnapshotImage(this.docker, ref);
+    return removeSnapshotImage(this.docker, this.snapshotDir, ref);
   }
 
   private async call<T>(what: string, fn: () => Promise<T>): Promise<T> {

@@ -70,7 +70,10 @@ export interface Started {
   seededPaths: string[];
 }
 
-/** Where a snapshot image keeps the content of each writable root (`<prefix><root path>`; snapshot-image.ts). */
+/**
+ * Where a snapshot's seeding names each writable root (`<prefix><root path>`): its archive on the
+ * host (snapshot-roots.ts), or, in a snapshot made before the archives, that path in its image.
+ */
 export const SNAPSHOT_ROOTS_PREFIX = '/.sbx-snapshot/roots';
 
 /** What `snapshot` needs: whose sandbox, which writable roots, as whom, and the image's labels. */
@@ -90,7 +93,9 @@ export interface CapturedImage {
   ref: string;
   /** The image id, `sha256:…`. */
   imageId: string;
-  /** Bytes the snapshot adds to the image it was leased from (its own layers). */
+  /** The snapshot's content address: the digest of the image id and each root's archive SHA-256 (snapshot-image.ts). */
+  digest: string;
+  /** Bytes the snapshot adds to the image it was leased from: its own layers and its roots' archives. */
   sizeBytes: number;
 }
 
@@ -209,6 +214,11 @@ export interface SandboxRuntime {
    * see snapshot-image.ts), while it keeps running. Throws `snapshot.capture_failed`, `lease.not_ready`.
    */
   snapshot(capture: SnapshotCapture): Promise<CapturedImage>;
+  /**
+   * Bytes the lease's writable roots `paths` hold now (their filesystems' use): what a snapshot
+   * reserves of the tenant's quota before its capture. An estimate; throws when it cannot tell.
+   */
+  snapshotBytesEstimate(leaseId: string, paths: readonly string[]): Promise<number>;
   /** Removes a snapshot image by its ref; absence is success. Throws `snapshot.in_use` while a container uses it. */
   removeSnapshot(ref: string): Promise<void>;
 }
@@ -226,8 +236,9 @@ export const LABEL = {
   policy: 'sbx.policy',
   /**
    * On helper containers that are never started: `seed` (a create reads the image's content
-   * through it, seed-roots.ts), `snapshot` (a snapshot's staging container); and on
-   * `build-proxy`, the running network helper of an image build (build-proxy.ts; no lease label).
+   * through it, seed-roots.ts); `snapshot` was a snapshot's staging container (none is made now;
+   * one left by an older version is reaped like the others); and on `build-proxy`, the running
+   * network helper of an image build (build-proxy.ts; no lease label).
    */
   role: 'sbx.role',
 } as const;

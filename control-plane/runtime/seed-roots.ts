@@ -23,10 +23,14 @@
  * one archive request and no exec. Needs `tar` in the image (as uploads do).
  */
 import { AGENT_RUNTIME_TAR } from '../../contract/agent-runtime.js';
-import { PassThrough, Writable, type Readable } from 'node:stream';
+import { PassThrough, type Readable } from 'node:stream';
+import { open } from 'node:fs/promises';
+import { join } from 'node:path';
 import type Docker from 'dockerode';
 import { AppError } from '../../contract/errors.js';
-import { LABEL, ownershipLabels, type SandboxSpec } from './runtime.js';
+import { execInContainer } from './docker-exec.js';
+import { LABEL, ownershipLabels, SNAPSHOT_ROOTS_PREFIX, type SandboxSpec } from './runtime.js';
+import { rootArchiveName, snapshotDirOf } from './snapshot-roots.js';
 
 /** An archive this small holding one entry is the root directory alone: nothing to copy. */
 const EMPTY_DIR_ARCHIVE_MAX_BYTES = 3 * 512;
@@ -37,8 +41,10 @@ const EMPTY_DIR_ARCHIVE_MAX_BYTES = 3 * 512;
  * `lease.writable_root_full` (`details`: `path`, `sizeBytes`, `reason`), `lease.create_failed`.
  * The seed container is removed whatever happens.
  */
-export async function seedWritableRoots(docker: Docker, spec: SandboxSpec): Promise<string[]> {
+export async function seedWritableRoots(docker: Docker, spec: SandboxSpec, snapshotDir: string): Promise<string[]> {
   if (spec.seedRoots.length === 0) return [];
+  // A snapshot's roots are archives on the host (snapshot-roots.ts); an older snapshot's are in its image.
+  const archives = snapshotDirOf(snapshotDir, spec.image);
   const source = await docker.createContainer({
     name: `sbx-${spec.leaseId}-seed`,
     Image: spec.image,
@@ -52,9 +58,11 @@ export async function seedWritableRoots(docker: Docker, spec: SandboxSpec): Prom
   try {
     const seeded: string[] = [];
     for (const root of spec.seedRoots) {
-      let archive: Readable;
+      let archive: Readable | null = null;
+      if (archives !== null && root.from?.startsWith(`${SNAPSHOT_ROOTS_PREFIX}/`))
+        archive = await openIfPresent(join(archives, rootArchiveName(root.from.slice(SNAPSHOT_ROOTS_PREFIX.length))));
       try {
-        archive = (await source.getArchive({ path: root.from ?? root.path })) as unknown as Readable;
+        archive ??= (await source.getArchive({ path: root.from ?? root.path })) as unknown as Readable;
       } catch (err) {
         if (statusOf(err) === 404) continue; // the image has nothing at this path
         throw err;
@@ -126,34 +134,7 @@ async function extractInSandbox(
   head: Buffer,
   rest: Readable | null,
 ): Promise<void> {
-  const container = docker.getContainer(spec.name);
-  const exec = await container.exec({
-    // The archive's first component is the root's own name; its directory is the mount's.
-    // The runtime's tar, not the image's (an image may have none).
-    Cmd: [AGENT_RUNTIME_TAR, '-x', '-p', '--no-same-owner', '--strip-components=1', '-C', root.path, '-f', '-'],
-    User: `${spec.seedUser.uid}:${spec.seedUser.gid}`,
-    AttachStdin: true,
-    AttachStdout: true,
-    AttachStderr: true,
-    WorkingDir: '/',
-  });
-  const stream = (await exec.start({ hijack: true, stdin: true })) as unknown as NodeJS.ReadWriteStream;
-  const stderrChunks: Buffer[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      if (stderrChunks.length < 64) stderrChunks.push(chunk);
-      cb();
-    },
-  });
-  const stdout = new PassThrough();
-  stdout.resume();
-  docker.modem.demuxStream(stream, stdout, sink);
-  const ended = new Promise<void>((resolve, reject) => {
-    stream.on('end', resolve);
-    stream.on('error', reject);
-  });
   const input = new PassThrough();
-  input.pipe(stream as unknown as NodeJS.WritableStream);
   input.write(head);
   if (rest) {
     rest.on('error', (err) => input.destroy(err));
@@ -162,10 +143,17 @@ async function extractInSandbox(
   } else {
     input.end();
   }
-  await ended;
-  const exitCode = Number((await exec.inspect()).ExitCode ?? -1);
+  const run = await execInContainer(docker, {
+    container: spec.name,
+    // The archive's first component is the root's own name (or `.`); its directory is the mount's.
+    // The runtime's tar, not the image's (an image may have none).
+    cmd: [AGENT_RUNTIME_TAR, '-x', '-p', '--no-same-owner', '--strip-components=1', '-C', root.path, '-f', '-'],
+    user: spec.seedUser,
+    stdin: input,
+  });
+  run.stdout.resume();
+  const { exitCode, stderr } = await run.done;
   if (exitCode === 0) return;
-  const stderr = Buffer.concat(stderrChunks).toString('utf8').trim();
   const reason = stderr.split('\n').find((l) => l.trim()) ?? `tar exited ${exitCode}`;
   if (/No space left on device|Wrote only \d+ of \d+ bytes/.test(stderr)) {
     throw new AppError(
@@ -190,4 +178,15 @@ async function isRunning(docker: Docker, name: string): Promise<boolean> {
 
 function statusOf(err: unknown): number | undefined {
   return typeof err === 'object' && err !== null && 'statusCode' in err ? Number((err as { statusCode: unknown }).statusCode) : undefined;
+}
+
+/** A read stream of `file`, or null when there is none. */
+async function openIfPresent(file: string): Promise<Readable | null> {
+  try {
+    // The stream owns the handle and closes it at its end.
+    return (await open(file, 'r')).createReadStream();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
 }

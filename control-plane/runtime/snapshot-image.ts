@@ -1,146 +1,121 @@
 /**
- * A snapshot of a running sandbox as an image (issue 12 part 5): the container's changed files
+ * A snapshot of a running sandbox (issue 12 part 5): the container's changed files as an image
  * (`docker commit`, with the container paused for the commit) plus the content of every writable
- * root, which a commit skips (volumes and tmpfs mounts are not in the container's layer).
+ * root, which a commit skips (volumes and tmpfs mounts are not in the container's layer), as one
+ * tar file per root on the engine's host beside it (snapshot-roots.ts says why and how safely).
  *
- * Each root's content is stored in the image under `/.sbx-snapshot/roots/<path>`, not at its
- * path: the path keeps the original image's content (hidden in a sandbox by the mount anyway),
- * and a lease of the snapshot seeds each root from there (seed-roots.ts), so files deleted in a
- * root stay deleted in its forks. N forks of one snapshot share its read-only layers and no
- * writable state: each gets fresh roots of its own, filled by copy.
+ * The image is tagged `sbx-snapshot:<image id hex>` and labelled (`sbx.snapshot.*`); the roots'
+ * archives are in `<snapshot dir>/<image id hex>/`. A lease of the snapshot seeds each root from
+ * its archive (seed-roots.ts), so files deleted in a root stay deleted in its forks. N forks of
+ * one snapshot share its read-only layers and archives and no writable state: each gets fresh
+ * roots of its own, filled by copy. (A snapshot taken before the archives existed keeps its roots
+ * in the image under `/.sbx-snapshot/roots/<path>`; seeding still reads those from there.)
  *
- * Steps: commit (paused) → a staging container of the committed image (never started, labelled
- * `sbx.role=snapshot` with the parent lease, so teardown and reconcile reap it after a crash) →
- * each root archived in the sandbox by `tar -c` as the tool user and written into the staging
- * container through the archive API → commit of the staging container, tagged
- * `sbx-snapshot:<image id hex>` and labelled → staging container removed.
+ * Steps: the commit and the roots' archives run at once (the archives into a directory named for
+ * the capture, renamed to the image's once the commit has its id) → the image tagged. Whatever
+ * fails, nothing is left: the image and the archives are removed again.
  *
- * Consistency: only the commit runs paused; the roots are archived one after another while the
- * sandbox runs, so a file written during the capture may or may not be in it (the snapshot says
- * so: `consistent: false`). A file the tool user cannot read fails the capture
- * (`snapshot.capture_failed`), and nothing is left.
+ * Consistency: only the commit runs paused; the roots are archived while the sandbox runs, so a
+ * file written during the capture may or may not be in it (the snapshot says so: `consistent:
+ * false`). A file the tool user cannot read fails the capture (`snapshot.capture_failed`).
+ *
+ * Content address: the snapshot's digest is the digest (contract/digest.ts) of the image id and
+ * each root's path and archive SHA-256.
  */
-import { AGENT_RUNTIME_TAR } from '../../contract/agent-runtime.js';
-import { PassThrough, Writable } from 'node:stream';
+import { randomBytes } from 'node:crypto';
+import { mkdir, rename, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import type Docker from 'dockerode';
+import { digestOf } from '../../contract/digest.js';
 import { AppError } from '../../contract/errors.js';
-import { LABEL, ownershipLabels, SNAPSHOT_ROOTS_PREFIX, type CapturedImage, type SnapshotCapture } from './runtime.js';
+import type { CapturedImage, SnapshotCapture } from './runtime.js';
+import { archiveRoots, snapshotDirOf, type RootArchive } from './snapshot-roots.js';
 
 /** Repository of snapshot images; the tag is the hex of the image id. */
 export const SNAPSHOT_REPO = 'sbx-snapshot';
 
-/** Captures lease `spec.leaseId`'s sandbox. Throws `snapshot.capture_failed`, `lease.not_ready` (no running container). */
-export async function captureSnapshot(docker: Docker, spec: SnapshotCapture): Promise<CapturedImage> {
+/**
+ * Captures lease `spec.leaseId`'s sandbox; the roots' archives go under `snapshotDir`. Throws
+ * `snapshot.capture_failed`, `lease.not_ready` (no running container).
+ */
+export async function captureSnapshot(docker: Docker, snapshotDir: string, spec: SnapshotCapture): Promise<CapturedImage> {
   try {
-    return await capture(docker, spec);
+    return await capture(docker, snapshotDir, spec);
   } catch (err) {
     if (err instanceof AppError) throw err;
     throw new AppError('snapshot.capture_failed', `Docker could not capture the sandbox: ${messageOf(err)}`, { cause: err });
   }
 }
 
-async function capture(docker: Docker, spec: SnapshotCapture): Promise<CapturedImage> {
+async function capture(docker: Docker, snapshotDir: string, spec: SnapshotCapture): Promise<CapturedImage> {
   const container = docker.getContainer(`sbx-${spec.leaseId}`);
-  let base: { Image: string; State: { Running: boolean } };
+  let base: { Image: string; State: { Running: boolean; Pid: number } };
   try {
     base = (await container.inspect()) as typeof base;
   } catch (err) {
     throw new AppError('lease.not_ready', `sandbox ${spec.leaseId} has no container`, { cause: err });
   }
-  if (!base.State.Running) throw new AppError('lease.not_ready', `sandbox ${spec.leaseId} is not running`);
-  const committed = (await container.commit({ pause: true })) as { Id: string };
-  // Never started; its command is the sandbox's, since the commit of it makes the snapshot's config.
-  const config = ((await docker.getImage(committed.Id).inspect()) as { Config?: { Entrypoint?: string[] | null; Cmd?: string[] | null } })
-    .Config;
-  const command = (config?.Entrypoint?.length ?? 0) + (config?.Cmd?.length ?? 0) > 0;
-  const staging = await docker.createContainer({
-    Image: committed.Id,
-    name: `sbx-${spec.leaseId}-snap-${Date.now().toString(36)}`,
-    ...(command ? {} : { Entrypoint: ['/nonexistent/sbx-snapshot-staging'] }),
-    Labels: { [LABEL.lease]: spec.leaseId, [LABEL.role]: 'snapshot', ...ownershipLabels(spec.ownership) },
-    NetworkDisabled: true,
-    HostConfig: { NetworkMode: 'none' },
-  });
+  if (!base.State.Running || !(base.State.Pid > 0)) throw new AppError('lease.not_ready', `sandbox ${spec.leaseId} is not running`);
+  const changes = `LABEL ${Object.entries(spec.labels)
+    .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+    .join(' ')}`;
+  const staging = join(snapshotDir, `.capture-${spec.leaseId}-${randomBytes(6).toString('hex')}`);
+  await mkdir(staging, { recursive: true, mode: 0o700 });
+  let imageId: string | null = null;
+  let kept: string | null = null;
   try {
-    for (const root of spec.roots) await copyRoot(docker, spec, root, staging);
-    // The staging container's role label would pass to every sandbox of the snapshot: emptied.
-    const changes = `LABEL ${Object.entries({ ...spec.labels, [LABEL.role]: '' })
-      .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
-      .join(' ')}`;
-    const image = (await staging.commit({ pause: false, changes })) as { Id: string };
-    const imageId = image.Id.startsWith('sha256:') ? image.Id : `sha256:${image.Id}`;
-    const tag = imageId.slice('sha256:'.length);
-    await docker.getImage(imageId).tag({ repo: SNAPSHOT_REPO, tag });
-    const [mine, parent] = await Promise.all([docker.getImage(imageId).inspect(), docker.getImage(base.Image).inspect()]);
-    return { ref: `${SNAPSHOT_REPO}:${tag}`, imageId, sizeBytes: Math.max(0, Number(mine.Size) - Number(parent.Size)) };
+    const [committed, archived] = await Promise.allSettled([
+      container.commit({ pause: true, changes }) as Promise<{ Id: string }>,
+      archiveRoots(base.State.Pid, spec.roots, spec.user, staging),
+    ]);
+    if (committed.status === 'fulfilled')
+      imageId = committed.value.Id.startsWith('sha256:') ? committed.value.Id : `sha256:${committed.value.Id}`;
+    if (archived.status === 'rejected') throw archived.reason;
+    if (committed.status === 'rejected') throw committed.reason;
+    const tag = imageId!.slice('sha256:'.length);
+    kept = snapshotDirOf(snapshotDir, `${SNAPSHOT_REPO}:${tag}`)!;
+    await rename(staging, kept);
+    const archives: RootArchive[] = archived.value;
+    await docker.getImage(imageId!).tag({ repo: SNAPSHOT_REPO, tag });
+    const [mine, parent] = await Promise.all([docker.getImage(imageId!).inspect(), docker.getImage(base.Image).inspect()]);
+    const rootBytes = archives.reduce((sum, a) => sum + a.sizeBytes, 0);
+    return {
+      ref: `${SNAPSHOT_REPO}:${tag}`,
+      imageId: imageId!,
+      digest: digestOf({ image: imageId, roots: archives.map((a) => ({ path: a.path, sha256: a.sha256 })) }),
+      sizeBytes: Math.max(0, Number(mine.Size) - Number(parent.Size)) + rootBytes,
+    };
+  } catch (err) {
+    if (kept !== null) await rm(kept, { recursive: true, force: true }).catch(() => undefined);
+    if (imageId !== null)
+      await docker
+        .getImage(imageId)
+        .remove({ force: true, noprune: false })
+        .catch(() => undefined);
+    throw err;
   } finally {
-    await staging.remove({ force: true }).catch(() => undefined);
-    // The committed rootfs stays only as the snapshot image's parent; alone (a failed capture) it goes.
-    await docker
-      .getImage(committed.Id)
-      .remove({ noprune: false })
-      .catch(() => undefined);
+    await rm(staging, { recursive: true, force: true }).catch(() => undefined);
   }
 }
 
 /**
- * Removes a snapshot image (and the untagged parent it was committed on). Absence is success.
- * Throws `snapshot.in_use` (a container uses it), `runtime.unavailable`.
+ * Removes a snapshot image (and the untagged parent an older snapshot was committed on), then its
+ * roots' archives under `snapshotDir`. Absence is success. Throws `snapshot.in_use` (a container
+ * uses it; nothing is removed), `runtime.unavailable`.
  */
-export async function removeSnapshotImage(docker: Docker, ref: string): Promise<void> {
+export async function removeSnapshotImage(docker: Docker, snapshotDir: string, ref: string): Promise<void> {
   try {
     await docker.getImage(ref).remove({ force: false, noprune: false });
   } catch (err) {
     const status = (err as { statusCode?: number }).statusCode;
-    if (status === 404) return;
     if (status === 409) throw new AppError('snapshot.in_use', `snapshot image ${ref} is used by a container`, { cause: err });
-    throw new AppError('runtime.unavailable', `Docker engine: remove image failed: ${messageOf(err)}`, { cause: err });
+    if (status !== 404) throw new AppError('runtime.unavailable', `Docker engine: remove image failed: ${messageOf(err)}`, { cause: err });
   }
+  const dir = snapshotDirOf(snapshotDir, ref);
+  if (dir !== null) await rm(dir, { recursive: true, force: true });
 }
 
 function messageOf(err: unknown): string {
   const json = (err as { json?: { message?: string } } | null)?.json;
   return json?.message ?? (err instanceof Error ? err.message : String(err));
-}
-
-/** `tar -c` of `root` in the sandbox as the tool user, entries under SNAPSHOT_ROOTS_PREFIX, into the staging container. */
-async function copyRoot(docker: Docker, spec: SnapshotCapture, root: string, staging: Docker.Container): Promise<void> {
-  const exec = await docker.getContainer(`sbx-${spec.leaseId}`).exec({
-    // S: symlink targets are kept as they are; only names move under the prefix.
-    Cmd: [AGENT_RUNTIME_TAR, '-c', '-f', '-', '-C', '/', `--transform=s,^,${SNAPSHOT_ROOTS_PREFIX.slice(1)}/,S`, '--', root.slice(1)],
-    User: `${spec.user.uid}:${spec.user.gid}`,
-    AttachStdout: true,
-    AttachStderr: true,
-    WorkingDir: '/',
-  });
-  const stream = (await exec.start({ hijack: true, stdin: false })) as unknown as NodeJS.ReadableStream;
-  const stdout = new PassThrough();
-  const stderrChunks: Buffer[] = [];
-  const stderr = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      if (stderrChunks.length < 64) stderrChunks.push(chunk);
-      cb();
-    },
-  });
-  docker.modem.demuxStream(stream, stdout, stderr);
-  stream.on('end', () => stdout.end());
-  let putError: unknown = null;
-  await staging.putArchive(stdout, { path: '/' }).catch((err: unknown) => (putError = err));
-  const exitCode = Number((await exec.inspect()).ExitCode ?? -1);
-  if (putError !== null && (exitCode === 0 || exitCode === 1)) {
-    throw new AppError('snapshot.capture_failed', `writing the writable root ${root} into the snapshot failed: ${String(putError)}`, {
-      details: { path: root },
-      cause: putError,
-    });
-  }
-  // GNU tar exits 1 when a file changed while it was read: the sandbox runs on (not consistent, by design).
-  if (exitCode === 0 || exitCode === 1) return;
-  const text = Buffer.concat(stderrChunks).toString('utf8').trim();
-  throw new AppError(
-    'snapshot.capture_failed',
-    `archiving the writable root ${root} failed: ${text.split('\n')[0] ?? `tar exited ${exitCode}`}`,
-    {
-      details: { path: root, stderr: text.slice(0, 2000) },
-    },
-  );
 }

@@ -24,22 +24,43 @@ const lease = {
   policySnapshot: { runtime: { toolUser: { uid: 1000, gid: 1000 } }, filesystem: { writableRoots: [] } },
 } as unknown as LeaseRecord;
 
-function world(over: { sizeBytes?: number; quotaBytes?: number; maxSandboxes?: number | null; failCreateAt?: number } = {}) {
+function world(
+  over: { sizeBytes?: number; estimateBytes?: number; quotaBytes?: number; maxSandboxes?: number | null; failCreateAt?: number } = {},
+) {
   const records = new Map<string, SnapshotRecord>();
+  const reservations = new Map<string, { tenant: string; bytes: number }>();
+  /** What `tenant` holds besides capture `except`: records and reservations. */
+  const held = (tenant: string, except: string): number =>
+    [...records.values()].filter((r) => r.tenant === tenant).reduce((sum, r) => sum + r.sizeBytes, 0) +
+    [...reservations].filter(([id, r]) => id !== except && r.tenant === tenant).reduce((sum, [, r]) => sum + r.bytes, 0);
   const removed: string[] = [];
   const released: string[] = [];
   const using = new Set<string>();
   let creates = 0;
   const deps: SnapshotServiceDeps = {
     store: {
-      put: async (r) => void records.set(r.id, r),
+      reserve: async (id, tenant, bytes, quotaBytes) => {
+        const used = held(tenant, id);
+        if (used + bytes > quotaBytes) return used;
+        reservations.set(id, { tenant, bytes });
+        return null;
+      },
+      putWithinQuota: async (r, quotaBytes) => {
+        const used = held(r.tenant, r.id);
+        if (used + r.sizeBytes > quotaBytes) return used;
+        records.set(r.id, r);
+        reservations.delete(r.id);
+        return null;
+      },
+      release: async (id) => void reservations.delete(id),
       get: async (id) => records.get(id) ?? null,
       list: async () => [...records.values()],
       delete: async (id) => records.delete(id),
     },
     runtime: {
-      snapshot: async () => ({ ref: 'sbx-snapshot:abc', imageId: 'sha256:abc', sizeBytes: over.sizeBytes ?? 100 }),
+      snapshot: async () => ({ ref: 'sbx-snapshot:abc', imageId: 'sha256:abc', digest: 'sha256:abd', sizeBytes: over.sizeBytes ?? 100 }),
       removeSnapshot: async (ref) => void removed.push(ref),
+      snapshotBytesEstimate: async () => over.estimateBytes ?? 50,
     },
     leases: {
       visible: async (id, by) => {
@@ -66,7 +87,7 @@ function world(over: { sizeBytes?: number; quotaBytes?: number; maxSandboxes?: n
     now: () => new Date('2026-01-01T00:00:00Z'),
     log: pino({ level: 'silent' }),
   };
-  return { service: new SnapshotService(deps), records, removed, released, using };
+  return { service: new SnapshotService(deps), records, reservations, removed, released, using };
 }
 
 describe('SnapshotService', () => {
@@ -92,6 +113,25 @@ describe('SnapshotService', () => {
     });
     expect(removed).toEqual(['sbx-snapshot:abc']);
     expect(records.size).toBe(0);
+  });
+
+  it("the roots' bytes are reserved before the capture: already over the quota, 429 and nothing is captured", async () => {
+    const { service, removed, records, reservations } = world({ estimateBytes: 1500 });
+    await expect(service.capture('sbx_parent', alice)).rejects.toMatchObject({
+      code: 'quota.exceeded',
+      details: { resource: 'snapshotBytes', used: 0, requested: 1500 },
+    });
+    expect(removed).toEqual([]);
+    expect(records.size + reservations.size).toBe(0);
+  });
+
+  it('two captures at once near the quota: the second sees the first one’s reservation, and only one is kept', async () => {
+    const { service, records, reservations } = world({ estimateBytes: 400, sizeBytes: 600 });
+    const results = await Promise.allSettled([service.capture('sbx_parent', alice), service.capture('sbx_parent', alice)]);
+    expect(results.map((r) => r.status).sort()).toEqual(['fulfilled', 'rejected']);
+    expect(results.find((r) => r.status === 'rejected')).toMatchObject({ reason: { code: 'quota.exceeded' } });
+    expect(records.size).toBe(1);
+    expect(reservations.size).toBe(0);
   });
 
   it('delete is refused while a sandbox of the snapshot runs; the sweep leaves such ones alone', async () => {

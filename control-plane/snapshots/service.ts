@@ -17,7 +17,7 @@ import { seesTenant, type Principal } from '../http/auth.js';
 import type { CreateSandboxBody } from '../leases/schema.js';
 import { toolUserOf, type LeaseRecord } from '../leases/store.js';
 import type { QuotaService } from '../quotas/service.js';
-import type { Ownership, SandboxRuntime } from '../runtime/runtime.js';
+import type { CapturedImage, Ownership, SandboxRuntime } from '../runtime/runtime.js';
 import type { Snapshot, SnapshotRecord, SnapshotSettings, SnapshotSource } from './schema.js';
 import type { SnapshotStore } from './store.js';
 
@@ -32,9 +32,12 @@ export interface SnapshotLeases {
   using(imageRef: string): Promise<string[]>;
 }
 
+/** How long a capture's reservation of quota bytes counts at the most (a control plane that died mid-capture), ms. */
+const RESERVATION_TTL_MS = 60 * 60 * 1000;
+
 export interface SnapshotServiceDeps {
-  store: Pick<SnapshotStore, 'put' | 'get' | 'list' | 'delete'>;
-  runtime: Pick<SandboxRuntime, 'snapshot' | 'removeSnapshot'>;
+  store: Pick<SnapshotStore, 'reserve' | 'putWithinQuota' | 'release' | 'get' | 'list' | 'delete'>;
+  runtime: Pick<SandboxRuntime, 'snapshot' | 'removeSnapshot' | 'snapshotBytesEstimate'>;
   leases: SnapshotLeases;
   /** Ids of a lease's calls that have not finished. */
   openCalls: (leaseId: string) => Promise<string[]>;
@@ -52,7 +55,8 @@ export class SnapshotService {
   /**
    * Captures lease `leaseId` of `by`'s tenant. Throws `lease.not_found` (another tenant's, or an
    * ended sandbox: there is nothing left to capture), `lease.not_ready`, `snapshot.capture_failed`,
-   * `quota.exceeded` (resource `snapshotBytes`; the capture is removed again).
+   * `quota.exceeded` (resource `snapshotBytes`: before the capture when the roots already hold
+   * more than is left, or after it at its real size; nothing of it is kept).
    */
   async capture(leaseId: string, by: Principal, ttlSeconds?: number): Promise<Snapshot> {
     const { deps } = this;
@@ -72,55 +76,63 @@ export class SnapshotService {
     const id = `snap_${randomBytes(10).toString('hex')}`;
     const inFlightCalls = await deps.openCalls(leaseId);
     const user = toolUserOf(lease);
-    const image = await deps.runtime.snapshot({
-      leaseId,
-      ownership: deps.ownership,
-      roots: roots.map((r) => r.path),
-      user: { uid: user.uid, gid: user.gid },
-      labels: {
-        'sbx.snapshot.id': id,
-        'sbx.snapshot.tenant': lease.tenant,
-        'sbx.snapshot.parent': leaseId,
-        'sbx.snapshot.manifest': lease.manifest.digest,
-      },
-    });
-    const used = (await this.ofTenant(lease.tenant)).reduce((sum, s) => sum + s.sizeBytes, 0);
-    if (used + image.sizeBytes > deps.settings.quotaBytes) {
-      await deps.runtime.removeSnapshot(image.ref).catch(() => undefined);
-      throw new AppError(
-        'quota.exceeded',
-        `tenant ${lease.tenant} would exceed its snapshotBytes quota: ${used} used + ${image.sizeBytes} requested > ${deps.settings.quotaBytes}`,
-        { details: { tenant: lease.tenant, resource: 'snapshotBytes', limit: deps.settings.quotaBytes, used, requested: image.sizeBytes } },
-      );
+    const paths = roots.map((r) => r.path);
+    // The quota is reserved before the capture (an estimate: what the roots hold now) and checked
+    // again, atomically with the record's write, at the capture's real size (store.ts).
+    const estimate = await deps.runtime.snapshotBytesEstimate(leaseId, paths).catch(() => 0);
+    const startedMs = deps.now().getTime();
+    const held = await deps.store.reserve(id, lease.tenant, estimate, deps.settings.quotaBytes, startedMs, startedMs + RESERVATION_TTL_MS);
+    if (held !== null) throw this.overQuota(lease.tenant, held, estimate);
+    let image: CapturedImage | null = null;
+    let record: SnapshotRecord;
+    try {
+      image = await deps.runtime.snapshot({
+        leaseId,
+        ownership: deps.ownership,
+        roots: paths,
+        user: { uid: user.uid, gid: user.gid },
+        labels: {
+          'sbx.snapshot.id': id,
+          'sbx.snapshot.tenant': lease.tenant,
+          'sbx.snapshot.parent': leaseId,
+          'sbx.snapshot.manifest': lease.manifest.digest,
+        },
+      });
+      const now = deps.now();
+      record = {
+        id,
+        digest: image.digest,
+        imageRef: image.ref,
+        sizeBytes: image.sizeBytes,
+        parentLeaseId: leaseId,
+        manifestDigest: lease.manifest.digest,
+        policy: lease.policy,
+        sourceImage: lease.image,
+        roots,
+        inFlightCalls,
+        consistent: false,
+        tenant: lease.tenant,
+        createdAt: now.toISOString(),
+        expiresAt: new Date(now.getTime() + ttl * 1000).toISOString(),
+      };
+      const used = await deps.store.putWithinQuota(record, deps.settings.quotaBytes, now.getTime());
+      if (used !== null) throw this.overQuota(lease.tenant, used, image.sizeBytes);
+    } catch (err) {
+      // Nothing is left of a capture that failed or did not fit: neither its reservation nor its image.
+      await deps.store.release(id).catch(() => undefined);
+      if (image) await deps.runtime.removeSnapshot(image.ref).catch(() => undefined);
+      throw err;
     }
-    const now = deps.now();
-    const record: SnapshotRecord = {
-      id,
-      digest: image.imageId,
-      imageRef: image.ref,
-      sizeBytes: image.sizeBytes,
-      parentLeaseId: leaseId,
-      manifestDigest: lease.manifest.digest,
-      policy: lease.policy,
-      sourceImage: lease.image,
-      roots,
-      inFlightCalls,
-      consistent: false,
-      tenant: lease.tenant,
-      createdAt: now.toISOString(),
-      expiresAt: new Date(now.getTime() + ttl * 1000).toISOString(),
-    };
-    await deps.store.put(record);
     await deps.audit.record({
       actor: actorOf(by),
       action: 'snapshot.create',
       target: `snapshot:${id}`,
       beforeDigest: null,
       afterDigest: digestOf(record),
-      details: { tenant: lease.tenant, parentLeaseId: leaseId, sizeBytes: image.sizeBytes, inFlightCalls: inFlightCalls.length },
+      details: { tenant: lease.tenant, parentLeaseId: leaseId, sizeBytes: record.sizeBytes, inFlightCalls: inFlightCalls.length },
     });
     deps.log.info(
-      { sandboxId: leaseId, snapshotId: id, sizeBytes: image.sizeBytes, inFlightCalls: inFlightCalls.length },
+      { sandboxId: leaseId, snapshotId: id, sizeBytes: record.sizeBytes, inFlightCalls: inFlightCalls.length },
       'snapshot taken',
     );
     return view(record);
@@ -253,8 +265,14 @@ export class SnapshotService {
     await this.deps.store.delete(record.id);
   }
 
-  private async ofTenant(tenant: string): Promise<SnapshotRecord[]> {
-    return (await this.deps.store.list()).filter((s) => s.tenant === tenant);
+  /** `quota.exceeded` (resource `snapshotBytes`): `used` bytes held, `requested` more asked for. */
+  private overQuota(tenant: string, used: number, requested: number): AppError {
+    const limit = this.deps.settings.quotaBytes;
+    return new AppError(
+      'quota.exceeded',
+      `tenant ${tenant} would exceed its snapshotBytes quota: ${used} used + ${requested} requested > ${limit}`,
+      { details: { tenant, resource: 'snapshotBytes', limit, used, requested } },
+    );
   }
 
   private async visible(id: string, by: Principal): Promise<SnapshotRecord> {
