@@ -8,6 +8,7 @@ import { execSpec } from './tools/exec.js';
 import { gitDiffSpec, gitStatusSpec } from './tools/git.js';
 import { globSpec, listFilesSpec, searchSpec } from './tools/listing.js';
 import { readFileSpec } from './tools/read-file.js';
+import { sessionStartSpec } from './tools/session.js';
 import { writeFileSpec } from './tools/write-file.js';
 
 export { EnvMap, EnvName, EnvValue, MAX_ARG_BYTES, SandboxPath, Sha256Hex } from './tools/common.js';
@@ -17,6 +18,7 @@ export { GitDiffArgs, GitStatusArgs } from './tools/git.js';
 export { GlobArgs, ListFilesArgs, SearchArgs } from './tools/listing.js';
 export { ReadFileArgs } from './tools/read-file.js';
 export { Access, EffectClass, runsCode, writesFiles, type LimitsSection, type ToolSpec } from './tools/spec.js';
+export { SessionId, SessionStartArgs } from './tools/session.js';
 export { WriteFileArgs } from './tools/write-file.js';
 
 /** Every tool the agent offers, in the order `GET /v1/tools` lists them. */
@@ -30,6 +32,7 @@ export const TOOL_SPECS = [
   searchSpec,
   gitStatusSpec,
   gitDiffSpec,
+  sessionStartSpec,
 ] as const;
 export type ToolName = (typeof TOOL_SPECS)[number]['name'];
 export const ToolName = z.enum(TOOL_SPECS.map((s) => s.name) as [ToolName, ...ToolName[]]);

@@ -8,7 +8,7 @@ import { posix } from 'node:path';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import type { CallJob, SecretGrant } from '../../contract/queue.js';
-import { ExecArgs, runsCode, TOOL_SPECS, type ToolSpec } from '../../contract/tools.js';
+import { ExecArgs, runsCode, SessionStartArgs, TOOL_SPECS, type ToolSpec } from '../../contract/tools.js';
 import type { Policy } from '../policies/schema.js';
 
 /** The effect of a call, after normalization and policy. */
@@ -86,6 +86,14 @@ function resolveFileTool(spec: ToolSpec, raw: unknown, policy: Policy): Resolved
   };
 }
 
+/** `session_start` (sent by the sessions service only): exec must be enabled; the session lives until deleted or idle. */
+function resolveSessionStart(raw: unknown, policy: Policy): ResolvedExecution {
+  const rules = policy.tools.exec;
+  if (!rules.enabled) throw new AppError('policy.tool_denied', `policy ${policy.name} disables exec`, { details: { tool: 'session_start' } });
+  const args = SessionStartArgs.parse(raw);
+  return { args, accesses: [{ kind: 'all' }], timeoutMs: rules.maxTimeoutMs, maxOutputBytes: rules.maxOutputBytes };
+}
+
 export const TOOLS: ReadonlyMap<string, ToolDefinition> = new Map(
   TOOL_SPECS.map((spec): [string, ToolDefinition] => [
     spec.name,
@@ -93,7 +101,12 @@ export const TOOLS: ReadonlyMap<string, ToolDefinition> = new Map(
       spec: spec as ToolSpec,
       name: spec.name,
       version: spec.version,
-      resolve: spec.name === 'exec' ? resolveExec : (raw, policy) => resolveFileTool(spec as ToolSpec, raw, policy),
+      resolve:
+        spec.name === 'exec'
+          ? resolveExec
+          : spec.name === 'session_start'
+            ? resolveSessionStart
+            : (raw, policy) => resolveFileTool(spec as ToolSpec, raw, policy),
     },
   ]),
 );

@@ -1,0 +1,49 @@
+/** HTTP schemas of shell sessions (issue 13 part 2). */
+import { z } from 'zod';
+import { EnvMap, SandboxPath, SessionId } from '../../contract/tools.js';
+import { ToolResult } from '../../contract/objects.js';
+
+export const SessionParams = z.object({ id: z.string(), sessionId: SessionId });
+
+export const CreateSessionBody = z
+  .object({
+    /** The shell's first working directory; default the sandbox's workdir. */
+    cwd: SandboxPath.optional(),
+    /** Variables exported in the session's shell, over the lease's env. */
+    env: EnvMap.optional(),
+  })
+  .strict()
+  .meta({ examples: [{}, { cwd: '/workspace', env: { CI: '1' } }] });
+export type CreateSessionBody = z.infer<typeof CreateSessionBody>;
+
+/** One command of a session: `exec` with `session` (its other fields as exec's). */
+export const SessionExecBody = z
+  .object({
+    cmd: z.string().min(1),
+    timeoutMs: z.number().int().min(1).optional(),
+    killGraceMs: z.number().int().min(0).max(60_000).optional(),
+    combinedOutput: z.boolean().optional(),
+    callId: z.string().optional(),
+  })
+  .strict()
+  .meta({ examples: [{ cmd: 'cd src && export DEBUG=1' }, { cmd: 'pytest -x', timeoutMs: 600_000 }] });
+export type SessionExecBody = z.infer<typeof SessionExecBody>;
+
+/** A session as the API shows it. */
+export const SessionView = z.object({
+  sessionId: SessionId,
+  sandboxId: z.string(),
+  /** `running` while its shell lives; `ended` after DELETE, the idle timeout, or its shell's exit. */
+  status: z.enum(['starting', 'running', 'ended']),
+  /** The `session_start` call that holds the shell (its events and receipt via the calls API). */
+  callId: z.string(),
+  /** The shell's pid (its process group and session id), once running. */
+  pid: z.number().int().nullable(),
+  cwd: z.string().nullable(),
+  createdAt: z.string(),
+  /** Why it ended: `deleted`, `idle`, `exited`; null while running. */
+  endedBy: z.string().nullable(),
+  /** The `session_start` call's result once the session ended. */
+  result: ToolResult.nullable(),
+});
+export type SessionView = z.infer<typeof SessionView>;
