@@ -240,7 +240,7 @@ export const ERROR_CODES = {
   'session.limit_reached': {
     status: 429,
     retryability: 'after_fix',
-    summary: "The sandbox has as many running shell sessions as its policy allows (`sessions.max`, `details.max`); delete one first.",
+    summary: 'The sandbox has as many running shell sessions as its policy allows (`sessions.max`, `details.max`); delete one first.',
   },
   'policy.not_found': {
     status: 404,

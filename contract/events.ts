@@ -30,7 +30,12 @@ export const EventBody = z.discriminatedUnion('type', [
     dataBase64: z.string(),
     combined: z.literal(true).optional(),
   }),
-  z.object({ type: z.literal('output.truncated'), stream: OutputStream, keptBytes: z.number().int(), combined: z.literal(true).optional() }),
+  z.object({
+    type: z.literal('output.truncated'),
+    stream: OutputStream,
+    keptBytes: z.number().int(),
+    combined: z.literal(true).optional(),
+  }),
   z.object({ type: z.literal('call.cancel_requested') }),
   z.object({ type: z.literal('call.cancel_acknowledged'), attemptId: z.string().nullable() }),
   z.object({ type: z.literal('call.timed_out'), timeoutMs: z.number().int() }),

@@ -88,7 +88,8 @@ export const ExecArgs = z
         a.stdin === undefined &&
         !a.background),
     {
-      message: 'a session command is a cmd alone (cd, export and the like inside it instead of cwd and env; no secrets, stdin or background)',
+      message:
+        'a session command is a cmd alone (cd, export and the like inside it instead of cwd and env; no secrets, stdin or background)',
       path: ['session'],
     },
   );

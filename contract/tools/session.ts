@@ -8,6 +8,7 @@
 import { z } from 'zod';
 import { EnvMap, SandboxPath } from './common.js';
 import type { ToolSpec } from './spec.js';
+import { ToolResult } from '../objects.js';
 
 /** A session id as the API returns it: `ses_` and 32 hex digits (safe in keys, paths and URLs). */
 export const SessionId = z.string().regex(/^ses_[0-9a-f]{32}$/, 'a session id (ses_ and 32 hex digits)');
@@ -34,11 +35,29 @@ export type SessionStartArgs = z.infer<typeof SessionStartArgs>;
 export const sessionStartSpec: ToolSpec<SessionStartArgs, 'session_start'> = {
   name: 'session_start',
   version: '1',
-  description:
-    'Starts the persistent shell of a session (used by POST /v1/sandboxes/:id/sessions; run commands with exec {session}).',
+  description: 'Starts the persistent shell of a session (used by POST /v1/sandboxes/:id/sessions; run commands with exec {session}).',
   args: SessionStartArgs,
   effectClasses: ['process'],
   limits: 'exec',
   // Starting a shell touches nothing yet; it runs in order with every other call, then detaches.
   accesses: () => [{ kind: 'all' }],
 };
+
+/** A session as the API shows it. */
+export const SessionView = z.object({
+  sessionId: SessionId,
+  sandboxId: z.string(),
+  /** `running` while its shell lives; `ended` after DELETE, the idle timeout, or its shell's exit. */
+  status: z.enum(['starting', 'running', 'ended']),
+  /** The `session_start` call that holds the shell (its events and receipt via the calls API). */
+  callId: z.string(),
+  /** The shell's pid (its process group and session id), once running. */
+  pid: z.number().int().nullable(),
+  cwd: z.string().nullable(),
+  createdAt: z.string(),
+  /** Why it ended: `deleted`, `idle`, `exited`; null while running. */
+  endedBy: z.string().nullable(),
+  /** The `session_start` call's result once the session ended. */
+  result: ToolResult.nullable(),
+});
+export type SessionView = z.infer<typeof SessionView>;

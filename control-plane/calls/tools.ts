@@ -89,7 +89,8 @@ function resolveFileTool(spec: ToolSpec, raw: unknown, policy: Policy): Resolved
 /** `session_start` (sent by the sessions service only): exec must be enabled; the session lives until deleted or idle. */
 function resolveSessionStart(raw: unknown, policy: Policy): ResolvedExecution {
   const rules = policy.tools.exec;
-  if (!rules.enabled) throw new AppError('policy.tool_denied', `policy ${policy.name} disables exec`, { details: { tool: 'session_start' } });
+  if (!rules.enabled)
+    throw new AppError('policy.tool_denied', `policy ${policy.name} disables exec`, { details: { tool: 'session_start' } });
   const args = SessionStartArgs.parse(raw);
   return { args, accesses: [{ kind: 'all' }], timeoutMs: rules.maxTimeoutMs, maxOutputBytes: rules.maxOutputBytes };
 }

@@ -28,7 +28,7 @@ export const sessionsRoutes: FastifyPluginAsync<SessionsRoutesOptions> = async (
         tags,
         summary: 'Start a persistent shell session',
         description:
-          'Starts a shell (bash, else sh) as the tool user whose cwd, variables, functions, aliases and activated venv carry over between commands. `201` with the session once its shell runs; `429 session.limit_reached` over the policy\'s `sessions.max`.',
+          "Starts a shell (bash, else sh) as the tool user whose cwd, variables, functions, aliases and activated venv carry over between commands. `201` with the session once its shell runs; `429 session.limit_reached` over the policy's `sessions.max`.",
         params: LeaseParams,
         body: CreateSessionBody,
       },
@@ -65,7 +65,7 @@ export const sessionsRoutes: FastifyPluginAsync<SessionsRoutesOptions> = async (
         tags,
         summary: 'Run one command in a shell session',
         description:
-          "An `exec` call with `session`: commands of one session run one at a time, in the order submitted. The ToolResult (`200`) when it ends within `wait` seconds, else `202 {callId, status}`; `409 session.ended` when the session has ended.",
+          'An `exec` call with `session`: commands of one session run one at a time, in the order submitted. The ToolResult (`200`) when it ends within `wait` seconds, else `202 {callId, status}`; `409 session.ended` when the session has ended.',
         params: SessionParams,
         querystring: SubmitCallQuery,
         body: SessionExecBody,

@@ -1,7 +1,6 @@
 /** HTTP schemas of shell sessions (issue 13 part 2). */
 import { z } from 'zod';
 import { EnvMap, SandboxPath, SessionId } from '../../contract/tools.js';
-import { ToolResult } from '../../contract/objects.js';
 
 export const SessionParams = z.object({ id: z.string(), sessionId: SessionId });
 
@@ -29,21 +28,4 @@ export const SessionExecBody = z
   .meta({ examples: [{ cmd: 'cd src && export DEBUG=1' }, { cmd: 'pytest -x', timeoutMs: 600_000 }] });
 export type SessionExecBody = z.infer<typeof SessionExecBody>;
 
-/** A session as the API shows it. */
-export const SessionView = z.object({
-  sessionId: SessionId,
-  sandboxId: z.string(),
-  /** `running` while its shell lives; `ended` after DELETE, the idle timeout, or its shell's exit. */
-  status: z.enum(['starting', 'running', 'ended']),
-  /** The `session_start` call that holds the shell (its events and receipt via the calls API). */
-  callId: z.string(),
-  /** The shell's pid (its process group and session id), once running. */
-  pid: z.number().int().nullable(),
-  cwd: z.string().nullable(),
-  createdAt: z.string(),
-  /** Why it ended: `deleted`, `idle`, `exited`; null while running. */
-  endedBy: z.string().nullable(),
-  /** The `session_start` call's result once the session ended. */
-  result: ToolResult.nullable(),
-});
-export type SessionView = z.infer<typeof SessionView>;
+export { SessionView } from '../../contract/tools/session.js';

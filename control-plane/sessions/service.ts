@@ -36,7 +36,13 @@ export class SessionService {
     const rules = lease.policySnapshot.sessions;
     await this.prune(lease.id);
     const sessionId = `ses_${randomBytes(16).toString('hex')}`;
-    const record: SessionRecord = { sessionId, sandboxId: lease.id, callId: sessionId, cwd: body.cwd ?? null, createdAt: now().toISOString() };
+    const record: SessionRecord = {
+      sessionId,
+      sandboxId: lease.id,
+      callId: sessionId,
+      cwd: body.cwd ?? null,
+      createdAt: now().toISOString(),
+    };
     if (!(await store.reserve(record, rules.max))) {
       throw new AppError('session.limit_reached', `this sandbox runs ${rules.max} sessions already (policy sessions.max)`, {
         details: { max: rules.max },
@@ -56,7 +62,8 @@ export class SessionService {
     if (call.status === 'finished' && call.result && call.result.status !== 'detached') {
       await store.release(lease.id, sessionId);
       const error = call.result.error;
-      if (error && error.code !== 'execution.cancelled') throw new AppError(error.code as never, error.message, { details: { ...error.details, sessionId } });
+      if (error && error.code !== 'execution.cancelled')
+        throw new AppError(error.code as never, error.message, { details: { ...error.details, sessionId } });
     }
     return viewOf(record, call);
   }
@@ -92,7 +99,11 @@ export class SessionService {
   async exec(lease: CallLease, sessionId: string, body: SessionExecBody): Promise<CallView> {
     await this.assertRunning(lease.id, sessionId);
     const { callId, ...args } = body;
-    const { call } = await this.deps.calls.submit(lease, { tool: 'exec', args: { ...args, session: sessionId }, ...(callId ? { callId } : {}) });
+    const { call } = await this.deps.calls.submit(lease, {
+      tool: 'exec',
+      args: { ...args, session: sessionId },
+      ...(callId ? { callId } : {}),
+    });
     return call;
   }
 

@@ -132,11 +132,23 @@ export async function runSessionCommand(
   const ended = end.shellExited ? '; the session has ended' : '';
   if (killedBy === 'timeout') {
     const message = `timed out after ${ctx.timeoutMs} ms; the command was interrupted${ended || ', the session goes on'}`;
-    return { ...base, status: 'timed_out', commitState: 'unknown', error: errorInfo('execution.timeout', message), modelText: text(message) };
+    return {
+      ...base,
+      status: 'timed_out',
+      commitState: 'unknown',
+      error: errorInfo('execution.timeout', message),
+      modelText: text(message),
+    };
   }
   if (killedBy === 'cancel') {
     const message = `cancelled; the command was interrupted${ended || ', the session goes on'}`;
-    return { ...base, status: 'cancelled', commitState: 'unknown', error: errorInfo('execution.cancelled', message), modelText: text(message) };
+    return {
+      ...base,
+      status: 'cancelled',
+      commitState: 'unknown',
+      error: errorInfo('execution.cancelled', message),
+      modelText: text(message),
+    };
   }
   if (end.code === 0) return { ...base, status: 'succeeded', commitState: 'committed', error: null, modelText: text(`exit 0${ended}`) };
   if (end.code !== null) {
