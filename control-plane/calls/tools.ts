@@ -120,7 +120,8 @@ export function describeTools(): Array<{
   effectClasses: string[];
   inputSchema: unknown;
 }> {
-  return TOOL_SPECS.map((t) => ({
+  // session_start is the sessions API's own (POST /v1/sandboxes/:id/sessions), not a tool to call.
+  return TOOL_SPECS.filter((t) => t.name !== 'session_start').map((t) => ({
     name: t.name,
     version: t.version,
     description: t.description,
