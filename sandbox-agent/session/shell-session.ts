@@ -20,7 +20,7 @@
  *   killed with its whole session (the session ends).
  */
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { chown, mkdir, readdir, readFile, rm } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import { closeSync, constants, openSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { promisify } from 'node:util';
@@ -162,8 +162,9 @@ export class ShellSession {
     const errPath = combined ? null : `${base}.err`;
     const paths = errPath === null ? [outPath] : [outPath, errPath];
     try {
-      await run(this.options.busybox, ['mkfifo', '-m', '600', ...paths]);
-      await Promise.all(paths.map((p) => chown(p, this.options.uid, this.options.gid)));
+      // Root's, writable by others (the tool user; the agent has no CAP_CHOWN), in a root-owned
+      // directory the tool user may search but not list or change.
+      await run(this.options.busybox, ['mkfifo', '-m', '602', ...paths]);
     } catch (err) {
       this.busy = false;
       throw err;
