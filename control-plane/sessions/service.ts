@@ -87,9 +87,9 @@ export class SessionService {
   async delete<L extends CallLease>(lease: L, sessionId: string, assertUsable: (lease: L) => void): Promise<SessionView> {
     const record = await this.record(lease.id, sessionId);
     await this.deps.calls.cancel(lease, record.callId, assertUsable);
-    const call = await this.deps.calls.waitFinished(lease.id, record.callId, DELETE_WAIT_MS);
+    const call = await this.deps.calls.waitFinished(lease.id, record.callId, DELETE_WAIT_MS, true);
     if (call.status === 'finished') await this.deps.store.release(lease.id, sessionId);
-    return viewOf(record, call.status === 'detached' ? await this.waitEnd(lease.id, record.callId) : call);
+    return viewOf(record, call);
   }
 
   /**
@@ -129,10 +129,6 @@ export class SessionService {
       const call = await this.deps.calls.get(leaseId, id).catch(() => null);
       if (!call || call.status === 'finished') await this.deps.store.release(leaseId, id);
     }
-  }
-
-  private async waitEnd(leaseId: string, callId: string): Promise<CallView> {
-    return this.deps.calls.waitFinished(leaseId, callId, DELETE_WAIT_MS);
   }
 }
 
