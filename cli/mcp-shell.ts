@@ -16,7 +16,7 @@ export const SHELL_TOOL: Tool = {
     'Each command gets its own exit code and separate stdout and stderr (or one ordered stream with `combinedOutput: true`, as `2>&1` in a terminal). Commands run one at a time, in order. ' +
     "Timeout: `timeoutMs` (default the policy's exec default); at the timeout the foreground command is interrupted (SIGINT, then SIGTERM, SIGKILL) and the session stays usable with its state; the result is `timed_out` with commitState `unknown`. " +
     'Background jobs (`cmd &`) keep running in the session; redirect their output to a file, since what they print after their command ended is dropped. `restart: true` ends the session (killing everything it started) and starts a fresh one first. ' +
-    'The session ends after the policy\'s idle timeout without a command (1 h under `default`); the next call then starts a new one and says so.',
+    "The session ends after the policy's idle timeout without a command (1 h under `default`); the next call then starts a new one and says so.",
   inputSchema: {
     type: 'object',
     properties: {
@@ -31,9 +31,15 @@ export const SHELL_TOOL: Tool = {
 };
 
 /** The arguments of one `shell` call, checked. Throws Error with a message for the client. */
-export function parseShellArgs(args: Record<string, unknown>): { cmd: string; timeoutMs?: number; combinedOutput?: boolean; restart: boolean } {
+export function parseShellArgs(args: Record<string, unknown>): {
+  cmd: string;
+  timeoutMs?: number;
+  combinedOutput?: boolean;
+  restart: boolean;
+} {
   const { cmd, timeoutMs, combinedOutput, restart, ...rest } = args;
-  if (Object.keys(rest).length > 0) throw new Error(`shell takes cmd, timeoutMs, combinedOutput and restart, not ${Object.keys(rest).join(', ')}`);
+  if (Object.keys(rest).length > 0)
+    throw new Error(`shell takes cmd, timeoutMs, combinedOutput and restart, not ${Object.keys(rest).join(', ')}`);
   if (typeof cmd !== 'string' || cmd.length === 0) throw new Error('cmd must be a non-empty string');
   if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 1))
     throw new Error('timeoutMs must be a positive integer');
@@ -55,11 +61,7 @@ export class McpShell {
    * Runs one `shell` call. Resolves with the command's ToolResult and a note when a new session
    * was started for it. Throws SbxError for what stopped it (`session.limit_reached`, `lease.*`).
    */
-  async run(
-    sandbox: Sandbox,
-    args: ReturnType<typeof parseShellArgs>,
-    signal: AbortSignal,
-  ): Promise<{ result: ToolResult; note: string }> {
+  async run(sandbox: Sandbox, args: ReturnType<typeof parseShellArgs>, signal: AbortSignal): Promise<{ result: ToolResult; note: string }> {
     let note = '';
     if (args.restart && this.session) {
       const old = await this.session.catch(() => undefined);

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
-import { apiAs, importImage, reassemble, useLeasedSandbox, type Harness } from './fixtures/index.js';
+import { apiAs, importImage, reassemble, runCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
@@ -198,6 +198,23 @@ describe('shell sessions', () => {
       await Promise.all(made.map((id) => remove(id)));
     }
     expect((await exec('pgrep -u 1000 -c bash || true')).stdout.trim()).toBe('1'); // only this exec's own
+  });
+});
+
+describe('sbx session (CLI)', () => {
+  it("start, exec (state carries over, exit status is the command's), ls and rm", async () => {
+    const started = await runCli(h, ['session', 'start', leaseId, '--cwd', '/tmp']);
+    expect(started.code, started.stderr).toBe(0);
+    const id = started.stdout.trim();
+    expect(id).toMatch(/^ses_[0-9a-f]{32}$/);
+    expect((await runCli(h, ['session', 'exec', leaseId, id, 'export', 'V=42'])).code).toBe(0);
+    const shown = await runCli(h, ['session', 'exec', leaseId, id, 'pwd; echo $V; echo e >&2; exit_4() { return 4; }; exit_4']);
+    expect(shown).toMatchObject({ code: 4, stdout: '/tmp\n42\n', stderr: 'e\n' });
+    const combined = await runCli(h, ['exec', leaseId, '--combined', '--', 'echo a; echo b >&2; echo c']);
+    expect(combined.stdout).toBe('a\nb\nc\n');
+    expect((await runCli(h, ['session', 'ls', leaseId])).stdout).toContain(`${id}\trunning`);
+    expect((await runCli(h, ['session', 'rm', leaseId, id])).code).toBe(0);
+    expect((await runCli(h, ['session', 'ls', leaseId])).stdout).toContain(`${id}\tended(deleted)`);
   });
 });
 
