@@ -5,11 +5,11 @@
  * The session starts at the first `shell` call; when it has ended (idle timeout, `exit`, a
  * command that could not be interrupted) the next call starts a new one and says so.
  */
-import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 import type { ToolResult } from '../contract/objects.js';
 import { SbxError, type Sandbox, type Session } from '../sdk/index.js';
 
-export const SHELL_TOOL: Tool = {
+/** The tool as MCP lists it (cli/mcp.ts alone imports the MCP SDK). */
+export const SHELL_TOOL = {
   name: 'shell',
   description:
     'Runs `cmd` in a persistent bash session (sh in an image without bash) of this sandbox: the working directory, exported variables, functions, aliases and an activated virtualenv carry over to the next `shell` call (unlike `exec`, which starts afresh each time). ' +
@@ -28,7 +28,7 @@ export const SHELL_TOOL: Tool = {
     required: ['cmd'],
     additionalProperties: false,
   },
-};
+} as const;
 
 /** The arguments of one `shell` call, checked. Throws Error with a message for the client. */
 export function parseShellArgs(args: Record<string, unknown>): {
@@ -100,12 +100,4 @@ export class McpShell {
   async id(): Promise<string | null> {
     return (await this.session?.catch(() => undefined))?.id ?? null;
   }
-}
-
-/** Prefixes the note to a tool result's text. */
-export function withNote(result: CallToolResult, note: string, sessionId: string | null): CallToolResult {
-  const first = result.content[0];
-  if (first?.type === 'text') first.text = `${note}${first.text}${sessionId ? ` session=${sessionId}` : ''}`;
-  if (result.structuredContent) result.structuredContent = { ...result.structuredContent, sessionId };
-  return result;
 }

@@ -33,7 +33,7 @@ import type { CallEvent } from '../contract/events.js';
 import type { ErrorInfo } from '../contract/errors.js';
 import type { ToolResult } from '../contract/objects.js';
 import { SBX_VERSION } from '../contract/version.js';
-import { McpShell, parseShellArgs, SHELL_TOOL, withNote } from './mcp-shell.js';
+import { McpShell, parseShellArgs, SHELL_TOOL } from './mcp-shell.js';
 import { Sandbox, SbxError, connect, type ConnectionOptions, type CreateSandboxOptions, type ToolDescription } from '../sdk/index.js';
 
 export interface McpServerOptions {
@@ -120,6 +120,14 @@ function fromResult(result: ToolResult, sandboxId: string): CallToolResult {
   };
 }
 
+/** A `shell` result: the note (a new session was started) first, the session id in the fact line and structuredContent. */
+function withNote(result: CallToolResult, note: string, sessionId: string | null): CallToolResult {
+  const first = result.content[0];
+  if (first?.type === 'text') first.text = `${note}${first.text}${sessionId ? ` session=${sessionId}` : ''}`;
+  if (result.structuredContent) result.structuredContent = { ...result.structuredContent, sessionId };
+  return result;
+}
+
 /** The MCP result of a platform error: isError, with its code, retryability and details. */
 function fromError(error: ErrorInfo): CallToolResult {
   const details = error.details ? `\ndetails: ${JSON.stringify(error.details)}` : '';
@@ -164,7 +172,7 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
 
   server.setRequestHandler(ListToolsRequestSchema, async () => {
     try {
-      return { tools: [...(await platformTools()).map(mcpTool), SNAPSHOT_TOOL, SHELL_TOOL] };
+      return { tools: [...(await platformTools()).map(mcpTool), SNAPSHOT_TOOL, SHELL_TOOL as unknown as Tool] };
     } catch (err) {
       throw new McpError(ErrorCode.InternalError, `the sbx tool list could not be read: ${(err as Error).message}`);
     }
