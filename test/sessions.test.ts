@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
-import { apiAs, importImage, reassemble, runCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
+import { apiAs, eventually, importImage, reassemble, runCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
@@ -198,6 +198,39 @@ describe('shell sessions', () => {
       await Promise.all(made.map((id) => remove(id)));
     }
     expect((await exec('pgrep -u 1000 -c bash || true')).stdout.trim()).toBe('1'); // only this exec's own
+  });
+});
+
+describe('the sessions policy', () => {
+  it('sessions.max is the limit (429 past it) and an idle session ends by itself, freeing its place and its processes', async () => {
+    const current = await api(h.apiKey, 'GET', '/v1/policies/default');
+    const body = structuredClone(current.body.policy);
+    delete body.name;
+    delete body.version;
+    body.sessions = { max: 1, idleTimeoutSeconds: 2 };
+    const put = await api(h.apiKey, 'PUT', '/v1/policies/sessions-idle', body);
+    expect(put.status, JSON.stringify(put.body)).toBe(201);
+    const lease = (await h.client.createSandbox({ policy: 'sessions-idle' })).id;
+    try {
+      const s = await createSession({}, lease);
+      await run(s, 'sleep 4321 &', {}, lease);
+      const second = await api(h.apiKey, 'POST', `/v1/sandboxes/${lease}/sessions`, {});
+      expect(second.status).toBe(429);
+      expect(second.body.error).toMatchObject({ code: 'session.limit_reached', details: { max: 1 } });
+      const ended = await eventually(
+        () => api(h.apiKey, 'GET', `/v1/sandboxes/${lease}/sessions/${s}`),
+        (a) => a.body.status === 'ended',
+        20_000,
+      );
+      expect(ended.body.endedBy).toBe('idle');
+      expect(
+        ((await h.client.submitCall(lease, 'exec', { cmd: 'pgrep -f "sleep 432[1]" | wc -l' }, { waitSeconds: 30 })) as ToolResult).stdout,
+      ).toBe('0\n');
+      const next = await createSession({}, lease);
+      await remove(next, lease);
+    } finally {
+      await h.client.releaseSandbox(lease).catch(() => undefined);
+    }
   });
 });
 
