@@ -1,8 +1,12 @@
 /** HTTP schemas of shell sessions (issue 13 part 2). */
 import { z } from 'zod';
-import { EnvMap, SandboxPath, SessionId } from '../../contract/tools.js';
+import { EnvMap, SandboxPath } from '../../contract/tools.js';
 
-export const SessionParams = z.object({ id: z.string(), sessionId: SessionId });
+/** A session id of any other form names no session: `404 session.not_found`, as an unknown one. */
+export const SessionParams = z.object({
+  id: z.string(),
+  sessionId: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'letters, digits, _ and -'),
+});
 
 export const CreateSessionBody = z
   .object({
