@@ -30,7 +30,6 @@ async function createSession(body: Record<string, unknown> = {}, lease = leaseId
 async function run(sessionId: string, cmd: string, extra: Record<string, unknown> = {}, lease = leaseId): Promise<ToolResult> {
   const r = await api(h.apiKey, 'POST', `/v1/sandboxes/${lease}/sessions/${sessionId}/exec?wait=60`, { cmd, ...extra });
   expect(r.status, JSON.stringify(r.body)).toBe(200);
-  if (process.env.DEBUG_SESSIONS) console.log(JSON.stringify(r.body.error), r.body.modelText);
   return r.body as ToolResult;
 }
 
