@@ -16,6 +16,7 @@ import { removeOwned } from './baseline.js';
 import { BenchContext } from './context.js';
 import { density } from './figures/density.js';
 import { execRoundTrip } from './figures/exec-rtt.js';
+import { sessionRoundTrip } from './figures/session-rtt.js';
 import { filesReadWrite } from './figures/files-rw.js';
 import { leaseByo } from './figures/lease-byo.js';
 import { leaseByoImage } from './figures/lease-byo-image.js';
@@ -40,6 +41,7 @@ export const FIGURES: ReadonlyArray<{ id: string; run: (ctx: BenchContext) => Pr
   { id: 'lease-byo', run: leaseByo },
   { id: 'lease-byo-image', run: leaseByoImage },
   { id: 'exec-rtt', run: execRoundTrip },
+  { id: 'session-rtt', run: sessionRoundTrip },
   { id: 'throughput', run: throughput },
   { id: 'stdout-stream', run: stdoutStream },
   { id: 'files-rw', run: filesReadWrite },

@@ -13,6 +13,8 @@
  *   with the MCP request itself (an unknown tool name) stays a protocol error.
  * - MCP request cancellation cancels the sandbox call; a request with a `progressToken` gets a
  *   progress notification per output chunk (clients may reset their request timeout on those).
+ * - `shell` (cli/mcp-shell.ts): commands in one persistent shell session, whose cwd, variables,
+ *   functions, aliases and venv carry over between calls.
  * - One tool of the server's own, `snapshot`: checkpoints the session's sandbox filesystem
  *   (`POST /v1/sandboxes/:id/snapshots`) and returns the snapshot id, from which another session
  *   starts (`sbx mcp --snapshot ID`).
@@ -31,6 +33,7 @@ import type { CallEvent } from '../contract/events.js';
 import type { ErrorInfo } from '../contract/errors.js';
 import type { ToolResult } from '../contract/objects.js';
 import { SBX_VERSION } from '../contract/version.js';
+import { McpShell, parseShellArgs, SHELL_TOOL } from './mcp-shell.js';
 import { Sandbox, SbxError, connect, type ConnectionOptions, type CreateSandboxOptions, type ToolDescription } from '../sdk/index.js';
 
 export interface McpServerOptions {
@@ -126,6 +129,14 @@ function fromResult(result: ToolResult, sandboxId: string): CallToolResult {
   };
 }
 
+/** A `shell` result: the note (a new session was started) first, the session id in the fact line and structuredContent. */
+function withNote(result: CallToolResult, note: string, sessionId: string | null): CallToolResult {
+  const first = result.content[0];
+  if (first?.type === 'text') first.text = `${note}${first.text}${sessionId ? ` session=${sessionId}` : ''}`;
+  if (result.structuredContent) result.structuredContent = { ...result.structuredContent, sessionId };
+  return result;
+}
+
 /** The MCP result of a platform error: isError, with its code, retryability and details. */
 function fromError(error: ErrorInfo): CallToolResult {
   const details = error.details ? `\ndetails: ${JSON.stringify(error.details)}` : '';
@@ -170,7 +181,7 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
 
   server.setRequestHandler(ListToolsRequestSchema, async () => {
     try {
-      return { tools: [...(await platformTools()).map(mcpTool), SNAPSHOT_TOOL] };
+      return { tools: [...(await platformTools()).map(mcpTool), SNAPSHOT_TOOL, SHELL_TOOL as unknown as Tool] };
     } catch (err) {
       throw new McpError(ErrorCode.InternalError, `the sbx tool list could not be read: ${(err as Error).message}`);
     }
@@ -179,6 +190,7 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const { name, arguments: args = {} } = request.params;
     if (name === SNAPSHOT_TOOL.name) return snapshotTool(args);
+    if (name === SHELL_TOOL.name) return shellTool(args, extra.signal);
     const known = await platformTools().catch(() => null);
     // Without the list (API unreachable) the call goes ahead: the platform names an unknown tool itself.
     if (known && !known.some((t) => t.name === name)) throw new McpError(ErrorCode.InvalidParams, `unknown tool: ${name}`);
@@ -203,6 +215,25 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
       throw err;
     }
   });
+
+  /** The `shell` tool: a command in the MCP session's persistent shell session (`cli/mcp-shell.ts`). */
+  const shell = new McpShell();
+  const shellTool = async (args: Record<string, unknown>, signal: AbortSignal): Promise<CallToolResult> => {
+    let parsed;
+    try {
+      parsed = parseShellArgs(args);
+    } catch (err) {
+      throw new McpError(ErrorCode.InvalidParams, (err as Error).message);
+    }
+    try {
+      const sbx = await leased();
+      const { result, note } = await shell.run(sbx, parsed, signal);
+      return withNote(fromResult(result, sbx.id), note, await shell.id());
+    } catch (err) {
+      if (err instanceof SbxError) return fromError(err.info);
+      throw err;
+    }
+  };
 
   /** The `snapshot` tool: a checkpoint of the session's sandbox; its id in the text and structuredContent. */
   const snapshotTool = async (args: Record<string, unknown>): Promise<CallToolResult> => {

@@ -17,6 +17,7 @@
  *   sbx fs ID stat|rm|mv|mkdir PATH...   file operations (each a call with a receipt)
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
  *   sbx volume create NAME --size 1G [--shared] | ls | rm NAME   persistent volumes
+ *   sbx session start ID | exec ID SES CMD | ls ID | rm ID SES   persistent shell sessions
  *   sbx image build DIR | ls | rm ID  build (cli/image.ts), list, delete the tenant's images
  *   sbx mcp [options]                an MCP server on stdio: the sandbox tools for coding agents
  *   sbx down [--data-dir DIR]        stop the control planes and the Redis set-up started for a data dir
@@ -44,6 +45,7 @@ import { describeDown, down, downSucceeded } from './down.js';
 import { addVolumeCommands, parseSize, volumeMounts } from './volumes.js';
 import { addFileCommands } from './files.js';
 import { addProcessCommands } from './processes.js';
+import { addSessionCommands } from './sessions.js';
 
 /** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
 function connection(opts: { url?: string; apiKey?: string }): ConnectionOptions {
@@ -134,7 +136,7 @@ function commandOf(command: string[]): string | string[] {
 function runCommand(
   sandbox: Sandbox,
   command: string[],
-  opts: { cwd?: string; timeoutMs?: number; secrets?: string[]; signal?: AbortSignal },
+  opts: { cwd?: string; timeoutMs?: number; secrets?: string[]; signal?: AbortSignal; combined?: boolean },
   quiet: boolean,
 ): Promise<ToolResult> {
   const options: ExecOptions = {
@@ -142,6 +144,7 @@ function runCommand(
     ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
     ...(opts.secrets && opts.secrets.length > 0 ? { secrets: opts.secrets } : {}),
     ...(opts.signal ? { signal: opts.signal } : {}),
+    ...(opts.combined ? { combinedOutput: true } : {}),
     ...(quiet ? {} : { onOutput: (chunk) => (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.data) }),
   };
   return sandbox.exec(commandOf(command), options);
@@ -310,6 +313,7 @@ program
   .option('--cwd <dir>', "working directory (default: the sandbox's workdir: the image's WORKDIR, else /workspace)")
   .addOption(new Option('--timeout-ms <ms>', 'command timeout in ms').argParser(positiveInt))
   .option('--secret <NAME>', "one of the sandbox's secrets this command receives (repeatable)", collect)
+  .option('--combined', 'stdout and stderr as one stream, in write order (as 2>&1 in a terminal)')
   .action(async (id: string, command: string[], opts) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
     const sandbox = await Sandbox.connect(id, connection(global));
@@ -490,6 +494,11 @@ for (const add of [addProcessCommands, addFileCommands])
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
     return { ...connection(global), ...(global.json ? { json: true } : {}) };
   });
+
+addSessionCommands(program, () => {
+  const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+  return { ...connection(global), ...(global.json ? { json: true } : {}) };
+});
 
 program
   .command('mcp')

@@ -230,6 +230,18 @@ export const ERROR_CODES = {
   'call.not_found': { status: 404, retryability: 'no', summary: 'No call with this id exists in this sandbox.' },
   'call.id_conflict': { status: 409, retryability: 'after_fix', summary: 'The callId was used before with different tool or arguments.' },
   'receipt.not_found': { status: 404, retryability: 'no', summary: 'No receipt with this id exists.' },
+  'session.not_found': { status: 404, retryability: 'no', summary: 'No shell session with this id exists in this sandbox.' },
+  'session.ended': {
+    status: 409,
+    retryability: 'no',
+    summary:
+      'The shell session has ended (deleted, idle timeout, its shell exited, or a command could not be interrupted); start a new session.',
+  },
+  'session.limit_reached': {
+    status: 429,
+    retryability: 'after_fix',
+    summary: 'The sandbox has as many running shell sessions as its policy allows (`sessions.max`, `details.max`); delete one first.',
+  },
   'policy.not_found': {
     status: 404,
     retryability: 'after_fix',

@@ -19,10 +19,23 @@ export const EventBody = z.discriminatedUnion('type', [
   z.object({ type: z.literal('call.detached'), attemptId: z.string(), pid: z.number().int().nullable() }),
   /**
    * A chunk of output. `offset` is the byte position of the chunk's first byte within its stream;
-   * `dataBase64` carries the bytes exactly (a chunk may split a UTF-8 sequence).
+   * `dataBase64` carries the bytes exactly (a chunk may split a UTF-8 sequence). `combined: true`
+   * (exec `combinedOutput`): the chunk is of the one stream holding stdout and stderr in the order
+   * written, carried as `stdout`.
    */
-  z.object({ type: z.literal('output'), stream: OutputStream, offset: z.number().int().nonnegative(), dataBase64: z.string() }),
-  z.object({ type: z.literal('output.truncated'), stream: OutputStream, keptBytes: z.number().int() }),
+  z.object({
+    type: z.literal('output'),
+    stream: OutputStream,
+    offset: z.number().int().nonnegative(),
+    dataBase64: z.string(),
+    combined: z.literal(true).optional(),
+  }),
+  z.object({
+    type: z.literal('output.truncated'),
+    stream: OutputStream,
+    keptBytes: z.number().int(),
+    combined: z.literal(true).optional(),
+  }),
   z.object({ type: z.literal('call.cancel_requested') }),
   z.object({ type: z.literal('call.cancel_acknowledged'), attemptId: z.string().nullable() }),
   z.object({ type: z.literal('call.timed_out'), timeoutMs: z.number().int() }),

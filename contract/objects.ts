@@ -269,7 +269,11 @@ export const EffectReceipt = z.object({
   /** The environment the process saw: fixed defaults by value, caller/lease env by name only. */
   environment: z.object({ defaults: z.record(z.string(), z.string()), keys: z.array(z.string()) }).nullable(),
   runner: z.object({ pid: z.number().int().nullable(), uid: z.number().int(), gid: z.number().int() }).nullable(),
-  outputs: z.object({ stdout: StreamDigest, stderr: StreamDigest }).nullable(),
+  /**
+   * The output streams. `combined: true` (exec `combinedOutput`): stdout and stderr were one pipe,
+   * in the order written, all counted under `stdout` (`stderr` is empty).
+   */
+  outputs: z.object({ stdout: StreamDigest, stderr: StreamDigest, combined: z.boolean().optional() }).nullable(),
   /** Files the call read or changed: sha256 before and after (null: absent). */
   versions: z.array(z.object({ path: z.string(), before: z.string().nullable(), after: z.string().nullable() })).default([]),
   /** Processes of the tool user still alive when the call ended, in its process group (`sleep 100 &`) or outside it (setsid, daemons): each one killed and counted once. */

@@ -10,6 +10,7 @@ import { gitDiffSpec, gitStatusSpec } from './tools/git.js';
 import { globSpec, listFilesSpec, searchSpec } from './tools/listing.js';
 import { listProcessesSpec, signalProcessSpec } from './tools/processes.js';
 import { readFileSpec } from './tools/read-file.js';
+import { sessionStartSpec } from './tools/session.js';
 import { writeFileSpec } from './tools/write-file.js';
 
 export { EnvMap, EnvName, EnvValue, MAX_ARG_BYTES, SandboxPath, Sha256Hex } from './tools/common.js';
@@ -21,6 +22,7 @@ export { GlobArgs, ListFilesArgs, SearchArgs } from './tools/listing.js';
 export { ListProcessesArgs, ProcessInfo, SignalName, SignalProcessArgs, SIGNAL_NAMES } from './tools/processes.js';
 export { ReadFileArgs } from './tools/read-file.js';
 export { Access, EffectClass, runsCode, writesFiles, type LimitsSection, type ToolSpec } from './tools/spec.js';
+export { SessionId, SessionStartArgs } from './tools/session.js';
 export { WriteFileArgs } from './tools/write-file.js';
 
 /** Every tool the agent offers, in the order `GET /v1/tools` lists them. */
@@ -40,6 +42,7 @@ export const TOOL_SPECS = [
   statSpec,
   listProcessesSpec,
   signalProcessSpec,
+  sessionStartSpec,
 ] as const;
 /** The tools the agent runs itself on the process table (not the tool-user worker's operations). */
 export const PROCESS_TOOLS = ['list_processes', 'signal_process'] as const;

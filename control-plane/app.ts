@@ -43,6 +43,8 @@ import type { ProcessService } from './processes/service.js';
 import { snapshotsRoutes } from './snapshots/routes.js';
 import type { SnapshotService } from './snapshots/service.js';
 import type { SecretService } from './secrets/service.js';
+import { sessionsRoutes } from './sessions/routes.js';
+import type { SessionService } from './sessions/service.js';
 import { volumesRoutes } from './volumes/routes.js';
 import type { VolumeService } from './volumes/service.js';
 
@@ -58,6 +60,8 @@ export interface AppDeps {
   leases: LeaseService;
   calls: CallService;
   callStore: CallStore;
+  /** Shell sessions (issue 13 part 2). */
+  sessions: SessionService;
   egressLog: EgressLog;
   notifier: Notifier;
   runtime: SandboxRuntime;
@@ -133,7 +137,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     leases: deps.leases,
     startMany: (snapshot, by, body, key) => deps.snapshots.startMany(snapshot, by, body, key),
   });
-  await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, store: deps.callStore, notifier: deps.notifier });
+  await app.register(callsRoutes, {
+    leases: deps.leases,
+    calls: deps.calls,
+    store: deps.callStore,
+    notifier: deps.notifier,
+    sessions: deps.sessions,
+  });
+  await app.register(sessionsRoutes, { sessions: deps.sessions, calls: deps.calls, leases: deps.leases });
   await app.register(artifactsRoutes, { artifacts: deps.artifacts });
   await app.register(egressRoutes, { egressLog: deps.egressLog });
   await app.register(apiKeysRoutes, { apiKeys: deps.apiKeys });

@@ -22,6 +22,8 @@ import { ArtifactRecords, ArtifactStore } from './artifacts/store.js';
 import { AuditLog } from './audit/service.js';
 import { RedisAuditStore } from './audit/store.js';
 import { CallService } from './calls/service.js';
+import { SessionService } from './sessions/service.js';
+import { SessionStore } from './sessions/store.js';
 import { CallStore } from './calls/store.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
@@ -282,6 +284,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     leases,
     calls,
     callStore,
+    sessions: new SessionService({ store: new SessionStore(redis, config.redisPrefix), calls, now }),
     egressLog,
     notifier,
     runtime,

@@ -37,6 +37,8 @@ import { LeaseSecrets } from './host/secrets.js';
 import { ToolUserWorker } from './tool-user/client.js';
 import { runToolUserWorker } from './tool-user/worker.js';
 import { execTool, toolsPath } from './tools/exec.js';
+import { ShellSessions } from './session/sessions.js';
+import { AGENT_RUNTIME_BUSYBOX } from '../contract/agent-runtime.js';
 import { fileTools } from './tools/file-tools.js';
 import { processTools } from './tools/process-tools.js';
 
@@ -56,9 +58,10 @@ async function main(): Promise<void> {
     // The per-lease ACL user may not run INFO-style checks on connect.
     enableReadyCheck: false,
   };
-  // The spool holds other calls' output: root only. Leftovers of an earlier agent go.
+  // The spool holds other calls' output: root only (its files 0600; searchable, not listable, so the
+  // tool user reaches the sessions' FIFOs by name). Leftovers of an earlier agent go.
   await mkdir(config.spool.dir, { recursive: true });
-  await chmod(config.spool.dir, 0o700);
+  await chmod(config.spool.dir, 0o711);
   for (const name of await readdir(config.spool.dir)) await rm(`${config.spool.dir}/${name}`, { force: true, recursive: true });
   const redis = new Redis(redisOptions);
   const subscriber = new Redis(redisOptions);
@@ -80,13 +83,20 @@ async function main(): Promise<void> {
     maxFileBytes: config.files.maxFileBytes,
     path: toolsPath(config),
   });
+  const shell = detectShell().path;
+  const sessions = new ShellSessions({ shell, dir: `${config.spool.dir}/sessions`, busybox: AGENT_RUNTIME_BUSYBOX });
   const tools = new Map<string, AgentTool<unknown>>(
-    [execTool as AgentTool<unknown>, ...fileTools(worker), ...processTools].map((t) => [t.name, t]),
+    [
+      sessions.withSessions(execTool) as AgentTool<unknown>,
+      sessions.startTool() as AgentTool<unknown>,
+      ...fileTools(worker),
+      ...processTools,
+    ].map((t) => [t.name, t]),
   );
   const processTrees = new ProcessTrees();
   const runner = new CallRunner({
     config,
-    shell: detectShell().path,
+    shell,
     scheduler: new AccessScheduler(),
     agentPids: () => new Set(worker.pid === null ? [] : [worker.pid]),
     processTrees,

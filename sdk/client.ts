@@ -535,7 +535,8 @@ export class SbxClient {
     }
   }
 
-  private async json(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<unknown> {
+  /** One JSON request to the API; throws SbxError for an error answer. For routes without a method of their own. */
+  async json(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<unknown> {
     const response = await this.fetch(`${this.baseUrl}${path}`, {
       method,
       headers: {

@@ -20,6 +20,8 @@ export {
   type VolumesApi,
 } from './client.js';
 export { Image, type ImageBuildOptions } from './images.js';
+export { SandboxSessions, Session, type SessionExecOptions } from './sessions.js';
+export type { SessionView } from '../contract/tools/session.js';
 export { SbxError } from './errors.js';
 export type {
   EditFileData,

@@ -51,7 +51,7 @@ describe('sbx mcp', () => {
     try {
       const { tools } = await client.listTools();
       const platform = (await h.client.listTools()).map((t) => t.name).sort();
-      expect(tools.map((t) => t.name).sort()).toEqual([...platform, 'snapshot'].sort());
+      expect(tools.map((t) => t.name).sort()).toEqual([...platform, 'shell', 'snapshot'].sort());
       const exec = tools.find((t) => t.name === 'exec')!;
       expect(exec.inputSchema.type).toBe('object');
       expect(Object.keys(exec.inputSchema.properties ?? {})).toEqual(expect.arrayContaining(['cmd', 'argv', 'cwd', 'timeoutMs']));

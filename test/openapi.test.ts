@@ -115,6 +115,8 @@ describe('OpenAPI document', () => {
         'put /v1/tenants/{tenant}/quota',
         'put /v1/secrets/{name}',
         'post /v1/sandboxes/{id}/snapshots',
+        'post /v1/sandboxes/{id}/sessions',
+        'post /v1/sandboxes/{id}/sessions/{sessionId}/exec',
         'post /v1/snapshots/{id}/fork',
         'post /v1/sandboxes/{id}/processes/{pid}/signal',
       ]),

@@ -2,6 +2,7 @@
 import { z } from 'zod';
 import { SecretName } from '../secrets.js';
 import { EnvMap, fitsExec, MAX_ARG_BYTES, SandboxPath } from './common.js';
+import { SessionId } from './session.js';
 import type { ToolSpec } from './spec.js';
 
 /**
@@ -56,11 +57,42 @@ export const ExecArgs = z
      * the process ends (or on cancel, or at `timeoutMs`).
      */
     background: z.boolean().default(false),
+    /**
+     * Run `cmd` in this shell session (`POST /v1/sandboxes/:id/sessions`): its cwd, variables,
+     * functions and aliases carry over; commands of one session run one at a time, in order.
+     * Not with `argv`, `cwd`, `env`, `secrets`, `stdin` or `background`.
+     */
+    session: SessionId.optional(),
+    /**
+     * stdout and stderr as one stream (one pipe for both, in the order written, as a terminal
+     * shows them), carried as `stdout`; the receipt's `outputs.combined` and each output event's
+     * `combined` say so. Default: two streams.
+     */
+    combinedOutput: z.boolean().default(false),
     /** Commands run with pipes (stdout and stderr apart); a pseudo-terminal is not offered. */
     pty: z.literal(false, { message: 'pty: true is not supported; commands run with pipes, stdout and stderr apart' }).default(false),
   })
   .strict()
-  .refine((a) => (a.argv === undefined) !== (a.cmd === undefined), { message: 'give exactly one of argv or cmd', path: ['argv'] });
+  .refine((a) => (a.argv === undefined) !== (a.cmd === undefined), { message: 'give exactly one of argv or cmd', path: ['argv'] })
+  .refine((a) => a.session === undefined || a.cmd === undefined || !a.cmd.includes('\0'), {
+    message: 'a session command must not contain NUL',
+    path: ['cmd'],
+  })
+  .refine(
+    (a) =>
+      a.session === undefined ||
+      (a.cmd !== undefined &&
+        a.cwd === undefined &&
+        Object.keys(a.env).length === 0 &&
+        a.secrets === undefined &&
+        a.stdin === undefined &&
+        !a.background),
+    {
+      message:
+        'a session command is a cmd alone (cd, export and the like inside it instead of cwd and env; no secrets, stdin or background)',
+      path: ['session'],
+    },
+  );
 export type ExecArgs = z.infer<typeof ExecArgs>;
 
 export const execSpec: ToolSpec<ExecArgs, 'exec'> = {

@@ -11,6 +11,7 @@ import { LeaseParams } from '../leases/schema.js';
 import type { LeaseService } from '../leases/service.js';
 import { CallEventsHeaders, CallParams, ReceiptParams, SubmitCallBody, SubmitCallQuery } from './schema.js';
 import type { CallService } from './service.js';
+import type { SessionService } from '../sessions/service.js';
 import type { CallStore } from './store.js';
 import { describeTools } from './tools.js';
 
@@ -20,12 +21,14 @@ export interface CallsRoutesOptions {
   calls: CallService;
   store: Pick<CallStore, 'getReceipt' | 'notifyChannel' | 'readEvents' | 'getCall'>;
   notifier: Pick<Notifier, 'next'>;
+  /** A session command (`exec` with `session`) is refused unless its session runs (`session.not_found`, `session.ended`). */
+  sessions: Pick<SessionService, 'assertRunning'>;
 }
 
 /** Largest call body, bytes. */
 const CALL_BODY_LIMIT_BYTES = 48 * 1024 * 1024;
 
-export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin, { leases, calls, store, notifier }) => {
+export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin, { leases, calls, store, notifier, sessions }) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   const tags = ['calls'];
 
@@ -47,6 +50,13 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
     async (request, reply) => {
       const { id } = request.params;
       const { wait } = request.query;
+      if (request.body.tool === 'session_start') {
+        throw new AppError('input.invalid', 'sessions are started with POST /v1/sandboxes/:id/sessions', {
+          details: { issues: [{ path: 'tool', message: 'use POST /v1/sandboxes/:id/sessions' }] },
+        });
+      }
+      const session = request.body.tool === 'exec' ? request.body.args.session : undefined;
+      if (typeof session === 'string' && /^ses_[0-9a-f]{32}$/.test(session)) await sessions.assertRunning(id, session);
       const { call } = await calls.submit(request.lease, request.body);
       const view = wait ? await calls.waitFinished(id, call.callId, wait * 1000) : call;
       if (view.status === 'finished' && view.result) return reply.status(200).send(view.result);

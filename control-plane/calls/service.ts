@@ -131,15 +131,18 @@ export class CallService {
     return call;
   }
 
-  /** The call once finished or detached (a background task's handle), or as it is after `timeoutMs`. */
-  async waitFinished(leaseId: string, callId: string, timeoutMs: number): Promise<CallView> {
+  /**
+   * The call once finished or detached (a background task's handle; with `untilFinished`, only
+   * once finished), or as it is after `timeoutMs`.
+   */
+  async waitFinished(leaseId: string, callId: string, timeoutMs: number, untilFinished = false): Promise<CallView> {
     const deadline = Date.now() + timeoutMs;
     const channel = this.deps.store.notifyChannel(leaseId, callId);
     for (;;) {
       // Listen before reading, so a change between the read and the wait is not missed.
       const wake = this.deps.notifier.next(channel, Math.max(0, Math.min(1000, deadline - Date.now())));
       const call = await this.get(leaseId, callId);
-      if (call.status === 'finished' || call.status === 'detached' || Date.now() >= deadline) return call;
+      if (call.status === 'finished' || (call.status === 'detached' && !untilFinished) || Date.now() >= deadline) return call;
       await wake;
     }
   }

@@ -8,7 +8,7 @@ import { posix } from 'node:path';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import type { CallJob, SecretGrant } from '../../contract/queue.js';
-import { ExecArgs, PROCESS_TOOLS, runsCode, TOOL_SPECS, type ToolSpec } from '../../contract/tools.js';
+import { ExecArgs, PROCESS_TOOLS, runsCode, SessionStartArgs, TOOL_SPECS, type ToolSpec } from '../../contract/tools.js';
 import type { Policy } from '../policies/schema.js';
 
 /** The effect of a call, after normalization and policy. */
@@ -92,6 +92,15 @@ function resolveFileTool(spec: ToolSpec, raw: unknown, policy: Policy): Resolved
   };
 }
 
+/** `session_start` (sent by the sessions service only): exec must be enabled; the session lives until deleted or idle. */
+function resolveSessionStart(raw: unknown, policy: Policy): ResolvedExecution {
+  const rules = policy.tools.exec;
+  if (!rules.enabled)
+    throw new AppError('policy.tool_denied', `policy ${policy.name} disables exec`, { details: { tool: 'session_start' } });
+  const args = SessionStartArgs.parse(raw);
+  return { args, accesses: [{ kind: 'all' }], timeoutMs: rules.maxTimeoutMs, maxOutputBytes: rules.maxOutputBytes };
+}
+
 /**
  * A process tool (`list_processes`, `signal_process`): exec's limits decide, since the processes
  * it sees or signals are the tool user's programs; it touches no file (no accesses), so the agent
@@ -117,6 +126,7 @@ const PROCESS_TOOL_TIMEOUT_MS = 30_000;
 
 function resolverOf(spec: ToolSpec): ToolDefinition['resolve'] {
   if (spec.name === 'exec') return resolveExec;
+  if (spec.name === 'session_start') return resolveSessionStart;
   if ((PROCESS_TOOLS as readonly string[]).includes(spec.name)) return (raw, policy) => resolveProcessTool(spec, raw, policy);
   return (raw, policy) => resolveFileTool(spec, raw, policy);
 }
@@ -141,7 +151,8 @@ export function describeTools(): Array<{
   effectClasses: string[];
   inputSchema: unknown;
 }> {
-  return TOOL_SPECS.map((t) => ({
+  // session_start is the sessions API's own (POST /v1/sandboxes/:id/sessions), not a tool to call.
+  return TOOL_SPECS.filter((t) => t.name !== 'session_start').map((t) => ({
     name: t.name,
     version: t.version,
     description: t.description,

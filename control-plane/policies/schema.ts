@@ -237,6 +237,21 @@ export const PolicyShape = z
       .strict(),
     /** Env var names a lease request may set (empty = any POSIX name). */
     envAllowlist: z.array(EnvName).default([]),
+    /** Shell sessions (`POST /v1/sandboxes/:id/sessions`): how many may run at once (over it: 429), and how long one may sit idle. */
+    sessions: z
+      .object({
+        /** Sessions running at once in one sandbox; 0 disables sessions. */
+        max: z.number().int().min(0).max(1000).default(8),
+        /** A session without a command for this long ends, seconds. */
+        idleTimeoutSeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(7 * 24 * 3600)
+          .default(3600),
+      })
+      .strict()
+      .default({ max: 8, idleTimeoutSeconds: 3600 }),
   })
   .strict();
 

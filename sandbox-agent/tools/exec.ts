@@ -100,15 +100,18 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   // argv runs through `exec "$@"` so a missing program gets the shell's own message and 127.
   // `cmd` runs in the image's bash, else its sh, else the runtime's busybox sh (ctx.shell; the
   // manifest's `shell` says which).
+  // combinedOutput: stderr is a copy of stdout's pipe, so both land in one stream in write order.
+  const combine = args.combinedOutput ? ' exec 2>&1;' : '';
   const shellArgs =
     args.cmd !== undefined
-      ? ['-c', `${OOM_FIRST} exec ${ctx.shell} -c -- "$0"`, args.cmd]
-      : ['-c', `${OOM_FIRST} exec "$@"`, 'sbx-exec', ...args.argv!];
+      ? ['-c', `${OOM_FIRST}${combine} exec ${ctx.shell} -c -- "$0"`, args.cmd]
+      : ['-c', `${OOM_FIRST}${combine} exec "$@"`, 'sbx-exec', ...args.argv!];
+  const mark = args.combinedOutput ? { combined: true as const } : {};
 
   const pipeline = new OutputPipeline(
     {
-      chunk: (stream, offset, data) => ctx.emit({ type: 'output', stream, offset, dataBase64: data.toString('base64') }),
-      truncated: (stream, keptBytes) => ctx.emit({ type: 'output.truncated', stream, keptBytes }),
+      chunk: (stream, offset, data) => ctx.emit({ type: 'output', stream, offset, dataBase64: data.toString('base64'), ...mark }),
+      truncated: (stream, keptBytes) => ctx.emit({ type: 'output.truncated', stream, keptBytes, ...mark }),
     },
     { maxKeptBytes: ctx.maxOutputBytes },
   );
@@ -255,6 +258,7 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
     outputs: {
       stdout: { bytes: out.bytes, sha256: out.sha256, keptBytes: out.keptBytes },
       stderr: { bytes: err.bytes, sha256: err.sha256, keptBytes: err.keptBytes },
+      ...mark,
     },
     stdout,
     stderr,
