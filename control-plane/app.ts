@@ -42,6 +42,9 @@ import { snapshotsRoutes } from './snapshots/routes.js';
 import type { SnapshotService } from './snapshots/service.js';
 import type { SecretService } from './secrets/service.js';
 import { volumesRoutes } from './volumes/routes.js';
+import { watchRoutes } from './watch/routes.js';
+import { WatchService } from './watch/service.js';
+import type { RedisChangeLog } from './watch/store.js';
 import type { VolumeService } from './volumes/service.js';
 
 export interface AppDeps {
@@ -74,6 +77,8 @@ export interface AppDeps {
   pingRedis: () => Promise<unknown>;
   spoolDir: string;
   maxUploadBytes: number;
+  /** The lease file change logs (file watch). */
+  changeLog: RedisChangeLog;
   /** Largest JSON body, bytes. Default 1 MiB. */
   jsonBodyLimitBytes?: number;
   /** Built admin console served (publicly) at `/console`. */
@@ -149,5 +154,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     maxContextBytes: deps.maxImageContextBytes,
   });
   await app.register(filesRoutes, { runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
+  await app.register(watchRoutes, {
+    watch: new WatchService({ log: deps.changeLog, paths: deps.runtime }),
+    log: deps.changeLog,
+    active: (id, by) => deps.leases.active(id, by),
+  });
   return app;
 }

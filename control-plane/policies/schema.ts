@@ -249,6 +249,14 @@ export const PolicyShape = z
       .strict(),
     /** Env var names a lease request may set (empty = any POSIX name). */
     envAllowlist: z.array(EnvName).default([]),
+    /**
+     * File watch (`GET /v1/sandboxes/:id/files/watch`): SSE watches open at once on one sandbox,
+     * across every control-plane process; one more is `429 watch.limit_exceeded`.
+     */
+    watch: z
+      .object({ maxConcurrent: z.number().int().min(0).max(256).default(8) })
+      .strict()
+      .default({ maxConcurrent: 8 }),
   })
   .strict();
 
