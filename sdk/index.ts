@@ -21,6 +21,8 @@ export {
 } from './client.js';
 export { Image, type ImageBuildOptions } from './images.js';
 export { SbxError } from './errors.js';
+export type { ChangesPage, FileWatch, WatchEvent, WatchOptions } from './watch.js';
+export type { ChangeEntry, FileChange, WatchOverflow } from '../contract/watch.js';
 export type { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
 export type { CallEvent } from '../contract/events.js';
 export type { ErrorCode, ErrorInfo, Retryability } from '../contract/errors.js';
