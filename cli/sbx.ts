@@ -12,6 +12,8 @@
  *   sbx fork SNAP --count N          start N sandboxes from a snapshot
  *   sbx snapshots ls | rm ID         the tenant's snapshots
  *   sbx events ID                    a sandbox's status transitions
+ *   sbx watch ID PATH [--count N]    stream a sandbox's file changes (cli/watch.ts)
+ *   sbx changes ID [--since CURSOR]  a sandbox's file changes since a cursor, then the next cursor
  *   sbx ls                           list sandboxes
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
  *   sbx volume create NAME --size 1G [--shared] | ls | rm NAME   persistent volumes
@@ -40,6 +42,7 @@ import { runMcpServer } from './mcp.js';
 import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
 import { describeDown, down, downSucceeded } from './down.js';
 import { addVolumeCommands, parseSize, volumeMounts } from './volumes.js';
+import { addWatchCommands } from './watch.js';
 
 /** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
 function connection(opts: { url?: string; apiKey?: string }): ConnectionOptions {
@@ -476,6 +479,10 @@ secretCommand
   });
 
 addVolumeCommands(program, () => {
+  const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+  return { ...connection(global), ...(global.json ? { json: true } : {}) };
+});
+addWatchCommands(program, () => {
   const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
   return { ...connection(global), ...(global.json ? { json: true } : {}) };
 });
