@@ -6,12 +6,11 @@
  */
 import { once } from 'node:events';
 import { randomUUID } from 'node:crypto';
-import { createSession } from 'better-sse';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
 import type { Principal } from '../http/auth.js';
-import { SSE_KEEPALIVE_MS } from '../http/sse.js';
+import { openSseSession } from '../http/sse.js';
 import { LeaseParams } from '../leases/schema.js';
 import { toolUserOf, type LeaseRecord } from '../leases/store.js';
 import { ChangesQuery, ChangesResponse, WatchHeaders, WatchQuery } from './schema.js';
@@ -65,14 +64,13 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
       });
     }
     const connection = opts.log.blockingConnection();
-    reply.hijack();
     const closed = new AbortController();
     request.raw.on('close', () => {
       closed.abort();
       connection.disconnect();
     });
     try {
-      const session = await createSession(request.raw, reply.raw, { keepAlive: SSE_KEEPALIVE_MS, retry: 1000 });
+      const session = await openSseSession(request, reply);
       const cursor = resume ?? first.lastSeq;
       session.push({ cursor, path: scope.path, recursive: scope.recursive }, 'watch.ready');
       await pump(id, scope, cursor, connection, closed.signal, (data, type, seq) => session.push(data, type, seq), request.principal);
@@ -111,7 +109,7 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
           if (inScope(entry, where)) push(entry, entry.type, String(entry.seq));
         }
         // Bounded: a client that does not read holds the stream here, not in this process's memory.
-        if (reply.raw.writableNeedDrain) await Promise.race([once(reply.raw, 'drain'), once(signal, 'abort')]);
+        if (reply.raw.writableNeedDrain && !signal.aborted) await Promise.race([once(reply.raw, 'drain'), once(signal, 'abort')]);
         if (read.entries.length === STREAM_BATCH) continue;
         try {
           await opts.active(leaseId, by);
