@@ -13,7 +13,7 @@ import type { Principal } from '../http/auth.js';
 import { openSseSession } from '../http/sse.js';
 import { LeaseParams } from '../leases/schema.js';
 import { toolUserOf, type LeaseRecord } from '../leases/store.js';
-import { ChangesQuery, ChangesResponse, WatchHeaders, WatchQuery } from './schema.js';
+import { ChangesQuery, WatchHeaders, WatchQuery } from './schema.js';
 import { checkCursor, inScope, type WatchScope, type WatchService } from './service.js';
 import type { RedisChangeLog } from './store.js';
 
@@ -132,7 +132,6 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
       "What changed in the sandbox's file roots after `since` (a cursor from the previous answer), in order, at most `limit` entries of the change log looked at (`more`: ask again at once). Without `since`: no changes and the cursor of now. `410 watch.resync_required` when the cursor is older than the log keeps (list the tree again, continue from `details.cursor`). The agent keeps the log from the sandbox's start, whether or not anyone watches.",
     params: LeaseParams,
     querystring: ChangesQuery,
-    response: { 200: ChangesResponse },
   };
   app.get('/v1/sandboxes/:id/files/changes', { schema: changesSchema, config: { lease: 'active' } }, async (request) => {
     const { id } = request.params;

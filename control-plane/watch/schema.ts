@@ -48,6 +48,7 @@ export const ChangesQuery = z
   })
   .strict();
 
+/** The answer of `changes` (documentation; the route's answer is WatchService.changes). */
 export const ChangesResponse = z.object({
   changes: z.array(ChangeEntry),
   /** Ask with `since=` this next. */
