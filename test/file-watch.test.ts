@@ -98,9 +98,15 @@ describe('file watch', () => {
     const cursor = first.w.cursor;
     expect((await exec('echo 2 > /workspace/w3/two && rm /workspace/w3/one')).status).toBe('succeeded');
     const resumed = await watchOf('/workspace/w3', { since: cursor });
+    // Every change after the cursor, none before it (`echo` may add a `modified` after the creation).
     await expect
       .poll(() => changes(resumed.events).map((e) => `${e.type} ${e.path}`), { timeout: 20_000 })
-      .toEqual(['created /workspace/w3/two', 'deleted /workspace/w3/one']);
+      .toContain('deleted /workspace/w3/one');
+    const after = changes(resumed.events).map((e) => `${e.type} ${e.path}`);
+    expect(after.filter((e) => e !== 'modified /workspace/w3/two')).toEqual(['created /workspace/w3/two', 'deleted /workspace/w3/one']);
+    const resumedSeqs = resumed.events.flatMap((e) => ('seq' in e ? [e.seq] : []));
+    expect(resumedSeqs.every((seq) => seq > cursor)).toBe(true);
+    expect(new Set(resumedSeqs).size).toBe(resumedSeqs.length);
     // The raw stream with the header: the same changes, ids = seqs after the cursor.
     const abort = new AbortController();
     const response = await fetch(`${sb.h.url}/v1/sandboxes/${sb.leaseId}/files/watch?path=/workspace/w3`, {
@@ -140,7 +146,8 @@ describe('file watch', () => {
       .toBe('watch.resync_required');
     const gone = await api(sb.h.apiKey, 'GET', `/v1/sandboxes/${sb.leaseId}/files/changes?since=${start.cursor}`);
     expect(gone.status).toBe(410);
-    expect(gone.body.details.cursor).toBeGreaterThan(start.cursor);
+    expect(gone.body.error.code).toBe('watch.resync_required');
+    expect(gone.body.error.details.cursor).toBeGreaterThan(start.cursor);
     expect(await codeOf(sb.h.client.watchFiles(sb.leaseId, '/workspace', { since: start.cursor }))).toBe('watch.resync_required');
   }, 120_000);
 
@@ -162,10 +169,10 @@ describe('file watch', () => {
     expect((await exec('ln -sfn /etc /workspace/to-etc')).status).toBe('succeeded');
     for (const path of ['/etc', '/workspace/../etc', '/workspace/to-etc', '/workspace/to-etc/ssl']) {
       const r = await api(sb.h.apiKey, 'GET', `/v1/sandboxes/${sb.leaseId}/files/watch?path=${encodeURIComponent(path)}`);
-      expect([path, r.status, r.body?.code]).toEqual([path, 400, 'input.path_outside_workspace']);
+      expect([path, r.status, r.body?.error?.code]).toEqual([path, 400, 'input.path_outside_workspace']);
     }
     const c = await api(sb.h.apiKey, 'GET', `/v1/sandboxes/${sb.leaseId}/files/changes?since=0&path=%2Fworkspace%2Fto-etc`);
-    expect([c.status, c.body.code]).toEqual([400, 'input.path_outside_workspace']);
+    expect([c.status, c.body.error.code]).toEqual([400, 'input.path_outside_workspace']);
     for (const bad of ['recursive=maybe&path=/workspace', 'path=/workspace&since=-1', 'path=relative']) {
       expect((await api(sb.h.apiKey, 'GET', `/v1/sandboxes/${sb.leaseId}/files/watch?${bad}`)).status).toBe(400);
     }

@@ -72,7 +72,7 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
     try {
       const session = await openSseSession(request, reply);
       const cursor = resume ?? first.lastSeq;
-      session.push({ cursor, path: scope.path, recursive: scope.recursive }, 'watch.ready');
+      session.push({ type: 'watch.ready', cursor, path: scope.path, recursive: scope.recursive }, 'watch.ready');
       await pump(id, scope, cursor, connection, closed.signal, (data, type, seq) => session.push(data, type, seq), request.principal);
     } catch (err) {
       if (!closed.signal.aborted) request.log.warn({ err }, 'file watch ended with an error');
@@ -115,7 +115,7 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
           await opts.active(leaseId, by);
         } catch (err) {
           if (err instanceof AppError && ENDED.has(err.code)) {
-            push({ reason: err.code, cursor: seq }, 'watch.ended');
+            push({ type: 'watch.ended', reason: err.code, cursor: seq }, 'watch.ended');
             return;
           }
         }

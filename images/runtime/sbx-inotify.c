@@ -16,6 +16,8 @@
  * kernel's queue overflowed: events were lost; PATH empty), l watch limit (no watch could be
  * added for PATH: the kernel's max_user_watches), s started (initial scan done; PATH empty).
  * TYPE: f file, d directory, l symlink, o other, - unknown (gone). SIZE: bytes (lstat), -1 unknown.
+ * A modification right after the creation or modification of the same file in one read of the
+ * queue is left out (sizes are taken after the read).
  * A MOVED_FROM whose MOVED_TO does not follow within PAIR_WAIT_MS is a deletion (moved out of
  * the watched trees); a MOVED_TO without its MOVED_FROM is a creation (moved in).
  * Exits 0 when stdout closes, 2 on bad usage or when inotify cannot be had.
@@ -65,9 +67,18 @@ static void describe(const char *path, char *type, long long *size) {
   *size = (long long)st.st_size;
 }
 
+/* The last record emitted in this read: a modification right after a creation or a modification
+   of the same file is left out (its size is taken after the read, so the first record has it). */
+static char last_kind;
+static char *last_path;
+
 static void emit(const char *kind, const char *path, const char *path2, int gone_isdir) {
   char type;
   long long size;
+  if (kind[0] == 'm' && (last_kind == 'c' || last_kind == 'm') && last_path && strcmp(last_path, path) == 0) return;
+  last_kind = kind[0];
+  free(last_path);
+  last_path = strdup(path2 ? path2 : path);
   if (gone_isdir >= 0) {
     type = gone_isdir ? 'd' : '-';
     size = -1;
@@ -250,6 +261,7 @@ int main(int argc, char **argv) {
       if (errno == EINTR || errno == EAGAIN) continue;
       die("read");
     }
+    last_kind = 0;
     for (char *q = buf; q < buf + len;) {
       const struct inotify_event *ev = (const struct inotify_event *)q;
       handle(ev, argv + 1, argc - 1);

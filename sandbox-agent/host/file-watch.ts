@@ -46,7 +46,7 @@ type Pending = Omit<FileChange, 'seq'> | Omit<WatchOverflow, 'seq'> | { type: 'w
 
 const KINDS: Record<string, ChangeKind | null> = { f: 'file', d: 'directory', l: 'symlink', o: 'other', '-': null };
 /** Entries written to the log in one transaction. */
-const BATCH = 500;
+const BATCH = 2000;
 
 export class FileWatch {
   private child: ChildProcess | null = null;
@@ -164,7 +164,8 @@ export class FileWatch {
   /** Buffers one entry; past `maxBuffered` the entry is counted into an `agent_buffer` overflow instead. */
   private push(entry: Pending): void {
     const max = this.opts.maxBuffered ?? 10_000;
-    if (this.buffer.length >= max && entry.type !== 'watch.started') {
+    // Overflow and start entries are always kept (at most a few past the bound): a loss is never lost.
+    if (this.buffer.length >= max && entry.type !== 'watch.started' && entry.type !== 'watch.overflow') {
       const last = this.lastMutable();
       if (last?.type === 'watch.overflow' && last.reason === 'agent_buffer') last.dropped = (last.dropped ?? 0) + 1;
       else this.buffer.push({ type: 'watch.overflow', reason: 'agent_buffer', dropped: 1, at: now() });
