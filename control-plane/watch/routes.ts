@@ -72,7 +72,8 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
     try {
       const session = await openSseSession(request, reply);
       const cursor = resume ?? first.lastSeq;
-      session.push({ type: 'watch.ready', cursor, path: scope.path, recursive: scope.recursive }, 'watch.ready');
+      // `id:` the cursor (better-sse would make one up): an EventSource resumes from it.
+      session.push({ type: 'watch.ready', cursor, path: scope.path, recursive: scope.recursive }, 'watch.ready', String(cursor));
       await pump(id, scope, cursor, connection, closed.signal, (data, type, seq) => session.push(data, type, seq), request.principal);
     } catch (err) {
       if (!closed.signal.aborted) request.log.warn({ err }, 'file watch ended with an error');
@@ -100,6 +101,7 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
           push(
             { seq: read.oldestSeq - 1, type: 'watch.overflow', reason: 'client_behind', at: new Date().toISOString() },
             'watch.overflow',
+            String(read.oldestSeq - 1),
           );
           seq = read.oldestSeq - 1;
           continue;
@@ -115,7 +117,7 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
           await opts.active(leaseId, by);
         } catch (err) {
           if (err instanceof AppError && ENDED.has(err.code)) {
-            push({ type: 'watch.ended', reason: err.code, cursor: seq }, 'watch.ended');
+            push({ type: 'watch.ended', reason: err.code, cursor: seq }, 'watch.ended', String(seq));
             return;
           }
         }
