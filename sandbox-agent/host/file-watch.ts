@@ -59,6 +59,10 @@ export class FileWatch {
   private tokens: string[] = [];
   private partial = '';
   private readyResolve: (() => void) | null = null;
+  /** Whether the running helper has its watches in place (its `s` record). */
+  private helperStarted = false;
+  /** Helper runs in a row that ended before they started (inotify unavailable): the restart delay doubles. */
+  private failedStarts = 0;
 
   constructor(private readonly opts: FileWatchOptions) {}
 
@@ -96,6 +100,7 @@ export class FileWatch {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.child = child;
+    this.helperStarted = false;
     this.tokens = [];
     this.partial = '';
     child.stdout!.setEncoding('utf8');
@@ -106,11 +111,15 @@ export class FileWatch {
     child.on('close', (code, signal) => {
       if (this.child === child) this.child = null;
       if (this.stopped) return;
-      this.opts.log.warn({ code, signal }, 'file watch helper ended; starting it again');
-      this.push({ type: 'watch.overflow', reason: 'watcher_restarted', at: now() });
+      // A helper that never started (no inotify instance to be had: the host's
+      // max_user_instances) is tried again later and later, without an entry each time.
+      this.failedStarts = this.helperStarted ? 0 : this.failedStarts + 1;
+      const delayMs = Math.min((this.opts.restartDelayMs ?? 1000) * 2 ** this.failedStarts, 60_000);
+      this.opts.log.warn({ code, signal, delayMs }, 'file watch helper ended; starting it again');
+      if (this.helperStarted) this.push({ type: 'watch.overflow', reason: 'watcher_restarted', at: now() });
       setTimeout(() => {
         if (!this.stopped) this.spawnHelper();
-      }, this.opts.restartDelayMs ?? 1000).unref();
+      }, delayMs).unref();
     });
   }
 
@@ -134,6 +143,7 @@ export class FileWatch {
     const sizeBytes = size >= 0 && type !== 'd' ? size : null;
     switch (k) {
       case 's':
+        this.helperStarted = true;
         this.push({ type: 'watch.started', roots: [...this.opts.roots], at });
         this.readyResolve?.();
         this.readyResolve = null;
