@@ -117,6 +117,8 @@ export class FileWatch {
       const delayMs = Math.min((this.opts.restartDelayMs ?? 1000) * 2 ** this.failedStarts, 60_000);
       this.opts.log.warn({ code, signal, delayMs }, 'file watch helper ended; starting it again');
       if (this.helperStarted) this.push({ type: 'watch.overflow', reason: 'watcher_restarted', at: now() });
+      // Said once: nothing is being watched until a start succeeds.
+      else if (this.failedStarts === 1) this.push({ type: 'watch.overflow', reason: 'watch_limit', at: now() });
       setTimeout(() => {
         if (!this.stopped) this.spawnHelper();
       }, delayMs).unref();
