@@ -539,5 +539,11 @@ program
 program.parseAsync(process.argv).catch((err: unknown) => {
   const message = err instanceof Error ? err.message : String(err);
   process.stderr.write(`sbx: ${message}\n`);
+  // With --json a script reads the failure as it reads a success: one JSON document on stdout,
+  // the platform's error in its wire shape (docs/errors.md) and the HTTP status that carried it.
+  if (program.opts<{ json?: boolean }>().json) {
+    const error = err instanceof SbxError ? { ...err.info, status: err.status } : { code: null, message };
+    process.stdout.write(`${JSON.stringify({ error }, null, 2)}\n`);
+  }
   process.exit(EXIT_PLATFORM_ERROR);
 });

@@ -152,6 +152,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     notifier: deps.notifier,
     spoolDir: deps.spoolDir,
     maxContextBytes: deps.maxImageContextBytes,
+    egressLog: deps.egressLog,
   });
   await app.register(filesRoutes, { runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
   await app.register(watchRoutes, {

@@ -167,11 +167,13 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const imageStore = new ImageStore(redis, config.redisPrefix);
   const images = new ImageService({
     store: imageStore,
-    engine: new DockerImages(config.dockerSocket),
+    engine: new DockerImages(config.dockerSocket, { helperImage: config.image, agentRuntimeDir: config.agentRuntimeDir }),
     audit,
     ownership,
     registries: config.imageRegistries,
     buildPolicy: config.imageBuildPolicy,
+    buildNetwork: { egress, socketDir: join(config.dataDir, 'egress') },
+    egressLog,
     now,
     log,
   });

@@ -425,6 +425,16 @@ export class SbxClient {
     return ImageList.parse(await this.json('GET', '/v1/images')).images;
   }
 
+  /**
+   * The build's egress log (build policy network `{allow}`), oldest first: every connection its
+   * RUN steps asked the egress proxy for, allowed or denied. Throws SbxError `image.not_found`.
+   */
+  async imageEgress(id: string, query: { decision?: 'allowed' | 'denied'; limit?: number } = {}): Promise<EgressEvent[]> {
+    const params = new URLSearchParams(Object.entries(query).map(([k, v]): [string, string] => [k, String(v)]));
+    return EgressList.parse(await this.json('GET', `/v1/images/${encodeURIComponent(id)}/egress${params.size > 0 ? `?${params}` : ''}`))
+      .events;
+  }
+
   /** Deletes an image. Throws SbxError `image.in_use` while a sandbox runs from it, `image.not_found`. */
   async deleteImage(id: string): Promise<void> {
     const response = await this.fetch(`${this.baseUrl}/v1/images/${encodeURIComponent(id)}`, {
