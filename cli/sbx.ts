@@ -15,6 +15,8 @@
  *   sbx watch ID PATH [--count N]    stream a sandbox's file changes (cli/watch.ts)
  *   sbx changes ID [--since CURSOR]  a sandbox's file changes since a cursor, then the next cursor
  *   sbx ls                           list sandboxes
+ *   sbx ps ID | sbx kill ID PID [SIG]  a sandbox's processes; a signal to one of the tool user's
+ *   sbx fs ID stat|rm|mv|mkdir PATH...   file operations (each a call with a receipt)
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
  *   sbx volume create NAME --size 1G [--shared] | ls | rm NAME   persistent volumes
  *   sbx image build DIR | ls | rm ID  build (cli/image.ts), list, delete the tenant's images
@@ -42,6 +44,8 @@ import { runMcpServer } from './mcp.js';
 import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
 import { describeDown, down, downSucceeded } from './down.js';
 import { addVolumeCommands, parseSize, volumeMounts } from './volumes.js';
+import { addFileCommands } from './files.js';
+import { addProcessCommands } from './processes.js';
 import { addWatchCommands } from './watch.js';
 
 /** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
@@ -488,6 +492,11 @@ addWatchCommands(program, () => {
 });
 
 addImageCommands(program, connection);
+for (const add of [addProcessCommands, addFileCommands])
+  add(program, () => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    return { ...connection(global), ...(global.json ? { json: true } : {}) };
+  });
 
 program
   .command('mcp')

@@ -41,6 +41,7 @@ import { AGENT_RUNTIME_INOTIFY } from '../contract/agent-runtime.js';
 import { CHANGE_FIELD, CHANGE_LOG_MAX_ENTRIES } from '../contract/watch.js';
 import { FileWatch } from './host/file-watch.js';
 import { fileTools } from './tools/file-tools.js';
+import { processTools } from './tools/process-tools.js';
 
 async function main(): Promise<void> {
   const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent/agent.json';
@@ -82,7 +83,9 @@ async function main(): Promise<void> {
     maxFileBytes: config.files.maxFileBytes,
     path: toolsPath(config),
   });
-  const tools = new Map<string, AgentTool<unknown>>([execTool as AgentTool<unknown>, ...fileTools(worker)].map((t) => [t.name, t]));
+  const tools = new Map<string, AgentTool<unknown>>(
+    [execTool as AgentTool<unknown>, ...fileTools(worker), ...processTools].map((t) => [t.name, t]),
+  );
   const processTrees = new ProcessTrees();
   // The lease's file change log (host/file-watch.ts): entry ids `<seq>-0`, MAXLEN-bounded.
   const fileWatch = new FileWatch({

@@ -303,6 +303,19 @@ export class SbxClient {
     return result.success ? result.data : PendingCall.parse(body);
   }
 
+  /** `GET /v1/sandboxes/:id/processes`: the process table with its call (or `{callId, status}` when the agent did not answer within 30 s). */
+  async listProcesses(leaseId: string): Promise<unknown> {
+    return this.json('GET', `/v1/sandboxes/${leaseId}/processes`);
+  }
+
+  /**
+   * `POST /v1/sandboxes/:id/processes/:pid/signal`. Throws SbxError `process.not_killable`,
+   * `process.not_found`, `input.invalid` (a signal name not offered).
+   */
+  async signalProcess(leaseId: string, pid: number, signal?: string): Promise<unknown> {
+    return this.json('POST', `/v1/sandboxes/${leaseId}/processes/${pid}/signal`, signal === undefined ? {} : { signal });
+  }
+
   async getCall(leaseId: string, callId: string): Promise<CallView> {
     return CallView.parse(await this.json('GET', `/v1/sandboxes/${leaseId}/calls/${callId}`));
   }

@@ -86,7 +86,9 @@ describe('OpenAPI document', () => {
         const url = path.replace(
           /\{(\w+)\}/g,
           (_m, name: string) =>
-            ({ id: 'sbx_openapi_example', callId: 'call-example', tenant: 'openapi-example', name: 'OPENAPI_EXAMPLE' })[name] ?? 'x',
+            ({ id: 'sbx_openapi_example', callId: 'call-example', tenant: 'openapi-example', name: 'OPENAPI_EXAMPLE', pid: '4242' })[
+              name
+            ] ?? 'x',
         );
         for (const example of bodyExamples(op)) {
           const response = await h.client.raw(method.toUpperCase(), url, {
@@ -102,7 +104,7 @@ describe('OpenAPI document', () => {
     }
     // Volumes the examples made hold a disk on the host: removed here, not left to the Redis cleanup.
     for (const name of ['pip-cache', 'dataset']) expect((await h.client.raw('DELETE', `/v1/volumes/${name}`)).status).toBe(200);
-    // The examples the schemas carry: leases, checkpoints, calls, keys, quotas, secrets, volumes, snapshots.
+    // The examples the schemas carry: leases, checkpoints, calls, keys, quotas, secrets, volumes, snapshots, signals.
     expect(new Set(checked)).toEqual(
       new Set([
         'post /v1/volumes',
@@ -114,6 +116,7 @@ describe('OpenAPI document', () => {
         'put /v1/secrets/{name}',
         'post /v1/sandboxes/{id}/snapshots',
         'post /v1/snapshots/{id}/fork',
+        'post /v1/sandboxes/{id}/processes/{pid}/signal',
       ]),
     );
   });
