@@ -12,6 +12,8 @@
  *   sbx fork SNAP --count N          start N sandboxes from a snapshot
  *   sbx snapshots ls | rm ID         the tenant's snapshots
  *   sbx events ID                    a sandbox's status transitions
+ *   sbx watch ID PATH [--count N]    stream a sandbox's file changes (cli/watch.ts)
+ *   sbx changes ID [--since CURSOR]  a sandbox's file changes since a cursor, then the next cursor
  *   sbx ls                           list sandboxes
  *   sbx ps ID | sbx kill ID PID [SIG]  a sandbox's processes; a signal to one of the tool user's
  *   sbx fs ID stat|rm|mv|mkdir PATH...   file operations (each a call with a receipt)
@@ -46,6 +48,7 @@ import { addVolumeCommands, parseSize, volumeMounts } from './volumes.js';
 import { addFileCommands } from './files.js';
 import { addProcessCommands } from './processes.js';
 import { addSessionCommands } from './sessions.js';
+import { addWatchCommands } from './watch.js';
 
 /** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
 function connection(opts: { url?: string; apiKey?: string }): ConnectionOptions {
@@ -484,6 +487,10 @@ secretCommand
   });
 
 addVolumeCommands(program, () => {
+  const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+  return { ...connection(global), ...(global.json ? { json: true } : {}) };
+});
+addWatchCommands(program, () => {
   const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
   return { ...connection(global), ...(global.json ? { json: true } : {}) };
 });

@@ -14,6 +14,8 @@ export const AGENT_RUNTIME_INIT = `${AGENT_RUNTIME_DIR}/bin/tini`;
 export const AGENT_RUNTIME_NODE = `${AGENT_RUNTIME_DIR}/bin/node`;
 /** A static busybox (sh and the utilities of the transfer scripts). */
 export const AGENT_RUNTIME_BUSYBOX = `${AGENT_RUNTIME_DIR}/bin/busybox`;
+/** The file watch's inotify helper, static (images/runtime/sbx-inotify.c). */
+export const AGENT_RUNTIME_INOTIFY = `${AGENT_RUNTIME_DIR}/bin/sbx-inotify`;
 /** The agent bundle. */
 export const AGENT_RUNTIME_AGENT = `${AGENT_RUNTIME_DIR}/agent/sbx-agent.cjs`;
 /** The directory of the runtime's own tools (busybox applets, GNU tar): the fallback of file transfers in an image without them. */

@@ -336,6 +336,18 @@ export const ERROR_CODES = {
     retryability: 'after_fix',
     summary: 'tar inside the sandbox failed for another reason; `details.stderr` has its message.',
   },
+  'watch.limit_exceeded': {
+    status: 429,
+    retryability: 'safe',
+    summary:
+      'The sandbox already has as many open file watches as its policy allows (`watch.maxConcurrent`; `details.limit`); nothing was opened. Close one (disconnect), or poll `GET /v1/sandboxes/:id/files/changes?since=`.',
+  },
+  'watch.resync_required': {
+    status: 410,
+    retryability: 'after_fix',
+    summary:
+      "The cursor (`since`, `Last-Event-ID`) is older than the oldest change the sandbox's change log still keeps, or is not one of its cursors (`details.since`, `details.oldestSeq`, `details.cursor`): changes were lost for this reader. List the tree again, then continue from `details.cursor`.",
+  },
   'files.binary': {
     status: 422,
     retryability: 'after_fix',

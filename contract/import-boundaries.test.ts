@@ -28,7 +28,7 @@ const DOMAIN_STORE = /^control-plane\/[a-z-]+\/store\.ts$/;
 const OWNERS: Record<string, Array<string | RegExp>> = {
   dockerode: ['control-plane/runtime/'],
   'tar-fs': ['sdk/client.ts'],
-  'eventsource-parser': ['sdk/client.ts'],
+  'eventsource-parser': ['sdk/client.ts', 'sdk/watch.ts'],
   '@modelcontextprotocol/sdk': ['cli/mcp.ts'],
   'tar-stream': ['control-plane/files/tar-guard.ts', 'control-plane/runtime/'],
   // Redis connections, the lock, the notifier and durable timers; the per-lease agent channel; the sandbox agent.

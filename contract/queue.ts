@@ -15,6 +15,8 @@
  * - pub/sub channel `control`: cancel requests to the agent.
  * - `bound`: list a pooled sandbox's agent pushes its `BindAck` onto once it took its lease's
  *   binding (the `bind` job on the `calls` queue).
+ * - `changes`: the lease's file change log (`contract/watch.ts`), a Redis stream the agent
+ *   appends to (XADD, entry id `<seq>-0`, MAXLEN-bounded) and the control plane reads.
  */
 import { z } from 'zod';
 import { EventBody } from './events.js';
@@ -38,6 +40,8 @@ export interface LeaseKeys {
   readonly secrets: string;
   /** Where a pooled sandbox's agent acknowledges its binding. */
   readonly bound: string;
+  /** The file change log: a Redis stream of `ChangeEntry` (contract/watch.ts), entry ids `<seq>-0`. */
+  readonly changes: string;
   attempt(callId: string): string;
   cancel(callId: string): string;
   /** Redis ACL key and channel pattern covering the namespace. */
@@ -53,6 +57,7 @@ export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
     control: `${namespace}:control`,
     secrets: `${namespace}:secrets`,
     bound: `${namespace}:bound`,
+    changes: `${namespace}:changes`,
     attempt: (callId) => `${namespace}:attempt:${callId}`,
     cancel: (callId) => `${namespace}:cancel:${callId}`,
     aclPattern: `${namespace}:*`,

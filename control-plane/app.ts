@@ -46,6 +46,9 @@ import type { SecretService } from './secrets/service.js';
 import { sessionsRoutes } from './sessions/routes.js';
 import type { SessionService } from './sessions/service.js';
 import { volumesRoutes } from './volumes/routes.js';
+import { watchRoutes } from './watch/routes.js';
+import { WatchService } from './watch/service.js';
+import type { RedisChangeLog } from './watch/store.js';
 import type { VolumeService } from './volumes/service.js';
 
 export interface AppDeps {
@@ -82,6 +85,8 @@ export interface AppDeps {
   pingRedis: () => Promise<unknown>;
   spoolDir: string;
   maxUploadBytes: number;
+  /** The lease file change logs (file watch). */
+  changeLog: RedisChangeLog;
   /** Largest JSON body, bytes. Default 1 MiB. */
   jsonBodyLimitBytes?: number;
   /** Built admin console served (publicly) at `/console`. */
@@ -166,5 +171,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     egressLog: deps.egressLog,
   });
   await app.register(filesRoutes, { runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
+  await app.register(watchRoutes, {
+    watch: new WatchService({ log: deps.changeLog, paths: deps.runtime }),
+    log: deps.changeLog,
+    active: (id, by) => deps.leases.active(id, by),
+  });
   return app;
 }

@@ -51,6 +51,7 @@ import { DockerImages } from './runtime/docker-image-engine.js';
 import { DockerRuntime } from './runtime/docker-runtime.js';
 import type { Ownership } from './runtime/runtime.js';
 import { LoopVolumeDisks } from './runtime/volume-disks.js';
+import { RedisChangeLog } from './watch/store.js';
 import { SecretService } from './secrets/service.js';
 import { RedisSecretRecords } from './secrets/store.js';
 import { VolumeService } from './volumes/service.js';
@@ -299,6 +300,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     pingRedis: () => redis.ping(),
     spoolDir: join(config.dataDir, 'spool'),
     maxUploadBytes: config.maxUploadBytes,
+    changeLog: new RedisChangeLog(redis, config.redisPrefix),
     consoleDir: config.consoleDir,
     version: SBX_VERSION,
   });

@@ -38,7 +38,9 @@ import { ToolUserWorker } from './tool-user/client.js';
 import { runToolUserWorker } from './tool-user/worker.js';
 import { execTool, toolsPath } from './tools/exec.js';
 import { ShellSessions } from './session/sessions.js';
-import { AGENT_RUNTIME_BUSYBOX } from '../contract/agent-runtime.js';
+import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_INOTIFY } from '../contract/agent-runtime.js';
+import { CHANGE_FIELD, CHANGE_LOG_MAX_ENTRIES } from '../contract/watch.js';
+import { FileWatch } from './host/file-watch.js';
 import { fileTools } from './tools/file-tools.js';
 import { processTools } from './tools/process-tools.js';
 
@@ -94,11 +96,30 @@ async function main(): Promise<void> {
     ].map((t) => [t.name, t]),
   );
   const processTrees = new ProcessTrees();
+  // The lease's file change log (host/file-watch.ts): entry ids `<seq>-0`, MAXLEN-bounded.
+  const fileWatch = new FileWatch({
+    binary: AGENT_RUNTIME_INOTIFY,
+    roots: config.files.roots,
+    uid: config.toolUser.uid,
+    gid: config.toolUser.gid,
+    log,
+    writer: {
+      lastSeq: async () => Number((await redis.xrevrange(keys.changes, '+', '-', 'COUNT', 1))[0]?.[0].split('-')[0] ?? 0),
+      append: async (entries) => {
+        const tx = redis.multi();
+        for (const e of entries)
+          tx.xadd(keys.changes, 'MAXLEN', '~', CHANGE_LOG_MAX_ENTRIES, `${e.seq}-0`, CHANGE_FIELD, JSON.stringify(e));
+        const results = await tx.exec();
+        const failed = results?.find(([err]) => err !== null);
+        if (!results || failed) throw failed?.[0] ?? new Error('change log transaction aborted');
+      },
+    },
+  });
   const runner = new CallRunner({
     config,
     shell,
     scheduler: new AccessScheduler(),
-    agentPids: () => new Set(worker.pid === null ? [] : [worker.pid]),
+    agentPids: () => new Set([worker.pid, fileWatch.pid].filter((pid): pid is number => pid !== null)),
     processTrees,
     keys,
     secrets,
@@ -144,6 +165,8 @@ async function main(): Promise<void> {
   queueWorker.on('error', (err) => log.warn({ err }, 'queue worker error'));
   await queueWorker.waitUntilReady();
   if (config.egress) await startEgressForwarder(config.egress.port, config.egress.socketPath);
+  // Watching before the lease is ready, so that changes made once it is are all in the log.
+  await fileWatch.start(2000);
 
   const hello: AgentHello = { leaseId: config.leaseId, facts: await facts, startedAt: new Date().toISOString() };
   await redis.rpush(keys.hello, JSON.stringify(hello));
@@ -152,6 +175,7 @@ async function main(): Promise<void> {
   const shutdown = async (): Promise<void> => {
     await queueWorker.close();
     worker.stop();
+    fileWatch.stop();
     await Promise.allSettled([returnQueue.close(), subscriber.quit(), redis.quit()]);
     process.exit(0);
   };

@@ -19,6 +19,7 @@ import { SecretMetadata } from '../contract/secrets.js';
 import { Volume, VolumeList } from '../contract/volumes.js';
 import { Snapshot } from '../contract/snapshots.js';
 import { SbxError, errorOfResponse } from './errors.js';
+import { fetchChanges, openWatch, type ChangesPage, type FileWatch, type WatchOptions } from './watch.js';
 
 /** What `POST /v1/sandboxes` takes; see the README's HTTP API for each field. */
 export interface CreateSandboxOptions {
@@ -513,6 +514,22 @@ export class SbxClient {
       ...(init.body !== undefined ? { body: init.body } : {}),
     });
   }
+
+  /** Watches `path` in the sandbox (sdk/watch.ts `openWatch`); resolves once the watch is in place. */
+  watchFiles(leaseId: string, path: string, options: WatchOptions = {}): Promise<FileWatch> {
+    return openWatch(this.send, leaseId, path, options);
+  }
+
+  /** File changes after `since` (sdk/watch.ts `fetchChanges`). Throws SbxError `watch.resync_required`. */
+  fileChanges(leaseId: string, options: { since?: number; path?: string; recursive?: boolean; limit?: number } = {}): Promise<ChangesPage> {
+    return fetchChanges(this.send, leaseId, options);
+  }
+
+  private readonly send = (path: string, init: { headers?: Record<string, string>; signal?: AbortSignal }): Promise<Response> =>
+    this.fetch(`${this.baseUrl}${path}`, {
+      headers: { authorization: `Bearer ${this.apiKey}`, ...init.headers },
+      ...(init.signal ? { signal: init.signal } : {}),
+    });
 
   /** fetch, with network failures as `api.unreachable` naming the URL and the system's reason (ECONNREFUSED, ...). */
   private async fetch(url: string, init: RequestInit): Promise<Response> {

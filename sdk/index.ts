@@ -36,6 +36,8 @@ export type {
   WriteFileData,
 } from './tool-data.js';
 export { SandboxProcesses, type ProcessInfo, type ProcessList, type SignalName, type SignalSent } from './processes.js';
+export type { ChangesPage, FileWatch, WatchEvent, WatchOptions } from './watch.js';
+export type { ChangeEntry, FileChange, WatchOverflow } from '../contract/watch.js';
 export type { CallEvent } from '../contract/events.js';
 export type { ErrorCode, ErrorInfo, Retryability } from '../contract/errors.js';
 export type { CallView, EffectReceipt, Lease, ToolResult } from '../contract/objects.js';

@@ -14,6 +14,7 @@ import type { z } from 'zod';
 import type { CallEvent } from '../contract/events.js';
 import type { Lease, ToolResult } from '../contract/objects.js';
 import type { Snapshot } from '../contract/snapshots.js';
+import type { ChangesPage, FileWatch, WatchOptions } from './watch.js';
 import { SbxClient, type CreateSandboxOptions, type UploadSummary } from './client.js';
 import { SbxError } from './errors.js';
 import { SandboxProcesses } from './processes.js';
@@ -423,6 +424,24 @@ export class SandboxFiles {
   /** Downloads `remotePath` (a file or directory) into the existing local directory `localDir`. Throws SbxError `files.not_found`. */
   download(remotePath: string, localDir: string): Promise<void> {
     return this.sandbox.client.download(this.sandbox.id, remotePath, localDir);
+  }
+
+  /**
+   * Watches `path` (default recursively) and calls `onEvent` for each change (`created`,
+   * `modified`, `deleted`, `renamed` with `oldPath`) and `watch.overflow` (changes were lost:
+   * list again). Resolves once the watch is in place; `close()` ends it. Throws SbxError
+   * `input.path_outside_workspace`, `watch.limit_exceeded`, `watch.resync_required`.
+   */
+  watch(path: string, options: WatchOptions = {}): Promise<FileWatch> {
+    return this.sandbox.client.watchFiles(this.sandbox.id, path, options);
+  }
+
+  /**
+   * What changed after cursor `since` (omit it for the cursor of now): `{changes, cursor, more}`.
+   * Throws SbxError `watch.resync_required` when the cursor is older than the sandbox keeps.
+   */
+  changes(since?: number, options: { path?: string; recursive?: boolean; limit?: number } = {}): Promise<ChangesPage> {
+    return this.sandbox.client.fileChanges(this.sandbox.id, { ...options, ...(since !== undefined ? { since } : {}) });
   }
 }
 

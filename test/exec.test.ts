@@ -18,7 +18,8 @@ async function eventsOf(callId: string): Promise<CallEvent[]> {
 
 async function processesInSandbox(): Promise<string[]> {
   const r = await exec({ argv: ['ps', '-eo', 'user,pid,args', '--no-headers'] });
-  return r.stdout.split('\n').filter((l) => l.trim() && !l.includes('ps -eo'));
+  // The file watch's inotify helper runs as the tool user for the agent's life (sandbox-agent/host/file-watch.ts).
+  return r.stdout.split('\n').filter((l) => l.trim() && !l.includes('ps -eo') && !l.includes('/opt/sbx/bin/sbx-inotify'));
 }
 
 const { exec } = useLeasedSandbox((harness, id) => {

@@ -24,6 +24,18 @@ export interface SseSource<E extends { seq: number; type: string }> {
   ended(): Promise<boolean>;
 }
 
+/**
+ * Hijacks `reply` and opens an SSE session on it, for a stream that is not an `SseSource` (the
+ * file watch, watch/routes.ts): `push(data, event, id?)`.
+ */
+export async function openSseSession(
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<{ push(data: unknown, event: string, id?: string): void }> {
+  reply.hijack();
+  return createSession(request.raw, reply.raw, { keepAlive: SSE_KEEPALIVE_MS, retry: 1000 });
+}
+
 /** Hijacks `reply` and streams `source`'s events after `afterSeq` until a terminal event or the client leaves. */
 export async function streamSse<E extends { seq: number; type: string }>(
   request: FastifyRequest,

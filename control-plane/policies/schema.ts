@@ -252,6 +252,14 @@ export const PolicyShape = z
       })
       .strict()
       .default({ max: 8, idleTimeoutSeconds: 3600 }),
+    /**
+     * File watch (`GET /v1/sandboxes/:id/files/watch`): SSE watches open at once on one sandbox,
+     * across every control-plane process; one more is `429 watch.limit_exceeded`.
+     */
+    watch: z
+      .object({ maxConcurrent: z.number().int().min(0).max(256).default(8) })
+      .strict()
+      .default({ maxConcurrent: 8 }),
   })
   .strict();
 

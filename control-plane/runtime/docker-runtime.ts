@@ -286,6 +286,15 @@ export class DockerRuntime implements SandboxRuntime {
     return out;
   }
 
+  async realpath(leaseId: string, path: string, user: RunAs): Promise<string> {
+    const run = await this.execTar(leaseId, [AGENT_RUNTIME_BUSYBOX, 'sh', '-c', REALPATH_SCRIPT, 'sbx-realpath', path], user, null);
+    const out: Buffer[] = [];
+    run.stdout.on('data', (chunk: Buffer) => out.push(chunk));
+    const { exitCode, stderr } = await run.done;
+    if (exitCode !== 0) throw tarError(stderr, path);
+    return Buffer.concat(out).toString('utf8');
+  }
+
   /**
    * Runs `cmd` in the lease's container as `user` (docker exec), feeding `stdin` when given.
    * Resolves once started: `stdout` streams the demultiplexed output, `done` the exit code and stderr.
@@ -343,6 +352,11 @@ const IMAGE_SHELL_FIRST = [
   `if [ -x /bin/sh ]; then exec /bin/sh -c "$@"; fi; exec ${AGENT_RUNTIME_BUSYBOX} sh -c "$@"`,
   'sbx-transfer',
 ];
+
+/** Prints `$1` with symlinks resolved on its longest existing prefix, the missing rest appended. */
+const REALPATH_SCRIPT =
+  'p="$1"; rest=""; until r="$(readlink -f -- "$p" 2>/dev/null)" && [ -n "$r" ]; do ' +
+  'rest="/$(basename -- "$p")$rest"; p="$(dirname -- "$p")"; done; r="${r%/}"; printf %s "${r:-/}$rest"';
 
 /** The PATH of a transfer: the image's usual directories, then the runtime's tools. */
 const TRANSFER_PATH = `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:${AGENT_RUNTIME_TOOLS}`;

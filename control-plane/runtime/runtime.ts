@@ -210,6 +210,11 @@ export interface SandboxRuntime {
    */
   createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable>;
   /**
+   * `path` resolved inside the sandbox as `user`: symlinks followed (`readlink -f`) on its longest
+   * existing prefix, the missing rest appended (the file watch's path check). Throws as `extractTar`.
+   */
+  realpath(leaseId: string, path: string, user: RunAs): Promise<string>;
+  /**
    * Captures the lease's sandbox as a snapshot image (its changed files and every writable root;
    * see snapshot-image.ts), while it keeps running. Throws `snapshot.capture_failed`, `lease.not_ready`.
    */

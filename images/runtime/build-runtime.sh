@@ -25,6 +25,9 @@ node_bin="$(readlink -f "$(command -v node)")"
 tar_bin="$(readlink -f "$(command -v tar)")"
 tini_bin=/usr/bin/tini-static
 busybox_bin=/bin/busybox
+# The file watch's inotify helper (sbx-inotify.c), built static here: it runs in any image.
+inotify_src="$here/sbx-inotify.c"
+command -v gcc >/dev/null 2>&1 || die "gcc is missing (package gcc, with libc6-dev for the static C library)"
 for f in "$tini_bin" "$busybox_bin"; do [[ -x "$f" ]] || die "$f is missing (packages tini, busybox-static)"; done
 command -v patchelf >/dev/null 2>&1 || die "patchelf is missing (package patchelf)"
 
@@ -32,7 +35,7 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 # The libraries a binary loads (ldd's resolved paths, the loader included), one a line.
 libs_of() { ldd "$1" | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }'; }
 inputs="$( {
-  for f in "$node_bin" "$tar_bin" "$tini_bin" "$busybox_bin" "$bundle" "${BASH_SOURCE[0]}" $(libs_of "$node_bin") $(libs_of "$tar_bin"); do
+  for f in "$node_bin" "$tar_bin" "$tini_bin" "$busybox_bin" "$inotify_src" "$bundle" "${BASH_SOURCE[0]}" $(libs_of "$node_bin") $(libs_of "$tar_bin"); do
     printf '%s %s\n' "$(sha "$(readlink -f "$f")")" "$f"
   done
 } | sort -u)"
@@ -57,6 +60,7 @@ if [[ ! -f "$dir/.complete" ]]; then
   done
   cp "$tini_bin" "$stage/bin/tini"
   cp "$busybox_bin" "$stage/bin/busybox"
+  gcc -static -O2 -Wall -Werror -o "$stage/bin/sbx-inotify" "$inotify_src" || die "could not build $inotify_src (gcc -static needs libc6-dev)"
   # The transfer scripts' utilities (control-plane/runtime/transfer-scripts): busybox applets.
   for applet in sh mv mkdir rm rmdir cat ls chmod mktemp env readlink test '[' printf echo find stat dirname basename; do
     ln -s ../bin/busybox "$stage/tools/$applet"
