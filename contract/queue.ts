@@ -15,6 +15,8 @@
  * - pub/sub channel `control`: cancel requests to the agent.
  * - `bound`: list a pooled sandbox's agent pushes its `BindAck` onto once it took its lease's
  *   binding (the `bind` job on the `calls` queue).
+ * - `input:<callId>`: a Redis stream (control plane XADD, agent XREAD BLOCK) of `InputMessage`s
+ *   for one running call, in order: a terminal's keystrokes and resizes, an exec's piped stdin.
  */
 import { z } from 'zod';
 import { EventBody } from './events.js';
@@ -40,6 +42,8 @@ export interface LeaseKeys {
   readonly bound: string;
   attempt(callId: string): string;
   cancel(callId: string): string;
+  /** The stream of `InputMessage`s to a running call (terminal input and resizes, piped stdin). */
+  input(callId: string): string;
   /** Redis ACL key and channel pattern covering the namespace. */
   readonly aclPattern: string;
 }
@@ -55,6 +59,7 @@ export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
     bound: `${namespace}:bound`,
     attempt: (callId) => `${namespace}:attempt:${callId}`,
     cancel: (callId) => `${namespace}:cancel:${callId}`,
+    input: (callId) => `${namespace}:input:${callId}`,
     aclPattern: `${namespace}:*`,
   };
 }
@@ -174,6 +179,20 @@ export type ReturnMessage = z.infer<typeof ReturnMessage>;
 /** What the agent pushes to `hello` once connected: the facts the manifest is built from. */
 export const AgentHello = z.object({ leaseId: z.string(), facts: SandboxFacts, startedAt: z.string() });
 export type AgentHello = z.infer<typeof AgentHello>;
+
+/**
+ * Control plane → agent, one entry (field `m`, JSON) of `LeaseKeys.input(callId)`, applied in
+ * stream order: bytes to the call's stdin or terminal, a terminal's new window size, or the end
+ * of its stdin (`eof`: a pipe is closed; a terminal gets its EOF character).
+ */
+export const InputMessage = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('data'), dataBase64: z.string() }),
+  z.object({ kind: z.literal('resize'), cols: z.number().int().positive(), rows: z.number().int().positive() }),
+  z.object({ kind: z.literal('eof') }),
+]);
+export type InputMessage = z.infer<typeof InputMessage>;
+/** The field of an input stream entry that holds the `InputMessage` JSON. */
+export const INPUT_FIELD = 'm';
 
 /** Control plane → agent over the `control` channel. */
 export const ControlMessage = z.discriminatedUnion('type', [z.object({ type: z.literal('cancel'), callId: z.string() })]);

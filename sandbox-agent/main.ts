@@ -30,6 +30,7 @@ import { CallRunner } from './execution/call-runner.js';
 import { startEgressForwarder } from './host/egress-forwarder.js';
 import { measureFacts } from './host/facts.js';
 import { detectShell } from './host/image-probe.js';
+import { redisInput, type StreamEntry } from './link/input-stream.js';
 import { ReturnChannel } from './link/return-channel.js';
 import { AccessScheduler } from './execution/scheduler.js';
 import { ProcessTrees } from './host/process-trees.js';
@@ -38,6 +39,7 @@ import { ToolUserWorker } from './tool-user/client.js';
 import { runToolUserWorker } from './tool-user/worker.js';
 import { execTool, toolsPath } from './tools/exec.js';
 import { fileTools } from './tools/file-tools.js';
+import { terminalTool } from './tools/terminal.js';
 
 async function main(): Promise<void> {
   const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent/agent.json';
@@ -79,7 +81,9 @@ async function main(): Promise<void> {
     maxFileBytes: config.files.maxFileBytes,
     path: toolsPath(config),
   });
-  const tools = new Map<string, AgentTool<unknown>>([execTool as AgentTool<unknown>, ...fileTools(worker)].map((t) => [t.name, t]));
+  const tools = new Map<string, AgentTool<unknown>>(
+    [execTool as AgentTool<unknown>, terminalTool as AgentTool<unknown>, ...fileTools(worker)].map((t) => [t.name, t]),
+  );
   const processTrees = new ProcessTrees();
   const runner = new CallRunner({
     config,
@@ -87,6 +91,18 @@ async function main(): Promise<void> {
     scheduler: new AccessScheduler(),
     agentPids: () => new Set(worker.pid === null ? [] : [worker.pid]),
     processTrees,
+    // One connection per open input stream: XREAD BLOCK would stall every other command of a shared one.
+    openInput: redisInput(() => {
+      const conn = new Redis(redisOptions);
+      return {
+        readAfter: async (key, afterId, blockMs) => {
+          const reply = (await conn.xread('COUNT', 100, 'BLOCK', blockMs, 'STREAMS', key, afterId)) as [string, StreamEntry[]][] | null;
+          return reply?.[0]?.[1] ?? [];
+        },
+        remove: async (key) => void (await redis.del(key)),
+        close: () => conn.disconnect(),
+      };
+    }, keys.input),
     keys,
     secrets,
     tools,

@@ -16,6 +16,7 @@ import type { ReturnChannel } from '../link/return-channel.js';
 import { resolveAccesses } from './accesses.js';
 import type { AccessScheduler } from './scheduler.js';
 import type { ProcessTrees } from '../host/process-trees.js';
+import type { OpenInput } from '../link/input-stream.js';
 import type { LeaseSecrets } from '../host/secrets.js';
 import { SpoolBudget } from '../output/spool.js';
 
@@ -29,6 +30,8 @@ export interface CallRunnerDeps {
   scheduler: AccessScheduler;
   /** Pids of the agent's own tool-user processes (see AttemptContext.agentPids). */
   agentPids: () => ReadonlySet<number>;
+  /** Opens a call's input stream (`link/input-stream.ts`). */
+  openInput: OpenInput;
   /** The agent's one registry of process trees kept between calls (`host/process-trees.ts`). */
   processTrees: ProcessTrees;
   keys: LeaseKeys;
@@ -177,6 +180,7 @@ export class CallRunner {
             void slot.then((release) => (release as () => void)());
           },
           emit: channel.emit,
+          openInput: this.deps.openInput,
           spool: { ...this.deps.config.spool, budget: this.spoolBudget },
           uploadArtifact: async (path, name, mediaType) => {
             const id = `art_${randomUUID().replaceAll('-', '')}`;
