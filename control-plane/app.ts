@@ -12,6 +12,8 @@ import type { ArtifactStore } from './artifacts/store.js';
 import { auditRoutes } from './audit/routes.js';
 import type { AuditLog } from './audit/service.js';
 import { callsRoutes } from './calls/routes.js';
+import { terminalsRoutes } from './terminals/routes.js';
+import type { TerminalService } from './terminals/service.js';
 import { CallId } from './calls/schema.js';
 import type { CallService } from './calls/service.js';
 import type { CallStore } from './calls/store.js';
@@ -55,6 +57,7 @@ export interface AppDeps {
   audit: AuditLog;
   leases: LeaseService;
   calls: CallService;
+  terminals: TerminalService;
   callStore: CallStore;
   egressLog: EgressLog;
   notifier: Notifier;
@@ -130,6 +133,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     startMany: (snapshot, by, body, key) => deps.snapshots.startMany(snapshot, by, body, key),
   });
   await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, store: deps.callStore, notifier: deps.notifier });
+  await app.register(terminalsRoutes, { terminals: deps.terminals, leases: deps.leases, store: deps.callStore, notifier: deps.notifier });
   await app.register(artifactsRoutes, { artifacts: deps.artifacts });
   await app.register(egressRoutes, { egressLog: deps.egressLog });
   await app.register(apiKeysRoutes, { apiKeys: deps.apiKeys });

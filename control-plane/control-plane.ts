@@ -21,6 +21,7 @@ import { ArtifactRecords, ArtifactStore } from './artifacts/store.js';
 import { AuditLog } from './audit/service.js';
 import { RedisAuditStore } from './audit/store.js';
 import { CallService } from './calls/service.js';
+import { TerminalService } from './terminals/service.js';
 import { CallStore } from './calls/store.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
@@ -124,6 +125,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     queueDepth: async () => link.calls.depth(await liveLeaseIds()),
   });
   const calls: CallService = new CallService({ store: callStore, artifacts, agent: link.calls, notifier, metrics, now, log });
+  const terminals = new TerminalService({ calls, input: link.input });
   const egress = new EgressProxy({
     resolve: createResolver(config.egressDnsServers),
     record: async (leaseId, event) => {
@@ -276,6 +278,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     audit,
     leases,
     calls,
+    terminals,
     callStore,
     egressLog,
     notifier,

@@ -12,6 +12,7 @@ import { RedisLock } from '../redis/lock.js';
 import { AgentAcl } from './acl.js';
 import { CallsOut } from './calls-out.js';
 import { Handshake } from './handshake.js';
+import { InputOut } from './input-out.js';
 import { Liveness } from './liveness.js';
 import { ReturnsIn, type ReturnHandler } from './returns-in.js';
 
@@ -21,6 +22,7 @@ export class AgentLink {
   readonly calls: CallsOut;
   readonly returns: ReturnsIn;
   readonly handshake: Handshake;
+  readonly input: InputOut;
 
   /** `onReturn` receives every message an agent sends back (the composition root hands it to calls). */
   constructor(
@@ -35,6 +37,7 @@ export class AgentLink {
     this.calls = new CallsOut(redis, rootPrefix);
     this.returns = new ReturnsIn(redis, options, rootPrefix, new RedisLock(redis), this.liveness, onReturn, log);
     this.handshake = new Handshake(redis, rootPrefix, this.calls);
+    this.input = new InputOut(redis, rootPrefix);
   }
 
   /** Stops consuming the lease's returns (giving up the consumer lock) and forgets its queue handles (idempotent). */

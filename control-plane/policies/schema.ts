@@ -112,6 +112,35 @@ export const ReadOnlyMount = z
  * The shape of a policy without its cross-field rules: what a lease's stored policy snapshot
  * is read back with, so records written under older rules stay readable.
  */
+/**
+ * Terminal limits: `max` open at once per sandbox (one more is `429 terminal.limit_reached`),
+ * `idleTimeoutSeconds` with neither input nor output, `maxDurationSeconds` open at all, and
+ * `maxOutputBytes` of output kept as events (the backlog a client can resume from; the rest is
+ * in the transcript artifact only).
+ */
+export const TerminalsPolicy = z
+  .object({
+    max: z.number().int().min(0).max(1000).default(8),
+    idleTimeoutSeconds: z
+      .number()
+      .int()
+      .positive()
+      .max(7 * 24 * 3600)
+      .default(1800),
+    maxDurationSeconds: z
+      .number()
+      .int()
+      .positive()
+      .max(7 * 24 * 3600)
+      .default(24 * 3600),
+    maxOutputBytes: z
+      .number()
+      .int()
+      .positive()
+      .default(16 * MiB),
+  })
+  .strict();
+
 export const PolicyShape = z
   .object({
     name: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/),
@@ -249,6 +278,8 @@ export const PolicyShape = z
       .strict(),
     /** Env var names a lease request may set (empty = any POSIX name). */
     envAllowlist: z.array(EnvName).default([]),
+    /** Terminals (`POST /v1/sandboxes/:id/terminals`): how many at once, and when they end by themselves. */
+    terminals: TerminalsPolicy.default(TerminalsPolicy.parse({})),
   })
   .strict();
 
