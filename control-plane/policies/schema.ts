@@ -4,6 +4,7 @@
  * keeps the two in step.
  */
 import { z } from 'zod';
+import { TerminalsPolicy } from './terminals.js';
 import { posix } from 'node:path';
 import ipaddr from 'ipaddr.js';
 import { digestOf } from '../../contract/digest.js';
@@ -112,35 +113,6 @@ export const ReadOnlyMount = z
  * The shape of a policy without its cross-field rules: what a lease's stored policy snapshot
  * is read back with, so records written under older rules stay readable.
  */
-/**
- * Terminal limits: `max` open at once per sandbox (one more is `429 terminal.limit_reached`),
- * `idleTimeoutSeconds` with neither input nor output, `maxDurationSeconds` open at all, and
- * `maxOutputBytes` of output kept as events (the backlog a client can resume from; the rest is
- * in the transcript artifact only).
- */
-export const TerminalsPolicy = z
-  .object({
-    max: z.number().int().min(0).max(1000).default(8),
-    idleTimeoutSeconds: z
-      .number()
-      .int()
-      .positive()
-      .max(7 * 24 * 3600)
-      .default(1800),
-    maxDurationSeconds: z
-      .number()
-      .int()
-      .positive()
-      .max(7 * 24 * 3600)
-      .default(24 * 3600),
-    maxOutputBytes: z
-      .number()
-      .int()
-      .positive()
-      .default(16 * MiB),
-  })
-  .strict();
-
 export const PolicyShape = z
   .object({
     name: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/),

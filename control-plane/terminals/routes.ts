@@ -1,8 +1,10 @@
 /**
  * Terminal routes: create, read, input, resize, delete, the output as Server-Sent Events (the
- * call's events: `id:` = `seq`, `Last-Event-ID` resumes), the WebSocket attach (`ws.ts`), and
+ * call's events: `id:` = `seq`, `Last-Event-ID` resumes), the WebSocket attach (below), and
  * stdin to a running call (`POST .../calls/:callId/stdin`).
  */
+import websocket from '@fastify/websocket';
+import { z } from 'zod';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { streamSse } from '../http/sse.js';
@@ -11,9 +13,17 @@ import type { Notifier } from '../redis/notifier.js';
 import { CallEventsHeaders } from '../calls/schema.js';
 import type { CallStore } from '../calls/store.js';
 import { LeaseParams } from '../leases/schema.js';
-import { CreateTerminalBody, StdinBody, StdinParams, TerminalInputBody, TerminalParams, TerminalSize } from './schema.js';
+import {
+  AttachQuery,
+  CreateTerminalBody,
+  MAX_INPUT_BYTES,
+  StdinBody,
+  StdinParams,
+  TerminalInputBody,
+  TerminalParams,
+  TerminalSize,
+} from './schema.js';
 import type { TerminalService } from './service.js';
-import { terminalSocket } from './ws.js';
 
 export interface TerminalsRoutesOptions {
   terminals: TerminalService;
@@ -151,3 +161,121 @@ export const terminalsRoutes: FastifyPluginAsync<TerminalsRoutesOptions> = async
     },
   );
 };
+
+/**
+ * The WebSocket attach of a terminal: `GET /v1/sandboxes/:id/terminals/:terminalId/ws`
+ * (API key in `Authorization`, like every route).
+ *
+ * Server → client: each `output` event's bytes as one binary frame, in `seq` order from
+ * `?after=SEQ` (default 0: the whole backlog; reconnecting with the last seen seq misses nothing
+ * and repeats nothing); text frames (JSON) for what is not output: `{"type":"seq","seq":N}`
+ * after each batch of frames (where to resume), `{"type":"truncated","keptBytes":N}` when the
+ * backlog bound was reached, and `{"type":"exit","status","exitCode","signal"}` before the
+ * server closes (1000) once the terminal ended.
+ *
+ * Client → server: binary frames are input bytes; text frames are JSON
+ * `{"type":"resize","cols":C,"rows":R}` or `{"type":"input","data":"text"}`. A malformed text
+ * frame is answered `{"type":"error","code":"input.invalid"}` and changes nothing; frames are
+ * applied in the order received.
+ */
+export interface TerminalSocketOptions {
+  terminals: TerminalService;
+  store: Pick<CallStore, 'notifyChannel' | 'readEvents' | 'getCall'>;
+  notifier: Pick<Notifier, 'next'>;
+}
+
+/** How long the output loop sleeps without a notification before it reads again, ms. */
+const RECHECK_MS = 15_000;
+
+const ClientMessage = z.discriminatedUnion('type', [
+  TerminalSize.extend({ type: z.literal('resize') }).strict(),
+  z.object({ type: z.literal('input'), data: z.string().max(MAX_INPUT_BYTES) }).strict(),
+]);
+
+export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (plugin, { terminals, store, notifier }) => {
+  await plugin.register(websocket, { options: { maxPayload: MAX_INPUT_BYTES } });
+  const app = plugin.withTypeProvider<ZodTypeProvider>();
+  app.get(
+    '/v1/sandboxes/:id/terminals/:terminalId/ws',
+    {
+      websocket: true,
+      schema: { tags: ['terminals'], summary: 'Attach to a terminal over WebSocket', params: TerminalParams, querystring: AttachQuery },
+      config: { lease: 'active' },
+      // Refused before the upgrade, as plain HTTP errors: a missing or ended terminal.
+      preHandler: async (request) => {
+        const { id, terminalId } = request.params as z.infer<typeof TerminalParams>;
+        await terminals.open(id, terminalId);
+      },
+    },
+    (socket, request) => {
+      const { id, terminalId } = request.params;
+      const closed = new AbortController();
+      socket.on('close', () => closed.abort());
+      const sendJson = (value: unknown): void => {
+        if (socket.readyState === socket.OPEN) socket.send(JSON.stringify(value));
+      };
+
+      // Input: applied one after the other, in the order the frames arrived.
+      let inputs: Promise<void> = Promise.resolve();
+      socket.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
+        const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
+        inputs = inputs.then(async () => {
+          try {
+            if (isBinary) return await terminals.writeBytes(id, terminalId, bytes);
+            const parsed = ClientMessage.safeParse(safeJson(bytes.toString('utf8')));
+            if (!parsed.success)
+              return sendJson({ type: 'error', code: 'input.invalid', message: parsed.error.issues[0]?.message ?? 'invalid' });
+            if (parsed.data.type === 'resize') await terminals.resize(id, terminalId, parsed.data, true);
+            else await terminals.writeBytes(id, terminalId, Buffer.from(parsed.data.data, 'utf8'));
+          } catch (err) {
+            request.log.warn({ err }, 'terminal input failed');
+            sendJson({ type: 'error', code: 'queue.unavailable', message: (err as Error).message });
+          }
+        });
+      });
+
+      // Output: the call's events after `after`, pushed as they are ledgered.
+      void (async () => {
+        let seq = request.query.after ?? 0;
+        const channel = store.notifyChannel(id, terminalId);
+        try {
+          while (!closed.signal.aborted) {
+            const wake = notifier.next(channel, RECHECK_MS, closed.signal);
+            const events = await store.readEvents(id, terminalId, seq);
+            let finished = false;
+            for (const event of events) {
+              seq = event.seq;
+              if (event.type === 'output') socket.send(Buffer.from(event.dataBase64, 'base64'), { binary: true });
+              else if (event.type === 'output.truncated') sendJson({ type: 'truncated', keptBytes: event.keptBytes });
+              else if (event.type === 'call.finished') finished = true;
+            }
+            if (events.length > 0) sendJson({ type: 'seq', seq });
+            if (finished || (events.length === 0 && (await store.getCall(id, terminalId))?.status === 'finished')) {
+              const call = await store.getCall(id, terminalId);
+              sendJson({
+                type: 'exit',
+                status: call?.result?.status ?? null,
+                exitCode: call?.result?.exitCode ?? null,
+                signal: call?.result?.signal ?? null,
+              });
+              socket.close(1000, 'terminal ended');
+              return;
+            }
+            await wake;
+          }
+        } catch (err) {
+          request.log.warn({ err }, 'terminal attach ended with an error');
+          socket.close(1011, 'internal error');
+        }
+      })();
+    },
+  );
+};
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
