@@ -20,6 +20,7 @@ export {
   type VolumesApi,
 } from './client.js';
 export { Image, type ImageBuildOptions } from './images.js';
+export { SandboxTerminals, Terminal, TerminalView, type CreateTerminalOptions } from './terminals.js';
 export { SbxError } from './errors.js';
 export type { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
 export type { CallEvent } from '../contract/events.js';

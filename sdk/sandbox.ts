@@ -15,6 +15,7 @@ import type { Lease, ToolResult } from '../contract/objects.js';
 import type { Snapshot } from '../contract/snapshots.js';
 import { SbxClient, type CreateSandboxOptions, type UploadSummary } from './client.js';
 import { SbxError } from './errors.js';
+import { SandboxTerminals } from './terminals.js';
 import { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
 
 /** Where the API is and the key to use. */
@@ -97,6 +98,9 @@ export class Sandbox implements AsyncDisposable {
   /** git tools; they run git, so they need `exec` enabled by the policy. */
   readonly git: SandboxGit;
 
+  /** Programs on a pseudo-terminal (`terminals.create({cols, rows, onData})`). */
+  readonly terminals: SandboxTerminals;
+
   private constructor(
     /** The client this sandbox talks through; for the routes the SDK does not wrap. */
     readonly client: SbxClient,
@@ -104,6 +108,7 @@ export class Sandbox implements AsyncDisposable {
   ) {
     this.files = new SandboxFiles(this);
     this.git = new SandboxGit(this);
+    this.terminals = new SandboxTerminals(client, () => this.id);
   }
 
   /**

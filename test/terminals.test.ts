@@ -9,7 +9,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
-import { apiAs, eventually, useLeasedSandbox, type Harness } from './fixtures/index.js';
+import { Sandbox } from '../sdk/index.js';
+import { apiAs, eventually, runCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
@@ -270,6 +271,33 @@ describe('terminals', () => {
     const r = await call('POST', '/terminals/term_nope/input', { data: 'x' });
     expect(r.status).toBe(404);
     expect((r.body as { error: { code: string } }).error.code).toBe('terminal.not_found');
+  });
+});
+
+describe('terminals from the SDK and the CLI', () => {
+  it('sandbox.terminals.create({cols, rows, onData}) streams output, takes input and resizes, and reports the exit code', async () => {
+    const sbx = await Sandbox.connect(leaseId, { url: h.url, apiKey: h.apiKey });
+    let output = '';
+    const term = await sbx.terminals.create({ cols: 90, rows: 20, onData: (d) => (output += d.toString('utf8')) });
+    opened.push(term.id);
+    await term.write('stty size\r');
+    await eventually(
+      () => output,
+      (o) => /20 90/.test(o),
+    );
+    await term.resize(101, 33);
+    await term.write('stty size; exit 4\r');
+    const end = await term.exited;
+    expect(output).toMatch(/33 101/);
+    expect(end.exitCode).toBe(4);
+    expect(end.result?.receipt?.exit?.code).toBe(4);
+  });
+
+  it('sbx shell ID runs a shell on a terminal with piped stdin and exits with its exit code', async () => {
+    const run = await runCli({ url: h.url, apiKey: h.apiKey }, ['shell', leaseId], 'tty; stty size\nexit 6\n');
+    expect(run.code, run.stderr).toBe(6);
+    expect(run.stdout).toMatch(/\/dev\/pts\/\d+/);
+    expect(run.stdout).toMatch(/24 80/);
   });
 });
 

@@ -7,6 +7,7 @@ import websocket from '@fastify/websocket';
 import { z } from 'zod';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { AppError } from '../../contract/errors.js';
 import { streamSse } from '../http/sse.js';
 import type { LeaseService } from '../leases/service.js';
 import type { Notifier } from '../redis/notifier.js';
@@ -203,6 +204,8 @@ export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (
       config: { lease: 'active' },
       // Refused before the upgrade, as plain HTTP errors: a missing or ended terminal.
       preHandler: async (request) => {
+        if (!request.ws)
+          throw new AppError('input.invalid', 'this route is a WebSocket: send an Upgrade request', { details: { field: 'upgrade' } });
         const { id, terminalId } = request.params as z.infer<typeof TerminalParams>;
         await terminals.open(id, terminalId);
       },
