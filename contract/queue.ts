@@ -15,6 +15,7 @@
  * - pub/sub channel `control`: cancel requests to the agent.
  * - `bound`: list a pooled sandbox's agent pushes its `BindAck` onto once it took its lease's
  *   binding (the `bind` job on the `calls` queue).
+ * - pub/sub channel `live:<callId>`: a terminal's output as written (`LiveOutput`), ahead of its events.
  * - `input:<callId>`: a Redis stream (control plane XADD, agent XREAD BLOCK) of `InputMessage`s
  *   for one running call, in order: a terminal's keystrokes and resizes, an exec's piped stdin.
  */
@@ -44,6 +45,8 @@ export interface LeaseKeys {
   cancel(callId: string): string;
   /** The stream of `InputMessage`s to a running call (terminal input and resizes, piped stdin). */
   input(callId: string): string;
+  /** Pub/sub channel of a terminal's output as it is written (`LiveOutput`), ahead of the ledger. */
+  live(callId: string): string;
   /** Redis ACL key and channel pattern covering the namespace. */
   readonly aclPattern: string;
 }
@@ -60,6 +63,7 @@ export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
     attempt: (callId) => `${namespace}:attempt:${callId}`,
     cancel: (callId) => `${namespace}:cancel:${callId}`,
     input: (callId) => `${namespace}:input:${callId}`,
+    live: (callId) => `${namespace}:live:${callId}`,
     aclPattern: `${namespace}:*`,
   };
 }
@@ -191,6 +195,15 @@ export const InputMessage = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('eof') }),
 ]);
 export type InputMessage = z.infer<typeof InputMessage>;
+/**
+ * Agent → control plane on `LeaseKeys.live(callId)`: a terminal's output bytes the moment they
+ * are written, at their byte `offset` in the stream — the same offsets as the `output` events the
+ * ledger gets later, so an attached client is sent every byte once whichever path brings it first.
+ * Best effort (pub/sub): the ledger's events remain the record.
+ */
+export const LiveOutput = z.object({ offset: z.number().int().nonnegative(), dataBase64: z.string() });
+export type LiveOutput = z.infer<typeof LiveOutput>;
+
 /** The field of an input stream entry that holds the `InputMessage` JSON. */
 export const INPUT_FIELD = 'm';
 

@@ -14,6 +14,7 @@ import type { AuditLog } from './audit/service.js';
 import { callsRoutes } from './calls/routes.js';
 import { terminalsRoutes } from './terminals/routes.js';
 import type { TerminalService } from './terminals/service.js';
+import type { LiveIn } from './agent-link/live-in.js';
 import { CallId } from './calls/schema.js';
 import type { CallService } from './calls/service.js';
 import type { CallStore } from './calls/store.js';
@@ -58,6 +59,8 @@ export interface AppDeps {
   leases: LeaseService;
   calls: CallService;
   terminals: TerminalService;
+  /** Terminals' output as agents write it (the WebSocket attach). */
+  live: Pick<LiveIn, 'subscribe'>;
   callStore: CallStore;
   egressLog: EgressLog;
   notifier: Notifier;
@@ -133,7 +136,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     startMany: (snapshot, by, body, key) => deps.snapshots.startMany(snapshot, by, body, key),
   });
   await app.register(callsRoutes, { leases: deps.leases, calls: deps.calls, store: deps.callStore, notifier: deps.notifier });
-  await app.register(terminalsRoutes, { terminals: deps.terminals, leases: deps.leases, store: deps.callStore, notifier: deps.notifier });
+  await app.register(terminalsRoutes, {
+    terminals: deps.terminals,
+    live: deps.live,
+    leases: deps.leases,
+    store: deps.callStore,
+    notifier: deps.notifier,
+  });
   await app.register(artifactsRoutes, { artifacts: deps.artifacts });
   await app.register(egressRoutes, { egressLog: deps.egressLog });
   await app.register(apiKeysRoutes, { apiKeys: deps.apiKeys });

@@ -279,6 +279,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     leases,
     calls,
     terminals,
+    live: link.live,
     callStore,
     egressLog,
     notifier,

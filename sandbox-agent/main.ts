@@ -103,6 +103,7 @@ async function main(): Promise<void> {
         close: () => conn.disconnect(),
       };
     }, keys.input),
+    publish: (channel, message) => void redis.publish(channel, message).catch(() => undefined),
     keys,
     secrets,
     tools,

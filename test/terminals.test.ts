@@ -45,8 +45,8 @@ async function createTerminal(body: Record<string, unknown> = {}): Promise<Termi
 }
 
 /** A WebSocket attach that collects the terminal's output as text, and its exit message. */
-async function attach(terminalId: string, after = 0) {
-  const url = `${h.url.replace(/^http/, 'ws')}/v1/sandboxes/${leaseId}/terminals/${terminalId}/ws?after=${after}`;
+async function attach(terminalId: string, offset = 0) {
+  const url = `${h.url.replace(/^http/, 'ws')}/v1/sandboxes/${leaseId}/terminals/${terminalId}/ws?offset=${offset}`;
   const socket = new WebSocket(url, { headers: { authorization: `Bearer ${h.apiKey}` } });
   const state = { output: '', exit: null as null | Record<string, unknown>, messages: [] as Record<string, unknown>[], closed: false };
   socket.on('message', (data: Buffer, isBinary: boolean) => {

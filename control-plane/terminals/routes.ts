@@ -12,6 +12,7 @@ import { streamSse } from '../http/sse.js';
 import type { LeaseService } from '../leases/service.js';
 import type { Notifier } from '../redis/notifier.js';
 import { CallEventsHeaders } from '../calls/schema.js';
+import type { LiveIn } from '../agent-link/live-in.js';
 import type { CallStore } from '../calls/store.js';
 import { LeaseParams } from '../leases/schema.js';
 import {
@@ -28,12 +29,13 @@ import type { TerminalService } from './service.js';
 
 export interface TerminalsRoutesOptions {
   terminals: TerminalService;
+  live: Pick<LiveIn, 'subscribe'>;
   leases: Pick<LeaseService, 'usable'>;
   store: Pick<CallStore, 'notifyChannel' | 'readEvents' | 'getCall'>;
   notifier: Pick<Notifier, 'next'>;
 }
 
-export const terminalsRoutes: FastifyPluginAsync<TerminalsRoutesOptions> = async (plugin, { terminals, leases, store, notifier }) => {
+export const terminalsRoutes: FastifyPluginAsync<TerminalsRoutesOptions> = async (plugin, { terminals, live, leases, store, notifier }) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   const tags = ['terminals'];
 
@@ -141,7 +143,7 @@ export const terminalsRoutes: FastifyPluginAsync<TerminalsRoutesOptions> = async
     },
   );
 
-  await app.register(terminalSocket, { terminals, store, notifier });
+  await app.register(terminalSocket, { terminals, live, store, notifier });
 
   app.post(
     '/v1/sandboxes/:id/calls/:callId/stdin',
@@ -167,10 +169,11 @@ export const terminalsRoutes: FastifyPluginAsync<TerminalsRoutesOptions> = async
  * The WebSocket attach of a terminal: `GET /v1/sandboxes/:id/terminals/:terminalId/ws`
  * (API key in `Authorization`, like every route).
  *
- * Server → client: each `output` event's bytes as one binary frame, in `seq` order from
- * `?after=SEQ` (default 0: the whole backlog; reconnecting with the last seen seq misses nothing
- * and repeats nothing); text frames (JSON) for what is not output: `{"type":"seq","seq":N}`
- * after each batch of frames (where to resume), `{"type":"truncated","keptBytes":N}` when the
+ * Server → client: the output as binary frames, every byte once and in order from `?offset=N`
+ * (bytes the client already has; default 0: the whole backlog, so reconnecting with the count
+ * of bytes received misses nothing and repeats nothing) — sent as the agent writes them (the
+ * live channel) or from the ledger's `output` events, whichever comes first; text frames (JSON)
+ * for what is not output: `{"type":"seq","seq":N,"offset":BYTES}` after each ledger batch, `{"type":"truncated","keptBytes":N}` when the
  * backlog bound was reached, and `{"type":"exit","status","exitCode","signal"}` before the
  * server closes (1000) once the terminal ended.
  *
@@ -181,6 +184,7 @@ export const terminalsRoutes: FastifyPluginAsync<TerminalsRoutesOptions> = async
  */
 export interface TerminalSocketOptions {
   terminals: TerminalService;
+  live: Pick<LiveIn, 'subscribe'>;
   store: Pick<CallStore, 'notifyChannel' | 'readEvents' | 'getCall'>;
   notifier: Pick<Notifier, 'next'>;
 }
@@ -193,7 +197,7 @@ const ClientMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('input'), data: z.string().max(MAX_INPUT_BYTES) }).strict(),
 ]);
 
-export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (plugin, { terminals, store, notifier }) => {
+export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (plugin, { terminals, live, store, notifier }) => {
   await plugin.register(websocket, { options: { maxPayload: MAX_INPUT_BYTES } });
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   app.get(
@@ -237,10 +241,20 @@ export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (
         });
       });
 
-      // Output: the call's events after `after`, pushed as they are ledgered.
+      // Output, each byte once by its offset: live chunks as the agent writes them, and the
+      // ledger's `output` events (the backlog, and whatever the live channel dropped).
+      let sent = request.query.offset ?? 0;
+      const sendBytes = (offset: number, data: Buffer): void => {
+        const end = offset + data.length;
+        if (end <= sent || offset > sent || socket.readyState !== socket.OPEN) return;
+        socket.send(data.subarray(sent - offset), { binary: true });
+        sent = end;
+      };
       void (async () => {
-        let seq = request.query.after ?? 0;
+        let seq = 0;
         const channel = store.notifyChannel(id, terminalId);
+        const unsubscribe = await live.subscribe(id, terminalId, (chunk) => sendBytes(chunk.offset, chunk.data));
+        closed.signal.addEventListener('abort', () => void unsubscribe(), { once: true });
         try {
           while (!closed.signal.aborted) {
             const wake = notifier.next(channel, RECHECK_MS, closed.signal);
@@ -248,18 +262,19 @@ export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (
             let finished = false;
             for (const event of events) {
               seq = event.seq;
-              if (event.type === 'output') socket.send(Buffer.from(event.dataBase64, 'base64'), { binary: true });
+              if (event.type === 'output') sendBytes(event.offset, Buffer.from(event.dataBase64, 'base64'));
               else if (event.type === 'output.truncated') sendJson({ type: 'truncated', keptBytes: event.keptBytes });
               else if (event.type === 'call.finished') finished = true;
             }
-            if (events.length > 0) sendJson({ type: 'seq', seq });
+            if (events.length > 0) sendJson({ type: 'seq', seq, offset: sent });
             if (finished || (events.length === 0 && (await store.getCall(id, terminalId))?.status === 'finished')) {
               const call = await store.getCall(id, terminalId);
+              const result = call?.result;
               sendJson({
                 type: 'exit',
-                status: call?.result?.status ?? null,
-                exitCode: call?.result?.exitCode ?? null,
-                signal: call?.result?.signal ?? null,
+                status: result?.status ?? null,
+                exitCode: result?.exitCode ?? null,
+                signal: result?.signal ?? null,
               });
               socket.close(1000, 'terminal ended');
               return;
@@ -269,6 +284,8 @@ export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (
         } catch (err) {
           request.log.warn({ err }, 'terminal attach ended with an error');
           socket.close(1011, 'internal error');
+        } finally {
+          await unsubscribe();
         }
       })();
     },

@@ -62,8 +62,8 @@ export type StdinBody = z.infer<typeof StdinBody>;
 
 export const StdinParams = z.object({ id: z.string(), callId: CallId });
 
-/** `?after=SEQ` of the WebSocket attach: replay output after this seq (0: from the start). */
-export const AttachQuery = z.object({ after: z.coerce.number().int().min(0).optional() }).strict();
+/** `?offset=BYTES` of the WebSocket attach: the output bytes the client has already (0: send the whole backlog). */
+export const AttachQuery = z.object({ offset: z.coerce.number().int().min(0).optional() }).strict();
 
 /**
  * A terminal as the API shows it. `status`: `starting` (queued), `running`, `exited` (its

@@ -47,6 +47,8 @@ export interface AttemptContext {
    * handler gets each message in order until `close()`.
    */
   readonly openInput: OpenInput;
+  /** Publishes output bytes at `offset` on the call's live channel (best effort, ahead of the `output` events). */
+  publishLive(offset: number, data: Buffer): void;
   /** Queues an event for the control plane; events keep the order of `emit` calls. */
   emit(body: EventBody): void;
   /** Where output is spooled, the cap per stream (bytes) and the budget all spools share. */

@@ -137,6 +137,7 @@ async function makeRunner(over: Partial<CallRunnerDeps> = {}): Promise<CallRunne
     agentPids: () => new Set(),
     processTrees: new ProcessTrees(),
     openInput: () => ({ close: async () => undefined }),
+    publish: () => undefined,
     keys,
     secrets: await LeaseSecrets.load(cfg, async () => null),
     tools: new Map<string, AgentTool<unknown>>([[tool.name, tool as AgentTool<unknown>]]),

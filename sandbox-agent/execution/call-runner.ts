@@ -32,6 +32,8 @@ export interface CallRunnerDeps {
   agentPids: () => ReadonlySet<number>;
   /** Opens a call's input stream (`link/input-stream.ts`). */
   openInput: OpenInput;
+  /** Publishes a message on a channel (PUBLISH; best effort: a failure is ignored). */
+  publish: (channel: string, message: string) => void;
   /** The agent's one registry of process trees kept between calls (`host/process-trees.ts`). */
   processTrees: ProcessTrees;
   keys: LeaseKeys;
@@ -181,6 +183,8 @@ export class CallRunner {
           },
           emit: channel.emit,
           openInput: this.deps.openInput,
+          publishLive: (offset, data) =>
+            this.deps.publish(this.deps.keys.live(job.callId), JSON.stringify({ offset, dataBase64: data.toString('base64') })),
           spool: { ...this.deps.config.spool, budget: this.spoolBudget },
           uploadArtifact: async (path, name, mediaType) => {
             const id = `art_${randomUUID().replaceAll('-', '')}`;

@@ -126,10 +126,15 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
   };
   touch();
 
+  // Bytes published live so far: the same offsets as the output events, up to the same bound.
+  let liveBytes = 0;
   pty.onData((chunk: string | Buffer) => {
     touch();
     const data = redactor.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk));
     if (data.length === 0) return;
+    // Keystroke echo is latency-bound: attached clients get the bytes now, the ledger's events follow.
+    if (liveBytes + data.length <= ctx.maxOutputBytes) ctx.publishLive(liveBytes, data);
+    liveBytes += data.length;
     pipeline.write('stdout', data);
     if (!spool.write(data)) {
       pty.pause();
