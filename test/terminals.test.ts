@@ -48,10 +48,18 @@ async function createTerminal(body: Record<string, unknown> = {}): Promise<Termi
 async function attach(terminalId: string, offset = 0) {
   const url = `${h.url.replace(/^http/, 'ws')}/v1/sandboxes/${leaseId}/terminals/${terminalId}/ws?offset=${offset}`;
   const socket = new WebSocket(url, { headers: { authorization: `Bearer ${h.apiKey}` } });
-  const state = { output: '', exit: null as null | Record<string, unknown>, messages: [] as Record<string, unknown>[], closed: false };
+  const state = {
+    output: '',
+    bytes: 0,
+    exit: null as null | Record<string, unknown>,
+    messages: [] as Record<string, unknown>[],
+    closed: false,
+  };
   socket.on('message', (data: Buffer, isBinary: boolean) => {
-    if (isBinary) state.output += data.toString('utf8');
-    else {
+    if (isBinary) {
+      state.output += data.toString('latin1');
+      state.bytes += data.length;
+    } else {
       const m = JSON.parse(data.toString('utf8')) as Record<string, unknown>;
       state.messages.push(m);
       if (m.type === 'exit') state.exit = m;
@@ -102,6 +110,24 @@ describe('terminals', () => {
     ws.send('stty size\r');
     await ws.waitFor(/43 132/);
     ws.close();
+  });
+
+  it('a WebSocket reattached at ?offset= gets every later byte once; at 0 the whole backlog', async () => {
+    const t = await createTerminal();
+    const first = await attach(t.terminalId);
+    first.send('echo first-$((1+1))\r');
+    await first.waitFor(/first-2\r\n.*\$ $/s);
+    first.close();
+    const resumed = await attach(t.terminalId, first.state.bytes);
+    const whole = await attach(t.terminalId, 0);
+    expect((await call('POST', `/terminals/${t.terminalId}/input`, { data: 'echo second-$((2+2))\r' })).status).toBe(204);
+    await resumed.waitFor(/second-4\r\n.*\$ $/s);
+    await eventually(
+      () => whole.state.output,
+      (o) => o === first.state.output + resumed.state.output,
+    );
+    resumed.close();
+    whole.close();
   });
 
   it('answers a Python input() prompt through POST input, with the output on SSE, and reports exit code 0 with receipt and transcript', async () => {
