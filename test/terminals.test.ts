@@ -291,12 +291,50 @@ describe('terminals', () => {
     const r = await call('POST', '/terminals', { cols: 80, rows: 24, cmd: 'sleep 600' });
     expect(r.status).toBe(429);
     expect((r.body as { error: { code: string } }).error.code).toBe('terminal.limit_reached');
+    expect((await exec({ cmd: 'pgrep -fc "^sleep 60[0]$" || true' })).stdout.trim()).toBe(String(max));
   });
 
   it('a missing terminal is 404 terminal.not_found; an exec call is not a terminal', async () => {
     const r = await call('POST', '/terminals/term_nope/input', { data: 'x' });
     expect(r.status).toBe(404);
     expect((r.body as { error: { code: string } }).error.code).toBe('terminal.not_found');
+  });
+});
+
+describe('terminal limits from the policy', () => {
+  it('a terminal idle for idleTimeoutSeconds is hung up (timed_out, idle); max 1 refuses a second with 429', async () => {
+    const current = (await api(h.apiKey, 'GET', '/v1/policies/default')).body as { policy: Record<string, unknown> };
+    const policy: Record<string, unknown> = {
+      ...structuredClone(current.policy),
+      terminals: { max: 1, idleTimeoutSeconds: 1, maxDurationSeconds: 3600 },
+    };
+    delete policy.name;
+    delete policy.version;
+    const put = await api(h.apiKey, 'PUT', '/v1/policies/terminals-idle', policy);
+    expect(put.status, JSON.stringify(put.body)).toBeLessThan(300);
+    const lease = await h.client.createSandbox({ policy: 'terminals-idle' });
+    try {
+      const path = `/v1/sandboxes/${lease.id}/terminals`;
+      const created = await api(h.apiKey, 'POST', path, { cols: 80, rows: 24, cmd: 'sleep 600' });
+      expect(created.status).toBe(201);
+      const second = await api(h.apiKey, 'POST', path, { cols: 80, rows: 24 });
+      expect(second.status).toBe(429);
+      const terminalId = (created.body as TerminalView).terminalId;
+      const end = await eventually(
+        async () => (await api(h.apiKey, 'GET', `${path}/${terminalId}`)).body as TerminalView,
+        (v) => v.status === 'exited',
+      );
+      expect(end.result?.status).toBe('timed_out');
+      expect(end.result?.error?.code).toBe('execution.timeout');
+      expect(end.result?.error?.details).toMatchObject({ idle: true, timeoutMs: 1000 });
+      expect(end.signal).toBe('SIGHUP');
+      // The slot is free again.
+      const third = await api(h.apiKey, 'POST', path, { cols: 80, rows: 24, cmd: 'true' });
+      expect(third.status).toBe(201);
+    } finally {
+      await h.client.releaseSandbox(lease.id);
+      await api(h.apiKey, 'DELETE', '/v1/policies/terminals-idle');
+    }
   });
 });
 
