@@ -103,6 +103,9 @@ describe('terminals', () => {
     ws.send('tty; test -t 0 && echo IS-A-TTY; stty size\r');
     await ws.waitFor(/IS-A-TTY\r?\n24 80/);
     expect(ws.state.output).toMatch(/\/dev\/pts\/\d+/);
+    // The tool user, with its own group alone (none of the agent's root groups).
+    ws.send('echo ids=$(id -u):$(id -G)\r');
+    await ws.waitFor(/ids=1000:1000\r?\n/);
     ws.sendJson({ type: 'resize', cols: 100, rows: 30 });
     ws.send('stty size\r');
     await ws.waitFor(/30 100/);
