@@ -65,6 +65,15 @@ const TOOL_SEMANTICS: Record<string, string> = {
     'Runs git (counts as running code: needs exec enabled). Staged, unstaged, untracked and conflicted paths and the branch; reports the whole work tree.',
   git_diff:
     'Runs git (counts as running code: needs exec enabled). The unified diff of the work tree (or the index with `staged`), at most `maxBytes` in the result; a cut diff is kept whole as an artifact.',
+  remove:
+    'Removes a file, symlink (the link, not its target) or directory; a directory with entries needs `recursive` (else `files.not_empty`, nothing removed). A missing path succeeds with `existed: false`. A root (/workspace) is refused. Not undoable.',
+  move: 'Renames or moves a path, making missing parent directories of `destination`; an existing destination is `files.exists` unless `overwrite`. Across filesystems (/workspace to /tmp) it copies then removes (`atomic: false`).',
+  make_dir: 'Creates a directory with missing parents (mkdir -p); an existing directory succeeds with `created: false`.',
+  stat: 'Read-only. Type, size, mode, owner and group names, mtime; a symlink is reported as the link with its target.',
+  list_processes:
+    'Read-only. Every process of the sandbox with pid, user, command, CPU time, RSS, the call/session/terminal it belongs to and whether you may signal it. Runs even while an exec is running.',
+  signal_process:
+    "Sends a signal (default SIGTERM) to one of the tool user's processes, e.g. SIGINT to stop a dev server or a stuck foreground command (its exec call then ends). Init, the agent and its worker are `process.not_killable`.",
 };
 
 /** The server's own tool: a checkpoint of the session's sandbox filesystem. */

@@ -13,6 +13,8 @@
  *   sbx snapshots ls | rm ID         the tenant's snapshots
  *   sbx events ID                    a sandbox's status transitions
  *   sbx ls                           list sandboxes
+ *   sbx ps ID | sbx kill ID PID [SIG]  a sandbox's processes; a signal to one of the tool user's
+ *   sbx fs ID stat|rm|mv|mkdir PATH...   file operations (each a call with a receipt)
  *   sbx secret put NAME | ls | rm NAME   store (value from stdin), list, delete secrets (admin)
  *   sbx volume create NAME --size 1G [--shared] | ls | rm NAME   persistent volumes
  *   sbx image build DIR | ls | rm ID  build (cli/image.ts), list, delete the tenant's images
@@ -41,6 +43,8 @@ import { runMcpServer } from './mcp.js';
 import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
 import { describeDown, down, downSucceeded } from './down.js';
 import { addVolumeCommands, parseSize, volumeMounts } from './volumes.js';
+import { addFileCommands } from './files.js';
+import { addProcessCommands } from './processes.js';
 
 /** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
 function connection(opts: { url?: string; apiKey?: string }): ConnectionOptions {
@@ -483,6 +487,11 @@ addVolumeCommands(program, () => {
 
 addImageCommands(program, connection);
 addShellCommand(program, connection);
+for (const add of [addProcessCommands, addFileCommands])
+  add(program, () => {
+    const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+    return { ...connection(global), ...(global.json ? { json: true } : {}) };
+  });
 
 program
   .command('mcp')
@@ -534,5 +543,11 @@ program
 program.parseAsync(process.argv).catch((err: unknown) => {
   const message = err instanceof Error ? err.message : String(err);
   process.stderr.write(`sbx: ${message}\n`);
+  // With --json a script reads the failure as it reads a success: one JSON document on stdout,
+  // the platform's error in its wire shape (docs/errors.md) and the HTTP status that carried it.
+  if (program.opts<{ json?: boolean }>().json) {
+    const error = err instanceof SbxError ? { ...err.info, status: err.status } : { code: null, message };
+    process.stdout.write(`${JSON.stringify({ error }, null, 2)}\n`);
+  }
   process.exit(EXIT_PLATFORM_ERROR);
 });

@@ -351,7 +351,11 @@ export const ERROR_CODES = {
     retryability: 'reconcile_first',
     summary: "The file's sha256 is not `expectedSha256` (details: expected, actual); nothing was written.",
   },
-  'files.exists': { status: 409, retryability: 'after_fix', summary: '`createOnly` and the file exists; nothing was written.' },
+  'files.exists': {
+    status: 409,
+    retryability: 'after_fix',
+    summary: '`createOnly` (write_file), or `move` without `overwrite`, and the target exists; nothing was written.',
+  },
   'files.dangling_symlink': {
     status: 422,
     retryability: 'after_fix',
@@ -367,6 +371,26 @@ export const ERROR_CODES = {
     status: 413,
     retryability: 'after_fix',
     summary: 'The file is larger than the policy lets a file tool read or write.',
+  },
+  'files.not_empty': {
+    status: 409,
+    retryability: 'after_fix',
+    summary: '`remove` of a directory that has entries, without `recursive`; nothing was removed.',
+  },
+  'files.root_protected': {
+    status: 403,
+    retryability: 'no',
+    summary: 'The path is one of the file roots itself (`remove` or `move` of a root); nothing was changed.',
+  },
+  'process.not_found': {
+    status: 404,
+    retryability: 'no',
+    summary: 'No process with this pid runs in the sandbox (it may have ended).',
+  },
+  'process.not_killable': {
+    status: 403,
+    retryability: 'no',
+    summary: "The process is not the tool user's (init, the agent, its tool-user worker, another user's); nothing was signalled.",
   },
   'edit.no_match': { status: 422, retryability: 'after_fix', summary: '`oldString` does not occur in the file (details.count = 0).' },
   'edit.ambiguous_match': {

@@ -5,16 +5,20 @@
 import { z } from 'zod';
 import { editFileSpec } from './tools/edit-file.js';
 import { execSpec } from './tools/exec.js';
+import { makeDirSpec, moveSpec, removeSpec, statSpec } from './tools/fs-ops.js';
 import { gitDiffSpec, gitStatusSpec } from './tools/git.js';
 import { globSpec, listFilesSpec, searchSpec } from './tools/listing.js';
+import { listProcessesSpec, signalProcessSpec } from './tools/processes.js';
 import { readFileSpec } from './tools/read-file.js';
 import { writeFileSpec } from './tools/write-file.js';
 
 export { EnvMap, EnvName, EnvValue, MAX_ARG_BYTES, SandboxPath, Sha256Hex } from './tools/common.js';
 export { EditFileArgs } from './tools/edit-file.js';
 export { ExecArgs } from './tools/exec.js';
+export { MakeDirArgs, MoveArgs, RemoveArgs, StatArgs } from './tools/fs-ops.js';
 export { GitDiffArgs, GitStatusArgs } from './tools/git.js';
 export { GlobArgs, ListFilesArgs, SearchArgs } from './tools/listing.js';
+export { ListProcessesArgs, ProcessInfo, SignalName, SignalProcessArgs, SIGNAL_NAMES } from './tools/processes.js';
 export { ReadFileArgs } from './tools/read-file.js';
 export { Access, EffectClass, runsCode, writesFiles, type LimitsSection, type ToolSpec } from './tools/spec.js';
 export { WriteFileArgs } from './tools/write-file.js';
@@ -30,7 +34,16 @@ export const TOOL_SPECS = [
   searchSpec,
   gitStatusSpec,
   gitDiffSpec,
+  removeSpec,
+  moveSpec,
+  makeDirSpec,
+  statSpec,
+  listProcessesSpec,
+  signalProcessSpec,
 ] as const;
+/** The tools the agent runs itself on the process table (not the tool-user worker's operations). */
+export const PROCESS_TOOLS = ['list_processes', 'signal_process'] as const;
+export type ProcessToolName = (typeof PROCESS_TOOLS)[number];
 export type ToolName = (typeof TOOL_SPECS)[number]['name'];
 export const ToolName = z.enum(TOOL_SPECS.map((s) => s.name) as [ToolName, ...ToolName[]]);
 

@@ -41,6 +41,8 @@ import type { QuotaService } from './quotas/service.js';
 import type { Notifier } from './redis/notifier.js';
 import type { SandboxRuntime } from './runtime/runtime.js';
 import { secretsRoutes } from './secrets/routes.js';
+import { processesRoutes } from './processes/routes.js';
+import type { ProcessService } from './processes/service.js';
 import { snapshotsRoutes } from './snapshots/routes.js';
 import type { SnapshotService } from './snapshots/service.js';
 import type { SecretService } from './secrets/service.js';
@@ -74,6 +76,8 @@ export interface AppDeps {
   /** Largest image build context, bytes. */
   maxImageContextBytes: number;
   snapshots: SnapshotService;
+  /** The sandbox's processes (list, signal). */
+  processes: ProcessService;
   /** Rendered by the public `GET /metrics`. */
   metrics: Metrics;
   /** Resolves when Redis answers; rejects otherwise. */
@@ -152,6 +156,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(quotasRoutes, { quotas: deps.quotas });
   await app.register(volumesRoutes, { volumes: deps.volumes });
   await app.register(snapshotsRoutes, { snapshots: deps.snapshots });
+  await app.register(processesRoutes, { processes: deps.processes });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   await app.register(consoleRoutes, { consoleDir: deps.consoleDir });
   await app.register(imagesRoutes, {
@@ -160,6 +165,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     notifier: deps.notifier,
     spoolDir: deps.spoolDir,
     maxContextBytes: deps.maxImageContextBytes,
+    egressLog: deps.egressLog,
   });
   await app.register(filesRoutes, { runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
   return app;

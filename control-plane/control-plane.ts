@@ -7,6 +7,7 @@
  */
 import { existsSync } from 'node:fs';
 import { SnapshotService } from './snapshots/service.js';
+import { ProcessService } from './processes/service.js';
 import { SnapshotStore } from './snapshots/store.js';
 import { dirname, join } from 'node:path';
 import { AGENT_RUNTIME_DIR, AGENT_RUNTIME_NODE } from '../contract/agent-runtime.js';
@@ -168,11 +169,13 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const imageStore = new ImageStore(redis, config.redisPrefix);
   const images = new ImageService({
     store: imageStore,
-    engine: new DockerImages(config.dockerSocket),
+    engine: new DockerImages(config.dockerSocket, { helperImage: config.image, agentRuntimeDir: config.agentRuntimeDir }),
     audit,
     ownership,
     registries: config.imageRegistries,
     buildPolicy: config.imageBuildPolicy,
+    buildNetwork: { egress, socketDir: join(config.dataDir, 'egress') },
+    egressLog,
     now,
     log,
   });
@@ -272,6 +275,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     log,
     apiKey,
     snapshots,
+    processes: new ProcessService({ calls, audit }),
     lookupPrincipal: (sha256) => apiKeys.lookup(sha256),
     apiKeys,
     policies,

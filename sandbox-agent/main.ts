@@ -40,6 +40,7 @@ import { runToolUserWorker } from './tool-user/worker.js';
 import { execTool, toolsPath } from './tools/exec.js';
 import { fileTools } from './tools/file-tools.js';
 import { terminalTool } from './tools/terminal.js';
+import { processTools } from './tools/process-tools.js';
 
 async function main(): Promise<void> {
   const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent/agent.json';
@@ -82,7 +83,7 @@ async function main(): Promise<void> {
     path: toolsPath(config),
   });
   const tools = new Map<string, AgentTool<unknown>>(
-    [execTool as AgentTool<unknown>, terminalTool as AgentTool<unknown>, ...fileTools(worker)].map((t) => [t.name, t]),
+    [execTool as AgentTool<unknown>, terminalTool as AgentTool<unknown>, ...fileTools(worker), ...processTools].map((t) => [t.name, t]),
   );
   const processTrees = new ProcessTrees();
   const runner = new CallRunner({

@@ -302,6 +302,19 @@ export class SbxClient {
     return result.success ? result.data : PendingCall.parse(body);
   }
 
+  /** `GET /v1/sandboxes/:id/processes`: the process table with its call (or `{callId, status}` when the agent did not answer within 30 s). */
+  async listProcesses(leaseId: string): Promise<unknown> {
+    return this.json('GET', `/v1/sandboxes/${leaseId}/processes`);
+  }
+
+  /**
+   * `POST /v1/sandboxes/:id/processes/:pid/signal`. Throws SbxError `process.not_killable`,
+   * `process.not_found`, `input.invalid` (a signal name not offered).
+   */
+  async signalProcess(leaseId: string, pid: number, signal?: string): Promise<unknown> {
+    return this.json('POST', `/v1/sandboxes/${leaseId}/processes/${pid}/signal`, signal === undefined ? {} : { signal });
+  }
+
   async getCall(leaseId: string, callId: string): Promise<CallView> {
     return CallView.parse(await this.json('GET', `/v1/sandboxes/${leaseId}/calls/${callId}`));
   }
@@ -422,6 +435,16 @@ export class SbxClient {
   /** The caller's tenant's images. */
   async listImages(): Promise<ImageView[]> {
     return ImageList.parse(await this.json('GET', '/v1/images')).images;
+  }
+
+  /**
+   * The build's egress log (build policy network `{allow}`), oldest first: every connection its
+   * RUN steps asked the egress proxy for, allowed or denied. Throws SbxError `image.not_found`.
+   */
+  async imageEgress(id: string, query: { decision?: 'allowed' | 'denied'; limit?: number } = {}): Promise<EgressEvent[]> {
+    const params = new URLSearchParams(Object.entries(query).map(([k, v]): [string, string] => [k, String(v)]));
+    return EgressList.parse(await this.json('GET', `/v1/images/${encodeURIComponent(id)}/egress${params.size > 0 ? `?${params}` : ''}`))
+      .events;
   }
 
   /** Deletes an image. Throws SbxError `image.in_use` while a sandbox runs from it, `image.not_found`. */

@@ -5,6 +5,7 @@
  *   await using sbx = await Sandbox.create({ image: image.id });
  */
 import type { ImageView } from '../contract/images.js';
+import type { EgressEvent } from '../contract/objects.js';
 import type { BuildImageOptions } from './client.js';
 import { SbxError } from './errors.js';
 import { connect, type ConnectionOptions } from './sandbox.js';
@@ -50,6 +51,12 @@ export const Image = {
   /** One image by id. Throws SbxError `image.not_found`. */
   async get(id: string, options: ConnectionOptions = {}): Promise<ImageView> {
     return connect(options).getImage(id);
+  },
+
+  /** The build's egress log (build policy network `{allow}`), oldest first. Throws SbxError `image.not_found`. */
+  async egress(id: string, options: ConnectionOptions & { decision?: 'allowed' | 'denied' } = {}): Promise<EgressEvent[]> {
+    const { decision, ...connection } = options;
+    return connect(connection).imageEgress(id, decision ? { decision } : {});
   },
 
   /** Deletes an image. Throws SbxError `image.in_use` while a sandbox runs from it. */

@@ -22,7 +22,19 @@ export {
 export { Image, type ImageBuildOptions } from './images.js';
 export { SandboxTerminals, Terminal, TerminalView, type CreateTerminalOptions } from './terminals.js';
 export { SbxError } from './errors.js';
-export type { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
+export type {
+  EditFileData,
+  GitDiffData,
+  GitStatusData,
+  ListFilesData,
+  MakeDirData,
+  MoveData,
+  ReadFileData,
+  RemoveData,
+  StatData,
+  WriteFileData,
+} from './tool-data.js';
+export { SandboxProcesses, type ProcessInfo, type ProcessList, type SignalName, type SignalSent } from './processes.js';
 export type { CallEvent } from '../contract/events.js';
 export type { ErrorCode, ErrorInfo, Retryability } from '../contract/errors.js';
 export type { CallView, EffectReceipt, Lease, ToolResult } from '../contract/objects.js';

@@ -16,7 +16,19 @@ import type { Snapshot } from '../contract/snapshots.js';
 import { SbxClient, type CreateSandboxOptions, type UploadSummary } from './client.js';
 import { SbxError } from './errors.js';
 import { SandboxTerminals } from './terminals.js';
-import { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
+import { SandboxProcesses } from './processes.js';
+import {
+  EditFileData,
+  GitDiffData,
+  GitStatusData,
+  ListFilesData,
+  MakeDirData,
+  MoveData,
+  ReadFileData,
+  RemoveData,
+  StatData,
+  WriteFileData,
+} from './tool-data.js';
 
 /** Where the API is and the key to use. */
 export interface ConnectionOptions {
@@ -97,6 +109,8 @@ export class Sandbox implements AsyncDisposable {
   readonly files: SandboxFiles;
   /** git tools; they run git, so they need `exec` enabled by the policy. */
   readonly git: SandboxGit;
+  /** The process table and signals to the tool user's processes (`list()`, `signal(pid, signal)`). */
+  readonly processes: SandboxProcesses;
 
   /** Programs on a pseudo-terminal (`terminals.create({cols, rows, onData})`). */
   readonly terminals: SandboxTerminals;
@@ -109,6 +123,7 @@ export class Sandbox implements AsyncDisposable {
     this.files = new SandboxFiles(this);
     this.git = new SandboxGit(this);
     this.terminals = new SandboxTerminals(client, () => this.id);
+    this.processes = new SandboxProcesses(this);
   }
 
   /**
@@ -352,6 +367,34 @@ export class SandboxFiles {
     options: { replaceAll?: boolean; expectedSha256?: string } = {},
   ): Promise<EditFileData> {
     return this.sandbox.tool('edit_file', { path, oldString, newString, ...options }, EditFileData);
+  }
+
+  /**
+   * Removes a file, symlink (the link itself) or directory (`recursive` for one with entries,
+   * else SbxError `files.not_empty`). A missing path resolves with `existed: false`. Throws
+   * `files.root_protected` (a root itself), `input.path_outside_workspace`.
+   */
+  remove(path: string, options: { recursive?: boolean } = {}): Promise<RemoveData> {
+    return this.sandbox.tool('remove', { path, ...options }, RemoveData);
+  }
+
+  /**
+   * Moves or renames `path` to `destination` (missing parent directories are made). An existing
+   * destination is SbxError `files.exists` unless `overwrite`. Throws `files.not_found`,
+   * `files.root_protected`, `input.path_outside_workspace`.
+   */
+  move(path: string, destination: string, options: { overwrite?: boolean } = {}): Promise<MoveData> {
+    return this.sandbox.tool('move', { path, destination, ...options }, MoveData);
+  }
+
+  /** Creates a directory, with missing parents unless `parents: false`; an existing one resolves with `created: false`. */
+  makeDir(path: string, options: { parents?: boolean; mode?: number } = {}): Promise<MakeDirData> {
+    return this.sandbox.tool('make_dir', { path, ...options }, MakeDirData);
+  }
+
+  /** Type, size, mode, owner and group names, mtime and symlink target of `path` (not followed). Throws `files.not_found`. */
+  stat(path: string): Promise<StatData> {
+    return this.sandbox.tool('stat', { path }, StatData);
   }
 
   /** Lists `path` (default `/workspace`) `depth` levels deep (default 3), at most `limit` entries (default 1000), sorted. */

@@ -97,3 +97,42 @@ export const GitDiffData = z
   })
   .loose();
 export type GitDiffData = z.infer<typeof GitDiffData>;
+
+const EntryType = z.enum(['file', 'directory', 'symlink', 'other']);
+
+/** `remove`: what was there (`existed: false` and `type: null` for a missing path). */
+export const RemoveData = z.object({ path: z.string(), existed: z.boolean(), type: EntryType.nullable(), recursive: z.boolean() }).loose();
+export type RemoveData = z.infer<typeof RemoveData>;
+
+/** `move`: canonical source and destination; `atomic: false` when it crossed filesystems (copied, then removed). */
+export const MoveData = z
+  .object({ path: z.string(), destination: z.string(), type: EntryType, replaced: z.boolean(), atomic: z.boolean() })
+  .loose();
+export type MoveData = z.infer<typeof MoveData>;
+
+/** `make_dir`: the canonical directory, whether anything was made, and which directories. */
+export const MakeDirData = z.object({ path: z.string(), created: z.boolean(), createdDirs: z.array(z.string()) }).loose();
+export type MakeDirData = z.infer<typeof MakeDirData>;
+
+/** `stat`: the path itself (a symlink is not followed: `symlinkTarget` is its text). */
+export const StatData = z
+  .object({
+    path: z.string(),
+    type: EntryType,
+    sizeBytes: z.number().int(),
+    /** Permission bits with setuid/setgid/sticky (`& 0o7777`). */
+    mode: z.number().int(),
+    /** As ls(1) shows them, e.g. `rwxr-xr-x`. */
+    permissions: z.string(),
+    uid: z.number().int(),
+    gid: z.number().int(),
+    /** Names from the image's /etc/passwd and /etc/group, else the id as a string. */
+    owner: z.string(),
+    group: z.string(),
+    /** ISO 8601. */
+    mtime: z.string(),
+    mtimeMs: z.number(),
+    symlinkTarget: z.string().nullable(),
+  })
+  .loose();
+export type StatData = z.infer<typeof StatData>;

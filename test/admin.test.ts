@@ -199,6 +199,7 @@ describe('tenancy', () => {
           .replace(':id', leaseB.id)
           .replace(':callId', callB)
           .replace(':artifactId', 'art_00000000')
+          .replace(':pid', '1')
           .replace(':terminalId', 'term_missing') + (route.path.endsWith('/files') ? '?path=/workspace' : '');
       const body =
         route.path.endsWith('/files') && route.method === 'PUT'

@@ -168,8 +168,14 @@ describe('API input', () => {
       'git_status',
       'glob',
       'list_files',
+      'list_processes',
+      'make_dir',
+      'move',
       'read_file',
+      'remove',
       'search',
+      'signal_process',
+      'stat',
       'write_file',
     ]);
     await expectError(

@@ -129,6 +129,7 @@ function concrete(path: string, real: boolean): string {
     .replace(':name', `fuzz-${tag}`)
     .replace(':version', real ? '1' : 'x')
     .replace(':tenant', 'fuzz')
+    .replace(':pid', '1')
     .replace('*', 'x');
 }
 

@@ -39,7 +39,15 @@ objects() {
 
 # Pids whose environment holds SBX_TEST_RUN=<run>, leaving out this script, its ancestors (the
 # test runner that calls it carries the variable too), its own children, and vitest's workers.
-parent_of() { awk '{print $4}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# proc(5) stat: "pid (comm) state ppid ..."; comm may hold spaces ("npm exec vitest"), so the
+# fields are counted after the last ')'.
+parent_of() {
+  local stat ppid
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || { echo 0; return; }
+  stat="${stat##*) }"
+  read -r _ ppid _ <<<"$stat"
+  echo "${ppid:-0}"
+}
 processes() {
   local ancestors=" " pid up cmd
   pid=$$

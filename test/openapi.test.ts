@@ -88,7 +88,9 @@ describe('OpenAPI document', () => {
         const url = path.replace(
           /\{(\w+)\}/g,
           (_m, name: string) =>
-            ({ id: 'sbx_openapi_example', callId: 'call-example', tenant: 'openapi-example', name: 'OPENAPI_EXAMPLE' })[name] ?? 'x',
+            ({ id: 'sbx_openapi_example', callId: 'call-example', tenant: 'openapi-example', name: 'OPENAPI_EXAMPLE', pid: '4242' })[
+              name
+            ] ?? 'x',
         );
         for (const example of bodyExamples(op)) {
           const response = await h.client.raw(method.toUpperCase(), url, {
@@ -104,7 +106,7 @@ describe('OpenAPI document', () => {
     }
     // Volumes the examples made hold a disk on the host: removed here, not left to the Redis cleanup.
     for (const name of ['pip-cache', 'dataset']) expect((await h.client.raw('DELETE', `/v1/volumes/${name}`)).status).toBe(200);
-    // The examples the schemas carry: leases, checkpoints, calls, keys, quotas, secrets, volumes, snapshots.
+    // The examples the schemas carry: leases, checkpoints, calls, keys, quotas, secrets, volumes, snapshots, signals.
     expect(new Set(checked)).toEqual(
       new Set([
         'post /v1/volumes',
@@ -119,6 +121,7 @@ describe('OpenAPI document', () => {
         'post /v1/sandboxes/{id}/terminals',
         'post /v1/sandboxes/{id}/terminals/{terminalId}/input',
         'post /v1/sandboxes/{id}/calls/{callId}/stdin',
+        'post /v1/sandboxes/{id}/processes/{pid}/signal',
       ]),
     );
   });

@@ -21,9 +21,10 @@ export type Access = z.infer<typeof Access>;
  * What running a tool may do. `process`: runs programs (exec; git, which runs the filters a
  * repository configures) — needs the policy's exec enabled, touches `all`, and the tool user's
  * leftover processes are swept afterwards. `fs.write`: changes files — interrupted, its effect
- * is `unknown`, never "nothing". `fs.read`: reads files.
+ * is `unknown`, never "nothing". `fs.read`: reads files. `process.read`: reads the sandbox's
+ * process table. `process.signal`: signals a running process (starts no program, sweeps nothing).
  */
-export const EffectClass = z.enum(['process', 'fs.read', 'fs.write']);
+export const EffectClass = z.enum(['process', 'fs.read', 'fs.write', 'process.read', 'process.signal']);
 export type EffectClass = z.infer<typeof EffectClass>;
 
 /**

@@ -44,4 +44,22 @@ describe('tool resolution', () => {
       expect.objectContaining({ code: 'policy.secret_denied' }),
     );
   });
+
+  it('file operations declare their paths (move: both ends, normalized and each inside the roots); process tools touch nothing', () => {
+    expect(resolve('move', { path: '/workspace/a/../a.txt', destination: '/tmp/./b.txt' }).accesses).toEqual([
+      { kind: 'path', path: '/workspace/a.txt', mode: 'write' },
+      { kind: 'path', path: '/tmp/b.txt', mode: 'write' },
+    ]);
+    expect(() => resolve('move', { path: '/workspace/a.txt', destination: '/etc/b' })).toThrow(
+      expect.objectContaining({ code: 'input.path_outside_workspace', details: expect.objectContaining({ field: 'args.destination' }) }),
+    );
+    expect(resolve('remove', { path: '/workspace/x/' }).accesses).toEqual([{ kind: 'path', path: '/workspace/x', mode: 'write' }]);
+    expect(resolve('stat', { path: '/workspace/x' }).accesses).toEqual([{ kind: 'path', path: '/workspace/x', mode: 'read' }]);
+    expect(resolve('make_dir', { path: '/workspace/x' }).accesses).toEqual([{ kind: 'path', path: '/workspace/x', mode: 'write' }]);
+    expect(resolve('list_processes', {}).accesses).toEqual([]);
+    expect(resolve('signal_process', { pid: 12, signal: 'SIGINT' }).accesses).toEqual([]);
+    expect(() => resolve('signal_process', { pid: 12, signal: 'SIGFOO' })).toThrow();
+    const noExec = { ...base, tools: { ...base.tools, exec: { ...base.tools.exec, enabled: false } } };
+    expect(() => resolve('list_processes', {}, noExec)).toThrow(expect.objectContaining({ code: 'policy.tool_denied' }));
+  });
 });

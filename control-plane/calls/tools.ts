@@ -8,7 +8,7 @@ import { posix } from 'node:path';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import type { CallJob, SecretGrant } from '../../contract/queue.js';
-import { ExecArgs, runsCode, TOOL_SPECS, type ToolSpec } from '../../contract/tools.js';
+import { ExecArgs, PROCESS_TOOLS, runsCode, TOOL_SPECS, type ToolSpec } from '../../contract/tools.js';
 import { terminalSpec } from '../../contract/tools/terminal.js';
 import type { Policy } from '../policies/schema.js';
 
@@ -70,21 +70,56 @@ function resolveFileTool(spec: ToolSpec, raw: unknown, policy: Policy): Resolved
       { details: { tool: spec.name } },
     );
   }
-  const args = (spec.args as z.ZodType<{ path: string }>).parse(raw);
-  const path = posix.normalize(args.path).replace(/(.)\/+$/, '$1');
+  const args = (spec.args as z.ZodType<{ path: string; destination?: string }>).parse(raw);
   const roots = policy.filesystem.writableRoots.map((r) => r.path);
-  if (!roots.some((r) => path === r || path.startsWith(`${r}/`))) {
-    throw new AppError('input.path_outside_workspace', `${args.path} is outside the sandbox's file roots (${roots.join(', ')})`, {
-      details: { field: 'args.path', path: args.path, roots },
-    });
+  const normalized: Record<string, unknown> = { ...args };
+  // `path`, and `move`'s `destination`: every path a tool touches is decided on its normalized form.
+  for (const field of ['path', 'destination'] as const) {
+    const given = args[field];
+    if (given === undefined) continue;
+    const path = posix.normalize(given).replace(/(.)\/+$/, '$1');
+    if (!roots.some((r) => path === r || path.startsWith(`${r}/`))) {
+      throw new AppError('input.path_outside_workspace', `${given} is outside the sandbox's file roots (${roots.join(', ')})`, {
+        details: { field: `args.${field}`, path: given, roots },
+      });
+    }
+    normalized[field] = path;
   }
-  const normalized = { ...args, path };
   return {
     args: normalized,
     accesses: spec.accesses(normalized as never),
     timeoutMs: rules.defaultTimeoutMs,
     maxOutputBytes: policy.tools.exec.maxOutputBytes,
   };
+}
+
+/**
+ * A process tool (`list_processes`, `signal_process`): exec's limits decide, since the processes
+ * it sees or signals are the tool user's programs; it touches no file (no accesses), so the agent
+ * runs it beside a running exec. Its timeout is short: it reads /proc or sends one signal.
+ */
+function resolveProcessTool(spec: ToolSpec, raw: unknown, policy: Policy): ResolvedExecution {
+  const rules = policy.tools.exec;
+  if (!rules.enabled)
+    throw new AppError('policy.tool_denied', `policy ${policy.name} disables exec, and with it the process tools`, {
+      details: { tool: spec.name },
+    });
+  const args = spec.args.parse(raw) as Record<string, unknown>;
+  return {
+    args,
+    accesses: spec.accesses(args),
+    timeoutMs: Math.min(rules.defaultTimeoutMs, PROCESS_TOOL_TIMEOUT_MS),
+    maxOutputBytes: rules.maxOutputBytes,
+  };
+}
+
+/** Timeout of a process tool, ms (at most; a policy's lower exec default wins). */
+const PROCESS_TOOL_TIMEOUT_MS = 30_000;
+
+function resolverOf(spec: ToolSpec): ToolDefinition['resolve'] {
+  if (spec.name === 'exec') return resolveExec;
+  if ((PROCESS_TOOLS as readonly string[]).includes(spec.name)) return (raw, policy) => resolveProcessTool(spec, raw, policy);
+  return (raw, policy) => resolveFileTool(spec, raw, policy);
 }
 
 export const TOOLS: ReadonlyMap<string, ToolDefinition> = new Map(
@@ -94,7 +129,7 @@ export const TOOLS: ReadonlyMap<string, ToolDefinition> = new Map(
       spec: spec as ToolSpec,
       name: spec.name,
       version: spec.version,
-      resolve: spec.name === 'exec' ? resolveExec : (raw, policy) => resolveFileTool(spec as ToolSpec, raw, policy),
+      resolve: resolverOf(spec as ToolSpec),
     },
   ]),
 );

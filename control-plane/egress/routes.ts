@@ -11,7 +11,8 @@ import type { EgressEvent } from '../../contract/objects.js';
 import { LeaseParams } from '../leases/schema.js';
 import type { EgressLog } from './store.js';
 
-const Query = z
+/** The filters of an egress log read (`GET /v1/sandboxes/:id/egress`, `GET /v1/images/:id/egress`). */
+export const EgressQuery = z
   .object({
     decision: z.enum(['allowed', 'denied']).optional(),
     /** Only events whose host contains this text (case-insensitive). */
@@ -27,21 +28,29 @@ export const egressRoutes: FastifyPluginAsync<{ egressLog: Pick<EgressLog, 'read
     tags: ['sandboxes'],
     summary: "The sandbox's egress log (network mode allowlist), oldest first",
     params: LeaseParams,
-    querystring: Query,
+    querystring: EgressQuery,
   };
-  app.get(
-    '/v1/sandboxes/:id/egress',
-    { schema, config: { lease: 'visible' } },
-    async (request): Promise<{ events: EgressEvent[]; dropped: { allowed: number; denied: number } }> => {
-      const { id } = request.params;
-      const query = request.query;
-      const log = await egressLog.read(id);
-      const host = query.host?.toLowerCase();
-      const events = log.events.filter(
-        (e) =>
-          (query.decision === undefined || e.decision === query.decision) && (host === undefined || e.host.toLowerCase().includes(host)),
-      );
-      return { events: events.slice(-query.limit), dropped: log.dropped };
-    },
+  app.get('/v1/sandboxes/:id/egress', { schema, config: { lease: 'visible' } }, async (request): Promise<EgressAnswer> =>
+    readEgress(egressLog, request.params.id, request.query),
   );
 };
+
+/** An egress log as the routes answer it. */
+export interface EgressAnswer {
+  events: EgressEvent[];
+  dropped: { allowed: number; denied: number };
+}
+
+/** The egress log of `id` (a lease's or an image build's), filtered by `query`, oldest first. */
+export async function readEgress(
+  egressLog: Pick<EgressLog, 'read'>,
+  id: string,
+  query: z.infer<typeof EgressQuery>,
+): Promise<EgressAnswer> {
+  const log = await egressLog.read(id);
+  const host = query.host?.toLowerCase();
+  const events = log.events.filter(
+    (e) => (query.decision === undefined || e.decision === query.decision) && (host === undefined || e.host.toLowerCase().includes(host)),
+  );
+  return { events: events.slice(-query.limit), dropped: log.dropped };
+}

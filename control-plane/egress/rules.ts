@@ -26,9 +26,6 @@ export interface EgressDecision {
   rule: string;
 }
 
-/** Host patterns a rule may hold: a DNS name, or `*.` + a DNS name (lower case). */
-export const HOST_PATTERN = /^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
-
 /** The digest of an allowlist (sha256 of its canonical JSON), recorded in the manifest. */
 export function allowlistDigest(rules: readonly EgressRule[]): string {
   return digestOf(rules);

@@ -1,6 +1,6 @@
 /**
- * The egress log in Redis: per lease and decision, the newest EGRESS_LOG_MAX events, and how
- * many fell off.
+ * The egress log in Redis: per lease (or image build, by its `img_…` id) and decision, the
+ * newest EGRESS_LOG_MAX events, and how many fell off.
  */
 import type { Redis } from 'ioredis';
 import { EgressEvent } from '../../contract/objects.js';
@@ -54,6 +54,11 @@ export class EgressLog {
     ]);
     const events = [...allowed, ...denied].map((t) => EgressEvent.parse(JSON.parse(t))).sort((a, b) => a.at.localeCompare(b.at));
     return { events, dropped: { allowed: Number(dropped.allowed ?? 0), denied: Number(dropped.denied ?? 0) } };
+  }
+
+  /** Removes a log (a deleted image's, or one built again), idempotent. */
+  async clear(id: string): Promise<void> {
+    await this.redis.del(this.k.egress(id, 'allowed'), this.k.egress(id, 'denied'), this.k.egressDropped(id));
   }
 
   /** Starts the retention clock of an ended lease's egress log: it expires after `seconds`. */

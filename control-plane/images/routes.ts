@@ -2,7 +2,8 @@
  * Image routes: `POST /v1/images` (a build-context tar as the body; `dockerfile`, `buildArgs`,
  * `name` in the query) builds under the admin build policy; `GET /v1/images`, `GET
  * /v1/images/:id`, `DELETE /v1/images/:id`; `GET /v1/images/:id/events` streams the build's
- * events as Server-Sent Events with `Last-Event-ID` resume (http/sse.ts, as call events do).
+ * events as Server-Sent Events with `Last-Event-ID` resume (http/sse.ts, as call events do);
+ * `GET /v1/images/:id/egress` is the build's egress log (build policy network `{allow}`).
  *
  * The context is spooled to disk under the size limit (a declared `Content-Length` over it is
  * refused before a byte is read), hashed, and checked whole (files/tar-guard.ts: a tar, no
@@ -17,6 +18,8 @@ import { pipeline } from 'node:stream/promises';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
+import { EgressQuery, readEgress } from '../egress/routes.js';
+import type { EgressLog } from '../egress/store.js';
 import { guardArchive, readArchiveFile } from '../files/tar-guard.js';
 import { streamSse } from '../http/sse.js';
 import type { Notifier } from '../redis/notifier.js';
@@ -32,6 +35,8 @@ export interface ImagesRoutesOptions {
   spoolDir: string;
   /** Largest build context, bytes (the build policy's `maxContextBytes`). */
   maxContextBytes: number;
+  /** The builds' egress logs (build policy network `{allow}`), by image id. */
+  egressLog: Pick<EgressLog, 'read'>;
 }
 
 /** Largest Dockerfile read for its base images, bytes. */
@@ -48,7 +53,7 @@ export const imagesRoutes: FastifyPluginAsync<ImagesRoutesOptions> = async (plug
     tags,
     summary: 'Build an image from a context tar',
     description:
-      'The body is a tar of the build context (any Content-Type). `202` with the image (`status: building`) when a build starts; `200` with the existing image when the same context, Dockerfile path and build args were built before (no rebuild). Follow `GET /v1/images/:id/events` to its terminal `succeeded` or `failed` event. Refused: not a tar or unsafe entries (`files.invalid_archive`, `files.unsafe_entry`), no Dockerfile (`image.dockerfile_not_found`), a base image (`FROM`, `COPY --from`) that a lease could not use (`image.registry_not_allowed`, `image.not_found`, `image.invalid_reference`), over the size limit (`input.body_too_large`), a build policy with network hosts (`policy.unenforceable`).',
+      'The body is a tar of the build context (any Content-Type). `202` with the image (`status: building`) when a build starts; `200` with the existing image when the same context, Dockerfile path and build args were built before (no rebuild). Follow `GET /v1/images/:id/events` to its terminal `succeeded` or `failed` event. Refused: not a tar or unsafe entries (`files.invalid_archive`, `files.unsafe_entry`), no Dockerfile (`image.dockerfile_not_found`), a base image (`FROM`, `COPY --from`) that a lease could not use (`image.registry_not_allowed`, `image.not_found`, `image.invalid_reference`), over the size limit (`input.body_too_large`), a build policy with network hosts on an engine that is not on this host (`policy.unenforceable`).',
     querystring: BuildQuery,
   };
   app.post('/v1/images', { schema: buildSchema, bodyLimit: opts.maxContextBytes }, async (request, reply) => {
@@ -128,6 +133,19 @@ export const imagesRoutes: FastifyPluginAsync<ImagesRoutesOptions> = async (plug
     params: ImageParams,
     headers: ImageEventsHeaders,
   };
+  const egressSchema = {
+    tags,
+    summary: "The build's egress log, oldest first",
+    description:
+      "Every connection the build's RUN steps asked the egress proxy for (build policy network `{allow}`), allowed or denied, with the rule that decided and the bytes moved; empty for network `none`. Filters as `GET /v1/sandboxes/:id/egress`.",
+    params: ImageParams,
+    querystring: EgressQuery,
+  };
+  app.get('/v1/images/:id/egress', { schema: egressSchema }, async (request) => {
+    await images.get(request.params.id, request.principal);
+    return readEgress(opts.egressLog, request.params.id, request.query);
+  });
+
   app.get('/v1/images/:id/events', { schema: eventsSchema }, async (request, reply) => {
     const { id } = request.params;
     await images.get(id, request.principal);

@@ -1,20 +1,62 @@
 /** Schemas of the images domain: the build policy (a setting), the image record and view, build events, route inputs. */
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { ImageEvent, ImageId, ImageView } from '../../contract/images.js';
 import { Timestamp } from '../../contract/objects.js';
+import { EgressRuleSchema, HOST_PATTERN } from '../egress/schema.js';
 
 export { ImageEvent, ImageId, ImageView };
 
 /**
+ * A host a build may reach, written short: `deb.example.org` (ports 80 and 443) or
+ * `deb.example.org:8080` (that port). Becomes a host rule of the egress allowlist.
+ */
+const HostShorthand = z
+  .string()
+  .max(259)
+  .transform((text, ctx) => {
+    const match = /^([^:]+)(?::(\d{1,5}))?$/.exec(text);
+    const port = match?.[2] === undefined ? undefined : Number(match[2]);
+    if (!match || !HOST_PATTERN.test(match[1]!) || isIP(match[1]!) !== 0 || (port !== undefined && (port < 1 || port > 65535))) {
+      ctx.addIssue({
+        code: 'custom',
+        message: 'a lower-case DNS name (or *.suffix), optionally :port; use {"cidr", "ports"} for addresses',
+      });
+      return z.NEVER;
+    }
+    return { host: match[1]!, ports: port === undefined ? [80, 443] : [port] };
+  });
+
+/**
+ * The network of a build's RUN steps. `none`: loopback only. `{allow: rules}`: loopback only as
+ * well, plus an HTTP(S) proxy on loopback (`HTTP_PROXY`, `HTTPS_PROXY`, lower-case too, passed as
+ * the predefined build args) that is the control plane's egress proxy: exactly the hosts and
+ * ports the rules allow (the same rules and semantics as a policy's `network.allow`: `{host,
+ * ports}`, `{cidr, ports}`, or the shorthand `host[:port]`), each connection in the build's
+ * egress log (`GET /v1/images/:id/egress`). A name that resolves to a loopback, private or
+ * otherwise non-public address also needs a `cidr` rule containing it.
+ */
+export const BuildNetwork = z.union([
+  z.literal('none'),
+  z
+    .object({
+      allow: z
+        .array(z.union([HostShorthand, EgressRuleSchema]))
+        .min(1)
+        .max(1000),
+    })
+    .strict(),
+]);
+export type BuildNetwork = z.infer<typeof BuildNetwork>;
+
+/**
  * The admin build policy (`SBX_IMAGE_BUILD_POLICY`, JSON). `network`: what the build's RUN steps
- * reach — `none` (loopback only; the default) or `{allow: [hosts]}` (refused today as
- * `policy.unenforceable`: the engine's classic builder has no per-build egress filter).
- * `cpus` and `memoryBytes` limit each build step; `timeoutSeconds` the whole build;
- * `maxContextBytes` the uploaded context.
+ * reach (`BuildNetwork`; default `none`). `cpus` and `memoryBytes` limit each build step;
+ * `timeoutSeconds` the whole build; `maxContextBytes` the uploaded context.
  */
 export const BuildPolicy = z
   .object({
-    network: z.union([z.literal('none'), z.object({ allow: z.array(z.string().min(1)).min(1) }).strict()]).default('none'),
+    network: BuildNetwork.default('none'),
     cpus: z.number().positive().max(64).default(1),
     memoryBytes: z
       .number()

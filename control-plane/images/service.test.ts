@@ -62,8 +62,9 @@ function fakeStore(): ImageStore {
 
 /** An engine holding `images` by reference; builds fail when the Dockerfile path says so. */
 function fakeEngine(images: Map<string, EngineImage>, pullable: Map<string, EngineImage> = new Map()) {
-  const calls = { builds: 0, pulls: 0 };
+  const calls = { builds: 0, pulls: 0, networks: [] as EngineBuild['network'][] };
   const engine: ImageEngine = {
+    buildProxy: true,
     inspect: async (ref) => images.get(ref) ?? null,
     async pull(ref) {
       calls.pulls += 1;
@@ -73,6 +74,7 @@ function fakeEngine(images: Map<string, EngineImage>, pullable: Map<string, Engi
     },
     async build(spec: EngineBuild) {
       calls.builds += 1;
+      calls.networks.push(spec.network);
       spec.onLog('Step 1/1 : FROM base\n');
       if (spec.dockerfile === 'fails')
         throw new AppError('image.build_failed', "The command '/bin/sh -c exit 3' returned a non-zero code: 3");
@@ -92,14 +94,42 @@ function fakeEngine(images: Map<string, EngineImage>, pullable: Map<string, Engi
 const alice: Principal = { keyId: 'key_a', role: 'user', tenant: 'alice' };
 const bob: Principal = { keyId: 'key_b', role: 'user', tenant: 'bob' };
 
-function service(engine: ImageEngine, store = fakeStore()): { images: ImageService; store: ImageStore } {
+/** The egress proxy's and the egress log's calls, in order. */
+function fakeEgress() {
+  const calls: string[] = [];
+  return {
+    calls,
+    egress: {
+      serve: async (id: string, rules: readonly unknown[], socketPath: string) => {
+        calls.push(`serve ${id} ${JSON.stringify(rules)} ${socketPath}`);
+      },
+      stop: async (id: string) => {
+        calls.push(`stop ${id}`);
+      },
+    },
+    egressLog: {
+      clear: async (id: string) => {
+        calls.push(`clear ${id}`);
+      },
+    },
+  };
+}
+
+function service(
+  engine: ImageEngine,
+  store = fakeStore(),
+  policy: unknown = {},
+  egress = fakeEgress(),
+): { images: ImageService; store: ImageStore } {
   const images = new ImageService({
     store,
     engine,
     audit: { record: async () => ({}) as never },
     ownership: { owner: 'o', installation: 'i' },
     registries: ['127.0.0.1:5000'],
-    buildPolicy: BuildPolicy.parse({}),
+    buildPolicy: BuildPolicy.parse(policy),
+    buildNetwork: { egress: egress.egress, socketDir: join(dir, 'egress') },
+    egressLog: egress.egressLog,
     now: () => new Date(),
     log: pino({ level: 'silent' }),
   });
@@ -174,5 +204,49 @@ describe('ImageService', () => {
     await expect(images.resolve('not-here:1', 'alice')).rejects.toMatchObject({ code: 'image.not_found' });
     await expect(images.resolve('other.example/x:1', 'alice')).rejects.toMatchObject({ code: 'image.registry_not_allowed' });
     expect(calls.pulls).toBe(2);
+  });
+
+  it('a build under an allowlist is served by the egress proxy under its image id, stopped after it succeeds or fails', async () => {
+    const { engine, calls } = fakeEngine(new Map());
+    const egress = fakeEgress();
+    const policy = { network: { allow: ['mirror.example.org:8080', { cidr: '10.0.0.0/8', ports: [80] }] } };
+    const { images } = service(engine, fakeStore(), policy, egress);
+    const input = { contextBytes: 7, contextSha256: '12'.repeat(32), dockerfile: 'Dockerfile', buildArgs: {} };
+    const { image } = await images.build({ ...input, contextPath: await contextFile() }, alice);
+    await images.settled(image.id);
+    const socketPath = join(dir, 'egress', image.id, 'proxy.sock');
+    expect(calls.networks).toEqual([{ proxySocketPath: socketPath }]);
+    const rules = [
+      { host: 'mirror.example.org', ports: [8080] },
+      { cidr: '10.0.0.0/8', ports: [80] },
+    ];
+    expect(egress.calls).toEqual([`serve ${image.id} ${JSON.stringify(rules)} ${socketPath}`, `stop ${image.id}`]);
+    const failing = await images.build({ ...input, dockerfile: 'fails', contextPath: await contextFile() }, alice);
+    await images.settled(failing.image.id);
+    expect(egress.calls.slice(2)).toEqual([expect.stringMatching(`^serve ${failing.image.id} `), `stop ${failing.image.id}`]);
+    // Built again after the failure: its old egress log goes with its old events; deleted: the log too.
+    await images.build({ ...input, dockerfile: 'fails', contextPath: await contextFile() }, alice);
+    await images.settled(failing.image.id);
+    expect(egress.calls).toContain(`clear ${failing.image.id}`);
+    await images.remove(image.id, alice);
+    expect(egress.calls.at(-1)).toBe(`clear ${image.id}`);
+  });
+
+  it('network none serves no proxy; an allowlist on an engine that cannot take the proxy is policy.unenforceable', async () => {
+    const { engine, calls } = fakeEngine(new Map());
+    const egress = fakeEgress();
+    const { images } = service(engine, fakeStore(), {}, egress);
+    const input = { contextBytes: 7, contextSha256: '34'.repeat(32), dockerfile: 'Dockerfile', buildArgs: {} };
+    const { image } = await images.build({ ...input, contextPath: await contextFile() }, alice);
+    await images.settled(image.id);
+    expect(calls.networks).toEqual(['none']);
+    expect(egress.calls).toEqual([]);
+    const remote = { ...engine, buildProxy: false };
+    const strict = service(remote, fakeStore(), { network: { allow: ['mirror.example.org'] } }, egress).images;
+    expect(() => strict.checkBuildPolicy()).toThrow(expect.objectContaining({ code: 'policy.unenforceable' }));
+    await expect(strict.build({ ...input, contextPath: await contextFile() }, alice)).rejects.toMatchObject({
+      code: 'policy.unenforceable',
+    });
+    expect(egress.calls).toEqual([]);
   });
 });

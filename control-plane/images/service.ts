@@ -14,8 +14,11 @@ import { digestOf } from '../../contract/digest.js';
 import { AppError } from '../../contract/errors.js';
 import { actorOf, type AuditLog } from '../audit/service.js';
 import { seesTenant, type Principal } from '../http/auth.js';
+import { allowlistDigest } from '../egress/rules.js';
+import type { EgressLog } from '../egress/store.js';
 import type { ImageEngine } from '../runtime/image-engine.js';
 import { ownershipLabels, type Ownership } from '../runtime/runtime.js';
+import { closeBuildNetwork, openBuildNetwork, type BuildNetworkDeps } from './build-network.js';
 import { baseImages } from './dockerfile.js';
 import { checkRegistry, parseImageRef, type ImageRef } from './reference.js';
 import { ImageId, toImageView, type BuildPolicy, type ImageEventBody, type ImageRecord, type ImageView } from './schema.js';
@@ -50,6 +53,10 @@ export interface ImageServiceDeps {
   /** `SBX_IMAGE_REGISTRIES`: registries (`host[:port]`) images may be pulled from. */
   registries: readonly string[];
   buildPolicy: BuildPolicy;
+  /** The egress proxy and socket directory of builds whose policy network is `{allow}`. */
+  buildNetwork: BuildNetworkDeps;
+  /** The builds' egress logs (keyed by image id): cleared when an image is built again or deleted. */
+  egressLog: Pick<EgressLog, 'clear'>;
   now: () => Date;
   log: Logger;
 }
@@ -134,6 +141,12 @@ export class ImageService {
   async checkBases(dockerfile: string, buildArgs: Readonly<Record<string, string>>, tenant: string): Promise<void> {
     for (const base of baseImages(dockerfile, buildArgs)) {
       try {
+        if ((await this.builtFor(base.ref, tenant).catch(() => undefined)) !== undefined)
+          throw new AppError(
+            'image.not_found',
+            `${base.ref} is one of your built images, and a build cannot start FROM a built image: start from its base and add its steps to this Dockerfile`,
+            { details: { field: 'image', image: base.ref, reason: 'built_image_as_base' } },
+          );
         await this.resolveEngine(base.ref, tenant);
       } catch (err) {
         if (err instanceof AppError) {
@@ -147,14 +160,18 @@ export class ImageService {
     }
   }
 
-  /** Throws `policy.unenforceable` (422) when the build policy asks for what builds cannot enforce (an egress allowlist). */
+  /**
+   * Throws `policy.unenforceable` (422) when the build policy asks for what this engine cannot
+   * enforce: network hosts (`{allow}`) with an engine on another host, where the egress proxy's
+   * socket cannot reach the build.
+   */
   checkBuildPolicy(): void {
     const { network } = this.deps.buildPolicy;
-    if (network !== 'none')
+    if (network !== 'none' && !this.deps.engine.buildProxy)
       throw new AppError(
         'policy.unenforceable',
-        'the build policy allows network hosts during builds; this engine cannot filter a build step by host, so builds are refused (use network "none")',
-        { details: { field: 'network', hosts: network.allow } },
+        `the build policy allows network hosts during builds, and this Docker engine is not on the control plane's host, so the egress proxy cannot be the build's only way out; builds are refused (use network "none")`,
+        { details: { field: 'network', hosts: network.allow.map((r) => ('host' in r ? r.host : r.cidr)) } },
       );
   }
 
@@ -200,8 +217,9 @@ export class ImageService {
         const named = await this.rename(current, input.name);
         return { image: toImageView(named), created: false };
       }
-      // A failed build of the same input: built again, with a fresh event stream.
+      // A failed build of the same input: built again, with a fresh event stream and egress log.
       await this.deps.store.clearEvents(record.id);
+      await this.deps.egressLog.clear(record.id);
       await this.deps.store.put(record);
     }
     if (record.name !== null) await this.deps.store.setName(by.tenant, record.name, record.id);
@@ -221,13 +239,14 @@ export class ImageService {
     let logs: Promise<unknown> = append({ type: 'started' });
     let done: ImageRecord;
     try {
+      const network = await openBuildNetwork(this.deps.buildNetwork, buildPolicy.network, record.id);
       const { imageId } = await engine.build({
         context: createReadStream(contextPath),
         dockerfile: record.dockerfile,
         buildArgs: record.buildArgs,
         tag: record.engineRef,
         labels: { ...ownershipLabels(this.deps.ownership), [IMAGE_LABEL.image]: record.id, [IMAGE_LABEL.tenant]: record.tenant },
-        network: 'none',
+        network,
         cpus: buildPolicy.cpus,
         memoryBytes: buildPolicy.memoryBytes,
         timeoutMs: buildPolicy.timeoutSeconds * 1000,
@@ -251,6 +270,7 @@ export class ImageService {
       done = { ...record, status: 'failed', finishedAt: now().toISOString(), error };
     } finally {
       await rm(contextPath, { force: true });
+      if (buildPolicy.network !== 'none') await closeBuildNetwork(this.deps.buildNetwork, record.id);
     }
     await logs.catch(() => undefined);
     // Deleted meanwhile: the tag it got is removed again, nothing is left half-made.
@@ -267,7 +287,14 @@ export class ImageService {
       target: `image:${record.id}`,
       beforeDigest: null,
       afterDigest: done.status === 'ready' ? record.contentDigest : null,
-      details: { tenant: record.tenant, status: done.status, name: record.name, dockerfile: record.dockerfile, error: done.error },
+      details: {
+        tenant: record.tenant,
+        status: done.status,
+        name: record.name,
+        dockerfile: record.dockerfile,
+        error: done.error,
+        network: buildPolicy.network === 'none' ? 'none' : { allowlistDigest: allowlistDigest(buildPolicy.network.allow) },
+      },
     });
     this.deps.log.info({ imageId: record.id, status: done.status }, 'image build ended');
   }
@@ -282,8 +309,11 @@ export class ImageService {
       finishedAt: this.deps.now().toISOString(),
       error: { code: 'image.build_failed', message: 'the build was interrupted (its control plane stopped)' },
     };
-    if (await this.deps.store.finish(failed))
+    if (await this.deps.store.finish(failed)) {
       await this.deps.store.appendEvent(record.id, { type: 'failed', error: failed.error! }, this.deps.now());
+      // Its network helper exited at the deadline by itself (runtime/build-proxy.ts); its socket directory is left.
+      await closeBuildNetwork(this.deps.buildNetwork, record.id);
+    }
     return (await this.deps.store.get(record.id)) ?? failed;
   }
 
@@ -319,10 +349,13 @@ export class ImageService {
     if (record.engineImageId !== null) {
       const leases = await this.deps.engine.usedBy(record.engineImageId, this.deps.ownership);
       if (leases.length > 0)
-        throw new AppError('image.in_use', `image ${id} is used by ${leases.length} sandbox(es)`, { details: { imageId: id, leases } });
+        throw new AppError('image.in_use', `image ${id} is used by sandbox ${leases.join(', ')}: release it first`, {
+          details: { imageId: id, leases },
+        });
       await this.deps.engine.remove(record.engineRef);
     }
     await this.deps.store.delete(record);
+    await this.deps.egressLog.clear(id);
     await this.deps.audit.record({
       actor: actorOf(by),
       action: 'image.delete',

@@ -6,27 +6,15 @@
 import { z } from 'zod';
 import { TerminalsPolicy } from './terminals.js';
 import { posix } from 'node:path';
-import ipaddr from 'ipaddr.js';
 import { digestOf } from '../../contract/digest.js';
 import { Digest, Timestamp, type PolicyRef } from '../../contract/objects.js';
 import { SecretName } from '../../contract/secrets.js';
 import { EnvName } from '../../contract/tools.js';
-import { HOST_PATTERN } from '../egress/rules.js';
+import { EgressRuleSchema } from '../egress/schema.js';
 
 const MiB = 1024 * 1024;
 
-const Ports = z.array(z.number().int().min(1).max(65535)).min(1).max(64);
-
-/**
- * One egress allowlist rule: a host (`api.example.com`, or `*.example.com` for names below it)
- * or a CIDR block (`10.0.0.0/8`, `fd00::/8`), each with the ports it may use.
- */
-export const EgressRuleSchema = z.union([
-  z
-    .object({ host: z.string().max(253).regex(HOST_PATTERN, 'a lower-case DNS name, optionally starting with "*."'), ports: Ports })
-    .strict(),
-  z.object({ cidr: z.string().refine((c) => ipaddr.isValidCIDR(c), 'an IPv4 or IPv6 CIDR block like 10.0.0.0/8'), ports: Ports }).strict(),
-]);
+export { EgressRuleSchema };
 
 /**
  * An absolute path in normal form (`path.posix.normalize`): no `//`, `.` or `..` segments, no

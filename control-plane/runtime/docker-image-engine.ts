@@ -7,6 +7,7 @@
 import Docker from 'dockerode';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
+import { proxyBuildArgs, startBuildProxy, stopBuildProxy } from './build-proxy.js';
 import type { EngineBuild, EngineImage, ImageEngine } from './image-engine.js';
 import { LABEL, ownershipLabels, type Ownership } from './runtime.js';
 
@@ -29,14 +30,31 @@ const Progress = z.object({
   aux: z.object({ ID: z.string().optional() }).optional(),
 });
 
+/** What builds with network `proxy` need: the image the proxy helper runs from and the agent runtime it runs (build-proxy.ts). */
+export interface BuildProxyOptions {
+  /** An image on the engine (the sandbox image). */
+  helperImage: string;
+  /** Host directory of the agent runtime. */
+  agentRuntimeDir: string;
+}
+
 export class DockerImages implements ImageEngine {
   private readonly docker: Docker;
   /** Pulls in progress in this process, by reference: concurrent creates of one image pull it once. */
   private readonly pulls = new Map<string, Promise<void>>();
+  readonly buildProxy: boolean;
 
-  /** `socketPath`: the Docker engine's API socket. */
-  constructor(socketPath: string) {
+  /**
+   * `socketPath`: the Docker engine's API socket. `proxy`: what builds with network `proxy`
+   * need; without it, or with an engine on another host (a `tcp://` or `ssh://` address: the
+   * egress socket cannot be mounted there), `buildProxy` is false.
+   */
+  constructor(
+    socketPath: string,
+    private readonly proxy?: BuildProxyOptions,
+  ) {
     this.docker = new Docker({ socketPath });
+    this.buildProxy = proxy !== undefined && !socketPath.includes('://');
   }
 
   async inspect(ref: string): Promise<EngineImage | null> {
@@ -84,16 +102,35 @@ export class DockerImages implements ImageEngine {
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), spec.timeoutMs);
     const untagged = `${spec.tag}-building`;
+    let helper: string | null = null;
     try {
+      let networkmode = 'none';
+      let buildargs = spec.buildArgs;
+      if (spec.network !== 'none') {
+        if (!this.proxy || !this.buildProxy)
+          throw new AppError('policy.unenforceable', 'this engine cannot run a build behind the egress proxy', {
+            details: { field: 'network' },
+          });
+        helper = await startBuildProxy(this.docker, {
+          socketPath: spec.network.proxySocketPath,
+          image: this.proxy.helperImage,
+          agentRuntimeDir: this.proxy.agentRuntimeDir,
+          labels: spec.labels,
+          lifetimeMs: spec.timeoutMs,
+        });
+        networkmode = `container:${helper}`;
+        // The proxy's variables win over a build arg of the same name.
+        buildargs = { ...spec.buildArgs, ...proxyBuildArgs() };
+      }
       let stream: NodeJS.ReadableStream;
       try {
         stream = (await this.docker.buildImage(spec.context as unknown as NodeJS.ReadableStream, {
           // Tagged under a name of its own first: the real tag is set only after the build ends well.
           t: untagged,
           dockerfile: spec.dockerfile,
-          buildargs: spec.buildArgs,
+          buildargs,
           labels: spec.labels,
-          networkmode: spec.network,
+          networkmode,
           memory: spec.memoryBytes,
           memswap: spec.memoryBytes,
           cpuperiod: 100_000,
@@ -129,6 +166,7 @@ export class DockerImages implements ImageEngine {
       return { imageId: built.id };
     } finally {
       clearTimeout(timer);
+      if (helper !== null) await stopBuildProxy(this.docker, helper);
       // The temporary name never outlives the build, whatever happened.
       await this.docker
         .getImage(untagged)

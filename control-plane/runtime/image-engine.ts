@@ -23,8 +23,14 @@ export interface EngineBuild {
   /** The tag the image gets when, and only when, the build succeeds. */
   tag: string;
   labels: Record<string, string>;
-  /** Network of the build's RUN steps: `none` (loopback only). */
-  network: 'none';
+  /**
+   * Network of the build's RUN steps. `none`: loopback only. `proxy`: loopback only too, where an
+   * HTTP(S) proxy listens whose every connection goes to the Unix socket `socketPath` on the
+   * engine's host (the control plane's egress proxy, which decides); the proxy variables are
+   * passed as the predefined build args (`HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`, lower-case
+   * too), which the engine keeps out of the image's config and history.
+   */
+  network: 'none' | { proxySocketPath: string };
   /** CPU limit of each build step, in CPUs (period 100 ms). */
   cpus: number;
   /** Memory limit of each build step (swap included), bytes. */
@@ -50,6 +56,11 @@ export interface ImageEngine {
    * context, the time limit); the tag is then not set.
    */
   build(spec: EngineBuild): Promise<{ imageId: string }>;
+  /**
+   * Whether builds with network `proxy` can be enforced: the engine runs on this host (the
+   * proxy's Unix socket is bind-mounted into the build's network namespace).
+   */
+  readonly buildProxy: boolean;
   /** Removes the tag `ref` (and the image when nothing else holds it). Absence is success. Throws `image.in_use`. */
   remove(ref: string): Promise<void>;
   /** Lease ids of `ownership`'s containers (running or not) made from image `imageId`. */

@@ -226,7 +226,8 @@ export const LABEL = {
   policy: 'sbx.policy',
   /**
    * On helper containers that are never started: `seed` (a create reads the image's content
-   * through it, seed-roots.ts), `snapshot` (a snapshot's staging container).
+   * through it, seed-roots.ts), `snapshot` (a snapshot's staging container); and on
+   * `build-proxy`, the running network helper of an image build (build-proxy.ts; no lease label).
    */
   role: 'sbx.role',
 } as const;

@@ -95,7 +95,11 @@ export class CallRunner {
    */
   async run(data: unknown): Promise<void> {
     const job = CallJob.parse(data);
-    const slot = this.deps.scheduler.acquire(job.accesses, () => resolveAccesses(job.accesses));
+    // No accesses (the process tools): nothing to resolve, so nothing to wait for before it may run.
+    const slot =
+      job.accesses.length === 0
+        ? this.deps.scheduler.acquire([])
+        : this.deps.scheduler.acquire(job.accesses, () => resolveAccesses(job.accesses));
     try {
       await this.runScheduled(job, slot);
     } finally {

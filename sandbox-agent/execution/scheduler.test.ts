@@ -89,6 +89,20 @@ describe('AccessScheduler', () => {
   });
 });
 
+describe('AccessScheduler with calls that touch nothing', () => {
+  it('a call with no accesses (a process listing or signal) runs beside a running exec and a waiting unresolved call', async () => {
+    const s = new AccessScheduler();
+    const started: string[] = [];
+    const exec = await track(s, [all], started, 'exec');
+    const unresolved = s.acquire([], () => new Promise<Access[]>(() => undefined));
+    const list = await track(s, [], started, 'list');
+    expect(started).toEqual(['exec', 'list']);
+    list();
+    exec();
+    void unresolved;
+  });
+});
+
 describe('AccessScheduler with unresolved accesses', () => {
   /** A resolver the test settles by hand, recording when the scheduler asked for it. */
   function deferred(asked: string[], name: string): { resolver: () => Promise<Access[]>; give: (a: Access[]) => void } {

@@ -45,8 +45,9 @@ function overlaps(a: string, b: string): boolean {
   return under(a, b) || under(b, a);
 }
 
-/** Unresolved (null) accesses conflict with everything: they are not known yet. */
+/** Unresolved (null) accesses conflict with everything: they are not known yet. No accesses conflict with nothing. */
 function entriesConflict(a: readonly Access[] | null, b: readonly Access[] | null): boolean {
+  if (a?.length === 0 || b?.length === 0) return false;
   if (a === null || b === null) return true;
   return a.some((x) => b.some((y) => conflicts(x, y)));
 }

@@ -38,4 +38,24 @@ export class ProcessTrees {
   ownerOf(sid: number): ProcessTreeOwner | undefined {
     return this.owners.get(sid);
   }
+
+  /**
+   * Attributes session `sid` to a foreground call while it runs, for reports only (the process
+   * list): unlike `keep`, the sweep does not spare it. Returns the function that ends the
+   * attribution; call it before the call's own sweep.
+   */
+  attribute(sid: number, owner: ProcessTreeOwner): () => void {
+    this.running.set(sid, owner);
+    return () => {
+      if (this.running.get(sid) === owner) this.running.delete(sid);
+    };
+  }
+
+  /** What session `sid` belongs to: a kept tree's owner, else a running foreground call's, else undefined. */
+  belongsTo(sid: number): ProcessTreeOwner | undefined {
+    return this.owners.get(sid) ?? this.running.get(sid);
+  }
+
+  /** Foreground calls running now, by session id (`attribute`). */
+  private readonly running = new Map<number, ProcessTreeOwner>();
 }

@@ -44,14 +44,15 @@ export interface OpResult {
  */
 export const MAX_DIFF_BYTES = 16 * 1024 * 1024;
 
-const sha256 = (data: Uint8Array): string => createHash('sha256').update(data).digest('hex');
+export const sha256 = (data: Uint8Array): string => createHash('sha256').update(data).digest('hex');
 
 /** Whether a canonical path is one of the roots or below one. */
 export function inside(path: string, roots: readonly string[]): boolean {
   return roots.some((r) => path === r || path.startsWith(`${r}/`));
 }
 
-function outside(path: string, canonical: string, roots: readonly string[]): ToolError {
+/** `input.path_outside_workspace` for `path`, which resolves to `canonical`. */
+export function outside(path: string, canonical: string, roots: readonly string[]): ToolError {
   return new ToolError('input.path_outside_workspace', `${path} resolves to ${canonical}, outside the file roots (${roots.join(', ')})`, {
     path,
     resolved: canonical,
@@ -124,14 +125,15 @@ async function canonicalForWrite(path: string, ctx: FileContext): Promise<string
  * through /proc/self/fd (proc(5): a magic link to the open directory itself), and `real` is
  * where that directory is, checked against the roots.
  */
-interface PinnedDir {
+export interface PinnedDir {
   path: string;
   real: string;
   sync(): Promise<void>;
   close(): Promise<void>;
 }
 
-async function pinDirectory(dir: string, ctx: FileContext): Promise<PinnedDir> {
+/** Opens `dir` as a PinnedDir; throws `input.path_outside_workspace` when it is outside the roots. */
+export async function pinDirectory(dir: string, ctx: FileContext): Promise<PinnedDir> {
   const handle = await open(dir, constants.O_RDONLY | constants.O_DIRECTORY).catch((err: unknown) => {
     throw fsError(err, dir);
   });

@@ -5,10 +5,10 @@
  */
 import { z } from 'zod';
 import { ErrorCodeSchema } from '../../contract/errors.js';
-import { TOOL_SPECS, type ToolName } from '../../contract/tools.js';
+import { TOOL_SPECS, type ProcessToolName, type ToolName } from '../../contract/tools.js';
 
-/** The worker's operations: every tool under the `files` limits (all but exec), by its spec's name. */
-export type FileOpName = Exclude<ToolName, 'exec'>;
+/** The worker's operations: every tool under the `files` limits (all but exec and the process tools), by its spec's name. */
+export type FileOpName = Exclude<ToolName, 'exec' | ProcessToolName>;
 export const FILE_OPS: readonly FileOpName[] = TOOL_SPECS.filter((s) => s.limits === 'files').map((s) => s.name as FileOpName);
 
 /** An operation to run, or (`cancel`) the id of one to stop: its child processes are killed. */

@@ -8,6 +8,7 @@ import { TOOL_ARGS } from '../../contract/tools.js';
 import { editFileOp, readFileOp, ToolError, writeFileOp, type OpResult } from './file-ops.js';
 import { globOp, listFilesOp } from './listing-ops.js';
 import { gitDiffOp, gitStatusOp, searchOp } from './process-ops.js';
+import { makeDirOp, moveOp, removeOp, statOp } from './tree-ops.js';
 import { FILE_OPS, WorkerConfig, type FileOpName, type WorkerReply, type WorkerRequest } from './protocol.js';
 
 export async function runToolUserWorker(configJson: string): Promise<void> {
@@ -26,6 +27,10 @@ export async function runToolUserWorker(configJson: string): Promise<void> {
     search: (a, signal) => searchOp(TOOL_ARGS.search.parse(a), { ...ctx, signal }),
     git_status: (a, signal) => gitStatusOp(TOOL_ARGS.git_status.parse(a), { ...ctx, signal }),
     git_diff: (a, signal) => gitDiffOp(TOOL_ARGS.git_diff.parse(a), { ...ctx, signal }),
+    remove: (a) => removeOp(TOOL_ARGS.remove.parse(a), ctx),
+    move: (a) => moveOp(TOOL_ARGS.move.parse(a), ctx),
+    make_dir: (a) => makeDirOp(TOOL_ARGS.make_dir.parse(a), ctx),
+    stat: (a) => statOp(TOOL_ARGS.stat.parse(a), ctx),
   };
   const running = new Map<number, AbortController>();
   process.on('message', (message: WorkerRequest) => {

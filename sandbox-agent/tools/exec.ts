@@ -150,6 +150,8 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   const pid = child.pid!;
   ctx.emit({ type: 'call.started', attemptId: ctx.attemptId, pid });
   if (args.background) ctx.detach(pid);
+  // A foreground call's processes are reported as its own while it runs (the process list); not kept from the sweep.
+  const unattribute = args.background ? () => undefined : ctx.processTrees.attribute(pid, { kind: 'call', id: ctx.callId });
 
   child.stdin.on('error', () => {
     // EPIPE: the program exited or closed stdin before reading all of it; not a failure of exec.
@@ -213,6 +215,7 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   // not (setsid, daemons), so nothing outlives the call, holds its pipes or sees later calls.
   // The receipt counts both: what was left in the group and what the sweep found outside it.
   if (graceTimer) clearTimeout(graceTimer);
+  unattribute();
   const killedInGroup = await killProcessGroup(pid);
   // A background task ends while other calls may run: it takes only its own group with it. A
   // foreground call runs alone (it declares access to everything) and sweeps, sparing the agent's
