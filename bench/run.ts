@@ -27,6 +27,7 @@ import { leaseWarm, WARM_POLICY } from './figures/lease-warm.js';
 import { pauseResume } from './figures/pause-resume.js';
 import { snapshotOf } from './figures/snapshot.js';
 import { stdoutStream } from './figures/stdout-stream.js';
+import { terminalEcho } from './figures/terminal-echo.js';
 import { throughput } from './figures/throughput.js';
 import { uploadTree } from './figures/upload.js';
 import { startPlane } from './plane.js';
@@ -42,6 +43,7 @@ export const FIGURES: ReadonlyArray<{ id: string; run: (ctx: BenchContext) => Pr
   { id: 'lease-byo-image', run: leaseByoImage },
   { id: 'exec-rtt', run: execRoundTrip },
   { id: 'session-rtt', run: sessionRoundTrip },
+  { id: 'terminal-echo', run: terminalEcho },
   { id: 'throughput', run: throughput },
   { id: 'stdout-stream', run: stdoutStream },
   { id: 'files-rw', run: filesReadWrite },

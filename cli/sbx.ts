@@ -41,6 +41,7 @@ import { TERMINAL_LEASE_STATUSES, type Lease, type ToolResult } from '../contrac
 import { Sandbox, SbxError, connect, type ConnectionOptions, type ExecOptions } from '../sdk/index.js';
 import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf } from './exit-status.js';
 import { addImageCommands } from './image.js';
+import { addShellCommand } from './shell.js';
 import { runMcpServer } from './mcp.js';
 import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
 import { describeDown, down, downSucceeded } from './down.js';
@@ -496,6 +497,7 @@ addWatchCommands(program, () => {
 });
 
 addImageCommands(program, connection);
+addShellCommand(program, connection);
 for (const add of [addProcessCommands, addFileCommands])
   add(program, () => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();

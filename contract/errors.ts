@@ -228,6 +228,23 @@ export const ERROR_CODES = {
       'The sandbox could not be captured (a file in a writable root the tool user cannot read, or the engine refused; `details.path`, `details.stderr`); nothing was kept, the sandbox runs on.',
   },
   'call.not_found': { status: 404, retryability: 'no', summary: 'No call with this id exists in this sandbox.' },
+  'call.finished': { status: 409, retryability: 'no', summary: 'The call has finished: it takes no more stdin.' },
+  'call.stdin_not_piped': {
+    status: 409,
+    retryability: 'after_fix',
+    summary: 'The call was not started with `stdin: "pipe"`, or its stdin was closed (`eof`) already.',
+  },
+  'terminal.not_found': { status: 404, retryability: 'no', summary: 'No terminal with this id exists in this sandbox.' },
+  'terminal.closed': {
+    status: 409,
+    retryability: 'no',
+    summary: 'The terminal has ended (its program exited, it was deleted or timed out): it takes no input.',
+  },
+  'terminal.limit_reached': {
+    status: 429,
+    retryability: 'after_fix',
+    summary: "The sandbox has the policy's `terminals.max` terminals open; close one (DELETE) first.",
+  },
   'call.id_conflict': { status: 409, retryability: 'after_fix', summary: 'The callId was used before with different tool or arguments.' },
   'receipt.not_found': { status: 404, retryability: 'no', summary: 'No receipt with this id exists.' },
   'session.not_found': { status: 404, retryability: 'no', summary: 'No shell session with this id exists in this sandbox.' },

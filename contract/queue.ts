@@ -17,6 +17,9 @@
  *   binding (the `bind` job on the `calls` queue).
  * - `changes`: the lease's file change log (`contract/watch.ts`), a Redis stream the agent
  *   appends to (XADD, entry id `<seq>-0`, MAXLEN-bounded) and the control plane reads.
+ * - pub/sub channel `live:<callId>`: a terminal's output as written (`LiveOutput`), ahead of its events.
+ * - `input:<callId>`: a Redis stream (control plane XADD, agent XREAD BLOCK) of `InputMessage`s
+ *   for one running call, in order: a terminal's keystrokes and resizes, an exec's piped stdin.
  */
 import { z } from 'zod';
 import { EventBody } from './events.js';
@@ -44,6 +47,10 @@ export interface LeaseKeys {
   readonly changes: string;
   attempt(callId: string): string;
   cancel(callId: string): string;
+  /** The stream of `InputMessage`s to a running call (terminal input and resizes, piped stdin). */
+  input(callId: string): string;
+  /** Pub/sub channel of a terminal's output as it is written (`LiveOutput`), ahead of the ledger. */
+  live(callId: string): string;
   /** Redis ACL key and channel pattern covering the namespace. */
   readonly aclPattern: string;
 }
@@ -60,6 +67,8 @@ export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
     changes: `${namespace}:changes`,
     attempt: (callId) => `${namespace}:attempt:${callId}`,
     cancel: (callId) => `${namespace}:cancel:${callId}`,
+    input: (callId) => `${namespace}:input:${callId}`,
+    live: (callId) => `${namespace}:live:${callId}`,
     aclPattern: `${namespace}:*`,
   };
 }
@@ -179,6 +188,29 @@ export type ReturnMessage = z.infer<typeof ReturnMessage>;
 /** What the agent pushes to `hello` once connected: the facts the manifest is built from. */
 export const AgentHello = z.object({ leaseId: z.string(), facts: SandboxFacts, startedAt: z.string() });
 export type AgentHello = z.infer<typeof AgentHello>;
+
+/**
+ * Control plane → agent, one entry (field `m`, JSON) of `LeaseKeys.input(callId)`, applied in
+ * stream order: bytes to the call's stdin or terminal, a terminal's new window size, or the end
+ * of its stdin (`eof`: a pipe is closed; a terminal gets its EOF character).
+ */
+export const InputMessage = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('data'), dataBase64: z.string() }),
+  z.object({ kind: z.literal('resize'), cols: z.number().int().positive(), rows: z.number().int().positive() }),
+  z.object({ kind: z.literal('eof') }),
+]);
+export type InputMessage = z.infer<typeof InputMessage>;
+/**
+ * Agent → control plane on `LeaseKeys.live(callId)`: a terminal's output bytes the moment they
+ * are written, at their byte `offset` in the stream — the same offsets as the `output` events the
+ * ledger gets later, so an attached client is sent every byte once whichever path brings it first.
+ * Best effort (pub/sub): the ledger's events remain the record.
+ */
+export const LiveOutput = z.object({ offset: z.number().int().nonnegative(), dataBase64: z.string() });
+export type LiveOutput = z.infer<typeof LiveOutput>;
+
+/** The field of an input stream entry that holds the `InputMessage` JSON. */
+export const INPUT_FIELD = 'm';
 
 /** Control plane → agent over the `control` channel. */
 export const ControlMessage = z.discriminatedUnion('type', [z.object({ type: z.literal('cancel'), callId: z.string() })]);

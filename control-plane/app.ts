@@ -12,6 +12,9 @@ import type { ArtifactStore } from './artifacts/store.js';
 import { auditRoutes } from './audit/routes.js';
 import type { AuditLog } from './audit/service.js';
 import { callsRoutes } from './calls/routes.js';
+import { terminalsRoutes } from './terminals/routes.js';
+import type { TerminalService } from './terminals/service.js';
+import type { LiveIn } from './agent-link/live-in.js';
 import { CallId } from './calls/schema.js';
 import type { CallService } from './calls/service.js';
 import type { CallStore } from './calls/store.js';
@@ -62,6 +65,9 @@ export interface AppDeps {
   audit: AuditLog;
   leases: LeaseService;
   calls: CallService;
+  terminals: TerminalService;
+  /** Terminals' output as agents write it (the WebSocket attach). */
+  live: Pick<LiveIn, 'subscribe'>;
   callStore: CallStore;
   /** Shell sessions (issue 13 part 2). */
   sessions: SessionService;
@@ -150,6 +156,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     sessions: deps.sessions,
   });
   await app.register(sessionsRoutes, { sessions: deps.sessions, calls: deps.calls, leases: deps.leases });
+  await app.register(terminalsRoutes, {
+    terminals: deps.terminals,
+    live: deps.live,
+    leases: deps.leases,
+    store: deps.callStore,
+    notifier: deps.notifier,
+  });
   await app.register(artifactsRoutes, { artifacts: deps.artifacts });
   await app.register(egressRoutes, { egressLog: deps.egressLog });
   await app.register(apiKeysRoutes, { apiKeys: deps.apiKeys });

@@ -24,6 +24,7 @@ import { RedisAuditStore } from './audit/store.js';
 import { CallService } from './calls/service.js';
 import { SessionService } from './sessions/service.js';
 import { SessionStore } from './sessions/store.js';
+import { TerminalService } from './terminals/service.js';
 import { CallStore } from './calls/store.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
@@ -129,6 +130,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     queueDepth: async () => link.calls.depth(await liveLeaseIds()),
   });
   const calls: CallService = new CallService({ store: callStore, artifacts, agent: link.calls, notifier, metrics, now, log });
+  const terminals = new TerminalService({ calls, input: link.input });
   const egress = new EgressProxy({
     resolve: createResolver(config.egressDnsServers),
     record: async (leaseId, event) => {
@@ -284,6 +286,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     audit,
     leases,
     calls,
+    terminals,
+    live: link.live,
     callStore,
     sessions: new SessionService({ store: new SessionStore(redis, config.redisPrefix), calls, now }),
     egressLog,

@@ -14,5 +14,8 @@ await build({
   // contract/ uses import.meta.url (for createRequire); CommonJS has no import.meta.
   define: { 'import.meta.url': '__sbxImportMetaUrl' },
   banner: { js: "const __sbxImportMetaUrl = require('node:url').pathToFileURL(__filename).href;" },
+  // node-pty is a native addon: the runtime carries it beside the bundle (agent/node_modules/node-pty,
+  // images/runtime/build-runtime.sh), loaded from there by require.
+  external: ['node-pty'],
   logLevel: 'warning',
 });

@@ -30,6 +30,7 @@ import { CallRunner } from './execution/call-runner.js';
 import { startEgressForwarder } from './host/egress-forwarder.js';
 import { measureFacts } from './host/facts.js';
 import { detectShell } from './host/image-probe.js';
+import { redisInput, type StreamEntry } from './link/input-stream.js';
 import { ReturnChannel } from './link/return-channel.js';
 import { AccessScheduler } from './execution/scheduler.js';
 import { ProcessTrees } from './host/process-trees.js';
@@ -42,6 +43,7 @@ import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_INOTIFY } from '../contract/agent-
 import { CHANGE_FIELD, CHANGE_LOG_MAX_ENTRIES } from '../contract/watch.js';
 import { FileWatch } from './host/file-watch.js';
 import { fileTools } from './tools/file-tools.js';
+import { terminalTool } from './tools/terminal.js';
 import { processTools } from './tools/process-tools.js';
 
 async function main(): Promise<void> {
@@ -91,6 +93,7 @@ async function main(): Promise<void> {
     [
       sessions.withSessions(execTool) as AgentTool<unknown>,
       sessions.startTool() as AgentTool<unknown>,
+      terminalTool as AgentTool<unknown>,
       ...fileTools(worker),
       ...processTools,
     ].map((t) => [t.name, t]),
@@ -121,6 +124,19 @@ async function main(): Promise<void> {
     scheduler: new AccessScheduler(),
     agentPids: () => new Set([worker.pid, fileWatch.pid].filter((pid): pid is number => pid !== null)),
     processTrees,
+    // One connection per open input stream: XREAD BLOCK would stall every other command of a shared one.
+    openInput: redisInput(() => {
+      const conn = new Redis(redisOptions);
+      return {
+        readAfter: async (key, afterId, blockMs) => {
+          const reply = (await conn.xread('COUNT', 100, 'BLOCK', blockMs, 'STREAMS', key, afterId)) as [string, StreamEntry[]][] | null;
+          return reply?.[0]?.[1] ?? [];
+        },
+        remove: async (key) => void (await redis.del(key)),
+        close: () => conn.disconnect(),
+      };
+    }, keys.input),
+    publish: (channel, message) => void redis.publish(channel, message).catch(() => undefined),
     keys,
     secrets,
     tools,

@@ -22,6 +22,7 @@ export {
 export { Image, type ImageBuildOptions } from './images.js';
 export { SandboxSessions, Session, type SessionExecOptions } from './sessions.js';
 export type { SessionView } from '../contract/tools/session.js';
+export { SandboxTerminals, Terminal, TerminalView, type CreateTerminalOptions } from './terminals.js';
 export { SbxError } from './errors.js';
 export type {
   EditFileData,

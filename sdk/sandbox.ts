@@ -17,6 +17,7 @@ import type { Snapshot } from '../contract/snapshots.js';
 import type { ChangesPage, FileWatch, WatchOptions } from './watch.js';
 import { SbxClient, type CreateSandboxOptions, type UploadSummary } from './client.js';
 import { SbxError } from './errors.js';
+import { SandboxTerminals } from './terminals.js';
 import { SandboxProcesses } from './processes.js';
 import {
   EditFileData,
@@ -119,6 +120,9 @@ export class Sandbox implements AsyncDisposable {
   /** Persistent shell sessions: `sessions.create()`, then `session.exec(cmd)`. */
   readonly sessions: SandboxSessions;
 
+  /** Programs on a pseudo-terminal (`terminals.create({cols, rows, onData})`). */
+  readonly terminals: SandboxTerminals;
+
   private constructor(
     /** The client this sandbox talks through; for the routes the SDK does not wrap. */
     readonly client: SbxClient,
@@ -126,6 +130,7 @@ export class Sandbox implements AsyncDisposable {
   ) {
     this.files = new SandboxFiles(this);
     this.git = new SandboxGit(this);
+    this.terminals = new SandboxTerminals(client, () => this.id);
     this.processes = new SandboxProcesses(this);
     this.sessions = new SandboxSessions(this);
   }

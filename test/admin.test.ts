@@ -183,13 +183,24 @@ describe('tenancy', () => {
     await h.client.releaseSandbox(own.id);
   });
 
+  /** Valid bodies of the terminal and stdin routes (a body is validated before the lease guard runs). */
+  const TERMINAL_BODIES: Array<[string, unknown]> = [
+    ['/terminals', { cols: 80, rows: 24, cmd: 'true' }],
+    ['/input', { data: 'x' }],
+    ['/resize', { cols: 80, rows: 24 }],
+    ['/stdin', { eof: true }],
+  ];
   it("every sandbox route answers tenant A's user key 404 lease.not_found for tenant B's sandbox, and B's own key gets past the check", async () => {
     const routes = registeredRoutes().filter((r) => r.path.startsWith('/v1/sandboxes/:id'));
     expect(routes.length).toBeGreaterThanOrEqual(8);
     const request = async (who: 'a' | 'b', route: { method: string; path: string }): Promise<Answer> => {
       const path =
-        route.path.replace(':id', leaseB.id).replace(':callId', callB).replace(':artifactId', 'art_00000000').replace(':pid', '1') +
-        (route.path.endsWith('/files') ? '?path=/workspace' : '');
+        route.path
+          .replace(':id', leaseB.id)
+          .replace(':callId', callB)
+          .replace(':artifactId', 'art_00000000')
+          .replace(':pid', '1')
+          .replace(':terminalId', 'term_missing') + (route.path.endsWith('/files') ? '?path=/workspace' : '');
       const body =
         route.path.endsWith('/files') && route.method === 'PUT'
           ? await tarBytes([{ name: `from-${who}.txt`, content: who }])
@@ -200,7 +211,7 @@ describe('tenancy', () => {
                 ? { ttlSeconds: 600 }
                 : route.path.endsWith('/checkpoints')
                   ? { includeMemory: true }
-                  : {}
+                  : (TERMINAL_BODIES.find(([suffix]) => route.path.endsWith(suffix))?.[1] ?? {})
             : undefined;
       // The events stream of a finished call ends by itself; ask for nothing after its last event.
       return api(

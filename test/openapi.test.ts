@@ -42,7 +42,9 @@ describe('OpenAPI document', () => {
     // The two browser UIs serve pages, not API operations.
     const ui = (path: string): boolean =>
       ['/docs', '/console'].some((p) => path === p || path.startsWith(`${p}/`) || path.startsWith(`${p}*`));
-    const routes = routesOf(h.plane.app).filter((r) => !ui(r.path));
+    // WebSocket routes are hidden by @fastify/websocket (no OpenAPI for an upgrade); the README documents them.
+    const websocket = (path: string): boolean => path.endsWith('/ws');
+    const routes = routesOf(h.plane.app).filter((r) => !ui(r.path) && !websocket(r.path));
     expect(routes.length).toBeGreaterThan(30);
     const missing = routes
       .filter((r) => doc.paths[openapiPath(r.path)]?.[r.method.toLowerCase()] === undefined)
@@ -118,6 +120,9 @@ describe('OpenAPI document', () => {
         'post /v1/sandboxes/{id}/sessions',
         'post /v1/sandboxes/{id}/sessions/{sessionId}/exec',
         'post /v1/snapshots/{id}/fork',
+        'post /v1/sandboxes/{id}/terminals',
+        'post /v1/sandboxes/{id}/terminals/{terminalId}/input',
+        'post /v1/sandboxes/{id}/calls/{callId}/stdin',
         'post /v1/sandboxes/{id}/processes/{pid}/signal',
       ]),
     );

@@ -37,7 +37,11 @@ export const ExecArgs = z
       .max(64)
       .refine((names) => new Set(names).size === names.length, 'names must be distinct')
       .optional(),
-    /** Bytes written to the process's stdin (UTF-8), then stdin is closed. Without it stdin is empty. */
+    /**
+     * Bytes written to the process's stdin (UTF-8), then stdin is closed. Without it stdin is
+     * empty. The exact value `"pipe"` instead keeps stdin open for `POST .../calls/:callId/stdin`
+     * (bytes in order, `eof` closes it; the call's timeout still applies).
+     */
     stdin: z
       .string()
       .max(16 * 1024 * 1024)

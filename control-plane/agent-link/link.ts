@@ -12,6 +12,8 @@ import { RedisLock } from '../redis/lock.js';
 import { AgentAcl } from './acl.js';
 import { CallsOut } from './calls-out.js';
 import { Handshake } from './handshake.js';
+import { InputOut } from './input-out.js';
+import { LiveIn } from './live-in.js';
 import { Liveness } from './liveness.js';
 import { ReturnsIn, type ReturnHandler } from './returns-in.js';
 
@@ -21,6 +23,8 @@ export class AgentLink {
   readonly calls: CallsOut;
   readonly returns: ReturnsIn;
   readonly handshake: Handshake;
+  readonly input: InputOut;
+  readonly live: LiveIn;
 
   /** `onReturn` receives every message an agent sends back (the composition root hands it to calls). */
   constructor(
@@ -35,6 +39,8 @@ export class AgentLink {
     this.calls = new CallsOut(redis, rootPrefix);
     this.returns = new ReturnsIn(redis, options, rootPrefix, new RedisLock(redis), this.liveness, onReturn, log);
     this.handshake = new Handshake(redis, rootPrefix, this.calls);
+    this.input = new InputOut(redis, rootPrefix);
+    this.live = new LiveIn(redis, rootPrefix);
   }
 
   /** Stops consuming the lease's returns (giving up the consumer lock) and forgets its queue handles (idempotent). */
@@ -58,6 +64,7 @@ export class AgentLink {
   /** Stops consuming, gives up every lock and the liveness key (a clean shutdown: others take over at once). */
   async close(): Promise<void> {
     await Promise.allSettled([this.returns.close(), ...this.calls.held().map((id) => this.calls.forget(id))]);
+    await this.live.close();
     await this.liveness.close();
   }
 }

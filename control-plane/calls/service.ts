@@ -19,7 +19,7 @@ import type { Metrics } from '../metrics/service.js';
 import type { Notifier } from '../redis/notifier.js';
 import type { SubmitCallBody } from './schema.js';
 import type { CallStore } from './store.js';
-import { TOOLS } from './tools.js';
+import { TOOLS, type ToolDefinition } from './tools.js';
 
 /** What calls need of a lease: its id, policy, granted secrets and manifest. */
 export type CallLease = Pick<LeaseRecord, 'id' | 'policySnapshot' | 'secrets' | 'manifest'>;
@@ -47,11 +47,13 @@ export class CallService {
    * the same fingerprint (the earlier call is returned, nothing runs twice). Throws
    * `input.unknown_tool`, `input.invalid` (details.issues with paths under `args`),
    * `call.id_conflict`, `policy.tool_denied`, `policy.secret_denied` (a secret the lease was
-   * not granted) — a denial is recorded as the call's result.
+   * not granted) — a denial is recorded as the call's result. `definition` runs a tool that is
+   * not in `TOOLS` (the terminal tool, started by the terminals routes).
    */
-  async submit(lease: CallLease, body: SubmitCallBody): Promise<{ call: CallView; created: boolean }> {
+  async submit(lease: CallLease, body: SubmitCallBody, definition?: ToolDefinition): Promise<{ call: CallView; created: boolean }> {
     const { store, agent, now } = this.deps;
-    const tool = TOOLS.get(body.tool);
+    // `definition`: a tool started by its own route (a terminal), not by its name.
+    const tool = definition ?? TOOLS.get(body.tool);
     if (!tool)
       throw new AppError('input.unknown_tool', `no tool named ${body.tool}`, { details: { field: 'tool', known: [...TOOLS.keys()] } });
     const callId = body.callId ?? `call_${randomUUID().replaceAll('-', '')}`;

@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import type { CallJob, SecretGrant } from '../../contract/queue.js';
 import { ExecArgs, PROCESS_TOOLS, runsCode, SessionStartArgs, TOOL_SPECS, type ToolSpec } from '../../contract/tools.js';
+import { terminalSpec } from '../../contract/tools/terminal.js';
 import type { Policy } from '../policies/schema.js';
 
 /** The effect of a call, after normalization and policy. */
@@ -142,6 +143,25 @@ export const TOOLS: ReadonlyMap<string, ToolDefinition> = new Map(
     },
   ]),
 );
+
+/**
+ * The `terminal` tool (contract/tools/terminal.ts): not in `TOOLS` (it is started by
+ * `POST .../terminals`, which checks the policy's `terminals.max` first). Needs exec enabled;
+ * the idle and absolute timeouts and the output backlog come from the policy's `terminals`.
+ */
+export const TERMINAL_TOOL: ToolDefinition = {
+  spec: terminalSpec as ToolSpec,
+  name: terminalSpec.name,
+  version: terminalSpec.version,
+  resolve: (raw, policy) => {
+    if (!policy.tools.exec.enabled)
+      throw new AppError('policy.tool_denied', `policy ${policy.name} disables exec, so terminals too`, { details: { tool: 'terminal' } });
+    const rules = policy.terminals;
+    const timeoutMs = rules.maxDurationSeconds * 1000;
+    const args = terminalSpec.args.parse({ ...(raw as object), idleTimeoutMs: rules.idleTimeoutSeconds * 1000, timeoutMs });
+    return { args, accesses: [{ kind: 'all' }], timeoutMs, maxOutputBytes: rules.maxOutputBytes };
+  },
+};
 
 /** The public description of every tool, input schemas as JSON Schema (draft 2020-12). */
 export function describeTools(): Array<{

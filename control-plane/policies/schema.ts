@@ -4,6 +4,7 @@
  * keeps the two in step.
  */
 import { z } from 'zod';
+import { TerminalsPolicy } from './terminals.js';
 import { posix } from 'node:path';
 import { digestOf } from '../../contract/digest.js';
 import { Digest, Timestamp, type PolicyRef } from '../../contract/objects.js';
@@ -260,6 +261,8 @@ export const PolicyShape = z
       .object({ maxConcurrent: z.number().int().min(0).max(256).default(8) })
       .strict()
       .default({ maxConcurrent: 8 }),
+    /** Terminals (`POST /v1/sandboxes/:id/terminals`): how many at once, and when they end by themselves. */
+    terminals: TerminalsPolicy.default(TerminalsPolicy.parse({})),
   })
   .strict();
 

@@ -21,6 +21,16 @@ bundle="$repo/dist/agent/sbx-agent.cjs"
 out_root="$repo/dist/sbx-runtime"
 
 [[ -f "$bundle" ]] || die "agent bundle $bundle is missing; run 'npm run build' first"
+# The terminals' pty (node-pty, a native addon built against this node): built here when npm did
+# not run its install script.
+pty_dir="$repo/node_modules/node-pty"
+pty_node="$pty_dir/build/Release/pty.node"
+[[ -d "$pty_dir" ]] || die "node-pty is missing from node_modules; run 'npm ci'"
+if [[ ! -f "$pty_node" ]]; then
+  echo "sbx-setup: building node-pty" >&2
+  node_prefix="$(dirname "$(dirname "$(readlink -f "$(command -v node)")")")"
+  (cd "$pty_dir" && node "$(npm root -g)/npm/node_modules/node-gyp/bin/node-gyp.js" rebuild --nodedir="$node_prefix" >&2) || die "cannot build node-pty (needs make and a C++ compiler)"
+fi
 node_bin="$(readlink -f "$(command -v node)")"
 tar_bin="$(readlink -f "$(command -v tar)")"
 tini_bin=/usr/bin/tini-static
@@ -35,7 +45,7 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 # The libraries a binary loads (ldd's resolved paths, the loader included), one a line.
 libs_of() { ldd "$1" | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }'; }
 inputs="$( {
-  for f in "$node_bin" "$tar_bin" "$tini_bin" "$busybox_bin" "$inotify_src" "$bundle" "${BASH_SOURCE[0]}" $(libs_of "$node_bin") $(libs_of "$tar_bin"); do
+  for f in "$node_bin" "$tar_bin" "$tini_bin" "$busybox_bin" "$inotify_src" "$bundle" "$pty_node" "$pty_dir/package.json" "${BASH_SOURCE[0]}" $(libs_of "$node_bin") $(libs_of "$tar_bin"); do
     printf '%s %s\n' "$(sha "$(readlink -f "$f")")" "$f"
   done
 } | sort -u)"
@@ -66,6 +76,11 @@ if [[ ! -f "$dir/.complete" ]]; then
     ln -s ../bin/busybox "$stage/tools/$applet"
   done
   cp "$bundle" "$stage/agent/sbx-agent.cjs"
+  # node-pty beside the bundle (require('node-pty') from agent/ finds it): its JS and its addon.
+  mkdir -p "$stage/agent/node_modules/node-pty/build/Release"
+  cp "$pty_dir/package.json" "$stage/agent/node_modules/node-pty/"
+  cp -r "$pty_dir/lib" "$stage/agent/node_modules/node-pty/"
+  cp "$pty_node" "$stage/agent/node_modules/node-pty/build/Release/"
   chmod -R u=rwX,go=rX "$stage"
   # A node that cannot start with its staged libraries fails here, not at lease time (through the
   # staged loader: the interpreter path /opt/sbx/lib exists only inside sandboxes).

@@ -8,6 +8,7 @@ import type { CommitState, EffectReceipt, ResultStatus, ToolResult } from '../..
 import type { AgentConfig } from '../../contract/queue.js';
 import type { ProcessTrees } from '../host/process-trees.js';
 import type { LeaseSecrets } from '../host/secrets.js';
+import type { OpenInput } from '../link/input-stream.js';
 import type { SpoolBudget } from '../output/spool.js';
 
 export interface AttemptContext {
@@ -41,6 +42,13 @@ export interface AttemptContext {
    * outcome the tool returns later is the call's final result.
    */
   detach(pgid: number): void;
+  /**
+   * Opens this call's input stream (terminal input and resizes, an exec's piped stdin): the
+   * handler gets each message in order until `close()`.
+   */
+  readonly openInput: OpenInput;
+  /** Publishes output bytes at `offset` on the call's live channel (best effort, ahead of the `output` events). */
+  publishLive(offset: number, data: Buffer): void;
   /** Queues an event for the control plane; events keep the order of `emit` calls. */
   emit(body: EventBody): void;
   /** Where output is spooled, the cap per stream (bytes) and the budget all spools share. */

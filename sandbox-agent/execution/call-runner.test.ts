@@ -136,6 +136,8 @@ async function makeRunner(over: Partial<CallRunnerDeps> = {}): Promise<CallRunne
     scheduler: new AccessScheduler(),
     agentPids: () => new Set(),
     processTrees: new ProcessTrees(),
+    openInput: () => ({ close: async () => undefined }),
+    publish: () => undefined,
     keys,
     secrets: await LeaseSecrets.load(cfg, async () => null),
     tools: new Map<string, AgentTool<unknown>>([[tool.name, tool as AgentTool<unknown>]]),

@@ -16,6 +16,7 @@ import type { ReturnChannel } from '../link/return-channel.js';
 import { resolveAccesses } from './accesses.js';
 import type { AccessScheduler } from './scheduler.js';
 import type { ProcessTrees } from '../host/process-trees.js';
+import type { OpenInput } from '../link/input-stream.js';
 import type { LeaseSecrets } from '../host/secrets.js';
 import { SpoolBudget } from '../output/spool.js';
 
@@ -29,6 +30,10 @@ export interface CallRunnerDeps {
   scheduler: AccessScheduler;
   /** Pids of the agent's own tool-user processes (see AttemptContext.agentPids). */
   agentPids: () => ReadonlySet<number>;
+  /** Opens a call's input stream (`link/input-stream.ts`). */
+  openInput: OpenInput;
+  /** Publishes a message on a channel (PUBLISH; best effort: a failure is ignored). */
+  publish: (channel: string, message: string) => void;
   /** The agent's one registry of process trees kept between calls (`host/process-trees.ts`). */
   processTrees: ProcessTrees;
   keys: LeaseKeys;
@@ -181,6 +186,9 @@ export class CallRunner {
             void slot.then((release) => (release as () => void)());
           },
           emit: channel.emit,
+          openInput: this.deps.openInput,
+          publishLive: (offset, data) =>
+            this.deps.publish(this.deps.keys.live(job.callId), JSON.stringify({ offset, dataBase64: data.toString('base64') })),
           spool: { ...this.deps.config.spool, budget: this.spoolBudget },
           uploadArtifact: async (path, name, mediaType) => {
             const id = `art_${randomUUID().replaceAll('-', '')}`;

@@ -36,7 +36,19 @@ export function toolsPath(config: Pick<AgentConfig, 'imageEnv'>): string {
   return config.imageEnv.PATH ?? EXEC_ENV_DEFAULTS.PATH!;
 }
 
-const OOM_FIRST = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null;';
+export const OOM_FIRST = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null;';
+
+/** The `stdin` value that keeps stdin open for `POST .../calls/:callId/stdin`. */
+export const PIPE_STDIN = 'pipe';
+
+/** Writes the call's input stream to the child's stdin in order; `eof` ends it. */
+function pipeStdin(ctx: AttemptContext, child: ChildProcessWithoutNullStreams): { close(): Promise<void> } {
+  return ctx.openInput(ctx.callId, (message) => {
+    if (child.stdin.writableEnded) return;
+    if (message.kind === 'data') child.stdin.write(Buffer.from(message.dataBase64, 'base64'));
+    else if (message.kind === 'eof') child.stdin.end();
+  });
+}
 
 /** After the main process exits, how long to wait for its pipes to close, ms. */
 const DRAIN_AFTER_EXIT_MS = 500;
@@ -147,7 +159,8 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   child.stdin.on('error', () => {
     // EPIPE: the program exited or closed stdin before reading all of it; not a failure of exec.
   });
-  child.stdin.end(args.stdin ?? '');
+  // `stdin: "pipe"`: bytes arrive in order on the call's input stream until `eof` (or the exit).
+  const input = args.stdin === PIPE_STDIN ? pipeStdin(ctx, child) : (child.stdin.end(args.stdin ?? ''), null);
   // Every byte is redacted first (each secret value of the lease becomes [REDACTED:name], also
   // split across reads), then counted and hashed (pipeline) and spooled up to the artifact cap:
   // nothing downstream ever holds a value. When the spool's buffer is full the pipe is paused
@@ -200,6 +213,7 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   });
   clearTimeout(timeoutTimer);
   ctx.cancelSignal.removeEventListener('abort', onCancel);
+  await input?.close();
   // The call ends with its main process: whatever it left running goes too, in its group or
   // not (setsid, daemons), so nothing outlives the call, holds its pipes or sees later calls.
   // The receipt counts both: what was left in the group and what the sweep found outside it.
@@ -348,7 +362,7 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
  * otherwise be accepted. Permission rule: search (x) on every directory of the path for the
  * owner, group or others class the user falls in (path_resolution(7)).
  */
-async function checkCwd(cwd: string, user: { uid: number; gid: number }): Promise<string | null> {
+export async function checkCwd(cwd: string, user: { uid: number; gid: number }): Promise<string | null> {
   const parts = cwd.split('/').filter(Boolean);
   for (let i = 0; i <= parts.length; i += 1) {
     const dir = `/${parts.slice(0, i).join('/')}`;
