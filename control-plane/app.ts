@@ -32,6 +32,8 @@ import { leasesRoutes } from './leases/routes.js';
 import { LeaseParams } from './leases/schema.js';
 import type { LeaseService } from './leases/service.js';
 import { policiesRoutes } from './policies/routes.js';
+import { previewHostRewrite, previewRoutes } from './previews/routes.js';
+import type { PreviewService } from './previews/service.js';
 import type { PolicyService } from './policies/service.js';
 import { quotasRoutes } from './quotas/routes.js';
 import type { QuotaService } from './quotas/service.js';
@@ -68,6 +70,8 @@ export interface AppDeps {
   /** Largest image build context, bytes. */
   maxImageContextBytes: number;
   snapshots: SnapshotService;
+  /** Port previews (routes, signed URLs, host-based routing when it has a preview domain). */
+  previews: PreviewService;
   /** Rendered by the public `GET /metrics`. */
   metrics: Metrics;
   /** Resolves when Redis answers; rejects otherwise. */
@@ -92,6 +96,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: deps.jsonBodyLimitBytes ?? 1024 * 1024,
     requestIdHeader: 'x-request-id',
+    // Host-based previews: a request to `<port>-<id>.<preview domain>` is routed as a preview, whatever its path.
+    rewriteUrl: (req) => previewHostRewrite(deps.previews, req.headers.host, req.url ?? '/') ?? req.url ?? '/',
     // Errors that fastify and Node's parser answer before any route runs get the documented shape too.
     ...edgeServerOptions(deps.log),
   });
@@ -101,7 +107,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installApiKeyAuth(app, {
     bootstrapKey: deps.apiKey,
     lookup: deps.lookupPrincipal,
-    publicRoutes: ['/healthz', '/metrics', ...CONSOLE_ROUTES, ...DOCS_ROUTES],
+    // Signed preview URLs carry their own credential (previews/tokens.ts).
+    publicRoutes: ['/healthz', '/metrics', '/v1/previews/*', '/v1/preview-hosts/*', ...CONSOLE_ROUTES, ...DOCS_ROUTES],
   });
   // Every log line of a request about one sandbox or call says which (fastify's own request
   // lines too: they log through reply.log). Ids that are not well-formed are left out of logs.
@@ -125,6 +132,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
   );
 
+  // Before any plugin that wraps routes for WebSocket upgrades (previews/upgrade.ts).
+  await app.register(previewRoutes, { previews: deps.previews });
   await app.register(leasesRoutes, {
     leases: deps.leases,
     startMany: (snapshot, by, body, key) => deps.snapshots.startMany(snapshot, by, body, key),
