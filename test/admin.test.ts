@@ -188,7 +188,7 @@ describe('tenancy', () => {
     expect(routes.length).toBeGreaterThanOrEqual(8);
     const request = async (who: 'a' | 'b', route: { method: string; path: string }): Promise<Answer> => {
       const path =
-        route.path.replace(':id', leaseB.id).replace(':callId', callB).replace(':artifactId', 'art_00000000') +
+        route.path.replace(':id', leaseB.id).replace(':callId', callB).replace(':artifactId', 'art_00000000').replace(':port', '8000') +
         (route.path.endsWith('/files') ? '?path=/workspace' : '');
       const body =
         route.path.endsWith('/files') && route.method === 'PUT'

@@ -86,7 +86,9 @@ describe('OpenAPI document', () => {
         const url = path.replace(
           /\{(\w+)\}/g,
           (_m, name: string) =>
-            ({ id: 'sbx_openapi_example', callId: 'call-example', tenant: 'openapi-example', name: 'OPENAPI_EXAMPLE' })[name] ?? 'x',
+            ({ id: 'sbx_openapi_example', callId: 'call-example', tenant: 'openapi-example', name: 'OPENAPI_EXAMPLE', port: '8000' })[
+              name
+            ] ?? 'x',
         );
         for (const example of bodyExamples(op)) {
           const response = await h.client.raw(method.toUpperCase(), url, {
@@ -114,6 +116,7 @@ describe('OpenAPI document', () => {
         'put /v1/secrets/{name}',
         'post /v1/sandboxes/{id}/snapshots',
         'post /v1/snapshots/{id}/fork',
+        'post /v1/sandboxes/{id}/ports/{port}/url',
       ]),
     );
   });
