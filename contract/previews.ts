@@ -79,7 +79,7 @@ export type PreviewEvent = z.infer<typeof PreviewEvent>;
 /** `POST /v1/sandboxes/:id/ports/:port/url`: a signed URL a browser opens without an API key. */
 export const PreviewUrl = z.object({
   url: z.string(),
-  /** The path form (`/v1/previews/<token>/`), whatever `url` is; joined to the API's base URL. */
+  /** The path form (`/v1/previews/<id>/<token>/`), whatever `url` is; joined to the API's base URL. */
   path: z.string(),
   /** The host-based form when the control plane has a preview domain (`SBX_PREVIEW_DOMAIN`), else null. */
   hostUrl: z.string().nullable(),

@@ -20,6 +20,8 @@ export {
   type VolumesApi,
 } from './client.js';
 export { Image, type ImageBuildOptions } from './images.js';
+export { SandboxPorts } from './previews.js';
+export type { PreviewEvent, PreviewUrl } from '../contract/previews.js';
 export { SbxError } from './errors.js';
 export type { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
 export type { CallEvent } from '../contract/events.js';

@@ -15,6 +15,7 @@ import type { Lease, ToolResult } from '../contract/objects.js';
 import type { Snapshot } from '../contract/snapshots.js';
 import { SbxClient, type CreateSandboxOptions, type UploadSummary } from './client.js';
 import { SbxError } from './errors.js';
+import { SandboxPorts } from './previews.js';
 import { EditFileData, GitDiffData, GitStatusData, ListFilesData, ReadFileData, WriteFileData } from './tool-data.js';
 
 /** Where the API is and the key to use. */
@@ -96,6 +97,8 @@ export class Sandbox implements AsyncDisposable {
   readonly files: SandboxFiles;
   /** git tools; they run git, so they need `exec` enabled by the policy. */
   readonly git: SandboxGit;
+  /** Port previews: signed URLs, requests to servers listening in the sandbox, the preview log. */
+  readonly ports: SandboxPorts;
 
   private constructor(
     /** The client this sandbox talks through; for the routes the SDK does not wrap. */
@@ -104,6 +107,7 @@ export class Sandbox implements AsyncDisposable {
   ) {
     this.files = new SandboxFiles(this);
     this.git = new SandboxGit(this);
+    this.ports = new SandboxPorts(this);
   }
 
   /**

@@ -237,13 +237,13 @@ describe('port previews', () => {
   it('a signed URL opens the page without an API key; tampered is 401 preview.url_invalid, expired 401 preview.url_expired', async () => {
     const minted = await api(h.apiKey, 'POST', `${base}/8000/url`, { expiresInSeconds: 600 });
     expect(minted.status, JSON.stringify(minted.body)).toBe(200);
-    expect(minted.body.path).toMatch(/^\/v1\/previews\/[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\/$/);
+    expect(minted.body.path).toMatch(new RegExp(`^/v1/previews/${leaseId}/8000\\.\\d+\\.bootstrap\\.[A-Za-z0-9_-]{22}/$`));
     const page = await rawGet(`${minted.body.path}index.html`);
     expect(page.status).toBe(200);
     expect(page.body).toBe(PAGE);
-    const token = minted.body.path.split('/')[3] as string;
+    const token = minted.body.path.split('/')[4] as string;
     const tampered = `${token.slice(0, -2)}${token.endsWith('AA') ? 'BB' : 'AA'}`;
-    const bad = await rawGet(`/v1/previews/${tampered}/index.html`);
+    const bad = await rawGet(`/v1/previews/${leaseId}/${tampered}/index.html`);
     expect(bad.status).toBe(401);
     expect(JSON.parse(bad.body).error.code).toBe('preview.url_invalid');
     const short = await api(h.apiKey, 'POST', `${base}/8000/url`, { expiresInSeconds: 1 });

@@ -14,7 +14,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
-import { PreviewUrl, type PreviewEvent } from '../../contract/previews.js';
+import type { PreviewEvent, PreviewUrl } from '../../contract/previews.js';
 import type { LeaseRecord } from '../leases/store.js';
 import { LeaseParams } from '../leases/schema.js';
 import { upstreamTarget } from './paths.js';
@@ -29,7 +29,7 @@ const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as 
 const Port = z.coerce.number().int().min(1, 'a port from 1 to 65535').max(65535, 'a port from 1 to 65535');
 export const PortParams = LeaseParams.extend({ port: Port });
 const WildParams = PortParams.extend({ '*': z.string() });
-const TokenParams = z.object({ token: z.string().min(1).max(1024) });
+const TokenParams = LeaseParams.extend({ token: z.string().min(1).max(100) });
 const HostParams = z.object({ label: z.string().max(200), '*': z.string() });
 
 export const PreviewUrlBody = z
@@ -87,11 +87,10 @@ const apiRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (plugi
           'HMAC-signed over sandbox, port and expiry; expired or tampered URLs answer `401`. With `SBX_PREVIEW_DOMAIN` set, `url` is the host-based form (`<port>-<id>.<domain>`).',
         params: PortParams,
         body: PreviewUrlBody,
-        response: { 200: PreviewUrl },
       },
       config: { lease: 'active' },
     },
-    async (request) =>
+    async (request): Promise<PreviewUrl> =>
       previews.mint(request.lease, request.params.port, request.principal, request.body.expiresInSeconds, {
         protocol: request.protocol,
         host: request.host,
@@ -155,7 +154,7 @@ const proxiedRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (p
 
   app.route({
     method: [...METHODS],
-    url: '/v1/previews/:token/*',
+    url: '/v1/previews/:id/:token/*',
     exposeHeadRoute: false,
     schema: {
       tags,
@@ -164,24 +163,24 @@ const proxiedRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (p
       security: [],
     },
     handler: async (request, reply) => {
-      const { lease, grant } = await previews.grantOf(request.params.token);
+      const { lease, grant } = await previews.grantOf(request.params.id, request.params.token);
       return serve(previews, request, reply, {
         lease,
         port: grant.port,
         via: 'url',
         keyId: grant.keyId,
-        tenant: grant.tenant,
-        prefixSegments: 3,
-        prefix: `/v1/previews/${request.params.token}`,
+        tenant: lease.tenant,
+        prefixSegments: 4,
+        prefix: `/v1/previews/${request.params.id}/${request.params.token}`,
         rawUrl: request.raw.url ?? '/',
       });
     },
   });
   app.get(
-    '/v1/previews/:token',
-    { schema: { tags, summary: 'Redirects to the signed preview root (`/v1/previews/:token/`)', params: TokenParams, security: [] } },
+    '/v1/previews/:id/:token',
+    { schema: { tags, summary: 'Redirects to the signed preview root (`/v1/previews/:id/:token/`)', params: TokenParams, security: [] } },
     async (request, reply) => {
-      await previews.grantOf(request.params.token);
+      await previews.grantOf(request.params.id, request.params.token);
       return reply.redirect(slashed(request.raw.url ?? '/'), 308);
     },
   );
@@ -205,7 +204,7 @@ const proxiedRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (p
       const queryToken = url.searchParams.get(PREVIEW_TOKEN_PARAM);
       const token = queryToken ?? cookieOf(request.headers.cookie, PREVIEW_COOKIE);
       if (token === null) throw new AppError('preview.url_invalid', 'open the signed preview URL first (it sets the preview cookie)');
-      const { lease, grant } = await previews.grantOf(token, host);
+      const { lease, grant } = await previews.grantOf(host.sandboxId, token, host.port);
       if (queryToken !== null) {
         // First visit: the token moves into a cookie of this host alone, and the URL loses it.
         url.searchParams.delete(PREVIEW_TOKEN_PARAM);
@@ -219,7 +218,7 @@ const proxiedRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (p
         port: grant.port,
         via: 'host',
         keyId: grant.keyId,
-        tenant: grant.tenant,
+        tenant: lease.tenant,
         prefixSegments: 0,
         prefix: '',
         rawUrl: original,

@@ -64,25 +64,25 @@ export class PreviewService {
     this.authorize(lease, port);
     const nowMs = this.deps.now().getTime();
     const expiresMs = Math.min(nowMs + expiresInSeconds * 1000, Date.parse(lease.expiresAt));
-    const grant: PreviewGrant = { sandboxId: lease.id, port, expiresAt: new Date(expiresMs), tenant: lease.tenant, keyId: by.keyId };
+    const grant: PreviewGrant = { sandboxId: lease.id, port, expiresAt: new Date(expiresMs), keyId: by.keyId };
     const token = signPreviewToken(this.deps.key, grant);
-    const path = `/v1/previews/${token}/`;
+    const path = `/v1/previews/${lease.id}/${token}/`;
     const hostUrl =
       this.deps.domain === null ? null : `${base.protocol}://${port}-${lease.id}.${this.deps.domain}/?${PREVIEW_TOKEN_PARAM}=${token}`;
     return { url: hostUrl ?? `${base.protocol}://${base.host}${path}`, path, hostUrl, expiresAt: grant.expiresAt.toISOString(), port };
   }
 
   /**
-   * The lease and grant a signed token opens. Throws `preview.url_invalid`, `preview.url_expired`
-   * (401), `lease.not_found` (the sandbox is gone from the records, or `expect` names another),
-   * the `usable` refusals (`lease.expired`, `lease.released`, `lease.paused`...) and
-   * `preview.port_denied`.
+   * The lease and grant a signed token of sandbox `sandboxId` opens. Throws `preview.url_invalid`,
+   * `preview.url_expired` (401; also `url_invalid` when `port` is given and the token is for
+   * another), `lease.not_found` (the sandbox is gone from the records), the `usable` refusals
+   * (`lease.expired`, `lease.released`, `lease.paused`...) and `preview.port_denied`.
    */
-  async grantOf(token: string, expect?: { sandboxId: string; port: number }): Promise<{ lease: LeaseRecord; grant: PreviewGrant }> {
-    const grant = verifyPreviewToken(this.deps.key, token, this.deps.now());
-    if (expect && (expect.sandboxId !== grant.sandboxId || expect.port !== grant.port))
-      throw new AppError('preview.url_invalid', 'the preview token was minted for another sandbox or port');
-    const lease = this.deps.leases.usable(await this.deps.leases.visible(grant.sandboxId, principalOf(grant)));
+  async grantOf(sandboxId: string, token: string, port?: number): Promise<{ lease: LeaseRecord; grant: PreviewGrant }> {
+    const grant = verifyPreviewToken(this.deps.key, sandboxId, token, this.deps.now());
+    if (port !== undefined && port !== grant.port)
+      throw new AppError('preview.url_invalid', 'the preview token was minted for another port');
+    const lease = this.deps.leases.usable(await this.deps.leases.visible(grant.sandboxId, SIGNED_URL_PRINCIPAL));
     this.authorize(lease, grant.port);
     return { lease, grant };
   }
@@ -120,7 +120,8 @@ export class PreviewService {
 /** The query parameter of a host-based signed URL (the first visit moves it into a cookie). */
 export const PREVIEW_TOKEN_PARAM = 'sbx_preview_token';
 
-/** Who a signed URL acts as: a user of the minting key's tenant (it sees that tenant's sandboxes only). */
-function principalOf(grant: PreviewGrant): Principal {
-  return { keyId: grant.keyId, role: 'user', tenant: grant.tenant };
-}
+/**
+ * Who looks the lease of a signed URL up: the signature already bound the URL to one sandbox id
+ * (minted by a key that could see it), so the lookup is not scoped to a tenant.
+ */
+const SIGNED_URL_PRINCIPAL: Principal = Object.freeze({ keyId: 'preview-url', role: 'admin', tenant: '' });
