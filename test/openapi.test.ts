@@ -24,7 +24,7 @@ async function openapi(): Promise<Document> {
 }
 
 /** `/v1/sandboxes/:id` → `/v1/sandboxes/{id}`, as OpenAPI writes paths. */
-const openapiPath = (path: string): string => path.replace(/:([A-Za-z]+)/g, '{$1}');
+const openapiPath = (path: string): string => path.replace(/:([A-Za-z]+)/g, '{$1}').replace(/\/\*$/, '/{*}');
 
 /** Every example of a request body, whichever way the document holds it. */
 function bodyExamples(op: Operation): unknown[] {
@@ -56,7 +56,20 @@ describe('OpenAPI document', () => {
         if (op.security?.length === 0) publicOps.push(`${method.toUpperCase()} ${path}`);
       }
     }
-    expect(publicOps.sort()).toEqual(['GET /healthz', 'GET /metrics', 'GET /openapi.json']);
+    // Signed preview URLs carry their own credential (the token in the path or the preview host's cookie).
+    const previewOps = ['/v1/previews/{id}/{token}/{*}', '/v1/host-previews/{id}/{port}/{*}'].flatMap((path) =>
+      ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT'].map((m) => `${m} ${path}`),
+    );
+    expect(publicOps.sort()).toEqual(
+      [
+        'GET /healthz',
+        'GET /metrics',
+        'GET /openapi.json',
+        'GET /v1/previews/{id}/{token}',
+        'GET /v1/host-previews/{id}/{port}',
+        ...previewOps,
+      ].sort(),
+    );
   });
 
   it('describes inputs from the validating schemas: path parameters, query parameters, body fields', async () => {

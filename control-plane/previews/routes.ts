@@ -4,7 +4,7 @@
  * - `POST /v1/sandboxes/:id/ports/:port/url`: a signed URL for browsers;
  * - `/v1/previews/:token/*`: what a signed URL opens, without an API key;
  * - host-based routing, when `SBX_PREVIEW_DOMAIN` is set: every request whose Host is
- *   `<port>-<id>.<domain>` is rewritten (app.ts `rewriteUrl`) to `/v1/preview-hosts/<port>-<id>/...`
+ *   `<port>-<id>.<domain>` is rewritten (app.ts `rewriteUrl`) to `/v1/host-previews/<id>/<port>/...`
  *   and authenticated by the signed token (`?sbx_preview_token=`, moved into a host-only cookie
  *   on the first visit);
  * - `GET /v1/sandboxes/:id/previews`: the preview log.
@@ -30,7 +30,7 @@ const Port = z.coerce.number().int().min(1, 'a port from 1 to 65535').max(65535,
 export const PortParams = LeaseParams.extend({ port: Port });
 const WildParams = PortParams.extend({ '*': z.string() });
 const TokenParams = LeaseParams.extend({ token: z.string().min(1).max(100) });
-const HostParams = z.object({ label: z.string().max(200), '*': z.string() });
+const HostParams = WildParams;
 
 export const PreviewUrlBody = z
   .object({
@@ -72,6 +72,7 @@ interface Target {
 export const previewRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (plugin, { previews }) => {
   await plugin.register(apiRoutes, { previews });
   await plugin.register(proxiedRoutes, { previews });
+  await plugin.register(hostRootRoute, { previews });
   installUpgradeDispatch(plugin);
 };
 
@@ -187,7 +188,7 @@ const proxiedRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (p
 
   app.route({
     method: [...METHODS],
-    url: '/v1/preview-hosts/:label/*',
+    url: '/v1/host-previews/:id/:port/*',
     exposeHeadRoute: false,
     schema: {
       tags,
@@ -197,7 +198,7 @@ const proxiedRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (p
     },
     handler: async (request, reply) => {
       const host = previews.hostTarget(request.headers.host);
-      if (host === null || request.params.label !== `${host.port}-${host.sandboxId}`)
+      if (host === null || request.params.id !== host.sandboxId || request.params.port !== host.port)
         throw new AppError('api.route_not_found', 'no such route');
       const original = request.originalUrl;
       const url = new URL(original, 'http://x');
@@ -225,6 +226,24 @@ const proxiedRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (p
       });
     },
   });
+};
+
+/**
+ * The root of a preview host without its trailing slash (only reachable by this path itself, as
+ * a rewrite always carries a `/`): the preview host's root.
+ */
+const hostRootRoute: FastifyPluginAsync<{ previews: PreviewService }> = async (plugin, { previews }) => {
+  const app = plugin.withTypeProvider<ZodTypeProvider>();
+  app.get(
+    '/v1/host-previews/:id/:port',
+    { schema: { tags, summary: 'Redirects to the root of a preview host', params: PortParams, security: [] } },
+    async (request, reply) => {
+      const host = previews.hostTarget(request.headers.host);
+      if (host === null || request.params.id !== host.sandboxId || request.params.port !== host.port)
+        throw new AppError('api.route_not_found', 'no such route');
+      return reply.redirect('/', 308);
+    },
+  );
 };
 
 /** Proxies one request to the target's port, and logs it (also when refused or failed). */
@@ -292,5 +311,5 @@ function cookieOf(header: string | undefined, name: string): string | null {
 /** For app.ts: the URL a request on a preview host is routed as, or null when it is not on one. */
 export function previewHostRewrite(previews: Pick<PreviewService, 'hostTarget'>, host: string | undefined, url: string): string | null {
   const target = previews.hostTarget(host);
-  return target === null ? null : `/v1/preview-hosts/${target.port}-${target.sandboxId}${url.startsWith('/') ? url : `/${url}`}`;
+  return target === null ? null : `/v1/host-previews/${target.sandboxId}/${target.port}${url.startsWith('/') ? url : `/${url}`}`;
 }
