@@ -40,6 +40,7 @@ import { runMcpServer } from './mcp.js';
 import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
 import { describeDown, down, downSucceeded } from './down.js';
 import { addVolumeCommands, parseSize, volumeMounts } from './volumes.js';
+import { addPreviewCommands } from './preview.js';
 
 /** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
 function connection(opts: { url?: string; apiKey?: string }): ConnectionOptions {
@@ -481,6 +482,11 @@ addVolumeCommands(program, () => {
 });
 
 addImageCommands(program, connection);
+
+addPreviewCommands(program, () => {
+  const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+  return { ...connection(global), ...(global.json ? { json: true } : {}) };
+});
 
 program
   .command('mcp')

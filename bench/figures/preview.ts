@@ -30,9 +30,9 @@ function get(url: string, headers: Record<string, string>): Promise<{ status: nu
         hash.update(c);
       });
       res.on('end', () => resolve({ status: res.statusCode ?? 0, bytes, sha256: hash.digest('hex') }));
-      res.on('error', reject);
+      res.on('error', (err) => reject(new Error(`GET ${url}: response ${res.statusCode} after ${bytes} B: ${err.message}`)));
     });
-    req.on('error', reject);
+    req.on('error', (err) => reject(new Error(`GET ${url}: ${err.message}`)));
   });
 }
 

@@ -16,6 +16,9 @@ import { pipeline } from 'node:stream/promises';
 import { AppError } from '../../contract/errors.js';
 import type { Tunnel } from './tunnel.js';
 
+/** How long one side of an upgraded connection may stay open after the other closed cleanly, ms. */
+const LINGER_MS = 30_000;
+
 /** The cookie a signed preview URL sets on a preview host (host-based routing). */
 export const PREVIEW_COOKIE = 'sbx_preview_token';
 
@@ -188,8 +191,10 @@ export async function spliceUpgrade(
       error ??= errText(err);
       socket.destroy();
     });
-    socket.once('close', () => client.destroy());
-    client.once('close', () => socket.destroy());
+    // A clean end passes through the pipes after what is buffered; the other side is cut only
+    // after LINGER_MS (a peer that never closes its half), or at once after an error.
+    socket.once('close', (hadError: boolean) => (hadError ? client.destroy() : setTimeout(() => client.destroy(), LINGER_MS).unref()));
+    client.once('close', () => setTimeout(() => socket.destroy(), LINGER_MS).unref());
     socket.pipe(client);
     client.pipe(socket);
     socket.resume();

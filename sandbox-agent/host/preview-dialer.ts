@@ -11,6 +11,8 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { PREVIEW_SOCKET_DIR, type PreviewDialed, type PreviewOpen } from '../../contract/previews.js';
 
+/** How long the tunnel may stay open after the server closed cleanly (its last bytes flushing), ms. */
+const LINGER_MS = 30_000;
 /** How long connecting to the server in the sandbox may take, ms. */
 const LOCAL_CONNECT_TIMEOUT_MS = 5000;
 
@@ -55,10 +57,14 @@ async function dial(open: PreviewOpen, options: PreviewDialerOptions): Promise<v
   }
   const server = local;
   server.on('error', () => tunnel.destroy());
-  // Half-closes pass through (an HTTP client may end its side and still read the answer).
+  // Each side's end is passed on by the pipes, after what is buffered: a server that closes
+  // right after its last bytes loses none of them. An error cuts the other side at once.
   server.pipe(tunnel);
   tunnel.pipe(server);
-  server.once('close', () => tunnel.destroy());
+  server.once('close', (hadError) => {
+    if (hadError) tunnel.destroy();
+    else setTimeout(() => tunnel.destroy(), LINGER_MS).unref();
+  });
   tunnel.once('close', () => server.destroy());
 }
 
