@@ -132,7 +132,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
   );
 
-  // Before any plugin that wraps routes for WebSocket upgrades (previews/upgrade.ts).
+  // Before any plugin that wraps routes for WebSocket upgrades (http/upgrade.ts).
   await app.register(previewRoutes, { previews: deps.previews });
   await app.register(leasesRoutes, {
     leases: deps.leases,

@@ -20,7 +20,7 @@ import { LeaseParams } from '../leases/schema.js';
 import { upstreamTarget } from './paths.js';
 import { PREVIEW_COOKIE, spliceHttp, spliceUpgrade, type Forwarding, type Spliced } from './proxy.js';
 import { PREVIEW_TOKEN_PARAM, PREVIEW_URL_DEFAULT_SECONDS, PREVIEW_URL_MAX_SECONDS, type PreviewService } from './service.js';
-import { installUpgradeDispatch, upgradeHead } from './upgrade.js';
+import { installUpgradeDispatch, upgradeHead } from '../http/upgrade.js';
 
 const tags = ['previews'];
 /** Methods the proxied routes take (HEAD forwarded as HEAD, not answered by fastify's GET). */
