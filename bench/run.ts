@@ -25,6 +25,7 @@ import { leaseFromSnapshot } from './figures/lease-from-snapshot.js';
 import { leaseCold } from './figures/lease-cold.js';
 import { leaseWarm, WARM_POLICY } from './figures/lease-warm.js';
 import { pauseResume } from './figures/pause-resume.js';
+import { previewRoundTrip } from './figures/preview.js';
 import { snapshotOf } from './figures/snapshot.js';
 import { stdoutStream } from './figures/stdout-stream.js';
 import { terminalEcho } from './figures/terminal-echo.js';
@@ -53,6 +54,7 @@ export const FIGURES: ReadonlyArray<{ id: string; run: (ctx: BenchContext) => Pr
   { id: 'fork', run: forkOfN },
   { id: 'snapshot', run: snapshotOf },
   { id: 'lease-from-snapshot', run: leaseFromSnapshot },
+  { id: 'preview', run: previewRoundTrip },
 ];
 
 /** The checkout (this file is dist/bench/run.js or bench/run.ts). */

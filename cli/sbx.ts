@@ -50,6 +50,7 @@ import { addFileCommands } from './files.js';
 import { addProcessCommands } from './processes.js';
 import { addSessionCommands } from './sessions.js';
 import { addWatchCommands } from './watch.js';
+import { addPreviewCommands } from './preview.js';
 
 /** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
 function connection(opts: { url?: string; apiKey?: string }): ConnectionOptions {
@@ -505,6 +506,11 @@ for (const add of [addProcessCommands, addFileCommands])
   });
 
 addSessionCommands(program, () => {
+  const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+  return { ...connection(global), ...(global.json ? { json: true } : {}) };
+});
+
+addPreviewCommands(program, () => {
   const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
   return { ...connection(global), ...(global.json ? { json: true } : {}) };
 });

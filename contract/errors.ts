@@ -227,6 +227,45 @@ export const ERROR_CODES = {
     summary:
       'The sandbox could not be captured (a file in a writable root the tool user cannot read, or the engine refused; `details.path`, `details.stderr`); nothing was kept, the sandbox runs on.',
   },
+  'preview.port_denied': {
+    status: 403,
+    retryability: 'after_fix',
+    summary:
+      "The sandbox's policy does not allow exposing this port (`ports.allowed`), or the port is one the sandbox agent serves itself; `details.allowed` lists what the policy allows.",
+  },
+  'preview.invalid_path': {
+    status: 400,
+    retryability: 'after_fix',
+    summary:
+      'The preview path has a `.` or `..` segment (also percent-encoded, or made one by an encoded slash or a backslash), a NUL or a malformed percent-encoding; nothing was sent to the sandbox.',
+  },
+  'preview.url_invalid': {
+    status: 401,
+    retryability: 'no',
+    summary: "The preview URL's token is malformed or not signed by this installation (tampered, or minted under another preview key).",
+  },
+  'preview.url_expired': {
+    status: 401,
+    retryability: 'after_fix',
+    summary: 'The preview URL has expired (`details.expiresAt`); mint a new one with `POST /v1/sandboxes/:id/ports/:port/url`.',
+  },
+  'preview.port_closed': {
+    status: 502,
+    retryability: 'safe',
+    summary: 'Nothing listens on this port inside the sandbox (connection refused); start the server, then retry.',
+  },
+  'preview.upstream_failed': {
+    status: 502,
+    retryability: 'reconcile_first',
+    summary:
+      'The server in the sandbox could not be reached for another reason than a refusal, or closed the connection before a complete response head; the request may have reached it.',
+  },
+  'preview.agent_unreachable': {
+    status: 504,
+    retryability: 'safe',
+    summary:
+      "The sandbox's agent did not open the preview connection in time (10 s): the sandbox is paused, its agent is gone, or it predates previews.",
+  },
   'call.not_found': { status: 404, retryability: 'no', summary: 'No call with this id exists in this sandbox.' },
   'call.finished': { status: 409, retryability: 'no', summary: 'The call has finished: it takes no more stdin.' },
   'call.stdin_not_piped': {

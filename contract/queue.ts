@@ -12,7 +12,7 @@
  * - `hello`: list the agent pushes its `AgentHello` onto once it is ready.
  * - `secrets`: the lease's secret values sealed for its agent (`SecretDelivery`); the agent
  *   takes it once at start (GETDEL), and it expires by itself if the agent never does.
- * - pub/sub channel `control`: cancel requests to the agent.
+ * - pub/sub channel `control`: cancel requests to the agent, and port preview connections to open.
  * - `bound`: list a pooled sandbox's agent pushes its `BindAck` onto once it took its lease's
  *   binding (the `bind` job on the `calls` queue).
  * - `changes`: the lease's file change log (`contract/watch.ts`), a Redis stream the agent
@@ -23,6 +23,7 @@
  */
 import { z } from 'zod';
 import { EventBody } from './events.js';
+import { PreviewOpen } from './previews.js';
 import { SandboxFacts, ToolResult } from './objects.js';
 import { SecretFilePath, SecretName } from './secrets.js';
 import { Access, EnvMap, EnvName } from './tools.js';
@@ -212,8 +213,8 @@ export type LiveOutput = z.infer<typeof LiveOutput>;
 /** The field of an input stream entry that holds the `InputMessage` JSON. */
 export const INPUT_FIELD = 'm';
 
-/** Control plane → agent over the `control` channel. */
-export const ControlMessage = z.discriminatedUnion('type', [z.object({ type: z.literal('cancel'), callId: z.string() })]);
+/** Control plane → agent over the `control` channel: cancel a call; open a port preview connection (contract/previews.ts). */
+export const ControlMessage = z.discriminatedUnion('type', [z.object({ type: z.literal('cancel'), callId: z.string() }), PreviewOpen]);
 export type ControlMessage = z.infer<typeof ControlMessage>;
 
 /**

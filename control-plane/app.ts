@@ -35,6 +35,8 @@ import { leasesRoutes } from './leases/routes.js';
 import { LeaseParams } from './leases/schema.js';
 import type { LeaseService } from './leases/service.js';
 import { policiesRoutes } from './policies/routes.js';
+import { previewHostRewrite, previewRoutes } from './previews/routes.js';
+import type { PreviewService } from './previews/service.js';
 import type { PolicyService } from './policies/service.js';
 import { quotasRoutes } from './quotas/routes.js';
 import type { QuotaService } from './quotas/service.js';
@@ -85,6 +87,8 @@ export interface AppDeps {
   snapshots: SnapshotService;
   /** The sandbox's processes (list, signal). */
   processes: ProcessService;
+  /** Port previews (routes, signed URLs, host-based routing when it has a preview domain). */
+  previews: PreviewService;
   /** Rendered by the public `GET /metrics`. */
   metrics: Metrics;
   /** Resolves when Redis answers; rejects otherwise. */
@@ -111,6 +115,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: deps.jsonBodyLimitBytes ?? 1024 * 1024,
     requestIdHeader: 'x-request-id',
+    // Host-based previews: a request to `<port>-<id>.<preview domain>` is routed as a preview, whatever its path.
+    rewriteUrl: (req) => previewHostRewrite(deps.previews, req.headers.host, req.url ?? '/') ?? req.url ?? '/',
     // Errors that fastify and Node's parser answer before any route runs get the documented shape too.
     ...edgeServerOptions(deps.log),
   });
@@ -120,7 +126,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installApiKeyAuth(app, {
     bootstrapKey: deps.apiKey,
     lookup: deps.lookupPrincipal,
-    publicRoutes: ['/healthz', '/metrics', ...CONSOLE_ROUTES, ...DOCS_ROUTES],
+    // Signed preview URLs carry their own credential (previews/tokens.ts).
+    publicRoutes: ['/healthz', '/metrics', '/v1/previews/*', '/v1/host-previews/*', ...CONSOLE_ROUTES, ...DOCS_ROUTES],
   });
   // Every log line of a request about one sandbox or call says which (fastify's own request
   // lines too: they log through reply.log). Ids that are not well-formed are left out of logs.
@@ -144,6 +151,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
   );
 
+  // Before any plugin that wraps routes for WebSocket upgrades (http/upgrade.ts).
+  await app.register(previewRoutes, { previews: deps.previews });
   await app.register(leasesRoutes, {
     leases: deps.leases,
     startMany: (snapshot, by, body, key) => deps.snapshots.startMany(snapshot, by, body, key),

@@ -58,6 +58,23 @@ const Env = z.object({
     .string()
     .refine((v) => /^[A-Za-z0-9+/]+={0,2}$/.test(v) && Buffer.from(v, 'base64').length === 32, 'must be base64 of exactly 32 bytes')
     .optional(),
+  /**
+   * HMAC key of signed preview URLs: base64 of exactly 32 bytes. Default: `<data dir>/preview-key`,
+   * generated (mode 0600) on first start; control planes behind one load balancer share it.
+   */
+  SBX_PREVIEW_KEY: z
+    .string()
+    .refine((v) => /^[A-Za-z0-9+/]+={0,2}$/.test(v) && Buffer.from(v, 'base64').length === 32, 'must be base64 of exactly 32 bytes')
+    .optional(),
+  /**
+   * Host-based preview routing: a request whose Host is `<port>-<sandbox id>.<this>` (e.g.
+   * `preview.example.com`, or `preview.localhost:7070` with the API's port) is a preview of that
+   * port, and signed URLs use that form. Needs a wildcard DNS name pointing at the API. Default: off.
+   */
+  SBX_PREVIEW_DOMAIN: z
+    .string()
+    .regex(/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?$/, 'a lower-case DNS name, optionally with :port')
+    .optional(),
   /** Bearer API key. Default: `<data dir>/api-key`, generated and printed on first start. */
   SBX_API_KEY: z.string().min(16).optional(),
   /** Identity of this installation, written as the `sbx.owner` label on everything it creates. Default `sbx`. */
@@ -183,6 +200,10 @@ export interface Config {
   apiKey: string | undefined;
   /** The secret store's AES-256 key (32 bytes); main.ts fills it from `<data dir>/secrets-key` when unset. */
   secretsKey: Buffer | undefined;
+  /** HMAC key of signed preview URLs (32 bytes); main.ts fills it from `<data dir>/preview-key` when unset. */
+  previewKey: Buffer | undefined;
+  /** Host-based preview routing's domain (may carry `:port`), or null when off. */
+  previewDomain: string | null;
   owner: string;
   image: string;
   /** Host directory of the agent runtime, mounted read-only at /opt/sbx in every sandbox. */
@@ -236,6 +257,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     redisPrefix: e.SBX_REDIS_PREFIX,
     apiKey: e.SBX_API_KEY,
     secretsKey: e.SBX_SECRETS_KEY === undefined ? undefined : Buffer.from(e.SBX_SECRETS_KEY, 'base64'),
+    previewKey: e.SBX_PREVIEW_KEY === undefined ? undefined : Buffer.from(e.SBX_PREVIEW_KEY, 'base64'),
+    previewDomain: e.SBX_PREVIEW_DOMAIN ?? null,
     owner: e.SBX_OWNER,
     image: e.SBX_IMAGE ?? builtFile(repoRoot, '.sbx-image') ?? 'sbx-sandbox:latest',
     agentRuntimeDir: e.SBX_AGENT_RUNTIME ?? builtFile(repoRoot, '.sbx-runtime') ?? join(repoRoot, 'dist', 'sbx-runtime', 'missing'),

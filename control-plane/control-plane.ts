@@ -41,6 +41,12 @@ import { PoolStore } from './pools/store.js';
 import { WarmPools } from './pools/warm-pools.js';
 import { readPolicyFiles } from './policies/files.js';
 import { PolicyService } from './policies/service.js';
+import { PreviewService } from './previews/service.js';
+import { PreviewLog } from './previews/store.js';
+import { PreviewTunnels } from './previews/tunnel.js';
+import { leaseDirs } from './leases/plan.js';
+import { leaseKeys } from '../contract/queue.js';
+import { hkdfSync } from 'node:crypto';
 import { RedisPolicyStore } from './policies/store.js';
 import { QuotaService, type LeaseHold } from './quotas/service.js';
 import { RedisQuotaStore } from './quotas/store.js';
@@ -105,6 +111,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const callStore = new CallStore(redis, config.redisPrefix);
   const artifactRecords = new ArtifactRecords(redis, config.redisPrefix);
   const egressLog = new EgressLog(redis, config.redisPrefix);
+  const previewLog = new PreviewLog(redis, config.redisPrefix);
   const notifier = await Notifier.start(subscriber, callStore.notifyPattern);
   // The return path: what agents send back is the call service's to ledger (it exists below,
   // before any lease starts consuming returns).
@@ -218,6 +225,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       callStore.retain(leaseId, seconds),
       artifactRecords.retain(leaseId, seconds),
       egressLog.retain(leaseId, seconds),
+      previewLog.retain(leaseId, seconds),
     ]);
   };
   const leases: LeaseService = new LeaseService(
@@ -275,7 +283,26 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     now,
     log,
   });
+  // Port previews: the agent brings each connection to a socket of this process in the lease's directory.
+  const tunnels = new PreviewTunnels({
+    dirOf: (leaseId) => leaseDirs(config.dataDir, leaseId).previews,
+    signal: async (leaseId, message) => {
+      await redis.publish(leaseKeys(config.redisPrefix, leaseId).control, JSON.stringify(message));
+    },
+    log,
+  });
+  const previews = new PreviewService({
+    tunnels,
+    log: previewLog,
+    leases: { visible: (id, by) => leases.visible(id, by), usable: (lease) => leases.usable(lease) },
+    // Its own key (SBX_PREVIEW_KEY, <data dir>/preview-key by main.ts), else one derived from the secrets key.
+    key: config.previewKey ?? Buffer.from(hkdfSync('sha256', config.secretsKey, Buffer.alloc(0), 'sbx preview urls', 32)),
+    domain: config.previewDomain,
+    now,
+    warn: (obj, msg) => log.warn(obj, msg),
+  });
   const app = await buildApp({
+    previews,
     log,
     apiKey,
     snapshots,
@@ -369,6 +396,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       await expiry.close();
       await link.close();
       await egress.close();
+      await tunnels.close();
       await notifier.close();
       redis.disconnect();
     },

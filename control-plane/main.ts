@@ -29,20 +29,21 @@ function apiKeyFor(dataDir: string, configured: string | undefined): string {
 }
 
 /**
- * The configured secrets key, or the one in `<data dir>/secrets-key` (base64 of 32 bytes),
- * generated with mode 0600 the first time. Throws Error when the file holds anything else:
- * secrets stored under a key cannot be read with another, so a bad file is not replaced.
+ * The configured key, or the one in `<data dir>/<name>` (base64 of 32 bytes: `secrets-key`,
+ * `preview-key`), generated with mode 0600 the first time. Throws Error when the file holds
+ * anything else: what was sealed or signed under a key fails under another, so a bad file is
+ * not replaced.
  */
-function secretsKeyFor(dataDir: string, configured: Buffer | undefined): Buffer {
+function keyFileFor(dataDir: string, name: string, configured: Buffer | undefined): Buffer {
   if (configured) return configured;
-  const file = join(dataDir, 'secrets-key');
+  const file = join(dataDir, name);
   if (!existsSync(file)) {
     mkdirSync(dataDir, { recursive: true });
     // `wx`: of two first starts at once, one writes and the other reads what it wrote.
     try {
       writeFileSync(file, `${randomBytes(32).toString('base64')}\n`, { mode: 0o600, flag: 'wx' });
       process.stderr.write(
-        `sbx: generated the secrets key in ${file}; keep it with the data: secrets stored under it are unreadable without it\n`,
+        `sbx: generated ${name} in ${file}; keep it with the data: what was sealed or signed under it is unreadable without it\n`,
       );
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
@@ -77,7 +78,15 @@ async function main(): Promise<void> {
   }
   const log = pino({ level: config.logLevel });
   const apiKey = apiKeyFor(config.dataDir, config.apiKey);
-  const plane = await createControlPlane({ ...config, secretsKey: secretsKeyFor(config.dataDir, config.secretsKey) }, apiKey, log);
+  const plane = await createControlPlane(
+    {
+      ...config,
+      secretsKey: keyFileFor(config.dataDir, 'secrets-key', config.secretsKey),
+      previewKey: keyFileFor(config.dataDir, 'preview-key', config.previewKey),
+    },
+    apiKey,
+    log,
+  );
   log.info(plane.ownership, 'installation');
   const reconciled = await plane.startBackground();
   log.info(reconciled, 'reconciled sandboxes with the container runtime');

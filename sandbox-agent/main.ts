@@ -29,6 +29,7 @@ import type { AgentTool } from './execution/attempt.js';
 import { CallRunner } from './execution/call-runner.js';
 import { startEgressForwarder } from './host/egress-forwarder.js';
 import { measureFacts } from './host/facts.js';
+import { dialPreview } from './host/preview-dialer.js';
 import { detectShell } from './host/image-probe.js';
 import { redisInput, type StreamEntry } from './link/input-stream.js';
 import { ReturnChannel } from './link/return-channel.js';
@@ -146,9 +147,12 @@ async function main(): Promise<void> {
     keyExists: async (key) => (await redis.exists(key)) === 1,
   });
 
+  const previewPorts = new Set(config.egress ? [config.egress.port] : []);
   subscriber.on('message', (_channel: string, text: string) => {
     const parsed = ControlMessage.safeParse(safeJson(text));
-    if (parsed.success) runner.cancel(parsed.data.callId);
+    if (!parsed.success) return;
+    if (parsed.data.type === 'cancel') runner.cancel(parsed.data.callId);
+    else dialPreview(parsed.data, { reservedPorts: previewPorts, log });
   });
   await subscriber.subscribe(keys.control);
 

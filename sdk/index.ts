@@ -23,6 +23,8 @@ export { Image, type ImageBuildOptions } from './images.js';
 export { SandboxSessions, Session, type SessionExecOptions } from './sessions.js';
 export type { SessionView } from '../contract/tools/session.js';
 export { SandboxTerminals, Terminal, TerminalView, type CreateTerminalOptions } from './terminals.js';
+export { SandboxPorts } from './previews.js';
+export type { PreviewEvent, PreviewUrl } from '../contract/previews.js';
 export { SbxError } from './errors.js';
 export type {
   EditFileData,

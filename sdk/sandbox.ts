@@ -19,6 +19,7 @@ import { SbxClient, type CreateSandboxOptions, type UploadSummary } from './clie
 import { SbxError } from './errors.js';
 import { SandboxTerminals } from './terminals.js';
 import { SandboxProcesses } from './processes.js';
+import { SandboxPorts } from './previews.js';
 import {
   EditFileData,
   GitDiffData,
@@ -122,6 +123,8 @@ export class Sandbox implements AsyncDisposable {
 
   /** Programs on a pseudo-terminal (`terminals.create({cols, rows, onData})`). */
   readonly terminals: SandboxTerminals;
+  /** Port previews: signed URLs, requests to servers listening in the sandbox, the preview log. */
+  readonly ports: SandboxPorts;
 
   private constructor(
     /** The client this sandbox talks through; for the routes the SDK does not wrap. */
@@ -133,6 +136,7 @@ export class Sandbox implements AsyncDisposable {
     this.terminals = new SandboxTerminals(client, () => this.id);
     this.processes = new SandboxProcesses(this);
     this.sessions = new SandboxSessions(this);
+    this.ports = new SandboxPorts(this);
   }
 
   /**

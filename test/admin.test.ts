@@ -200,7 +200,8 @@ describe('tenancy', () => {
           .replace(':callId', callB)
           .replace(':artifactId', 'art_00000000')
           .replace(':pid', '1')
-          .replace(':terminalId', 'term_missing') + (route.path.endsWith('/files') ? '?path=/workspace' : '');
+          .replace(':terminalId', 'term_missing')
+          .replace(':port', '8000') + (route.path.endsWith('/files') ? '?path=/workspace' : '');
       const body =
         route.path.endsWith('/files') && route.method === 'PUT'
           ? await tarBytes([{ name: `from-${who}.txt`, content: who }])

@@ -24,7 +24,7 @@ async function openapi(): Promise<Document> {
 }
 
 /** `/v1/sandboxes/:id` → `/v1/sandboxes/{id}`, as OpenAPI writes paths. */
-const openapiPath = (path: string): string => path.replace(/:([A-Za-z]+)/g, '{$1}');
+const openapiPath = (path: string): string => path.replace(/:([A-Za-z]+)/g, '{$1}').replace(/\/\*$/, '/{*}');
 
 /** Every example of a request body, whichever way the document holds it. */
 function bodyExamples(op: Operation): unknown[] {
@@ -58,7 +58,20 @@ describe('OpenAPI document', () => {
         if (op.security?.length === 0) publicOps.push(`${method.toUpperCase()} ${path}`);
       }
     }
-    expect(publicOps.sort()).toEqual(['GET /healthz', 'GET /metrics', 'GET /openapi.json']);
+    // Signed preview URLs carry their own credential (the token in the path or the preview host's cookie).
+    const previewOps = ['/v1/previews/{id}/{token}/{*}', '/v1/host-previews/{id}/{port}/{*}'].flatMap((path) =>
+      ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT'].map((m) => `${m} ${path}`),
+    );
+    expect(publicOps.sort()).toEqual(
+      [
+        'GET /healthz',
+        'GET /metrics',
+        'GET /openapi.json',
+        'GET /v1/previews/{id}/{token}',
+        'GET /v1/host-previews/{id}/{port}',
+        ...previewOps,
+      ].sort(),
+    );
   });
 
   it('describes inputs from the validating schemas: path parameters, query parameters, body fields', async () => {
@@ -88,9 +101,14 @@ describe('OpenAPI document', () => {
         const url = path.replace(
           /\{(\w+)\}/g,
           (_m, name: string) =>
-            ({ id: 'sbx_openapi_example', callId: 'call-example', tenant: 'openapi-example', name: 'OPENAPI_EXAMPLE', pid: '4242' })[
-              name
-            ] ?? 'x',
+            ({
+              id: 'sbx_openapi_example',
+              callId: 'call-example',
+              tenant: 'openapi-example',
+              name: 'OPENAPI_EXAMPLE',
+              pid: '4242',
+              port: '8000',
+            })[name] ?? 'x',
         );
         for (const example of bodyExamples(op)) {
           const response = await h.client.raw(method.toUpperCase(), url, {
@@ -124,6 +142,7 @@ describe('OpenAPI document', () => {
         'post /v1/sandboxes/{id}/terminals/{terminalId}/input',
         'post /v1/sandboxes/{id}/calls/{callId}/stdin',
         'post /v1/sandboxes/{id}/processes/{pid}/signal',
+        'post /v1/sandboxes/{id}/ports/{port}/url',
       ]),
     );
   });

@@ -48,9 +48,12 @@ export interface LeasePlan {
   volumes: ResolvedVolumeMount[];
 }
 
-/** Host directories of a lease under the data dir: its agent credentials file (until the agent read it) and its egress proxy socket. */
-export function leaseDirs(dataDir: string, id: string): { credentials: string; egress: string } {
-  return { credentials: join(dataDir, 'leases', id), egress: join(dataDir, 'egress', id) };
+/**
+ * Host directories of a lease under the data dir: its agent credentials file (until the agent
+ * read it), its egress proxy socket and its port preview tunnel sockets.
+ */
+export function leaseDirs(dataDir: string, id: string): { credentials: string; egress: string; previews: string } {
+  return { credentials: join(dataDir, 'leases', id), egress: join(dataDir, 'egress', id), previews: join(dataDir, 'previews', id) };
 }
 
 export interface PlannerDeps {
@@ -157,6 +160,7 @@ export class LeasePlanner {
       toolUser,
       agentRedisSocketDir: dirname(this.options.agentRedisSocket),
       egressSocketHostDir: dirs.egress,
+      previewSocketHostDir: dirs.previews,
       mounts: await resolveMounts(policy, this.options.mountAllowlist, this.options.protectedHostPaths),
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},

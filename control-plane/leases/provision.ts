@@ -80,6 +80,8 @@ export class Provisioner {
       pooled,
     };
     await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
+    // Mounted into the sandbox (a bind source must exist); the control planes bind their preview sockets there.
+    await mkdir(leaseDirs(this.options.dataDir, id).previews, { recursive: true, mode: 0o700 });
     await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
     await this.attach(id, plan.policy);
     const { containerId, seededPaths } = await runtime.start(plan.spec);

@@ -62,6 +62,7 @@ export class Teardown {
     await step(() => link.destroy(id));
     await step(() => egress.stop(id));
     await step(() => rm(dirs.egress, { recursive: true, force: true }));
+    await step(() => rm(dirs.previews, { recursive: true, force: true }));
     await step(() => rm(dirs.credentials, { recursive: true, force: true }));
     return failures;
   }

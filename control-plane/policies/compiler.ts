@@ -13,6 +13,7 @@ import {
   AGENT_RUNTIME_NODE,
 } from '../../contract/agent-runtime.js';
 import { AppError } from '../../contract/errors.js';
+import { PREVIEW_SOCKET_DIR } from '../../contract/previews.js';
 import type { PolicyRef } from '../../contract/objects.js';
 import type { AgentConfig, ToolUser } from '../../contract/queue.js';
 import { SBX_BRIDGE_PREFIX } from '../runtime/link-local-guard.js';
@@ -54,6 +55,8 @@ export interface CompileInput {
   agentRedisSocketDir: string;
   /** Host directory where the control plane serves this lease's egress proxy socket. */
   egressSocketHostDir: string;
+  /** Host directory of this lease's port preview tunnel sockets (contract/previews.ts); mounted for every network mode. */
+  previewSocketHostDir?: string;
   /**
    * Read-only mounts: the host directories the control plane allows (`SBX_MOUNT_ALLOWLIST`,
    * symlinks resolved), each policy `hostPath` with symlinks resolved (null: it does not exist),
@@ -186,6 +189,8 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
       // A directory, not the socket file: a peer control plane that takes the proxy over binds a
       // new socket at the same path, and the sandbox sees it.
       ...(policy.network.mode === 'allowlist' ? [{ hostPath: input.egressSocketHostDir, containerPath: EGRESS_SOCKET_DIR }] : []),
+      // Previews: a directory too, where each control-plane process serving the lease binds a socket of its own.
+      ...(input.previewSocketHostDir === undefined ? [] : [{ hostPath: input.previewSocketHostDir, containerPath: PREVIEW_SOCKET_DIR }]),
       ...mountBinds,
     ],
     volumeBinds: (input.volumeMounts ?? []).map((m) => ({ hostPath: m.hostPath, containerPath: m.containerPath, readOnly: m.readOnly })),

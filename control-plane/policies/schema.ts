@@ -17,6 +17,19 @@ const MiB = 1024 * 1024;
 export { EgressRuleSchema };
 
 /**
+ * A port, or a range of ports `{from, to}` (both included), a sandbox may expose as a preview
+ * (`ports.allowed`).
+ */
+export const PortRule = z.union([
+  z.number().int().min(1).max(65535),
+  z
+    .object({ from: z.number().int().min(1).max(65535), to: z.number().int().min(1).max(65535) })
+    .strict()
+    .refine((r) => r.from <= r.to, 'from must be ≤ to'),
+]);
+export type PortRule = z.infer<typeof PortRule>;
+
+/**
  * An absolute path in normal form (`path.posix.normalize`): no `//`, `.` or `..` segments, no
  * trailing `/`. Checks of one path against another are then exact; Docker would otherwise take
  * `//run/sbx` for a mount apart from, and on top of, `/run/sbx`.
@@ -136,6 +149,14 @@ export const PolicyShape = z
         allow: z.array(EgressRuleSchema).max(1000).default([]),
       })
       .strict(),
+    /**
+     * Port previews: which ports of servers listening inside the sandbox the control plane may
+     * expose (`/v1/sandboxes/:id/ports/:port/*`, signed preview URLs). Default: none (closed).
+     */
+    ports: z
+      .object({ allowed: z.array(PortRule).max(64).default([]) })
+      .strict()
+      .default({ allowed: [] }),
     secrets: z
       .object({
         /**

@@ -1,0 +1,143 @@
+/**
+ * Port preview: an HTTP GET of a small file (1 KiB) from python3's `http.server` in a sandbox
+ * (network `none`), through `/v1/sandboxes/:id/ports/8000/*` (control plane → agent tunnel),
+ * against the same server program from the same image in a plain container on the Docker
+ * bridge, reached directly at its bridge address. Samples alternate; one sample = one GET round
+ * trip (a new connection each, as http.server speaks HTTP/1.0). The rate is MB/s of a 16 MiB
+ * file fetched 3 times each way. Targets: ≥ 0.5× the direct round trip (p50) and MB/s.
+ */
+import { createHash } from 'node:crypto';
+import http from 'node:http';
+import type { BenchContext } from '../context.js';
+import { figure, side, target, times } from '../figure.js';
+import type { Figure } from '../schema.js';
+import { timeMs } from '../stats.js';
+
+const POLICY = 'bench-preview';
+const PORT = 8000;
+const BIG_BYTES = 16 * 1024 * 1024;
+const BIG_RUNS = 3;
+const SETUP = `mkdir -p /tmp/site && head -c 1024 /dev/zero | tr '\\0' a > /tmp/site/small.txt && head -c ${BIG_BYTES} /dev/urandom > /tmp/site/big.bin`;
+
+/** GETs `url` (headers given), returns the body's length and sha256. */
+function get(url: string, headers: Record<string, string>): Promise<{ status: number; bytes: number; sha256: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { headers, agent: false }, (res) => {
+      const hash = createHash('sha256');
+      let bytes = 0;
+      res.on('data', (c: Buffer) => {
+        bytes += c.length;
+        hash.update(c);
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, bytes, sha256: hash.digest('hex') }));
+      res.on('error', (err) => reject(new Error(`GET ${url}: response ${res.statusCode} after ${bytes} B: ${err.message}`)));
+    });
+    req.on('error', (err) => reject(new Error(`GET ${url}: ${err.message}`)));
+  });
+}
+
+async function until(what: string, ok: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (!(await ok().catch(() => false))) {
+    if (Date.now() > deadline) throw new Error(`${what} did not answer within 60 s`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
+  const auth = { authorization: `Bearer ${ctx.plane.apiKey}` };
+  const defaults = (await (await fetch(`${ctx.plane.url}/v1/policies/default`, { headers: auth })).json()) as {
+    policy: Record<string, unknown>;
+  };
+  const put = await fetch(`${ctx.plane.url}/v1/policies/${POLICY}`, {
+    method: 'PUT',
+    headers: { ...auth, 'content-type': 'application/json' },
+    body: JSON.stringify({
+      ...defaults.policy,
+      name: POLICY,
+      version: 1,
+      description: 'default, with port 8000 previewable (bench)',
+      ports: { allowed: [PORT] },
+    }),
+  });
+  if (!put.ok && put.status !== 409) throw new Error(`could not create the ${POLICY} policy: ${await put.text()}`);
+  const count = Math.min(ctx.settings.calls, 200);
+  const id = await ctx.lease(POLICY);
+  const direct = await ctx.docker.createContainer({
+    Image: ctx.image,
+    Entrypoint: ['/bin/sh', '-c', `${SETUP} && cd /tmp/site && exec python3 -m http.server ${PORT} --bind 0.0.0.0`],
+    Labels: ctx.labels,
+    User: '1000:1000',
+    HostConfig: { NetworkMode: 'bridge' },
+  });
+  const ours: number[] = [];
+  const base: number[] = [];
+  const oursBig: number[] = [];
+  const baseBig: number[] = [];
+  try {
+    await direct.start();
+    const address = (await direct.inspect()).NetworkSettings.Networks['bridge']?.IPAddress ?? '';
+    if (!address) throw new Error('the direct container has no bridge address');
+    await ctx.call(id, 'exec', { cmd: SETUP });
+    const task = await ctx.client.submitCall(
+      id,
+      'exec',
+      { cmd: `cd /tmp/site && exec python3 -m http.server ${PORT} --bind 127.0.0.1`, background: true, timeoutMs: 3_600_000 },
+      { waitSeconds: 30 },
+    );
+    if (task.status !== 'detached') throw new Error(`the preview server did not start: ${JSON.stringify(task)}`);
+    const preview = `${ctx.plane.url}/v1/sandboxes/${id}/ports/${PORT}`;
+    const plain = `http://${address}:${PORT}`;
+    await until('the server in the sandbox', async () => (await get(`${preview}/small.txt`, auth)).status === 200);
+    await until('the direct server', async () => (await get(`${plain}/small.txt`, {})).status === 200);
+    for (let i = -5; i < count; i += 1) {
+      const t = await timeMs(async () => {
+        const r = await get(`${preview}/small.txt`, auth);
+        if (r.status !== 200 || r.bytes !== 1024) throw new Error(`preview GET: ${r.status}, ${r.bytes} B`);
+      });
+      const b = await timeMs(async () => {
+        const r = await get(`${plain}/small.txt`, {});
+        if (r.status !== 200 || r.bytes !== 1024) throw new Error(`direct GET: ${r.status}, ${r.bytes} B`);
+      });
+      if (i < 0) continue;
+      ours.push(t);
+      base.push(b);
+    }
+    for (let i = 0; i < BIG_RUNS; i += 1) {
+      oursBig.push(
+        await timeMs(async () => {
+          if ((await get(`${preview}/big.bin`, auth)).bytes !== BIG_BYTES) throw new Error('preview big.bin cut short');
+        }),
+      );
+      baseBig.push(
+        await timeMs(async () => {
+          if ((await get(`${plain}/big.bin`, {})).bytes !== BIG_BYTES) throw new Error('direct big.bin cut short');
+        }),
+      );
+    }
+  } finally {
+    await direct.remove({ force: true }).catch(() => undefined);
+    await ctx.release(id);
+  }
+  const mbps = (s: number[]): { value: number; unit: string } => ({
+    value: (BIG_BYTES * s.length) / 1e6 / (s.reduce((a, b) => a + b, 0) / 1000),
+    unit: 'MB/s',
+  });
+  const oursSide = side(`GET 1 KiB via /v1/sandboxes/:id/ports/${PORT}/ (network none)`, ours, { rate: mbps(oursBig) });
+  const baseSide = side('GET 1 KiB direct to the container on the bridge', base, { rate: mbps(baseBig) });
+  const throughputRatio = (oursSide.rate?.value ?? 0) / (baseSide.rate?.value || NaN);
+  return figure({
+    id: 'preview',
+    title: `port preview, python3 http.server: ${count} GETs of 1 KiB, ${BIG_RUNS} of ${BIG_BYTES / 1024 / 1024} MiB`,
+    ours: oursSide,
+    baseline: baseSide,
+    basis: 'p50',
+    targets: (s) => [
+      target('round trip ≥ 0.5× direct', s ?? NaN, '>=', 0.5, times),
+      target('MB/s ≥ 0.5× direct', throughputRatio, '>=', 0.5, times),
+    ],
+    notes: [
+      'rates are MB/s of the 16 MiB file; each preview request opens a tunnel (control message → agent → Unix socket) and a loopback connection in the sandbox',
+    ],
+  });
+}

@@ -1,0 +1,42 @@
+/**
+ * What a preview request asks of the server in the sandbox: the path and query after the
+ * preview prefix, taken from the raw request target. Pure; `paths.test.ts`.
+ *
+ * Safety rule: the remainder is forwarded byte for byte (percent-encodings untouched, so `%2F`
+ * stays an encoded slash for the server in the sandbox to interpret), except that a request
+ * whose path has a `.` or `..` segment — also spelled `%2e`/`%2E`, or made a segment by an
+ * encoded slash (`%2F`) or a backslash (`\`, `%5C`) — or a NUL (`%00`) or a malformed
+ * percent-encoding is refused as `preview.invalid_path` (400). The sandbox and the port come
+ * from the router's match of the prefix alone, so nothing in the remainder can name another
+ * sandbox or port; the refusal keeps servers that resolve dot segments themselves from being
+ * walked above the preview's root, and clients that normalise URLs never send such paths anyway.
+ */
+import { AppError } from '../../contract/errors.js';
+
+/**
+ * The remainder of `rawUrl` (a request target: path and optional query) after its first
+ * `prefixSegments` path segments, starting with `/`. Throws AppError `preview.invalid_path`.
+ */
+export function upstreamTarget(rawUrl: string, prefixSegments: number): string {
+  const q = rawUrl.indexOf('?');
+  const path = q < 0 ? rawUrl : rawUrl.slice(0, q);
+  const query = q < 0 ? '' : rawUrl.slice(q);
+  const parts = path.split('/');
+  // parts[0] is the empty string before the leading slash.
+  const rest = parts.slice(prefixSegments + 1);
+  for (const segment of rest) {
+    let decoded: string;
+    try {
+      decoded = decodeURIComponent(segment);
+    } catch {
+      throw invalid('a malformed percent-encoding');
+    }
+    if (decoded.includes('\0')) throw invalid('a NUL byte');
+    if (decoded.split(/[/\\]/).some((s) => s === '.' || s === '..')) throw invalid('a "." or ".." segment');
+  }
+  return `/${rest.join('/')}${query}`;
+}
+
+function invalid(what: string): AppError {
+  return new AppError('preview.invalid_path', `the preview path has ${what}; send a normalised path`, { details: { reason: what } });
+}

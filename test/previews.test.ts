@@ -1,0 +1,377 @@
+/**
+ * Port previews (issue 13 part 8) against real sandboxes under network `none`: servers started
+ * in the sandbox (python3's http.server, a tiny node WebSocket echo server, misbehaving servers)
+ * reached through the control plane with an API key, a signed URL and host-based routing; the
+ * policy's `ports.allowed`, tenants, bad ports and paths, absent and failing servers, and the
+ * preview log.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import type { Duplex } from 'node:stream';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import YAML from 'yaml';
+import { REPO_ROOT, apiAs, eventually, execIn, useHarness } from './fixtures/index.js';
+
+const DOMAIN = 'preview.test';
+let policyDir = '';
+const h = useHarness(async () => {
+  policyDir = await mkdtemp(join(tmpdir(), 'sbx-previews-policies-'));
+  const defaults = YAML.parse(await readFile(join(REPO_ROOT, 'policies', 'default.yaml'), 'utf8')) as Record<string, unknown>;
+  await writeFile(join(policyDir, 'default.yaml'), JSON.stringify(defaults));
+  await writeFile(
+    join(policyDir, 'preview-test.yaml'),
+    JSON.stringify({ ...defaults, name: 'preview-test', version: 1, ports: { allowed: [8000, { from: 9000, to: 9010 }] } }),
+  );
+  return { SBX_POLICY_DIR: policyDir, SBX_PREVIEW_DOMAIN: DOMAIN };
+});
+afterAll(async () => {
+  if (policyDir) await rm(policyDir, { recursive: true, force: true });
+});
+const api = apiAs(() => h.url);
+const exec = execIn(() => h.client, { args: { timeoutMs: 30_000 } });
+
+/** A tiny WebSocket echo server (RFC 6455: handshake, unmasking, echo of text/binary frames). */
+const WS_ECHO = `
+const http = require('http'), crypto = require('crypto');
+const server = http.createServer((q, r) => r.end('plain answer\\n'));
+server.on('upgrade', (req, sock) => {
+  const accept = crypto.createHash('sha1').update(req.headers['sec-websocket-key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64');
+  sock.write('HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: ' + accept + '\\r\\nX-Seen-Path: ' + req.url + '\\r\\n\\r\\n');
+  let buf = Buffer.alloc(0);
+  sock.on('error', () => {});
+  sock.on('data', (d) => {
+    buf = Buffer.concat([buf, d]);
+    for (;;) {
+      if (buf.length < 2) return;
+      const op = buf[0] & 15; let len = buf[1] & 127, off = 2;
+      if (len === 126) { if (buf.length < 4) return; len = buf.readUInt16BE(2); off = 4; }
+      const masked = buf[1] & 128; const mask = masked ? buf.subarray(off, off + 4) : null; if (masked) off += 4;
+      if (buf.length < off + len) return;
+      const p = Buffer.from(buf.subarray(off, off + len)); if (mask) for (let i = 0; i < p.length; i++) p[i] ^= mask[i & 3];
+      buf = buf.subarray(off + len);
+      if (op === 8) { sock.end(); return; }
+      const head = p.length < 126 ? Buffer.from([0x80 | op, p.length]) : Buffer.from([0x80 | op, 126, p.length >> 8, p.length & 255]);
+      sock.write(Buffer.concat([head, p]));
+    }
+  });
+});
+server.listen(9001, '127.0.0.1');
+`;
+
+/** Servers that misbehave: 9002 cuts a response short, 9003 hangs up before answering. */
+const BAD_SERVERS = `
+const net = require('net');
+net.createServer((s) => { s.on('error', () => {}); s.once('data', () => { s.write('HTTP/1.1 200 OK\\r\\nContent-Length: 100000\\r\\n\\r\\n' + 'x'.repeat(1000)); setTimeout(() => s.destroy(), 50); }); }).listen(9002, '127.0.0.1');
+net.createServer((s) => { s.on('error', () => {}); s.once('data', () => s.destroy()); }).listen(9003, '127.0.0.1');
+`;
+
+const PAGE = `<!doctype html><title>sbx preview</title><p>hello from the sandbox ${randomBytes(4).toString('hex')}</p>\n`;
+
+/** One masked client frame of `payload` (text). */
+function wsFrame(payload: Buffer, opcode = 1): Buffer {
+  const mask = randomBytes(4);
+  const masked = Buffer.from(payload.map((b, i) => b ^ mask[i & 3]!));
+  const head =
+    payload.length < 126
+      ? Buffer.from([0x80 | opcode, 0x80 | payload.length])
+      : Buffer.from([0x80 | opcode, 0x80 | 126, payload.length >> 8, payload.length & 255]);
+  return Buffer.concat([head, mask, masked]);
+}
+
+/** Reads one unmasked server frame's payload from `socket` (after `first` bytes already read). */
+async function readFrame(socket: Duplex, first: Buffer): Promise<Buffer> {
+  let buf = first;
+  for (;;) {
+    if (buf.length >= 2) {
+      let len = buf[1]! & 127;
+      let off = 2;
+      if (len === 126 && buf.length >= 4) {
+        len = buf.readUInt16BE(2);
+        off = 4;
+      }
+      if (len !== 126 && buf.length >= off + len) return buf.subarray(off, off + len);
+    }
+    const [chunk] = (await once(socket, 'data')) as [Buffer];
+    buf = Buffer.concat([buf, chunk]);
+  }
+}
+
+/** Opens a WebSocket at `path` of the API (with `headers`), sends `message`, returns the echo and the 101's headers. */
+async function wsEcho(
+  path: string,
+  headers: Record<string, string>,
+  message: string,
+): Promise<{ echo: string; headers: http.IncomingHttpHeaders }> {
+  const url = new URL(h.url);
+  const key = randomBytes(16).toString('base64');
+  const req = http.request({
+    host: url.hostname,
+    port: url.port,
+    path,
+    headers: { connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': key, ...headers },
+  });
+  req.end();
+  const [res, socket, head] = (await Promise.race([
+    once(req, 'upgrade'),
+    once(req, 'response').then((args) => {
+      throw new Error(`no upgrade: HTTP ${(args[0] as http.IncomingMessage).statusCode}`);
+    }),
+  ])) as [http.IncomingMessage, Duplex, Buffer];
+  try {
+    expect(res.headers['sec-websocket-accept']).toBe(
+      createHash('sha1').update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64'),
+    );
+    socket.write(wsFrame(Buffer.from(message)));
+    const echo = (await readFrame(socket, head)).toString();
+    socket.write(wsFrame(Buffer.alloc(0), 8));
+    return { echo, headers: res.headers };
+  } finally {
+    socket.destroy();
+  }
+}
+
+/** A raw GET (the path exactly as given, no URL normalisation) with `headers`. */
+async function rawGet(
+  path: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
+  const url = new URL(h.url);
+  const req = http.request({ host: url.hostname, port: url.port, path, headers });
+  req.end();
+  const [res] = (await once(req, 'response')) as [http.IncomingMessage];
+  const chunks: Buffer[] = [];
+  for await (const c of res) chunks.push(c as Buffer);
+  return { status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() };
+}
+
+describe('port previews', () => {
+  let leaseId: string;
+  let base: string;
+  const auth = (): Record<string, string> => ({ authorization: `Bearer ${h.apiKey}` });
+
+  beforeAll(async () => {
+    const lease = await h.client.createSandbox({ policy: 'preview-test' });
+    leaseId = lease.id;
+    base = `/v1/sandboxes/${leaseId}/ports`;
+    expect(lease.manifest?.network.mode).toBe('none');
+    const setup = await exec(leaseId, {
+      cmd: [
+        'mkdir -p /workspace/site',
+        `printf '%s' "$PAGE" > /workspace/site/index.html`,
+        'head -c 3000000 /dev/urandom > /workspace/site/big.bin',
+        `cat > /workspace/ws.js <<'EOF'\n${WS_ECHO}\nEOF`,
+        `cat > /workspace/bad.js <<'EOF'\n${BAD_SERVERS}\nEOF`,
+        'sha256sum /workspace/site/big.bin',
+      ].join('\n'),
+      env: { PAGE },
+    });
+    expect(setup.status, JSON.stringify(setup)).toBe('succeeded');
+    for (const cmd of [
+      'cd /workspace/site && exec python3 -m http.server 8000 --bind 127.0.0.1',
+      'exec node /workspace/ws.js',
+      'exec node /workspace/bad.js',
+    ]) {
+      const task = await h.client.submitCall(leaseId, 'exec', { cmd, background: true, timeoutMs: 3_600_000 }, { waitSeconds: 30 });
+      expect(task.status).toBe('detached');
+    }
+    // The servers answer once they listen.
+    await eventually(
+      () => rawGet(`${base}/8000/`, auth()),
+      (r) => r.status === 200,
+    );
+    await eventually(
+      () => rawGet(`${base}/9001/`, auth()),
+      (r) => r.status === 200,
+    );
+  });
+
+  it("a dev server's page is fetched through the control plane with its exact body, in a sandbox with network none", async () => {
+    const r = await rawGet(`${base}/8000/index.html?x=1`, auth());
+    expect(r.status).toBe(200);
+    expect(r.body).toBe(PAGE);
+    expect(r.headers['server']).toMatch(/SimpleHTTP/);
+    const big = await fetch(`${h.url}${base}/8000/big.bin`, { headers: auth() });
+    const bytes = Buffer.from(await big.arrayBuffer());
+    const inside = await exec(leaseId, 'sha256sum /workspace/site/big.bin | cut -d" " -f1');
+    expect(bytes.length).toBe(3_000_000);
+    expect(createHash('sha256').update(bytes).digest('hex')).toBe(inside.stdout.trim());
+    // The preview root without its slash redirects to it.
+    const bare = await rawGet(`${base}/8000`, auth());
+    expect(bare.status).toBe(308);
+    expect(bare.headers.location).toBe(`${base}/8000/`);
+  });
+
+  it('a WebSocket echo goes both ways through the preview', async () => {
+    const { echo, headers } = await wsEcho(`${base}/9001/chat?room=1`, auth(), 'hello through the tunnel');
+    expect(echo).toBe('hello through the tunnel');
+    expect(headers['x-seen-path']).toBe('/chat?room=1');
+    const long = 'y'.repeat(5000);
+    expect((await wsEcho(`${base}/9001/`, auth(), long)).echo).toBe(long);
+  });
+
+  it('the API key never reaches the server in the sandbox; Host is localhost:<port>, the original forwarded', async () => {
+    const r = await rawGet(`${base}/9001/`, { ...auth(), 'x-probe': '1' });
+    expect(r.body).toBe('plain answer\n');
+    // python's http.server logs the request line only; ask a server that echoes headers instead.
+    const echoHeaders = await exec(leaseId, {
+      cmd: `cat > /workspace/h.js <<'EOF'\nrequire('http').createServer((q, r) => r.end(JSON.stringify(q.headers))).listen(9004, '127.0.0.1');\nEOF\nexec node /workspace/h.js`,
+      background: true,
+    });
+    expect(echoHeaders.status).toBe('detached');
+    const seen = await eventually(
+      () => rawGet(`${base}/9004/`, { ...auth(), cookie: 'a=1; sbx_preview_token=secret; b=2' }),
+      (x) => x.status === 200,
+    );
+    const headers = JSON.parse(seen.body) as Record<string, string>;
+    expect(headers.authorization).toBeUndefined();
+    expect(headers.host).toBe('localhost:9004');
+    expect(headers['x-forwarded-host']).toBe(new URL(h.url).host);
+    expect(headers['x-forwarded-prefix']).toBe(`${base}/9004`);
+    expect(headers.cookie).toBe('a=1; b=2');
+  });
+
+  it('a signed URL opens the page without an API key; tampered is 401 preview.url_invalid, expired 401 preview.url_expired', async () => {
+    const minted = await api(h.apiKey, 'POST', `${base}/8000/url`, { expiresInSeconds: 600 });
+    expect(minted.status, JSON.stringify(minted.body)).toBe(200);
+    expect(minted.body.path).toMatch(new RegExp(`^/v1/previews/${leaseId}/8000\\.\\d+\\.bootstrap\\.[A-Za-z0-9_-]{22}/$`));
+    const page = await rawGet(`${minted.body.path}index.html`);
+    expect(page.status).toBe(200);
+    expect(page.body).toBe(PAGE);
+    const token = minted.body.path.split('/')[4] as string;
+    const tampered = `${token.slice(0, -2)}${token.endsWith('AA') ? 'BB' : 'AA'}`;
+    const bad = await rawGet(`/v1/previews/${leaseId}/${tampered}/index.html`);
+    expect(bad.status).toBe(401);
+    expect(JSON.parse(bad.body).error.code).toBe('preview.url_invalid');
+    const short = await api(h.apiKey, 'POST', `${base}/8000/url`, { expiresInSeconds: 1 });
+    expect(short.status).toBe(200);
+    const expired = await eventually(
+      () => rawGet(`${short.body.path}index.html`),
+      (r) => r.status !== 200,
+    );
+    expect(expired.status).toBe(401);
+    expect(JSON.parse(expired.body).error.code).toBe('preview.url_expired');
+  });
+
+  it('host-based routing: <port>-<id>.<domain> moves the token into a host cookie, then serves the page and WebSockets', async () => {
+    const minted = await api(h.apiKey, 'POST', `${base}/9001/url`, { expiresInSeconds: 600 });
+    expect(minted.body.hostUrl).toContain(`://9001-${leaseId}.${DOMAIN}/?sbx_preview_token=`);
+    const hostUrl = new URL(minted.body.hostUrl as string);
+    const host = `9001-${leaseId}.${DOMAIN}`;
+    const first = await rawGet(`${hostUrl.pathname}${hostUrl.search}`, { host });
+    expect(first.status).toBe(302);
+    expect(first.headers.location).toBe('/');
+    const cookie = (first.headers['set-cookie'] ?? [])[0]!.split(';')[0]!;
+    expect(cookie).toMatch(/^sbx_preview_token=/);
+    const page = await rawGet('/', { host, cookie });
+    expect(page.status).toBe(200);
+    expect(page.body).toBe('plain answer\n');
+    expect((await wsEcho('/socket', { host, cookie }, 'via host')).echo).toBe('via host');
+    // Without the cookie, or for another port, the host refuses.
+    expect((await rawGet('/', { host })).status).toBe(401);
+    const other = await rawGet('/', { host: `9002-${leaseId}.${DOMAIN}`, cookie });
+    expect(other.status).toBe(401);
+    expect(JSON.parse(other.body).error.code).toBe('preview.url_invalid');
+  });
+
+  it('a port the policy does not allow is 403 preview.port_denied, also for minting a URL', async () => {
+    for (const [method, path] of [
+      ['GET', `${base}/8001/`],
+      ['POST', `${base}/8001/url`],
+      ['GET', `${base}/22/`],
+    ] as const) {
+      const r = await api(h.apiKey, method, path, method === 'POST' ? {} : undefined);
+      expect(r.status, path).toBe(403);
+      expect(r.body.error.code).toBe('preview.port_denied');
+    }
+    const plain = await h.client.createSandbox();
+    try {
+      const r = await api(h.apiKey, 'GET', `/v1/sandboxes/${plain.id}/ports/8000/`);
+      expect(r.status).toBe(403);
+      expect(r.body.error.details.allowed).toEqual([]);
+    } finally {
+      await h.client.releaseSandbox(plain.id);
+    }
+  });
+
+  it("another tenant's sandbox is 404 lease.not_found", async () => {
+    const key = await api(h.apiKey, 'POST', '/v1/api-keys', { name: 'previews-other', role: 'user', tenant: 'previews-other' });
+    expect(key.status).toBe(201);
+    for (const [method, path] of [
+      ['GET', `${base}/8000/index.html`],
+      ['POST', `${base}/8000/url`],
+      ['GET', `/v1/sandboxes/${leaseId}/previews`],
+    ] as const) {
+      const r = await api(key.body.secret, method, path, method === 'POST' ? {} : undefined);
+      expect(r.status, path).toBe(404);
+      expect(r.body.error.code).toBe('lease.not_found');
+    }
+  });
+
+  it('port 0 and 65536 are 400 input.invalid', async () => {
+    for (const port of ['0', '65536', 'abc', '-1']) {
+      const r = await api(h.apiKey, 'GET', `${base}/${port}/`);
+      expect(r.status, port).toBe(400);
+      expect(r.body.error.code).toBe('input.invalid');
+    }
+  });
+
+  it('paths with dot segments are 400 preview.invalid_path; encoded slashes reach the server as sent', async () => {
+    for (const path of ['/..', '/a/../b', '/%2e%2e/etc/passwd', '/a%2F..%2Fb', '/a%5C..%5Cb']) {
+      const r = await rawGet(`${base}/8000${path}`, auth());
+      expect(r.status, path).toBe(400);
+      expect(JSON.parse(r.body).error.code).toBe('preview.invalid_path');
+    }
+    // http.server decodes %2F and finds no such file: its own 404, not the control plane's.
+    const slash = await rawGet(`${base}/8000/site%2Findex.html`, auth());
+    expect(slash.status).toBe(404);
+    expect(slash.headers['server']).toMatch(/SimpleHTTP/);
+  });
+
+  it('no server on the port is 502 preview.port_closed; a server that hangs up is 502 preview.upstream_failed; one that cuts a response short aborts it; the control plane answers after', async () => {
+    const closed = await api(h.apiKey, 'GET', `${base}/9010/`);
+    expect(closed.status).toBe(502);
+    expect(closed.body.error.code).toBe('preview.port_closed');
+    const hangup = await api(h.apiKey, 'GET', `${base}/9003/`);
+    expect(hangup.status).toBe(502);
+    expect(hangup.body.error.code).toBe('preview.upstream_failed');
+    const cut = await fetch(`${h.url}${base}/9002/`, { headers: auth() });
+    expect(cut.status).toBe(200);
+    await expect(cut.arrayBuffer()).rejects.toThrow();
+    expect((await api(h.apiKey, 'GET', '/healthz')).status).toBe(200);
+    expect((await rawGet(`${base}/8000/index.html`, auth())).body).toBe(PAGE);
+  });
+
+  it('every preview connection is in the preview log: who, port, how, bytes each way, duration, outcome', async () => {
+    const log = await eventually(
+      () => api(h.apiKey, 'GET', `/v1/sandboxes/${leaseId}/previews`),
+      (r) => (r.body?.events ?? []).some((e: { outcome: string }) => e.outcome === 'aborted'),
+    );
+    const events = log.body.events as Array<Record<string, any>>;
+    const big = events.find((e) => e.path === '/big.bin')!;
+    expect(big).toMatchObject({
+      port: 8000,
+      via: 'api',
+      keyId: 'bootstrap',
+      tenant: 'default',
+      kind: 'http',
+      method: 'GET',
+      status: 200,
+      outcome: 'completed',
+    });
+    expect(big.bytesFromSandbox).toBeGreaterThan(3_000_000);
+    expect(big.bytesToSandbox).toBeGreaterThan(0);
+    expect(big.durationMs).toBeGreaterThanOrEqual(0);
+    const ws = events.find((e) => e.kind === 'websocket' && e.path === '/chat')!;
+    expect(ws).toMatchObject({ port: 9001, status: 101, via: 'api' });
+    expect(ws.bytesFromSandbox).toBeGreaterThan('hello through the tunnel'.length);
+    expect(events.some((e) => e.via === 'url' && e.status === 200)).toBe(true);
+    expect(events.some((e) => e.via === 'host' && e.kind === 'websocket')).toBe(true);
+    const outcomes = new Set(events.map((e) => e.outcome));
+    for (const o of ['denied', 'invalid_path', 'port_closed', 'upstream_failed', 'aborted']) expect(outcomes, o).toContain(o);
+    expect(log.body.dropped).toBe(0);
+  });
+});
