@@ -44,9 +44,8 @@ import { PolicyService } from './policies/service.js';
 import { PreviewService } from './previews/service.js';
 import { PreviewLog } from './previews/store.js';
 import { PreviewTunnels } from './previews/tunnel.js';
+import { previewSigningKey } from './previews/tokens.js';
 import { leaseDirs } from './leases/plan.js';
-import { leaseKeys } from '../contract/queue.js';
-import { hkdfSync } from 'node:crypto';
 import { RedisPolicyStore } from './policies/store.js';
 import { QuotaService, type LeaseHold } from './quotas/service.js';
 import { RedisQuotaStore } from './quotas/store.js';
@@ -286,17 +285,14 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   // Port previews: the agent brings each connection to a socket of this process in the lease's directory.
   const tunnels = new PreviewTunnels({
     dirOf: (leaseId) => leaseDirs(config.dataDir, leaseId).previews,
-    signal: async (leaseId, message) => {
-      await redis.publish(leaseKeys(config.redisPrefix, leaseId).control, JSON.stringify(message));
-    },
+    signal: (leaseId, message) => link.calls.signal(leaseId, message),
     log,
   });
   const previews = new PreviewService({
     tunnels,
     log: previewLog,
     leases: { visible: (id, by) => leases.visible(id, by), usable: (lease) => leases.usable(lease) },
-    // Its own key (SBX_PREVIEW_KEY, <data dir>/preview-key by main.ts), else one derived from the secrets key.
-    key: config.previewKey ?? Buffer.from(hkdfSync('sha256', config.secretsKey, Buffer.alloc(0), 'sbx preview urls', 32)),
+    key: previewSigningKey(config.previewKey, config.secretsKey),
     domain: config.previewDomain,
     now,
     warn: (obj, msg) => log.warn(obj, msg),

@@ -183,12 +183,13 @@ describe('tenancy', () => {
     await h.client.releaseSandbox(own.id);
   });
 
-  /** Valid bodies of the terminal and stdin routes (a body is validated before the lease guard runs). */
+  /** Valid bodies of the terminal, stdin and session routes (a body is validated before the lease guard runs). */
   const TERMINAL_BODIES: Array<[string, unknown]> = [
     ['/terminals', { cols: 80, rows: 24, cmd: 'true' }],
     ['/input', { data: 'x' }],
     ['/resize', { cols: 80, rows: 24 }],
     ['/stdin', { eof: true }],
+    ['/exec', { cmd: 'true' }],
   ];
   it("every sandbox route answers tenant A's user key 404 lease.not_found for tenant B's sandbox, and B's own key gets past the check", async () => {
     const routes = registeredRoutes().filter((r) => r.path.startsWith('/v1/sandboxes/:id'));
@@ -201,6 +202,7 @@ describe('tenancy', () => {
           .replace(':artifactId', 'art_00000000')
           .replace(':pid', '1')
           .replace(':terminalId', 'term_missing')
+          .replace(':sessionId', 'ses_missing')
           .replace(':port', '8000') + (route.path.endsWith('/files') ? '?path=/workspace' : '');
       const body =
         route.path.endsWith('/files') && route.method === 'PUT'

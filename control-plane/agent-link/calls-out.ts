@@ -54,6 +54,11 @@ export class CallsOut {
       .exec();
   }
 
+  /** Publishes `message` on the lease's `control` channel (best effort: only a listening agent gets it), e.g. a preview's `preview_open`. */
+  async signal(leaseId: string, message: ControlMessage): Promise<void> {
+    await this.redis.publish(leaseKeys(this.rootPrefix, leaseId).control, JSON.stringify(message));
+  }
+
   /** The id of the call's attempt the agent recorded as started (its durable marker), or null. */
   async attemptOf(leaseId: string, callId: string): Promise<string | null> {
     return this.redis.get(leaseKeys(this.rootPrefix, leaseId).attempt(callId));

@@ -4,7 +4,7 @@
  * keeps the two in step.
  */
 import { z } from 'zod';
-import { TerminalsPolicy } from './terminals.js';
+import { SessionsPolicy, TerminalsPolicy, WatchPolicy } from './interactive.js';
 import { posix } from 'node:path';
 import { digestOf } from '../../contract/digest.js';
 import { Digest, Timestamp, type PolicyRef } from '../../contract/objects.js';
@@ -260,28 +260,9 @@ export const PolicyShape = z
     /** Env var names a lease request may set (empty = any POSIX name). */
     envAllowlist: z.array(EnvName).default([]),
     /** Shell sessions (`POST /v1/sandboxes/:id/sessions`): how many may run at once (over it: 429), and how long one may sit idle. */
-    sessions: z
-      .object({
-        /** Sessions running at once in one sandbox; 0 disables sessions. */
-        max: z.number().int().min(0).max(1000).default(8),
-        /** A session without a command for this long ends, seconds. */
-        idleTimeoutSeconds: z
-          .number()
-          .int()
-          .min(1)
-          .max(7 * 24 * 3600)
-          .default(3600),
-      })
-      .strict()
-      .default({ max: 8, idleTimeoutSeconds: 3600 }),
-    /**
-     * File watch (`GET /v1/sandboxes/:id/files/watch`): SSE watches open at once on one sandbox,
-     * across every control-plane process; one more is `429 watch.limit_exceeded`.
-     */
-    watch: z
-      .object({ maxConcurrent: z.number().int().min(0).max(256).default(8) })
-      .strict()
-      .default({ maxConcurrent: 8 }),
+    sessions: SessionsPolicy.default(SessionsPolicy.parse({})),
+    /** File watch (`GET /v1/sandboxes/:id/files/watch`): SSE watches open at once on one sandbox; one more is 429. */
+    watch: WatchPolicy.default(WatchPolicy.parse({})),
     /** Terminals (`POST /v1/sandboxes/:id/terminals`): how many at once, and when they end by themselves. */
     terminals: TerminalsPolicy.default(TerminalsPolicy.parse({})),
   })

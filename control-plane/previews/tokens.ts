@@ -8,7 +8,7 @@
  * the preview host's name) and covered by the MAC, so the token fits one path segment (at most
  * 100 characters, the router's limit). The key id names who minted it, for the preview log.
  */
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
 import { AppError } from '../../contract/errors.js';
 
 /** What a valid token grants, and who minted it. */
@@ -61,4 +61,13 @@ function invalid(): AppError {
     'preview.url_invalid',
     'the preview URL is not valid (malformed, or not signed by this installation for this sandbox)',
   );
+}
+
+/**
+ * The key preview URLs are signed with: the installation's own (`SBX_PREVIEW_KEY`, or
+ * `<data dir>/preview-key` made by main.ts), else one derived from the secrets key (HKDF-SHA256,
+ * info `sbx preview urls`), so a control plane embedded without one still signs consistently.
+ */
+export function previewSigningKey(own: Buffer | undefined, secretsKey: Buffer): Buffer {
+  return own ?? Buffer.from(hkdfSync('sha256', secretsKey, Buffer.alloc(0), 'sbx preview urls', 32));
 }
