@@ -203,7 +203,7 @@ describe('tenancy', () => {
           .replace(':pid', '1')
           .replace(':terminalId', 'term_missing')
           .replace(':sessionId', 'ses_missing')
-          .replace(':port', '8000') + (route.path.endsWith('/files') ? '?path=/workspace' : '');
+          .replace(':port', '8000') + (route.path.endsWith('/files') || route.path.endsWith('/files/watch') ? '?path=/workspace' : '');
       const body =
         route.path.endsWith('/files') && route.method === 'PUT'
           ? await tarBytes([{ name: `from-${who}.txt`, content: who }])
@@ -228,6 +228,17 @@ describe('tenancy', () => {
     for (const route of routes.filter((r) => r.method !== 'DELETE')) {
       const missing = expectError(await request('a', route), 404, 'lease.not_found');
       expect(missing).toEqual({ id: leaseB.id });
+      if (route.path.endsWith('/files/watch')) {
+        // A watch is an open-ended stream: B's gets past the check when its answer starts as one.
+        const watch = new AbortController();
+        const answer = await fetch(`${h.url}/v1/sandboxes/${leaseB.id}/files/watch?path=/workspace`, {
+          headers: { authorization: `Bearer ${userB}` },
+          signal: watch.signal,
+        });
+        expect(answer.status, route.path).toBe(200);
+        watch.abort();
+        continue;
+      }
       const own = await request('b', route);
       expect(own.body?.error?.code, `${route.method} ${route.path}`).not.toBe('lease.not_found');
       // B's own pause got past the check: resumed at once, so B's later calls and files run.
