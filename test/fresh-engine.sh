@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole suite (`npm test`) against a Docker engine with an empty data root, as on a fresh
+# The whole suite (`npm test`; with arguments, the test files they name) against a Docker engine with an empty data root, as on a fresh
 # machine: a second dockerd beside the machine's own, with its own --data-root, --exec-root,
 # --pidfile, unix socket, and a bridge of its own (created here, so the main engine's docker0 is
 # not touched); --iptables=false so its rules cannot clash with the main engine's (the tests
@@ -22,6 +22,18 @@ for n in $(seq 200 250); do
   ip -4 -o addr show | grep -q " 10\.213\.$n\." || { subnet="10.213.$n"; break; }
 done
 [[ -n "$subnet" ]] || { echo "fresh-engine: no free 10.213.x.0/24 for the bridge" >&2; exit 1; }
+# And a /16 for the networks the tests create in it (its default address pool).
+pool=""
+for n in $(seq 214 250); do
+  ip -4 -o addr show | grep -q " 10\.$n\." || { pool="10.$n.0.0/16"; break; }
+done
+[[ -n "$pool" ]] || { echo "fresh-engine: no free 10.x.0.0/16 for the address pool" >&2; exit 1; }
+# With the main engine's FORWARD policy DROP and bridged traffic passing iptables (br_netfilter),
+# traffic between containers on this engine's bridges would be dropped: the main engine's ACCEPT
+# rules name its own bridges only, and this engine adds none (--iptables=false). A fresh machine
+# has one engine that adds its own; here these rules stand in for them, for this engine's
+# addresses only, and go with the cleanup.
+forward_rules=("-s $subnet.0/24 -d $subnet.0/24 -j ACCEPT" "-s $pool -d $pool -j ACCEPT")
 pid=""
 
 cleanup() {
@@ -35,6 +47,10 @@ cleanup() {
   awk -v d="$dir" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   rm -rf --one-file-system "$dir" 2>/dev/null || rm -rf "$dir" || true
   ip link del "$bridge" 2>/dev/null || true
+  for rule in "${forward_rules[@]}"; do
+    # shellcheck disable=SC2086 # each rule is a list of words
+    while iptables -D FORWARD $rule 2>/dev/null; do :; done
+  done
   echo "fresh-engine: stopped dockerd ${pid:-<none>}, removed $dir and bridge $bridge (exit $status)" | tee -a "$log" >&2
   exit "$status"
 }
@@ -44,6 +60,10 @@ trap 'exit 130' INT TERM
 ip link add "$bridge" type bridge
 ip addr add "$subnet.1/24" dev "$bridge"
 ip link set "$bridge" up
+if iptables -S FORWARD >/dev/null 2>&1; then
+  # shellcheck disable=SC2086
+  for rule in "${forward_rules[@]}"; do iptables -I FORWARD 1 $rule; done
+fi
 mkdir -p "$dir/data" "$dir/exec"
 # Its own config file (the main one may name hosts or a bridge); the runtimes are the machine's (runsc).
 node -e '
@@ -54,7 +74,7 @@ node -e '
 ' "$dir/daemon.json"
 sock="$dir/docker.sock"
 setsid dockerd --config-file "$dir/daemon.json" --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/docker.pid" \
-  -H "unix://$sock" --bridge "$bridge" --iptables=false --ip-masq=false >"$dir/dockerd.log" 2>&1 </dev/null &
+  -H "unix://$sock" --bridge "$bridge" --default-address-pool "base=$pool,size=24" --iptables=false --ip-masq=false >"$dir/dockerd.log" 2>&1 </dev/null &
 pid=$!
 export DOCKER_HOST="unix://$sock"
 for _ in $(seq 1 300); do docker info >/dev/null 2>&1 && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
@@ -65,7 +85,8 @@ docker info >/dev/null 2>&1 || { tail -n 20 "$dir/dockerd.log" >&2; echo "fresh-
 } | tee "$log" >&2
 cd "$repo"
 set +e
-npm test 2>&1 | tee -a "$log"
+# Arguments, if any, go to vitest (e.g. one test file).
+npm test -- "$@" 2>&1 | tee -a "$log"
 status=${PIPESTATUS[0]}
 set -e
 exit "$status"
