@@ -56,10 +56,18 @@ describe('host files a sandbox can reach', () => {
       `awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i+2) ~ /^\\/dev\\/[a-z]/) print $5; break }}' /proc/self/mountinfo | sort; ls /var/run/docker.sock /run/docker.sock ${h.config.dataDir} 2>&1 | wc -l; ls /run/sbx/agent 2>&1`,
     );
     const [mounts, rest] = r.stdout.split(/\n(?=\d+\n)/);
-    // /opt/sbx: the agent runtime, read-only (test/any-image.test.ts).
-    expect(mounts!.split('\n').sort()).toEqual(['/etc/hostname', '/opt/sbx', '/run/sbx/agent', '/run/sbx/redis', '/run/sbx/spool'].sort());
+    // /opt/sbx: the agent runtime, read-only (test/any-image.test.ts); /run/sbx/previews: this
+    // lease's own preview tunnel directory, read-only, the agent's alone (test/previews.test.ts).
+    expect(mounts!.split('\n').sort()).toEqual(
+      ['/etc/hostname', '/opt/sbx', '/run/sbx/agent', '/run/sbx/previews', '/run/sbx/redis', '/run/sbx/spool'].sort(),
+    );
     expect(rest).toMatch(/^3\n/);
     expect(r.stdout).toContain("ls: cannot open directory '/run/sbx/agent': Permission denied");
+    const previews = await exec(
+      lease.id,
+      'ls /run/sbx/previews 2>&1; touch /run/sbx/previews/x 2>&1 | grep -c "Permission denied\\|Read-only"',
+    );
+    expect(previews.stdout).toContain("ls: cannot open directory '/run/sbx/previews': Permission denied");
     const hostView = await exec(lease.id, `cat /proc/1/environ >/dev/null 2>&1 && echo can-read-agent-env || echo agent-env-closed`);
     expect(hostView.stdout).toBe('agent-env-closed\n');
   });

@@ -138,11 +138,32 @@ describe('shell sessions', () => {
       for await (const e of h.client.events(leaseId, third.body.callId)) if (e.type === 'call.finished') break;
       const result = (await h.client.getCall(leaseId, third.body.callId)).result;
       expect((await h.client.getCall(leaseId, first.body.callId)).result?.status).toBe('cancelled');
-      expect((await h.client.getCall(leaseId, second.body.callId)).result?.status).toBe('succeeded');
+      const secondResult = (await h.client.getCall(leaseId, second.body.callId)).result;
+      expect(
+        secondResult?.status,
+        JSON.stringify({ error: secondResult?.error, exitCode: secondResult?.exitCode, stderr: secondResult?.stderr }),
+      ).toBe('succeeded');
       expect(result?.stdout).toBe('one\ntwo\n');
     } finally {
       await remove(s);
       await exec('rm -f /tmp/order');
+    }
+  });
+
+  it('a cancel that races the start of a session’s first command interrupts it and leaves the shell alive', async () => {
+    // The interrupt waits for the command's own SIGINT trap: sent earlier, its default would end the shell.
+    for (let i = 0; i < 8; i += 1) {
+      const s = await createSession();
+      try {
+        const first = await api(h.apiKey, 'POST', `/v1/sandboxes/${leaseId}/sessions/${s}/exec`, { cmd: 'sleep 100' });
+        await h.client.cancelCall(leaseId, first.body.callId);
+        const after = await run(s, 'echo alive');
+        expect(after.status, JSON.stringify(after.error)).toBe('succeeded');
+        expect(after.stdout).toBe('alive\n');
+        expect((await h.client.getCall(leaseId, first.body.callId)).result?.status).toBe('cancelled');
+      } finally {
+        await remove(s);
+      }
     }
   });
 

@@ -197,8 +197,17 @@ export class ShellSession {
     let interruptStarted = false;
     let finished = false;
     let escalation: NodeJS.Timeout | null = null;
+    // The command's trap is set by its script before it reports `B`: a SIGINT before then would
+    // meet the shell without it (the first command of a session: SIGINT's default ends the
+    // shell), so an interrupt asked for earlier waits for `B`.
+    let begun = false;
+    let pendingGraceMs: number | null = null;
     const interrupt = (graceMs: number): void => {
       if (interruptStarted) return;
+      if (!begun) {
+        pendingGraceMs = graceMs;
+        return;
+      }
       interruptStarted = true;
       signalGroup(this.pid, 'SIGINT');
       const steps: Array<() => Promise<void> | void> = [
@@ -227,8 +236,11 @@ export class ShellSession {
           shellExited = true;
           break;
         }
-        if (line === 'B') await releaseHolders();
-        else if (line.startsWith('E ')) {
+        if (line === 'B') {
+          await releaseHolders();
+          begun = true;
+          if (pendingGraceMs !== null) interrupt(pendingGraceMs);
+        } else if (line.startsWith('E ')) {
           code = Number(line.slice(2));
           break;
         }
