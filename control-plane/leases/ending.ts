@@ -162,7 +162,9 @@ export class LeaseEnder {
     await calls.waitAllFinished(lease.id, Date.parse(lease.releaseGraceUntil ?? now().toISOString()));
     const open = await calls.openCalls(lease.id);
     if (open.length === 0) return;
-    for (const callId of open) {
+    // Newest first: a call waiting behind a running one is marked cancelled before the running
+    // one dies, so the agent never starts it in between.
+    for (const callId of [...open].reverse()) {
       await calls.cancel(lease, callId).catch((err: unknown) => log.warn({ leaseId: lease.id, callId, err }, 'cancel at release failed'));
     }
     await calls.waitAllFinished(lease.id, now().getTime() + (this.options.cancelWaitMs ?? 10_000));
