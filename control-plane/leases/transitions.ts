@@ -23,14 +23,17 @@ export class LeaseTransitions {
   /** Applies `event` to lease `id` (exactly one of several racing processes applies it). */
   async apply(id: string, event: LeaseMachineEvent): Promise<Applied> {
     let refusal: Refusal | null = null;
+    // One time per decision: the record's times (`endedAt`, ...) and its event's `at` agree.
+    let decidedAt = this.now();
     const result = await this.store.transitionLease(
       id,
       (lease) => {
-        const decision = decide(lease, event, { nowMs: this.now().getTime(), processId: this.processId });
+        decidedAt = this.now();
+        const decision = decide(lease, event, { nowMs: decidedAt.getTime(), processId: this.processId });
         refusal = decision.ok ? null : decision.refusal;
         return decision.ok ? decision.transition : null;
       },
-      this.now,
+      () => decidedAt,
     );
     return { ...result, refusal: result.applied ? null : refusal };
   }
