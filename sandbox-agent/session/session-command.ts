@@ -6,7 +6,7 @@
 import { errorInfo } from '../../contract/errors.js';
 import type { StreamTruncation } from '../../contract/objects.js';
 import type { ExecArgs } from '../../contract/tools/exec.js';
-import type { AttemptContext, AttemptOutcome } from '../execution/attempt.js';
+import { outcomeWithoutRun, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
 import { sweepProcesses } from '../host/process-sweep.js';
 import { modelTextOf } from '../output/model-text.js';
 import { OutputPipeline, type StreamSummary } from '../output/output-pipeline.js';
@@ -56,7 +56,7 @@ export async function runSessionCommand(
     await Promise.all([spools.stdout.remove(), spools.stderr.remove()]);
     const at = new Date();
     const error = errorInfo('execution.spawn_failed', `could not start the command in the session: ${(err as Error).message}`);
-    return { ...emptyOutcome(at), status: 'failed', commitState: 'not_started', error, modelText: error.message };
+    return outcomeWithoutRun('failed', 'not_started', error, at);
   }
   ctx.emit({ type: 'call.started', attemptId: ctx.attemptId, pid: shell.pid });
 
@@ -157,21 +157,4 @@ export async function runSessionCommand(
   }
   const error = errorInfo('execution.signaled', `the session's shell was killed by ${end.signal}`, { signal: end.signal });
   return { ...base, status: 'failed', commitState: 'unknown', error, modelText: text(error.message) };
-}
-
-function emptyOutcome(at: Date): Omit<AttemptOutcome, 'status' | 'commitState' | 'error' | 'modelText'> {
-  return {
-    startedAt: at,
-    endedAt: at,
-    exit: null,
-    environment: null,
-    runner: null,
-    outputs: null,
-    cleanup: null,
-    versions: [],
-    data: null,
-    stdout: '',
-    stderr: '',
-    truncation: null,
-  };
 }
