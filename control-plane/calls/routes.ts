@@ -13,7 +13,7 @@ import { CallEventsHeaders, CallParams, ReceiptParams, SubmitCallBody, SubmitCal
 import type { CallService } from './service.js';
 import type { SessionService } from '../sessions/service.js';
 import type { CallStore } from './store.js';
-import { describeTools } from './tools.js';
+import { describeTools, TOOLS } from './tools.js';
 
 export interface CallsRoutesOptions {
   /** Who may see a receipt's lease, and whether a lease may be used now (cancel). */
@@ -50,9 +50,11 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
     async (request, reply) => {
       const { id } = request.params;
       const { wait } = request.query;
-      if (request.body.tool === 'session_start') {
-        throw new AppError('input.invalid', 'sessions are started with POST /v1/sandboxes/:id/sessions', {
-          details: { issues: [{ path: 'tool', message: 'use POST /v1/sandboxes/:id/sessions' }] },
+      // An internal tool (a session's shell, a terminal) is started by its own route, which checks its limits first.
+      const internal = TOOLS.get(request.body.tool)?.spec.internal;
+      if (internal) {
+        throw new AppError('input.invalid', `${request.body.tool} is started with ${internal.startedBy}`, {
+          details: { issues: [{ path: 'tool', message: `use ${internal.startedBy}` }] },
         });
       }
       const session = request.body.tool === 'exec' ? request.body.args.session : undefined;

@@ -10,7 +10,7 @@ import type { CallView } from '../../contract/objects.js';
 import type { InputMessage } from '../../contract/queue.js';
 import type { InputOut } from '../agent-link/input-out.js';
 import type { CallLease, CallService } from '../calls/service.js';
-import { TERMINAL_TOOL } from '../calls/tools.js';
+import { terminalSpec } from '../../contract/tools/terminal.js';
 import type { CreateTerminalBody, StdinBody, TerminalInputBody, TerminalSize, TerminalView } from './schema.js';
 
 /** How long a create waits for the terminal's program to start, ms. */
@@ -51,11 +51,7 @@ export class TerminalService {
         details: { open, max },
       });
     }
-    const { call } = await this.deps.calls.submit(
-      lease,
-      { tool: TERMINAL_TOOL.name, args: { ...body, env: body.env ?? {} } },
-      TERMINAL_TOOL,
-    );
+    const { call } = await this.deps.calls.submit(lease, { tool: terminalSpec.name, args: { ...body, env: body.env ?? {} } });
     const started = await this.deps.calls.waitFinished(lease.id, call.callId, START_WAIT_MS);
     const result = started.result;
     // Nothing ran (a missing cwd, a spawn failure): the create fails with the reason.
@@ -147,7 +143,7 @@ export class TerminalService {
       if (err instanceof AppError && err.code === 'call.not_found') call = null as never;
       else throw err;
     }
-    if (!call || call.tool !== TERMINAL_TOOL.name) {
+    if (!call || call.tool !== terminalSpec.name) {
       throw new AppError('terminal.not_found', `no terminal ${terminalId} in sandbox ${leaseId}`, { details: { terminalId } });
     }
     return call;
@@ -156,7 +152,7 @@ export class TerminalService {
   private async openTerminals(leaseId: string): Promise<number> {
     const ids = await this.deps.calls.openCalls(leaseId);
     const calls = await Promise.all(ids.map((id) => this.deps.calls.get(leaseId, id).catch(() => null)));
-    return calls.filter((c) => c?.tool === TERMINAL_TOOL.name).length;
+    return calls.filter((c) => c?.tool === terminalSpec.name).length;
   }
 }
 
