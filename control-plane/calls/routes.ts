@@ -5,13 +5,13 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
-import { streamSse } from '../http/sse.js';
 import type { Notifier } from '../redis/notifier.js';
 import { LeaseParams } from '../leases/schema.js';
 import type { LeaseService } from '../leases/service.js';
 import { CallEventsHeaders, CallParams, ReceiptParams, SubmitCallBody, SubmitCallQuery } from './schema.js';
 import type { CallService } from './service.js';
 import type { SessionService } from '../sessions/service.js';
+import { streamCallEvents } from './events-route.js';
 import type { CallStore } from './store.js';
 import { describeTools, TOOLS } from './tools.js';
 
@@ -108,18 +108,6 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
   app.get('/v1/sandboxes/:id/calls/:callId/events', { schema: eventsSchema, config: { lease: 'visible' } }, async (request, reply) => {
     const { id, callId } = request.params;
     await calls.get(id, callId);
-    const after = Number(request.headers['last-event-id'] ?? 0);
-    await streamSse(
-      request,
-      reply,
-      notifier,
-      {
-        channel: store.notifyChannel(id, callId),
-        read: (seq) => store.readEvents(id, callId, seq),
-        isTerminal: (event) => event.type === 'call.finished',
-        ended: async () => (await store.getCall(id, callId))?.status === 'finished',
-      },
-      after,
-    );
+    await streamCallEvents(request, reply, { store, notifier }, id, callId);
   });
 };
