@@ -35,6 +35,30 @@ export function toolsPath(config: Pick<AgentConfig, 'imageEnv'>): string {
   return config.imageEnv.PATH ?? EXEC_ENV_DEFAULTS.PATH!;
 }
 
+/**
+ * The environment a program of the tool user runs with (exec, a session's shell, a terminal),
+ * from the weakest to the strongest: `defaults`, the image's Env (its PATH, PYTHONPATH, a conda
+ * prefix), sbx's own (the egress proxy variables, `extra`, the tool user's HOME, USER and
+ * LOGNAME), then `userEnv` (the lease's and the call's variables).
+ */
+export function toolUserEnv(
+  ctx: Pick<AttemptContext, 'imageEnv' | 'networkEnv' | 'toolUser'>,
+  userEnv: Record<string, string>,
+  defaults: Readonly<Record<string, string>> = EXEC_ENV_DEFAULTS,
+  extra: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    ...defaults,
+    ...ctx.imageEnv,
+    ...ctx.networkEnv,
+    ...extra,
+    HOME: ctx.toolUser.home,
+    USER: ctx.toolUser.name,
+    LOGNAME: ctx.toolUser.name,
+    ...userEnv,
+  };
+}
+
 export const OOM_FIRST = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null;';
 
 /** The `stdin` value that keeps stdin open for `POST .../calls/:callId/stdin`. */
@@ -89,16 +113,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
 async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Date, provided: ProvidedSecrets): Promise<AttemptOutcome> {
   // A secret's variable wins over a lease or call variable of the same name: it was asked for by name.
   const userEnv = { ...ctx.leaseEnv, ...args.env, ...provided.env };
-  // The image's Env (its PATH, PYTHONPATH, a conda prefix) over the defaults, under everything sbx or the lease sets.
-  const env = {
-    ...EXEC_ENV_DEFAULTS,
-    ...ctx.imageEnv,
-    ...ctx.networkEnv,
-    HOME: ctx.toolUser.home,
-    USER: ctx.toolUser.name,
-    LOGNAME: ctx.toolUser.name,
-    ...userEnv,
-  };
+  const env = toolUserEnv(ctx, userEnv);
   // The image's variables are named, not valued, like the lease's (the manifest has their names too).
   const imageKeys = Object.keys(ctx.imageEnv);
   const defaults = Object.fromEntries(Object.entries(EXEC_ENV_DEFAULTS).filter(([k]) => !imageKeys.includes(k)));

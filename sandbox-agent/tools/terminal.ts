@@ -20,7 +20,7 @@ import { MAX_TERMINAL_CELLS, terminalSpec, type TerminalArgs } from '../../contr
 import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
 import { signalSession } from '../host/session-kill.js';
 import { OutputCapture } from '../output/output-capture.js';
-import { checkCwd, EXEC_ENV_DEFAULTS, OOM_FIRST } from './exec.js';
+import { checkCwd, EXEC_ENV_DEFAULTS, OOM_FIRST, toolUserEnv } from './exec.js';
 
 /** Time between SIGHUP (a terminal hung up) and SIGKILL of the terminal's session, ms. */
 const HANGUP_GRACE_MS = 2000;
@@ -62,18 +62,13 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
   if (cwdError) return outcomeWithoutRun('failed', 'not_started', errorInfo('input.cwd_not_found', cwdError, { cwd }), startedAt);
 
   const userEnv = { ...ctx.leaseEnv, ...args.env };
-  const env: Record<string, string> = {
-    LANG: EXEC_ENV_DEFAULTS.LANG!,
-    PATH: EXEC_ENV_DEFAULTS.PATH!,
-    ...ctx.imageEnv,
-    ...ctx.networkEnv,
-    TERM: 'xterm-256color',
-    HOME: ctx.toolUser.home,
-    USER: ctx.toolUser.name,
-    LOGNAME: ctx.toolUser.name,
-    SHELL: ctx.shell,
-    ...userEnv,
-  };
+  // Of exec's non-interactive defaults only LANG and PATH: a terminal is interactive (colour, a pager).
+  const env = toolUserEnv(
+    ctx,
+    userEnv,
+    { LANG: EXEC_ENV_DEFAULTS.LANG!, PATH: EXEC_ENV_DEFAULTS.PATH! },
+    { TERM: 'xterm-256color', SHELL: ctx.shell },
+  );
   // As exec: the OOM killer takes the terminal's processes first; `cmd` runs in the sandbox's shell.
   const argv =
     args.cmd !== undefined ? ['-c', `${OOM_FIRST} exec ${ctx.shell} -c -- "$0"`, args.cmd] : ['-c', `${OOM_FIRST} exec ${ctx.shell} -l`];
