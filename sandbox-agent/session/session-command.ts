@@ -5,7 +5,7 @@
  */
 import { errorInfo } from '../../contract/errors.js';
 import type { ExecArgs } from '../../contract/tools/exec.js';
-import { outcomeWithoutRun, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
+import { exitVerdict, outcomeWithoutRun, stoppedVerdict, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
 import { sweepProcesses } from '../host/process-sweep.js';
 import { modelTextOf } from '../output/model-text.js';
 import { OutputCapture } from '../output/output-capture.js';
@@ -74,31 +74,11 @@ export async function runSessionCommand(
   };
   const text = (headline: string): string => modelTextOf(headline, out, err);
   const ended = end.shellExited ? '; the session has ended' : '';
-  if (killedBy === 'timeout') {
-    const message = `timed out after ${ctx.timeoutMs} ms; the command was interrupted${ended || ', the session goes on'}`;
-    return {
-      ...base,
-      status: 'timed_out',
-      commitState: 'unknown',
-      error: errorInfo('execution.timeout', message),
-      modelText: text(message),
-    };
+  if (killedBy) {
+    const how = killedBy === 'timeout' ? `timed out after ${ctx.timeoutMs} ms` : 'cancelled';
+    const message = `${how}; the command was interrupted${ended || ', the session goes on'}`;
+    return { ...base, ...stoppedVerdict(killedBy, message), modelText: text(message) };
   }
-  if (killedBy === 'cancel') {
-    const message = `cancelled; the command was interrupted${ended || ', the session goes on'}`;
-    return {
-      ...base,
-      status: 'cancelled',
-      commitState: 'unknown',
-      error: errorInfo('execution.cancelled', message),
-      modelText: text(message),
-    };
-  }
-  if (end.code === 0) return { ...base, status: 'succeeded', commitState: 'committed', error: null, modelText: text(`exit 0${ended}`) };
-  if (end.code !== null) {
-    const error = errorInfo('execution.nonzero_exit', `exited with code ${end.code}${ended}`, { exitCode: end.code });
-    return { ...base, status: 'failed', commitState: 'committed', error, modelText: text(`exit ${end.code}${ended}`) };
-  }
-  const error = errorInfo('execution.signaled', `the session's shell was killed by ${end.signal}`, { signal: end.signal });
-  return { ...base, status: 'failed', commitState: 'unknown', error, modelText: text(error.message) };
+  const verdict = exitVerdict(end, { note: ended, killed: "the session's shell" });
+  return { ...base, ...verdict, modelText: text(end.code === null ? verdict.error!.message : `exit ${end.code}${ended}`) };
 }

@@ -12,7 +12,14 @@ import { errorInfo } from '../../contract/errors.js';
 import type { EffectReceipt } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
 import { execSpec, type ExecArgs } from '../../contract/tools/exec.js';
-import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
+import {
+  exitVerdict,
+  outcomeWithoutRun,
+  stoppedVerdict,
+  type AgentTool,
+  type AttemptContext,
+  type AttemptOutcome,
+} from '../execution/attempt.js';
 import type { ProvidedSecrets } from '../host/secrets.js';
 import { modelTextOf } from '../output/model-text.js';
 import { OutputCapture } from '../output/output-capture.js';
@@ -239,18 +246,14 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   if (killedBy === 'timeout') {
     return {
       ...base,
-      status: 'timed_out',
-      commitState: 'unknown',
-      error: errorInfo('execution.timeout', `timed out after ${ctx.timeoutMs} ms; process group killed`, { timeoutMs: ctx.timeoutMs }),
+      ...stoppedVerdict('timeout', `timed out after ${ctx.timeoutMs} ms; process group killed`, { timeoutMs: ctx.timeoutMs }),
       modelText: modelText(`timed out after ${ctx.timeoutMs} ms (effects may be partial)`),
     };
   }
   if (killedBy === 'cancel') {
     return {
       ...base,
-      status: 'cancelled',
-      commitState: 'unknown',
-      error: errorInfo('execution.cancelled', 'cancelled while running; process group killed'),
+      ...stoppedVerdict('cancel', 'cancelled while running; process group killed'),
       modelText: modelText('cancelled while running (effects may be partial)'),
     };
   }
@@ -288,25 +291,8 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
       modelText: modelText(`exit ${exit.code}: no space left on device`),
     };
   }
-  if (exit.code === 0) {
-    return { ...base, status: 'succeeded', commitState: 'committed', error: null, modelText: modelText(`exit 0 in ${durationText}`) };
-  }
-  if (exit.code !== null) {
-    return {
-      ...base,
-      status: 'failed',
-      commitState: 'committed',
-      error: errorInfo('execution.nonzero_exit', `exited with code ${exit.code}`, { exitCode: exit.code }),
-      modelText: modelText(`exit ${exit.code} in ${durationText}`),
-    };
-  }
-  return {
-    ...base,
-    status: 'failed',
-    commitState: 'unknown',
-    error: errorInfo('execution.signaled', `killed by ${exit.signal}`, { signal: exit.signal }),
-    modelText: modelText(`killed by ${exit.signal}`),
-  };
+  const ended = exit.code === null ? `killed by ${exit.signal}` : `exit ${exit.code} in ${durationText}`;
+  return { ...base, ...exitVerdict(exit), modelText: modelText(ended) };
 }
 
 /**

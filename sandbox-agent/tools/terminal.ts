@@ -17,7 +17,14 @@ import { constants } from 'node:os';
 import { spawn as spawnPty, type IPty } from 'node-pty';
 import { errorInfo } from '../../contract/errors.js';
 import { MAX_TERMINAL_CELLS, terminalSpec, type TerminalArgs } from '../../contract/tools/terminal.js';
-import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
+import {
+  exitVerdict,
+  outcomeWithoutRun,
+  stoppedVerdict,
+  type AgentTool,
+  type AttemptContext,
+  type AttemptOutcome,
+} from '../execution/attempt.js';
 import { signalSession } from '../host/session-kill.js';
 import { OutputCapture } from '../output/output-capture.js';
 import { checkCwd, EXEC_ENV_DEFAULTS, OOM_FIRST, toolUserEnv } from './exec.js';
@@ -185,41 +192,13 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
   };
   const ended = exit.signal ? `killed by ${exit.signal}` : `exit ${exit.code}`;
   const modelText = `terminal ${ctx.callId} ended (${ended}); transcript ${transcript.artifact.id} (${transcript.artifact.size} bytes)`;
-  if (killedBy === 'cancel') {
-    return {
-      ...base,
-      status: 'cancelled',
-      commitState: 'unknown',
-      error: errorInfo('execution.cancelled', 'terminal closed; its session was hung up and killed'),
-      modelText,
-    };
-  }
+  if (killedBy === 'cancel')
+    return { ...base, ...stoppedVerdict('cancel', 'terminal closed; its session was hung up and killed'), modelText };
   if (killedBy === 'timeout') {
     const ms = idle ? args.idleTimeoutMs : ctx.timeoutMs;
     const why = idle ? `idle for ${ms} ms (no input or output)` : `open for ${ms} ms (the policy's maxDurationSeconds)`;
-    return {
-      ...base,
-      status: 'timed_out',
-      commitState: 'unknown',
-      error: errorInfo('execution.timeout', `terminal ${why}; its session was hung up and killed`, { timeoutMs: ms, idle }),
-      modelText,
-    };
+    const verdict = stoppedVerdict('timeout', `terminal ${why}; its session was hung up and killed`, { timeoutMs: ms, idle });
+    return { ...base, ...verdict, modelText };
   }
-  if (exit.code === 0) return { ...base, status: 'succeeded', commitState: 'committed', error: null, modelText };
-  if (exit.code !== null) {
-    return {
-      ...base,
-      status: 'failed',
-      commitState: 'committed',
-      error: errorInfo('execution.nonzero_exit', `exited with code ${exit.code}`, { exitCode: exit.code }),
-      modelText,
-    };
-  }
-  return {
-    ...base,
-    status: 'failed',
-    commitState: 'unknown',
-    error: errorInfo('execution.signaled', `killed by ${exit.signal}`, { signal: exit.signal }),
-    modelText,
-  };
+  return { ...base, ...exitVerdict(exit), modelText };
 }
