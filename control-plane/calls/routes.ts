@@ -2,7 +2,7 @@
  * Call routes: submit (with `?wait=` long-poll), read, cancel, the tool list, receipts, and the
  * per-call event stream as Server-Sent Events (`id:` = `seq`; `Last-Event-ID` resumes after it).
  */
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
 import type { Notifier } from '../redis/notifier.js';
@@ -11,7 +11,7 @@ import type { LeaseService } from '../leases/service.js';
 import { CallEventsHeaders, CallParams, ReceiptParams, SubmitCallBody, SubmitCallQuery } from './schema.js';
 import type { CallService } from './service.js';
 import type { SessionService } from '../sessions/service.js';
-import { streamCallEvents } from './events-route.js';
+import { streamSse } from '../http/sse.js';
 import type { CallStore } from './store.js';
 import { describeTools, TOOLS } from './tools.js';
 
@@ -111,3 +111,35 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
     await streamCallEvents(request, reply, { store, notifier }, id, callId);
   });
 };
+
+/** What streaming a call's events reads. */
+export interface CallEventsDeps {
+  store: Pick<CallStore, 'notifyChannel' | 'readEvents' | 'getCall'>;
+  notifier: Pick<Notifier, 'next'>;
+}
+
+/**
+ * Streams the events of call `callId` of lease `leaseId` after the request's `Last-Event-ID` (0: all) as Server-Sent
+ * Events (`id:` = `seq`; ends after `call.finished`): a call's own route and a terminal's. The caller
+ * checked the call exists.
+ */
+export async function streamCallEvents(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  { store, notifier }: CallEventsDeps,
+  leaseId: string,
+  callId: string,
+): Promise<void> {
+  await streamSse(
+    request,
+    reply,
+    notifier,
+    {
+      channel: store.notifyChannel(leaseId, callId),
+      read: (seq) => store.readEvents(leaseId, callId, seq),
+      isTerminal: (event) => event.type === 'call.finished',
+      ended: async () => (await store.getCall(leaseId, callId))?.status === 'finished',
+    },
+    Number(request.headers['last-event-id'] ?? 0),
+  );
+}

@@ -10,7 +10,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
 import type { LeaseService } from '../leases/service.js';
 import type { Notifier } from '../redis/notifier.js';
-import { streamCallEvents } from '../calls/events-route.js';
+import { streamCallEvents } from '../calls/routes.js';
 import { CallEventsHeaders } from '../calls/schema.js';
 import type { LiveIn } from '../agent-link/live-in.js';
 import type { CallStore } from '../calls/store.js';
