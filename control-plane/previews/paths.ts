@@ -12,6 +12,7 @@
  * walked above the preview's root, and clients that normalise URLs never send such paths anyway.
  */
 import { AppError } from '../../contract/errors.js';
+import { previewPathProblem } from '../../contract/preview-paths.js';
 
 /**
  * The remainder of `rawUrl` (a request target: path and optional query) after its first
@@ -24,19 +25,24 @@ export function upstreamTarget(rawUrl: string, prefixSegments: number): string {
   const parts = path.split('/');
   // parts[0] is the empty string before the leading slash.
   const rest = parts.slice(prefixSegments + 1);
-  for (const segment of rest) {
-    let decoded: string;
-    try {
-      decoded = decodeURIComponent(segment);
-    } catch {
-      throw invalid('a malformed percent-encoding');
-    }
-    if (decoded.includes('\0')) throw invalid('a NUL byte');
-    if (decoded.split(/[/\\]/).some((s) => s === '.' || s === '..')) throw invalid('a "." or ".." segment');
-  }
+  const problem = previewPathProblem(rest);
+  if (problem !== null) throw invalid(problem);
   return `/${rest.join('/')}${query}`;
 }
 
 function invalid(what: string): AppError {
   return new AppError('preview.invalid_path', `the preview path has ${what}; send a normalised path`, { details: { reason: what } });
+}
+
+/**
+ * The path of `rawUrl` after its first `prefixSegments` segments, query dropped and not checked:
+ * what the preview log records of a request, also of one refused (never the prefix, which may
+ * hold a signed token).
+ */
+export function loggedPath(rawUrl: string, prefixSegments: number): string {
+  return `/${rawUrl
+    .split('?')[0]!
+    .split('/')
+    .slice(prefixSegments + 1)
+    .join('/')}`;
 }

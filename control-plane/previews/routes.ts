@@ -17,7 +17,7 @@ import { AppError } from '../../contract/errors.js';
 import type { PreviewEvent, PreviewUrl } from '../../contract/previews.js';
 import type { LeaseRecord } from '../leases/store.js';
 import { LeaseParams } from '../leases/schema.js';
-import { upstreamTarget } from './paths.js';
+import { loggedPath, upstreamTarget } from './paths.js';
 import { PREVIEW_COOKIE, spliceHttp, spliceUpgrade, type Forwarding, type Spliced } from './proxy.js';
 import { PREVIEW_TOKEN_PARAM, PREVIEW_URL_DEFAULT_SECONDS, PREVIEW_URL_MAX_SECONDS, type PreviewService } from './service.js';
 import { installUpgradeDispatch, upgradeHead } from '../http/upgrade.js';
@@ -250,7 +250,7 @@ const hostRootRoute: FastifyPluginAsync<{ previews: PreviewService }> = async (p
 async function serve(previews: PreviewService, request: FastifyRequest, reply: FastifyReply, t: Target): Promise<void> {
   const startedMs = Date.now();
   const upgrade = (request.raw as { upgrade?: boolean }).upgrade === true;
-  let path = t.rawUrl;
+  let path = loggedPath(t.rawUrl, t.prefixSegments);
   const record = (
     spliced: Partial<Spliced> & Pick<Spliced, 'status'>,
     outcome: PreviewEvent['outcome'],
