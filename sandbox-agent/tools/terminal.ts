@@ -21,6 +21,7 @@ import type { StreamTruncation } from '../../contract/objects.js';
 import { MAX_TERMINAL_CELLS, terminalSpec, type TerminalArgs } from '../../contract/tools/terminal.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
 import { signalSession } from '../host/session-kill.js';
+import { killMarked, TREE_MARKER_VAR } from '../host/tree-marker.js';
 import { OutputPipeline } from '../output/output-pipeline.js';
 import { StreamSpool } from '../output/spool.js';
 import { checkCwd, EXEC_ENV_DEFAULTS, OOM_FIRST } from './exec.js';
@@ -78,6 +79,8 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
     LOGNAME: ctx.toolUser.name,
     SHELL: ctx.shell,
     ...userEnv,
+    // Last: what the terminal started is found by it also after setsid (host/tree-marker.ts).
+    [TREE_MARKER_VAR]: ctx.callId,
   };
   // As exec: the OOM killer takes the terminal's processes first; `cmd` runs in the sandbox's shell.
   const argv =
@@ -170,7 +173,8 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
   if (graceTimer) clearTimeout(graceTimer);
   ctx.cancelSignal.removeEventListener('abort', onCancel);
   // What the program left in its session (a background job, a nohup) ends with it.
-  const killedProcesses = await signalSession(pid, 'SIGKILL');
+  // And what left the session (setsid, a daemon), found by the variable it inherited.
+  const killedProcesses = (await signalSession(pid, 'SIGKILL')) + (await killMarked(ctx.callId, ctx.toolUser));
   ctx.processTrees.release(pid);
   await input.close();
   const rest = redactor.end();

@@ -1,0 +1,129 @@
+/**
+ * What a new user's walk through the README's interactive features (issue 13) found, each fixed
+ * and kept fixed against a real sandbox: `sbx shell` ended by a signal removes its terminal, its
+ * piped input ends also after an unfinished last line; NUL in a command or path is a 400 that
+ * says so; a terminal's or a session's end kills also what left its session with setsid.
+ */
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { apiAs, eventually, REPO_ROOT, runCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
+
+let h: Harness;
+let leaseId: string;
+const { exec } = useLeasedSandbox((harness, id) => {
+  h = harness;
+  leaseId = id;
+});
+const api = apiAs(() => h.url);
+const call = (method: string, path: string, body?: unknown) => api(h.apiKey, method, `/v1/sandboxes/${leaseId}${path}`, body);
+
+/** What a test opened (`/terminals/ID`, `/sessions/ID`): deleted after it, also when it failed. */
+const opened: string[] = [];
+afterEach(async () => {
+  for (const path of opened.splice(0)) await call('DELETE', path);
+});
+
+/**
+ * Pids of the sandbox's live processes whose command matches `pattern` (a regular expression), one
+ * a line; '' for none. Read through the process list, not an exec: an exec's sweep would kill the
+ * very strays a test looks for.
+ */
+async function pgrep(pattern: string): Promise<string> {
+  const list = await call('GET', '/processes');
+  expect(list.status, JSON.stringify(list.body)).toBe(200);
+  const regex = new RegExp(pattern);
+  return (list.body.processes as Array<{ pid: number; command: string; state: string }>)
+    .filter((p) => regex.test(p.command) && p.state !== 'Z')
+    .map((p) => p.pid)
+    .join('\n');
+}
+
+describe('sbx shell', () => {
+  it.each(['SIGINT', 'SIGTERM'] as const)('ended by %s with piped stdin, it deletes its terminal: the program stops', async (signal) => {
+    const marker = signal === 'SIGINT' ? 6101 : 6102;
+    const child = spawn(
+      process.execPath,
+      [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, '--api-key', h.apiKey, 'shell', leaseId, '--cmd', `sleep ${marker}`],
+      { stdio: ['pipe', 'ignore', 'pipe'] },
+    );
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    try {
+      await eventually(
+        () => pgrep(`sleep ${marker}$`),
+        (pids) => pids !== '',
+      );
+      child.kill(signal);
+      expect(await exited).toBe(signal === 'SIGINT' ? 130 : 143);
+      await eventually(
+        () => pgrep(`sleep ${marker}$`),
+        (pids) => pids === '',
+      );
+    } finally {
+      child.kill('SIGKILL');
+      // An exec sweeps what no terminal keeps.
+      await exec({ cmd: 'true' });
+    }
+  });
+
+  it('piped input without a final newline still runs and ends the shell', async () => {
+    const run = await runCli({ url: h.url, apiKey: h.apiKey }, ['shell', leaseId], 'echo A$((40+2))');
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/A42/);
+  });
+});
+
+describe('NUL in commands and paths', () => {
+  it('exec and terminal commands with NUL are 400 input.invalid naming the field; nothing starts', async () => {
+    const execNul = await call('POST', '/calls', { tool: 'exec', args: { cmd: 'echo a\u0000b' } });
+    expect(execNul.status, JSON.stringify(execNul.body)).toBe(400);
+    expect(execNul.body.error.code).toBe('input.invalid');
+    expect(JSON.stringify(execNul.body)).toMatch(/args\.cmd.*NUL/);
+    const terminalNul = await call('POST', '/terminals', { cmd: 'echo a\u0000b', cols: 80, rows: 24 });
+    expect(terminalNul.status, JSON.stringify(terminalNul.body)).toBe(400);
+    expect(terminalNul.body.error.code).toBe('input.invalid');
+    expect(JSON.stringify(terminalNul.body)).toMatch(/body\.cmd.*NUL/);
+  });
+
+  it('a path with NUL is refused with a message naming NUL, not "absolute path"', async () => {
+    const stat = await call('POST', '/calls?wait=30', { tool: 'stat', args: { path: '/workspace/a\u0000b' } });
+    expect(stat.status, JSON.stringify(stat.body)).toBe(400);
+    expect(JSON.stringify(stat.body)).toMatch(/NUL/);
+    expect(JSON.stringify(stat.body)).not.toMatch(/absolute path/);
+  });
+});
+
+describe('the end of a terminal or a session', () => {
+  it('DELETE of a terminal kills a job that left its session with setsid', async () => {
+    const created = await call('POST', '/terminals', { cmd: 'setsid sleep 6201 & sleep 6202', cols: 80, rows: 24 });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    opened.push(`/terminals/${created.body.terminalId}`);
+    await eventually(
+      () => pgrep('sleep 620[12]$'),
+      (pids) => pids.split('\n').length === 2,
+    );
+    expect((await call('DELETE', `/terminals/${created.body.terminalId}`)).status).toBeLessThan(300);
+    await eventually(
+      () => pgrep('sleep 620[12]$'),
+      (pids) => pids === '',
+    );
+  });
+
+  it('DELETE of a session kills a job that left its session with setsid', async () => {
+    const created = await call('POST', '/sessions', {});
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    const sessionId = created.body.sessionId as string;
+    opened.push(`/sessions/${sessionId}`);
+    const started = await call('POST', `/sessions/${sessionId}/exec?wait=30`, { cmd: 'setsid sleep 6301 >/dev/null 2>&1 < /dev/null &' });
+    expect(started.status, JSON.stringify(started.body)).toBe(200);
+    await eventually(
+      () => pgrep('sleep 6301$'),
+      (pids) => pids !== '',
+    );
+    expect((await call('DELETE', `/sessions/${sessionId}`)).status).toBeLessThan(300);
+    await eventually(
+      () => pgrep('sleep 6301$'),
+      (pids) => pids === '',
+    );
+  });
+});
