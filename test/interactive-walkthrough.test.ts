@@ -2,11 +2,12 @@
  * What a new user's walk through the README's interactive features (issue 13) found, each fixed
  * and kept fixed against a real sandbox: `sbx shell` ended by a signal removes its terminal, its
  * piped input ends also after an unfinished last line; NUL in a command or path is a 400 that
- * says so; a terminal's or a session's end kills also what left its session with setsid.
+ * says so; a terminal's end kills also what left its session with setsid.
  */
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { Sandbox } from '../sdk/index.js';
 import { apiAs, eventually, REPO_ROOT, runCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
@@ -66,10 +67,43 @@ describe('sbx shell', () => {
     }
   });
 
+  it('a missing --cwd exits 126 as sbx exec does (nothing ran)', async () => {
+    const shell = await runCli({ url: h.url, apiKey: h.apiKey }, ['shell', leaseId, '--cwd', '/nonexistent']);
+    const exec = await runCli({ url: h.url, apiKey: h.apiKey }, ['exec', leaseId, '--cwd', '/nonexistent', '--', 'true']);
+    expect(shell.code, shell.stderr).toBe(126);
+    expect(exec.code, exec.stderr).toBe(126);
+  });
+
   it('piped input without a final newline still runs and ends the shell', async () => {
     const run = await runCli({ url: h.url, apiKey: h.apiKey }, ['shell', leaseId], 'echo A$((40+2))');
     expect(run.code, run.stderr).toBe(0);
     expect(run.stdout).toMatch(/A42/);
+  });
+});
+
+describe('sbx exec stdin', () => {
+  it('streams piped stdin to the command; --no-stdin gives it an empty one', async () => {
+    const piped = await runCli({ url: h.url, apiKey: h.apiKey }, ['exec', leaseId, '--', 'cat'], 'one\ntwo');
+    expect(piped.code, piped.stderr).toBe(0);
+    expect(piped.stdout).toBe('one\ntwo');
+    const none = await runCli({ url: h.url, apiKey: h.apiKey }, ['exec', leaseId, '--no-stdin', '--', 'cat'], 'ignored');
+    expect(none.code, none.stderr).toBe(0);
+    expect(none.stdout).toBe('');
+  });
+});
+
+describe('background exec from the SDK', () => {
+  it('sandbox.exec(cmd, {background: true}) resolves with the detached handle while the command runs', async () => {
+    const sbx = await Sandbox.connect(leaseId, { url: h.url, apiKey: h.apiKey });
+    const startedMs = Date.now();
+    const handle = await sbx.exec('sleep 6401', { background: true });
+    try {
+      expect(handle.status).toBe('detached');
+      expect(Date.now() - startedMs).toBeLessThan(30_000);
+      expect(await pgrep('^sleep 6401$')).not.toBe('');
+    } finally {
+      await h.client.cancelCall(leaseId, handle.callId);
+    }
   });
 });
 
@@ -93,36 +127,33 @@ describe('NUL in commands and paths', () => {
   });
 });
 
-describe('the end of a terminal or a session', () => {
+describe('the end of a terminal', () => {
+  it('GET /terminals lists the open terminals; a deleted one is gone from the list', async () => {
+    const created = await call('POST', '/terminals', { cmd: 'sleep 6501', cols: 80, rows: 24 });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    const id = created.body.terminalId as string;
+    opened.push(`/terminals/${id}`);
+    const listed = await call('GET', '/terminals');
+    expect(listed.status).toBe(200);
+    expect(listed.body.terminals.map((t: { terminalId: string }) => t.terminalId)).toContain(id);
+    await call('DELETE', `/terminals/${id}`);
+    await eventually(
+      async () => (await call('GET', '/terminals')).body.terminals.map((t: { terminalId: string }) => t.terminalId),
+      (ids: string[]) => !ids.includes(id),
+    );
+  });
+
   it('DELETE of a terminal kills a job that left its session with setsid', async () => {
     const created = await call('POST', '/terminals', { cmd: 'setsid sleep 6201 & sleep 6202', cols: 80, rows: 24 });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     opened.push(`/terminals/${created.body.terminalId}`);
     await eventually(
-      () => pgrep('sleep 620[12]$'),
+      () => pgrep('^sleep 620[12]$'),
       (pids) => pids.split('\n').length === 2,
     );
     expect((await call('DELETE', `/terminals/${created.body.terminalId}`)).status).toBeLessThan(300);
     await eventually(
-      () => pgrep('sleep 620[12]$'),
-      (pids) => pids === '',
-    );
-  });
-
-  it('DELETE of a session kills a job that left its session with setsid', async () => {
-    const created = await call('POST', '/sessions', {});
-    expect(created.status, JSON.stringify(created.body)).toBe(201);
-    const sessionId = created.body.sessionId as string;
-    opened.push(`/sessions/${sessionId}`);
-    const started = await call('POST', `/sessions/${sessionId}/exec?wait=30`, { cmd: 'setsid sleep 6301 >/dev/null 2>&1 < /dev/null &' });
-    expect(started.status, JSON.stringify(started.body)).toBe(200);
-    await eventually(
-      () => pgrep('sleep 6301$'),
-      (pids) => pids !== '',
-    );
-    expect((await call('DELETE', `/sessions/${sessionId}`)).status).toBeLessThan(300);
-    await eventually(
-      () => pgrep('sleep 6301$'),
+      () => pgrep('^sleep 620[12]$'),
       (pids) => pids === '',
     );
   });

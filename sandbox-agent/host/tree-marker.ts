@@ -1,9 +1,10 @@
 /**
- * The processes of one terminal or shell session wherever they went: a job that called setsid(2)
- * (`setsid sleep 100 &`, a daemon's double fork) leaves the session, and once its parent exits its
+ * The processes of one terminal wherever they went: a job that called setsid(2) (`setsid sleep
+ * 100 &`, a daemon's double fork) leaves the terminal's session, and once its parent exits its
  * ancestry is gone too, but it keeps the environment it was started with. Every process of a
- * terminal or session inherits `SBX_PROCESS_TREE=<id>`; ending the tree kills every tool-user
- * process whose environment holds it. What clears its environment (`env -i`) escapes this, and
+ * terminal inherits `SBX_PROCESS_TREE=<terminal id>`; the terminal's end kills every tool-user
+ * process whose environment holds it. (A shell session needs none: the sweep after each of its
+ * commands takes what left its session.) What clears its environment (`env -i`) escapes this, and
  * is left to the sweep after the next exec.
  *
  * /proc/<pid>/environ is readable by the process's own uid (or with CAP_SYS_PTRACE, which the

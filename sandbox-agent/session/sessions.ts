@@ -5,7 +5,6 @@
  * cancelled (DELETE), after `idleTimeoutMs` without a command, or when its shell exits; its
  * whole process tree goes with it.
  */
-import { killMarked, TREE_MARKER_VAR } from '../host/tree-marker.js';
 import { errorInfo } from '../../contract/errors.js';
 import type { ExecArgs } from '../../contract/tools/exec.js';
 import { sessionStartSpec, type SessionStartArgs } from '../../contract/tools/session.js';
@@ -75,8 +74,6 @@ export class ShellSessions {
       LOGNAME: ctx.toolUser.name,
       ...ctx.leaseEnv,
       ...args.env,
-      // Last: what the session started is found by it also after setsid (host/tree-marker.ts).
-      [TREE_MARKER_VAR]: sessionId,
     };
     let shell: ShellSession;
     try {
@@ -121,7 +118,6 @@ export class ShellSessions {
     this.live.delete(sessionId);
     this.ended.add(sessionId);
     await shell.kill();
-    await killMarked(sessionId, ctx.toolUser);
     ctx.processTrees.release(shell.pid);
     const exit = await shell.exited;
     const endedAt = new Date();
