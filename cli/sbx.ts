@@ -35,7 +35,7 @@
  * `$SBX_DATA_DIR/api-key`, data dir default /var/lib/sbx).
  */
 import { mkdir } from 'node:fs/promises';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { TERMINAL_LEASE_STATUSES, type Lease, type ToolResult } from '../contract/objects.js';
 import { Sandbox, SbxError, connect, type ConnectionOptions, type ExecOptions } from '../sdk/index.js';
@@ -583,6 +583,18 @@ program
 program.parseAsync(process.argv).catch((err: unknown) => {
   const message = err instanceof Error ? err.message : String(err);
   process.stderr.write(`sbx: ${message}\n`);
+  // A key nobody gave was read from a data dir's file, maybe another control plane's: say which.
+  if (
+    err instanceof SbxError &&
+    err.info.code === 'auth.invalid_api_key' &&
+    !program.opts<{ apiKey?: string }>().apiKey &&
+    !process.env.SBX_API_KEY
+  ) {
+    const keyFile = join(process.env.SBX_DATA_DIR ?? DEFAULT_DATA_DIR, 'api-key');
+    process.stderr.write(
+      `sbx: the key was read from ${keyFile}; for a control plane with another data dir set SBX_DATA_DIR to it, or give SBX_API_KEY / --api-key\n`,
+    );
+  }
   // With --json a script reads the failure as it reads a success: one JSON document on stdout,
   // the platform's error in its wire shape (docs/errors.md) and the HTTP status that carried it.
   if (program.opts<{ json?: boolean }>().json) {
