@@ -5,8 +5,11 @@
  * says so; a terminal's end kills also what left its session with setsid.
  */
 import { spawn } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
 import { Sandbox } from '../sdk/index.js';
 import { apiAs, eventually, REPO_ROOT, runCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
@@ -156,5 +159,128 @@ describe('the end of a terminal', () => {
       () => pgrep('^sleep 620[12]$'),
       (pids) => pids === '',
     );
+  });
+});
+
+describe('sbx watch, sbx changes and pipes', () => {
+  it('watch --count 1 prints exactly one change, after a header naming the --since cursor', async () => {
+    const start = await h.client.fileChanges(leaseId);
+    expect((await exec({ cmd: 'mkdir -p /workspace/wc && for i in 1 2 3 4 5 6; do echo $i > /workspace/wc/f$i; done' })).status).toBe(
+      'succeeded',
+    );
+    await eventually(
+      async () => (await h.client.fileChanges(leaseId, { since: start.cursor, path: '/workspace/wc' })).changes.length,
+      (n) => n >= 6,
+    );
+    const watched = await runCli({ url: h.url, apiKey: h.apiKey }, [
+      'watch',
+      leaseId,
+      '/workspace/wc',
+      '--since',
+      String(start.cursor),
+      '--count',
+      '1',
+    ]);
+    expect(watched.code, watched.stderr).toBe(0);
+    const lines = watched.stdout.trim().split('\n');
+    expect(lines[0]).toBe(`# watching /workspace/wc (recursive) from cursor ${start.cursor}`);
+    expect(lines.length).toBe(2);
+  });
+
+  it('a reader that stops reading (| head -1) ends sbx quietly, without an EPIPE trace', async () => {
+    const start = await h.client.fileChanges(leaseId);
+    expect((await exec({ cmd: 'mkdir -p /workspace/pipe && for i in $(seq 1 400); do : > /workspace/pipe/f$i; done' })).status).toBe(
+      'succeeded',
+    );
+    await eventually(
+      async () => (await h.client.fileChanges(leaseId, { since: start.cursor, path: '/workspace/pipe' })).changes.length,
+      (n) => n >= 400,
+    );
+    const sbx = `${process.execPath} ${join(REPO_ROOT, 'dist/cli/sbx.js')} --url ${h.url} --api-key ${h.apiKey}`;
+    const piped = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn('bash', ['-c', `set -o pipefail; ${sbx} changes ${leaseId} --since ${start.cursor} | head -1 >/dev/null`], {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let stderr = '';
+      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      child.on('close', (code) => resolve({ code, stderr }));
+    });
+    expect(piped.stderr).not.toMatch(/EPIPE|Error/);
+    expect(piped.code).toBe(0);
+  });
+
+  it('changes without a path answers while the sandbox is paused', async () => {
+    const before = await h.client.fileChanges(leaseId);
+    await h.client.pauseSandbox(leaseId);
+    try {
+      const paused = await call('GET', `/files/changes?since=${before.cursor}`);
+      expect(paused.status, JSON.stringify(paused.body)).toBe(200);
+      expect(paused.body.cursor).toBeGreaterThanOrEqual(before.cursor);
+    } finally {
+      await h.client.resumeSandbox(leaseId);
+    }
+  });
+});
+
+describe('names in errors', () => {
+  it("signalling the file-watch helper names it, not the agent's tool-user worker", async () => {
+    const list = await call('GET', '/processes');
+    const helper = (list.body.processes as Array<{ pid: number; command: string }>).find((p) => /sbx-inotify/.test(p.command));
+    expect(helper, JSON.stringify(list.body.processes)).toBeDefined();
+    const refused = await call('POST', `/processes/${helper!.pid}/signal`, { signal: 'SIGTERM' });
+    expect(JSON.stringify(refused.body)).toMatch(/file-watch helper/);
+    expect(JSON.stringify(refused.body)).not.toMatch(/tool-user worker/);
+  });
+
+  it('an unknown key of args is named args, not "args."', async () => {
+    const r = await call('POST', '/calls', { tool: 'exec', args: { cmd: 'true', bogusArg: 1 } });
+    expect(r.status).toBe(400);
+    expect(r.body.error.message).toMatch(/args: /);
+    expect(r.body.error.message).not.toMatch(/args\.: /);
+  });
+
+  it('a non-JSON text frame to a terminal is answered "must be JSON"', async () => {
+    const created = await call('POST', '/terminals', { cmd: 'sleep 6601', cols: 80, rows: 24 });
+    expect(created.status).toBe(201);
+    opened.push(`/terminals/${created.body.terminalId}`);
+    const socket = new WebSocket(`${h.url.replace(/^http/, 'ws')}/v1/sandboxes/${leaseId}/terminals/${created.body.terminalId}/ws`, {
+      headers: { authorization: `Bearer ${h.apiKey}` },
+    });
+    try {
+      const error = new Promise<Record<string, unknown>>((resolve) =>
+        socket.on('message', (data: Buffer, isBinary: boolean) => {
+          if (isBinary) return;
+          const m = JSON.parse(data.toString('utf8')) as Record<string, unknown>;
+          if (m.type === 'error') resolve(m);
+        }),
+      );
+      await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
+      socket.send('not json at all');
+      expect(await error).toMatchObject({ code: 'input.invalid', message: expect.stringMatching(/must be JSON/) });
+    } finally {
+      socket.close();
+    }
+  });
+
+  it('auth.invalid_api_key with the key from a data dir file names that file', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'sbx-key-'));
+    try {
+      await writeFile(join(dataDir, 'api-key'), 'sbx_dev_not_this_planes_key\n');
+      const env = { ...process.env, SBX_DATA_DIR: dataDir };
+      delete env.SBX_API_KEY;
+      const run = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+        const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, 'ls'], {
+          env,
+          stdio: ['ignore', 'ignore', 'pipe'],
+        });
+        let stderr = '';
+        child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+        child.on('close', (code) => resolve({ code, stderr }));
+      });
+      expect(run.code).toBe(125);
+      expect(run.stderr).toContain(join(dataDir, 'api-key'));
+    } finally {
+      await rm(dataDir, { recursive: true, force: true });
+    }
   });
 });
