@@ -162,49 +162,58 @@ describe('the end of a terminal', () => {
   });
 });
 
+/** Runs `file` with `args` to its end: exit code and stderr (stdin and stdout ignored). */
+function runProgram(file: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(file, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('close', (code) => resolve({ code, stderr }));
+  });
+}
+
+/** Runs `script` in the sandbox and waits until the change log has `count` changes under `dir`; the cursor before. */
+async function makeChanges(script: string, dir: string, count: number): Promise<number> {
+  const start = await h.client.fileChanges(leaseId);
+  expect((await exec({ cmd: script })).status).toBe('succeeded');
+  await eventually(
+    async () => (await h.client.fileChanges(leaseId, { since: start.cursor, path: dir })).changes.length,
+    (n) => n >= count,
+  );
+  return start.cursor;
+}
+
 describe('sbx watch, sbx changes and pipes', () => {
   it('watch --count 1 prints exactly one change, after a header naming the --since cursor', async () => {
-    const start = await h.client.fileChanges(leaseId);
-    expect((await exec({ cmd: 'mkdir -p /workspace/wc && for i in 1 2 3 4 5 6; do echo $i > /workspace/wc/f$i; done' })).status).toBe(
-      'succeeded',
-    );
-    await eventually(
-      async () => (await h.client.fileChanges(leaseId, { since: start.cursor, path: '/workspace/wc' })).changes.length,
-      (n) => n >= 6,
+    const since = await makeChanges(
+      'mkdir -p /workspace/wc && for i in 1 2 3 4 5 6; do echo $i > /workspace/wc/f$i; done',
+      '/workspace/wc',
+      6,
     );
     const watched = await runCli({ url: h.url, apiKey: h.apiKey }, [
       'watch',
       leaseId,
       '/workspace/wc',
       '--since',
-      String(start.cursor),
+      String(since),
       '--count',
       '1',
     ]);
     expect(watched.code, watched.stderr).toBe(0);
     const lines = watched.stdout.trim().split('\n');
-    expect(lines[0]).toBe(`# watching /workspace/wc (recursive) from cursor ${start.cursor}`);
+    expect(lines[0]).toBe(`# watching /workspace/wc (recursive) from cursor ${since}`);
     expect(lines.length).toBe(2);
   });
 
   it('a reader that stops reading (| head -1) ends sbx quietly, without an EPIPE trace', async () => {
-    const start = await h.client.fileChanges(leaseId);
-    expect((await exec({ cmd: 'mkdir -p /workspace/pipe && for i in $(seq 1 400); do : > /workspace/pipe/f$i; done' })).status).toBe(
-      'succeeded',
-    );
-    await eventually(
-      async () => (await h.client.fileChanges(leaseId, { since: start.cursor, path: '/workspace/pipe' })).changes.length,
-      (n) => n >= 400,
+    const since = await makeChanges(
+      // Long names: more output than a pipe buffers (64 KiB), so sbx writes after head has gone.
+      "mkdir -p /workspace/pipe && for i in $(seq 1 900); do : > /workspace/pipe/$(printf 'f%0200d' $i); done",
+      '/workspace/pipe',
+      900,
     );
     const sbx = `${process.execPath} ${join(REPO_ROOT, 'dist/cli/sbx.js')} --url ${h.url} --api-key ${h.apiKey}`;
-    const piped = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-      const child = spawn('bash', ['-c', `set -o pipefail; ${sbx} changes ${leaseId} --since ${start.cursor} | head -1 >/dev/null`], {
-        stdio: ['ignore', 'ignore', 'pipe'],
-      });
-      let stderr = '';
-      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-      child.on('close', (code) => resolve({ code, stderr }));
-    });
+    const piped = await runProgram('bash', ['-c', `set -o pipefail; ${sbx} changes ${leaseId} --since ${since} | head -1 >/dev/null`]);
     expect(piped.stderr).not.toMatch(/EPIPE|Error/);
     expect(piped.code).toBe(0);
   });
@@ -268,15 +277,7 @@ describe('names in errors', () => {
       await writeFile(join(dataDir, 'api-key'), 'sbx_dev_not_this_planes_key\n');
       const env = { ...process.env, SBX_DATA_DIR: dataDir };
       delete env.SBX_API_KEY;
-      const run = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-        const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, 'ls'], {
-          env,
-          stdio: ['ignore', 'ignore', 'pipe'],
-        });
-        let stderr = '';
-        child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-        child.on('close', (code) => resolve({ code, stderr }));
-      });
+      const run = await runProgram(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, 'ls'], env);
       expect(run.code).toBe(125);
       expect(run.stderr).toContain(join(dataDir, 'api-key'));
     } finally {
