@@ -27,11 +27,14 @@ export function upgradeHead(req: IncomingMessage): Buffer {
   return Buffer.alloc(0);
 }
 
+/** The tracking listeners (installUpgradeSocketTracking): they route nothing, so they do not count as a dispatcher. */
+const trackers = new WeakSet<object>();
+
 /** Routes upgrade requests of `app`'s server through fastify, unless another listener does. */
 export function installUpgradeDispatch(app: FastifyInstance): void {
   app.addHook('onReady', async () => {
     const server = app.server;
-    if (server.listenerCount('upgrade') > 0) return;
+    if (server.listeners('upgrade').some((listener) => !trackers.has(listener))) return;
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       socket.on('error', () => socket.destroy());
       (req as unknown as Record<symbol, unknown>)[kHead] = head;
@@ -58,10 +61,12 @@ export function installUpgradeSocketTracking(app: FastifyInstance): void {
   const sockets = new Set<Duplex>();
   let grace: NodeJS.Timeout | undefined;
   app.addHook('onReady', async () => {
-    app.server.prependListener('upgrade', (_req: IncomingMessage, socket: Duplex) => {
+    const track = (_req: IncomingMessage, socket: Duplex): void => {
       sockets.add(socket);
       socket.once('close', () => sockets.delete(socket));
-    });
+    };
+    trackers.add(track);
+    app.server.prependListener('upgrade', track);
   });
   app.addHook('onResponse', async (request) => {
     // Reached only by an answer fastify wrote (a handover hijacks the reply, which skips this).
