@@ -275,7 +275,7 @@ describe('names in errors', () => {
     const dataDir = await mkdtemp(join(tmpdir(), 'sbx-key-'));
     try {
       await writeFile(join(dataDir, 'api-key'), 'sbx_dev_not_this_planes_key\n');
-      const env = { ...process.env, SBX_DATA_DIR: dataDir };
+      const env: NodeJS.ProcessEnv = { ...process.env, SBX_DATA_DIR: dataDir };
       delete env.SBX_API_KEY;
       const run = await runProgram(process.execPath, [join(REPO_ROOT, 'dist/cli/sbx.js'), '--url', h.url, 'ls'], env);
       expect(run.code).toBe(125);
