@@ -79,10 +79,11 @@ async function stopControlPlane(pidfile: string, timeoutMs: number, report: Down
   if (!running || running.startTicks !== recorded.startTicks)
     return stale(`pid ${pid} is not running (the control plane did not exit cleanly)`);
   if (!commandLine(pid).some((arg) => arg.endsWith('control-plane/main.js'))) return stale(`pid ${pid} is not a control plane`);
-  report.entries.push(
-    await terminate('control-plane', running, pidfile, timeoutMs, `control plane pid ${pid} (${commandLine(pid).join(' ')})`),
-  );
-  rmSync(pidfile, { force: true });
+  const entry = await terminate('control-plane', running, pidfile, timeoutMs, `control plane pid ${pid} (${commandLine(pid).join(' ')})`);
+  report.entries.push(entry);
+  // A control plane that has not exited keeps its pidfile: a later `sbx down` must find it (and
+  // leave Redis running under it) rather than take the data dir for one with nothing running.
+  if (entry.outcome === 'stopped') rmSync(pidfile, { force: true });
 }
 
 async function stopRedis(layout: ReturnType<typeof dataDirLayout>, timeoutMs: number, report: DownReport): Promise<void> {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { exitStatusOf } from './exit-status.js';
+import { exitStatusOf, exitStatusOfErrorCode } from './exit-status.js';
 
 const result = (over: Partial<ToolResult>): ToolResult => ({
   callId: 'c',
@@ -50,5 +50,14 @@ describe('sbx exit status', () => {
       manifestDigest: `sha256:${'0'.repeat(64)}`,
     };
     expect(exitStatusOf(result({ status: 'failed', exitCode: null, receipt: notStarted }))).toBe(126);
+  });
+});
+
+describe('sbx exit status of a refused command', () => {
+  it('is 126 when the program could not start (as an exec result says), 125 for any other platform error', () => {
+    expect(exitStatusOfErrorCode('input.cwd_not_found')).toBe(126);
+    expect(exitStatusOfErrorCode('execution.spawn_failed')).toBe(126);
+    expect(exitStatusOfErrorCode('auth.invalid_api_key')).toBe(125);
+    expect(exitStatusOfErrorCode(undefined)).toBe(125);
   });
 });

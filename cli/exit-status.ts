@@ -14,6 +14,15 @@ export const EXIT_TIMED_OUT = 124;
 export const EXIT_NOT_STARTED = 126;
 export const EXIT_CANCELLED = 130;
 
+/**
+ * The exit status for an error code that stopped a command before it ran (`sbx shell --cwd
+ * /missing` is refused at the terminal's create, where `sbx exec` gets a result): 126 as for an
+ * exec's, else 125.
+ */
+export function exitStatusOfErrorCode(code: string | undefined): number {
+  return code === 'input.cwd_not_found' || code === 'execution.spawn_failed' ? EXIT_NOT_STARTED : EXIT_PLATFORM_ERROR;
+}
+
 /** The exit status `sbx` reports for a finished call. */
 export function exitStatusOf(result: ToolResult): number {
   switch (result.status) {

@@ -53,7 +53,7 @@ const TOOL_SEMANTICS: Record<string, string> = {
   exec:
     'Give exactly one of `cmd` (a bash script: pipes, &&, heredocs) or `argv` (no shell). Timeout: `timeoutMs`, default the policy\'s (10 min under `default`, at most 1 h; higher is policy.tool_denied); at the timeout the whole process group is killed (SIGTERM, SIGKILL after killGraceMs) and the result is `timed_out` with commitState `unknown`: the command may have changed files before it was killed — a timeout is not "no effect"; check before re-running. ' +
     'Output: stdout and stderr apart; each stream keeps its first 4 MiB (`default`), the text shows the head and the tail of a cut stream and the whole is kept as an artifact. A non-zero exit is isError with `execution.nonzero_exit` and the exit code. ' +
-    "Effects: anything the tool user may do in the sandbox; nothing is undone. Cancelling the request kills the process group (commitState `unknown`). Background processes left running are killed when the call ends. MCP clients often time out requests after 60 s: pass a `timeoutMs` below your client's limit for long commands.",
+    "Effects: anything the tool user may do in the sandbox; nothing is undone. Cancelling the request kills the process group (commitState `unknown`). Background processes left running are killed when the call ends. `background: true` answers as soon as the process runs, with status `detached` and its `callId` (the task runs on, its output kept, until it ends, times out or is cancelled); `pty` may only be false. MCP clients often time out requests after 60 s: pass a `timeoutMs` below your client's limit for long commands.",
   read_file:
     'Read-only. Returns a window of lines (`offset` 1-based, `limit` lines, default 2000) and the sha256 of the whole file; `truncated` and `remaining` say what was left out. Binary files are `files.binary` unless `encoding: base64`. Missing file: `files.not_found`.',
   write_file:
@@ -125,7 +125,8 @@ function fromResult(result: ToolResult, sandboxId: string): CallToolResult {
       sandboxId,
       data: result.data,
     },
-    isError: result.status !== 'succeeded',
+    // A background task that started is no error: its handle (callId) is the answer.
+    isError: result.status !== 'succeeded' && result.status !== 'detached',
   };
 }
 

@@ -4,7 +4,7 @@
  *
  *   sbx run [options] -- CMD...      lease, upload, run, stream, print receipt, download, release
  *   sbx lease [options]              lease a sandbox and print its id
- *   sbx exec ID [options] -- CMD...  run a command in a leased sandbox
+ *   sbx exec ID [options] -- CMD...  run a command in a leased sandbox (piped stdin goes to it)
  *   sbx release ID [--grace-ms MS]   release a sandbox (running calls cancelled after the grace)
  *   sbx renew ID --ttl S             move a sandbox's expiry to now + S seconds
  *   sbx pause ID | sbx resume ID     freeze every process of a sandbox (its TTL stops), and thaw it
@@ -35,11 +35,11 @@
  * `$SBX_DATA_DIR/api-key`, data dir default /var/lib/sbx).
  */
 import { mkdir } from 'node:fs/promises';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { TERMINAL_LEASE_STATUSES, type Lease, type ToolResult } from '../contract/objects.js';
 import { Sandbox, SbxError, connect, type ConnectionOptions, type ExecOptions } from '../sdk/index.js';
-import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf } from './exit-status.js';
+import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf, exitStatusOfErrorCode } from './exit-status.js';
 import { addImageCommands } from './image.js';
 import { addShellCommand } from './shell.js';
 import { runMcpServer } from './mcp.js';
@@ -51,6 +51,13 @@ import { addProcessCommands } from './processes.js';
 import { addSessionCommands } from './sessions.js';
 import { addWatchCommands } from './watch.js';
 import { addPreviewCommands } from './preview.js';
+
+// A reader that stopped reading (`sbx previews ID | head -3`) has all it wanted: exit quietly (0),
+// as once the pipe is closed nothing more can be said on stdout anyway.
+process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+  if (err.code === 'EPIPE') process.exit(0);
+  throw err;
+});
 
 /** The connection the global options name (`--url`, `--api-key`), else the environment's (see `connect`). */
 function connection(opts: { url?: string; apiKey?: string }): ConnectionOptions {
@@ -141,10 +148,18 @@ function commandOf(command: string[]): string | string[] {
 function runCommand(
   sandbox: Sandbox,
   command: string[],
-  opts: { cwd?: string; timeoutMs?: number; secrets?: string[]; signal?: AbortSignal; combined?: boolean },
+  opts: {
+    cwd?: string;
+    timeoutMs?: number;
+    secrets?: string[];
+    signal?: AbortSignal;
+    combined?: boolean;
+    stdin?: AsyncIterable<Uint8Array>;
+  },
   quiet: boolean,
 ): Promise<ToolResult> {
   const options: ExecOptions = {
+    ...(opts.stdin ? { stdin: opts.stdin } : {}),
     ...(opts.cwd ? { cwd: opts.cwd } : {}),
     ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
     ...(opts.secrets && opts.secrets.length > 0 ? { secrets: opts.secrets } : {}),
@@ -319,10 +334,13 @@ program
   .addOption(new Option('--timeout-ms <ms>', 'command timeout in ms').argParser(positiveInt))
   .option('--secret <NAME>', "one of the sandbox's secrets this command receives (repeatable)", collect)
   .option('--combined', 'stdout and stderr as one stream, in write order (as 2>&1 in a terminal)')
+  .option('--no-stdin', "do not send this process's stdin (as ssh -n): the command's stdin is empty")
   .action(async (id: string, command: string[], opts) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
     const sandbox = await Sandbox.connect(id, connection(global));
-    const result = await runCommand(sandbox, command, { ...opts, secrets: opts.secret }, Boolean(global.json));
+    // Piped or redirected stdin goes to the command as it comes; a terminal's is not read (use `sbx shell`).
+    const stdin = opts.stdin === true && process.stdin.isTTY !== true ? process.stdin : undefined;
+    const result = await runCommand(sandbox, command, { ...opts, stdin, secrets: opts.secret }, Boolean(global.json));
     if (global.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
     else reportOutcome(result);
     process.exitCode = exitStatusOf(result);
@@ -565,11 +583,23 @@ program
 program.parseAsync(process.argv).catch((err: unknown) => {
   const message = err instanceof Error ? err.message : String(err);
   process.stderr.write(`sbx: ${message}\n`);
+  // A key nobody gave was read from a data dir's file, maybe another control plane's: say which.
+  if (
+    err instanceof SbxError &&
+    err.info.code === 'auth.invalid_api_key' &&
+    !program.opts<{ apiKey?: string }>().apiKey &&
+    !process.env.SBX_API_KEY
+  ) {
+    const keyFile = join(process.env.SBX_DATA_DIR ?? DEFAULT_DATA_DIR, 'api-key');
+    process.stderr.write(
+      `sbx: the key was read from ${keyFile}; for a control plane with another data dir set SBX_DATA_DIR to it, or give SBX_API_KEY / --api-key\n`,
+    );
+  }
   // With --json a script reads the failure as it reads a success: one JSON document on stdout,
   // the platform's error in its wire shape (docs/errors.md) and the HTTP status that carried it.
   if (program.opts<{ json?: boolean }>().json) {
     const error = err instanceof SbxError ? { ...err.info, status: err.status } : { code: null, message };
     process.stdout.write(`${JSON.stringify({ error }, null, 2)}\n`);
   }
-  process.exit(EXIT_PLATFORM_ERROR);
+  process.exit(exitStatusOfErrorCode(err instanceof SbxError ? err.info.code : undefined));
 });

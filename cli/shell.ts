@@ -2,11 +2,15 @@
  * `sbx shell ID [--cmd SCRIPT]`: a terminal in a sandbox (its login shell by default) on this
  * terminal. With a TTY, stdin goes raw (every key, Ctrl-C included, reaches the sandbox) and the
  * window size follows this terminal's (SIGWINCH). Without one (piped stdin), the bytes are sent
- * as they come and the end of stdin is a ^D. Exits with the program's exit code (128 + the
- * signal's number when it was killed; 125 for a platform error).
+ * as they come and the end of stdin ends the input as a typist would: a newline when the last line
+ * has none (a terminal's line discipline, and readline, take ^D on a non-empty line as no end),
+ * then ^D. Exits with the program's exit code (128 + the signal's number when it was killed; 125
+ * for a platform error). Ended by SIGINT, SIGTERM or SIGHUP (Ctrl-C in raw mode is a byte for the
+ * sandbox, not a signal), it deletes its terminal first, so nothing it started keeps running.
  */
 import { constants } from 'node:os';
 import type { Command } from 'commander';
+import { MAX_TERMINAL_CELLS } from '../contract/tools/terminal.js';
 import { Sandbox, type ConnectionOptions } from '../sdk/index.js';
 
 /** Registers `sbx shell` on `program`. */
@@ -21,14 +25,23 @@ export function addShellCommand(program: Command, connection: (opts: { url?: str
       const sandbox = await Sandbox.connect(id, connection(program.opts()));
       process.exitCode = await runShell(sandbox, opts);
     });
+  program
+    .command('terminals')
+    .description("the sandbox's open terminals: id, status, pid (`sbx ps` shows what runs in them)")
+    .argument('<id>')
+    .action(async (id: string) => {
+      const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
+      const list = await (await Sandbox.connect(id, connection(global))).terminals.list();
+      if (global.json) process.stdout.write(`${JSON.stringify(list, null, 2)}\n`);
+      else for (const t of list) process.stdout.write(`${t.terminalId}\t${t.status}\t${t.pid ?? '-'}\n`);
+    });
 }
 
 async function runShell(sandbox: Sandbox, opts: { cmd?: string; cwd?: string }): Promise<number> {
   const out = process.stdout;
   const tty = process.stdin.isTTY === true;
   const terminal = await sandbox.terminals.create({
-    cols: out.columns ?? 80,
-    rows: out.rows ?? 24,
+    ...windowSize(),
     ...(opts.cmd ? { cmd: opts.cmd } : {}),
     ...(opts.cwd ? { cwd: opts.cwd } : {}),
     onData: (data) => out.write(data),
@@ -49,15 +62,29 @@ async function runShell(sandbox: Sandbox, opts: { cmd?: string; cwd?: string }):
         flush();
       });
   };
+  let lastByte = 0x0a;
   const onInput = (chunk: Buffer): void => {
+    if (chunk.length > 0) lastByte = chunk[chunk.length - 1]!;
     pending.push(chunk);
     flush();
   };
-  const onResize = (): void => void terminal.resize(out.columns, out.rows).catch(() => undefined);
+  const onResize = (): void => {
+    const size = windowSize();
+    void terminal.resize(size.cols, size.rows).catch(() => undefined);
+  };
+  // Ended by a signal: the terminal goes too (DELETE hangs it up and kills what it started).
+  const onSignal = (signal: NodeJS.Signals): void => {
+    void terminal
+      .close()
+      .catch(() => undefined)
+      .finally(() => process.exit(128 + ((constants.signals as Record<string, number>)[signal] ?? 0)));
+  };
+  const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
+  for (const signal of signals) process.once(signal, onSignal);
   if (tty) process.stdin.setRawMode(true);
   process.stdin.on('data', onInput);
-  // Piped stdin: its end is the terminal's EOF.
-  if (!tty) process.stdin.once('end', () => onInput(Buffer.from('\x04')));
+  // Piped stdin: its end is the terminal's EOF, after a newline ending an unfinished last line.
+  if (!tty) process.stdin.once('end', () => onInput(Buffer.from(lastByte === 0x0a ? '\x04' : '\n\x04')));
   if (out.isTTY) out.on('resize', onResize);
   try {
     const end = await terminal.exited;
@@ -69,5 +96,17 @@ async function runShell(sandbox: Sandbox, opts: { cmd?: string; cwd?: string }):
     if (tty) process.stdin.setRawMode(false);
     process.stdin.pause();
     out.off('resize', onResize);
+    for (const signal of signals) process.off(signal, onSignal);
   }
+}
+
+/**
+ * This terminal's window, each side clamped to 1..MAX_TERMINAL_CELLS; 80×24 when there is none
+ * or it reports 0×0 (a pty nobody sized, a serial console).
+ */
+function windowSize(): { cols: number; rows: number } {
+  const { columns, rows } = process.stdout;
+  if (!columns || !rows) return { cols: 80, rows: 24 };
+  const clamp = (n: number): number => Math.min(Math.max(n, 1), MAX_TERMINAL_CELLS);
+  return { cols: clamp(columns), rows: clamp(rows) };
 }

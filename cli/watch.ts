@@ -61,16 +61,18 @@ export function addWatchCommands(program: Command, connection: () => ConnectionO
         recursive: opts.recursive,
         signal: closing.signal,
         ...(opts.since !== undefined ? { since: opts.since } : {}),
+        // The header comes first, with the cursor the watch starts after (--since, else now).
+        onReady: (ready) => {
+          if (!global.json) process.stdout.write(`${formatWatchEvent({ type: 'watch.ready', ...ready, recursive: opts.recursive })}\n`);
+        },
         onEvent: (e) => {
+          // Events already on their way after the count was reached are not printed.
+          if (opts.count !== undefined && seen >= opts.count) return;
           process.stdout.write(`${global.json ? JSON.stringify(e) : formatWatchEvent(e)}\n`);
           if (['created', 'modified', 'deleted', 'renamed'].includes(e.type) && opts.count !== undefined && ++seen >= opts.count)
-            watch.close();
+            closing.abort();
         },
       });
-      if (!global.json)
-        process.stdout.write(
-          `${formatWatchEvent({ type: 'watch.ready', cursor: watch.cursor, path: watch.path, recursive: opts.recursive })}\n`,
-        );
       const stop = (): void => closing.abort();
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);

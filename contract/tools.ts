@@ -15,7 +15,7 @@ import type { ToolSpec } from './tools/spec.js';
 import { terminalSpec } from './tools/terminal.js';
 import { writeFileSpec } from './tools/write-file.js';
 
-export { EnvMap, EnvName, EnvValue, MAX_ARG_BYTES, SandboxPath, Sha256Hex } from './tools/common.js';
+export { EnvMap, EnvName, EnvValue, MAX_ARG_BYTES, notNul, SandboxPath, Sha256Hex } from './tools/common.js';
 export { EditFileArgs } from './tools/edit-file.js';
 export { ExecArgs } from './tools/exec.js';
 export { MakeDirArgs, MoveArgs, RemoveArgs, StatArgs } from './tools/fs-ops.js';

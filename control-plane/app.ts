@@ -23,6 +23,7 @@ import { egressRoutes } from './egress/routes.js';
 import type { EgressLog } from './egress/store.js';
 import { filesRoutes } from './files/routes.js';
 import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
+import { installUpgradeSocketTracking } from './http/upgrade.js';
 import { imagesRoutes } from './images/routes.js';
 import type { ImageService } from './images/service.js';
 import type { ImageStore } from './images/store.js';
@@ -121,6 +122,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     ...edgeServerOptions(deps.log),
   });
   installErrorHandling(app);
+  installUpgradeSocketTracking(app);
   // JSON only: a text/plain body would otherwise reach the schemas as a string.
   app.removeContentTypeParser('text/plain');
   installApiKeyAuth(app, {

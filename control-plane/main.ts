@@ -68,6 +68,9 @@ function writePidfile(dataDir: string): void {
   process.once('exit', () => rmSync(file, { force: true }));
 }
 
+/** Longest a SIGTERM shutdown may take before the process exits anyway, ms (below `sbx down`'s wait). */
+const SHUTDOWN_TIMEOUT_MS = 8000;
+
 async function main(): Promise<void> {
   let config;
   try {
@@ -94,6 +97,13 @@ async function main(): Promise<void> {
   writePidfile(config.dataDir);
   const stop = async (): Promise<void> => {
     log.info('shutting down: sandboxes keep running and are adopted by the next start');
+    // What cannot finish in time (a client holding a stream open) must not keep the process, and
+    // with it the pidfile `sbx down` waits on, alive: exit as after a crash, which the next start
+    // recovers from like any other.
+    setTimeout(() => {
+      log.error({ timeoutMs: SHUTDOWN_TIMEOUT_MS }, 'shutdown did not finish in time; exiting');
+      process.exit(1);
+    }, SHUTDOWN_TIMEOUT_MS).unref();
     await plane.close();
     process.exit(0);
   };

@@ -303,6 +303,22 @@ export class SbxClient {
     return result.success ? result.data : PendingCall.parse(body);
   }
 
+  /**
+   * `POST /v1/sandboxes/:id/calls/:callId/stdin`: bytes to a running call started with `stdin:
+   * "pipe"`, and/or `eof` (closes its stdin after them). Throws SbxError `call.finished`,
+   * `call.stdin_not_piped`, `call.not_found`.
+   */
+  async writeStdin(leaseId: string, callId: string, input: { data?: Uint8Array; eof?: boolean }): Promise<void> {
+    const response = await this.raw('POST', `/v1/sandboxes/${leaseId}/calls/${callId}/stdin`, {
+      body: JSON.stringify({
+        ...(input.data ? { dataBase64: Buffer.from(input.data).toString('base64') } : {}),
+        ...(input.eof ? { eof: true } : {}),
+      }),
+      headers: { 'content-type': 'application/json' },
+    });
+    if (!response.ok) throw await errorOfResponse(response);
+  }
+
   /** `GET /v1/sandboxes/:id/processes`: the process table with its call (or `{callId, status}` when the agent did not answer within 30 s). */
   async listProcesses(leaseId: string): Promise<unknown> {
     return this.json('GET', `/v1/sandboxes/${leaseId}/processes`);

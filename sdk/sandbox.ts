@@ -76,8 +76,19 @@ export interface ExecOptions {
   cwd?: string;
   /** Extra environment for this command, over the sandbox's. */
   env?: Record<string, string>;
-  /** Written to the command's stdin (UTF-8), then stdin is closed. Default: empty stdin. */
-  stdin?: string;
+  /**
+   * The command's stdin. A string is written (UTF-8), then stdin is closed. A stream (any async
+   * iterable of bytes or text, e.g. `process.stdin`) is sent as it comes while the command runs
+   * (`stdin: "pipe"`), and its end closes stdin; what the command does not read before it ends is
+   * dropped. Default: empty stdin.
+   */
+  stdin?: string | AsyncIterable<Uint8Array | string>;
+  /**
+   * Run as a background task: `exec` resolves with the `detached` result (its `callId` is the
+   * task's handle) as soon as the process started; the task's output and end follow through the
+   * calls API (`client.events`, `client.getCall`). Not with a streamed `stdin`.
+   */
+  background?: boolean;
   /** Names of the sandbox's granted secrets this command receives (`policy.secret_denied` for others). */
   secrets?: string[];
   /**
@@ -106,6 +117,9 @@ export interface ExecOptions {
    */
   signal?: AbortSignal;
 }
+
+/** Largest piece of a streamed stdin sent in one request, bytes. */
+const STDIN_CHUNK_BYTES = 512 * 1024;
 
 /** How long a file or git call's submit holds the request for its result, seconds; past it the SDK follows the events. */
 const TOOL_WAIT_SECONDS = 30;
@@ -180,7 +194,8 @@ export class Sandbox implements AsyncDisposable {
       ...(typeof command === 'string' ? { cmd: command } : { argv: command }),
       ...(options.cwd !== undefined ? { cwd: options.cwd } : {}),
       ...(options.env !== undefined ? { env: options.env } : {}),
-      ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
+      ...(typeof options.stdin === 'string' ? { stdin: options.stdin } : options.stdin !== undefined ? { stdin: 'pipe' } : {}),
+      ...(options.background !== undefined ? { background: options.background } : {}),
       ...(options.secrets !== undefined ? { secrets: options.secrets } : {}),
       ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
       ...(options.killGraceMs !== undefined ? { killGraceMs: options.killGraceMs } : {}),
@@ -201,11 +216,17 @@ export class Sandbox implements AsyncDisposable {
       const text = decoders[event.stream].decode(chunk, { stream: true });
       if (text) (event.stream === 'stdout' ? options.onStdout : options.onStderr)?.(text);
     };
+    const source = typeof options.stdin === 'string' ? undefined : options.stdin?.[Symbol.asyncIterator]();
+    let pumped: Promise<void> = Promise.resolve();
     const result = await this.call('exec', args, {
       onEvent,
       ...(options.callId ? { callId: options.callId } : {}),
       ...(options.signal ? { signal: options.signal } : {}),
+      ...(source ? { onSubmitted: (callId: string) => (pumped = this.pumpStdin(callId, source)) } : {}),
     });
+    // The command ended: what it did not read is dropped, and the source is let go.
+    void source?.return?.();
+    await pumped;
     for (const stream of ['stdout', 'stderr'] as const) {
       const rest = decoders[stream].decode();
       if (rest) (stream === 'stdout' ? options.onStdout : options.onStderr)?.(rest);
@@ -224,23 +245,34 @@ export class Sandbox implements AsyncDisposable {
   async call(
     tool: string,
     args: Record<string, unknown>,
-    options: { callId?: string; signal?: AbortSignal; onEvent?: (event: CallEvent) => void } = {},
+    options: {
+      callId?: string;
+      signal?: AbortSignal;
+      onEvent?: (event: CallEvent) => void;
+      /** Called with the callId once the call was accepted (before its result). */
+      onSubmitted?: (callId: string) => void;
+    } = {},
   ): Promise<ToolResult> {
-    // A caller that follows events or may cancel gets the callId at once; others let the server hold the answer.
-    const follows = options.onEvent !== undefined || options.signal !== undefined;
+    // A caller that follows events, may cancel or wants the callId gets it at once; others let the server hold the answer.
+    const follows = options.onEvent !== undefined || options.signal !== undefined || options.onSubmitted !== undefined;
     const submitted = await this.client.submitCall(this.id, tool, args, {
       ...(follows ? {} : { waitSeconds: TOOL_WAIT_SECONDS }),
       ...(options.callId ? { callId: options.callId } : {}),
     });
     if ('receipt' in submitted) return submitted;
     const { callId } = submitted;
+    options.onSubmitted?.(callId);
     const cancel = (): void => {
       this.client.cancelCall(this.id, callId).catch(() => undefined);
     };
     if (options.signal?.aborted) cancel();
     else options.signal?.addEventListener('abort', cancel, { once: true });
     try {
-      for await (const event of this.client.events(this.id, callId)) options.onEvent?.(event);
+      for await (const event of this.client.events(this.id, callId)) {
+        options.onEvent?.(event);
+        // A background task answers with its handle once it runs; its end is not waited for.
+        if (event.type === 'call.detached' && args.background === true) break;
+      }
     } finally {
       options.signal?.removeEventListener('abort', cancel);
     }
@@ -323,6 +355,26 @@ export class Sandbox implements AsyncDisposable {
   /** `await using sbx = await Sandbox.create()` releases the sandbox when the scope ends. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.release();
+  }
+
+  /**
+   * Sends `source` to the stdin of call `callId` (started with `stdin: "pipe"`) in order, then
+   * EOF. Stops quietly once the call no longer takes input (it ended: `call.finished`).
+   */
+  private async pumpStdin(callId: string, source: AsyncIterator<Uint8Array | string>): Promise<void> {
+    try {
+      for (;;) {
+        const next = await source.next();
+        if (next.done) break;
+        const data = typeof next.value === 'string' ? Buffer.from(next.value, 'utf8') : next.value;
+        // Within the route's MAX_INPUT_BYTES (1 MiB) per request.
+        for (let at = 0; at < data.length; at += STDIN_CHUNK_BYTES)
+          await this.client.writeStdin(this.id, callId, { data: data.subarray(at, at + STDIN_CHUNK_BYTES) });
+      }
+      await this.client.writeStdin(this.id, callId, { eof: true });
+    } catch {
+      // The call ended (or the source failed): what was not sent is dropped, as for a closed pipe.
+    }
   }
 
   private async resultOf(callId: string): Promise<ToolResult> {

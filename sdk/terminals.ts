@@ -116,6 +116,12 @@ export class SandboxTerminals {
     return new Terminal(this.client, this.leaseId(), view.terminalId, onData);
   }
 
+  /** The sandbox's open terminals (starting or running); an ended one is read by its id (`attach(id).get()`). */
+  async list(): Promise<TerminalView[]> {
+    const body = (await send(this.client, 'GET', `/v1/sandboxes/${this.leaseId()}/terminals`)) as { terminals: unknown[] };
+    return body.terminals.map((t) => TerminalView.parse(t));
+  }
+
   /** Attaches to a terminal started before (by id); `onData` gets its whole backlog, then what follows. */
   attach(terminalId: string, onData?: (data: Buffer) => void): Terminal {
     return new Terminal(this.client, this.leaseId(), terminalId, onData);

@@ -25,6 +25,11 @@ export interface WatchOptions {
   since?: number;
   /** Called for every event, in order. */
   onEvent?: (event: WatchEvent) => void;
+  /**
+   * Called once the watch is in place, before any event: the path it watches (resolved) and the
+   * cursor it starts after (`since` when given, else the cursor of now).
+   */
+  onReady?: (ready: { cursor: number; path: string }) => void;
   /** Aborting closes the watch. */
   signal?: AbortSignal;
 }
@@ -87,6 +92,7 @@ export async function openWatch(send: Send, leaseId: string, path: string, optio
             const r = data as { cursor: number; path: string };
             if (cursor < 0) cursor = r.cursor;
             resolvedPath = r.path;
+            options.onReady?.({ cursor, path: r.path });
             ready();
             continue;
           }

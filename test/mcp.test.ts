@@ -93,6 +93,14 @@ describe('sbx mcp', () => {
       expect(exit.isError).toBe(true);
       expect(textOf(exit)).toMatch(/code=execution\.nonzero_exit .*exitCode=4/);
 
+      // A background exec answers with its handle once it runs, not when it ends.
+      const startedMs = Date.now();
+      const background = await call(client, 'exec', { cmd: 'sleep 600', background: true });
+      expect(background.isError, textOf(background)).toBe(false);
+      expect((background.structuredContent as { status: string }).status).toBe('detached');
+      expect(Date.now() - startedMs).toBeLessThan(60_000);
+      await h.client.cancelCall(sandboxId, (background.structuredContent as { callId: string }).callId);
+
       // A call the platform refused at submission (HTTP 400): still a tool error with the code.
       const invalid = await call(client, 'exec', { cwd: '/workspace' });
       expect(invalid.isError).toBe(true);

@@ -1,6 +1,9 @@
 /** Argument types several tools share. */
 import { z } from 'zod';
 
+/** A command text: NUL cannot be in an execve(2) argument, nor pass a shell's parser. */
+export const notNul = (s: string): boolean => !s.includes('\0');
+
 /** Environment variable names: POSIX portable names (IEEE Std 1003.1, 8.1). */
 export const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be a POSIX environment variable name');
 /**
@@ -23,7 +26,8 @@ export const SandboxPath = z
   .string()
   .min(1)
   .max(4096)
-  .refine((p) => p.startsWith('/') && !p.includes('\0'), 'must be an absolute path');
+  .refine((p) => !p.includes('\0'), 'must not contain NUL')
+  .refine((p) => p.startsWith('/'), 'must be an absolute path');
 
 /** Lower-case hex sha256 of a file's bytes. */
 export const Sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, 'a lower-case hex sha256');

@@ -1,7 +1,7 @@
 /** `exec`: run a program or a bash script as the tool user, in its own process group. */
 import { z } from 'zod';
 import { SecretName } from '../secrets.js';
-import { EnvMap, fitsExec, MAX_ARG_BYTES, SandboxPath } from './common.js';
+import { EnvMap, fitsExec, MAX_ARG_BYTES, notNul, SandboxPath } from './common.js';
 import { SessionId } from './session.js';
 import type { ToolSpec } from './spec.js';
 
@@ -15,13 +15,18 @@ export const ExecArgs = z
       .array(
         z
           .string()
-          .refine((s) => !s.includes('\0'), 'must not contain NUL')
+          .refine(notNul, 'must not contain NUL')
           .refine(fitsExec, `each argument at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN)`),
       )
       .min(1)
       .optional(),
     /** Passed to bash as one argument, so at most MAX_ARG_BYTES; longer scripts go in a file (upload) or `stdin`. */
-    cmd: z.string().min(1).refine(fitsExec, `at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN); upload longer scripts`).optional(),
+    cmd: z
+      .string()
+      .min(1)
+      .refine(notNul, 'must not contain NUL')
+      .refine(fitsExec, `at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN); upload longer scripts`)
+      .optional(),
     /** Working directory; default the sandbox's workdir (`manifest.workdir`: the image's `WorkingDir`, else `/workspace`). */
     cwd: SandboxPath.optional(),
     /** Extra environment for this call, over the lease's env. */
@@ -78,10 +83,6 @@ export const ExecArgs = z
   })
   .strict()
   .refine((a) => (a.argv === undefined) !== (a.cmd === undefined), { message: 'give exactly one of argv or cmd', path: ['argv'] })
-  .refine((a) => a.session === undefined || a.cmd === undefined || !a.cmd.includes('\0'), {
-    message: 'a session command must not contain NUL',
-    path: ['cmd'],
-  })
   .refine(
     (a) =>
       a.session === undefined ||

@@ -56,7 +56,10 @@ export const SessionView = z.object({
   pid: z.number().int().nullable(),
   cwd: z.string().nullable(),
   createdAt: z.string(),
-  /** Why it ended: `deleted`, `idle`, `exited`; null while running. */
+  /**
+   * Why it ended: `deleted`, `idle`, `exited`; for a session whose shell never ran, its call's
+   * result status (`failed`: e.g. a missing cwd, the reason in `result.error`); null while running.
+   */
   endedBy: z.string().nullable(),
   /** The `session_start` call's result once the session ended. */
   result: ToolResult.nullable(),

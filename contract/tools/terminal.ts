@@ -5,7 +5,7 @@
  * `seq`, resume), its receipt and its transcript artifact are the calls API's too.
  */
 import { z } from 'zod';
-import { EnvMap, SandboxPath, fitsExec, MAX_ARG_BYTES } from './common.js';
+import { EnvMap, SandboxPath, fitsExec, MAX_ARG_BYTES, notNul } from './common.js';
 import type { ToolSpec } from './spec.js';
 
 /** Largest number of columns or rows a terminal may have (a screen far beyond any real one). */
@@ -23,7 +23,12 @@ export type TerminalSize = z.infer<typeof TerminalSize>;
 export const TerminalArgs = z
   .object({
     /** A script run by the sandbox's shell (`-c`); without it, the shell as a login shell (`-l`). */
-    cmd: z.string().min(1).refine(fitsExec, `at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN)`).optional(),
+    cmd: z
+      .string()
+      .min(1)
+      .refine(notNul, 'must not contain NUL')
+      .refine(fitsExec, `at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN)`)
+      .optional(),
     cols: TerminalSize.shape.cols,
     rows: TerminalSize.shape.rows,
     /** Working directory; default the sandbox's workdir. */

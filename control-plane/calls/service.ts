@@ -65,13 +65,11 @@ export class CallService {
       resolved = tool.resolve(body.args, lease.policySnapshot, lease.secrets);
     } catch (err) {
       if (err instanceof ZodError) {
-        throw new AppError(
-          'input.invalid',
-          `invalid args for ${tool.name}: ${err.issues.map((i) => `args.${i.path.join('.')}: ${i.message}`).join('; ')}`,
-          {
-            details: { issues: err.issues.map((i) => ({ path: ['args', ...i.path.map(String)].join('.'), message: i.message })) },
-          },
-        );
+        // An issue of `args` itself (an unknown key) has an empty path: it is named `args`.
+        const issues = err.issues.map((i) => ({ path: ['args', ...i.path.map(String)].join('.'), message: i.message }));
+        throw new AppError('input.invalid', `invalid args for ${tool.name}: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, {
+          details: { issues },
+        });
       }
       if (!(err instanceof AppError)) throw err;
       denial = err;

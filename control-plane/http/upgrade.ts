@@ -27,11 +27,14 @@ export function upgradeHead(req: IncomingMessage): Buffer {
   return Buffer.alloc(0);
 }
 
+/** The tracking listeners (installUpgradeSocketTracking): they route nothing, so they do not count as a dispatcher. */
+const trackers = new WeakSet<object>();
+
 /** Routes upgrade requests of `app`'s server through fastify, unless another listener does. */
 export function installUpgradeDispatch(app: FastifyInstance): void {
   app.addHook('onReady', async () => {
     const server = app.server;
-    if (server.listenerCount('upgrade') > 0) return;
+    if (server.listeners('upgrade').some((listener) => !trackers.has(listener))) return;
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       socket.on('error', () => socket.destroy());
       (req as unknown as Record<symbol, unknown>)[kHead] = head;
@@ -41,5 +44,41 @@ export function installUpgradeDispatch(app: FastifyInstance): void {
       res.once('finish', () => socket.end());
       app.routing(req, res);
     });
+  });
+}
+
+/** How long shutdown leaves upgraded sockets to finish their own close (a WebSocket's close handshake), ms. */
+export const UPGRADE_CLOSE_GRACE_MS = 2000;
+
+/**
+ * Every socket Node detached for an upgrade is this app's to close: the HTTP server no longer
+ * manages it, yet `server.close()` waits for it. Installed on the root instance before any route:
+ * a refused upgrade (an error answer, not a handover) ends its socket once the answer is written,
+ * and at shutdown whatever is still open (attached terminals, previews, a peer that never closed)
+ * is destroyed `UPGRADE_CLOSE_GRACE_MS` after close began.
+ */
+export function installUpgradeSocketTracking(app: FastifyInstance): void {
+  const sockets = new Set<Duplex>();
+  let grace: NodeJS.Timeout | undefined;
+  app.addHook('onReady', async () => {
+    const track = (_req: IncomingMessage, socket: Duplex): void => {
+      sockets.add(socket);
+      socket.once('close', () => sockets.delete(socket));
+    };
+    trackers.add(track);
+    app.server.prependListener('upgrade', track);
+  });
+  app.addHook('onResponse', async (request) => {
+    // Reached only by an answer fastify wrote (a handover hijacks the reply, which skips this).
+    if ((request.raw as IncomingMessage & { upgrade?: boolean }).upgrade === true) request.raw.socket.end();
+  });
+  app.addHook('preClose', async () => {
+    grace = setTimeout(() => {
+      for (const socket of sockets) socket.destroy();
+    }, UPGRADE_CLOSE_GRACE_MS);
+  });
+  app.addHook('onClose', async () => {
+    clearTimeout(grace);
+    for (const socket of sockets) socket.destroy();
   });
 }

@@ -1,5 +1,5 @@
 /**
- * Terminal routes: create, read, input, resize, delete, the output as Server-Sent Events (the
+ * Terminal routes: create, list, read, input, resize, delete, the output as Server-Sent Events (the
  * call's events: `id:` = `seq`, `Last-Event-ID` resumes), the WebSocket attach (below), and
  * stdin to a running call (`POST .../calls/:callId/stdin`).
  */
@@ -53,6 +53,20 @@ export const terminalsRoutes: FastifyPluginAsync<TerminalsRoutesOptions> = async
       config: { lease: 'active' },
     },
     async (request, reply) => reply.status(201).send(await terminals.create(request.lease, request.body)),
+  );
+
+  app.get(
+    '/v1/sandboxes/:id/terminals',
+    {
+      schema: {
+        tags,
+        summary: "The sandbox's open terminals (starting or running)",
+        description: 'An ended terminal is not listed; `GET .../terminals/:terminalId` reads it (and its result).',
+        params: LeaseParams,
+      },
+      config: { lease: 'visible' },
+    },
+    async (request) => ({ terminals: await terminals.list(request.params.id) }),
   );
 
   app.get(
@@ -218,9 +232,19 @@ export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (
         inputs = inputs.then(async () => {
           try {
             if (isBinary) return await terminals.writeBytes(id, terminalId, bytes);
-            const parsed = ClientMessage.safeParse(safeJson(bytes.toString('utf8')));
-            if (!parsed.success)
-              return sendJson({ type: 'error', code: 'input.invalid', message: parsed.error.issues[0]?.message ?? 'invalid' });
+            const json = safeJson(bytes.toString('utf8'));
+            if (json === NOT_JSON)
+              return sendJson({
+                type: 'error',
+                code: 'input.invalid',
+                message: 'a text frame must be JSON (input bytes go in binary frames)',
+              });
+            const parsed = ClientMessage.safeParse(json);
+            if (!parsed.success) {
+              const issue = parsed.error.issues[0];
+              const where = issue?.path.length ? `${issue.path.join('.')}: ` : '';
+              return sendJson({ type: 'error', code: 'input.invalid', message: `${where}${issue?.message ?? 'invalid'}` });
+            }
             if (parsed.data.type === 'resize') await terminals.resize(id, terminalId, parsed.data, true);
             else await terminals.writeBytes(id, terminalId, Buffer.from(parsed.data.data, 'utf8'));
           } catch (err) {
@@ -281,10 +305,12 @@ export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (
   );
 };
 
+const NOT_JSON = Symbol('not JSON');
+
 function safeJson(text: string): unknown {
   try {
     return JSON.parse(text);
   } catch {
-    return null;
+    return NOT_JSON;
   }
 }

@@ -146,10 +146,19 @@ export class TerminalService {
     return call;
   }
 
+  /** The sandbox's open terminals (starting or running), oldest first; an ended one is read by its id. */
+  async list(leaseId: string): Promise<TerminalView[]> {
+    return (await this.openTerminalCalls(leaseId)).map(terminalView);
+  }
+
   private async openTerminals(leaseId: string): Promise<number> {
+    return (await this.openTerminalCalls(leaseId)).length;
+  }
+
+  private async openTerminalCalls(leaseId: string): Promise<CallView[]> {
     const ids = await this.deps.calls.openCalls(leaseId);
     const calls = await Promise.all(ids.map((id) => this.deps.calls.get(leaseId, id).catch(() => null)));
-    return calls.filter((c) => c?.tool === terminalSpec.name).length;
+    return calls.filter((c): c is CallView => c?.tool === terminalSpec.name);
   }
 }
 

@@ -131,17 +131,23 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
     tags,
     summary: 'File changes since a cursor (polling)',
     description:
-      "What changed in the sandbox's file roots after `since` (a cursor from the previous answer), in order, at most `limit` entries of the change log looked at (`more`: ask again at once). Without `since`: no changes and the cursor of now. `410 watch.resync_required` when the cursor is older than the log keeps (list the tree again, continue from `details.cursor`). The agent keeps the log from the sandbox's start, whether or not anyone watches.",
+      "What changed in the sandbox's file roots after `since` (a cursor from the previous answer), in order, at most `limit` entries of the change log looked at (`more`: ask again at once). Without `since`: no changes and the cursor of now. `410 watch.resync_required` when the cursor is older than the log keeps (list the tree again, continue from `details.cursor`). The agent keeps the log from the sandbox's start, whether or not anyone watches. Without `path` it answers also while the sandbox is paused (and after it ended, while its log is kept); a `path` is resolved in the running sandbox, so then a paused one is `409 lease.paused`.",
     params: LeaseParams,
     querystring: ChangesQuery,
   };
-  app.get('/v1/sandboxes/:id/files/changes', { schema: changesSchema, config: { lease: 'active' } }, async (request) => {
+  // A read of the log (in Redis), so it answers while the sandbox is paused too; only a `path`
+  // needs the running sandbox (its symlinks are resolved inside it): then the lease must be usable.
+  app.get('/v1/sandboxes/:id/files/changes', { schema: changesSchema, config: { lease: 'visible' } }, async (request) => {
     const { id } = request.params;
-    const lease = request.lease;
     const { since, path, limit } = request.query;
     const recursive = request.query.recursive ?? true;
     const scope =
-      path === undefined ? { path: '/', recursive: true } : await opts.watch.scope(id, path, recursive, roots(lease), toolUserOf(lease));
+      path === undefined
+        ? { path: '/', recursive: true }
+        : await (async () => {
+            const lease = await opts.active(id, request.principal);
+            return opts.watch.scope(id, path, recursive, roots(lease), toolUserOf(lease));
+          })();
     return opts.watch.changes(id, since, scope, limit ?? 1000);
   });
 };

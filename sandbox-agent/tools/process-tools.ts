@@ -21,7 +21,8 @@ import { readProcess, readProcessTable, startedFromOutside, type ProcessEntry } 
 function refusal(entry: ProcessEntry, ctx: AttemptContext, byPid: ReadonlyMap<number, ProcessEntry>): string | null {
   if (entry.pid === 1) return 'init (the sandbox pid 1)';
   if (entry.pid === process.pid) return 'the sbx agent';
-  if (ctx.agentPids().has(entry.pid)) return "the agent's tool-user worker";
+  if (ctx.agentPids().has(entry.pid))
+    return /(^|\/)sbx-inotify(\s|$)/.test(entry.command) ? "the agent's file-watch helper (sbx-inotify)" : "the agent's tool-user worker";
   if (entry.uid !== ctx.toolUser.uid) return `a process of ${entry.user}, not of the tool user ${ctx.toolUser.name}`;
   if (startedFromOutside(entry.pid, byPid)) return 'a transfer of the files API (started from outside the sandbox)';
   return null;

@@ -26,6 +26,7 @@ import {
   type AttemptOutcome,
 } from '../execution/attempt.js';
 import { signalSession } from '../host/session-kill.js';
+import { killMarked, TREE_MARKER_VAR } from '../host/tree-marker.js';
 import { OutputCapture } from '../output/output-capture.js';
 import { checkCwd, EXEC_ENV_DEFAULTS, OOM_FIRST, toolUserEnv } from './exec.js';
 
@@ -70,12 +71,16 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
 
   const userEnv = { ...ctx.leaseEnv, ...args.env };
   // Of exec's non-interactive defaults only LANG and PATH: a terminal is interactive (colour, a pager).
-  const env = toolUserEnv(
-    ctx,
-    userEnv,
-    { LANG: EXEC_ENV_DEFAULTS.LANG!, PATH: EXEC_ENV_DEFAULTS.PATH! },
-    { TERM: 'xterm-256color', SHELL: ctx.shell },
-  );
+  const env = {
+    ...toolUserEnv(
+      ctx,
+      userEnv,
+      { LANG: EXEC_ENV_DEFAULTS.LANG!, PATH: EXEC_ENV_DEFAULTS.PATH! },
+      { TERM: 'xterm-256color', SHELL: ctx.shell },
+    ),
+    // Last: what the terminal started is found by it also after setsid (host/tree-marker.ts).
+    [TREE_MARKER_VAR]: ctx.callId,
+  };
   // As exec: the OOM killer takes the terminal's processes first; `cmd` runs in the sandbox's shell.
   const argv =
     args.cmd !== undefined ? ['-c', `${OOM_FIRST} exec ${ctx.shell} -c -- "$0"`, args.cmd] : ['-c', `${OOM_FIRST} exec ${ctx.shell} -l`];
@@ -160,7 +165,8 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
   if (graceTimer) clearTimeout(graceTimer);
   ctx.cancelSignal.removeEventListener('abort', onCancel);
   // What the program left in its session (a background job, a nohup) ends with it.
-  const killedProcesses = await signalSession(pid, 'SIGKILL');
+  // And what left the session (setsid, a daemon), found by the variable it inherited.
+  const killedProcesses = (await signalSession(pid, 'SIGKILL')) + (await killMarked(ctx.callId, ctx.toolUser));
   ctx.processTrees.release(pid);
   await input.close();
   const captured = await capture.finish();
