@@ -100,7 +100,7 @@ export async function spliceHttp(
 ): Promise<Spliced> {
   const { socket } = tunnel;
   const counts = (): Pick<Spliced, 'bytesToSandbox' | 'bytesFromSandbox'> => ({
-    bytesToSandbox: socket.bytesWritten,
+    bytesToSandbox: socket.bytesWritten - tunnel.headerBytesWritten,
     bytesFromSandbox: Math.max(0, socket.bytesRead - tunnel.headerBytes),
   });
   const headers = forwardedHeaders(req.rawHeaders, fwd, false);
@@ -202,7 +202,7 @@ export async function spliceUpgrade(
   return {
     status,
     outcome: error === null ? 'completed' : 'aborted',
-    bytesToSandbox: socket.bytesWritten,
+    bytesToSandbox: socket.bytesWritten - tunnel.headerBytesWritten,
     bytesFromSandbox: Math.max(0, socket.bytesRead - tunnel.headerBytes),
     error,
   };
