@@ -9,11 +9,14 @@
  * API key never reaches the sandbox) and sbx's preview cookie; `Host` is `localhost:<port>`
  * (dev servers that check Host, like Vite's, accept it), the original in `X-Forwarded-Host`,
  * with `X-Forwarded-Proto` and `X-Forwarded-Prefix` (the path prefix the app is served under).
+ * What the client receives under a path prefix: the server's `Location` and `Set-Cookie` `Path`
+ * moved under it (rewrite.ts).
  */
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { AppError } from '../../contract/errors.js';
+import { rewriteResponseHeaders } from './rewrite.js';
 import type { Tunnel } from './tunnel.js';
 
 /** How long one side of an upgraded connection may stay open after the other closed cleanly, ms. */
@@ -129,10 +132,11 @@ export async function spliceHttp(
     });
   }
   beforeHead();
-  const out: string[] = [];
+  let out: string[] = [];
   for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2) {
     if (!HOP_HEADERS.has(answer.rawHeaders[i]!.toLowerCase())) out.push(answer.rawHeaders[i]!, answer.rawHeaders[i + 1]!);
   }
+  if (fwd.prefix) out = rewriteResponseHeaders(out, fwd);
   const status = answer.statusCode ?? 502;
   try {
     res.writeHead(status, answer.statusMessage, out);
