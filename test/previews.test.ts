@@ -458,12 +458,11 @@ describe('port previews', () => {
     expect(log.events.some((e) => e.path === '/index.html' && e.status === 200)).toBe(true);
   });
 
-  it('an agent that brings no connection in time (its sandbox frozen behind the control plane’s back) is 504 preview.agent_unreachable', async () => {
+  it('an agent that brings no connection in time (stopped with SIGSTOP) is 504 preview.agent_unreachable, on a pooled connection and on a signalled one', async () => {
     const frozen = await h.client.createSandbox({ policy: 'preview-test' });
-    const [container] = (await docker('ps', '-q', '--filter', `label=sbx.lease=${frozen.id}`)).split('\n').filter(Boolean);
-    let paused = false;
+    const container = `sbx-${frozen.id}`;
+    let agentPid = '';
     try {
-      expect(container).toBeTruthy();
       const task = await h.client.submitCall(
         frozen.id,
         'exec',
@@ -476,25 +475,30 @@ describe('port previews', () => {
         () => api(h.apiKey, 'GET', path),
         (r) => r.status === 200,
       );
-      await docker('pause', container!);
-      paused = true;
-      const started = Date.now();
-      const r = await api(h.apiKey, 'GET', path);
-      expect(r.status).toBe(504);
-      expect(r.body.error.code).toBe('preview.agent_unreachable');
-      expect(r.body.error.details.timeoutMs).toBe(DIAL_TIMEOUT_MS);
-      expect(Date.now() - started).toBeGreaterThanOrEqual(DIAL_TIMEOUT_MS - 50);
-      await docker('unpause', container!);
-      paused = false;
-      // Thawed, the agent serves previews again.
+      // The agent alone stops (the container stays running, so the lease is still active).
+      agentPid = (await docker('exec', container, 'pgrep', '-f', '^/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs$')).trim();
+      expect(agentPid).toMatch(/^\d+$/);
+      await docker('exec', container, 'kill', '-STOP', agentPid);
+      // 5 opens: the pool's idle connections (handed the port, never answered), then a control message.
+      for (let i = 0; i < 5; i += 1) {
+        const started = Date.now();
+        const r = await api(h.apiKey, 'GET', path);
+        expect(r.status, `open ${i}`).toBe(504);
+        expect(r.body.error.code).toBe('preview.agent_unreachable');
+        expect(r.body.error.details.timeoutMs).toBe(DIAL_TIMEOUT_MS);
+        expect(Date.now() - started).toBeGreaterThanOrEqual(DIAL_TIMEOUT_MS - 50);
+      }
+      await docker('exec', container, 'kill', '-CONT', agentPid);
+      agentPid = '';
+      // Running again, the agent serves previews again.
       expect((await api(h.apiKey, 'GET', path)).status).toBe(200);
       const log = await api(h.apiKey, 'GET', `/v1/sandboxes/${frozen.id}/previews`);
-      expect(log.body.events.map((e: { outcome: string }) => e.outcome)).toContain('agent_unreachable');
+      expect(log.body.events.filter((e: { outcome: string }) => e.outcome === 'agent_unreachable')).toHaveLength(5);
     } finally {
-      if (paused) await docker('unpause', container!).catch(() => undefined);
+      if (agentPid) await docker('exec', container, 'kill', '-CONT', agentPid).catch(() => undefined);
       await h.client.releaseSandbox(frozen.id);
     }
-  });
+  }, 120_000);
 
   it('every preview connection is in the preview log: who, port, how, bytes each way, duration, outcome', async () => {
     const log = await eventually(
