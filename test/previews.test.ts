@@ -446,7 +446,8 @@ describe('port previews', () => {
     expect(answer.status).toBe(200);
     expect(await answer.text()).toBe(PAGE);
     const posted = await sandbox.ports.fetch(9004, '/', { method: 'POST', body: 'x', headers: { 'x-sdk': 'yes' } });
-    expect((JSON.parse(await posted.text()) as Record<string, string>)['x-sdk']).toBe('yes');
+    const postedText = await posted.text();
+    expect((JSON.parse(postedText) as Record<string, string>)['x-sdk'], postedText).toBe('yes');
     const closed = await sandbox.ports.fetch(9010, '/');
     expect(closed.status).toBe(502);
     expect(((await closed.json()) as { error: { code: string } }).error.code).toBe('preview.port_closed');
