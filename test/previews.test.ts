@@ -82,6 +82,7 @@ require('http').createServer((q, r) => {
   if (u === '/away') { r.writeHead(302, { location: 'https://example.invalid/x' }); return r.end(); }
   if (u === '/aware') { r.writeHead(302, { location: q.headers['x-forwarded-prefix'] + '/login' }); return r.end(); }
   if (u === '/cookie') { r.writeHead(200, { 'set-cookie': ['sid=1; Path=/; HttpOnly', 'pref=2; path=/app', 'bare=3'] }); return r.end('ok'); }
+  if (u === '/echo') { let n = 0; q.on('data', (d) => (n += d.length)); q.on('end', () => r.end(JSON.stringify({ method: q.method, bytes: n, headers: q.headers }))); return; }
   r.end('page ' + u);
 }).listen(9005, '127.0.0.1');
 `;
@@ -445,9 +446,8 @@ describe('port previews', () => {
     const answer = await sandbox.ports.fetch(8000, 'index.html?sdk=1');
     expect(answer.status).toBe(200);
     expect(await answer.text()).toBe(PAGE);
-    const posted = await sandbox.ports.fetch(9004, '/', { method: 'POST', body: 'x', headers: { 'x-sdk': 'yes' } });
-    const postedText = await posted.text();
-    expect((JSON.parse(postedText) as Record<string, string>)['x-sdk'], postedText).toBe('yes');
+    const posted = await sandbox.ports.fetch(9005, '/echo', { method: 'POST', body: 'xyz', headers: { 'x-sdk': 'yes' } });
+    expect(await posted.json()).toMatchObject({ method: 'POST', bytes: 3, headers: { 'x-sdk': 'yes' } });
     const closed = await sandbox.ports.fetch(9010, '/');
     expect(closed.status).toBe(502);
     expect(((await closed.json()) as { error: { code: string } }).error.code).toBe('preview.port_closed');
