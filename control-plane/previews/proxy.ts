@@ -1,7 +1,7 @@
 /**
  * Splices one client request into a preview tunnel (tunnel.ts): plain HTTP through Node's HTTP
- * client over the tunnel socket (one tunnel per request, no pooling: the server in the sandbox
- * sees one TCP connection per request), and upgrades (WebSocket or any `Upgrade`) as raw bytes
+ * client over the tunnel socket (one tunnel per request, no keep-alive to the server: the server
+ * in the sandbox sees one TCP connection per request), and upgrades (WebSocket or any `Upgrade`) as raw bytes
  * both ways once the request head is written, so subprotocols and extensions pass untouched.
  *
  * What the server in the sandbox receives: the method, the path after the preview prefix
