@@ -19,7 +19,7 @@ import { Sandbox, SbxError } from '../sdk/index.js';
 import { REPO_ROOT, apiAs, docker, eventually, execIn, runCli, useHarness } from './fixtures/index.js';
 
 const DOMAIN = 'preview.test';
-const DIAL_TIMEOUT_MS = 3000;
+const DIAL_TIMEOUT_MS = 4000;
 let policyDir = '';
 const h = useHarness(async () => {
   policyDir = await mkdtemp(join(tmpdir(), 'sbx-previews-policies-'));
@@ -476,6 +476,12 @@ describe('port previews', () => {
         () => api(h.apiKey, 'GET', path),
         (r) => r.status === 200,
       );
+      const unreachable = async (): Promise<number> =>
+        (await api(h.apiKey, 'GET', `/v1/sandboxes/${frozen.id}/previews`)).body.events.filter(
+          (e: { outcome: string }) => e.outcome === 'agent_unreachable',
+        ).length;
+      // Under heavy load a first connection may already have come too late; only the ones below count.
+      const before = await unreachable();
       // The agent alone stops (the container stays running, so the lease is still active).
       agentPid = (await docker('exec', container, 'pgrep', '-f', '^/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs$')).trim();
       expect(agentPid).toMatch(/^\d+$/);
@@ -493,13 +499,12 @@ describe('port previews', () => {
       agentPid = '';
       // Running again, the agent serves previews again.
       expect((await api(h.apiKey, 'GET', path)).status).toBe(200);
-      const log = await api(h.apiKey, 'GET', `/v1/sandboxes/${frozen.id}/previews`);
-      expect(log.body.events.filter((e: { outcome: string }) => e.outcome === 'agent_unreachable')).toHaveLength(5);
+      expect((await unreachable()) - before).toBe(5);
     } finally {
       if (agentPid) await docker('exec', container, 'kill', '-CONT', agentPid).catch(() => undefined);
       await h.client.releaseSandbox(frozen.id);
     }
-  }, 120_000);
+  }, 180_000);
 
   it('every preview connection is in the preview log: who, port, how, bytes each way, duration, outcome', async () => {
     const log = await eventually(
