@@ -10,6 +10,13 @@
  * connection, then pipes bytes both ways. Nothing else crosses: the bytes after the line are the
  * TCP stream of the server in the sandbox. A transport other than a Unix socket (TCP, for a
  * runtime where the control plane is not on the sandbox's host) only changes what `socket` names.
+ *
+ * Pooled connections, so that a request needs no control message: after a `PreviewOpen` the
+ * agent also keeps PREVIEW_POOL_SIZE idle connections to that socket, each opened with a
+ * `PreviewPoolHello` line carrying the open's `poolKey`. The control plane hands an idle one a
+ * connection by writing one `PreviewAssign` line on it; the agent answers with the same
+ * `PreviewDialed` line as above, then pipes, and opens a new idle connection in its place. A
+ * pooled connection that closes unassigned (the listener stopped) is not replaced.
  */
 import { z } from 'zod';
 
@@ -25,14 +32,39 @@ export const PreviewConnId = z.string().regex(/^[A-Za-z0-9_-]{22}$/);
 /** Largest first line the agent writes on a tunnel connection, bytes (with its `\n`). */
 export const PREVIEW_HEADER_MAX_BYTES = 1024;
 
-/** Control plane → agent (`control` channel): open preview connection `connId` to 127.0.0.1:`port`. */
+/** The JSON value of one tunnel line, or null when it is not JSON (then no schema matches it). */
+export function parseTunnelLine(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
+
+/** Idle pooled connections the agent keeps open to one tunnel socket (the control plane accepts no more). */
+export const PREVIEW_POOL_SIZE = 4;
+
+/**
+ * Control plane → agent (`control` channel): open preview connection `connId` to 127.0.0.1:`port`,
+ * and keep a pool of idle connections to `socket`, each introduced by `poolKey` (128 random bits
+ * of that socket's listener, base64url).
+ */
 export const PreviewOpen = z.object({
   type: z.literal('preview_open'),
   connId: PreviewConnId,
   port: z.number().int().min(1).max(65535),
   socket: PreviewSocketName,
+  poolKey: PreviewConnId,
 });
 export type PreviewOpen = z.infer<typeof PreviewOpen>;
+
+/** Agent → control plane, the first line of an idle pooled connection. */
+export const PreviewPoolHello = z.object({ pool: PreviewConnId }).strict();
+export type PreviewPoolHello = z.infer<typeof PreviewPoolHello>;
+
+/** Control plane → agent, on an idle pooled connection: it now carries connection `id` to 127.0.0.1:`port`. */
+export const PreviewAssign = z.object({ id: PreviewConnId, port: z.number().int().min(1).max(65535) }).strict();
+export type PreviewAssign = z.infer<typeof PreviewAssign>;
 
 /**
  * Agent → control plane, the first line on a tunnel connection: the port answered (`ok`), or

@@ -88,6 +88,11 @@ const Env = z.object({
     .string()
     .regex(/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?$/, 'a lower-case DNS name, optionally with :port')
     .optional(),
+  /**
+   * How long a sandbox's agent has to bring a preview connection before the request is `504
+   * preview.agent_unreachable`, ms. Default 10 000.
+   */
+  SBX_PREVIEW_DIAL_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(10_000),
   /** Bearer API key. Default: `<data dir>/api-key`, generated and printed on first start. */
   SBX_API_KEY: z.string().min(16).optional(),
   /** Identity of this installation, written as the `sbx.owner` label on everything it creates. Default `sbx`. */
@@ -191,6 +196,8 @@ export interface Config {
   previewKey: Buffer | undefined;
   /** Host-based preview routing's domain (may carry `:port`), or null when off. */
   previewDomain: string | null;
+  /** How long the agent has to bring a preview connection, ms. */
+  previewDialTimeoutMs: number;
   owner: string;
   image: string;
   /** Host directory of the agent runtime, mounted read-only at /opt/sbx in every sandbox. */
@@ -246,6 +253,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     secretsKey: e.SBX_SECRETS_KEY === undefined ? undefined : Buffer.from(e.SBX_SECRETS_KEY, 'base64'),
     previewKey: e.SBX_PREVIEW_KEY === undefined ? undefined : Buffer.from(e.SBX_PREVIEW_KEY, 'base64'),
     previewDomain: e.SBX_PREVIEW_DOMAIN ?? null,
+    previewDialTimeoutMs: e.SBX_PREVIEW_DIAL_TIMEOUT_MS,
     owner: e.SBX_OWNER,
     image: e.SBX_IMAGE ?? builtFile(repoRoot, '.sbx-image') ?? 'sbx-sandbox:latest',
     agentRuntimeDir: e.SBX_AGENT_RUNTIME ?? builtFile(repoRoot, '.sbx-runtime') ?? join(repoRoot, 'dist', 'sbx-runtime', 'missing'),

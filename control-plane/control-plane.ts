@@ -282,11 +282,11 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     now,
     log,
   });
-  // Port previews: the agent brings each connection to a socket of this process in the lease's directory.
   const tunnels = new PreviewTunnels({
-    dirOf: (leaseId) => leaseDirs(config.dataDir, leaseId).previews,
+    dirOf: (leaseId) => leaseDirs(config.dataDir, leaseId).previews, // previews: the agent brings each connection to a socket there
     signal: (leaseId, message) => link.calls.signal(leaseId, message),
     log,
+    dialTimeoutMs: config.previewDialTimeoutMs,
   });
   const previews = new PreviewService({
     tunnels,

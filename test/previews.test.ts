@@ -14,9 +14,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
-import { REPO_ROOT, apiAs, eventually, execIn, useHarness } from './fixtures/index.js';
+import { leaseKeys } from '../contract/queue.js';
+import { Sandbox, SbxError } from '../sdk/index.js';
+import { REPO_ROOT, apiAs, docker, eventually, execIn, runCli, useHarness } from './fixtures/index.js';
 
 const DOMAIN = 'preview.test';
+const DIAL_TIMEOUT_MS = 4000;
 let policyDir = '';
 const h = useHarness(async () => {
   policyDir = await mkdtemp(join(tmpdir(), 'sbx-previews-policies-'));
@@ -26,7 +29,8 @@ const h = useHarness(async () => {
     join(policyDir, 'preview-test.yaml'),
     JSON.stringify({ ...defaults, name: 'preview-test', version: 1, ports: { allowed: [8000, { from: 9000, to: 9010 }] } }),
   );
-  return { SBX_POLICY_DIR: policyDir, SBX_PREVIEW_DOMAIN: DOMAIN };
+  // Short, so that the 504 test waits little; still ample for an agent that runs.
+  return { SBX_POLICY_DIR: policyDir, SBX_PREVIEW_DOMAIN: DOMAIN, SBX_PREVIEW_DIAL_TIMEOUT_MS: String(DIAL_TIMEOUT_MS) };
 });
 afterAll(async () => {
   if (policyDir) await rm(policyDir, { recursive: true, force: true });
@@ -67,6 +71,20 @@ const BAD_SERVERS = `
 const net = require('net');
 net.createServer((s) => { s.on('error', () => {}); s.once('data', () => { s.write('HTTP/1.1 200 OK\\r\\nContent-Length: 100000\\r\\n\\r\\n' + 'x'.repeat(1000)); setTimeout(() => s.destroy(), 50); }); }).listen(9002, '127.0.0.1');
 net.createServer((s) => { s.on('error', () => {}); s.once('data', () => s.destroy()); }).listen(9003, '127.0.0.1');
+`;
+
+/** An app that redirects and sets cookies as if it were served at `/` (9005). */
+const ROOTED_APP = `
+require('http').createServer((q, r) => {
+  const u = q.url;
+  if (u === '/old') { r.writeHead(302, { location: '/login?next=/old' }); return r.end(); }
+  if (u === '/abs') { r.writeHead(301, { location: 'http://localhost:9005/next' }); return r.end(); }
+  if (u === '/away') { r.writeHead(302, { location: 'https://example.invalid/x' }); return r.end(); }
+  if (u === '/aware') { r.writeHead(302, { location: q.headers['x-forwarded-prefix'] + '/login' }); return r.end(); }
+  if (u === '/cookie') { r.writeHead(200, { 'set-cookie': ['sid=1; Path=/; HttpOnly', 'pref=2; path=/app', 'bare=3'] }); return r.end('ok'); }
+  if (u === '/echo') { let n = 0; q.on('data', (d) => (n += d.length)); q.on('end', () => r.end(JSON.stringify({ method: q.method, bytes: n, headers: q.headers }))); return; }
+  r.end('page ' + u);
+}).listen(9005, '127.0.0.1');
 `;
 
 const PAGE = `<!doctype html><title>sbx preview</title><p>hello from the sandbox ${randomBytes(4).toString('hex')}</p>\n`;
@@ -165,6 +183,7 @@ describe('port previews', () => {
         'head -c 3000000 /dev/urandom > /workspace/site/big.bin',
         `cat > /workspace/ws.js <<'EOF'\n${WS_ECHO}\nEOF`,
         `cat > /workspace/bad.js <<'EOF'\n${BAD_SERVERS}\nEOF`,
+        `cat > /workspace/rooted.js <<'EOF'\n${ROOTED_APP}\nEOF`,
         'sha256sum /workspace/site/big.bin',
       ].join('\n'),
       env: { PAGE },
@@ -174,6 +193,7 @@ describe('port previews', () => {
       'cd /workspace/site && exec python3 -m http.server 8000 --bind 127.0.0.1',
       'exec node /workspace/ws.js',
       'exec node /workspace/bad.js',
+      'exec node /workspace/rooted.js',
     ]) {
       const task = await h.client.submitCall(leaseId, 'exec', { cmd, background: true, timeoutMs: 3_600_000 }, { waitSeconds: 30 });
       expect(task.status).toBe('detached');
@@ -185,6 +205,10 @@ describe('port previews', () => {
     );
     await eventually(
       () => rawGet(`${base}/9001/`, auth()),
+      (r) => r.status === 200,
+    );
+    await eventually(
+      () => rawGet(`${base}/9005/`, auth()),
       (r) => r.status === 200,
     );
   });
@@ -344,6 +368,143 @@ describe('port previews', () => {
     expect((await api(h.apiKey, 'GET', '/healthz')).status).toBe(200);
     expect((await rawGet(`${base}/8000/index.html`, auth())).body).toBe(PAGE);
   });
+
+  it('redirects and cookie paths of an app served at / stay under the path prefix; on a preview host they pass unchanged', async () => {
+    const prefix = `${base}/9005`;
+    const old = await rawGet(`${prefix}/old`, auth());
+    expect(old.status).toBe(302);
+    expect(old.headers.location).toBe(`${prefix}/login?next=/old`);
+    // Followed as a browser would, the redirect lands on the app's page, not outside the preview.
+    const followed = await fetch(`${h.url}${prefix}/old`, { headers: auth() });
+    expect(followed.url).toBe(`${h.url}${prefix}/login?next=/old`);
+    expect(await followed.text()).toBe('page /login?next=/old');
+    expect((await rawGet(`${prefix}/abs`, auth())).headers.location).toBe(`${prefix}/next`);
+    expect((await rawGet(`${prefix}/away`, auth())).headers.location).toBe('https://example.invalid/x');
+    // An app that already honours X-Forwarded-Prefix is not prefixed twice.
+    expect((await rawGet(`${prefix}/aware`, auth())).headers.location).toBe(`${prefix}/login`);
+    const cookie = await rawGet(`${prefix}/cookie`, auth());
+    expect(cookie.headers['set-cookie']).toEqual([`sid=1; Path=${prefix}/; HttpOnly`, `pref=2; path=${prefix}/app`, 'bare=3']);
+    // A signed URL's prefix is the signed path.
+    const minted = await api(h.apiKey, 'POST', `${prefix}/url`, { expiresInSeconds: 600 });
+    const signed = minted.body.path.replace(/\/$/, '') as string;
+    expect((await rawGet(`${signed}/old`)).headers.location).toBe(`${signed}/login?next=/old`);
+    // On a preview host the app is at / and nothing is rewritten.
+    const hostUrl = new URL(minted.body.hostUrl as string);
+    const host = `9005-${leaseId}.${DOMAIN}`;
+    const first = await rawGet(`${hostUrl.pathname}${hostUrl.search}`, { host });
+    const hostCookie = (first.headers['set-cookie'] ?? [])[0]!.split(';')[0]!;
+    expect((await rawGet('/old', { host, cookie: hostCookie })).headers.location).toBe('/login?next=/old');
+    expect((await rawGet('/cookie', { host, cookie: hostCookie })).headers['set-cookie']![0]).toBe('sid=1; Path=/; HttpOnly');
+  });
+
+  it('after the first request, preview connections come from the agent’s pool: no control message per request', async () => {
+    await rawGet(`${base}/8000/index.html`, auth());
+    const subscriber = h.redis.duplicate();
+    const messages: string[] = [];
+    try {
+      subscriber.on('message', (_channel: string, message: string) => messages.push(message));
+      await subscriber.subscribe(leaseKeys(h.config.redisPrefix, leaseId).control);
+      for (let i = 0; i < 10; i += 1) expect((await rawGet(`${base}/8000/index.html`, auth())).body).toBe(PAGE);
+      // Ten at once: more than the pool holds, so some are signalled, and all are answered.
+      const burst = await Promise.all(Array.from({ length: 10 }, () => rawGet(`${base}/8000/index.html`, auth())));
+      expect(burst.map((r) => r.body)).toEqual(Array(10).fill(PAGE));
+    } finally {
+      subscriber.disconnect();
+    }
+    expect(messages.filter((m) => m.includes('"preview_open"')).length).toBeLessThan(10);
+  });
+
+  it('sbx preview prints a signed URL that opens the page and sbx previews lists the log; a denied port fails with its code', async () => {
+    const target = { url: h.url, apiKey: h.apiKey };
+    const printed = await runCli(target, ['preview', leaseId, '8000', '--expires', '600']);
+    expect(printed.code, printed.stderr).toBe(0);
+    const url = printed.stdout.trim();
+    expect(url).toMatch(new RegExp(`^http://.*/v1/previews/${leaseId}/8000\\.|^http://8000-${leaseId}\\.${DOMAIN.replace('.', '\\.')}/`));
+    const json = await runCli(target, ['--json', 'preview', leaseId, '8000']);
+    expect(json.code, json.stderr).toBe(0);
+    const minted = JSON.parse(json.stdout) as { path: string; port: number; expiresAt: string };
+    expect(minted.port).toBe(8000);
+    expect((await rawGet(`${minted.path}index.html`)).body).toBe(PAGE);
+    const denied = await runCli(target, ['preview', leaseId, '8001']);
+    expect(denied.code).not.toBe(0);
+    expect(denied.stderr).toContain('preview.port_denied');
+    const bad = await runCli(target, ['preview', leaseId, '65536']);
+    expect(bad.code).not.toBe(0);
+    const log = await runCli(target, ['previews', leaseId]);
+    expect(log.code, log.stderr).toBe(0);
+    expect(log.stdout).toMatch(/ api {2}bootstrap {2}http GET :8000\/index\.html {2}200 {2}completed {2}↑\d+ ↓\d+ B {2}\d+ ms/);
+    const logJson = JSON.parse((await runCli(target, ['--json', 'previews', leaseId])).stdout) as { events: unknown[]; dropped: number };
+    expect(logJson.events.length).toBeGreaterThan(0);
+  });
+
+  it('the SDK: sandbox.ports.url opens the page, .fetch reaches the server, .log lists it; errors are SbxError with their codes', async () => {
+    const sandbox = await Sandbox.connect(leaseId, { url: h.url, apiKey: h.apiKey });
+    const signed = await sandbox.ports.url(8000, { expiresInSeconds: 120 });
+    expect(signed.port).toBe(8000);
+    expect(Date.parse(signed.expiresAt) - Date.now()).toBeLessThanOrEqual(120_000);
+    expect((await rawGet(`${signed.path}index.html`)).body).toBe(PAGE);
+    const answer = await sandbox.ports.fetch(8000, 'index.html?sdk=1');
+    expect(answer.status).toBe(200);
+    expect(await answer.text()).toBe(PAGE);
+    const posted = await sandbox.ports.fetch(9005, '/echo', { method: 'POST', body: 'xyz', headers: { 'x-sdk': 'yes' } });
+    expect(await posted.json()).toMatchObject({ method: 'POST', bytes: 3, headers: { 'x-sdk': 'yes' } });
+    const closed = await sandbox.ports.fetch(9010, '/');
+    expect(closed.status).toBe(502);
+    expect(((await closed.json()) as { error: { code: string } }).error.code).toBe('preview.port_closed');
+    const denied = await sandbox.ports.url(8001).catch((e: unknown) => e);
+    expect(denied).toBeInstanceOf(SbxError);
+    expect((denied as SbxError).code).toBe('preview.port_denied');
+    const log = await sandbox.ports.log({ limit: 5 });
+    expect(log.events.length).toBeLessThanOrEqual(5);
+    expect(log.events.some((e) => e.path === '/index.html' && e.status === 200)).toBe(true);
+  });
+
+  it('an agent that brings no connection in time (stopped with SIGSTOP) is 504 preview.agent_unreachable, on a pooled connection and on a signalled one', async () => {
+    const frozen = await h.client.createSandbox({ policy: 'preview-test' });
+    const container = `sbx-${frozen.id}`;
+    let agentPid = '';
+    try {
+      const task = await h.client.submitCall(
+        frozen.id,
+        'exec',
+        { cmd: 'cd /tmp && exec python3 -m http.server 8000 --bind 127.0.0.1', background: true, timeoutMs: 600_000 },
+        { waitSeconds: 30 },
+      );
+      expect(task.status).toBe('detached');
+      const path = `/v1/sandboxes/${frozen.id}/ports/8000/`;
+      await eventually(
+        () => api(h.apiKey, 'GET', path),
+        (r) => r.status === 200,
+      );
+      const unreachable = async (): Promise<number> =>
+        (await api(h.apiKey, 'GET', `/v1/sandboxes/${frozen.id}/previews`)).body.events.filter(
+          (e: { outcome: string }) => e.outcome === 'agent_unreachable',
+        ).length;
+      // Under heavy load a first connection may already have come too late; only the ones below count.
+      const before = await unreachable();
+      // The agent alone stops (the container stays running, so the lease is still active).
+      agentPid = (await docker('exec', container, 'pgrep', '-f', '^/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs$')).trim();
+      expect(agentPid).toMatch(/^\d+$/);
+      await docker('exec', container, 'kill', '-STOP', agentPid);
+      // 5 opens: the pool's idle connections (handed the port, never answered), then a control message.
+      for (let i = 0; i < 5; i += 1) {
+        const started = Date.now();
+        const r = await api(h.apiKey, 'GET', path);
+        expect(r.status, `open ${i}`).toBe(504);
+        expect(r.body.error.code).toBe('preview.agent_unreachable');
+        expect(r.body.error.details.timeoutMs).toBe(DIAL_TIMEOUT_MS);
+        expect(Date.now() - started).toBeGreaterThanOrEqual(DIAL_TIMEOUT_MS - 50);
+      }
+      await docker('exec', container, 'kill', '-CONT', agentPid);
+      agentPid = '';
+      // Running again, the agent serves previews again.
+      expect((await api(h.apiKey, 'GET', path)).status).toBe(200);
+      expect((await unreachable()) - before).toBe(5);
+    } finally {
+      if (agentPid) await docker('exec', container, 'kill', '-CONT', agentPid).catch(() => undefined);
+      await h.client.releaseSandbox(frozen.id);
+    }
+  }, 180_000);
 
   it('every preview connection is in the preview log: who, port, how, bytes each way, duration, outcome', async () => {
     const log = await eventually(

@@ -137,7 +137,7 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
       target('MB/s ≥ 0.5× direct', throughputRatio, '>=', 0.5, times),
     ],
     notes: [
-      'rates are MB/s of the 16 MiB file; each preview request opens a tunnel (control message → agent → Unix socket) and a loopback connection in the sandbox',
+      'rates are MB/s of the 16 MiB file; each preview request takes one of the agent’s pooled tunnel connections (the first: control message → agent → Unix socket) and opens a loopback connection in the sandbox',
     ],
   });
 }

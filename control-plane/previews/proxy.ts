@@ -1,7 +1,7 @@
 /**
  * Splices one client request into a preview tunnel (tunnel.ts): plain HTTP through Node's HTTP
- * client over the tunnel socket (one tunnel per request, no pooling: the server in the sandbox
- * sees one TCP connection per request), and upgrades (WebSocket or any `Upgrade`) as raw bytes
+ * client over the tunnel socket (one tunnel per request, no keep-alive to the server: the server
+ * in the sandbox sees one TCP connection per request), and upgrades (WebSocket or any `Upgrade`) as raw bytes
  * both ways once the request head is written, so subprotocols and extensions pass untouched.
  *
  * What the server in the sandbox receives: the method, the path after the preview prefix
@@ -9,11 +9,14 @@
  * API key never reaches the sandbox) and sbx's preview cookie; `Host` is `localhost:<port>`
  * (dev servers that check Host, like Vite's, accept it), the original in `X-Forwarded-Host`,
  * with `X-Forwarded-Proto` and `X-Forwarded-Prefix` (the path prefix the app is served under).
+ * What the client receives under a path prefix: the server's `Location` and `Set-Cookie` `Path`
+ * moved under it (rewrite.ts).
  */
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { AppError } from '../../contract/errors.js';
+import { rewriteResponseHeaders } from './rewrite.js';
 import type { Tunnel } from './tunnel.js';
 
 /** How long one side of an upgraded connection may stay open after the other closed cleanly, ms. */
@@ -100,7 +103,7 @@ export async function spliceHttp(
 ): Promise<Spliced> {
   const { socket } = tunnel;
   const counts = (): Pick<Spliced, 'bytesToSandbox' | 'bytesFromSandbox'> => ({
-    bytesToSandbox: socket.bytesWritten,
+    bytesToSandbox: socket.bytesWritten - tunnel.headerBytesWritten,
     bytesFromSandbox: Math.max(0, socket.bytesRead - tunnel.headerBytes),
   });
   const headers = forwardedHeaders(req.rawHeaders, fwd, false);
@@ -129,10 +132,11 @@ export async function spliceHttp(
     });
   }
   beforeHead();
-  const out: string[] = [];
+  let out: string[] = [];
   for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2) {
     if (!HOP_HEADERS.has(answer.rawHeaders[i]!.toLowerCase())) out.push(answer.rawHeaders[i]!, answer.rawHeaders[i + 1]!);
   }
+  if (fwd.prefix) out = rewriteResponseHeaders(out, fwd);
   const status = answer.statusCode ?? 502;
   try {
     res.writeHead(status, answer.statusMessage, out);
@@ -202,7 +206,7 @@ export async function spliceUpgrade(
   return {
     status,
     outcome: error === null ? 'completed' : 'aborted',
-    bytesToSandbox: socket.bytesWritten,
+    bytesToSandbox: socket.bytesWritten - tunnel.headerBytesWritten,
     bytesFromSandbox: Math.max(0, socket.bytesRead - tunnel.headerBytes),
     error,
   };

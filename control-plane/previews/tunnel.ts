@@ -10,6 +10,13 @@
  * Several control-plane processes may serve one lease at once, each with its own socket, so a
  * preview works on whichever process the HTTP request reached. A listener with nothing pending
  * closes after LISTENER_IDLE_MS.
+ *
+ * Pooled connections (contract/previews.ts): the agent keeps up to PREVIEW_POOL_SIZE idle
+ * connections to the socket, and an open hands one of them its port with a line on that
+ * connection itself, with no control message (a Redis hop and the agent's wake-up fewer). An
+ * idle connection counts only if its first line carries the listener's pool key (128 random
+ * bits, sent to that lease's agent alone, new for every listener); more than PREVIEW_POOL_SIZE are
+ * closed; all close with the listener (idle, or the lease's sandbox gone).
  */
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdir, rm } from 'node:fs/promises';
@@ -17,10 +24,16 @@ import net from 'node:net';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AppError } from '../../contract/errors.js';
-import { PREVIEW_HEADER_MAX_BYTES, PreviewDialed, type PreviewOpen } from '../../contract/previews.js';
+import {
+  PREVIEW_HEADER_MAX_BYTES,
+  PREVIEW_POOL_SIZE,
+  PreviewDialed,
+  PreviewPoolHello,
+  parseTunnelLine,
+  type PreviewAssign,
+  type PreviewOpen,
+} from '../../contract/previews.js';
 
-/** How long the agent has to bring a connection, ms. */
-const DEFAULT_DIAL_TIMEOUT_MS = 10_000;
 /** A lease's listener with no connection pending for this long is closed, ms. */
 const LISTENER_IDLE_MS = 60_000;
 /** How long a tunnel connection has to send its first line, ms. */
@@ -32,15 +45,17 @@ export interface PreviewTunnelDeps {
   /** Delivers `message` to the lease's agent (its `control` channel). */
   signal(leaseId: string, message: PreviewOpen): Promise<void>;
   log: Pick<Logger, 'warn'>;
-  /** How long the agent has to bring a connection, ms. Default 10 000. */
-  dialTimeoutMs?: number;
+  /** How long the agent has to bring a connection, ms (`SBX_PREVIEW_DIAL_TIMEOUT_MS`). */
+  dialTimeoutMs: number;
 }
 
-/** An open preview connection: its socket carries the server's stream; `headerBytes` were the agent's first line. */
+/** An open preview connection: its socket carries the server's stream after the tunnel's own lines. */
 export interface Tunnel {
   socket: net.Socket;
-  /** Bytes of the agent's first line (counted in `socket.bytesRead`, not the server's). */
+  /** Bytes of the agent's lines (counted in `socket.bytesRead`, not the server's). */
   headerBytes: number;
+  /** Bytes of the control plane's lines (counted in `socket.bytesWritten`, not the client's). */
+  headerBytesWritten: number;
 }
 
 interface Pending {
@@ -51,9 +66,15 @@ interface Pending {
 interface Listener {
   server: net.Server;
   socketName: string;
+  /** What the agent's idle connections must say first (contract `PreviewPoolHello`). */
+  poolKey: string;
   ready: Promise<void>;
   pending: Map<string, Pending>;
+  /** Idle pooled connections, oldest first. */
+  pooled: net.Socket[];
   idle: NodeJS.Timeout | null;
+  /** Set by stop(): nothing more joins the pool. */
+  closed: boolean;
 }
 
 export class PreviewTunnels {
@@ -74,7 +95,7 @@ export class PreviewTunnels {
     const listener = this.listenerOf(leaseId);
     await listener.ready;
     const connId = randomBytes(16).toString('base64url');
-    const timeoutMs = this.deps.dialTimeoutMs ?? DEFAULT_DIAL_TIMEOUT_MS;
+    const timeoutMs = this.deps.dialTimeoutMs;
     const arrived = new Promise<Tunnel>((resolve, reject) => {
       const timer = setTimeout(() => {
         listener.pending.delete(connId);
@@ -107,12 +128,38 @@ export class PreviewTunnels {
     });
     if (listener.idle) clearTimeout(listener.idle);
     listener.idle = null;
+    const pooled = listener.pooled.shift();
+    if (pooled) {
+      this.assign(leaseId, listener, pooled, connId, port);
+      // An agent that never answers (paused, hung) leaves no half-used connection behind.
+      arrived.catch(() => pooled.destroy());
+    } else await this.signal(leaseId, listener, connId, port);
+    return arrived;
+  }
+
+  /** Asks the agent over the control channel for connection `connId` (and a pool after it). */
+  private async signal(leaseId: string, listener: Listener, connId: string, port: number): Promise<void> {
     try {
-      await this.deps.signal(leaseId, { type: 'preview_open', connId, port, socket: listener.socketName });
+      await this.deps.signal(leaseId, { type: 'preview_open', connId, port, socket: listener.socketName, poolKey: listener.poolKey });
     } catch (err) {
       listener.pending.get(connId)?.reject(err instanceof Error ? err : new Error(String(err)));
     }
-    return arrived;
+  }
+
+  /**
+   * Hands idle pooled connection `socket` connection `connId`; its answer is read as a new
+   * connection's. One that closes before answering (its agent restarted) falls back to a signal.
+   */
+  private assign(leaseId: string, listener: Listener, socket: net.Socket, connId: string, port: number): void {
+    const fallBack = (): void => {
+      if (listener.pending.has(connId)) void this.signal(leaseId, listener, connId, port);
+    };
+    socket.once('close', fallBack);
+    readLine(socket, (line, rest) => {
+      socket.off('close', fallBack);
+      this.dialed(socket, line, rest, listener.pending);
+    });
+    socket.write(`${JSON.stringify({ id: connId, port } satisfies PreviewAssign)}\n`);
   }
 
   /** Closes every listener of this process (pending opens fail as unreachable). */
@@ -125,8 +172,10 @@ export class PreviewTunnels {
     const listener = this.listeners.get(leaseId);
     if (!listener) return;
     this.listeners.delete(leaseId);
+    listener.closed = true;
     if (listener.idle) clearTimeout(listener.idle);
     for (const p of listener.pending.values()) p.reject(new AppError('preview.agent_unreachable', 'the preview listener closed'));
+    for (const socket of listener.pooled.splice(0)) socket.destroy();
     await new Promise<void>((resolve) => listener.server.close(() => resolve()));
     await rm(join(this.deps.dirOf(leaseId), listener.socketName), { force: true }).catch(() => undefined);
   }
@@ -143,7 +192,7 @@ export class PreviewTunnels {
     if (existing) return existing;
     const socketName = `${this.instance}.sock`;
     const pending = new Map<string, Pending>();
-    const server = net.createServer((socket) => this.accept(socket, pending));
+    const server = net.createServer((socket) => this.accept(socket, listener));
     const dir = this.deps.dirOf(leaseId);
     const path = join(dir, socketName);
     const ready = (async () => {
@@ -158,7 +207,8 @@ export class PreviewTunnels {
       });
       await chmod(path, 0o600);
     })();
-    const listener: Listener = { server, socketName, ready, pending, idle: null };
+    const poolKey = randomBytes(16).toString('base64url');
+    const listener: Listener = { server, socketName, poolKey, ready, pending, pooled: [], idle: null, closed: false };
     server.on('error', (err) => this.deps.log.warn({ err, sandboxId: leaseId }, 'preview tunnel listener error'));
     this.listeners.set(leaseId, listener);
     ready.catch(() => {
@@ -167,54 +217,73 @@ export class PreviewTunnels {
     return listener;
   }
 
-  /** Reads a tunnel connection's first line and hands the socket to the open it names. */
-  private accept(socket: net.Socket, pending: Map<string, Pending>): void {
+  /** Reads a tunnel connection's first line: an idle pooled connection joins the pool, an answer goes to its open. */
+  private accept(socket: net.Socket, listener: Listener): void {
     socket.on('error', () => socket.destroy());
     socket.setTimeout(HEADER_TIMEOUT_MS, () => socket.destroy());
-    let buffered = Buffer.alloc(0);
-    const onData = (chunk: Buffer): void => {
-      buffered = Buffer.concat([buffered, chunk]);
-      const end = buffered.indexOf(0x0a);
-      if (end < 0) {
-        if (buffered.length >= PREVIEW_HEADER_MAX_BYTES) socket.destroy();
+    readLine(socket, (line, rest) => {
+      socket.setTimeout(0);
+      const hello = PreviewPoolHello.safeParse(parseTunnelLine(line));
+      if (!hello.success) {
+        this.dialed(socket, line, rest, listener.pending);
         return;
       }
-      socket.off('data', onData);
-      socket.pause();
-      socket.setTimeout(0);
-      const dialed = PreviewDialed.safeParse(safeJson(buffered.subarray(0, end).toString('utf8')));
-      const waiter = dialed.success ? pending.get(dialed.data.id) : undefined;
-      if (!dialed.success || !waiter) {
+      if (hello.data.pool !== listener.poolKey || rest.length > 0 || listener.closed || listener.pooled.length >= PREVIEW_POOL_SIZE) {
         socket.destroy();
         return;
       }
-      const rest = buffered.subarray(end + 1);
-      if (rest.length > 0) socket.unshift(rest);
-      if (dialed.data.ok) {
-        socket.setNoDelay(true);
-        waiter.resolve({ socket, headerBytes: end + 1 });
-        return;
-      }
+      listener.pooled.push(socket);
+      socket.once('close', () => {
+        const at = listener.pooled.indexOf(socket);
+        if (at >= 0) listener.pooled.splice(at, 1);
+      });
+    });
+  }
+
+  /** Hands `socket` to the open its `PreviewDialed` line names (`rest`: bytes after the line), or closes it. */
+  private dialed(socket: net.Socket, line: string, rest: Buffer, pending: Map<string, Pending>): void {
+    const dialed = PreviewDialed.safeParse(parseTunnelLine(line));
+    const waiter = dialed.success ? pending.get(dialed.data.id) : undefined;
+    if (!dialed.success || !waiter) {
       socket.destroy();
-      const { code, message } = dialed.data;
-      waiter.reject(
-        code === 'refused'
-          ? new AppError('preview.port_closed', 'nothing listens on this port in the sandbox (connection refused)', {
-              details: { message },
-            })
-          : code === 'reserved'
-            ? new AppError('preview.port_denied', 'this port is served by the sandbox agent and is never exposed', { details: { message } })
-            : new AppError('preview.upstream_failed', `connecting to the port in the sandbox failed: ${message}`, { details: { message } }),
-      );
-    };
-    socket.on('data', onData);
+      return;
+    }
+    if (rest.length > 0) socket.unshift(rest);
+    if (dialed.data.ok) {
+      waiter.resolve({ socket, headerBytes: socket.bytesRead - rest.length, headerBytesWritten: socket.bytesWritten });
+      return;
+    }
+    socket.destroy();
+    const { code, message } = dialed.data;
+    waiter.reject(
+      code === 'refused'
+        ? new AppError('preview.port_closed', 'nothing listens on this port in the sandbox (connection refused)', {
+            details: { message },
+          })
+        : code === 'reserved'
+          ? new AppError('preview.port_denied', 'this port is served by the sandbox agent and is never exposed', { details: { message } })
+          : new AppError('preview.upstream_failed', `connecting to the port in the sandbox failed: ${message}`, { details: { message } }),
+    );
   }
 }
 
-function safeJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return null;
-  }
+/**
+ * Reads one line (at most PREVIEW_HEADER_MAX_BYTES, else the socket is destroyed) and calls
+ * `onLine` with it and the bytes after it, the socket paused.
+ */
+function readLine(socket: net.Socket, onLine: (line: string, rest: Buffer) => void): void {
+  let buffered: Buffer = Buffer.alloc(0);
+  const onData = (chunk: Buffer): void => {
+    buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
+    const end = buffered.indexOf(0x0a);
+    if (end < 0) {
+      if (buffered.length >= PREVIEW_HEADER_MAX_BYTES) socket.destroy();
+      return;
+    }
+    socket.off('data', onData);
+    socket.pause();
+    onLine(buffered.subarray(0, end).toString('utf8'), buffered.subarray(end + 1));
+  };
+  socket.on('data', onData);
+  socket.resume();
 }

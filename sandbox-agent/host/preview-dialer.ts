@@ -1,15 +1,26 @@
 /**
  * Port previews, the sandbox's side (contract/previews.ts): for each `PreviewOpen` the control
- * plane sends, connect to the server on 127.0.0.1:`port` (then [::1], for servers bound to
- * `localhost` on IPv6 only), connect to the named tunnel socket, say how the first went in one
- * `PreviewDialed` line, and pipe bytes both ways until either side closes. The agent decides
+ * plane sends, and for each `PreviewAssign` on an idle pooled connection, connect to the server
+ * on 127.0.0.1:`port` (then [::1], for servers bound to `localhost` on IPv6 only), say how that
+ * went in one `PreviewDialed` line on the tunnel, and pipe bytes both ways until either side
+ * closes. After a `PreviewOpen` the agent keeps PREVIEW_POOL_SIZE idle connections to its
+ * socket, so that later connections need no control message. The agent decides
  * nothing about who may preview what (the control plane checked the policy); it only refuses
  * ports it serves itself (the egress forwarder), which no preview may reach.
  */
 import net from 'node:net';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { PREVIEW_SOCKET_DIR, type PreviewDialed, type PreviewOpen } from '../../contract/previews.js';
+import {
+  PREVIEW_HEADER_MAX_BYTES,
+  PREVIEW_POOL_SIZE,
+  PREVIEW_SOCKET_DIR,
+  PreviewAssign,
+  parseTunnelLine,
+  type PreviewDialed,
+  type PreviewOpen,
+  type PreviewPoolHello,
+} from '../../contract/previews.js';
 
 /** How long the tunnel may stay open after the server closed cleanly (its last bytes flushing), ms. */
 const LINGER_MS = 30_000;
@@ -24,43 +35,116 @@ export interface PreviewDialerOptions {
   log: Pick<Logger, 'warn'>;
 }
 
-/** Opens one preview connection; never throws (failures are reported on the tunnel, or logged). */
-export function dialPreview(open: PreviewOpen, options: PreviewDialerOptions): void {
-  void dial(open, options).catch((err: unknown) => options.log.warn({ err, port: open.port }, 'preview connection failed'));
+/** The idle pooled connections of one tunnel socket: how many, under which key. */
+interface Pool {
+  key: string;
+  idle: number;
 }
 
-async function dial(open: PreviewOpen, options: PreviewDialerOptions): Promise<void> {
+/** Per tunnel socket path. A pool whose connections all closed unassigned is forgotten. */
+const pools = new Map<string, Pool>();
+
+/**
+ * Opens one preview connection and fills the socket's pool of idle connections; never throws
+ * (failures are reported on the tunnel, or logged).
+ */
+export function dialPreview(open: PreviewOpen, options: PreviewDialerOptions): void {
+  const path = join(options.socketDir ?? PREVIEW_SOCKET_DIR, open.socket);
+  const tunnel = net.connect(path);
+  void answer(tunnel, open.connId, open.port, options).catch((err: unknown) =>
+    options.log.warn({ err, port: open.port }, 'preview connection failed'),
+  );
+  let pool = pools.get(path);
+  if (pool?.key !== open.poolKey) {
+    pool = { key: open.poolKey, idle: 0 };
+    pools.set(path, pool);
+  }
+  while (pool.idle < PREVIEW_POOL_SIZE) openIdle(path, pool, options);
+}
+
+/** One idle pooled connection: waits for its `PreviewAssign`, then answers it and is replaced. */
+function openIdle(path: string, pool: Pool, options: PreviewDialerOptions): void {
+  pool.idle += 1;
+  let assigned = false;
+  const tunnel = net.connect(path);
+  tunnel.on('error', () => tunnel.destroy());
+  tunnel.write(`${JSON.stringify({ pool: pool.key } satisfies PreviewPoolHello)}\n`);
+  let buffered = '';
+  const onData = (chunk: Buffer): void => {
+    buffered += chunk.toString('latin1');
+    const end = buffered.indexOf('\n');
+    if (end < 0) {
+      if (buffered.length >= PREVIEW_HEADER_MAX_BYTES) tunnel.destroy();
+      return;
+    }
+    tunnel.off('data', onData);
+    tunnel.pause();
+    const assign = PreviewAssign.safeParse(parseTunnelLine(buffered.slice(0, end)));
+    if (!assign.success || end + 1 !== buffered.length) {
+      tunnel.destroy();
+      return;
+    }
+    assigned = true;
+    pool.idle -= 1;
+    if (pools.get(path) === pool) openIdle(path, pool, options);
+    void answer(tunnel, assign.data.id, assign.data.port, options).catch((err: unknown) =>
+      options.log.warn({ err, port: assign.data.port }, 'preview connection failed'),
+    );
+  };
+  tunnel.on('data', onData);
+  tunnel.once('close', () => {
+    if (assigned) return;
+    pool.idle -= 1;
+    if (pool.idle === 0 && pools.get(path) === pool) pools.delete(path);
+  });
+}
+
+/**
+ * Connects to the server on `port`, writes how that went as the `PreviewDialed` line of `id` on
+ * `tunnel`, then pipes bytes both ways (or ends the tunnel when the server could not be reached).
+ */
+async function answer(tunnel: net.Socket, id: string, port: number, options: PreviewDialerOptions): Promise<void> {
   let local: net.Socket | null = null;
   let dialed: PreviewDialed;
-  if (options.reservedPorts.has(open.port)) {
-    dialed = { id: open.connId, ok: false, code: 'reserved', message: `port ${open.port} is served by the sandbox agent` };
+  // Until the pipes below own the tunnel, its failure only ends the local side.
+  const early = (): void => {
+    local?.destroy();
+  };
+  tunnel.on('error', early);
+  if (options.reservedPorts.has(port)) {
+    dialed = { id, ok: false, code: 'reserved', message: `port ${port} is served by the sandbox agent` };
   } else {
     try {
-      local = await connectLocal(open.port);
-      dialed = { id: open.connId, ok: true };
+      local = await connectLocal(port);
+      dialed = { id, ok: true };
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       dialed = {
-        id: open.connId,
+        id,
         ok: false,
         code: code === 'ECONNREFUSED' ? 'refused' : 'failed',
         message: (code ?? (err as Error).message).slice(0, 300),
       };
     }
   }
-  const tunnel = net.connect(join(options.socketDir ?? PREVIEW_SOCKET_DIR, open.socket));
-  tunnel.on('error', () => local?.destroy());
+  if (tunnel.destroyed) {
+    local?.destroy();
+    return;
+  }
   tunnel.write(`${JSON.stringify(dialed)}\n`);
   if (!local) {
     tunnel.end();
     return;
   }
   const server = local;
+  tunnel.off('error', early);
+  tunnel.on('error', () => server.destroy());
   server.on('error', () => tunnel.destroy());
   // Each side's end is passed on by the pipes, after what is buffered: a server that closes
   // right after its last bytes loses none of them. An error cuts the other side at once.
   server.pipe(tunnel);
   tunnel.pipe(server);
+  tunnel.resume();
   server.once('close', (hadError) => {
     if (hadError) tunnel.destroy();
     else setTimeout(() => tunnel.destroy(), LINGER_MS).unref();
