@@ -11,6 +11,8 @@ import { globSpec, listFilesSpec, searchSpec } from './tools/listing.js';
 import { listProcessesSpec, signalProcessSpec } from './tools/processes.js';
 import { readFileSpec } from './tools/read-file.js';
 import { sessionStartSpec } from './tools/session.js';
+import type { ToolSpec } from './tools/spec.js';
+import { terminalSpec } from './tools/terminal.js';
 import { writeFileSpec } from './tools/write-file.js';
 
 export { EnvMap, EnvName, EnvValue, MAX_ARG_BYTES, SandboxPath, Sha256Hex } from './tools/common.js';
@@ -25,7 +27,10 @@ export { Access, EffectClass, runsCode, writesFiles, type LimitsSection, type To
 export { SessionId, SessionStartArgs } from './tools/session.js';
 export { WriteFileArgs } from './tools/write-file.js';
 
-/** Every tool the agent offers, in the order `GET /v1/tools` lists them. */
+/**
+ * Every tool the agent runs, in the order `GET /v1/tools` lists them; the `internal` ones
+ * (started by their own routes) are not listed there and not submitted as plain calls.
+ */
 export const TOOL_SPECS = [
   execSpec,
   readFileSpec,
@@ -43,6 +48,7 @@ export const TOOL_SPECS = [
   listProcessesSpec,
   signalProcessSpec,
   sessionStartSpec,
+  terminalSpec,
 ] as const;
 /** The tools the agent runs itself on the process table (not the tool-user worker's operations). */
 export const PROCESS_TOOLS = ['list_processes', 'signal_process'] as const;
@@ -57,3 +63,6 @@ export const TOOL_SPEC: { readonly [N in ToolName]: SpecOf<N> } = Object.fromEnt
 export const TOOL_ARGS: { readonly [N in ToolName]: SpecOf<N>['args'] } = Object.fromEntries(
   TOOL_SPECS.map((s) => [s.name, s.args]),
 ) as never;
+
+/** Whether clients may submit the tool as a plain call (and see it in `GET /v1/tools`): not `internal`. */
+export const isOfferedAsCall = (spec: Pick<ToolSpec, 'internal'>): boolean => spec.internal === undefined;

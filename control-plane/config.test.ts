@@ -23,3 +23,22 @@ describe('SBX_DEFAULT_TENANT_QUOTA', () => {
     }
   });
 });
+
+describe('comma-separated list settings', () => {
+  it('trim items and drop empty ones; registries are lower-cased; each list is then checked', () => {
+    const config = loadConfig(
+      {
+        ...base,
+        SBX_EGRESS_DNS_SERVERS: ' 10.0.0.53 ,,1.1.1.1:53',
+        SBX_MOUNT_ALLOWLIST: '/srv/data, /opt/tools ,',
+        SBX_IMAGE_REGISTRIES: 'Docker.IO, 127.0.0.1:5000',
+      },
+      repoRoot,
+    );
+    expect(config.egressDnsServers).toEqual(['10.0.0.53', '1.1.1.1:53']);
+    expect(config.mountAllowlist).toEqual(['/srv/data', '/opt/tools']);
+    expect(config.imageRegistries).toEqual(['docker.io', '127.0.0.1:5000']);
+    expect(loadConfig(base, repoRoot).mountAllowlist).toEqual([]);
+    expect(() => loadConfig({ ...base, SBX_MOUNT_ALLOWLIST: 'relative/path' }, repoRoot)).toThrow(/absolute paths/);
+  });
+});

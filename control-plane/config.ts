@@ -25,6 +25,19 @@ function jsonSetting(fallback: string, what: string) {
     });
 }
 
+/** A comma-separated list setting (default empty): its items trimmed (lower-cased with `lowerCase`), empty ones dropped. */
+function listSetting(lowerCase = false) {
+  return z
+    .string()
+    .default('')
+    .transform((s) =>
+      s
+        .split(',')
+        .map((x) => (lowerCase ? x.trim().toLowerCase() : x.trim()))
+        .filter(Boolean),
+    );
+}
+
 const Env = z.object({
   /** Default and largest retention of a snapshot, seconds. Default 604 800 (7 days). */
   SBX_SNAPSHOT_TTL_SECONDS: z.coerce.number().int().positive().default(604_800),
@@ -122,29 +135,12 @@ const Env = z.object({
    * DNS servers the egress proxy resolves sandbox destinations with, comma-separated `ip` or
    * `ip:port`. Default: the host's (resolv.conf).
    */
-  SBX_EGRESS_DNS_SERVERS: z
-    .string()
-    .default('')
-    .transform((s) =>
-      s
-        .split(',')
-        .map((x) => x.trim())
-        .filter(Boolean),
-    ),
+  SBX_EGRESS_DNS_SERVERS: listSetting(),
   /**
    * Host directories (comma-separated absolute paths) that policies' read-only mounts may come
    * from. Default none: a policy with a read-only mount is refused.
    */
-  SBX_MOUNT_ALLOWLIST: z
-    .string()
-    .default('')
-    .transform((s) =>
-      s
-        .split(',')
-        .map((x) => x.trim())
-        .filter(Boolean),
-    )
-    .pipe(z.array(z.string().regex(/^\//, 'absolute paths'))),
+  SBX_MOUNT_ALLOWLIST: listSetting().pipe(z.array(z.string().regex(/^\//, 'absolute paths'))),
   /**
    * Warm pools, a JSON array of `{policy, image?, min, max, idleSeconds?}` (see
    * control-plane/pools/warm-pools.ts). Default none: every lease starts cold.
@@ -166,16 +162,7 @@ const Env = z.object({
    * for references without a registry). Default none: nothing is ever pulled, and a reference
    * naming a registry is refused (`image.registry_not_allowed`).
    */
-  SBX_IMAGE_REGISTRIES: z
-    .string()
-    .default('')
-    .transform((s) =>
-      s
-        .split(',')
-        .map((x) => x.trim().toLowerCase())
-        .filter(Boolean),
-    )
-    .pipe(z.array(z.string().regex(/^[a-z0-9.-]+(:[0-9]{1,5})?$/, 'host[:port]'))),
+  SBX_IMAGE_REGISTRIES: listSetting(true).pipe(z.array(z.string().regex(/^[a-z0-9.-]+(:[0-9]{1,5})?$/, 'host[:port]'))),
   /**
    * The admin build policy of `POST /v1/images`, as JSON: `{"network": "none", "cpus": 1,
    * "memoryBytes": 2147483648, "timeoutSeconds": 600, "maxContextBytes": 536870912}` (these are

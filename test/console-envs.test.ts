@@ -5,26 +5,32 @@
  * a leased sandbox, a volume), one action is clicked per page, and its effect is read back through
  * the API. Everything made is removed in afterAll, also when a test failed.
  */
-import { execFile } from 'node:child_process';
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LoopVolumeDisks } from '../control-plane/runtime/volume-disks.js';
-import { REPO_ROOT, apiAs, docker, startHarness, testRunId, type Harness } from './fixtures/index.js';
+import {
+  REPO_ROOT,
+  apiAs,
+  buildConsole,
+  docker,
+  launchConsoleBrowser,
+  startHarness,
+  testRunId,
+  type ConsoleBrowser,
+  type Harness,
+} from './fixtures/index.js';
 
-const run = promisify(execFile);
 const MiB = 1024 * 1024;
 const runId = testRunId();
 
 let h: Harness;
-let browser: Browser;
+let ui: ConsoleBrowser;
 let page: Page;
+let consoleDir: string;
 let scratch: string;
-/** Screenshots of each page go to `SBX_CONSOLE_SCREENSHOTS` (default: a fresh temporary directory, printed). */
-let shots: string;
 /** Script errors of the page, and every request it made to somewhere other than the control plane. */
 const pageErrors: string[] = [];
 const elsewhere: string[] = [];
@@ -35,9 +41,7 @@ const volumeNames = new Set<string>();
 const api = apiAs(() => h.url);
 const eventually = <T>(read: () => Promise<T> | T) => expect.poll(read, { timeout: 30_000, interval: 100 });
 
-async function shot(name: string): Promise<void> {
-  await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
-}
+const shot = (name: string): Promise<void> => ui.shot(name);
 
 async function go(hash: string): Promise<void> {
   await page.goto(`${h.url}/console/#/${hash}`);
@@ -49,24 +53,11 @@ async function go(hash: string): Promise<void> {
 }
 
 beforeAll(async () => {
-  const consoleDir = await mkdtemp(join(tmpdir(), 'sbx-console-build-'));
-  await run('node', [join(REPO_ROOT, 'console', 'build.mjs'), consoleDir]);
+  consoleDir = await buildConsole();
   scratch = await mkdtemp(join(tmpdir(), 'sbx-console-envs-'));
   h = await startHarness({ SBX_CONSOLE_DIR: consoleDir });
-  shots = process.env.SBX_CONSOLE_SCREENSHOTS ?? (await mkdtemp(join(tmpdir(), 'sbx-console-shots-')));
-  process.stdout.write(`console screenshots: ${shots}\n`);
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
-  page = await browser.newPage({ viewport: { width: 1360, height: 860 } });
+  ui = await launchConsoleBrowser();
+  page = ui.page;
   page.on('pageerror', (error) => pageErrors.push(error.message));
   page.on('request', (request) => {
     if (!request.url().startsWith(h.url)) elsewhere.push(request.url());
@@ -79,7 +70,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await browser?.close();
+  await ui?.close(consoleDir);
   if (!h) return;
   for (const lease of await h.client.listSandboxes().catch(() => [])) await h.client.releaseSandbox(lease.id).catch(() => undefined);
   for (const s of await h.client.listSnapshots().catch(() => [])) {

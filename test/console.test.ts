@@ -6,23 +6,16 @@
  * both the page and the API. Screenshots of each page go to `SBX_CONSOLE_SCREENSHOTS` (default:
  * a fresh temporary directory, printed).
  */
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { promisify } from 'node:util';
-import { chromium, type Browser, type Locator, type Page } from 'playwright-core';
+import type { Locator, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Lease, ToolResult } from '../contract/objects.js';
-import { REPO_ROOT, startHarness, type Harness, apiAs } from './fixtures/index.js';
-
-const run = promisify(execFile);
+import { buildConsole, launchConsoleBrowser, startHarness, type ConsoleBrowser, type Harness, apiAs } from './fixtures/index.js';
 
 let h: Harness;
-let browser: Browser;
+let ui: ConsoleBrowser;
 let page: Page;
-let shots: string;
+let consoleDir: string;
 /** Every URL the page asked for, and every script error or console error it had. */
 const requested: string[] = [];
 const pageErrors: string[] = [];
@@ -44,9 +37,7 @@ async function attributes(locator: Locator, name: string): Promise<Array<string 
 /** Both storages of the page, as one JSON text. */
 const STORAGE = 'JSON.stringify({ ...sessionStorage }) + JSON.stringify({ ...localStorage })';
 
-async function shot(name: string): Promise<void> {
-  await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
-}
+const shot = (name: string): Promise<void> => ui.shot(name);
 
 async function signIn(key: string): Promise<void> {
   await page.goto(`${h.url}/console/`);
@@ -56,23 +47,10 @@ async function signIn(key: string): Promise<void> {
 
 beforeAll(async () => {
   // Built into a directory of this test's own, from the sources as they are now.
-  const consoleDir = await mkdtemp(join(tmpdir(), 'sbx-console-build-'));
-  await run('node', [join(REPO_ROOT, 'console', 'build.mjs'), consoleDir]);
+  consoleDir = await buildConsole();
   h = await startHarness({ SBX_CONSOLE_DIR: consoleDir });
-  shots = process.env.SBX_CONSOLE_SCREENSHOTS ?? (await mkdtemp(join(tmpdir(), 'sbx-console-shots-')));
-  process.stdout.write(`console screenshots: ${shots}\n`);
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
-  page = await browser.newPage({ viewport: { width: 1360, height: 860 } });
+  ui = await launchConsoleBrowser();
+  page = ui.page;
   page.on('request', (request) => requested.push(request.url()));
   page.on('pageerror', (error) => pageErrors.push(error.message));
   page.on('console', (message) => {
@@ -91,7 +69,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await browser?.close();
+  await ui?.close(consoleDir);
   await h?.close();
 });
 

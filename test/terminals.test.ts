@@ -302,6 +302,18 @@ describe('terminals', () => {
     expect(r.status).toBe(404);
     expect((r.body as { error: { code: string } }).error.code).toBe('terminal.not_found');
   });
+
+  it('a terminal submitted as a plain call is 400 naming its route, and is not in the tool list', async () => {
+    const byHand = await call('POST', '/calls', { tool: 'terminal', args: { cols: 80, rows: 24 } });
+    expect(byHand.status).toBe(400);
+    expect((byHand.body as { error: { code: string; message: string } }).error).toMatchObject({
+      code: 'input.invalid',
+      message: expect.stringContaining('POST /v1/sandboxes/:id/terminals'),
+    });
+    const tools = (await h.client.listTools()).map((t) => t.name);
+    expect(tools).toContain('exec');
+    expect(tools).not.toContain('terminal');
+  });
 });
 
 describe('terminal limits from the policy', () => {

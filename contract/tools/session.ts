@@ -41,6 +41,7 @@ export const sessionStartSpec: ToolSpec<SessionStartArgs, 'session_start'> = {
   limits: 'exec',
   // Starting a shell touches nothing yet; it runs in order with every other call, then detaches.
   accesses: () => [{ kind: 'all' }],
+  internal: { startedBy: 'POST /v1/sandboxes/:id/sessions' },
 };
 
 /** A session as the API shows it. */

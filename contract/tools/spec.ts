@@ -46,6 +46,14 @@ export interface ToolSpec<Args = unknown, Name extends string = string> {
   readonly limits: LimitsSection;
   /** What a call with these (parsed, normalized) args touches. */
   accesses(args: Args): Access[];
+  /**
+   * Set for a tool that is not offered to clients as a plain call: its own route starts it
+   * (`startedBy`, e.g. `POST /v1/sandboxes/:id/terminals`), which checks what the route owns
+   * first (a limit, an id). Such a tool is left out of `GET /v1/tools` (and so of MCP), and
+   * `POST .../calls` refuses it (`400 input.invalid` naming `startedBy`); the agent runs it like
+   * any other. Unset: a plain tool.
+   */
+  readonly internal?: { readonly startedBy: string };
 }
 
 /** Whether a tool runs programs (effect class `process`). */

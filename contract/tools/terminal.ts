@@ -1,5 +1,5 @@
 /**
- * `terminal`: a program on a pseudo-terminal, as the tool user. Not in `TOOL_SPECS` (a model does
+ * `terminal`: a program on a pseudo-terminal, as the tool user. An `internal` tool (a model does
  * not submit it through `POST .../calls`): `POST /v1/sandboxes/:id/terminals` starts one, and it
  * runs as a background-style call whose callId is the terminal's id, so its output events (gap-free
  * `seq`, resume), its receipt and its transcript artifact are the calls API's too.
@@ -55,4 +55,5 @@ export const terminalSpec: ToolSpec<TerminalArgs, 'terminal'> = {
   limits: 'exec',
   // Until it is started it runs code like exec; once started it holds no access (like a background task).
   accesses: () => [{ kind: 'all' }],
+  internal: { startedBy: 'POST /v1/sandboxes/:id/terminals' },
 };

@@ -2,18 +2,18 @@
  * Call routes: submit (with `?wait=` long-poll), read, cancel, the tool list, receipts, and the
  * per-call event stream as Server-Sent Events (`id:` = `seq`; `Last-Event-ID` resumes after it).
  */
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
-import { streamSse } from '../http/sse.js';
 import type { Notifier } from '../redis/notifier.js';
 import { LeaseParams } from '../leases/schema.js';
 import type { LeaseService } from '../leases/service.js';
 import { CallEventsHeaders, CallParams, ReceiptParams, SubmitCallBody, SubmitCallQuery } from './schema.js';
 import type { CallService } from './service.js';
 import type { SessionService } from '../sessions/service.js';
+import { streamSse } from '../http/sse.js';
 import type { CallStore } from './store.js';
-import { describeTools } from './tools.js';
+import { describeTools, TOOLS } from './tools.js';
 
 export interface CallsRoutesOptions {
   /** Who may see a receipt's lease, and whether a lease may be used now (cancel). */
@@ -50,9 +50,11 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
     async (request, reply) => {
       const { id } = request.params;
       const { wait } = request.query;
-      if (request.body.tool === 'session_start') {
-        throw new AppError('input.invalid', 'sessions are started with POST /v1/sandboxes/:id/sessions', {
-          details: { issues: [{ path: 'tool', message: 'use POST /v1/sandboxes/:id/sessions' }] },
+      // An internal tool (a session's shell, a terminal) is started by its own route, which checks its limits first.
+      const internal = TOOLS.get(request.body.tool)?.spec.internal;
+      if (internal) {
+        throw new AppError('input.invalid', `${request.body.tool} is started with ${internal.startedBy}`, {
+          details: { issues: [{ path: 'tool', message: `use ${internal.startedBy}` }] },
         });
       }
       const session = request.body.tool === 'exec' ? request.body.args.session : undefined;
@@ -106,18 +108,38 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
   app.get('/v1/sandboxes/:id/calls/:callId/events', { schema: eventsSchema, config: { lease: 'visible' } }, async (request, reply) => {
     const { id, callId } = request.params;
     await calls.get(id, callId);
-    const after = Number(request.headers['last-event-id'] ?? 0);
-    await streamSse(
-      request,
-      reply,
-      notifier,
-      {
-        channel: store.notifyChannel(id, callId),
-        read: (seq) => store.readEvents(id, callId, seq),
-        isTerminal: (event) => event.type === 'call.finished',
-        ended: async () => (await store.getCall(id, callId))?.status === 'finished',
-      },
-      after,
-    );
+    await streamCallEvents(request, reply, { store, notifier }, id, callId);
   });
 };
+
+/** What streaming a call's events reads. */
+export interface CallEventsDeps {
+  store: Pick<CallStore, 'notifyChannel' | 'readEvents' | 'getCall'>;
+  notifier: Pick<Notifier, 'next'>;
+}
+
+/**
+ * Streams the events of call `callId` of lease `leaseId` after the request's `Last-Event-ID` (0: all) as Server-Sent
+ * Events (`id:` = `seq`; ends after `call.finished`): a call's own route and a terminal's. The caller
+ * checked the call exists.
+ */
+export async function streamCallEvents(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  { store, notifier }: CallEventsDeps,
+  leaseId: string,
+  callId: string,
+): Promise<void> {
+  await streamSse(
+    request,
+    reply,
+    notifier,
+    {
+      channel: store.notifyChannel(leaseId, callId),
+      read: (seq) => store.readEvents(leaseId, callId, seq),
+      isTerminal: (event) => event.type === 'call.finished',
+      ended: async () => (await store.getCall(leaseId, callId))?.status === 'finished',
+    },
+    Number(request.headers['last-event-id'] ?? 0),
+  );
+}

@@ -12,6 +12,7 @@ import { digestOf } from '../../contract/digest.js';
 import { AppError, errorInfo } from '../../contract/errors.js';
 import type { CallView, ToolResult } from '../../contract/objects.js';
 import type { CallJob, ReturnMessage } from '../../contract/queue.js';
+import { isOfferedAsCall } from '../../contract/tools.js';
 import type { CallsOut } from '../agent-link/calls-out.js';
 import type { ArtifactStore } from '../artifacts/store.js';
 import type { LeaseRecord } from '../leases/store.js';
@@ -19,7 +20,7 @@ import type { Metrics } from '../metrics/service.js';
 import type { Notifier } from '../redis/notifier.js';
 import type { SubmitCallBody } from './schema.js';
 import { CALL_SETTLED, type CallStore } from './store.js';
-import { TOOLS, type ToolDefinition } from './tools.js';
+import { TOOLS } from './tools.js';
 
 /** What calls need of a lease: its id, policy, granted secrets and manifest. */
 export type CallLease = Pick<LeaseRecord, 'id' | 'policySnapshot' | 'secrets' | 'manifest'>;
@@ -39,6 +40,9 @@ export interface CallServiceDeps {
   log: Logger;
 }
 
+/** The names `input.unknown_tool` lists: the tools a client may submit (not the `internal` ones). */
+const OFFERED_TOOLS = [...TOOLS.values()].filter((t) => isOfferedAsCall(t.spec)).map((t) => t.name);
+
 export class CallService {
   constructor(private readonly deps: CallServiceDeps) {}
 
@@ -47,15 +51,13 @@ export class CallService {
    * the same fingerprint (the earlier call is returned, nothing runs twice). Throws
    * `input.unknown_tool`, `input.invalid` (details.issues with paths under `args`),
    * `call.id_conflict`, `policy.tool_denied`, `policy.secret_denied` (a secret the lease was
-   * not granted) — a denial is recorded as the call's result. `definition` runs a tool that is
-   * not in `TOOLS` (the terminal tool, started by the terminals routes).
+   * not granted) — a denial is recorded as the call's result. An `internal` tool (a session's
+   * shell, a terminal) is submitted here by its own service; the calls route refuses it.
    */
-  async submit(lease: CallLease, body: SubmitCallBody, definition?: ToolDefinition): Promise<{ call: CallView; created: boolean }> {
+  async submit(lease: CallLease, body: SubmitCallBody): Promise<{ call: CallView; created: boolean }> {
     const { store, agent, now } = this.deps;
-    // `definition`: a tool started by its own route (a terminal), not by its name.
-    const tool = definition ?? TOOLS.get(body.tool);
-    if (!tool)
-      throw new AppError('input.unknown_tool', `no tool named ${body.tool}`, { details: { field: 'tool', known: [...TOOLS.keys()] } });
+    const tool = TOOLS.get(body.tool);
+    if (!tool) throw new AppError('input.unknown_tool', `no tool named ${body.tool}`, { details: { field: 'tool', known: OFFERED_TOOLS } });
     const callId = body.callId ?? `call_${randomUUID().replaceAll('-', '')}`;
     let resolved;
     let denial: AppError | null = null;

@@ -4,7 +4,7 @@ import { parse as parseYaml } from 'yaml';
 import { AppError } from '../../contract/errors.js';
 import type { SecretGrant } from '../../contract/queue.js';
 import { Policy } from '../policies/schema.js';
-import { TOOLS } from './tools.js';
+import { describeTools, TOOLS } from './tools.js';
 
 const base = Policy.parse(parseYaml(readFileSync(new URL('../../policies/default.yaml', import.meta.url), 'utf8')));
 const resolve = (tool: string, args: unknown, policy = base, grants: SecretGrant[] = []) => TOOLS.get(tool)!.resolve(args, policy, grants);
@@ -61,5 +61,19 @@ describe('tool resolution', () => {
     expect(() => resolve('signal_process', { pid: 12, signal: 'SIGFOO' })).toThrow();
     const noExec = { ...base, tools: { ...base.tools, exec: { ...base.tools.exec, enabled: false } } };
     expect(() => resolve('list_processes', {}, noExec)).toThrow(expect.objectContaining({ code: 'policy.tool_denied' }));
+  });
+
+  it('an internal tool (a session shell, a terminal) resolves like any other but is not listed for clients', () => {
+    expect(TOOLS.get('terminal')!.spec.internal?.startedBy).toBe('POST /v1/sandboxes/:id/terminals');
+    expect(TOOLS.get('session_start')!.spec.internal?.startedBy).toBe('POST /v1/sandboxes/:id/sessions');
+    const listed = describeTools().map((t) => t.name);
+    expect(listed).not.toContain('terminal');
+    expect(listed).not.toContain('session_start');
+    expect(listed).toEqual([...TOOLS.values()].filter((t) => !t.spec.internal).map((t) => t.name));
+    expect(resolve('terminal', { cols: 80, rows: 24 })).toMatchObject({
+      accesses: [{ kind: 'all' }],
+      timeoutMs: base.terminals.maxDurationSeconds * 1000,
+      args: { idleTimeoutMs: base.terminals.idleTimeoutSeconds * 1000 },
+    });
   });
 });

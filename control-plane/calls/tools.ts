@@ -8,7 +8,7 @@ import { posix } from 'node:path';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import type { CallJob, SecretGrant } from '../../contract/queue.js';
-import { ExecArgs, PROCESS_TOOLS, runsCode, SessionStartArgs, TOOL_SPECS, type ToolSpec } from '../../contract/tools.js';
+import { ExecArgs, isOfferedAsCall, PROCESS_TOOLS, runsCode, SessionStartArgs, TOOL_SPECS, type ToolSpec } from '../../contract/tools.js';
 import { terminalSpec } from '../../contract/tools/terminal.js';
 import type { Policy } from '../policies/schema.js';
 
@@ -125,9 +125,24 @@ function resolveProcessTool(spec: ToolSpec, raw: unknown, policy: Policy): Resol
 /** Timeout of a process tool, ms (at most; a policy's lower exec default wins). */
 const PROCESS_TOOL_TIMEOUT_MS = 30_000;
 
+/**
+ * `terminal` (sent by the terminals service only, which checks the policy's `terminals.max`
+ * first): needs exec enabled; the idle and absolute timeouts and the output backlog come from
+ * the policy's `terminals`.
+ */
+function resolveTerminal(raw: unknown, policy: Policy): ResolvedExecution {
+  if (!policy.tools.exec.enabled)
+    throw new AppError('policy.tool_denied', `policy ${policy.name} disables exec, so terminals too`, { details: { tool: 'terminal' } });
+  const rules = policy.terminals;
+  const timeoutMs = rules.maxDurationSeconds * 1000;
+  const args = terminalSpec.args.parse({ ...(raw as object), idleTimeoutMs: rules.idleTimeoutSeconds * 1000, timeoutMs });
+  return { args, accesses: [{ kind: 'all' }], timeoutMs, maxOutputBytes: rules.maxOutputBytes };
+}
+
 function resolverOf(spec: ToolSpec): ToolDefinition['resolve'] {
   if (spec.name === 'exec') return resolveExec;
   if (spec.name === 'session_start') return resolveSessionStart;
+  if (spec.name === 'terminal') return resolveTerminal;
   if ((PROCESS_TOOLS as readonly string[]).includes(spec.name)) return (raw, policy) => resolveProcessTool(spec, raw, policy);
   return (raw, policy) => resolveFileTool(spec, raw, policy);
 }
@@ -144,25 +159,6 @@ export const TOOLS: ReadonlyMap<string, ToolDefinition> = new Map(
   ]),
 );
 
-/**
- * The `terminal` tool (contract/tools/terminal.ts): not in `TOOLS` (it is started by
- * `POST .../terminals`, which checks the policy's `terminals.max` first). Needs exec enabled;
- * the idle and absolute timeouts and the output backlog come from the policy's `terminals`.
- */
-export const TERMINAL_TOOL: ToolDefinition = {
-  spec: terminalSpec as ToolSpec,
-  name: terminalSpec.name,
-  version: terminalSpec.version,
-  resolve: (raw, policy) => {
-    if (!policy.tools.exec.enabled)
-      throw new AppError('policy.tool_denied', `policy ${policy.name} disables exec, so terminals too`, { details: { tool: 'terminal' } });
-    const rules = policy.terminals;
-    const timeoutMs = rules.maxDurationSeconds * 1000;
-    const args = terminalSpec.args.parse({ ...(raw as object), idleTimeoutMs: rules.idleTimeoutSeconds * 1000, timeoutMs });
-    return { args, accesses: [{ kind: 'all' }], timeoutMs, maxOutputBytes: rules.maxOutputBytes };
-  },
-};
-
 /** The public description of every tool, input schemas as JSON Schema (draft 2020-12). */
 export function describeTools(): Array<{
   name: string;
@@ -171,8 +167,8 @@ export function describeTools(): Array<{
   effectClasses: string[];
   inputSchema: unknown;
 }> {
-  // session_start is the sessions API's own (POST /v1/sandboxes/:id/sessions), not a tool to call.
-  return TOOL_SPECS.filter((t) => t.name !== 'session_start').map((t) => ({
+  // An internal tool (a session's shell, a terminal) is its own route's, not a tool to call.
+  return TOOL_SPECS.filter(isOfferedAsCall).map((t) => ({
     name: t.name,
     version: t.version,
     description: t.description,

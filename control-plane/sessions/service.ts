@@ -8,12 +8,11 @@
 import { randomBytes } from 'node:crypto';
 import { AppError } from '../../contract/errors.js';
 import type { CallView, ToolResult } from '../../contract/objects.js';
+import { detachedStateOf, waitUntilRunning } from '../calls/detached-calls.js';
 import type { CallLease, CallService } from '../calls/service.js';
 import type { CreateSessionBody, SessionExecBody, SessionView } from './schema.js';
 import type { SessionRecord, SessionStore } from './store.js';
 
-/** How long a create waits for the shell to start, ms. */
-const START_WAIT_MS = 30_000;
 /** How long a delete waits for the shell's tree to be gone, ms. */
 const DELETE_WAIT_MS = 15_000;
 
@@ -58,7 +57,7 @@ export class SessionService {
       await store.release(lease.id, sessionId);
       throw err;
     }
-    const call = await calls.waitFinished(lease.id, sessionId, START_WAIT_MS);
+    const call = await waitUntilRunning(calls, lease.id, sessionId);
     if (call.status === 'finished' && call.result && call.result.status !== 'detached') {
       await store.release(lease.id, sessionId);
       const error = call.result.error;
@@ -135,11 +134,11 @@ export class SessionService {
 function viewOf(record: SessionRecord, call: CallView): SessionView {
   const finished = call.status === 'finished' ? call.result : null;
   const data = (finished?.data ?? null) as { endedBy?: string } | null;
-  const pid = (call.detached?.data as { pid?: number } | null | undefined)?.pid ?? null;
+  const { state, pid } = detachedStateOf(call);
   return {
     sessionId: record.sessionId,
     sandboxId: record.sandboxId,
-    status: finished ? 'ended' : call.status === 'detached' ? 'running' : 'starting',
+    status: state,
     callId: record.callId,
     pid,
     cwd: record.cwd,

@@ -8,9 +8,9 @@ import { z } from 'zod';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
-import { streamSse } from '../http/sse.js';
 import type { LeaseService } from '../leases/service.js';
 import type { Notifier } from '../redis/notifier.js';
+import { streamCallEvents } from '../calls/routes.js';
 import { CallEventsHeaders } from '../calls/schema.js';
 import type { LiveIn } from '../agent-link/live-in.js';
 import type { CallStore } from '../calls/store.js';
@@ -128,18 +128,7 @@ export const terminalsRoutes: FastifyPluginAsync<TerminalsRoutesOptions> = async
     async (request, reply) => {
       const { id, terminalId } = request.params;
       await terminals.get(id, terminalId);
-      await streamSse(
-        request,
-        reply,
-        notifier,
-        {
-          channel: store.notifyChannel(id, terminalId),
-          read: (seq) => store.readEvents(id, terminalId, seq),
-          isTerminal: (event) => event.type === 'call.finished',
-          ended: async () => (await store.getCall(id, terminalId))?.status === 'finished',
-        },
-        Number(request.headers['last-event-id'] ?? 0),
-      );
+      await streamCallEvents(request, reply, { store, notifier }, id, terminalId);
     },
   );
 

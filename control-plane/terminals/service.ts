@@ -9,12 +9,10 @@ import { AppError } from '../../contract/errors.js';
 import type { CallView } from '../../contract/objects.js';
 import type { InputMessage } from '../../contract/queue.js';
 import type { InputOut } from '../agent-link/input-out.js';
+import { detachedStateOf, waitUntilRunning } from '../calls/detached-calls.js';
 import type { CallLease, CallService } from '../calls/service.js';
-import { TERMINAL_TOOL } from '../calls/tools.js';
+import { terminalSpec } from '../../contract/tools/terminal.js';
 import type { CreateTerminalBody, StdinBody, TerminalInputBody, TerminalSize, TerminalView } from './schema.js';
-
-/** How long a create waits for the terminal's program to start, ms. */
-const START_WAIT_MS = 30_000;
 
 export interface TerminalServiceDeps {
   calls: Pick<CallService, 'submit' | 'get' | 'openCalls' | 'waitFinished' | 'cancel'>;
@@ -23,11 +21,10 @@ export interface TerminalServiceDeps {
 
 /** The terminal's view of its call. */
 export function terminalView(call: CallView): TerminalView {
-  const pid = typeof call.detached?.data?.pid === 'number' ? call.detached.data.pid : null;
-  const status = call.status === 'finished' ? 'exited' : call.status === 'detached' ? 'running' : 'starting';
+  const { state, pid } = detachedStateOf(call);
   return {
     terminalId: call.callId,
-    status,
+    status: state === 'ended' ? 'exited' : state,
     pid,
     exitCode: call.result?.exitCode ?? null,
     signal: call.result?.signal ?? null,
@@ -51,12 +48,8 @@ export class TerminalService {
         details: { open, max },
       });
     }
-    const { call } = await this.deps.calls.submit(
-      lease,
-      { tool: TERMINAL_TOOL.name, args: { ...body, env: body.env ?? {} } },
-      TERMINAL_TOOL,
-    );
-    const started = await this.deps.calls.waitFinished(lease.id, call.callId, START_WAIT_MS);
+    const { call } = await this.deps.calls.submit(lease, { tool: terminalSpec.name, args: { ...body, env: body.env ?? {} } });
+    const started = await waitUntilRunning(this.deps.calls, lease.id, call.callId);
     const result = started.result;
     // Nothing ran (a missing cwd, a spawn failure): the create fails with the reason.
     if (result?.error && result.receipt?.commitState === 'not_started') {
@@ -147,7 +140,7 @@ export class TerminalService {
       if (err instanceof AppError && err.code === 'call.not_found') call = null as never;
       else throw err;
     }
-    if (!call || call.tool !== TERMINAL_TOOL.name) {
+    if (!call || call.tool !== terminalSpec.name) {
       throw new AppError('terminal.not_found', `no terminal ${terminalId} in sandbox ${leaseId}`, { details: { terminalId } });
     }
     return call;
@@ -156,7 +149,7 @@ export class TerminalService {
   private async openTerminals(leaseId: string): Promise<number> {
     const ids = await this.deps.calls.openCalls(leaseId);
     const calls = await Promise.all(ids.map((id) => this.deps.calls.get(leaseId, id).catch(() => null)));
-    return calls.filter((c) => c?.tool === TERMINAL_TOOL.name).length;
+    return calls.filter((c) => c?.tool === terminalSpec.name).length;
   }
 }
 

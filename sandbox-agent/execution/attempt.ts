@@ -2,7 +2,7 @@
  * What a tool implementation gets for one attempt and what it hands back. The call runner turns
  * an `AttemptOutcome` into the receipt and the result; tools never build those themselves.
  */
-import type { ErrorInfo } from '../../contract/errors.js';
+import { errorInfo, type ErrorInfo } from '../../contract/errors.js';
 import type { EventBody } from '../../contract/events.js';
 import type { CommitState, EffectReceipt, ResultStatus, ToolResult } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
@@ -112,5 +112,43 @@ export function outcomeWithoutRun(
     stderr: '',
     truncation: null,
     modelText: error.message,
+  };
+}
+
+/** The part of an outcome that says how the attempt went. */
+export type Verdict = Pick<AttemptOutcome, 'status' | 'commitState' | 'error'>;
+
+/**
+ * The verdict on a program stopped by its timeout (`timed_out`, `execution.timeout`) or by a
+ * cancel (`cancelled`, `execution.cancelled`): what it did before is `unknown`. `message` says
+ * what was stopped and how.
+ */
+export function stoppedVerdict(killedBy: 'timeout' | 'cancel', message: string, details?: Record<string, unknown>): Verdict {
+  return killedBy === 'timeout'
+    ? { status: 'timed_out', commitState: 'unknown', error: errorInfo('execution.timeout', message, details) }
+    : { status: 'cancelled', commitState: 'unknown', error: errorInfo('execution.cancelled', message, details) };
+}
+
+/**
+ * The verdict on a program that ended by itself: exit 0 `succeeded`; another code `failed` with
+ * `execution.nonzero_exit` (committed: it ran to its end); a signal `failed` with
+ * `execution.signaled` (unknown: the signal may have cut an effect short). `note` ends the
+ * nonzero message (e.g. `; the session has ended`); `killed` names what the signal killed.
+ */
+export function exitVerdict(
+  exit: { code: number | null; signal: string | null },
+  wording: { note?: string; killed?: string } = {},
+): Verdict {
+  const note = wording.note ?? '';
+  if (exit.code === 0) return { status: 'succeeded', commitState: 'committed', error: null };
+  if (exit.code !== null) {
+    const error = errorInfo('execution.nonzero_exit', `exited with code ${exit.code}${note}`, { exitCode: exit.code });
+    return { status: 'failed', commitState: 'committed', error };
+  }
+  const what = wording.killed ? `${wording.killed} was killed` : 'killed';
+  return {
+    status: 'failed',
+    commitState: 'unknown',
+    error: errorInfo('execution.signaled', `${what} by ${exit.signal}`, { signal: exit.signal }),
   };
 }

@@ -9,7 +9,7 @@ import { errorInfo } from '../../contract/errors.js';
 import type { ExecArgs } from '../../contract/tools/exec.js';
 import { sessionStartSpec, type SessionStartArgs } from '../../contract/tools/session.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
-import { EXEC_ENV_DEFAULTS } from '../tools/exec.js';
+import { toolUserEnv } from '../tools/exec.js';
 import { runSessionCommand } from './session-command.js';
 import { ShellSession } from './shell-session.js';
 
@@ -65,16 +65,7 @@ export class ShellSessions {
     if (this.live.has(sessionId) || this.ended.has(sessionId)) {
       return outcomeWithoutRun('failed', 'not_started', errorInfo('input.invalid', `session ${sessionId} exists already`), startedAt);
     }
-    const env = {
-      ...EXEC_ENV_DEFAULTS,
-      ...ctx.imageEnv,
-      ...ctx.networkEnv,
-      HOME: ctx.toolUser.home,
-      USER: ctx.toolUser.name,
-      LOGNAME: ctx.toolUser.name,
-      ...ctx.leaseEnv,
-      ...args.env,
-    };
+    const env = toolUserEnv(ctx, { ...ctx.leaseEnv, ...args.env });
     let shell: ShellSession;
     try {
       shell = await ShellSession.start({

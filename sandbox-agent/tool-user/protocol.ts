@@ -8,7 +8,7 @@ import { ErrorCodeSchema } from '../../contract/errors.js';
 import { TOOL_SPECS, type ProcessToolName, type ToolName } from '../../contract/tools.js';
 
 /** The worker's operations: every tool under the `files` limits (all but exec, session_start and the process tools), by its spec's name. */
-export type FileOpName = Exclude<ToolName, 'exec' | 'session_start' | ProcessToolName>;
+export type FileOpName = Exclude<ToolName, 'exec' | 'session_start' | 'terminal' | ProcessToolName>;
 export const FILE_OPS: readonly FileOpName[] = TOOL_SPECS.filter((s) => s.limits === 'files').map((s) => s.name as FileOpName);
 
 /** An operation to run, or (`cancel`) the id of one to stop: its child processes are killed. */

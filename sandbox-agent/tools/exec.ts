@@ -9,14 +9,20 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { errorInfo } from '../../contract/errors.js';
-import type { EffectReceipt, StreamTruncation } from '../../contract/objects.js';
+import type { EffectReceipt } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
 import { execSpec, type ExecArgs } from '../../contract/tools/exec.js';
-import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
+import {
+  exitVerdict,
+  outcomeWithoutRun,
+  stoppedVerdict,
+  type AgentTool,
+  type AttemptContext,
+  type AttemptOutcome,
+} from '../execution/attempt.js';
 import type { ProvidedSecrets } from '../host/secrets.js';
 import { modelTextOf } from '../output/model-text.js';
-import { OutputPipeline, type StreamSummary } from '../output/output-pipeline.js';
-import { StreamSpool } from '../output/spool.js';
+import { OutputCapture } from '../output/output-capture.js';
 import { readCgroupCounters, rose } from '../host/cgroup-counters.js';
 import { killProcessGroup, sweepProcesses } from '../host/process-sweep.js';
 
@@ -34,6 +40,30 @@ export const EXEC_ENV_DEFAULTS: Readonly<Record<string, string>> = {
 /** The PATH the tools run with: the image's, else the default one. */
 export function toolsPath(config: Pick<AgentConfig, 'imageEnv'>): string {
   return config.imageEnv.PATH ?? EXEC_ENV_DEFAULTS.PATH!;
+}
+
+/**
+ * The environment a program of the tool user runs with (exec, a session's shell, a terminal),
+ * from the weakest to the strongest: `defaults`, the image's Env (its PATH, PYTHONPATH, a conda
+ * prefix), sbx's own (the egress proxy variables, `extra`, the tool user's HOME, USER and
+ * LOGNAME), then `userEnv` (the lease's and the call's variables).
+ */
+export function toolUserEnv(
+  ctx: Pick<AttemptContext, 'imageEnv' | 'networkEnv' | 'toolUser'>,
+  userEnv: Record<string, string>,
+  defaults: Readonly<Record<string, string>> = EXEC_ENV_DEFAULTS,
+  extra: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    ...defaults,
+    ...ctx.imageEnv,
+    ...ctx.networkEnv,
+    ...extra,
+    HOME: ctx.toolUser.home,
+    USER: ctx.toolUser.name,
+    LOGNAME: ctx.toolUser.name,
+    ...userEnv,
+  };
 }
 
 export const OOM_FIRST = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null;';
@@ -90,16 +120,7 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
 async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Date, provided: ProvidedSecrets): Promise<AttemptOutcome> {
   // A secret's variable wins over a lease or call variable of the same name: it was asked for by name.
   const userEnv = { ...ctx.leaseEnv, ...args.env, ...provided.env };
-  // The image's Env (its PATH, PYTHONPATH, a conda prefix) over the defaults, under everything sbx or the lease sets.
-  const env = {
-    ...EXEC_ENV_DEFAULTS,
-    ...ctx.imageEnv,
-    ...ctx.networkEnv,
-    HOME: ctx.toolUser.home,
-    USER: ctx.toolUser.name,
-    LOGNAME: ctx.toolUser.name,
-    ...userEnv,
-  };
+  const env = toolUserEnv(ctx, userEnv);
   // The image's variables are named, not valued, like the lease's (the manifest has their names too).
   const imageKeys = Object.keys(ctx.imageEnv);
   const defaults = Object.fromEntries(Object.entries(EXEC_ENV_DEFAULTS).filter(([k]) => !imageKeys.includes(k)));
@@ -118,15 +139,6 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
     args.cmd !== undefined
       ? ['-c', `${OOM_FIRST}${combine} exec ${ctx.shell} -c -- "$0"`, args.cmd]
       : ['-c', `${OOM_FIRST}${combine} exec "$@"`, 'sbx-exec', ...args.argv!];
-  const mark = args.combinedOutput ? { combined: true as const } : {};
-
-  const pipeline = new OutputPipeline(
-    {
-      chunk: (stream, offset, data) => ctx.emit({ type: 'output', stream, offset, dataBase64: data.toString('base64'), ...mark }),
-      truncated: (stream, keptBytes) => ctx.emit({ type: 'output.truncated', stream, keptBytes, ...mark }),
-    },
-    { maxKeptBytes: ctx.maxOutputBytes },
-  );
 
   const countersBefore = await readCgroupCounters();
   let child: ChildProcessWithoutNullStreams;
@@ -162,28 +174,13 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   // `stdin: "pipe"`: bytes arrive in order on the call's input stream until `eof` (or the exit).
   const input = args.stdin === PIPE_STDIN ? pipeStdin(ctx, child) : (child.stdin.end(args.stdin ?? ''), null);
   // Every byte is redacted first (each secret value of the lease becomes [REDACTED:name], also
-  // split across reads), then counted and hashed (pipeline) and spooled up to the artifact cap:
-  // nothing downstream ever holds a value. When the spool's buffer is full the pipe is paused
-  // until it drains, so memory stays bounded.
-  const spools = {
-    stdout: new StreamSpool(ctx.spool.dir, `${ctx.attemptId}.stdout`, ctx.spool.maxArtifactBytes, ctx.spool.budget),
-    stderr: new StreamSpool(ctx.spool.dir, `${ctx.attemptId}.stderr`, ctx.spool.maxArtifactBytes, ctx.spool.budget),
-  };
-  const redactors = { stdout: ctx.secrets.redaction.stream(), stderr: ctx.secrets.redaction.stream() };
-  /** Passes redacted bytes on; false when the spool wants the pipe paused. */
-  const forward = (stream: 'stdout' | 'stderr', data: Buffer): boolean => {
-    if (data.length === 0) return true;
-    pipeline.write(stream, data);
-    return spools[stream].write(data);
-  };
+  // split across reads), then counted and hashed and spooled up to the artifact cap: nothing
+  // downstream ever holds a value. When the spool's buffer is full the pipe is paused until it
+  // drains, so memory stays bounded.
+  const capture = new OutputCapture(ctx, { streams: ['stdout', 'stderr'], combined: args.combinedOutput });
   for (const stream of ['stdout', 'stderr'] as const) {
     const source = child[stream];
-    source.on('data', (d: Buffer) => {
-      if (!forward(stream, redactors[stream].push(d))) {
-        source.pause();
-        spools[stream].onDrain(() => source.resume());
-      }
-    });
+    source.on('data', (d: Buffer) => capture.write(stream, d, source));
   }
 
   let killedBy: 'timeout' | 'cancel' | null = null;
@@ -226,40 +223,11 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   const killedProcesses =
     killedInGroup + (args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.processTrees.sessionIds()));
   await drain(child.stdout, child.stderr);
-  // What a redactor held back (a possible start of a value) ends the stream; the spool takes it on close.
-  for (const stream of ['stdout', 'stderr'] as const) forward(stream, redactors[stream].end());
-  pipeline.flush();
-  await Promise.all([spools.stdout.close(), spools.stderr.close()]);
-  const out = pipeline.summary('stdout');
-  const err = pipeline.summary('stderr');
   // A stream cut in the result goes whole (up to the cap) to an artifact; the rest of the spool goes.
-  const artifacts: AttemptOutcome['artifacts'] = [];
-  const truncationOf = async (stream: 'stdout' | 'stderr', s: StreamSummary): Promise<StreamTruncation | null> => {
-    if (s.keptBytes === s.bytes) {
-      await spools[stream].remove();
-      return null;
-    }
-    try {
-      artifacts.push(await ctx.uploadArtifact(spools[stream].path, `${stream}.log`, 'application/octet-stream'));
-    } finally {
-      await spools[stream].remove();
-    }
-    const artifact = artifacts.at(-1)!;
-    return {
-      truncated: true,
-      originalBytes: s.bytes,
-      keptBytes: s.keptBytes,
-      strategy: 'head',
-      fullArtifact: artifact.id,
-      artifactTruncated: spools[stream].truncated,
-    };
-  };
-  const truncationStdout = await truncationOf('stdout', out);
-  const truncationStderr = await truncationOf('stderr', err);
+  const captured = await capture.finish();
+  const { stdout: out, stderr: err } = captured.summaries;
   const endedAt = new Date();
-  const stdout = out.kept.toString('utf8');
-  const stderr = err.kept.toString('utf8');
-  const truncated = truncationStdout !== null || truncationStderr !== null;
+  const stderr = captured.fields.stderr;
   const base = {
     startedAt,
     endedAt,
@@ -269,15 +237,7 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
     cleanup: { killedProcesses },
     versions: [],
     data: null,
-    outputs: {
-      stdout: { bytes: out.bytes, sha256: out.sha256, keptBytes: out.keptBytes },
-      stderr: { bytes: err.bytes, sha256: err.sha256, keptBytes: err.keptBytes },
-      ...mark,
-    },
-    stdout,
-    stderr,
-    truncation: truncated ? { stdout: truncationStdout, stderr: truncationStderr } : null,
-    artifacts,
+    ...captured.fields,
     secretsUsed: provided.names,
   };
   const modelText = (headline: string): string => modelTextOf(headline, out, err);
@@ -286,18 +246,14 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   if (killedBy === 'timeout') {
     return {
       ...base,
-      status: 'timed_out',
-      commitState: 'unknown',
-      error: errorInfo('execution.timeout', `timed out after ${ctx.timeoutMs} ms; process group killed`, { timeoutMs: ctx.timeoutMs }),
+      ...stoppedVerdict('timeout', `timed out after ${ctx.timeoutMs} ms; process group killed`, { timeoutMs: ctx.timeoutMs }),
       modelText: modelText(`timed out after ${ctx.timeoutMs} ms (effects may be partial)`),
     };
   }
   if (killedBy === 'cancel') {
     return {
       ...base,
-      status: 'cancelled',
-      commitState: 'unknown',
-      error: errorInfo('execution.cancelled', 'cancelled while running; process group killed'),
+      ...stoppedVerdict('cancel', 'cancelled while running; process group killed'),
       modelText: modelText('cancelled while running (effects may be partial)'),
     };
   }
@@ -335,25 +291,8 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
       modelText: modelText(`exit ${exit.code}: no space left on device`),
     };
   }
-  if (exit.code === 0) {
-    return { ...base, status: 'succeeded', commitState: 'committed', error: null, modelText: modelText(`exit 0 in ${durationText}`) };
-  }
-  if (exit.code !== null) {
-    return {
-      ...base,
-      status: 'failed',
-      commitState: 'committed',
-      error: errorInfo('execution.nonzero_exit', `exited with code ${exit.code}`, { exitCode: exit.code }),
-      modelText: modelText(`exit ${exit.code} in ${durationText}`),
-    };
-  }
-  return {
-    ...base,
-    status: 'failed',
-    commitState: 'unknown',
-    error: errorInfo('execution.signaled', `killed by ${exit.signal}`, { signal: exit.signal }),
-    modelText: modelText(`killed by ${exit.signal}`),
-  };
+  const ended = exit.code === null ? `killed by ${exit.signal}` : `exit ${exit.code} in ${durationText}`;
+  return { ...base, ...exitVerdict(exit), modelText: modelText(ended) };
 }
 
 /**

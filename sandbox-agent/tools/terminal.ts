@@ -13,24 +13,26 @@
  * supplementary groups (root's) would be inherited; they are set to the tool user's group for
  * the instant of the fork (synchronous) and put back.
  */
-import { createHash } from 'node:crypto';
 import { constants } from 'node:os';
 import { spawn as spawnPty, type IPty } from 'node-pty';
 import { errorInfo } from '../../contract/errors.js';
-import type { StreamTruncation } from '../../contract/objects.js';
 import { MAX_TERMINAL_CELLS, terminalSpec, type TerminalArgs } from '../../contract/tools/terminal.js';
-import { outcomeWithoutRun, type AgentTool, type AttemptContext, type AttemptOutcome } from '../execution/attempt.js';
+import {
+  exitVerdict,
+  outcomeWithoutRun,
+  stoppedVerdict,
+  type AgentTool,
+  type AttemptContext,
+  type AttemptOutcome,
+} from '../execution/attempt.js';
 import { signalSession } from '../host/session-kill.js';
-import { OutputPipeline } from '../output/output-pipeline.js';
-import { StreamSpool } from '../output/spool.js';
-import { checkCwd, EXEC_ENV_DEFAULTS, OOM_FIRST } from './exec.js';
+import { OutputCapture } from '../output/output-capture.js';
+import { checkCwd, EXEC_ENV_DEFAULTS, OOM_FIRST, toolUserEnv } from './exec.js';
 
 /** Time between SIGHUP (a terminal hung up) and SIGKILL of the terminal's session, ms. */
 const HANGUP_GRACE_MS = 2000;
 /** The EOF character of a terminal in canonical mode (^D). */
 const EOF_CHAR = '\x04';
-/** A terminal has one output stream (stdout); stderr is written to the same terminal. */
-const EMPTY_STREAM = { bytes: 0, sha256: createHash('sha256').digest('hex'), keptBytes: 0 };
 
 export const terminalTool: AgentTool<TerminalArgs> = {
   name: terminalSpec.name,
@@ -67,18 +69,13 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
   if (cwdError) return outcomeWithoutRun('failed', 'not_started', errorInfo('input.cwd_not_found', cwdError, { cwd }), startedAt);
 
   const userEnv = { ...ctx.leaseEnv, ...args.env };
-  const env: Record<string, string> = {
-    LANG: EXEC_ENV_DEFAULTS.LANG!,
-    PATH: EXEC_ENV_DEFAULTS.PATH!,
-    ...ctx.imageEnv,
-    ...ctx.networkEnv,
-    TERM: 'xterm-256color',
-    HOME: ctx.toolUser.home,
-    USER: ctx.toolUser.name,
-    LOGNAME: ctx.toolUser.name,
-    SHELL: ctx.shell,
-    ...userEnv,
-  };
+  // Of exec's non-interactive defaults only LANG and PATH: a terminal is interactive (colour, a pager).
+  const env = toolUserEnv(
+    ctx,
+    userEnv,
+    { LANG: EXEC_ENV_DEFAULTS.LANG!, PATH: EXEC_ENV_DEFAULTS.PATH! },
+    { TERM: 'xterm-256color', SHELL: ctx.shell },
+  );
   // As exec: the OOM killer takes the terminal's processes first; `cmd` runs in the sandbox's shell.
   const argv =
     args.cmd !== undefined ? ['-c', `${OOM_FIRST} exec ${ctx.shell} -c -- "$0"`, args.cmd] : ['-c', `${OOM_FIRST} exec ${ctx.shell} -l`];
@@ -94,16 +91,20 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
   // Kept as the terminal's (detach kept it as a background call's): the sweep after an exec spares it.
   ctx.processTrees.keep(pid, { kind: 'terminal', id: ctx.callId });
 
-  const pipeline = new OutputPipeline(
-    {
-      chunk: (stream, offset, data) => ctx.emit({ type: 'output', stream, offset, dataBase64: data.toString('base64') }),
-      truncated: (stream, keptBytes) => ctx.emit({ type: 'output.truncated', stream, keptBytes }),
-    },
+  // Bytes published live so far: the same offsets as the output events, up to the same bound.
+  let liveBytes = 0;
+  const capture = new OutputCapture(ctx, {
+    streams: ['stdout'],
+    names: { stdout: 'transcript' },
+    keepArtifact: 'always',
     // Keystroke echo is latency-bound: batches are flushed within a millisecond.
-    { maxKeptBytes: ctx.maxOutputBytes, flushIntervalMs: 1, maxBatchBytes: 32 * 1024 },
-  );
-  const spool = new StreamSpool(ctx.spool.dir, `${ctx.attemptId}.transcript`, ctx.spool.maxArtifactBytes, ctx.spool.budget);
-  const redactor = ctx.secrets.redaction.stream();
+    batching: { flushIntervalMs: 1, maxBatchBytes: 32 * 1024 },
+    // Attached clients get the bytes now, the ledger's events follow.
+    onRedacted: (_stream, data) => {
+      if (liveBytes + data.length <= ctx.maxOutputBytes) ctx.publishLive(liveBytes, data);
+      liveBytes += data.length;
+    },
+  });
 
   let killedBy: 'timeout' | 'cancel' | null = null;
   let idle = false;
@@ -126,20 +127,9 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
   };
   touch();
 
-  // Bytes published live so far: the same offsets as the output events, up to the same bound.
-  let liveBytes = 0;
   pty.onData((chunk: string | Buffer) => {
     touch();
-    const data = redactor.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk));
-    if (data.length === 0) return;
-    // Keystroke echo is latency-bound: attached clients get the bytes now, the ledger's events follow.
-    if (liveBytes + data.length <= ctx.maxOutputBytes) ctx.publishLive(liveBytes, data);
-    liveBytes += data.length;
-    pipeline.write('stdout', data);
-    if (!spool.write(data)) {
-      pty.pause();
-      spool.onDrain(() => pty.resume());
-    }
+    capture.write('stdout', Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk), pty);
   });
   const input = ctx.openInput(ctx.callId, (message) => {
     if (exited) return;
@@ -173,31 +163,8 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
   const killedProcesses = await signalSession(pid, 'SIGKILL');
   ctx.processTrees.release(pid);
   await input.close();
-  const rest = redactor.end();
-  if (rest.length > 0) {
-    pipeline.write('stdout', rest);
-    spool.write(rest);
-  }
-  pipeline.flush();
-  await spool.close();
-  const summary = pipeline.summary('stdout');
-  let transcript: { id: string; sha256: string; size: number };
-  try {
-    transcript = await ctx.uploadArtifact(spool.path, 'transcript.log', 'application/octet-stream');
-  } finally {
-    await spool.remove();
-  }
-  const truncation: StreamTruncation | null =
-    summary.keptBytes === summary.bytes
-      ? null
-      : {
-          truncated: true,
-          originalBytes: summary.bytes,
-          keptBytes: summary.keptBytes,
-          strategy: 'head',
-          fullArtifact: transcript.id,
-          artifactTruncated: spool.truncated,
-        };
+  const captured = await capture.finish();
+  const transcript = captured.artifactOf.stdout!;
   const endedAt = new Date();
   const base = {
     startedAt,
@@ -213,52 +180,25 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
     data: {
       terminalId: ctx.callId,
       pid,
-      transcript: { artifactId: transcript.id, sha256: transcript.sha256, size: transcript.size, truncated: spool.truncated },
+      transcript: {
+        artifactId: transcript.artifact.id,
+        sha256: transcript.artifact.sha256,
+        size: transcript.artifact.size,
+        truncated: transcript.spoolTruncated,
+      },
     },
-    outputs: { stdout: { bytes: summary.bytes, sha256: summary.sha256, keptBytes: summary.keptBytes }, stderr: EMPTY_STREAM },
-    stdout: summary.kept.toString('utf8'),
-    stderr: '',
-    truncation: truncation ? { stdout: truncation, stderr: null } : null,
-    artifacts: [transcript],
+    ...captured.fields,
     secretsUsed: [],
   };
   const ended = exit.signal ? `killed by ${exit.signal}` : `exit ${exit.code}`;
-  const modelText = `terminal ${ctx.callId} ended (${ended}); transcript ${transcript.id} (${transcript.size} bytes)`;
-  if (killedBy === 'cancel') {
-    return {
-      ...base,
-      status: 'cancelled',
-      commitState: 'unknown',
-      error: errorInfo('execution.cancelled', 'terminal closed; its session was hung up and killed'),
-      modelText,
-    };
-  }
+  const modelText = `terminal ${ctx.callId} ended (${ended}); transcript ${transcript.artifact.id} (${transcript.artifact.size} bytes)`;
+  if (killedBy === 'cancel')
+    return { ...base, ...stoppedVerdict('cancel', 'terminal closed; its session was hung up and killed'), modelText };
   if (killedBy === 'timeout') {
     const ms = idle ? args.idleTimeoutMs : ctx.timeoutMs;
     const why = idle ? `idle for ${ms} ms (no input or output)` : `open for ${ms} ms (the policy's maxDurationSeconds)`;
-    return {
-      ...base,
-      status: 'timed_out',
-      commitState: 'unknown',
-      error: errorInfo('execution.timeout', `terminal ${why}; its session was hung up and killed`, { timeoutMs: ms, idle }),
-      modelText,
-    };
+    const verdict = stoppedVerdict('timeout', `terminal ${why}; its session was hung up and killed`, { timeoutMs: ms, idle });
+    return { ...base, ...verdict, modelText };
   }
-  if (exit.code === 0) return { ...base, status: 'succeeded', commitState: 'committed', error: null, modelText };
-  if (exit.code !== null) {
-    return {
-      ...base,
-      status: 'failed',
-      commitState: 'committed',
-      error: errorInfo('execution.nonzero_exit', `exited with code ${exit.code}`, { exitCode: exit.code }),
-      modelText,
-    };
-  }
-  return {
-    ...base,
-    status: 'failed',
-    commitState: 'unknown',
-    error: errorInfo('execution.signaled', `killed by ${exit.signal}`, { signal: exit.signal }),
-    modelText,
-  };
+  return { ...base, ...exitVerdict(exit), modelText };
 }

@@ -7,13 +7,19 @@ import { describeError } from '../api.js';
 import { formatBytes, formatTime, h, replace } from '../dom.js';
 import { ImageEvent, ImageList, type ImageView } from '../envs-api.js';
 import type { PageFactory } from '../page.js';
+import { deleteButton, resourceTable } from '../resource-table.js';
 
 export const imagesPage: PageFactory = (ctx) => {
-  const body = h('tbody');
-  const empty = h('p', { class: 'empty' });
   const logTitle = h('h3', {});
   const log = h('pre', { class: 'build-log', id: 'image-log' });
   let shownLog: string | undefined;
+  const { body, empty, el } = resourceTable({
+    title: 'Images',
+    tableId: 'images',
+    headings: ['Status', 'Name', 'Image', 'Size', 'Created (UTC)', 'Error', ''],
+    reload: () => load(),
+    after: [logTitle, log],
+  });
 
   const showLog = async (image: ImageView): Promise<void> => {
     shownLog = image.id;
@@ -40,18 +46,6 @@ export const imagesPage: PageFactory = (ctx) => {
     }
   };
 
-  const remove = async (image: ImageView, button: HTMLButtonElement): Promise<void> => {
-    if (!confirm(`Delete image ${image.name ?? image.id}?`)) return;
-    button.disabled = true;
-    try {
-      await ctx.api.call('DELETE', `/v1/images/${encodeURIComponent(image.id)}`);
-      ctx.flash('ok', `Deleted ${image.id}.`);
-    } catch (err) {
-      ctx.flash('error', `Could not delete ${image.id}: ${describeError(err)}`);
-    }
-    await load();
-  };
-
   const load = async (): Promise<void> => {
     try {
       const { images } = await ctx.api.json('GET', '/v1/images', ImageList);
@@ -62,8 +56,12 @@ export const imagesPage: PageFactory = (ctx) => {
           .map((image) => {
             const logButton = h('button', { type: 'button', class: 'small', 'data-action': 'log' }, 'Build log');
             logButton.addEventListener('click', () => void showLog(image));
-            const del = h('button', { type: 'button', class: 'small danger', 'data-action': 'delete' }, 'Delete');
-            del.addEventListener('click', () => void remove(image, del));
+            const del = deleteButton(ctx, {
+              question: `Delete image ${image.name ?? image.id}?`,
+              path: `/v1/images/${encodeURIComponent(image.id)}`,
+              label: image.id,
+              reload: load,
+            });
             return h(
               'tr',
               { 'data-id': image.id, 'data-status': image.status },
@@ -83,24 +81,9 @@ export const imagesPage: PageFactory = (ctx) => {
     }
   };
 
-  const refresh = h('button', { type: 'button', class: 'small' }, 'Refresh');
-  refresh.addEventListener('click', () => void load());
   void load();
   return {
-    el: h(
-      'section',
-      {},
-      h('div', { class: 'toolbar' }, h('h2', {}, 'Images'), refresh),
-      h(
-        'table',
-        { class: 'data', id: 'images' },
-        h('thead', {}, h('tr', {}, ...['Status', 'Name', 'Image', 'Size', 'Created (UTC)', 'Error', ''].map((c) => h('th', {}, c)))),
-        body,
-      ),
-      empty,
-      logTitle,
-      log,
-    ),
+    el,
     dispose: () => {
       // A build still streaming keeps its request until it ends; nothing is shown from it.
       shownLog = undefined;

@@ -7,11 +7,17 @@ import { describeError } from '../api.js';
 import { formatBytes, formatTime, h, replace } from '../dom.js';
 import { ForkAnswer, type Snapshot, SnapshotList } from '../envs-api.js';
 import type { PageFactory } from '../page.js';
+import { deleteButton, resourceTable } from '../resource-table.js';
 
 export const snapshotsPage: PageFactory = (ctx) => {
-  const body = h('tbody');
-  const empty = h('p', { class: 'empty' });
   const forked = h('div', { id: 'fork-result' });
+  const { body, empty, el } = resourceTable({
+    title: 'Snapshots',
+    tableId: 'snapshots',
+    headings: ['Snapshot', 'Parent sandbox', 'Size', 'Policy', 'Writable roots', 'Created (UTC)', 'Expires (UTC)', 'Fork N'],
+    reload: () => load(),
+    after: [forked],
+  });
 
   const fork = async (snapshot: Snapshot, count: number, button: HTMLButtonElement): Promise<void> => {
     button.disabled = true;
@@ -35,18 +41,6 @@ export const snapshotsPage: PageFactory = (ctx) => {
     button.disabled = false;
   };
 
-  const remove = async (snapshot: Snapshot, button: HTMLButtonElement): Promise<void> => {
-    if (!confirm(`Delete snapshot ${snapshot.id} and its image?`)) return;
-    button.disabled = true;
-    try {
-      await ctx.api.call('DELETE', `/v1/snapshots/${encodeURIComponent(snapshot.id)}`);
-      ctx.flash('ok', `Deleted ${snapshot.id}.`);
-    } catch (err) {
-      ctx.flash('error', `Could not delete ${snapshot.id}: ${describeError(err)}`);
-    }
-    await load();
-  };
-
   const load = async (): Promise<void> => {
     try {
       const { snapshots } = await ctx.api.json('GET', '/v1/snapshots', SnapshotList);
@@ -56,8 +50,12 @@ export const snapshotsPage: PageFactory = (ctx) => {
           const count = h('input', { type: 'number', min: 1, value: 1, class: 'count', 'aria-label': 'How many sandboxes' });
           const forkButton = h('button', { type: 'button', class: 'small', 'data-action': 'fork' }, 'Fork');
           forkButton.addEventListener('click', () => void fork(snapshot, Number(count.value), forkButton));
-          const del = h('button', { type: 'button', class: 'small danger', 'data-action': 'delete' }, 'Delete');
-          del.addEventListener('click', () => void remove(snapshot, del));
+          const del = deleteButton(ctx, {
+            question: `Delete snapshot ${snapshot.id} and its image?`,
+            path: `/v1/snapshots/${encodeURIComponent(snapshot.id)}`,
+            label: snapshot.id,
+            reload: load,
+          });
           return h(
             'tr',
             { 'data-id': snapshot.id },
@@ -78,33 +76,9 @@ export const snapshotsPage: PageFactory = (ctx) => {
     }
   };
 
-  const refresh = h('button', { type: 'button', class: 'small' }, 'Refresh');
-  refresh.addEventListener('click', () => void load());
   void load();
   return {
-    el: h(
-      'section',
-      {},
-      h('div', { class: 'toolbar' }, h('h2', {}, 'Snapshots'), refresh),
-      h(
-        'table',
-        { class: 'data', id: 'snapshots' },
-        h(
-          'thead',
-          {},
-          h(
-            'tr',
-            {},
-            ...['Snapshot', 'Parent sandbox', 'Size', 'Policy', 'Writable roots', 'Created (UTC)', 'Expires (UTC)', 'Fork N'].map((c) =>
-              h('th', {}, c),
-            ),
-          ),
-        ),
-        body,
-      ),
-      empty,
-      forked,
-    ),
+    el,
     dispose: () => undefined,
   };
 };

@@ -7,12 +7,11 @@ import { describeError } from '../api.js';
 import { formatBytes, formatTime, h, replace } from '../dom.js';
 import { Volume, VolumeList } from '../envs-api.js';
 import type { PageFactory } from '../page.js';
+import { deleteButton, resourceTable } from '../resource-table.js';
 
 const MIB = 1024 * 1024;
 
 export const volumesPage: PageFactory = (ctx) => {
-  const body = h('tbody');
-  const empty = h('p', { class: 'empty' });
   const used = h('span', { class: 'muted', id: 'volumes-used' });
   const nameInput = h('input', {
     type: 'text',
@@ -25,18 +24,6 @@ export const volumesPage: PageFactory = (ctx) => {
   });
   const sizeInput = h('input', { type: 'number', id: 'volume-size', required: true, min: 16, value: 64 });
   const submit = h('button', { type: 'submit', class: 'primary' }, 'Create');
-
-  const remove = async (name: string, button: HTMLButtonElement): Promise<void> => {
-    if (!confirm(`Delete volume ${name} and everything on it?`)) return;
-    button.disabled = true;
-    try {
-      await ctx.api.call('DELETE', `/v1/volumes/${encodeURIComponent(name)}`);
-      ctx.flash('ok', `Deleted ${name}.`);
-    } catch (err) {
-      ctx.flash('error', `Could not delete ${name}: ${describeError(err)}`);
-    }
-    await load();
-  };
 
   const load = async (): Promise<void> => {
     try {
@@ -51,8 +38,12 @@ export const volumesPage: PageFactory = (ctx) => {
         ...volumes
           .sort((a, b) => a.name.localeCompare(b.name))
           .map((v) => {
-            const del = h('button', { type: 'button', class: 'small danger', 'data-action': 'delete' }, 'Delete');
-            del.addEventListener('click', () => void remove(v.name, del));
+            const del = deleteButton(ctx, {
+              question: `Delete volume ${v.name} and everything on it?`,
+              path: `/v1/volumes/${encodeURIComponent(v.name)}`,
+              label: v.name,
+              reload: load,
+            });
             return h(
               'tr',
               { 'data-name': v.name, 'data-state': v.state },
@@ -98,27 +89,18 @@ export const volumesPage: PageFactory = (ctx) => {
       });
   });
 
-  const refresh = h('button', { type: 'button', class: 'small' }, 'Refresh');
-  refresh.addEventListener('click', () => void load());
+  const { body, empty, el } = resourceTable({
+    title: 'Volumes',
+    tableId: 'volumes',
+    headings: ['Volume', 'Size', 'State', 'Writers', 'Mounted by', 'Created (UTC)', ''],
+    reload: () => load(),
+    toolbar: [used],
+    after: [form],
+  });
+
   void load();
   return {
-    el: h(
-      'section',
-      {},
-      h('div', { class: 'toolbar' }, h('h2', {}, 'Volumes'), refresh, used),
-      h(
-        'table',
-        { class: 'data', id: 'volumes' },
-        h(
-          'thead',
-          {},
-          h('tr', {}, ...['Volume', 'Size', 'State', 'Writers', 'Mounted by', 'Created (UTC)', ''].map((c) => h('th', {}, c))),
-        ),
-        body,
-      ),
-      empty,
-      form,
-    ),
+    el,
     dispose: () => undefined,
   };
 };
