@@ -16,6 +16,7 @@ export default defineConfig({
             'cli/**/*.test.ts',
             'console/**/*.test.ts',
             'deploy/**/*.test.ts',
+            'bench/**/*.test.ts',
           ],
           environment: 'node',
         },
