@@ -9,9 +9,9 @@
 import type { Readable } from 'node:stream';
 import type { BenchContext } from '../context.js';
 import { dockerExecOk } from '../baseline.js';
-import { figure, rateOf, side, target, times } from '../figure.js';
 import type { Figure } from '../schema.js';
 import { timeMs } from '../stats.js';
+import { transferFigure } from '../tree.js';
 
 const DIR = '/workspace/dl';
 
@@ -23,8 +23,9 @@ async function drain(stream: AsyncIterable<Uint8Array>): Promise<number> {
 }
 
 export async function downloadTree(ctx: BenchContext): Promise<Figure> {
-  const { bytes, runs } = ctx.settings.upload;
-  const { tar, files, contentBytes } = await ctx.uploadTree();
+  const { runs } = ctx.settings.upload;
+  const tree = await ctx.uploadTree();
+  const { tar, contentBytes } = tree;
   const id = await ctx.lease();
   const container = ctx.docker.getContainer(ctx.container(id));
   const ours: number[] = [];
@@ -50,13 +51,10 @@ export async function downloadTree(ctx: BenchContext): Promise<Figure> {
   } finally {
     await ctx.release(id);
   }
-  const mb = tar.length / 1e6;
-  return figure({
-    id: 'download',
-    title: `download a ${Math.round(bytes / 1e6)} MB tree (${files} files)`,
-    ours: side('GET .../files (tar)', ours, { rate: rateOf(mb, ours, 'MB/s') }),
-    baseline: side('dockerode getArchive, same directory', base, { rate: rateOf(mb, base, 'MB/s') }),
-    basis: 'rate',
-    targets: (s) => [target('≥ 0.8× baseline rate', s ?? NaN, '>=', 0.8, times)],
-  });
+  return transferFigure(
+    'download',
+    tree,
+    { what: 'GET .../files (tar)', samplesMs: ours },
+    { what: 'dockerode getArchive, same directory', samplesMs: base },
+  );
 }

@@ -8,13 +8,14 @@
  */
 import type { BenchContext } from '../context.js';
 import { dockerExecOk } from '../baseline.js';
-import { figure, rateOf, side, target, times } from '../figure.js';
 import type { Figure } from '../schema.js';
 import { timeMs } from '../stats.js';
+import { transferFigure } from '../tree.js';
 
 export async function uploadTree(ctx: BenchContext): Promise<Figure> {
-  const { bytes, runs } = ctx.settings.upload;
-  const { tar, files } = await ctx.uploadTree();
+  const { runs } = ctx.settings.upload;
+  const tree = await ctx.uploadTree();
+  const { tar, files } = tree;
   const id = await ctx.lease();
   const container = ctx.container(id);
   const ours: number[] = [];
@@ -38,13 +39,10 @@ export async function uploadTree(ctx: BenchContext): Promise<Figure> {
   } finally {
     await ctx.release(id);
   }
-  const mb = tar.length / 1e6;
-  return figure({
-    id: 'upload',
-    title: `upload a ${Math.round(bytes / 1e6)} MB tree (${files} files)`,
-    ours: side('PUT .../files (tar)', ours, { rate: rateOf(mb, ours, 'MB/s') }),
-    baseline: side('dockerode putArchive, same tar', base, { rate: rateOf(mb, base, 'MB/s') }),
-    basis: 'rate',
-    targets: (s) => [target('≥ 0.8× baseline rate', s ?? NaN, '>=', 0.8, times)],
-  });
+  return transferFigure(
+    'upload',
+    tree,
+    { what: 'PUT .../files (tar)', samplesMs: ours },
+    { what: 'dockerode putArchive, same tar', samplesMs: base },
+  );
 }
