@@ -11,6 +11,7 @@ import type { ToolResult } from '../contract/objects.js';
 import { memoryOf, agentPid, cpuTimeMsOf, type Memory } from './procfs.js';
 import type { RunningPlane } from './plane.js';
 import type { Settings } from './settings.js';
+import { mapLimit } from './stats.js';
 import { treeOf, type Tree } from './tree.js';
 
 /** Leased sandboxes made together, with how long each create took. */
@@ -47,6 +48,7 @@ export class BenchContext {
   /** Leases made through `lease()` and not yet released. */
   private readonly live = new Set<string>();
   private readonly agentPids = new Map<string, number>();
+  private readonly deferred: string[] = [];
   private redisConnection: Redis | undefined;
   private tree: Promise<Tree> | undefined;
   readonly carried: Carried = {};
@@ -89,6 +91,22 @@ export class BenchContext {
     await this.client.releaseSandbox(id);
     this.live.delete(id);
     this.agentPids.delete(id);
+  }
+
+  /**
+   * Marks a sandbox to be released by `releaseDeferred` at the end of the figure: a figure that
+   * leases one a sample keeps the releases (a container stop and removal each) out of its loop
+   * and then releases them together, several at a time. The idle sandboxes meanwhile load both
+   * sides of an alternating comparison alike.
+   */
+  deferRelease(id: string): void {
+    this.deferred.push(id);
+  }
+
+  /** Releases the sandboxes `deferRelease` marked, `concurrency` at a time; a failure is left to the final sweep. */
+  async releaseDeferred(concurrency = 8): Promise<void> {
+    const ids = this.deferred.splice(0);
+    await mapLimit(ids.length, concurrency, (i) => this.release(ids[i]!).catch(() => undefined));
   }
 
   async releaseAll(concurrency = 4): Promise<void> {
@@ -138,6 +156,7 @@ export class BenchContext {
 
   /** Releases what is left and closes the Redis connection. */
   async close(): Promise<void> {
+    await this.releaseDeferred();
     await this.releaseAll(8);
     this.redisConnection?.disconnect();
     this.redisConnection = undefined;

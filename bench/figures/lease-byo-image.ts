@@ -2,8 +2,8 @@
  * Cold lease of a bring-your-own image against the default image: an image built through
  * `POST /v1/images` (FROM the default image, one COPY and one RUN layer on top) leased by its id,
  * against cold leases of the default image, alternating so load from elsewhere falls on both;
- * one warm-up of each is not counted. The build is outside the timings; the image is deleted at
- * the end.
+ * one warm-up of each is not counted. The build is outside the timings; the sandboxes are
+ * released together at the end, then the image is deleted.
  */
 import type { BenchContext } from '../context.js';
 import { figure, side, target, times } from '../figure.js';
@@ -50,14 +50,15 @@ export async function leaseByoImage(ctx: BenchContext): Promise<Figure> {
     for (let i = 0; i <= ctx.settings.leases; i += 1) {
       let id = '';
       const t = await timeMs(async () => (id = (await ctx.client.createSandbox({ image: image.id })).id));
-      await ctx.client.releaseSandbox(id);
+      ctx.deferRelease(id);
       const b = await timeMs(async () => (id = await ctx.lease()));
-      await ctx.release(id);
+      ctx.deferRelease(id);
       if (i === 0) continue;
       ours.push(t);
       base.push(b);
     }
   } finally {
+    await ctx.releaseDeferred();
     await ctx.client.deleteImage(image.id).catch(() => undefined);
   }
   return figure({

@@ -3,7 +3,7 @@
  * default image with a small /workspace, until `ready`, against a cold `POST /v1/sandboxes` of
  * the same image (policy default, no pool). Ours and the baseline alternate, so load from
  * elsewhere falls on both; one warm-up of each is not counted; releases happen outside the
- * timings. Runs: `SBX_BENCH_LEASES`.
+ * timings, all together at the end. Runs: `SBX_BENCH_LEASES`.
  */
 import type { BenchContext } from '../context.js';
 import { figure, side, target, times } from '../figure.js';
@@ -25,15 +25,16 @@ export async function leaseFromSnapshot(ctx: BenchContext): Promise<Figure> {
         child = lease.id;
         if (lease.status !== 'ready') throw new Error(`lease ${lease.id} is ${lease.status}, not ready`);
       });
-      await ctx.client.releaseSandbox(child);
+      ctx.deferRelease(child);
       let cold = '';
       const b = await timeMs(async () => (cold = await ctx.lease()));
-      await ctx.release(cold);
+      ctx.deferRelease(cold);
       if (i === 0) continue;
       ours.push(t);
       base.push(b);
     }
   } finally {
+    await ctx.releaseDeferred();
     await ctx.client.deleteSnapshot(snap.id).catch(() => undefined);
   }
   return figure({
