@@ -47,14 +47,15 @@ describe('bench smoke', () => {
     const reportOnly = new Set(FIGURES.filter((f) => f.reportOnly).map((f) => f.id));
     for (const f of written.figures) {
       expect(f.ours.stats.count).toBeGreaterThan(0);
-      expect(f.durationMs).toBeGreaterThan(0);
+      // Its wall time: 0 ms for the floor when it reports exec-rtt's samples.
+      expect(f.durationMs).toBeGreaterThanOrEqual(0);
       // A figure with a target states it; one the issue only asks to report has none.
       expect(f.targets.length > 0).toBe(!reportOnly.has(f.id));
       if (f.baseline) expect(f.baseline.stats.count).toBeGreaterThan(0);
     }
     expect(renderTable(written)).toContain('| figure |');
     expect(renderTable(written)).toContain('time per figure (s): lease-cold ');
-  }, 240_000);
+  }, 360_000);
 
   it('refuses a figure id it does not know', async () => {
     await expect(runBench(readSettings({ SBX_BENCH_ONLY: 'nope', SBX_BENCH_OUT: join(dir, 'x.json') }), REPO_ROOT)).rejects.toThrow(
