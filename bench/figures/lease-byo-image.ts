@@ -7,8 +7,8 @@
  */
 import type { BenchContext } from '../context.js';
 import { figure, side, target, times } from '../figure.js';
+import { againstColdLeases } from '../fleet.js';
 import type { Figure } from '../schema.js';
-import { timeMs } from '../stats.js';
 
 /** A tar of `Dockerfile` and `payload.txt` (ustar, one 512-byte header each). */
 function contextTar(files: Record<string, string>): Uint8Array {
@@ -44,23 +44,13 @@ export async function leaseByoImage(ctx: BenchContext): Promise<Figure> {
   for await (const event of ctx.client.imageEvents(image.id)) {
     if (event.type === 'failed') throw new Error(`bench image build failed: ${event.error?.message ?? ''}`);
   }
-  const ours: number[] = [];
-  const base: number[] = [];
+  let sides: { ours: number[]; base: number[] };
   try {
-    for (let i = 0; i <= ctx.settings.leases; i += 1) {
-      let id = '';
-      const t = await timeMs(async () => (id = (await ctx.client.createSandbox({ image: image.id })).id));
-      ctx.deferRelease(id);
-      const b = await timeMs(async () => (id = await ctx.lease()));
-      ctx.deferRelease(id);
-      if (i === 0) continue;
-      ours.push(t);
-      base.push(b);
-    }
+    sides = await againstColdLeases(ctx, async () => (await ctx.client.createSandbox({ image: image.id })).id);
   } finally {
-    await ctx.releaseDeferred();
     await ctx.client.deleteImage(image.id).catch(() => undefined);
   }
+  const { ours, base } = sides;
   return figure({
     id: 'lease-byo-image',
     title: 'cold lease, built image vs default image',

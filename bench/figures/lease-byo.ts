@@ -7,29 +7,14 @@
  */
 import type { BenchContext } from '../context.js';
 import { figure, side, target, times } from '../figure.js';
+import { againstColdLeases } from '../fleet.js';
 import type { Figure } from '../schema.js';
-import { timeMs } from '../stats.js';
 
 /** An image on the engine without an sbx agent or Node: the base setup builds the default image from. */
 export const BYO_IMAGE = 'sbx-base:bookworm';
 
 export async function leaseByo(ctx: BenchContext): Promise<Figure> {
-  const ours: number[] = [];
-  const base: number[] = [];
-  try {
-    for (let i = 0; i <= ctx.settings.leases; i += 1) {
-      let id = '';
-      const t = await timeMs(async () => (id = await ctx.lease(undefined, BYO_IMAGE)));
-      ctx.deferRelease(id);
-      const b = await timeMs(async () => (id = await ctx.lease()));
-      ctx.deferRelease(id);
-      if (i === 0) continue;
-      ours.push(t);
-      base.push(b);
-    }
-  } finally {
-    await ctx.releaseDeferred();
-  }
+  const { ours, base } = await againstColdLeases(ctx, () => ctx.lease(undefined, BYO_IMAGE));
   return figure({
     id: 'lease-byo',
     title: 'lease latency, cold, bring-your-own image',
