@@ -40,7 +40,7 @@ import { uploadTree } from './figures/upload.js';
 import { startPlane } from './plane.js';
 import { Results, type Figure } from './schema.js';
 import { flatSettings, readSettings, type Settings } from './settings.js';
-import { renderTable } from './table.js';
+import { renderTable, rows } from './table.js';
 
 /** One row of the table: its id (`SBX_BENCH_ONLY` selects by it) and how it is measured. */
 export interface FigureEntry {
@@ -166,7 +166,8 @@ export async function runBench(
         await prepare(f);
         const result = await f.run(ctx);
         figures.push({ ...result, durationMs: Date.now() - t0 });
-        log(`bench: ${f.id} done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+        // Its rows at once, so a run cut short still shows what it measured.
+        log(`bench: ${f.id} done in ${((Date.now() - t0) / 1000).toFixed(1)} s\n${rows(result).join('\n')}`);
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
         failures.push({ id: f.id, message });

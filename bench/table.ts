@@ -6,7 +6,8 @@ const stats = (s: Stats, unit: string): string => `${num(s.p50)} / ${num(s.p95)}
 const sideCell = (s: Side | null): string =>
   s ? `${stats(s.stats, s.unit)}${s.rate ? `; **${num(s.rate.value)} ${s.rate.unit}**` : ''}` : '—';
 
-function rows(f: Figure): string[] {
+/** The table rows of one figure (its own, then one per extra measure). */
+export function rows(f: Figure): string[] {
   const speedup = f.speedup === null ? '—' : `${num(f.speedup)}× (${f.speedupBasis})`;
   const targets =
     f.targets.map((t) => `${t.met ? '✅ met' : '❌ **MISSED**'}: ${t.text} — ${t.measured}`).join('<br>') || 'reported (no target)';
