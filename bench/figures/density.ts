@@ -2,11 +2,12 @@
  * Density: N idle sandboxes (default 100), each asked to run `exec true` (ready for a first
  * call, not just "ready" in the ledger), then every agent's resident memory (RSS, and PSS:
  * shared pages split between the agents) read from the host, and the control plane's before and
- * after. The sandboxes are those `burst-cold` leased just before (N at once) when it ran, else
- * leased here with C creates in flight. No baseline. All are released at the end (outside any
- * timing).
+ * after. The sandboxes are those `burst-cold` leased just before (N at once) when it ran, topped
+ * up here with C creates in flight where creates of the burst failed (so the burst's misses are
+ * its own, not density's), else all leased here that way. No baseline. All are released at the
+ * end (outside any timing).
  */
-import type { BenchContext } from '../context.js';
+import type { BenchContext, Fleet } from '../context.js';
 import { figure, mib, side, target } from '../figure.js';
 import { leaseSteadily, releaseFleet } from '../fleet.js';
 import type { Figure } from '../schema.js';
@@ -16,8 +17,18 @@ export async function density(ctx: BenchContext): Promise<Figure> {
   const { sandboxes, concurrency } = ctx.settings.density;
   const carried = ctx.carried.fleet;
   ctx.carried.fleet = undefined;
-  const fleet = carried ?? (await leaseSteadily(ctx, sandboxes, concurrency));
-  const n = carried ? carried.ids.length + carried.errors.length : sandboxes;
+  const missing = sandboxes - (carried?.ids.length ?? 0);
+  const topUp = missing > 0 ? await leaseSteadily(ctx, missing, concurrency) : undefined;
+  const fleet: Fleet = carried
+    ? {
+        ...carried,
+        ids: [...carried.ids, ...(topUp?.ids ?? [])],
+        latenciesMs: [...carried.latenciesMs, ...(topUp?.latenciesMs ?? [])],
+        errors: topUp?.errors ?? [],
+        how: topUp ? `${carried.how} (burst-cold), ${missing} more ${topUp.how}` : `${carried.how} (burst-cold)`,
+      }
+    : topUp!;
+  const n = sandboxes;
   try {
     // Untimed: eight at a time, whatever the creates' concurrency was.
     const answered = await mapLimit(fleet.ids.length, 8, (i) =>
@@ -34,7 +45,7 @@ export async function density(ctx: BenchContext): Promise<Figure> {
     return figure({
       id: 'density',
       title: `density, ${n} idle sandboxes`,
-      ours: side(`lease latency, ${fleet.how}${carried ? ' (the burst-cold leases)' : ''}`, fleet.latenciesMs),
+      ours: side(`lease latency, ${fleet.how}`, fleet.latenciesMs),
       targets: () => [
         target(`all ${n} ready and answer a call`, ready, '>=', n, (v) => `${v} of ${n}`),
         target('agent RSS p50 ≤ 40 MiB', rss.p50, '<=', 40, mib),
