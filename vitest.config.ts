@@ -17,6 +17,7 @@ export default defineConfig({
             'console/**/*.test.ts',
             'deploy/**/*.test.ts',
             'sdk/**/*.test.ts',
+            'bench/**/*.test.ts',
           ],
           environment: 'node',
         },

@@ -1,15 +1,46 @@
 /**
  * What every figure gets: the API client of the control plane under test, a dockerode client of
  * the same engine, the settings, and helpers to lease sandboxes (remembered for cleanup), run
- * calls that must succeed, and read memory of the plane and of agents.
+ * calls that must succeed, and read memory of the plane and of agents. Figures that share work
+ * (the floor's samples, a fleet of leased sandboxes, the upload tree) hand it over in `carried`.
  */
 import Docker from 'dockerode';
 import { SbxClient } from '../sdk/index.js';
 import { connectRedis, redisOptions, type Redis } from '../control-plane/redis/connections.js';
 import type { ToolResult } from '../contract/objects.js';
-import { memoryOf, agentPid, type Memory } from './procfs.js';
+import { memoryOf, agentPid, cpuTimeMsOf, type Memory } from './procfs.js';
 import type { RunningPlane } from './plane.js';
 import type { Settings } from './settings.js';
+import { mapLimit } from './stats.js';
+import { treeOf, type Tree } from './tree.js';
+
+/** Leased sandboxes made together, with how long each create took. */
+export interface Fleet {
+  ids: string[];
+  /** Per successful create, ms. */
+  latenciesMs: number[];
+  /** Messages of the creates that failed. */
+  errors: string[];
+  /** How they were made, for the figure that reports them (`100 creates at once`). */
+  how: string;
+  /** The control plane's RSS before the first create. */
+  planeRssBeforeBytes: number;
+}
+
+/**
+ * Work one figure hands to a later one of the same run (bench/run.ts runs them in that order);
+ * the taker clears the field. A figure run alone makes its own.
+ */
+export interface Carried {
+  /** exec-rtt's samples of the physical floor, taken between its calls: the `floor` row reports them. */
+  floor?: { forkMs: number[]; pingMs: number[] };
+  /** Sandboxes the cold burst leased, for `density` to measure and release. */
+  fleet?: Fleet;
+  /** The throughput figure's sandboxes, for `cp-cpu` to call into and release. */
+  callers?: string[];
+  /** When the burst pool got its first claim (performance.now(), ms): burst-warm reports the fill time from it. */
+  burstPrimedAtMs?: number;
+}
 
 export class BenchContext {
   readonly client: SbxClient;
@@ -17,13 +48,18 @@ export class BenchContext {
   /** Leases made through `lease()` and not yet released. */
   private readonly live = new Set<string>();
   private readonly agentPids = new Map<string, number>();
+  private readonly deferred: string[] = [];
   private redisConnection: Redis | undefined;
+  private tree: Promise<Tree> | undefined;
+  readonly carried: Carried = {};
 
   constructor(
     readonly plane: RunningPlane,
     readonly settings: Settings,
     /** Progress lines go here (stderr), the table to stdout. */
     readonly log: (line: string) => void,
+    /** Ids of the figures this run runs (`willRun`); none by default (bench:profile runs no figure). */
+    private readonly selected: ReadonlySet<string> = new Set(),
   ) {
     this.client = new SbxClient(plane.url, plane.apiKey);
     this.docker = new Docker({ socketPath: plane.config.dockerSocket });
@@ -55,6 +91,22 @@ export class BenchContext {
     await this.client.releaseSandbox(id);
     this.live.delete(id);
     this.agentPids.delete(id);
+  }
+
+  /**
+   * Marks a sandbox to be released by `releaseDeferred` at the end of the figure: a figure that
+   * leases one a sample keeps the releases (a container stop and removal each) out of its loop
+   * and then releases them together, several at a time. The idle sandboxes meanwhile load both
+   * sides of an alternating comparison alike.
+   */
+  deferRelease(id: string): void {
+    this.deferred.push(id);
+  }
+
+  /** Releases the sandboxes `deferRelease` marked, `concurrency` at a time; a failure is left to the final sweep. */
+  async releaseDeferred(concurrency = 8): Promise<void> {
+    const ids = this.deferred.splice(0);
+    await mapLimit(ids.length, concurrency, (i) => this.release(ids[i]!).catch(() => undefined));
   }
 
   async releaseAll(concurrency = 4): Promise<void> {
@@ -91,9 +143,21 @@ export class BenchContext {
     return this.redisConnection;
   }
 
+  /** True when figure `id` runs in this run (a figure hands work over only to one that will take it). */
+  willRun(id: string): boolean {
+    return this.selected.has(id);
+  }
+
+  /** The upload tree (`SBX_BENCH_UPLOAD_BYTES` of random files, as one tar), made once per run. */
+  uploadTree(): Promise<Tree> {
+    this.tree ??= treeOf(this.settings.upload.bytes);
+    return this.tree;
+  }
+
   /** Releases what is left and closes the Redis connection. */
   async close(): Promise<void> {
-    await this.releaseAll();
+    await this.releaseDeferred();
+    await this.releaseAll(8);
     this.redisConnection?.disconnect();
     this.redisConnection = undefined;
   }
@@ -101,5 +165,10 @@ export class BenchContext {
   /** Memory of the control-plane process. */
   planeMemory(): Promise<Memory> {
     return memoryOf(this.plane.pid);
+  }
+
+  /** CPU time the control-plane process has used so far, ms (one clock tick resolution). */
+  planeCpuMs(): Promise<number> {
+    return cpuTimeMsOf(this.plane.pid);
   }
 }

@@ -11,6 +11,15 @@ export function side(
   return { what, unit: options.unit ?? 'ms', stats: summarize(samples), rate: options.rate ?? null };
 }
 
+/**
+ * Work per second over samples (ms each) that each did `perSample` units of work: the total work
+ * over the total time, so a slow sample weighs as long as it took. NaN for no samples.
+ */
+export function rateOf(perSample: number, samplesMs: readonly number[], unit: string): { value: number; unit: string } {
+  const totalMs = samplesMs.reduce((a, b) => a + b, 0);
+  return { value: samplesMs.length === 0 ? NaN : (perSample * samplesMs.length * 1000) / totalMs, unit };
+}
+
 /** baseline p50 / our p50 (latency), or our rate / baseline rate. */
 export function speedup(ours: Side, baseline: Side, basis: 'p50' | 'rate'): number {
   if (basis === 'rate') return (ours.rate?.value ?? 0) / (baseline.rate?.value || NaN);

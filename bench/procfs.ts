@@ -4,6 +4,7 @@
  * and /proc/<pid>/status on the host is the same process. Needs the bench to run on the Docker
  * host (as deploy/local does).
  */
+import { execFileSync } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import type Docker from 'dockerode';
 
@@ -36,4 +37,38 @@ export async function agentPid(docker: Docker, name: string): Promise<number> {
   const row = top.Processes.find((p) => p.some((col) => /^\S*node \S*sbx-agent\.cjs$/.test(col)));
   if (!row || pidCol < 0) throw new Error(`no agent process in ${name}`);
   return Number(row[pidCol]);
+}
+
+/**
+ * User plus system CPU time in clock ticks from the text of /proc/<pid>/stat (proc(5): fields
+ * 14 `utime` and 15 `stime`, counted after the `)` that ends the command name, which may itself
+ * hold spaces and parentheses). Throws on text that is not a stat line.
+ */
+export function cpuTicksOfStat(stat: string): number {
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // After the name, field 3 (`state`) is index 0, so field n is index n - 3.
+  const utime = Number(fields[14 - 3]);
+  const stime = Number(fields[15 - 3]);
+  if (!stat.includes(')') || !Number.isInteger(utime) || !Number.isInteger(stime))
+    throw new Error(`not a /proc/<pid>/stat line: ${stat.slice(0, 80)}`);
+  return utime + stime;
+}
+
+let ticksPerSecond: number | undefined;
+
+/** Clock ticks per second of /proc's CPU times (`getconf CLK_TCK`; 100 where it cannot be asked). */
+function clockTicksPerSecond(): number {
+  if (ticksPerSecond === undefined) {
+    try {
+      ticksPerSecond = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+    } catch {
+      ticksPerSecond = 100;
+    }
+  }
+  return ticksPerSecond;
+}
+
+/** CPU time (user + system) `pid` has used since it started, ms, in steps of one clock tick (10 ms at 100 Hz). */
+export async function cpuTimeMsOf(pid: number): Promise<number> {
+  return (cpuTicksOfStat(await readFile(`/proc/${pid}/stat`, 'utf8')) * 1000) / clockTicksPerSecond();
 }

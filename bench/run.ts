@@ -3,8 +3,9 @@
  * measured side by side in one run on the same machine, image and containers, so that a ratio
  * survives a noisy machine. Starts its own control plane (bench/plane.ts) against the Docker
  * engine and Redis that deploy/local/setup.sh started, runs the figures in bench/figures/ one
- * after another, prints one Markdown table and writes the results (bench/schema.ts) to
- * `bench/results/latest.json`. Settings: bench/settings.ts (`SBX_BENCH_*`). Everything it makes
+ * after another (a few hand work to the next: see `Carried` in bench/context.ts), prints one
+ * Markdown table with the time each figure took and writes the results (bench/schema.ts) to
+ * `bench/results/latest.json` (a full run) or `bench/results/only-<ids>.json`. Settings: bench/settings.ts (`SBX_BENCH_*`). Everything it makes
  * carries its own `sbx.owner` label and Redis prefix and is removed at the end.
  */
 import { execFileSync } from 'node:child_process';
@@ -14,8 +15,12 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { removeOwned } from './baseline.js';
 import { BenchContext } from './context.js';
+import { burstCold, burstPool, burstWarm, BURST_POLICY, primeBurstPool } from './figures/burst.js';
+import { controlPlaneCpu } from './figures/cp-cpu.js';
 import { density } from './figures/density.js';
+import { downloadTree } from './figures/download.js';
 import { execRoundTrip } from './figures/exec-rtt.js';
+import { floor } from './figures/floor.js';
 import { sessionRoundTrip } from './figures/session-rtt.js';
 import { filesReadWrite } from './figures/files-rw.js';
 import { leaseByo } from './figures/lease-byo.js';
@@ -27,6 +32,7 @@ import { leaseWarm, WARM_POLICY } from './figures/lease-warm.js';
 import { pauseResume } from './figures/pause-resume.js';
 import { previewRoundTrip } from './figures/preview.js';
 import { snapshotOf } from './figures/snapshot.js';
+import { stdoutFirstByte } from './figures/stdout-first-byte.js';
 import { stdoutStream } from './figures/stdout-stream.js';
 import { terminalEcho } from './figures/terminal-echo.js';
 import { throughput } from './figures/throughput.js';
@@ -34,27 +40,51 @@ import { uploadTree } from './figures/upload.js';
 import { startPlane } from './plane.js';
 import { Results, type Figure } from './schema.js';
 import { flatSettings, readSettings, type Settings } from './settings.js';
-import { renderTable } from './table.js';
+import { renderTable, rows } from './table.js';
 
-/** The figures, in the order they run. */
-export const FIGURES: ReadonlyArray<{ id: string; run: (ctx: BenchContext) => Promise<Figure> }> = [
+/** One row of the table: its id (`SBX_BENCH_ONLY` selects by it) and how it is measured. */
+export interface FigureEntry {
+  id: string;
+  run: (ctx: BenchContext) => Promise<Figure>;
+  /**
+   * Untimed preparation that may overlap an earlier figure's untimed work: run once figure
+   * `after` finished (or just before this one when `after` does not run).
+   */
+  prepare?: { after: string; run: (ctx: BenchContext) => Promise<void> };
+  /** Only figures this report without a target (the issue asks for the number, sets no bound). */
+  reportOnly?: true;
+}
+
+/**
+ * The figures, in the order they run. Neighbours share work where it biases nothing:
+ * exec-rtt samples the floor between its calls (same load on both), throughput hands its warmed
+ * sandboxes to cp-cpu, burst-cold hands its sandboxes to density (memory, not time), and the
+ * burst pool fills while density runs. burst-warm is last: its pool refills after the burst.
+ */
+export const FIGURES: readonly FigureEntry[] = [
   { id: 'lease-cold', run: leaseCold },
   { id: 'lease-warm', run: leaseWarm },
   { id: 'lease-byo', run: leaseByo },
   { id: 'lease-byo-image', run: leaseByoImage },
   { id: 'exec-rtt', run: execRoundTrip },
+  { id: 'floor', run: floor, reportOnly: true },
   { id: 'session-rtt', run: sessionRoundTrip },
   { id: 'terminal-echo', run: terminalEcho },
+  { id: 'stdout-first-byte', run: stdoutFirstByte },
   { id: 'throughput', run: throughput },
+  { id: 'cp-cpu', run: controlPlaneCpu, reportOnly: true },
   { id: 'stdout-stream', run: stdoutStream },
   { id: 'files-rw', run: filesReadWrite },
   { id: 'upload', run: uploadTree },
-  { id: 'density', run: density },
+  { id: 'download', run: downloadTree },
   { id: 'pause-resume', run: pauseResume },
   { id: 'fork', run: forkOfN },
   { id: 'snapshot', run: snapshotOf },
   { id: 'lease-from-snapshot', run: leaseFromSnapshot },
   { id: 'preview', run: previewRoundTrip },
+  { id: 'burst-cold', run: burstCold },
+  { id: 'density', run: density },
+  { id: 'burst-warm', run: burstWarm, prepare: { after: 'burst-cold', run: primeBurstPool } },
 ];
 
 /** The checkout (this file is dist/bench/run.js or bench/run.ts). */
@@ -71,18 +101,20 @@ function git(repoRoot: string, ...args: string[]): string {
   }
 }
 
-/** Copies `default` into the warm-pool policy (the pool was configured when the plane started). */
-async function createWarmPolicy(ctx: BenchContext): Promise<void> {
+/** Copies `default` into the warm-pool policies (their pools were configured when the plane started). */
+async function createPoolPolicies(ctx: BenchContext): Promise<void> {
   const auth = { authorization: `Bearer ${ctx.plane.apiKey}` };
   const defaults = (await (await fetch(`${ctx.plane.url}/v1/policies/default`, { headers: auth })).json()) as {
     policy: Record<string, unknown>;
   };
-  const put = await fetch(`${ctx.plane.url}/v1/policies/${WARM_POLICY}`, {
-    method: 'PUT',
-    headers: { ...auth, 'content-type': 'application/json' },
-    body: JSON.stringify({ ...defaults.policy, name: WARM_POLICY, version: 1, description: 'default, with a warm pool (bench)' }),
-  });
-  if (!put.ok) throw new Error(`could not create the ${WARM_POLICY} policy: ${await put.text()}`);
+  for (const name of [WARM_POLICY, BURST_POLICY]) {
+    const put = await fetch(`${ctx.plane.url}/v1/policies/${name}`, {
+      method: 'PUT',
+      headers: { ...auth, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...defaults.policy, name, version: 1, description: 'default, with a warm pool (bench)' }),
+    });
+    if (!put.ok) throw new Error(`could not create the ${name} policy: ${await put.text()}`);
+  }
 }
 
 /**
@@ -100,12 +132,16 @@ export async function runBench(
   if (unknown.length > 0)
     throw new Error(`SBX_BENCH_ONLY names unknown figures: ${unknown.join(', ')} (known: ${FIGURES.map((f) => f.id).join(', ')})`);
   const loadStart = os.loadavg()[0]!;
+  const runs = (id: string): boolean => selected.some((f) => f.id === id);
   const plane = await startPlane({
     repoRoot,
-    warmPools: selected.some((f) => f.id === 'lease-warm') ? [{ policy: WARM_POLICY, min: 2, max: 2 }] : [],
+    warmPools: [
+      ...(runs('lease-warm') ? [{ policy: WARM_POLICY, min: 2, max: 2 }] : []),
+      ...(runs('burst-warm') ? [burstPool(settings.burst)] : []),
+    ],
     cpuProfDir: settings.cpuProfDir,
   });
-  const ctx = new BenchContext(plane, settings, log);
+  const ctx = new BenchContext(plane, settings, log, new Set(selected.map((f) => f.id)));
   const figures: Figure[] = [];
   const failures: Array<{ id: string; message: string }> = [];
   let otherContainers = 0;
@@ -114,18 +150,30 @@ export async function runBench(
     dockerVersion = ((await ctx.docker.version()) as { Version: string }).Version;
     const running = await ctx.docker.listContainers();
     otherContainers = running.filter((c) => c.Labels?.['sbx.owner'] !== plane.config.owner).length;
-    await createWarmPolicy(ctx);
+    await createPoolPolicies(ctx);
+    const prepared = new Set<string>();
+    const prepare = async (f: FigureEntry): Promise<void> => {
+      if (!f.prepare || prepared.has(f.id)) return;
+      prepared.add(f.id);
+      await f.prepare
+        .run(ctx)
+        .catch((err: unknown) => log(`bench: preparing ${f.id} failed: ${err instanceof Error ? err.message : String(err)}`));
+    };
     for (const f of selected) {
       const t0 = Date.now();
       log(`bench: ${f.id} ...`);
       try {
-        figures.push(await f.run(ctx));
-        log(`bench: ${f.id} done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+        await prepare(f);
+        const result = await f.run(ctx);
+        figures.push({ ...result, durationMs: Date.now() - t0 });
+        // Its rows at once, so a run cut short still shows what it measured.
+        log(`bench: ${f.id} done in ${((Date.now() - t0) / 1000).toFixed(1)} s\n${rows(result).join('\n')}`);
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
         failures.push({ id: f.id, message });
         log(`bench: ${f.id} FAILED: ${message}`);
       }
+      for (const later of selected) if (later.prepare?.after === f.id) await prepare(later);
     }
   } finally {
     await ctx.close().catch(() => undefined);

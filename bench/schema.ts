@@ -51,6 +51,8 @@ export const Figure = z.object({
   /** Further measures of the figure (agent RSS, control-plane RSS, ...). */
   extra: z.array(z.object({ what: z.string(), unit: z.string(), stats: Stats })),
   notes: z.array(z.string()),
+  /** Wall time the figure took in the run, set-up and clean-up included (ms); absent in results of older runs. */
+  durationMs: z.number().nonnegative().optional(),
 });
 export type Figure = z.infer<typeof Figure>;
 

@@ -1,6 +1,6 @@
 /**
  * Counts and durations of `npm run bench`, from `SBX_BENCH_*` environment variables. The
- * defaults fit a full run into about 5 minutes on a 2-core machine; the smoke test sets them tiny.
+ * defaults fit a full run into 10 minutes on a 2-core machine; the smoke test sets them tiny.
  */
 import { z } from 'zod';
 
@@ -23,12 +23,18 @@ const Env = z.object({
   /** Files written and read back, and the size of each (bytes). */
   SBX_BENCH_FILES: count(1000),
   SBX_BENCH_FILE_BYTES: count(4096),
+  /** Of those files, how many the baseline also writes and reads (every k-th, spread evenly over the run). */
+  SBX_BENCH_FILES_BASELINE: count(250),
   /** Upload: total tree size (bytes, in files of 1 MiB or less) and runs per side. */
   SBX_BENCH_UPLOAD_BYTES: count(100_000_000),
   SBX_BENCH_UPLOAD_RUNS: count(3),
   /** Density: idle sandboxes leased at once, and how many creates are in flight at a time. */
   SBX_BENCH_DENSITY: count(100),
   SBX_BENCH_DENSITY_CONCURRENCY: count(4),
+  /** Burst: creates started at once (cold, and warm from a pool of as many; at most 100, a pool's limit). */
+  SBX_BENCH_BURST: count(100),
+  /** Control-plane CPU: `exec true` calls between the two readings of its CPU time. */
+  SBX_BENCH_CPU_CALLS: count(1000),
   /** Comma-separated figure ids to run (default: all). */
   SBX_BENCH_ONLY: z.string().default(''),
   /** Where the results go (default bench/results/latest.json in the checkout). */
@@ -43,9 +49,12 @@ export interface Settings {
   calls: number;
   throughput: { sandboxes: number; concurrency: number; seconds: number };
   stream: { bytes: number; runs: number };
-  files: { count: number; bytes: number };
+  /** `baseline`: how many of the `count` files the baseline also writes and reads. */
+  files: { count: number; bytes: number; baseline: number };
   upload: { bytes: number; runs: number };
   density: { sandboxes: number; concurrency: number };
+  burst: number;
+  cpuCalls: number;
   only: string[];
   out: string | undefined;
   cpuProfDir: string | undefined;
@@ -64,9 +73,11 @@ export function readSettings(env: Record<string, string | undefined>): Settings 
       seconds: e.SBX_BENCH_THROUGHPUT_SECONDS,
     },
     stream: { bytes: e.SBX_BENCH_STREAM_BYTES, runs: e.SBX_BENCH_STREAM_RUNS },
-    files: { count: e.SBX_BENCH_FILES, bytes: e.SBX_BENCH_FILE_BYTES },
+    files: { count: e.SBX_BENCH_FILES, bytes: e.SBX_BENCH_FILE_BYTES, baseline: Math.min(e.SBX_BENCH_FILES_BASELINE, e.SBX_BENCH_FILES) },
     upload: { bytes: e.SBX_BENCH_UPLOAD_BYTES, runs: e.SBX_BENCH_UPLOAD_RUNS },
     density: { sandboxes: e.SBX_BENCH_DENSITY, concurrency: e.SBX_BENCH_DENSITY_CONCURRENCY },
+    burst: e.SBX_BENCH_BURST,
+    cpuCalls: e.SBX_BENCH_CPU_CALLS,
     only: e.SBX_BENCH_ONLY.split(',')
       .map((s) => s.trim())
       .filter(Boolean),
@@ -88,10 +99,13 @@ export function flatSettings(s: Settings): Record<string, number | string | bool
     streamRuns: s.stream.runs,
     files: s.files.count,
     fileBytes: s.files.bytes,
+    filesBaseline: s.files.baseline,
     uploadBytes: s.upload.bytes,
     uploadRuns: s.upload.runs,
     density: s.density.sandboxes,
     densityConcurrency: s.density.concurrency,
+    burst: s.burst,
+    cpuCalls: s.cpuCalls,
     only: s.only.join(','),
     cpuProfile: s.cpuProfDir !== undefined,
   };

@@ -50,4 +50,14 @@ export async function closedLoop(
   return { latenciesMs, elapsedMs: performance.now() - start };
 }
 
+/**
+ * Which of `count` items to pick so that `picks` of them are spread evenly over the run (the
+ * first, then about every count/picks-th): `true` at the picked indices.
+ */
+export function spreadPicks(count: number, picks: number): boolean[] {
+  const n = Math.max(0, Math.min(picks, count));
+  // Item i opens bucket floor(i·n/count); the first item of each of the n buckets is picked.
+  return Array.from({ length: count }, (_, i) => (i === 0 ? n > 0 : Math.floor((i * n) / count) > Math.floor(((i - 1) * n) / count)));
+}
+
 export const MiB = 1024 * 1024;

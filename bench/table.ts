@@ -6,9 +6,11 @@ const stats = (s: Stats, unit: string): string => `${num(s.p50)} / ${num(s.p95)}
 const sideCell = (s: Side | null): string =>
   s ? `${stats(s.stats, s.unit)}${s.rate ? `; **${num(s.rate.value)} ${s.rate.unit}**` : ''}` : '—';
 
-function rows(f: Figure): string[] {
+/** The table rows of one figure (its own, then one per extra measure). */
+export function rows(f: Figure): string[] {
   const speedup = f.speedup === null ? '—' : `${num(f.speedup)}× (${f.speedupBasis})`;
-  const targets = f.targets.map((t) => `${t.met ? '✅ met' : '❌ **MISSED**'}: ${t.text} — ${t.measured}`).join('<br>') || '—';
+  const targets =
+    f.targets.map((t) => `${t.met ? '✅ met' : '❌ **MISSED**'}: ${t.text} — ${t.measured}`).join('<br>') || 'reported (no target)';
   const out = [`| ${f.title} | ${f.ours.stats.count} | ${sideCell(f.ours)} | ${sideCell(f.baseline)} | ${speedup} | ${targets} |`];
   for (const e of f.extra) out.push(`| ↳ ${e.what} | ${e.stats.count} | ${stats(e.stats, e.unit)} | | | |`);
   return out;
@@ -24,5 +26,12 @@ export function renderTable(r: Results): string {
     '|---|---|---|---|---|---|',
   ];
   const failures = r.failures.map((f) => `| ${f.id} | — | ❌ **FAILED**: ${f.message.replace(/\|/g, '\\|').slice(0, 200)} | | | |`);
-  return [...head, ...r.figures.flatMap(rows), ...failures].join('\n');
+  return [...head, ...r.figures.flatMap(rows), ...failures, '', timeLine(r)].join('\n');
+}
+
+/** Where the run's time went: each figure's wall time (set-up and clean-up included), in run order. */
+export function timeLine(r: Results): string {
+  const timed = r.figures.filter((f) => f.durationMs !== undefined);
+  const sum = timed.reduce((a, f) => a + f.durationMs!, 0);
+  return `time per figure (s): ${timed.map((f) => `${f.id} ${(f.durationMs! / 1000).toFixed(0)}`).join(', ')}; figures ${(sum / 1000).toFixed(0)} of ${(r.durationMs / 1000).toFixed(0)} s`;
 }

@@ -19,13 +19,16 @@ export async function forkOfN(ctx: BenchContext): Promise<Figure> {
   try {
     let forked: string[] = [];
     const t = await timeMs(async () => (forked = (await ctx.client.fork(snap.id, { count: n })).map((l) => l.id)));
-    for (const id of forked) await ctx.client.releaseSandbox(id).catch(() => undefined);
+    forked.forEach((id) => ctx.deferRelease(id));
+    await ctx.releaseDeferred();
     ours.push(t / n);
     let cold: string[] = [];
     const b = await timeMs(async () => (cold = await Promise.all(Array.from({ length: n }, () => ctx.lease()))));
-    for (const id of cold) await ctx.release(id).catch(() => undefined);
+    cold.forEach((id) => ctx.deferRelease(id));
+    await ctx.releaseDeferred();
     base.push(b / n);
   } finally {
+    await ctx.releaseDeferred();
     await ctx.release(parent).catch(() => undefined);
     await ctx.client.deleteSnapshot(snap.id).catch(() => undefined);
   }

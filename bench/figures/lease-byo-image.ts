@@ -2,13 +2,13 @@
  * Cold lease of a bring-your-own image against the default image: an image built through
  * `POST /v1/images` (FROM the default image, one COPY and one RUN layer on top) leased by its id,
  * against cold leases of the default image, alternating so load from elsewhere falls on both;
- * one warm-up of each is not counted. The build is outside the timings; the image is deleted at
- * the end.
+ * one warm-up of each is not counted. The build is outside the timings; the sandboxes are
+ * released together at the end, then the image is deleted.
  */
 import type { BenchContext } from '../context.js';
 import { figure, side, target, times } from '../figure.js';
+import { againstColdLeases } from '../fleet.js';
 import type { Figure } from '../schema.js';
-import { timeMs } from '../stats.js';
 
 /** A tar of `Dockerfile` and `payload.txt` (ustar, one 512-byte header each). */
 function contextTar(files: Record<string, string>): Uint8Array {
@@ -44,22 +44,13 @@ export async function leaseByoImage(ctx: BenchContext): Promise<Figure> {
   for await (const event of ctx.client.imageEvents(image.id)) {
     if (event.type === 'failed') throw new Error(`bench image build failed: ${event.error?.message ?? ''}`);
   }
-  const ours: number[] = [];
-  const base: number[] = [];
+  let sides: { ours: number[]; base: number[] };
   try {
-    for (let i = 0; i <= ctx.settings.leases; i += 1) {
-      let id = '';
-      const t = await timeMs(async () => (id = (await ctx.client.createSandbox({ image: image.id })).id));
-      await ctx.client.releaseSandbox(id);
-      const b = await timeMs(async () => (id = await ctx.lease()));
-      await ctx.release(id);
-      if (i === 0) continue;
-      ours.push(t);
-      base.push(b);
-    }
+    sides = await againstColdLeases(ctx, async () => (await ctx.client.createSandbox({ image: image.id })).id);
   } finally {
     await ctx.client.deleteImage(image.id).catch(() => undefined);
   }
+  const { ours, base } = sides;
   return figure({
     id: 'lease-byo-image',
     title: 'cold lease, built image vs default image',

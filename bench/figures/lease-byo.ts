@@ -3,29 +3,18 @@
  * no sbx agent and no Node (the Debian base, `sbx-base:bookworm`) until `ready`, against the same
  * cold lease of the default image. Both get the agent from the runtime mount; the difference is
  * what the image's own probe costs (its programs, its libc). Alternating, one warm-up of each
- * not counted; releases outside the timings.
+ * not counted; releases outside the timings, all together at the end.
  */
 import type { BenchContext } from '../context.js';
 import { figure, side, target, times } from '../figure.js';
+import { againstColdLeases } from '../fleet.js';
 import type { Figure } from '../schema.js';
-import { timeMs } from '../stats.js';
 
 /** An image on the engine without an sbx agent or Node: the base setup builds the default image from. */
 export const BYO_IMAGE = 'sbx-base:bookworm';
 
 export async function leaseByo(ctx: BenchContext): Promise<Figure> {
-  const ours: number[] = [];
-  const base: number[] = [];
-  for (let i = 0; i <= ctx.settings.leases; i += 1) {
-    let id = '';
-    const t = await timeMs(async () => (id = await ctx.lease(undefined, BYO_IMAGE)));
-    await ctx.release(id);
-    const b = await timeMs(async () => (id = await ctx.lease()));
-    await ctx.release(id);
-    if (i === 0) continue;
-    ours.push(t);
-    base.push(b);
-  }
+  const { ours, base } = await againstColdLeases(ctx, () => ctx.lease(undefined, BYO_IMAGE));
   return figure({
     id: 'lease-byo',
     title: 'lease latency, cold, bring-your-own image',

@@ -3,39 +3,32 @@
  * default image with a small /workspace, until `ready`, against a cold `POST /v1/sandboxes` of
  * the same image (policy default, no pool). Ours and the baseline alternate, so load from
  * elsewhere falls on both; one warm-up of each is not counted; releases happen outside the
- * timings. Runs: `SBX_BENCH_LEASES`.
+ * timings, all together at the end. Runs: `SBX_BENCH_LEASES`.
  */
 import type { BenchContext } from '../context.js';
 import { figure, side, target, times } from '../figure.js';
+import { againstColdLeases } from '../fleet.js';
 import type { Figure } from '../schema.js';
-import { timeMs } from '../stats.js';
 
 export async function leaseFromSnapshot(ctx: BenchContext): Promise<Figure> {
   const parent = await ctx.lease();
   await ctx.call(parent, 'exec', { cmd: 'mkdir -p /workspace/src && seq 1 20000 > /workspace/src/data.txt' });
   const snap = await ctx.client.snapshotSandbox(parent);
   await ctx.release(parent);
-  const ours: number[] = [];
-  const base: number[] = [];
+  let sides: { ours: number[]; base: number[] };
   try {
-    for (let i = 0; i <= ctx.settings.leases; i += 1) {
-      let child = '';
-      const t = await timeMs(async () => {
-        const lease = await ctx.client.createSandbox({ snapshot: snap.id });
-        child = lease.id;
-        if (lease.status !== 'ready') throw new Error(`lease ${lease.id} is ${lease.status}, not ready`);
-      });
-      await ctx.client.releaseSandbox(child);
-      let cold = '';
-      const b = await timeMs(async () => (cold = await ctx.lease()));
-      await ctx.release(cold);
-      if (i === 0) continue;
-      ours.push(t);
-      base.push(b);
-    }
+    sides = await againstColdLeases(ctx, async () => {
+      const lease = await ctx.client.createSandbox({ snapshot: snap.id });
+      if (lease.status !== 'ready') {
+        ctx.deferRelease(lease.id);
+        throw new Error(`lease ${lease.id} is ${lease.status}, not ready`);
+      }
+      return lease.id;
+    });
   } finally {
     await ctx.client.deleteSnapshot(snap.id).catch(() => undefined);
   }
+  const { ours, base } = sides;
   return figure({
     id: 'lease-from-snapshot',
     title: 'lease from a snapshot vs a cold lease of the same image',

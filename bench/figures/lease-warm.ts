@@ -31,6 +31,6 @@ export async function leaseWarm(ctx: BenchContext): Promise<Figure> {
     id: 'lease-warm',
     title: 'lease latency, warm pool',
     ours,
-    targets: () => [target('p50 ≤ 50 ms', ours.stats.p50, '<=', 50, ms), target('p95 ≤ 150 ms', ours.stats.p95, '<=', 150, ms)],
+    targets: () => [target('p50 ≤ 20 ms', ours.stats.p50, '<=', 20, ms), target('p95 ≤ 40 ms', ours.stats.p95, '<=', 40, ms)],
   });
 }

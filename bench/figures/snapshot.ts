@@ -8,7 +8,7 @@
  */
 import type { BenchContext } from '../context.js';
 import { dockerExecOk } from '../baseline.js';
-import { figure, side, target, times } from '../figure.js';
+import { figure, rateOf, side, target, times } from '../figure.js';
 import type { Figure } from '../schema.js';
 import { timeMs } from '../stats.js';
 
@@ -39,15 +39,11 @@ export async function snapshotOf(ctx: BenchContext): Promise<Figure> {
     await ctx.release(id);
   }
   const mb = bytes / 1e6;
-  const rate = (s: number[]): { value: number; unit: string } => ({
-    value: (mb * s.length * 1000) / s.reduce((a, b) => a + b, 0),
-    unit: 'MB/s',
-  });
   return figure({
     id: 'snapshot',
     title: `snapshot of a sandbox with ${Math.round(mb)} MB written into /workspace`,
-    ours: side('POST /v1/sandboxes/:id/snapshots', ours, { rate: rate(ours) }),
-    baseline: side('docker commit + docker exec tar of /workspace', base, { rate: rate(base) }),
+    ours: side('POST /v1/sandboxes/:id/snapshots', ours, { rate: rateOf(mb, ours, 'MB/s') }),
+    baseline: side('docker commit + docker exec tar of /workspace', base, { rate: rateOf(mb, base, 'MB/s') }),
     basis: 'rate',
     targets: (s) => [target('≥ 0.8× baseline rate', s ?? NaN, '>=', 0.8, times)],
     notes: [

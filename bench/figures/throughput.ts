@@ -3,6 +3,7 @@
  * looping `exec true` with `?wait` for D seconds (default 10); against the same number of
  * callers looping dockerode exec create+start+inspect of `true` in the same containers for the
  * same time. Rate = calls completed / time until the last one ended; the latencies are per call.
+ * The sandboxes go on to `cp-cpu` when it runs next (it releases them).
  */
 import type { BenchContext } from '../context.js';
 import { dockerExecOk } from '../baseline.js';
@@ -12,8 +13,9 @@ import { closedLoop, mapLimit } from '../stats.js';
 
 export async function throughput(ctx: BenchContext): Promise<Figure> {
   const { sandboxes, concurrency, seconds } = ctx.settings.throughput;
-  const ids = await mapLimit(sandboxes, 4, () => ctx.lease());
+  const ids = await mapLimit(sandboxes, 8, () => ctx.lease());
   const workers = sandboxes * concurrency;
+  let handedOver = false;
   try {
     // A short warm-up of both paths (connections, JIT), not counted.
     await closedLoop(workers, 500, (w) => ctx.call(ids[w % sandboxes]!, 'exec', { argv: ['true'] }, 60).then(() => undefined));
@@ -30,6 +32,10 @@ export async function throughput(ctx: BenchContext): Promise<Figure> {
     const b = side(`${workers} callers, dockerode exec true`, base.latenciesMs, {
       rate: { value: (base.latenciesMs.length / base.elapsedMs) * 1000, unit: 'calls/s' },
     });
+    if (ctx.willRun('cp-cpu')) {
+      ctx.carried.callers = ids;
+      handedOver = true;
+    }
     return figure({
       id: 'throughput',
       title: `throughput, ${sandboxes}×${concurrency} exec true, ${seconds} s`,
@@ -38,13 +44,10 @@ export async function throughput(ctx: BenchContext): Promise<Figure> {
       basis: 'rate',
       targets: (s) => [
         target('≥ 300 calls/s', o.rate!.value, '>=', 300, perSecond('calls/s')),
-        target('≥ 5× baseline', s ?? NaN, '>=', 5, times),
-      ],
-      notes: [
-        'an exec call may touch anything, so one sandbox runs its exec calls one at a time (the scheduler); the 8 callers of a sandbox queue behind each other, docker execs do not',
+        target('≥ 10× baseline', s ?? NaN, '>=', 10, times),
       ],
     });
   } finally {
-    await mapLimit(ids.length, 4, (i) => ctx.release(ids[i]!));
+    if (!handedOver) await mapLimit(ids.length, 8, (i) => ctx.release(ids[i]!));
   }
 }
