@@ -78,6 +78,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
   await mkdir(config.spool.dir, { recursive: true });
   await chmod(config.spool.dir, 0o711);
   for (const name of await readdir(config.spool.dir)) await rm(`${config.spool.dir}/${name}`, { force: true, recursive: true });
+  mark('spool');
   // Taken before anything runs: a lease missing a granted secret fails instead of starting.
   const secrets = await LeaseSecrets.load(config, () => redis.getdel(keys.secrets));
   mark('redis');
