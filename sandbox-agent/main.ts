@@ -203,9 +203,10 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
   ]);
 
   const hello: AgentHello = { leaseId: config.leaseId, facts: await facts, startedAt: new Date().toISOString() };
-  await redis.rpush(keys.hello, JSON.stringify(hello));
+  // Logged before the hello goes: the lease is ready (and may be released) as soon as it arrives.
   mark('ready');
   log.info({ concurrency, startupMs, codeCache }, 'agent ready');
+  await redis.rpush(keys.hello, JSON.stringify(hello));
 
   const shutdown = async (): Promise<void> => {
     await queueWorker.close();
