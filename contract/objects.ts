@@ -62,6 +62,15 @@ export const SandboxFacts = z.object({
 export type SandboxFacts = z.infer<typeof SandboxFacts>;
 
 /**
+ * The part of SandboxFacts that only the image, the tool user and the agent runtime decide (OS,
+ * toolchain, C library, programs): what costs an agent a dozen probe processes at start. The
+ * control plane keeps what the first agent of an image measured and hands it to later agents of
+ * the same image (AgentConfig `imageFacts`), which then start without probing (issue 14).
+ */
+export const ImageFacts = SandboxFacts.pick({ os: true, toolchain: true, libc: true, programs: true });
+export type ImageFacts = z.infer<typeof ImageFacts>;
+
+/**
  * The image of a sandbox: the reference asked for, the engine's id, and (optional: manifests made
  * before) the image's own config — `Env` names only (values stay out), `WorkingDir` (the tools'
  * default cwd), `User`, `Labels`, and `Entrypoint`/`Cmd`, which are recorded and never run (the

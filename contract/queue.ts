@@ -24,7 +24,7 @@
 import { z } from 'zod';
 import { EventBody } from './events.js';
 import { PreviewOpen } from './previews.js';
-import { SandboxFacts, ToolResult } from './objects.js';
+import { ImageFacts, SandboxFacts, ToolResult } from './objects.js';
 import { SecretFilePath, SecretName } from './secrets.js';
 import { Access, EnvMap, EnvName } from './tools.js';
 
@@ -137,6 +137,12 @@ export const AgentConfig = z.object({
    * base64 AES-256 key the values are sealed under in `LeaseKeys.secrets` (null: none granted).
    */
   secrets: z.object({ grants: z.array(SecretGrant), deliveryKey: z.string().nullable() }),
+  /**
+   * What an earlier agent measured of the same image, tool user and agent runtime (ImageFacts),
+   * when the control plane has it: the agent reports it instead of probing the image again. Null:
+   * the agent measures.
+   */
+  imageFacts: ImageFacts.nullable().default(null),
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
 

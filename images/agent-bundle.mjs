@@ -1,21 +1,31 @@
-// Bundles the sandbox agent and its dependencies into one CommonJS file that the sandbox image
-// carries at /opt/sbx/sbx-agent.cjs (images/build.sh copies it in at build time).
+// Bundles the sandbox agent into the runtime's agent directory (images/runtime/build-runtime.sh
+// copies both into /opt/sbx/agent/): `sbx-agent-main.cjs`, the agent and its dependencies in one
+// CommonJS file, and `sbx-agent.cjs`, the small entry that loads it through V8's code cache
+// (sandbox-agent/boot.ts).
 import { build } from 'esbuild';
 
-await build({
-  entryPoints: ['sandbox-agent/main.ts'],
-  outfile: 'dist/agent/sbx-agent.cjs',
+const common = {
   bundle: true,
   platform: 'node',
   target: 'node20',
   format: 'cjs',
   sourcemap: false,
   legalComments: 'none',
-  // contract/ uses import.meta.url (for createRequire); CommonJS has no import.meta.
-  define: { 'import.meta.url': '__sbxImportMetaUrl' },
+  logLevel: 'warning',
+};
+
+await build({
+  ...common,
+  entryPoints: ['sandbox-agent/main.ts'],
+  outfile: 'dist/agent/sbx-agent-main.cjs',
+  // contract/ and tools/terminal.ts use import.meta.url (for createRequire); CommonJS has no import.meta.
+  // msgpackr (in bullmq) would search the disk for its optional native extractor at every start;
+  // the runtime carries none.
+  define: { 'import.meta.url': '__sbxImportMetaUrl', 'process.env.MSGPACKR_NATIVE_ACCELERATION_DISABLED': '"true"' },
   banner: { js: "const __sbxImportMetaUrl = require('node:url').pathToFileURL(__filename).href;" },
   // node-pty is a native addon: the runtime carries it beside the bundle (agent/node_modules/node-pty,
   // images/runtime/build-runtime.sh), loaded from there by require.
   external: ['node-pty'],
-  logLevel: 'warning',
 });
+
+await build({ ...common, entryPoints: ['sandbox-agent/boot.ts'], outfile: 'dist/agent/sbx-agent.cjs' });

@@ -1,5 +1,6 @@
 /**
- * Entry point of the sandbox agent (PID 2 under tini inside every sandbox). Reads its
+ * The sandbox agent (PID 2 under tini inside every sandbox; boot.ts loads this bundle and calls
+ * `startAgent`). Reads its
  * credentials file, connects to its lease's keys over the mounted Redis socket, announces itself
  * with the sandbox facts, and works the lease's call queue until SIGTERM.
  *
@@ -7,7 +8,8 @@
  * (calls run at once, default 16).
  *
  * Logs: JSON lines (pino) on stderr, which the container runtime keeps (`docker logs`); every
- * line carries `sandboxId`, and a call's lines its `callId` and `attemptId`.
+ * line carries `sandboxId`, and a call's lines its `callId` and `attemptId`. The `agent ready`
+ * line carries `startupMs` (each step of the start, ms since the process started) and `codeCache`.
  */
 import { readFileSync } from 'node:fs';
 import { chmod, mkdir, readdir, rm } from 'node:fs/promises';
@@ -25,6 +27,7 @@ import {
   leaseKeys,
   type BindAck,
 } from '../contract/queue.js';
+import type { CodeCacheUse } from './boot.js';
 import type { AgentTool } from './execution/attempt.js';
 import { CallRunner } from './execution/call-runner.js';
 import { startEgressForwarder } from './host/egress-forwarder.js';
@@ -48,12 +51,16 @@ import { fileTools } from './tools/file-tools.js';
 import { terminalTool } from './tools/terminal.js';
 import { processTools } from './tools/process-tools.js';
 
-async function main(): Promise<void> {
+async function main(codeCache: CodeCacheUse): Promise<void> {
+  // Milestones of the start, ms since the process started (node's own start and the bundle's
+  // load come before `loaded`): logged with `agent ready`, for operators and the bench.
+  const startupMs: Record<string, number> = { loaded: Math.round(performance.now()) };
+  const mark = (name: string): void => void (startupMs[name] = Math.round(performance.now()));
   const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent/agent.json';
   const config = AgentConfig.parse(JSON.parse(readFileSync(configPath, 'utf8')));
   const keys = leaseKeys(config.rootPrefix, config.leaseId);
   // Measured while the agent connects: the hello that makes the lease ready waits for it.
-  const facts = measureFacts(config);
+  const facts = measureFacts(config).finally(() => mark('facts'));
   // Synchronous writes: the lines before a crash are the ones worth having.
   const log = pino({ base: { pid: process.pid, sandboxId: config.leaseId } }, pino.destination({ dest: 2, sync: true }));
   const redisOptions = {
@@ -64,15 +71,18 @@ async function main(): Promise<void> {
     // The per-lease ACL user may not run INFO-style checks on connect.
     enableReadyCheck: false,
   };
+  // Connecting while the spool is cleared.
+  const redis = new Redis(redisOptions);
+  const subscriber = new Redis(redisOptions);
   // The spool holds other calls' output: root only (its files 0600; searchable, not listable, so the
   // tool user reaches the sessions' FIFOs by name). Leftovers of an earlier agent go.
   await mkdir(config.spool.dir, { recursive: true });
   await chmod(config.spool.dir, 0o711);
   for (const name of await readdir(config.spool.dir)) await rm(`${config.spool.dir}/${name}`, { force: true, recursive: true });
-  const redis = new Redis(redisOptions);
-  const subscriber = new Redis(redisOptions);
+  mark('spool');
   // Taken before anything runs: a lease missing a granted secret fails instead of starting.
   const secrets = await LeaseSecrets.load(config, () => redis.getdel(keys.secrets));
+  mark('redis');
   const returnQueue = new Queue(RETURN_QUEUE, {
     connection: redis,
     prefix: keys.namespace,
@@ -154,7 +164,6 @@ async function main(): Promise<void> {
     if (parsed.data.type === 'cancel') runner.cancel(parsed.data.callId);
     else dialPreview(parsed.data, { reservedPorts: previewPorts, log });
   });
-  await subscriber.subscribe(keys.control);
 
   const concurrency = Number(process.env.SBX_AGENT_CONCURRENCY ?? 16);
   // A pooled sandbox's first job binds it to the lease that claimed it; every other is a call.
@@ -174,7 +183,8 @@ async function main(): Promise<void> {
     CALL_QUEUE,
     (job) => (job.name === BIND_JOB && job.id === BIND_JOB ? bind(job.data) : runner.run(job.data)),
     {
-      connection: redisOptions,
+      // The agent's own connection for commands (BullMQ adds the one it blocks on): one fewer to open at start.
+      connection: redis,
       prefix: keys.namespace,
       concurrency,
       // A call is delivered at most once more after a crash; the attempt marker turns that
@@ -183,14 +193,20 @@ async function main(): Promise<void> {
     },
   );
   queueWorker.on('error', (err) => log.warn({ err }, 'queue worker error'));
-  await queueWorker.waitUntilReady();
-  if (config.egress) await startEgressForwarder(config.egress.port, config.egress.socketPath);
-  // Watching before the lease is ready, so that changes made once it is are all in the log.
-  await fileWatch.start(2000);
+  // Side by side: none needs another, and the hello (no call comes before it) waits for all.
+  await Promise.all([
+    subscriber.subscribe(keys.control).then(() => mark('subscribed')),
+    queueWorker.waitUntilReady().then(() => mark('queue')),
+    config.egress ? startEgressForwarder(config.egress.port, config.egress.socketPath) : undefined,
+    // Watching before the lease is ready, so that changes made once it is are all in the log.
+    fileWatch.start(2000).then(() => mark('watch')),
+  ]);
 
   const hello: AgentHello = { leaseId: config.leaseId, facts: await facts, startedAt: new Date().toISOString() };
+  // Logged before the hello goes: the lease is ready (and may be released) as soon as it arrives.
+  mark('ready');
+  log.info({ concurrency, startupMs, codeCache }, 'agent ready');
   await redis.rpush(keys.hello, JSON.stringify(hello));
-  log.info({ concurrency }, 'agent ready');
 
   const shutdown = async (): Promise<void> => {
     await queueWorker.close();
@@ -211,9 +227,15 @@ function safeJson(text: string): unknown {
   }
 }
 
-// The same bundle is the tool-user worker when started with --tool-user-worker <config json>.
-const start = process.argv[2] === '--tool-user-worker' ? runToolUserWorker(process.argv[3] ?? '') : main();
-start.catch((err: unknown) => {
-  process.stderr.write(`sbx-agent: fatal: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-  process.exit(1);
-});
+/**
+ * Starts the agent (called by boot.ts once the bundle is loaded); with `--tool-user-worker <config
+ * json>` in `argv` the same bundle is the tool-user worker instead. `codeCache`: how V8's code
+ * cache served this start (logged with `agent ready`). Exits 1 on a fatal error.
+ */
+export function startAgent(argv: string[], codeCache: CodeCacheUse): void {
+  const start = argv[2] === '--tool-user-worker' ? runToolUserWorker(argv[3] ?? '') : main(codeCache);
+  start.catch((err: unknown) => {
+    process.stderr.write(`sbx-agent: fatal: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
+  });
+}

@@ -28,7 +28,7 @@ export interface LeaseCalls {
 export interface LeaseLink {
   liveness: Pick<Liveness, 'processId' | 'isAlive'>;
   acl: Pick<AgentAcl, 'provision' | 'leases'>;
-  handshake: Pick<Handshake, 'awaitHello' | 'bind' | 'leaveSecretDelivery'>;
+  handshake: Pick<Handshake, 'awaitHello' | 'bind' | 'leaveSecretDelivery' | 'knownImageFacts' | 'keepImageFacts'>;
   returns: Pick<ReturnsIn, 'start' | 'drain' | 'active'>;
   calls: Pick<CallsOut, 'attemptOf'>;
   /** Stops consuming the lease's returns and forgets its queue handles. */

@@ -11,9 +11,10 @@ import { AppError } from '../../contract/errors.js';
 import type { AgentConfig, SecretGrant } from '../../contract/queue.js';
 import { deliveryAad, seal, type SecretDelivery } from '../../contract/secrets.js';
 import type { AgentAcl } from '../agent-link/acl.js';
-import type { Handshake } from '../agent-link/handshake.js';
+import type { Handshake, ImageFactsScope } from '../agent-link/handshake.js';
 import type { ReturnsIn } from '../agent-link/returns-in.js';
 import type { EgressProxy } from '../egress/proxy.js';
+import { AGENT_RUNTIME_DIR } from '../../contract/agent-runtime.js';
 import { agentEgress, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
 import type { Launched } from '../pools/schema.js';
@@ -29,7 +30,7 @@ const BIND_TIMEOUT_MS = 5000;
 export interface ProvisionerDeps {
   runtime: Pick<SandboxRuntime, 'start' | 'exited'>;
   acl: Pick<AgentAcl, 'provision'>;
-  handshake: Pick<Handshake, 'awaitHello' | 'bind' | 'leaveSecretDelivery'>;
+  handshake: Pick<Handshake, 'awaitHello' | 'bind' | 'leaveSecretDelivery' | 'knownImageFacts' | 'keepImageFacts'>;
   returns: Pick<ReturnsIn, 'start'>;
   /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
   egress: Pick<EgressProxy, 'serve'>;
@@ -61,6 +62,8 @@ export class Provisioner {
     const credsPath = join(leaseDirs(this.options.dataDir, id).credentials, 'agent.json');
     const creds = await this.deps.acl.provision(id);
     const deliveryKey = !pooled && plan.grants.length > 0 ? await this.deliverSecrets(id, plan.grants, plan.values) : null;
+    const factsScope = imageFactsScope(plan);
+    const imageFacts = factsScope === null ? null : await this.deps.handshake.knownImageFacts(factsScope);
     const agentConfig: AgentConfig = {
       leaseId: id,
       rootPrefix: this.options.redisPrefix,
@@ -78,6 +81,7 @@ export class Provisioner {
       egress: agentEgress(plan.policy),
       secrets: { grants: pooled ? [] : plan.grants, deliveryKey },
       pooled,
+      imageFacts,
     };
     await mkdir(dirname(credsPath), { recursive: true, mode: 0o700 });
     // Mounted into the sandbox (a bind source must exist); the control planes bind their preview sockets there.
@@ -103,6 +107,7 @@ export class Provisioner {
     // The agent holds its credentials now; removing the file keeps them out of reach of
     // anything that reads the sandbox's filesystem later (files API included).
     await rm(credsPath, { force: true });
+    if (factsScope !== null && imageFacts === null) await this.deps.handshake.keepImageFacts(factsScope, hello.facts);
     return { containerId, facts: hello.facts, seededPaths };
   }
 
@@ -155,4 +160,15 @@ export class Provisioner {
       key.fill(0);
     }
   }
+}
+
+/**
+ * Where an earlier agent's image facts hold for this sandbox too: only where nothing but the image
+ * and the agent runtime can put programs on the tools' PATH — no read-only mounts of the policy,
+ * no volumes. Null: its agent measures.
+ */
+function imageFactsScope(plan: LeasePlan): ImageFactsScope | null {
+  const runtime = plan.spec.readOnlyBinds.find((b) => b.containerPath === AGENT_RUNTIME_DIR);
+  if (runtime === undefined || plan.policy.filesystem.readOnlyMounts.length > 0 || (plan.spec.volumeBinds?.length ?? 0) > 0) return null;
+  return { agentRuntimeDir: runtime.hostPath, imageId: plan.imageConfig.id, toolUser: plan.toolUser };
 }

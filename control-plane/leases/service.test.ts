@@ -118,6 +118,8 @@ function world(over: { start?: () => Promise<{ containerId: string; seededPaths:
         awaitHello: async (leaseId) => ({ leaseId, facts, startedAt: new Date().toISOString() }),
         bind: async () => ({ ok: true }),
         leaveSecretDelivery: async () => undefined,
+        knownImageFacts: async () => null,
+        keepImageFacts: async () => undefined,
       },
       returns: { start: async () => (log.push('returns.start'), true), drain: async () => undefined, active: () => [] },
       calls: { attemptOf: async () => null },

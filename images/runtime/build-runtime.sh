@@ -17,10 +17,11 @@ die() { echo "sbx-setup: $*" >&2; exit 1; }
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-bundle="$repo/dist/agent/sbx-agent.cjs"
+bundle="$repo/dist/agent/sbx-agent-main.cjs"
+boot="$repo/dist/agent/sbx-agent.cjs"
 out_root="$repo/dist/sbx-runtime"
 
-[[ -f "$bundle" ]] || die "agent bundle $bundle is missing; run 'npm run build' first"
+for f in "$bundle" "$boot"; do [[ -f "$f" ]] || die "agent bundle $f is missing; run 'npm run build' first"; done
 # The terminals' pty (node-pty, a native addon built against this node): built here when npm did
 # not run its install script.
 pty_dir="$repo/node_modules/node-pty"
@@ -45,7 +46,7 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 # The libraries a binary loads (ldd's resolved paths, the loader included), one a line.
 libs_of() { ldd "$1" | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }'; }
 inputs="$( {
-  for f in "$node_bin" "$tar_bin" "$tini_bin" "$busybox_bin" "$inotify_src" "$bundle" "$pty_node" "$pty_dir/package.json" "${BASH_SOURCE[0]}" $(libs_of "$node_bin") $(libs_of "$tar_bin"); do
+  for f in "$node_bin" "$tar_bin" "$tini_bin" "$busybox_bin" "$inotify_src" "$bundle" "$boot" "$pty_node" "$pty_dir/package.json" "${BASH_SOURCE[0]}" $(libs_of "$node_bin") $(libs_of "$tar_bin"); do
     printf '%s %s\n' "$(sha "$(readlink -f "$f")")" "$f"
   done
 } | sort -u)"
@@ -75,7 +76,8 @@ if [[ ! -f "$dir/.complete" ]]; then
   for applet in sh mv mkdir rm rmdir cat ls chmod mktemp env readlink test '[' printf echo find stat dirname basename; do
     ln -s ../bin/busybox "$stage/tools/$applet"
   done
-  cp "$bundle" "$stage/agent/sbx-agent.cjs"
+  cp "$bundle" "$stage/agent/sbx-agent-main.cjs"
+  cp "$boot" "$stage/agent/sbx-agent.cjs"
   # node-pty beside the bundle (require('node-pty') from agent/ finds it): its JS and its addon.
   mkdir -p "$stage/agent/node_modules/node-pty/build/Release"
   cp "$pty_dir/package.json" "$stage/agent/node_modules/node-pty/"
@@ -86,6 +88,10 @@ if [[ ! -f "$dir/.complete" ]]; then
   # staged loader: the interpreter path /opt/sbx/lib exists only inside sandboxes).
   "$stage/lib/$loader_name" --library-path "$stage/lib" "$stage/bin/node" -e 'process.exit(0)' \
     || die "the staged node does not start with its staged libraries"
+  # The agent's V8 code cache (sandbox-agent/boot.ts), made by the node that will use it.
+  "$stage/lib/$loader_name" --library-path "$stage/lib" "$stage/bin/node" "$stage/agent/sbx-agent.cjs" --write-code-cache \
+    || die "could not write the agent's code cache"
+  chmod go=r "$stage/agent/sbx-agent-main.v8cache"
   printf '%s\n' "$inputs" >"$stage/INPUTS"
   touch "$stage/.complete"
   rm -rf --one-file-system "$dir"

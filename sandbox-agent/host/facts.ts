@@ -7,7 +7,7 @@ import { readFile, realpath } from 'node:fs/promises';
 import { machine, release } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
-import type { SandboxFacts } from '../../contract/objects.js';
+import type { ImageFacts, SandboxFacts } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
 import { toolsPath } from '../tools/exec.js';
 import { detectShell, findOnPath, probeLibc, probePrograms, type ProbeUser } from './image-probe.js';
@@ -20,9 +20,25 @@ export const AGENT_VERSION = '0.1.0';
 /**
  * The facts of this sandbox. Never rejects: what cannot be read is `null` (or `unknown`). Toolchain
  * versions are those of the binaries a tool finds on its PATH (not the agent's own
- * `process.version`: an image may put another node first), read at run time.
+ * `process.version`: an image may put another node first), read at run time — unless the config
+ * brings `imageFacts`, what an earlier agent of the same image measured so (no probe runs then).
  */
 export async function measureFacts(config: AgentConfig): Promise<SandboxFacts> {
+  const image = config.imageFacts ?? (await measureImageFacts(config));
+  return {
+    ...image,
+    arch: machine(),
+    kernel: release(),
+    user: config.toolUser,
+    workdir: config.workdir,
+    agentVersion: AGENT_VERSION,
+    // Always looked at here (a few access(2) calls): exec runs the shell this finds.
+    shell: detectShell(),
+  };
+}
+
+/** The image's part of the facts (ImageFacts), by reading and running what the image holds. */
+async function measureImageFacts(config: AgentConfig): Promise<ImageFacts> {
   const path = toolsPath(config);
   // The image's programs run as the tool user with nothing of the agent's env (see ProbeUser).
   const as: ProbeUser & { home: string } = config.toolUser;
@@ -40,14 +56,8 @@ export async function measureFacts(config: AgentConfig): Promise<SandboxFacts> {
   const fields = parseOsRelease(osRelease);
   return {
     os: { id: fields.ID ?? 'unknown', name: fields.PRETTY_NAME ?? fields.NAME ?? 'unknown', version: fields.VERSION_ID ?? null },
-    arch: machine(),
-    kernel: release(),
     toolchain: { node, npm, git, python, pip },
-    user: config.toolUser,
-    workdir: config.workdir,
-    agentVersion: AGENT_VERSION,
     libc,
-    shell: detectShell(),
     programs,
   };
 }

@@ -14,7 +14,8 @@
  * the instant of the fork (synchronous) and put back.
  */
 import { constants } from 'node:os';
-import { spawn as spawnPty, type IPty } from 'node-pty';
+import { createRequire } from 'node:module';
+import type { IPty, IPtyForkOptions } from 'node-pty';
 import { errorInfo } from '../../contract/errors.js';
 import { MAX_TERMINAL_CELLS, terminalSpec, type TerminalArgs } from '../../contract/tools/terminal.js';
 import {
@@ -51,13 +52,25 @@ function signalName(n: number | undefined): NodeJS.Signals | null {
   return (entry?.[0] as NodeJS.Signals | undefined) ?? null;
 }
 
+/**
+ * node-pty's spawn, loaded at the first terminal rather than at agent start: a native addon and its
+ * JavaScript, which most leases never use (issue 14: the agent's start and memory). Throws when
+ * the addon cannot be loaded (the terminal then fails `execution.spawn_failed`).
+ */
+let spawnPty: ((file: string, argv: string[], options: IPtyForkOptions) => IPty) | undefined;
+function loadPty(): NonNullable<typeof spawnPty> {
+  spawnPty ??= (createRequire(import.meta.url)('node-pty') as typeof import('node-pty')).spawn;
+  return spawnPty;
+}
+
 /** Spawns on a pty as the tool user, with the supplementary groups of the tool user alone. */
-function spawnAsToolUser(ctx: AttemptContext, file: string, argv: string[], options: Parameters<typeof spawnPty>[2]): IPty {
+function spawnAsToolUser(ctx: AttemptContext, file: string, argv: string[], options: IPtyForkOptions): IPty {
+  const spawn = loadPty();
   const root = process.getuid?.() === 0;
   const groups = root ? process.getgroups!() : [];
   if (root) process.setgroups!([ctx.toolUser.gid]);
   try {
-    return spawnPty(file, argv, root ? { ...options, uid: ctx.toolUser.uid, gid: ctx.toolUser.gid } : options);
+    return spawn(file, argv, root ? { ...options, uid: ctx.toolUser.uid, gid: ctx.toolUser.gid } : options);
   } finally {
     if (root) process.setgroups!(groups);
   }
