@@ -133,10 +133,11 @@ async function main(): Promise<void> {
           const reply = (await conn.xread('COUNT', 100, 'BLOCK', blockMs, 'STREAMS', key, afterId)) as [string, StreamEntry[]][] | null;
           return reply?.[0]?.[1] ?? [];
         },
-        remove: async (key) => void (await redis.del(key)),
+        consumed: async (key, bytes) => void (await redis.decrby(key, bytes)),
+        remove: async (...removed) => void (await redis.del(...removed)),
         close: () => conn.disconnect(),
       };
-    }, keys.input),
+    }, keys.input, keys.inputPending),
     publish: (channel, message) => void redis.publish(channel, message).catch(() => undefined),
     keys,
     secrets,
