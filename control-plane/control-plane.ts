@@ -25,6 +25,7 @@ import { CallService } from './calls/service.js';
 import { SessionService } from './sessions/service.js';
 import { SessionStore } from './sessions/store.js';
 import { TerminalService } from './terminals/service.js';
+import { TerminalSlots } from './terminals/store.js';
 import { CallStore } from './calls/store.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
@@ -44,7 +45,7 @@ import { PolicyService } from './policies/service.js';
 import { PreviewService } from './previews/service.js';
 import { PreviewLog } from './previews/store.js';
 import { PreviewTunnels } from './previews/tunnel.js';
-import { previewSigningKey } from './previews/tokens.js';
+import { urlSigningKey } from './http/signed-urls.js';
 import { leaseDirs } from './leases/plan.js';
 import { RedisPolicyStore } from './policies/store.js';
 import { QuotaService, type LeaseHold } from './quotas/service.js';
@@ -136,7 +137,6 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     queueDepth: async () => link.calls.depth(await liveLeaseIds()),
   });
   const calls: CallService = new CallService({ store: callStore, artifacts, agent: link.calls, notifier, metrics, now, log });
-  const terminals = new TerminalService({ calls, input: link.input });
   const egress = new EgressProxy({
     resolve: createResolver(config.egressDnsServers),
     record: async (leaseId, event) => {
@@ -288,11 +288,21 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     signal: (leaseId, message) => link.calls.signal(leaseId, message),
     log,
   });
+  // One key signs every signed URL (previews, terminal attach); the purpose is inside the MAC.
+  const urlKey = urlSigningKey(config.previewKey, config.secretsKey);
+  const terminals = new TerminalService({
+    calls,
+    input: link.input,
+    slots: new TerminalSlots(redis, config.redisPrefix),
+    leases: { visible: (id, by) => leases.visible(id, by), usable: (lease) => leases.usable(lease) },
+    urlKey,
+    now,
+  });
   const previews = new PreviewService({
     tunnels,
     log: previewLog,
     leases: { visible: (id, by) => leases.visible(id, by), usable: (lease) => leases.usable(lease) },
-    key: previewSigningKey(config.previewKey, config.secretsKey),
+    key: urlKey,
     domain: config.previewDomain,
     now,
     warn: (obj, msg) => log.warn(obj, msg),

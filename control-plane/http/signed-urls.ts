@@ -51,7 +51,14 @@ export function signGrant(key: Buffer, purpose: SignedUrlPurpose, grant: SignedG
  * purpose, sandbox and subject, `<purpose>.url_expired` (401) once `now` is at or past its
  * expiry (checked after the signature, so an expiry cannot be forged longer).
  */
-export function verifyGrant(key: Buffer, purpose: SignedUrlPurpose, sandboxId: string, subject: string, token: string, now: Date): SignedGrant {
+export function verifyGrant(
+  key: Buffer,
+  purpose: SignedUrlPurpose,
+  sandboxId: string,
+  subject: string,
+  token: string,
+  now: Date,
+): SignedGrant {
   const refusal = REFUSALS[purpose];
   const invalid = (): AppError =>
     new AppError(refusal.invalid, `the ${refusal.what} is not valid (malformed, or not signed by this installation for this sandbox)`);

@@ -34,7 +34,10 @@ export function verifyPreviewToken(key: Buffer, sandboxId: string, token: string
   const m = /^(\d{1,5})\.(.*)$/s.exec(token);
   const port = Number(m?.[1] ?? 0);
   if (!m || port < 1 || port > 65535)
-    throw new AppError('preview.url_invalid', 'the preview URL is not valid (malformed, or not signed by this installation for this sandbox)');
+    throw new AppError(
+      'preview.url_invalid',
+      'the preview URL is not valid (malformed, or not signed by this installation for this sandbox)',
+    );
   const { expiresAt, keyId } = verifyGrant(key, 'preview', sandboxId, m[1]!, m[2]!, now);
   return { sandboxId, port, expiresAt, keyId };
 }

@@ -1,0 +1,41 @@
+import { randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { AppError } from '../../contract/errors.js';
+import { signGrant, verifyGrant, type SignedGrant } from './signed-urls.js';
+
+const key = randomBytes(32);
+const grant: SignedGrant = {
+  sandboxId: 'sbx_abc',
+  subject: 'call_0123456789abcdef',
+  expiresAt: new Date('2030-01-01T00:00:00Z'),
+  keyId: 'key_0123456789abcdef0123',
+};
+const before = new Date('2029-12-31T23:59:59Z');
+
+function codeOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    return err instanceof AppError ? err.code : 'not an AppError';
+  }
+  return 'no error';
+}
+
+describe('signed URL grants', () => {
+  it('round-trip for their purpose, sandbox and subject before expiry, in one router path segment', () => {
+    const token = signGrant(key, 'terminal', grant);
+    expect(token.length).toBeLessThanOrEqual(100);
+    expect(verifyGrant(key, 'terminal', 'sbx_abc', grant.subject, token, before)).toEqual(grant);
+  });
+
+  it('refuse another subject, sandbox, purpose or key as invalid, and an expired one as expired', () => {
+    const token = signGrant(key, 'terminal', grant);
+    expect(codeOf(() => verifyGrant(key, 'terminal', 'sbx_abc', 'call_other', token, before))).toBe('terminal.url_invalid');
+    expect(codeOf(() => verifyGrant(key, 'terminal', 'sbx_other', grant.subject, token, before))).toBe('terminal.url_invalid');
+    expect(codeOf(() => verifyGrant(key, 'preview', 'sbx_abc', grant.subject, token, before))).toBe('preview.url_invalid');
+    expect(codeOf(() => verifyGrant(randomBytes(32), 'terminal', 'sbx_abc', grant.subject, token, before))).toBe('terminal.url_invalid');
+    expect(codeOf(() => verifyGrant(key, 'terminal', 'sbx_abc', grant.subject, token, grant.expiresAt))).toBe('terminal.url_expired');
+    for (const junk of ['', 'a.b.c', `${token}.`, 'x'.repeat(500)])
+      expect(codeOf(() => verifyGrant(key, 'terminal', 'sbx_abc', grant.subject, junk, before))).toBe('terminal.url_invalid');
+  });
+});
