@@ -28,6 +28,7 @@ import type { ImageService } from './images/service.js';
 import type { ImageStore } from './images/store.js';
 import { edgeServerOptions, installErrorHandling } from './http/errors.js';
 import { installLeaseGuard } from './http/lease-guard.js';
+import { endAnsweredUpgrades } from './http/upgrade.js';
 import { DOCS_ROUTES, installOpenApi, installZodValidation } from './http/openapi.js';
 import { metricsRoutes } from './metrics/routes.js';
 import type { Metrics } from './metrics/service.js';
@@ -137,6 +138,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     if (ids.success) request.log = reply.log = request.log.child(ids.data);
   });
 
+  endAnsweredUpgrades(app);
   installZodValidation(app);
   installLeaseGuard(app, { visible: (id, by) => deps.leases.visible(id, by), usable: (lease) => deps.leases.usable(lease) });
   await installOpenApi(app, { version: deps.version });

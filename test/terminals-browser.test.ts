@@ -14,6 +14,8 @@ const api = apiAs(() => sb.h.url);
 const call = (method: string, path: string, body?: unknown) => api(sb.h.apiKey, method, `/v1/sandboxes/${sb.leaseId}${path}`, body);
 
 let browser: Browser;
+/** The page's own WebSocket (a bare `WebSocket` in page code would name the `ws` import). */
+type BrowserGlobals = { WebSocket: new (url: string) => globalThis.WebSocket };
 const opened: string[] = [];
 
 beforeAll(async () => {
@@ -48,7 +50,10 @@ async function mint(terminalId: string, expiresInSeconds?: number): Promise<{ ur
   return r.body;
 }
 
-/** The HTTP answer to a WebSocket upgrade of `url` (101 when it opened), with the error code of a refusal. */
+/**
+ * The HTTP answer to a WebSocket upgrade of `url` (101 when it opened), with the error code of a
+ * refusal, once the server has closed a refused connection (it must: nothing reads it any more).
+ */
 function handshake(url: string): Promise<{ status: number; code: string | null }> {
   return new Promise((resolve, reject) => {
     const socket = new WebSocket(url);
@@ -59,10 +64,9 @@ function handshake(url: string): Promise<{ status: number; code: string | null }
     socket.once('unexpected-response', (_request, response) => {
       let text = '';
       response.on('data', (d: Buffer) => (text += d.toString('utf8')));
-      response.on('end', () => {
-        socket.terminate();
-        resolve({ status: response.statusCode ?? 0, code: (JSON.parse(text) as { error: { code: string } }).error.code });
-      });
+      response.socket.once('close', () =>
+        resolve({ status: response.statusCode ?? 0, code: (JSON.parse(text) as { error: { code: string } }).error.code }),
+      );
     });
     socket.once('error', (err) => reject(err));
   });
@@ -82,7 +86,7 @@ describe('a terminal from a browser', () => {
         w.out = '';
         w.opened = false;
         w.failed = false;
-        const socket = new WebSocket(target);
+        const socket = new (globalThis as unknown as BrowserGlobals).WebSocket(target);
         socket.binaryType = 'arraybuffer';
         const decoder = new TextDecoder();
         socket.onopen = () => {
@@ -94,10 +98,20 @@ describe('a terminal from a browser', () => {
         };
         socket.onerror = () => (w.failed = true);
       }, url);
-      // The shell's own line `hi` (the typed `echo hi` is echoed too, on a line of its own).
-      await page.waitForFunction(() => /(^|\n)hi\r?\n/.test((globalThis as unknown as { out: string }).out), undefined, {
-        timeout: 30_000,
-      });
+      // The shell's own line `hi` (the typed `echo hi` is echoed too, after the prompt; bash may end
+      // bracketed paste with `ESC [?2004l CR` just before it).
+      await page
+        .waitForFunction(() => /(^|[\r\n])hi\r\n/.test((globalThis as unknown as { out: string }).out), undefined, { timeout: 30_000 })
+        .catch(async (err: Error) => {
+          throw new Error(
+            `${err.message}; page state: ${JSON.stringify(
+              await page.evaluate(() => {
+                const w = globalThis as unknown as { out: string; opened: boolean; failed: boolean };
+                return { out: w.out, opened: w.opened, failed: w.failed };
+              }),
+            )}`,
+          );
+        });
       expect(await page.evaluate(() => (globalThis as unknown as { failed: boolean }).failed)).toBe(false);
     } finally {
       await page.close();
@@ -121,7 +135,7 @@ describe('a terminal from a browser', () => {
       const outcome = await page.evaluate(
         (target) =>
           new Promise<string>((resolve) => {
-            const socket = new WebSocket(target);
+            const socket = new (globalThis as unknown as BrowserGlobals).WebSocket(target);
             socket.onopen = () => resolve('opened');
             socket.onclose = () => resolve('closed');
           }),

@@ -68,7 +68,8 @@ export function verifyGrant(
   const keyId = m[2]!;
   const given = Buffer.from(m[3]!, 'base64url');
   const expected = mac(key, purpose, sandboxId, subject, expiry, keyId);
-  if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw invalid();
+  // One spelling per token: base64url's last character has bits the decoder ignores.
+  if (given.toString('base64url') !== m[3] || given.length !== expected.length || !timingSafeEqual(given, expected)) throw invalid();
   const expiresAt = new Date(expiry * 1000);
   if (now.getTime() >= expiresAt.getTime())
     throw new AppError(refusal.expired, `the ${refusal.what} has expired; ask for a new one`, {

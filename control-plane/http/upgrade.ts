@@ -3,7 +3,8 @@
  * to the server's 'upgrade' listeners with its socket detached from the HTTP parser (the only
  * way to pipe raw bytes after it); without a listener it would be parsed on as plain HTTP. The
  * dispatcher here routes such a request like any other (auth, lease guard, handler), with a
- * response bound to its socket for the error answers, and closes the socket after one.
+ * response bound to its socket for the error answers, and closes the socket after one
+ * (`endAnsweredUpgrades` does that for every listener's upgrades, from the app's root).
  *
  * Installed only when nothing else listens for upgrades: @fastify/websocket routes upgrades
  * through fastify the same way (its `kWs`/`kWsHead` symbols); the preview routes must then be
@@ -41,5 +42,18 @@ export function installUpgradeDispatch(app: FastifyInstance): void {
       res.once('finish', () => socket.end());
       app.routing(req, res);
     });
+  });
+}
+
+/**
+ * Ends the connection of every upgrade request answered over HTTP (a refusal: no API key, a bad
+ * signed token, a missing terminal), whichever 'upgrade' listener routed it. Its socket was
+ * detached from Node's HTTP parser, so nothing else reads or closes it: left open, it would live
+ * as long as the client keeps it, and hold the server's close. A handover (hijack) has no
+ * `onResponse`, so a socket that was upgraded is never touched.
+ */
+export function endAnsweredUpgrades(app: FastifyInstance): void {
+  app.addHook('onResponse', async (request) => {
+    if ((request.raw as IncomingMessage & { upgrade?: boolean }).upgrade === true) request.raw.socket.end();
   });
 }
