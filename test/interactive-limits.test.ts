@@ -8,7 +8,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { leaseKeys } from '../contract/queue.js';
 import type { ToolResult } from '../contract/objects.js';
-import { apiAs, eventually, useHarness } from './fixtures/index.js';
+import { apiAs, eventually, execIn, useHarness } from './fixtures/index.js';
 
 const h = useHarness();
 const api = apiAs(() => h.url);
@@ -16,8 +16,8 @@ const MAX = 3;
 const POLICY = 'interactive-limits';
 let leaseId: string;
 const call = (method: string, path: string, body?: unknown) => api(h.apiKey, method, `/v1/sandboxes/${leaseId}${path}`, body);
-const exec = async (cmd: string): Promise<ToolResult> =>
-  (await call('POST', '/calls?wait=60', { tool: 'exec', args: { cmd } })).body.result as ToolResult;
+const run = execIn(() => h.client);
+const exec = (cmd: string) => run(leaseId, cmd);
 
 beforeAll(async () => {
   const current = (await api(h.apiKey, 'GET', '/v1/policies/default')).body as { policy: Record<string, unknown> };
