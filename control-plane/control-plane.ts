@@ -113,8 +113,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const egressLog = new EgressLog(redis, config.redisPrefix);
   const previewLog = new PreviewLog(redis, config.redisPrefix);
   const notifier = await Notifier.start(subscriber, callStore.notifyPattern);
-  // The return path: what agents send back is the call service's to ledger (it exists below,
-  // before any lease starts consuming returns).
+  // The return path: what agents send back is the call service's to ledger (made below, before any lease consumes returns).
   const link = new AgentLink(redis, options, config.redisPrefix, log, (leaseId, message) => calls.ingest(leaseId, message));
   // Before any lease work: other processes tell by this key that this one's creates and releases are alive.
   await link.liveness.start();
@@ -190,8 +189,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     log,
   });
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
-  // The pools start sandboxes through the lease service, which claims from the pools: the
-  // launcher reaches `leases` once both exist (it is only called from background rounds and creates).
+  // Pools start sandboxes through the lease service, which claims from them: the launcher reaches `leases` once both exist.
   const pools =
     config.warmPools.length === 0
       ? undefined
@@ -288,16 +286,9 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     signal: (leaseId, message) => link.calls.signal(leaseId, message),
     log,
   });
-  // One key signs every signed URL (previews, terminal attach); the purpose is inside the MAC.
   const urlKey = urlSigningKey(config.previewKey, config.secretsKey);
-  const terminals = new TerminalService({
-    calls,
-    input: link.input,
-    slots: new TerminalSlots(redis, config.redisPrefix),
-    leases: { visible: (id, by) => leases.visible(id, by), usable: (lease) => leases.usable(lease) },
-    urlKey,
-    now,
-  });
+  const slots = new TerminalSlots(redis, config.redisPrefix);
+  const terminals = new TerminalService({ calls, input: link.input, slots, leases, urlKey, now });
   const previews = new PreviewService({
     tunnels,
     log: previewLog,
@@ -341,7 +332,6 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     consoleDir: config.consoleDir,
     version: SBX_VERSION,
   });
-
   const timers: NodeJS.Timeout[] = [];
   const inFlight = new Set<Promise<unknown>>();
   /** Runs `task` every `ms`, never two at once; close() waits for a run in progress. */

@@ -42,9 +42,8 @@ export const OOM_FIRST = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null;';
 export const PIPE_STDIN = 'pipe';
 
 /**
- * Writes the call's input stream to the child's stdin in order; `eof` ends it. Paced: the next
- * message is read once the pipe took this one (the write's callback, also on EPIPE), so bytes
- * the program does not read wait in Redis under the call's stdin budget, not in this process.
+ * Writes the call's input stream to the child's stdin in order; `eof` ends it. Paced (the next message once the
+ * write's callback ran, also on EPIPE): bytes the program does not read wait in Redis under the call's budget.
  */
 function pipeStdin(ctx: AttemptContext, child: ChildProcessWithoutNullStreams): { close(): Promise<void> } {
   return ctx.openInput(ctx.callId, (message) => {
