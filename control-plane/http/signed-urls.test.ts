@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { AppError } from '../../contract/errors.js';
 import { signGrant, verifyGrant, type SignedGrant } from './signed-urls.js';
 
 const key = randomBytes(32);
@@ -12,14 +11,8 @@ const grant: SignedGrant = {
 };
 const before = new Date('2029-12-31T23:59:59Z');
 
-function codeOf(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (err) {
-    return err instanceof AppError ? err.code : 'not an AppError';
-  }
-  return 'no error';
-}
+/** Asserts that `fn` throws the AppError `code`. */
+const refused = (fn: () => unknown, code: string): void => expect(fn).toThrow(expect.objectContaining({ code }));
 
 describe('signed URL grants', () => {
   it('round-trip for their purpose, sandbox and subject before expiry, in one router path segment', () => {
@@ -30,16 +23,16 @@ describe('signed URL grants', () => {
 
   it('refuse another subject, sandbox, purpose or key as invalid, and an expired one as expired', () => {
     const token = signGrant(key, 'terminal', grant);
-    expect(codeOf(() => verifyGrant(key, 'terminal', 'sbx_abc', 'call_other', token, before))).toBe('terminal.url_invalid');
-    expect(codeOf(() => verifyGrant(key, 'terminal', 'sbx_other', grant.subject, token, before))).toBe('terminal.url_invalid');
-    expect(codeOf(() => verifyGrant(key, 'preview', 'sbx_abc', grant.subject, token, before))).toBe('preview.url_invalid');
-    expect(codeOf(() => verifyGrant(randomBytes(32), 'terminal', 'sbx_abc', grant.subject, token, before))).toBe('terminal.url_invalid');
-    expect(codeOf(() => verifyGrant(key, 'terminal', 'sbx_abc', grant.subject, token, grant.expiresAt))).toBe('terminal.url_expired');
+    refused(() => verifyGrant(key, 'terminal', 'sbx_abc', 'call_other', token, before), 'terminal.url_invalid');
+    refused(() => verifyGrant(key, 'terminal', 'sbx_other', grant.subject, token, before), 'terminal.url_invalid');
+    refused(() => verifyGrant(key, 'preview', 'sbx_abc', grant.subject, token, before), 'preview.url_invalid');
+    refused(() => verifyGrant(randomBytes(32), 'terminal', 'sbx_abc', grant.subject, token, before), 'terminal.url_invalid');
+    refused(() => verifyGrant(key, 'terminal', 'sbx_abc', grant.subject, token, grant.expiresAt), 'terminal.url_expired');
     // The signature's last character carries 2 bits: its other spellings decode the same, and are refused.
     const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
     const respelled = `${token.slice(0, -1)}${alphabet[alphabet.indexOf(token.at(-1)!) + 1]}`;
     expect(Buffer.from(respelled.split('.').at(-1)!, 'base64url')).toEqual(Buffer.from(token.split('.').at(-1)!, 'base64url'));
     for (const junk of ['', 'a.b.c', `${token}.`, 'x'.repeat(500), respelled])
-      expect(codeOf(() => verifyGrant(key, 'terminal', 'sbx_abc', grant.subject, junk, before))).toBe('terminal.url_invalid');
+      refused(() => verifyGrant(key, 'terminal', 'sbx_abc', grant.subject, junk, before), 'terminal.url_invalid');
   });
 });
