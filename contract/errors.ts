@@ -273,7 +273,25 @@ export const ERROR_CODES = {
     retryability: 'after_fix',
     summary: 'The call was not started with `stdin: "pipe"`, or its stdin was closed (`eof`) already.',
   },
+  'call.stdin_full': {
+    status: 429,
+    retryability: 'safe',
+    summary:
+      'The call has as much stdin waiting for its process as it may hold (8 MiB not yet read; `details.pendingBytes`, `details.limitBytes`); nothing of this write was queued. Retry once the process has read some.',
+  },
   'terminal.not_found': { status: 404, retryability: 'no', summary: 'No terminal with this id exists in this sandbox.' },
+  'terminal.url_invalid': {
+    status: 401,
+    retryability: 'no',
+    summary:
+      "The terminal attach URL's token is malformed or not signed by this installation for this sandbox and terminal (tampered, or minted for another terminal).",
+  },
+  'terminal.url_expired': {
+    status: 401,
+    retryability: 'after_fix',
+    summary:
+      'The terminal attach URL has expired (`details.expiresAt`); mint a new one with `POST /v1/sandboxes/:id/terminals/:terminalId/url`.',
+  },
   'terminal.closed': {
     status: 409,
     retryability: 'no',

@@ -50,6 +50,11 @@ export interface LeaseKeys {
   cancel(callId: string): string;
   /** The stream of `InputMessage`s to a running call (terminal input and resizes, piped stdin). */
   input(callId: string): string;
+  /**
+   * Bytes of piped stdin queued on `input(callId)` and not yet handed to the process (a counter:
+   * the control plane adds before it appends, the agent subtracts once the pipe took them).
+   */
+  inputPending(callId: string): string;
   /** Pub/sub channel of a terminal's output as it is written (`LiveOutput`), ahead of the ledger. */
   live(callId: string): string;
   /** Redis ACL key and channel pattern covering the namespace. */
@@ -69,6 +74,7 @@ export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
     attempt: (callId) => `${namespace}:attempt:${callId}`,
     cancel: (callId) => `${namespace}:cancel:${callId}`,
     input: (callId) => `${namespace}:input:${callId}`,
+    inputPending: (callId) => `${namespace}:input-pending:${callId}`,
     live: (callId) => `${namespace}:live:${callId}`,
     aclPattern: `${namespace}:*`,
   };

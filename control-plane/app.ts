@@ -128,8 +128,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installApiKeyAuth(app, {
     bootstrapKey: deps.apiKey,
     lookup: deps.lookupPrincipal,
-    // Signed preview URLs carry their own credential (previews/tokens.ts).
-    publicRoutes: ['/healthz', '/metrics', '/v1/previews/*', '/v1/host-previews/*', ...CONSOLE_ROUTES, ...DOCS_ROUTES],
+    // Signed URLs carry their own credential (http/signed-urls.ts): previews and terminal attach.
+    publicRoutes: ['/healthz', '/metrics', '/v1/previews/*', '/v1/host-previews/*', '/v1/terminal-ws/*', ...CONSOLE_ROUTES, ...DOCS_ROUTES],
   });
   // Every log line of a request about one sandbox or call says which (fastify's own request
   // lines too: they log through reply.log). Ids that are not well-formed are left out of logs.

@@ -25,6 +25,7 @@ import { CallService } from './calls/service.js';
 import { SessionService } from './sessions/service.js';
 import { SessionStore } from './sessions/store.js';
 import { TerminalService } from './terminals/service.js';
+import { TerminalSlots } from './terminals/store.js';
 import { CallStore } from './calls/store.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
@@ -44,7 +45,7 @@ import { PolicyService } from './policies/service.js';
 import { PreviewService } from './previews/service.js';
 import { PreviewLog } from './previews/store.js';
 import { PreviewTunnels } from './previews/tunnel.js';
-import { previewSigningKey } from './previews/tokens.js';
+import { urlSigningKey } from './http/signed-urls.js';
 import { leaseDirs } from './leases/plan.js';
 import { RedisPolicyStore } from './policies/store.js';
 import { QuotaService, type LeaseHold } from './quotas/service.js';
@@ -112,8 +113,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const egressLog = new EgressLog(redis, config.redisPrefix);
   const previewLog = new PreviewLog(redis, config.redisPrefix);
   const notifier = await Notifier.start(subscriber, callStore.notifyPattern);
-  // The return path: what agents send back is the call service's to ledger (it exists below,
-  // before any lease starts consuming returns).
+  // The return path: what agents send back is the call service's to ledger (made below, before any lease consumes returns).
   const link = new AgentLink(redis, options, config.redisPrefix, log, (leaseId, message) => calls.ingest(leaseId, message));
   // Before any lease work: other processes tell by this key that this one's creates and releases are alive.
   await link.liveness.start();
@@ -136,7 +136,6 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     queueDepth: async () => link.calls.depth(await liveLeaseIds()),
   });
   const calls: CallService = new CallService({ store: callStore, artifacts, agent: link.calls, notifier, metrics, now, log });
-  const terminals = new TerminalService({ calls, input: link.input });
   const egress = new EgressProxy({
     resolve: createResolver(config.egressDnsServers),
     record: async (leaseId, event) => {
@@ -190,8 +189,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     log,
   });
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
-  // The pools start sandboxes through the lease service, which claims from the pools: the
-  // launcher reaches `leases` once both exist (it is only called from background rounds and creates).
+  // Pools start sandboxes through the lease service, which claims from them: the launcher reaches `leases` once both exist.
   const pools =
     config.warmPools.length === 0
       ? undefined
@@ -288,11 +286,14 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     log,
     dialTimeoutMs: config.previewDialTimeoutMs,
   });
+  const urlKey = urlSigningKey(config.previewKey, config.secretsKey);
+  const slots = new TerminalSlots(redis, config.redisPrefix);
+  const terminals = new TerminalService({ calls, input: link.input, slots, leases, urlKey, now });
   const previews = new PreviewService({
     tunnels,
     log: previewLog,
     leases: { visible: (id, by) => leases.visible(id, by), usable: (lease) => leases.usable(lease) },
-    key: previewSigningKey(config.previewKey, config.secretsKey),
+    key: urlKey,
     domain: config.previewDomain,
     now,
     warn: (obj, msg) => log.warn(obj, msg),
@@ -331,7 +332,6 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     consoleDir: config.consoleDir,
     version: SBX_VERSION,
   });
-
   const timers: NodeJS.Timeout[] = [];
   const inFlight = new Set<Promise<unknown>>();
   /** Runs `task` every `ms`, never two at once; close() waits for a run in progress. */

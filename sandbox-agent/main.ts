@@ -137,17 +137,22 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     agentPids: () => new Set([worker.pid, fileWatch.pid].filter((pid): pid is number => pid !== null)),
     processTrees,
     // One connection per open input stream: XREAD BLOCK would stall every other command of a shared one.
-    openInput: redisInput(() => {
-      const conn = new Redis(redisOptions);
-      return {
-        readAfter: async (key, afterId, blockMs) => {
-          const reply = (await conn.xread('COUNT', 100, 'BLOCK', blockMs, 'STREAMS', key, afterId)) as [string, StreamEntry[]][] | null;
-          return reply?.[0]?.[1] ?? [];
-        },
-        remove: async (key) => void (await redis.del(key)),
-        close: () => conn.disconnect(),
-      };
-    }, keys.input),
+    openInput: redisInput(
+      () => {
+        const conn = new Redis(redisOptions);
+        return {
+          readAfter: async (key, afterId, blockMs) => {
+            const reply = (await conn.xread('COUNT', 100, 'BLOCK', blockMs, 'STREAMS', key, afterId)) as [string, StreamEntry[]][] | null;
+            return reply?.[0]?.[1] ?? [];
+          },
+          consumed: async (key, bytes) => void (await redis.decrby(key, bytes)),
+          remove: async (...removed) => void (await redis.del(...removed)),
+          close: () => conn.disconnect(),
+        };
+      },
+      keys.input,
+      keys.inputPending,
+    ),
     publish: (channel, message) => void redis.publish(channel, message).catch(() => undefined),
     keys,
     secrets,

@@ -3,7 +3,8 @@
  * to the server's 'upgrade' listeners with its socket detached from the HTTP parser (the only
  * way to pipe raw bytes after it); without a listener it would be parsed on as plain HTTP. The
  * dispatcher here routes such a request like any other (auth, lease guard, handler), with a
- * response bound to its socket for the error answers, and closes the socket after one.
+ * response bound to its socket for the error answers, and closes the socket after one
+ * (`endAnsweredUpgrades` does that for every listener's upgrades, from the app's root).
  *
  * Installed only when nothing else listens for upgrades: @fastify/websocket routes upgrades
  * through fastify the same way (its `kWs`/`kWsHead` symbols); the preview routes must then be

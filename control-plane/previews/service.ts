@@ -6,6 +6,7 @@
 import { AppError } from '../../contract/errors.js';
 import type { PreviewEvent, PreviewUrl } from '../../contract/previews.js';
 import type { Principal } from '../http/auth.js';
+import { SIGNED_URL_PRINCIPAL } from '../http/signed-urls.js';
 import type { LeaseRecord } from '../leases/store.js';
 import type { PortRule } from '../policies/schema.js';
 import type { PreviewLog } from './store.js';
@@ -119,9 +120,3 @@ export class PreviewService {
 
 /** The query parameter of a host-based signed URL (the first visit moves it into a cookie). */
 export const PREVIEW_TOKEN_PARAM = 'sbx_preview_token';
-
-/**
- * Who looks the lease of a signed URL up: the signature already bound the URL to one sandbox id
- * (minted by a key that could see it), so the lookup is not scoped to a tenant.
- */
-const SIGNED_URL_PRINCIPAL: Principal = Object.freeze({ keyId: 'preview-url', role: 'admin', tenant: '' });

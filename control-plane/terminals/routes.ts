@@ -1,12 +1,13 @@
 /**
  * Terminal routes: create, list, read, input, resize, delete, the output as Server-Sent Events (the
- * call's events: `id:` = `seq`, `Last-Event-ID` resumes), the WebSocket attach (below), and
- * stdin to a running call (`POST .../calls/:callId/stdin`).
+ * call's events: `id:` = `seq`, `Last-Event-ID` resumes), signed attach URLs for browsers, the
+ * WebSocket attach (below), and stdin to a running call (`POST .../calls/:callId/stdin`).
  */
 import websocket from '@fastify/websocket';
 import { z } from 'zod';
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { WebSocket } from 'ws';
 import { AppError } from '../../contract/errors.js';
 import type { LeaseService } from '../leases/service.js';
 import type { Notifier } from '../redis/notifier.js';
@@ -19,11 +20,13 @@ import {
   AttachQuery,
   CreateTerminalBody,
   MAX_INPUT_BYTES,
+  SignedAttachParams,
   StdinBody,
   StdinParams,
   TerminalInputBody,
   TerminalParams,
   TerminalSize,
+  TerminalUrlBody,
 } from './schema.js';
 import type { TerminalService } from './service.js';
 
@@ -146,6 +149,26 @@ export const terminalsRoutes: FastifyPluginAsync<TerminalsRoutesOptions> = async
     },
   );
 
+  app.post(
+    '/v1/sandboxes/:id/terminals/:terminalId/url',
+    {
+      schema: {
+        tags,
+        summary: 'A signed WebSocket URL of a terminal, for browsers (no API key needed to open it)',
+        description:
+          "A browser's WebSocket cannot send `Authorization`: this URL carries a token instead, HMAC-signed over the sandbox, this terminal and the expiry (`expiresInSeconds`, default 300, at most a day and never past the sandbox's `expiresAt`). It opens this terminal only; expired or tampered: `401 terminal.url_expired` / `terminal.url_invalid`. The attach is the same as `.../ws` (append `?offset=`).",
+        params: TerminalParams,
+        body: TerminalUrlBody,
+      },
+      config: { lease: 'active' },
+    },
+    async (request) =>
+      terminals.mintUrl(request.lease, request.params.terminalId, request.principal, request.body.expiresInSeconds, {
+        protocol: request.protocol,
+        host: request.host,
+      }),
+  );
+
   await app.register(terminalSocket, { terminals, live, store, notifier });
 
   app.post(
@@ -169,8 +192,10 @@ export const terminalsRoutes: FastifyPluginAsync<TerminalsRoutesOptions> = async
 };
 
 /**
- * The WebSocket attach of a terminal: `GET /v1/sandboxes/:id/terminals/:terminalId/ws`
- * (API key in `Authorization`, like every route).
+ * The WebSocket attach of a terminal, two ways in:
+ * - `GET /v1/sandboxes/:id/terminals/:terminalId/ws` with an API key in `Authorization`;
+ * - `GET /v1/terminal-ws/:id/:terminalId/:token`, the signed URL of `POST .../url` (for browsers,
+ *   whose WebSocket cannot send headers): the token is the credential, for this terminal only.
  *
  * Server → client: the output as binary frames, every byte once and in order from `?offset=N`
  * (bytes the client already has; default 0: the whole backlog, so reconnecting with the count
@@ -200,9 +225,13 @@ const ClientMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('input'), data: z.string().max(MAX_INPUT_BYTES) }).strict(),
 ]);
 
-export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (plugin, { terminals, live, store, notifier }) => {
+export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (plugin, deps) => {
   await plugin.register(websocket, { options: { maxPayload: MAX_INPUT_BYTES } });
   const app = plugin.withTypeProvider<ZodTypeProvider>();
+  const upgradeOnly = (request: FastifyRequest): void => {
+    if (!request.ws)
+      throw new AppError('input.invalid', 'this route is a WebSocket: send an Upgrade request', { details: { field: 'upgrade' } });
+  };
   app.get(
     '/v1/sandboxes/:id/terminals/:terminalId/ws',
     {
@@ -211,101 +240,127 @@ export const terminalSocket: FastifyPluginAsync<TerminalSocketOptions> = async (
       config: { lease: 'active' },
       // Refused before the upgrade, as plain HTTP errors: a missing or ended terminal.
       preHandler: async (request) => {
-        if (!request.ws)
-          throw new AppError('input.invalid', 'this route is a WebSocket: send an Upgrade request', { details: { field: 'upgrade' } });
+        upgradeOnly(request);
         const { id, terminalId } = request.params as z.infer<typeof TerminalParams>;
-        await terminals.open(id, terminalId);
+        await deps.terminals.open(id, terminalId);
       },
     },
-    (socket, request) => {
-      const { id, terminalId } = request.params;
-      const closed = new AbortController();
-      socket.on('close', () => closed.abort());
-      const sendJson = (value: unknown): void => {
-        if (socket.readyState === socket.OPEN) socket.send(JSON.stringify(value));
-      };
-
-      // Input: applied one after the other, in the order the frames arrived.
-      let inputs: Promise<void> = Promise.resolve();
-      socket.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
-        const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
-        inputs = inputs.then(async () => {
-          try {
-            if (isBinary) return await terminals.writeBytes(id, terminalId, bytes);
-            const json = safeJson(bytes.toString('utf8'));
-            if (json === NOT_JSON)
-              return sendJson({
-                type: 'error',
-                code: 'input.invalid',
-                message: 'a text frame must be JSON (input bytes go in binary frames)',
-              });
-            const parsed = ClientMessage.safeParse(json);
-            if (!parsed.success) {
-              const issue = parsed.error.issues[0];
-              const where = issue?.path.length ? `${issue.path.join('.')}: ` : '';
-              return sendJson({ type: 'error', code: 'input.invalid', message: `${where}${issue?.message ?? 'invalid'}` });
-            }
-            if (parsed.data.type === 'resize') await terminals.resize(id, terminalId, parsed.data, true);
-            else await terminals.writeBytes(id, terminalId, Buffer.from(parsed.data.data, 'utf8'));
-          } catch (err) {
-            request.log.warn({ err }, 'terminal input failed');
-            sendJson({ type: 'error', code: 'queue.unavailable', message: (err as Error).message });
-          }
-        });
-      });
-
-      // Output, each byte once by its offset: live chunks as the agent writes them, and the
-      // ledger's `output` events (the backlog, and whatever the live channel dropped).
-      let sent = request.query.offset ?? 0;
-      const sendBytes = (offset: number, data: Buffer): void => {
-        const end = offset + data.length;
-        if (end <= sent || offset > sent || socket.readyState !== socket.OPEN) return;
-        socket.send(data.subarray(sent - offset), { binary: true });
-        sent = end;
-      };
-      void (async () => {
-        let seq = 0;
-        const channel = store.notifyChannel(id, terminalId);
-        const unsubscribe = await live.subscribe(id, terminalId, (chunk) => sendBytes(chunk.offset, chunk.data));
-        closed.signal.addEventListener('abort', () => void unsubscribe(), { once: true });
-        try {
-          while (!closed.signal.aborted) {
-            const wake = notifier.next(channel, RECHECK_MS, closed.signal);
-            const events = await store.readEvents(id, terminalId, seq);
-            let finished = false;
-            for (const event of events) {
-              seq = event.seq;
-              if (event.type === 'output') sendBytes(event.offset, Buffer.from(event.dataBase64, 'base64'));
-              else if (event.type === 'output.truncated') sendJson({ type: 'truncated', keptBytes: event.keptBytes });
-              else if (event.type === 'call.finished') finished = true;
-            }
-            if (events.length > 0) sendJson({ type: 'seq', seq, offset: sent });
-            if (finished || (events.length === 0 && (await store.getCall(id, terminalId))?.status === 'finished')) {
-              const call = await store.getCall(id, terminalId);
-              const result = call?.result;
-              sendJson({
-                type: 'exit',
-                status: result?.status ?? null,
-                exitCode: result?.exitCode ?? null,
-                signal: result?.signal ?? null,
-              });
-              socket.close(1000, 'terminal ended');
-              return;
-            }
-            await wake;
-          }
-        } catch (err) {
-          request.log.warn({ err }, 'terminal attach ended with an error');
-          socket.close(1011, 'internal error');
-        } finally {
-          await unsubscribe();
-        }
-      })();
+    (socket, request) => attach(deps, socket, request, request.params.id, request.params.terminalId, request.query.offset ?? 0),
+  );
+  app.get(
+    '/v1/terminal-ws/:id/:terminalId/:token',
+    {
+      websocket: true,
+      schema: {
+        tags: ['terminals'],
+        summary: 'Attach to a terminal over WebSocket by its signed URL (no API key: the token is the credential)',
+        params: SignedAttachParams,
+        querystring: AttachQuery,
+        security: [],
+      },
+      // Refused before the upgrade: a bad, expired or other terminal's token (401), a lease that
+      // may not be used, a missing or ended terminal.
+      preHandler: async (request) => {
+        upgradeOnly(request);
+        const { id, terminalId, token } = request.params as z.infer<typeof SignedAttachParams>;
+        const { keyId } = await deps.terminals.grantOf(id, terminalId, token);
+        request.log.info({ sandboxId: id, terminalId, keyId }, 'terminal attached by signed URL');
+      },
     },
+    (socket, request) => attach(deps, socket, request, request.params.id, request.params.terminalId, request.query.offset ?? 0),
   );
 };
 
 const NOT_JSON = Symbol('not JSON');
+
+/** Serves one attached socket: output from byte `offset` on, input in the order received. */
+function attach(
+  { terminals, live, store, notifier }: TerminalSocketOptions,
+  socket: WebSocket,
+  request: FastifyRequest,
+  id: string,
+  terminalId: string,
+  offset: number,
+): void {
+  const closed = new AbortController();
+  socket.on('close', () => closed.abort());
+  const sendJson = (value: unknown): void => {
+    if (socket.readyState === socket.OPEN) socket.send(JSON.stringify(value));
+  };
+
+  // Input: applied one after the other, in the order the frames arrived.
+  let inputs: Promise<void> = Promise.resolve();
+  socket.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
+    const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
+    inputs = inputs.then(async () => {
+      try {
+        if (isBinary) return await terminals.writeBytes(id, terminalId, bytes);
+        const json = safeJson(bytes.toString('utf8'));
+        if (json === NOT_JSON)
+          return sendJson({ type: 'error', code: 'input.invalid', message: 'a text frame must be JSON (input bytes go in binary frames)' });
+        const parsed = ClientMessage.safeParse(json);
+        if (!parsed.success) {
+          const issue = parsed.error.issues[0];
+          const where = issue?.path.length ? `${issue.path.join('.')}: ` : '';
+          return sendJson({ type: 'error', code: 'input.invalid', message: `${where}${issue?.message ?? 'invalid'}` });
+        }
+        if (parsed.data.type === 'resize') await terminals.resize(id, terminalId, parsed.data, true);
+        else await terminals.writeBytes(id, terminalId, Buffer.from(parsed.data.data, 'utf8'));
+      } catch (err) {
+        request.log.warn({ err }, 'terminal input failed');
+        sendJson({ type: 'error', code: 'queue.unavailable', message: (err as Error).message });
+      }
+    });
+  });
+
+  // Output, each byte once by its offset: live chunks as the agent writes them, and the
+  // ledger's `output` events (the backlog, and whatever the live channel dropped).
+  let sent = offset;
+  const sendBytes = (offset: number, data: Buffer): void => {
+    const end = offset + data.length;
+    if (end <= sent || offset > sent || socket.readyState !== socket.OPEN) return;
+    socket.send(data.subarray(sent - offset), { binary: true });
+    sent = end;
+  };
+  void (async () => {
+    let seq = 0;
+    const channel = store.notifyChannel(id, terminalId);
+    const unsubscribe = await live.subscribe(id, terminalId, (chunk) => sendBytes(chunk.offset, chunk.data));
+    closed.signal.addEventListener('abort', () => void unsubscribe(), { once: true });
+    try {
+      while (!closed.signal.aborted) {
+        const wake = notifier.next(channel, RECHECK_MS, closed.signal);
+        const events = await store.readEvents(id, terminalId, seq);
+        let finished = false;
+        for (const event of events) {
+          seq = event.seq;
+          if (event.type === 'output') sendBytes(event.offset, Buffer.from(event.dataBase64, 'base64'));
+          else if (event.type === 'output.truncated') sendJson({ type: 'truncated', keptBytes: event.keptBytes });
+          else if (event.type === 'call.finished') finished = true;
+        }
+        if (events.length > 0) sendJson({ type: 'seq', seq, offset: sent });
+        if (finished || (events.length === 0 && (await store.getCall(id, terminalId))?.status === 'finished')) {
+          const call = await store.getCall(id, terminalId);
+          const result = call?.result;
+          sendJson({
+            type: 'exit',
+            status: result?.status ?? null,
+            exitCode: result?.exitCode ?? null,
+            signal: result?.signal ?? null,
+          });
+          socket.close(1000, 'terminal ended');
+          return;
+        }
+        await wake;
+      }
+    } catch (err) {
+      request.log.warn({ err }, 'terminal attach ended with an error');
+      socket.close(1011, 'internal error');
+    } finally {
+      await unsubscribe();
+    }
+  })();
+}
 
 function safeJson(text: string): unknown {
   try {

@@ -30,6 +30,13 @@ export const TerminalParams = z.object({ id: z.string(), terminalId: CallId });
 /** Largest input of one request, bytes (decoded). */
 export const MAX_INPUT_BYTES = 1024 * 1024;
 
+/**
+ * Piped stdin a call may have waiting for its process at once, bytes (8 MiB): accepted by
+ * `POST .../stdin` and not yet taken by the process's pipe. A write past it is `429
+ * call.stdin_full`, refused whole; nothing accepted is ever dropped.
+ */
+export const MAX_PENDING_STDIN_BYTES = 8 * MAX_INPUT_BYTES;
+
 /** Bytes for a terminal or a piped stdin: `data` (UTF-8 text) or `dataBase64` (any bytes), not both. */
 const InputBytes = {
   data: z.string().max(MAX_INPUT_BYTES).optional(),
@@ -79,3 +86,29 @@ export interface TerminalView {
   /** The call's final result (receipt, `data.transcript`), once exited. */
   result: unknown;
 }
+
+/** Default and largest lifetime of a signed terminal URL, seconds. */
+export const TERMINAL_URL_DEFAULT_SECONDS = 300;
+export const TERMINAL_URL_MAX_SECONDS = 24 * 3600;
+
+/** `POST .../terminals/:terminalId/url`. */
+export const TerminalUrlBody = z
+  .object({
+    /** Lifetime of the URL, seconds (at most a day, and never past the sandbox's `expiresAt`). Default 300. */
+    expiresInSeconds: z.number().int().min(1).max(TERMINAL_URL_MAX_SECONDS).default(TERMINAL_URL_DEFAULT_SECONDS),
+  })
+  .strict()
+  .meta({ examples: [{ expiresInSeconds: 60 }] });
+
+/** A signed WebSocket URL of one terminal, for browsers (no API key: the token in its path is the credential). */
+export interface TerminalUrl {
+  /** `ws://` or `wss://` URL of the attach, as the API was reached. */
+  url: string;
+  /** The same without scheme and host. */
+  path: string;
+  expiresAt: string;
+  terminalId: string;
+}
+
+/** Params of the signed attach route `/v1/terminal-ws/:id/:terminalId/:token`. */
+export const SignedAttachParams = TerminalParams.extend({ token: z.string().min(1).max(100) });

@@ -71,12 +71,16 @@ export const OOM_FIRST = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null;';
 /** The `stdin` value that keeps stdin open for `POST .../calls/:callId/stdin`. */
 export const PIPE_STDIN = 'pipe';
 
-/** Writes the call's input stream to the child's stdin in order; `eof` ends it. */
+/**
+ * Writes the call's input stream to the child's stdin in order; `eof` ends it. Paced (the next message once the
+ * write's callback ran, also on EPIPE): bytes the program does not read wait in Redis under the call's budget.
+ */
 function pipeStdin(ctx: AttemptContext, child: ChildProcessWithoutNullStreams): { close(): Promise<void> } {
   return ctx.openInput(ctx.callId, (message) => {
-    if (child.stdin.writableEnded) return;
-    if (message.kind === 'data') child.stdin.write(Buffer.from(message.dataBase64, 'base64'));
-    else if (message.kind === 'eof') child.stdin.end();
+    if (child.stdin.writableEnded || child.stdin.destroyed) return Promise.resolve();
+    if (message.kind === 'eof') child.stdin.end();
+    if (message.kind !== 'data') return Promise.resolve();
+    return new Promise<void>((resolve) => child.stdin.write(Buffer.from(message.dataBase64, 'base64'), () => resolve()));
   });
 }
 
