@@ -25,6 +25,7 @@ import { CallService } from './calls/service.js';
 import { SessionService } from './sessions/service.js';
 import { SessionStore } from './sessions/store.js';
 import { TerminalService } from './terminals/service.js';
+import { TerminalSlots } from './terminals/store.js';
 import { CallStore } from './calls/store.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
@@ -136,7 +137,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     queueDepth: async () => link.calls.depth(await liveLeaseIds()),
   });
   const calls: CallService = new CallService({ store: callStore, artifacts, agent: link.calls, notifier, metrics, now, log });
-  const terminals = new TerminalService({ calls, input: link.input });
+  const terminals = new TerminalService({ calls, input: link.input, slots: new TerminalSlots(redis, config.redisPrefix) });
   const egress = new EgressProxy({
     resolve: createResolver(config.egressDnsServers),
     record: async (leaseId, event) => {

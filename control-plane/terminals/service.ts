@@ -5,6 +5,7 @@
  * reachable through the calls API too. Input, resizes and EOF go to the agent in order on the
  * call's input stream (agent-link/input-out.ts), the same channel as an exec's piped stdin.
  */
+import { randomUUID } from 'node:crypto';
 import { AppError } from '../../contract/errors.js';
 import type { CallView } from '../../contract/objects.js';
 import type { InputMessage } from '../../contract/queue.js';
@@ -12,13 +13,16 @@ import type { InputOut } from '../agent-link/input-out.js';
 import type { CallLease, CallService } from '../calls/service.js';
 import { TERMINAL_TOOL } from '../calls/tools.js';
 import type { CreateTerminalBody, StdinBody, TerminalInputBody, TerminalSize, TerminalView } from './schema.js';
+import type { TerminalSlots } from './store.js';
 
 /** How long a create waits for the terminal's program to start, ms. */
 const START_WAIT_MS = 30_000;
 
 export interface TerminalServiceDeps {
-  calls: Pick<CallService, 'submit' | 'get' | 'openCalls' | 'waitFinished' | 'cancel'>;
+  calls: Pick<CallService, 'submit' | 'get' | 'waitFinished' | 'cancel'>;
   input: Pick<InputOut, 'send' | 'markStdinClosed' | 'stdinClosed'>;
+  /** The places counted against `terminals.max` (taken atomically before a terminal is submitted). */
+  slots: Pick<TerminalSlots, 'reserve' | 'release' | 'liveIds'>;
 }
 
 /** The terminal's view of its call. */
@@ -44,23 +48,29 @@ export class TerminalService {
    * `policy.tool_denied` (exec disabled), `input.cwd_not_found`, `execution.spawn_failed`.
    */
   async create(lease: CallLease, body: CreateTerminalBody): Promise<TerminalView> {
+    const { calls, slots } = this.deps;
     const max = lease.policySnapshot.terminals.max;
-    const open = await this.openTerminals(lease.id);
-    if (open >= max) {
+    await this.prune(lease.id);
+    // The place is taken before the call exists: creates at once cannot all count the same room.
+    const terminalId = `call_${randomUUID().replaceAll('-', '')}`;
+    if (!(await slots.reserve(lease.id, terminalId, max))) {
+      const open = (await slots.liveIds(lease.id)).length;
       throw new AppError('terminal.limit_reached', `this sandbox has ${open} terminals open; the policy allows ${max}`, {
         details: { open, max },
       });
     }
-    const { call } = await this.deps.calls.submit(
-      lease,
-      { tool: TERMINAL_TOOL.name, args: { ...body, env: body.env ?? {} } },
-      TERMINAL_TOOL,
-    );
-    const started = await this.deps.calls.waitFinished(lease.id, call.callId, START_WAIT_MS);
+    try {
+      await calls.submit(lease, { tool: TERMINAL_TOOL.name, callId: terminalId, args: { ...body, env: body.env ?? {} } }, TERMINAL_TOOL);
+    } catch (err) {
+      await slots.release(lease.id, terminalId);
+      throw err;
+    }
+    const started = await calls.waitFinished(lease.id, terminalId, START_WAIT_MS);
     const result = started.result;
+    if (started.status === 'finished') await slots.release(lease.id, terminalId);
     // Nothing ran (a missing cwd, a spawn failure): the create fails with the reason.
     if (result?.error && result.receipt?.commitState === 'not_started') {
-      throw new AppError(result.error.code, result.error.message, { details: { ...result.error.details, terminalId: call.callId } });
+      throw new AppError(result.error.code, result.error.message, { details: { ...result.error.details, terminalId } });
     }
     return terminalView(started);
   }
@@ -153,10 +163,12 @@ export class TerminalService {
     return call;
   }
 
-  private async openTerminals(leaseId: string): Promise<number> {
-    const ids = await this.deps.calls.openCalls(leaseId);
-    const calls = await Promise.all(ids.map((id) => this.deps.calls.get(leaseId, id).catch(() => null)));
-    return calls.filter((c) => c?.tool === TERMINAL_TOOL.name).length;
+  /** Stops counting the terminals whose call has finished (exit, close, timeout, lease end) or is gone. */
+  private async prune(leaseId: string): Promise<void> {
+    for (const id of await this.deps.slots.liveIds(leaseId)) {
+      const call = await this.deps.calls.get(leaseId, id).catch(() => null);
+      if (!call || call.status === 'finished') await this.deps.slots.release(leaseId, id);
+    }
   }
 }
 
