@@ -39,11 +39,6 @@ describe('the agent killed under a session command and an attached terminal', ()
         const session = await call('POST', '/sessions', {});
         expect(session.status, JSON.stringify(session.body)).toBe(201);
         const sessionId = session.body.sessionId as string;
-        const command = await call('POST', `/sessions/${sessionId}/exec`, { cmd: 'echo started; sleep 300' });
-        expect(command.status).toBe(202);
-        const commandId = command.body.callId as string;
-        for await (const e of h.client.events(lease.id, commandId)) if (e.type === 'output') break;
-
         const terminal = await call('POST', '/terminals', { cols: 80, rows: 24 });
         expect(terminal.status, JSON.stringify(terminal.body)).toBe(201);
         const terminalId = terminal.body.terminalId as string;
@@ -68,6 +63,12 @@ describe('the agent killed under a session command and an attached terminal', ()
           () => seen.output,
           (o) => /attached-42/.test(o),
         );
+
+        // The command after the terminal: a running exec holds every access, a terminal's start would wait behind it.
+        const command = await call('POST', `/sessions/${sessionId}/exec`, { cmd: 'echo started; sleep 300' });
+        expect(command.status).toBe(202);
+        const commandId = command.body.callId as string;
+        for await (const e of h.client.events(lease.id, commandId)) if (e.type === 'output') break;
 
         process.kill(await agentPid(lease.id), 'SIGKILL');
 
