@@ -16,7 +16,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import YAML from 'yaml';
 import { ERROR_CODES, ErrorBody } from '../contract/errors.js';
-import { REPO_ROOT, apiAs, eventually, execIn, useHarness, type Answer } from './fixtures/index.js';
+import { REPO_ROOT, apiAs, docker, eventually, execIn, useHarness, type Answer } from './fixtures/index.js';
 
 let policyDir = '';
 const h = useHarness(async () => {
@@ -301,6 +301,20 @@ describe('terminals', () => {
       (n) => n === '0',
     );
   }, 300_000);
+
+  it('input piling up before a terminal whose program does not read: the agent neither spins nor grows without bound', async () => {
+    const id = await createTerminal({ cmd: 'sleep 600' });
+    const agent = await agentPid(leaseId);
+    const idle = await cpuTicksOver(agent, MEASURE_MS);
+    const rssBefore = await rssBytes(agent);
+    // Printable bytes: a ^C or ^Z among them would end the program instead.
+    const chunk = Buffer.alloc(1024 * 1024, 0x61).toString('base64');
+    for (let i = 0; i < 64; i += 1) expect((await call('POST', `/terminals/${id}/input`, { dataBase64: chunk })).status).toBe(204);
+    const busy = await cpuTicksOver(agent, MEASURE_MS);
+    const rssAfter = await rssBytes(agent);
+    console.info('[probe] agent cpu ticks idle', idle, 'with pending input', busy, 'rss before', rssBefore, 'after', rssAfter);
+    expect((await exec('echo ok')).stdout).toBe('ok\n');
+  }, 180_000);
 });
 
 describe('sessions', () => {
@@ -619,6 +633,33 @@ async function manyAtOnce<T>(count: number, send: () => Promise<T>): Promise<T[]
   return answers;
 }
 const CONCURRENT_REQUESTS = 200;
+
+/** The sandbox agent's pid on the host: the child of tini, the container's PID 1. */
+async function agentPid(id: string): Promise<number> {
+  const tini = (await docker('inspect', '--format', '{{.State.Pid}}', `sbx-${id}`)).trim();
+  const children = await readFile(`/proc/${tini}/task/${tini}/children`, 'utf8');
+  return Number(children.trim().split(/\s+/)[0]);
+}
+
+/** How long the agent's CPU time is measured over, ms. */
+const MEASURE_MS = 3000;
+
+/** CPU clock ticks (user + system) `pid` used over the next `ms`. */
+async function cpuTicksOver(pid: number, ms: number): Promise<number> {
+  const ticks = async (): Promise<number> => {
+    const fields = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]!.split(' ');
+    return Number(fields[11]) + Number(fields[12]);
+  };
+  const before = await ticks();
+  await new Promise((resolve) => setTimeout(resolve, ms));
+  return (await ticks()) - before;
+}
+
+/** Resident memory of `pid`, bytes. */
+async function rssBytes(pid: number): Promise<number> {
+  const line = (await readFile(`/proc/${pid}/status`, 'utf8')).split('\n').find((l) => l.startsWith('VmRSS:'))!;
+  return Number(line.split(/\s+/)[1]) * 1024;
+}
 
 /** A small deterministic generator (mulberry32) for the seeded loops. */
 function seeded(seed: number): () => number {

@@ -24,9 +24,12 @@ import { signalSession } from '../host/session-kill.js';
 import { OutputPipeline } from '../output/output-pipeline.js';
 import { StreamSpool } from '../output/spool.js';
 import { checkCwd, EXEC_ENV_DEFAULTS, OOM_FIRST } from './exec.js';
+import { PtyInput } from './pty-input.js';
 
 /** Time between SIGHUP (a terminal hung up) and SIGKILL of the terminal's session, ms. */
 const HANGUP_GRACE_MS = 2000;
+/** Input bytes that may wait for a program that does not read them (beyond: dropped, counted in the receipt). */
+const MAX_PENDING_INPUT_BYTES = 4 * 1024 * 1024;
 /** The EOF character of a terminal in canonical mode (^D). */
 const EOF_CHAR = '\x04';
 /** A terminal has one output stream (stdout); stderr is written to the same terminal. */
@@ -141,13 +144,15 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
       spool.onDrain(() => pty.resume());
     }
   });
+  // node-pty's master fd (a getter its typings leave out): written by a bounded writer of our own.
+  const keys = new PtyInput((pty as unknown as { fd: number }).fd, MAX_PENDING_INPUT_BYTES);
   const input = ctx.openInput(ctx.callId, (message) => {
     if (exited) return;
     touch();
     try {
-      if (message.kind === 'data') pty.write(Buffer.from(message.dataBase64, 'base64') as unknown as string);
+      if (message.kind === 'data') keys.write(Buffer.from(message.dataBase64, 'base64'));
       else if (message.kind === 'resize') pty.resize(clampCells(message.cols), clampCells(message.rows));
-      else pty.write(EOF_CHAR);
+      else keys.write(Buffer.from(EOF_CHAR));
     } catch {
       // The pty closed between the exit and this message: nothing to write to.
     }
@@ -165,6 +170,7 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
     });
   });
   exited = true;
+  keys.close();
   clearTimeout(absoluteTimer);
   if (idleTimer) clearTimeout(idleTimer);
   if (graceTimer) clearTimeout(graceTimer);
@@ -213,6 +219,7 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
     data: {
       terminalId: ctx.callId,
       pid,
+      inputDroppedBytes: keys.droppedBytes,
       transcript: { artifactId: transcript.id, sha256: transcript.sha256, size: transcript.size, truncated: spool.truncated },
     },
     outputs: { stdout: { bytes: summary.bytes, sha256: summary.sha256, keptBytes: summary.keptBytes }, stderr: EMPTY_STREAM },
