@@ -302,7 +302,7 @@ describe('terminals', () => {
     );
   }, 300_000);
 
-  it('input piling up before a terminal whose program does not read: the agent neither spins nor grows without bound', async () => {
+  it('64 MiB of input to a terminal whose program does not read: the agent neither spins nor grows past the bound; the drop is in the receipt', async () => {
     const id = await createTerminal({ cmd: 'sleep 600' });
     const agent = await agentPid(leaseId);
     const idle = await cpuTicksOver(agent, MEASURE_MS);
@@ -310,10 +310,21 @@ describe('terminals', () => {
     // Printable bytes: a ^C or ^Z among them would end the program instead.
     const chunk = Buffer.alloc(1024 * 1024, 0x61).toString('base64');
     for (let i = 0; i < 64; i += 1) expect((await call('POST', `/terminals/${id}/input`, { dataBase64: chunk })).status).toBe(204);
-    const busy = await cpuTicksOver(agent, MEASURE_MS);
+    const pending = await cpuTicksOver(agent, MEASURE_MS);
     const rssAfter = await rssBytes(agent);
-    console.info('[probe] agent cpu ticks idle', idle, 'with pending input', busy, 'rss before', rssBefore, 'after', rssAfter);
+    console.info(
+      `[bad-input] agent CPU ticks over ${MEASURE_MS} ms: idle ${idle}, input pending ${pending}; RSS ${rssBefore} -> ${rssAfter} bytes`,
+    );
+    // Before: node-pty retried the full pty on every event-loop turn (77 ticks in 3 s) and held all 64 MiB (RSS +88 MB).
+    expect(pending).toBeLessThanOrEqual(idle + 15);
+    expect(rssAfter - rssBefore).toBeLessThan(32 * 1024 * 1024);
     expect((await exec('echo ok')).stdout).toBe('ok\n');
+    expect((await call('DELETE', `/terminals/${id}`)).status).toBeLessThan(300);
+    const ended = await eventually(
+      async () => (await call('GET', `/terminals/${id}`)).body,
+      (v) => v.status === 'exited',
+    );
+    expect(ended.result.data.inputDroppedBytes).toBeGreaterThan(50 * 1024 * 1024);
   }, 180_000);
 });
 
@@ -328,6 +339,12 @@ describe('sessions', () => {
     }
     expectDocumented4xx(await call('POST', '/sessions', { cwd: '/workspace\u0000' }), 'input.invalid', 'cwd');
     expectDocumented4xx(await call('POST', '/sessions', { env: { A: 'x\u0000y' } }), 'input.invalid', 'env');
+    // A plain exec too: refused before anything is queued (it was accepted, then failed to spawn).
+    expectDocumented4xx(
+      await call('POST', '/calls?wait=30', { tool: 'exec', args: { cmd: 'touch /tmp/nul-ran\u0000' } }),
+      'input.invalid',
+      'exec',
+    );
     const r = await call('POST', `/sessions/${sid}/exec?wait=30`, { cmd: 'test -e /tmp/nul-ran && echo ran || echo none' });
     expect(r.body.stdout).toBe('none\n');
   });

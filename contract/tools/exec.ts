@@ -78,8 +78,9 @@ export const ExecArgs = z
   })
   .strict()
   .refine((a) => (a.argv === undefined) !== (a.cmd === undefined), { message: 'give exactly one of argv or cmd', path: ['argv'] })
-  .refine((a) => a.session === undefined || a.cmd === undefined || !a.cmd.includes('\0'), {
-    message: 'a session command must not contain NUL',
+  // A NUL cannot be in an execve(2) argument: spawning would fail after the call was accepted.
+  .refine((a) => a.cmd === undefined || !a.cmd.includes('\0'), {
+    message: 'a command must not contain NUL',
     path: ['cmd'],
   })
   .refine(
