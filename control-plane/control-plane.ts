@@ -113,8 +113,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const egressLog = new EgressLog(redis, config.redisPrefix);
   const previewLog = new PreviewLog(redis, config.redisPrefix);
   const notifier = await Notifier.start(subscriber, callStore.notifyPattern);
-  // The return path: what agents send back is the call service's to ledger (it exists below,
-  // before any lease starts consuming returns).
+  // The return path: what agents send back is the call service's to ledger (made below, before any lease consumes returns).
   const link = new AgentLink(redis, options, config.redisPrefix, log, (leaseId, message) => calls.ingest(leaseId, message));
   // Before any lease work: other processes tell by this key that this one's creates and releases are alive.
   await link.liveness.start();
