@@ -6,23 +6,10 @@
  * its `exit` message and a clean close, the lease ends `lost`, later input is a documented 4xx,
  * and nothing of the lease is left on the engine.
  */
-import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { ErrorBody } from '../contract/errors.js';
-import { apiAs, docker, eventually, startHarness } from './fixtures/index.js';
-
-/** The agent's pid on the host: tini (the container's PID 1) has it as its child. */
-async function agentPid(leaseId: string): Promise<number> {
-  const tini = (await docker('inspect', '--format', '{{.State.Pid}}', `sbx-${leaseId}`)).trim();
-  const out = await new Promise<string>((resolve, reject) => {
-    const ps = spawn('pgrep', ['-P', tini]);
-    let text = '';
-    ps.stdout.on('data', (d: Buffer) => (text += d.toString()));
-    ps.on('exit', (code) => (code === 0 ? resolve(text) : reject(new Error(`pgrep exited ${code}`))));
-  });
-  return Number(out.trim().split('\n')[0]);
-}
+import { agentPidOf, apiAs, docker, eventually, startHarness } from './fixtures/index.js';
 
 describe('the agent killed under a session command and an attached terminal', () => {
   it(
@@ -70,7 +57,7 @@ describe('the agent killed under a session command and an attached terminal', ()
         const commandId = command.body.callId as string;
         for await (const e of h.client.events(lease.id, commandId)) if (e.type === 'output') break;
 
-        process.kill(await agentPid(lease.id), 'SIGKILL');
+        process.kill(await agentPidOf(lease.id), 'SIGKILL');
 
         const lost = await eventually(
           () => h.client.getSandbox(lease.id),

@@ -16,7 +16,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import YAML from 'yaml';
 import { ERROR_CODES, ErrorBody } from '../contract/errors.js';
-import { REPO_ROOT, apiAs, docker, eventually, execIn, useHarness, type Answer } from './fixtures/index.js';
+import { REPO_ROOT, agentPidOf, apiAs, eventually, execIn, useHarness, type Answer } from './fixtures/index.js';
 
 let policyDir = '';
 const h = useHarness(async () => {
@@ -304,7 +304,7 @@ describe('terminals', () => {
 
   it('64 MiB of input to a terminal whose program does not read: the agent neither spins nor grows past the bound; the drop is in the receipt', async () => {
     const id = await createTerminal({ cmd: 'sleep 600' });
-    const agent = await agentPid(leaseId);
+    const agent = await agentPidOf(leaseId);
     const idle = await cpuTicksOver(agent, MEASURE_MS);
     const rssBefore = await rssBytes(agent);
     // Printable bytes: a ^C or ^Z among them would end the program instead.
@@ -650,13 +650,6 @@ async function manyAtOnce<T>(count: number, send: () => Promise<T>): Promise<T[]
   return answers;
 }
 const CONCURRENT_REQUESTS = 200;
-
-/** The sandbox agent's pid on the host: the child of tini, the container's PID 1. */
-async function agentPid(id: string): Promise<number> {
-  const tini = (await docker('inspect', '--format', '{{.State.Pid}}', `sbx-${id}`)).trim();
-  const children = await readFile(`/proc/${tini}/task/${tini}/children`, 'utf8');
-  return Number(children.trim().split(/\s+/)[0]);
-}
 
 /** How long the agent's CPU time is measured over, ms. */
 const MEASURE_MS = 3000;
