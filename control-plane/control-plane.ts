@@ -136,7 +136,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     queueDepth: async () => link.calls.depth(await liveLeaseIds()),
   });
   const calls: CallService = new CallService({ store: callStore, artifacts, agent: link.calls, notifier, metrics, now, log });
-  const terminals = new TerminalService({ calls, input: link.input, slots: new TerminalSlots(redis, config.redisPrefix) });
+  const terminals = new TerminalService({ calls, input: link.input, slots: new TerminalSlots(redis, config.redisPrefix), now });
   const egress = new EgressProxy({
     resolve: createResolver(config.egressDnsServers),
     record: async (leaseId, event) => {

@@ -62,7 +62,16 @@ beforeAll(async () => {
 const terminals: string[] = [];
 const sessions: string[] = [];
 afterEach(async () => {
-  await Promise.all(terminals.splice(0).map((id) => call('DELETE', `/terminals/${id}`)));
+  // Closed and ended: a terminal still ending counts against terminals.max for the next test.
+  await Promise.all(
+    terminals.splice(0).map(async (id) => {
+      await call('DELETE', `/terminals/${id}`);
+      await eventually(
+        async () => (await call('GET', `/terminals/${id}`)).body.status,
+        (s) => s === 'exited',
+      );
+    }),
+  );
   await Promise.all(sessions.splice(0).map((id) => call('DELETE', `/sessions/${id}`)));
 });
 

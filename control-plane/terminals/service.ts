@@ -22,7 +22,8 @@ export interface TerminalServiceDeps {
   calls: Pick<CallService, 'submit' | 'get' | 'waitFinished' | 'cancel'>;
   input: Pick<InputOut, 'send' | 'markStdinClosed' | 'stdinClosed'>;
   /** The places counted against `terminals.max` (taken atomically before a terminal is submitted). */
-  slots: Pick<TerminalSlots, 'reserve' | 'release' | 'liveIds'>;
+  slots: Pick<TerminalSlots, 'reserve' | 'release' | 'live'>;
+  now: () => Date;
 }
 
 /** The terminal's view of its call. */
@@ -53,8 +54,8 @@ export class TerminalService {
     await this.prune(lease.id);
     // The place is taken before the call exists: creates at once cannot all count the same room.
     const terminalId = `call_${randomUUID().replaceAll('-', '')}`;
-    if (!(await slots.reserve(lease.id, terminalId, max))) {
-      const open = (await slots.liveIds(lease.id)).length;
+    if (!(await slots.reserve(lease.id, terminalId, max, this.deps.now().getTime()))) {
+      const open = (await slots.live(lease.id)).length;
       throw new AppError('terminal.limit_reached', `this sandbox has ${open} terminals open; the policy allows ${max}`, {
         details: { open, max },
       });
@@ -163,11 +164,16 @@ export class TerminalService {
     return call;
   }
 
-  /** Stops counting the terminals whose call has finished (exit, close, timeout, lease end) or is gone. */
+  /**
+   * Stops counting the terminals whose call has finished (exit, close, timeout, lease end), and
+   * places whose call never came (the create died between the reservation and the submit). A
+   * place younger than the start wait is kept: its create may be submitting right now.
+   */
   private async prune(leaseId: string): Promise<void> {
-    for (const id of await this.deps.slots.liveIds(leaseId)) {
-      const call = await this.deps.calls.get(leaseId, id).catch(() => null);
-      if (!call || call.status === 'finished') await this.deps.slots.release(leaseId, id);
+    const nowMs = this.deps.now().getTime();
+    for (const { terminalId, reservedAtMs } of await this.deps.slots.live(leaseId)) {
+      const call = await this.deps.calls.get(leaseId, terminalId).catch(() => null);
+      if (call ? call.status === 'finished' : nowMs - reservedAtMs > START_WAIT_MS) await this.deps.slots.release(leaseId, terminalId);
     }
   }
 }
