@@ -20,15 +20,20 @@ export const TerminalSize = z
   .strict();
 export type TerminalSize = z.infer<typeof TerminalSize>;
 
+/**
+ * A terminal's script: one execve(2) argument, so no NUL (the pty's spawn would cut the script at
+ * it and run the rest unseen) and at most MAX_ARG_BYTES bytes of UTF-8.
+ */
+export const TerminalCmd = z
+  .string()
+  .min(1)
+  .refine(notNul, 'must not contain NUL')
+  .refine(fitsExec, `at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN)`);
+
 export const TerminalArgs = z
   .object({
     /** A script run by the sandbox's shell (`-c`); without it, the shell as a login shell (`-l`). */
-    cmd: z
-      .string()
-      .min(1)
-      .refine(notNul, 'must not contain NUL')
-      .refine(fitsExec, `at most ${MAX_ARG_BYTES} bytes (execve MAX_ARG_STRLEN)`)
-      .optional(),
+    cmd: TerminalCmd.optional(),
     cols: TerminalSize.shape.cols,
     rows: TerminalSize.shape.rows,
     /** Working directory; default the sandbox's workdir. */

@@ -26,7 +26,12 @@ const tags = ['previews'];
 /** Methods the proxied routes take (HEAD forwarded as HEAD, not answered by fastify's GET). */
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 
-const Port = z.coerce.number().int().min(1, 'a port from 1 to 65535').max(65535, 'a port from 1 to 65535');
+/** A port as plain decimal digits, 1..65535: `0x1F40`, `8e3`, `+8000`, `08000` or `8000.0` name no port (400), not port 8000. */
+const Port = z
+  .string()
+  .regex(/^[1-9][0-9]{0,4}$/, 'a port from 1 to 65535, in decimal digits')
+  .transform(Number)
+  .pipe(z.number().max(65535, 'a port from 1 to 65535'));
 export const PortParams = LeaseParams.extend({ port: Port });
 const WildParams = PortParams.extend({ '*': z.string() });
 const TokenParams = LeaseParams.extend({ token: z.string().min(1).max(100) });

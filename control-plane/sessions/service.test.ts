@@ -38,8 +38,11 @@ function result(callId: string, status: ToolResult['status'], data: unknown = nu
   } as ToolResult;
 }
 
-/** `startAs`: what the agent makes of a session_start (detached: running; a result: it ended at once). */
-function fakes(startAs: 'detached' | ToolResult['error']) {
+/**
+ * `startAs`: what the agent makes of a session_start (detached: running; a result: it ended at
+ * once); `submitGate`: resolves when a submit may go through (default at once).
+ */
+function fakes(startAs: 'detached' | ToolResult['error'], submitGate: Promise<void> = Promise.resolve()) {
   const records = new Map<string, SessionRecord>();
   const live = new Set<string>();
   const calls = new Map<string, CallView>();
@@ -70,6 +73,7 @@ function fakes(startAs: 'detached' | ToolResult['error']) {
     }) as CallView;
   const port: SessionServiceDeps['calls'] = {
     submit: async (_lease, body) => {
+      await submitGate;
       submitted.push({ tool: body.tool, args: body.args });
       const callId = body.callId ?? `call_${submitted.length}`;
       const v = view(callId, body.tool, body.args);
@@ -101,6 +105,17 @@ describe('SessionService', () => {
       tool: 'session_start',
       args: { sessionId: s.sessionId, cwd: '/workspace', env: {}, idleTimeoutMs: 60_000 },
     });
+  });
+
+  it('a place taken by a create still submitting is not given away by a create at the same time (429)', async () => {
+    let submit!: () => void;
+    const { service, live } = fakes('detached', new Promise<void>((resolve) => (submit = resolve)));
+    const first = service.create(leaseWith(1), {});
+    await expect.poll(() => live.size).toBe(1);
+    // Its call does not exist yet: the second create's prune must not take it for one that never came.
+    await expect(service.create(leaseWith(1), {})).rejects.toMatchObject({ code: 'session.limit_reached', status: 429 });
+    submit();
+    await expect(first).resolves.toMatchObject({ status: 'running' });
   });
 
   it('refuses past sessions.max with session.limit_reached (429) and submits nothing', async () => {

@@ -8,7 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { AppError } from '../../contract/errors.js';
 import type { CallView, ToolResult } from '../../contract/objects.js';
-import { detachedStateOf, waitUntilRunning } from '../calls/detached-calls.js';
+import { detachedStateOf, START_WAIT_MS, waitUntilRunning } from '../calls/detached-calls.js';
 import type { CallLease, CallService } from '../calls/service.js';
 import type { CreateSessionBody, SessionExecBody, SessionView } from './schema.js';
 import type { SessionRecord, SessionStore } from './store.js';
@@ -122,11 +122,19 @@ export class SessionService {
     return record;
   }
 
-  /** Stops counting the sessions whose `session_start` call has finished (idle timeout, shell exit, lease end). */
+  /**
+   * Stops counting the sessions whose `session_start` call has finished (idle timeout, shell
+   * exit, lease end), and those whose call never came; a session created within the start wait
+   * is kept, its create may be submitting right now (a concurrent create gave its place away).
+   */
   private async prune(leaseId: string): Promise<void> {
+    const nowMs = this.deps.now().getTime();
     for (const id of await this.deps.store.liveIds(leaseId)) {
       const call = await this.deps.calls.get(leaseId, id).catch(() => null);
-      if (!call || call.status === 'finished') await this.deps.store.release(leaseId, id);
+      if (call && call.status !== 'finished') continue;
+      const record = call ? null : await this.deps.store.get(leaseId, id);
+      if (record && nowMs - Date.parse(record.createdAt) <= START_WAIT_MS) continue;
+      await this.deps.store.release(leaseId, id);
     }
   }
 }

@@ -1,7 +1,7 @@
 /** HTTP schemas of terminals (and of stdin to a running call). */
 import { z } from 'zod';
-import { EnvMap, notNul, SandboxPath } from '../../contract/tools.js';
-import { TerminalSize } from '../../contract/tools/terminal.js';
+import { EnvMap, SandboxPath } from '../../contract/tools.js';
+import { TerminalCmd, TerminalSize } from '../../contract/tools/terminal.js';
 import { CallId } from '../calls/schema.js';
 
 export { TerminalSize };
@@ -10,7 +10,7 @@ export { TerminalSize };
 export const CreateTerminalBody = z
   .object({
     /** A script for the sandbox's shell (`-c`); default: the shell as a login shell. */
-    cmd: z.string().min(1).max(131071).refine(notNul, 'must not contain NUL').optional(),
+    cmd: TerminalCmd.optional(),
     cols: TerminalSize.shape.cols,
     rows: TerminalSize.shape.rows,
     cwd: SandboxPath.optional(),

@@ -10,7 +10,7 @@ import { AppError } from '../../contract/errors.js';
 import type { CallView } from '../../contract/objects.js';
 import type { InputOut } from '../agent-link/input-out.js';
 import { terminalSpec } from '../../contract/tools/terminal.js';
-import { detachedStateOf, waitUntilRunning } from '../calls/detached-calls.js';
+import { detachedStateOf, START_WAIT_MS, waitUntilRunning } from '../calls/detached-calls.js';
 import type { CallLease, CallService } from '../calls/service.js';
 import type { Principal } from '../http/auth.js';
 import { SIGNED_URL_PRINCIPAL, signGrant, verifyGrant } from '../http/signed-urls.js';
@@ -30,7 +30,7 @@ export interface TerminalServiceDeps {
   calls: Pick<CallService, 'submit' | 'get' | 'openCalls' | 'waitFinished' | 'cancel'>;
   input: Pick<InputOut, 'send' | 'sendStdin'>;
   /** The places of `terminals.max` (store.ts). */
-  slots: Pick<TerminalSlots, 'reserve' | 'release' | 'held'>;
+  slots: Pick<TerminalSlots, 'reserve' | 'release' | 'live'>;
   /** Leases for signed attach URLs: found without a key (the signature bound the URL to one sandbox), and usable now. */
   leases: { visible(id: string, by: Principal): Promise<LeaseRecord>; usable(lease: LeaseRecord): LeaseRecord };
   /** HMAC key of signed URLs (http/signed-urls.ts). */
@@ -65,8 +65,8 @@ export class TerminalService {
     const max = lease.policySnapshot.terminals.max;
     await this.prune(lease.id);
     const terminalId = `call_${randomUUID().replaceAll('-', '')}`;
-    if (!(await slots.reserve(lease.id, terminalId, max))) {
-      const open = (await slots.held(lease.id)).length;
+    if (!(await slots.reserve(lease.id, terminalId, max, this.deps.now().getTime()))) {
+      const open = (await slots.live(lease.id)).length;
       throw new AppError('terminal.limit_reached', `this sandbox has ${open} terminals open; the policy allows ${max}`, {
         details: { open, max },
       });
@@ -216,11 +216,16 @@ export class TerminalService {
     return calls.filter((c): c is CallView => c?.tool === terminalSpec.name).map(terminalView);
   }
 
-  /** Gives back the places of terminals that ended (idle or absolute timeout, exit, DELETE). */
+  /**
+   * Gives back the places of terminals whose call has finished (exit, close, timeout, lease end),
+   * and places whose call never came (the create died between the reservation and the submit). A
+   * place younger than the start wait is kept: its create may be submitting right now.
+   */
   private async prune(leaseId: string): Promise<void> {
-    for (const id of await this.deps.slots.held(leaseId)) {
-      const call = await this.deps.calls.get(leaseId, id).catch(() => null);
-      if (!call || call.status === 'finished') await this.deps.slots.release(leaseId, id);
+    const nowMs = this.deps.now().getTime();
+    for (const { terminalId, reservedAtMs } of await this.deps.slots.live(leaseId)) {
+      const call = await this.deps.calls.get(leaseId, terminalId).catch(() => null);
+      if (call ? call.status === 'finished' : nowMs - reservedAtMs > START_WAIT_MS) await this.deps.slots.release(leaseId, terminalId);
     }
   }
 }

@@ -30,9 +30,12 @@ import { signalSession } from '../host/session-kill.js';
 import { killMarked, TREE_MARKER_VAR } from '../host/tree-marker.js';
 import { OutputCapture } from '../output/output-capture.js';
 import { checkCwd, EXEC_ENV_DEFAULTS, OOM_FIRST, toolUserEnv } from './exec.js';
+import { PtyInput } from './pty-input.js';
 
 /** Time between SIGHUP (a terminal hung up) and SIGKILL of the terminal's session, ms. */
 const HANGUP_GRACE_MS = 2000;
+/** Input bytes that may wait for a program that does not read them (beyond: dropped, counted in the receipt). */
+const MAX_PENDING_INPUT_BYTES = 4 * 1024 * 1024;
 /** The EOF character of a terminal in canonical mode (^D). */
 const EOF_CHAR = '\x04';
 
@@ -149,13 +152,15 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
     touch();
     capture.write('stdout', Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk), pty);
   });
+  // node-pty's master fd (a getter its typings leave out): written by a bounded writer of our own.
+  const keys = new PtyInput((pty as unknown as { fd: number }).fd, MAX_PENDING_INPUT_BYTES);
   const input = ctx.openInput(ctx.callId, (message) => {
     if (exited) return;
     touch();
     try {
-      if (message.kind === 'data') pty.write(Buffer.from(message.dataBase64, 'base64') as unknown as string);
+      if (message.kind === 'data') keys.write(Buffer.from(message.dataBase64, 'base64'));
       else if (message.kind === 'resize') pty.resize(clampCells(message.cols), clampCells(message.rows));
-      else pty.write(EOF_CHAR);
+      else keys.write(Buffer.from(EOF_CHAR));
     } catch {
       // The pty closed between the exit and this message: nothing to write to.
     }
@@ -173,6 +178,7 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
     });
   });
   exited = true;
+  keys.close();
   clearTimeout(absoluteTimer);
   if (idleTimer) clearTimeout(idleTimer);
   if (graceTimer) clearTimeout(graceTimer);
@@ -199,6 +205,7 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
     data: {
       terminalId: ctx.callId,
       pid,
+      inputDroppedBytes: keys.droppedBytes,
       transcript: {
         artifactId: transcript.artifact.id,
         sha256: transcript.artifact.sha256,
