@@ -6,6 +6,11 @@
 import type { Redis } from 'ioredis';
 import { ApiKeyRecord } from './schema.js';
 
+/** KEYS: digests, records; ARGV: digest. The record JSON of the indexed key, or nil. */
+const BY_DIGEST = `local id = redis.call('HGET', KEYS[1], ARGV[1])
+if not id then return nil end
+return redis.call('HGET', KEYS[2], id)`;
+
 export class RedisApiKeyStore {
   constructor(
     private readonly redis: Redis,
@@ -33,10 +38,11 @@ export class RedisApiKeyStore {
 
   /** The live (not revoked) key whose secret has this hex sha256, if any. */
   async byDigest(sha256: string): Promise<ApiKeyRecord | null> {
-    const id = await this.redis.hget(this.k.digests(), sha256);
-    if (id === null) return null;
-    const record = await this.get(id);
-    return record && record.revokedAt === null ? record : null;
+    // One round trip (it runs before every authenticated request): the index, then the record.
+    const text = (await this.redis.eval(BY_DIGEST, 2, this.k.digests(), this.k.records(), sha256)) as string | null;
+    if (text === null) return null;
+    const record = ApiKeyRecord.parse(JSON.parse(text));
+    return record.revokedAt === null ? record : null;
   }
 
   /** Every key, revoked ones included. */
