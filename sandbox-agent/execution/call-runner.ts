@@ -201,9 +201,6 @@ export class CallRunner {
       this.running.delete(job.callId);
       if (backgroundGroup !== null) this.deps.processTrees.release(backgroundGroup);
     }
-    // The attempt is over (its processes killed and swept): the next call may start while this
-    // one's result travels. Results still leave in order (the return channel is one chain).
-    void slot.then((release) => (release as () => void)());
     log.info(
       {
         tool: job.tool,
