@@ -19,20 +19,18 @@ const lease: CallLease = { id: 'sbx_unit', policySnapshot: policy, secrets: [], 
 /** An in-memory call store that counts its reads, and a notifier that wakes waiters on `notify(channel)`. */
 function fakes() {
   const calls = new Map<string, { intent: CallIntent; status: CallView['status']; result: ToolResult | null; events: EventBody[] }>();
-  /** Each waiter says whether the message woke it (then it is gone). */
-  const waiters = new Map<string, Array<(message: string) => boolean>>();
+  const waiters = new Map<string, Array<() => void>>();
   const reads = { getCall: 0 };
-  const notify = (channel: string, message = '1'): void => {
-    const kept = (waiters.get(channel) ?? []).filter((waiter) => !waiter(message));
-    if (kept.length > 0) waiters.set(channel, kept);
-    else waiters.delete(channel);
+  const notify = (channel: string): void => {
+    for (const wake of waiters.get(channel) ?? []) wake();
+    waiters.delete(channel);
   };
   const store: CallServiceDeps['store'] = {
     notifyChannel: (leaseId, callId) => `notify:${leaseId}:${callId}`,
-    createCall: async (intent, events = []) => {
+    createCall: async (intent) => {
       const existing = calls.get(intent.callId);
       if (existing) return existing.intent;
-      calls.set(intent.callId, { intent, status: 'queued', result: null, events: [...events] });
+      calls.set(intent.callId, { intent, status: 'queued', result: null, events: [] });
       return null;
     },
     getCall: async (_leaseId, callId) => {
@@ -43,7 +41,6 @@ function fakes() {
     appendEvent: async (leaseId, callId, body, _at, dedupeKey = '', options = {}) => {
       const c = calls.get(callId)!;
       if (options.unlessFinished && c.status === 'finished') return null;
-      if (options.markRunning && c.status === 'queued') c.status = 'running';
       if (dedupeKey && c.events.some((e) => (e as { key?: string }).key === dedupeKey)) return null;
       c.events.push({ ...body, ...(dedupeKey ? { key: dedupeKey } : {}) } as EventBody);
       notify(`notify:${leaseId}:${callId}`);
@@ -51,10 +48,10 @@ function fakes() {
     },
     finishCall: async (leaseId, callId, result) => {
       const c = calls.get(callId)!;
-      if (c.status === 'finished') return null;
+      if (c.status === 'finished') return false;
       Object.assign(c, { status: 'finished', result });
-      notify(`notify:${leaseId}:${callId}`, 'finished');
-      return c.intent;
+      notify(`notify:${leaseId}:${callId}`);
+      return true;
     },
     markRunning: async (_leaseId, callId) => {
       const c = calls.get(callId)!;
@@ -64,17 +61,12 @@ function fakes() {
     openCalls: async () => [...calls.values()].filter((c) => c.status !== 'finished').map((c) => c.intent.callId),
   };
   const notifier: CallServiceDeps['notifier'] = {
-    next: (channel, timeoutMs, signal, accept) => notifier.nextOf([channel], timeoutMs, signal, accept),
-    nextOf: (channels, timeoutMs, signal, accept) =>
+    next: (channel, timeoutMs) => notifier.nextOf([channel], timeoutMs),
+    nextOf: (channels, timeoutMs, signal) =>
       new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, timeoutMs);
         const done = (): void => (clearTimeout(timer), resolve());
-        const waiter = (message: string): boolean => {
-          if (accept && !accept(message)) return false;
-          done();
-          return true;
-        };
-        for (const ch of channels) waiters.set(ch, [...(waiters.get(ch) ?? []), waiter]);
+        for (const ch of channels) waiters.set(ch, [...(waiters.get(ch) ?? []), done]);
         signal?.addEventListener('abort', done, { once: true });
       }),
   };
@@ -128,25 +120,6 @@ describe('CallService.submit', () => {
     };
     await expect(service.submit(lease, exec('c1'))).rejects.toMatchObject({ code: 'queue.unavailable' });
     expect(calls.get('c1')).toMatchObject({ status: 'finished', result: { status: 'failed' } });
-  });
-});
-
-describe('CallService.waitFinished', () => {
-  it('wakes on the call’s end, not on each event before it: two reads of the call whatever the events', async () => {
-    const { service, store, reads } = fakes();
-    await service.submit(lease, exec('c1'));
-    reads.getCall = 0;
-    const waiting = service.waitFinished(lease.id, 'c1', 30_000);
-    await new Promise((r) => setImmediate(r));
-    await store.appendEvent(lease.id, 'c1', { type: 'call.started', attemptId: 'att_1', pid: 7 }, new Date(), 'att_1:1', {
-      markRunning: true,
-    });
-    await store.appendEvent(lease.id, 'c1', { type: 'output', stream: 'stdout', offset: 0, dataBase64: 'aGk=' }, new Date(), 'att_1:2');
-    await new Promise((r) => setImmediate(r));
-    expect(reads.getCall).toBe(1);
-    await store.finishCall(lease.id, 'c1', { callId: 'c1', status: 'succeeded' } as ToolResult, new Date());
-    expect(await waiting).toMatchObject({ status: 'finished', result: { status: 'succeeded' } });
-    expect(reads.getCall).toBe(2);
   });
 });
 

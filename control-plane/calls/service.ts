@@ -19,7 +19,7 @@ import type { LeaseRecord } from '../leases/store.js';
 import type { Metrics } from '../metrics/service.js';
 import type { Notifier } from '../redis/notifier.js';
 import type { SubmitCallBody } from './schema.js';
-import { CALL_SETTLED, type CallStore } from './store.js';
+import type { CallStore } from './store.js';
 import { TOOLS } from './tools.js';
 
 /** What calls need of a lease: its id, policy, granted secrets and manifest. */
@@ -77,9 +77,14 @@ export class CallService {
     const normalizedArgs = resolved?.args ?? body.args;
     const fingerprint = digestOf({ tool: tool.name, version: tool.version, args: normalizedArgs });
     const createdAt = now();
-    const intent = { callId, leaseId: lease.id, tool: tool.name, args: normalizedArgs, fingerprint, createdAt: createdAt.toISOString() };
-    // The intent and its call.accepted event are written in one round trip.
-    const existing = await store.createCall(intent, [{ type: 'call.accepted', tool: tool.name, fingerprint }], createdAt);
+    const existing = await store.createCall({
+      callId,
+      leaseId: lease.id,
+      tool: tool.name,
+      args: normalizedArgs,
+      fingerprint,
+      createdAt: createdAt.toISOString(),
+    });
     if (existing) {
       if (existing.fingerprint !== fingerprint) {
         throw new AppError('call.id_conflict', `callId ${callId} was used with different tool or arguments`, {
@@ -88,6 +93,7 @@ export class CallService {
       }
       return { call: await this.get(lease.id, callId), created: false };
     }
+    await store.appendEvent(lease.id, callId, { type: 'call.accepted', tool: tool.name, fingerprint }, createdAt);
     if (denial || !resolved) {
       const error = denial!.toInfo();
       await store.appendEvent(lease.id, callId, { type: 'call.denied', error }, createdAt);
@@ -117,8 +123,7 @@ export class CallService {
     }
     await store.appendEvent(lease.id, callId, { type: 'call.queued' }, now());
     this.deps.log.debug({ sandboxId: lease.id, callId, tool: tool.name }, 'call queued');
-    // As it was when queued, not read again: a caller that waits (`waitFinished`) reads it anyway.
-    return { call: { ...intent, status: 'queued', detached: null, result: null }, created: true };
+    return { call: await this.get(lease.id, callId), created: true };
   }
 
   /** Throws `call.not_found`. */
@@ -135,12 +140,9 @@ export class CallService {
   async waitFinished(leaseId: string, callId: string, timeoutMs: number, untilFinished = false): Promise<CallView> {
     const deadline = Date.now() + timeoutMs;
     const channel = this.deps.store.notifyChannel(leaseId, callId);
-    // Only the end (or a detach) wakes the wait: the events before it change nothing it returns.
-    const settles = (message: string): boolean =>
-      message === CALL_SETTLED.finished || (message === CALL_SETTLED.detached && !untilFinished);
     for (;;) {
       // Listen before reading, so a change between the read and the wait is not missed.
-      const wake = this.deps.notifier.next(channel, Math.max(0, Math.min(1000, deadline - Date.now())), undefined, settles);
+      const wake = this.deps.notifier.next(channel, Math.max(0, Math.min(1000, deadline - Date.now())));
       const call = await this.get(leaseId, callId);
       if (call.status === 'finished' || (call.status === 'detached' && !untilFinished) || Date.now() >= deadline) return call;
       await wake;
@@ -170,7 +172,7 @@ export class CallService {
     if (await agent.removeQueued(lease.id, callId)) {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
       const result = emptyResult(callId, 'cancelled', error);
-      if (await this.finish(lease.id, callId, result, now())) return { call: { ...call, status: 'finished', result }, changed: true };
+      if (await this.finish(lease.id, callId, result, now(), call)) return { call: { ...call, status: 'finished', result }, changed: true };
       return { call: await this.get(lease.id, callId), changed: true };
     }
     await agent.requestCancel(lease.id, callId);
@@ -195,12 +197,7 @@ export class CallService {
       // Listen on the open calls first, then read again: a call ending in between still wakes the wait.
       const stop = new AbortController();
       const channels = open.map((callId) => store.notifyChannel(leaseId, callId));
-      const wake = notifier.nextOf(
-        channels,
-        Math.max(0, Math.min(WAIT_RECHECK_MS, untilMs - now().getTime())),
-        stop.signal,
-        (message) => message === CALL_SETTLED.finished,
-      );
+      const wake = notifier.nextOf(channels, Math.max(0, Math.min(WAIT_RECHECK_MS, untilMs - now().getTime())), stop.signal);
       const current = await store.openCalls(leaseId);
       const unchanged = current.length === open.length && current.every((id) => open.includes(id));
       if (unchanged) await wake;
@@ -213,13 +210,13 @@ export class CallService {
   async ingest(leaseId: string, message: ReturnMessage): Promise<void> {
     const at = this.deps.now();
     if (message.kind === 'event') {
-      const started = message.body.type === 'call.started';
-      // call.started also marks the call running, in the same round trip.
       await this.deps.store.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`, {
         unlessFinished: true,
-        markRunning: started,
       });
-      if (started) this.deps.log.info({ sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId }, 'call started');
+      if (message.body.type === 'call.started') {
+        await this.deps.store.markRunning(leaseId, message.callId);
+        this.deps.log.info({ sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId }, 'call started');
+      }
       return;
     }
     if (message.kind === 'artifact_chunk') {
@@ -264,23 +261,25 @@ export class CallService {
    * finished it, counts it and logs it with the sandbox, call and attempt ids. Returns whether
    * it was stored (false: the call had finished before).
    */
-  private async finish(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<boolean> {
-    // The store hands back the intent it finished (null: finished before), so no second read.
-    const call = await this.deps.store.finishCall(leaseId, callId, result, at);
-    if (!call) return false;
-    const seconds = Math.max(0, at.getTime() - Date.parse(call.createdAt)) / 1000;
-    this.deps.metrics.callFinished(call.tool, result.status, seconds);
-    this.deps.log.info(
-      {
-        sandboxId: leaseId,
-        callId,
-        attemptId: result.receipt?.attemptId ?? null,
-        tool: call.tool,
-        status: result.status,
-        durationMs: Math.round(seconds * 1000),
-      },
-      'call finished',
-    );
+  private async finish(leaseId: string, callId: string, result: ToolResult, at: Date, known?: CallView): Promise<boolean> {
+    const stored = await this.deps.store.finishCall(leaseId, callId, result, at);
+    if (!stored) return false;
+    const call = known ?? (await this.deps.store.getCall(leaseId, callId));
+    if (call) {
+      const seconds = Math.max(0, at.getTime() - Date.parse(call.createdAt)) / 1000;
+      this.deps.metrics.callFinished(call.tool, result.status, seconds);
+      this.deps.log.info(
+        {
+          sandboxId: leaseId,
+          callId,
+          attemptId: result.receipt?.attemptId ?? null,
+          tool: call.tool,
+          status: result.status,
+          durationMs: Math.round(seconds * 1000),
+        },
+        'call finished',
+      );
+    }
     return true;
   }
 

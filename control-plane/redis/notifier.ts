@@ -12,7 +12,7 @@ export class Notifier {
 
   private constructor(private readonly subscriber: Redis) {
     this.emitter.setMaxListeners(0);
-    subscriber.on('pmessage', (_pattern: string, channel: string, message: string) => this.emitter.emit(channel, message));
+    subscriber.on('pmessage', (_pattern: string, channel: string) => this.emitter.emit(channel));
   }
 
   /** Subscribes `subscriber` (a connection of its own: it enters subscribe mode) to `pattern`. */
@@ -23,28 +23,23 @@ export class Notifier {
 
   /**
    * Resolves on the next notification on `channel`, after `timeoutMs`, or when `signal` aborts,
-   * whichever comes first. Callers re-read the store afterwards. With `accept`, only a
-   * notification whose message it accepts wakes the caller (e.g. `finished`, not every event's
-   * seq), so a waiter for one transition does not re-read the store on every event.
+   * whichever comes first. Callers re-read the store afterwards.
    */
-  next(channel: string, timeoutMs: number, signal?: AbortSignal, accept?: (message: string) => boolean): Promise<void> {
-    return this.nextOf([channel], timeoutMs, signal, accept);
+  next(channel: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+    return this.nextOf([channel], timeoutMs, signal);
   }
 
   /** As `next`, on the first notification on any of `channels`. */
-  nextOf(channels: readonly string[], timeoutMs: number, signal?: AbortSignal, accept?: (message: string) => boolean): Promise<void> {
+  nextOf(channels: readonly string[], timeoutMs: number, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
       const done = (): void => {
         clearTimeout(timer);
-        for (const channel of channels) this.emitter.off(channel, onMessage);
+        for (const channel of channels) this.emitter.off(channel, done);
         signal?.removeEventListener('abort', done);
         resolve();
       };
-      const onMessage = (message?: string): void => {
-        if (!accept || (message !== undefined && accept(message))) done();
-      };
       const timer = setTimeout(done, timeoutMs);
-      for (const channel of channels) this.emitter.on(channel, onMessage);
+      for (const channel of channels) this.emitter.once(channel, done);
       signal?.addEventListener('abort', done, { once: true });
     });
   }
