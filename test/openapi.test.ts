@@ -42,8 +42,9 @@ describe('OpenAPI document', () => {
     // The two browser UIs serve pages, not API operations.
     const ui = (path: string): boolean =>
       ['/docs', '/console'].some((p) => path === p || path.startsWith(`${p}/`) || path.startsWith(`${p}*`));
-    // WebSocket routes are hidden by @fastify/websocket (no OpenAPI for an upgrade); the README documents them.
-    const websocket = (path: string): boolean => path.endsWith('/ws');
+    // WebSocket routes are hidden by @fastify/websocket (no OpenAPI for an upgrade); the README documents
+    // them: a terminal's attach with an API key and its signed-URL twin for browsers.
+    const websocket = (path: string): boolean => path.endsWith('/ws') || path.startsWith('/v1/terminal-ws/');
     const routes = routesOf(h.plane.app).filter((r) => !ui(r.path) && !websocket(r.path));
     expect(routes.length).toBeGreaterThan(30);
     const missing = routes
@@ -140,6 +141,7 @@ describe('OpenAPI document', () => {
         'post /v1/snapshots/{id}/fork',
         'post /v1/sandboxes/{id}/terminals',
         'post /v1/sandboxes/{id}/terminals/{terminalId}/input',
+        'post /v1/sandboxes/{id}/terminals/{terminalId}/url',
         'post /v1/sandboxes/{id}/calls/{callId}/stdin',
         'post /v1/sandboxes/{id}/processes/{pid}/signal',
         'post /v1/sandboxes/{id}/ports/{port}/url',
