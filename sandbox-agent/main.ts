@@ -44,8 +44,8 @@ import { runToolUserWorker } from './tool-user/worker.js';
 import { execTool, toolsPath } from './tools/exec.js';
 import { ShellSessions } from './session/sessions.js';
 import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_INOTIFY } from '../contract/agent-runtime.js';
-import { CHANGE_FIELD, CHANGE_LOG_MAX_ENTRIES } from '../contract/watch.js';
 import { FileWatch } from './host/file-watch.js';
+import { redisChangeLog } from './host/change-log.js';
 import { fileTools } from './tools/file-tools.js';
 import { terminalTool } from './tools/terminal.js';
 import { processTools } from './tools/process-tools.js';
@@ -110,24 +110,14 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     ].map((t) => [t.name, t]),
   );
   const processTrees = new ProcessTrees();
-  // The lease's file change log (host/file-watch.ts): entry ids `<seq>-0`, MAXLEN-bounded.
+  // The lease's file change log (host/file-watch.ts, host/change-log.ts).
   const fileWatch = new FileWatch({
     binary: AGENT_RUNTIME_INOTIFY,
     roots: config.files.roots,
     uid: config.toolUser.uid,
     gid: config.toolUser.gid,
     log,
-    writer: {
-      lastSeq: async () => Number((await redis.xrevrange(keys.changes, '+', '-', 'COUNT', 1))[0]?.[0].split('-')[0] ?? 0),
-      append: async (entries) => {
-        const tx = redis.multi();
-        for (const e of entries)
-          tx.xadd(keys.changes, 'MAXLEN', '~', CHANGE_LOG_MAX_ENTRIES, `${e.seq}-0`, CHANGE_FIELD, JSON.stringify(e));
-        const results = await tx.exec();
-        const failed = results?.find(([err]) => err !== null);
-        if (!results || failed) throw failed?.[0] ?? new Error('change log transaction aborted');
-      },
-    },
+    writer: redisChangeLog(redis, keys.changes),
   });
   const runner = new CallRunner({
     config,

@@ -11,6 +11,11 @@
  * max_user_instances, max_user_watches), and one log entry per change (coalesced: consecutive
  * modifications of one file are one entry) even when nobody reads them.
  *
+ * A flood of changes (a process renaming files in a loop) costs the agent and Redis a bounded
+ * share, so tool calls go on at their speed: past `maxBuffered` the agent stops reading the
+ * helper (the helper blocks; the kernel's queue overflows, said as `kernel_queue`) until the
+ * buffer is half written, and full batches go to the log at most one per `fullBatchIntervalMs`.
+ *
  * Nothing is lost silently: a kernel queue overflow, more changes buffered than `maxBuffered`,
  * a directory that could not be watched, a helper that died, an agent that restarted — each is
  * a `watch.overflow` entry in the log, at the place of the loss.
@@ -37,6 +42,8 @@ export interface FileWatchOptions {
   writer: ChangeLogWriter;
   /** Changes held while the log is written, before `agent_buffer` overflow; default 10,000. */
   maxBuffered?: number;
+  /** Least time between the starts of two full batches (2,000 entries) written to the log, ms; default 250 (8,000 entries/s at most). */
+  fullBatchIntervalMs?: number;
   /** Wait before the helper is started again after it ended, ms; default 1000. */
   restartDelayMs?: number;
   log: { warn(obj: object, msg: string): void };
@@ -104,7 +111,10 @@ export class FileWatch {
     this.tokens = [];
     this.partial = '';
     child.stdout!.setEncoding('utf8');
-    child.stdout!.on('data', (text: string) => this.parse(text));
+    child.stdout!.on('data', (text: string) => {
+      this.parse(text);
+      if (this.buffer.length >= this.maxBuffered) child.stdout!.pause();
+    });
     child.stderr!.setEncoding('utf8');
     child.stderr!.on('data', (text: string) => this.opts.log.warn({ helper: text.trim() }, 'file watch helper'));
     child.on('error', (err) => this.opts.log.warn({ err }, 'file watch helper failed to start'));
@@ -173,11 +183,17 @@ export class FileWatch {
     }
   }
 
-  /** Buffers one entry; past `maxBuffered` the entry is counted into an `agent_buffer` overflow instead. */
+  private get maxBuffered(): number {
+    return this.opts.maxBuffered ?? 10_000;
+  }
+
+  /**
+   * Buffers one entry; past `maxBuffered` (the rest of a chunk read before the helper's output
+   * was paused) the entry is counted into an `agent_buffer` overflow instead.
+   */
   private push(entry: Pending): void {
-    const max = this.opts.maxBuffered ?? 10_000;
     // Overflow and start entries are always kept (at most a few past the bound): a loss is never lost.
-    if (this.buffer.length >= max && entry.type !== 'watch.started' && entry.type !== 'watch.overflow') {
+    if (this.buffer.length >= this.maxBuffered && entry.type !== 'watch.started' && entry.type !== 'watch.overflow') {
       const last = this.lastMutable();
       if (last?.type === 'watch.overflow' && last.reason === 'agent_buffer') last.dropped = (last.dropped ?? 0) + 1;
       else this.buffer.push({ type: 'watch.overflow', reason: 'agent_buffer', dropped: 1, at: now() });
@@ -196,11 +212,17 @@ export class FileWatch {
   private async flush(): Promise<void> {
     if (this.flushing) return;
     this.flushing = true;
+    const intervalMs = this.opts.fullBatchIntervalMs ?? 250;
+    let fullBatchAt = 0;
     try {
       while (this.buffer.length > 0) {
+        // A flood is written at a bounded rate: Redis serves the tool calls too.
+        const waitMs = fullBatchAt + intervalMs - Date.now();
+        if (waitMs > 0) await new Promise((r) => setTimeout(r, waitMs));
         // Taken out only once written: a failed write keeps them (and their seqs) for the next try.
         const batch = this.buffer.slice(0, BATCH).map((e, i) => ({ ...e, seq: this.seq + 1 + i }) as ChangeEntry);
         this.inFlight = batch.length;
+        fullBatchAt = batch.length === BATCH ? Date.now() : 0;
         try {
           await this.opts.writer.append(batch);
         } catch (err) {
@@ -212,6 +234,7 @@ export class FileWatch {
         this.seq += batch.length;
         this.buffer.splice(0, batch.length);
         this.inFlight = 0;
+        if (this.buffer.length <= this.maxBuffered / 2) this.child?.stdout?.resume();
       }
     } finally {
       this.flushing = false;
