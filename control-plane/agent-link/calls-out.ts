@@ -41,6 +41,15 @@ export class CallsOut {
   }
 
   /**
+   * Takes a call's job back unless an agent took it: `absent` (no job: the add never reached
+   * Redis), `removed` (it was waiting and is gone now), `taken` (an agent has it: it runs).
+   */
+  async takeBack(leaseId: string, callId: string): Promise<'absent' | 'removed' | 'taken'> {
+    if (await this.removeQueued(leaseId, callId)) return 'removed';
+    return (await this.queue(leaseId).getJob(callId)) ? 'taken' : 'absent';
+  }
+
+  /**
    * Tells the agent to cancel a call: a durable marker the agent checks before it starts the
    * call (so a cancel that races the start is not lost), then a message for a running one.
    */

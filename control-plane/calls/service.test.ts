@@ -77,6 +77,7 @@ function fakes() {
       sent.queued.add(job.callId);
     },
     removeQueued: async (_leaseId, callId) => sent.queued.delete(callId),
+    takeBack: async (_leaseId, callId) => (sent.queued.delete(callId) ? 'removed' : 'absent'),
     requestCancel: async (_leaseId, callId) => void sent.cancels.push(callId),
   };
   const finished: string[] = [];
@@ -120,6 +121,41 @@ describe('CallService.submit', () => {
     };
     await expect(service.submit(lease, exec('c1'))).rejects.toMatchObject({ code: 'queue.unavailable' });
     expect(calls.get('c1')).toMatchObject({ status: 'finished', result: { status: 'failed' } });
+  });
+
+  it('when Redis is down for the enqueue and for ending the call too, the call is ended once it answers again (not left queued with no job)', async () => {
+    const { service, calls, store } = fakes();
+    const deps = (service as unknown as { deps: CallServiceDeps }).deps;
+    deps.agent.enqueue = async () => {
+      throw new Error('redis down');
+    };
+    // The outage: the first two attempts to end the call fail as the enqueue did.
+    let outage = 2;
+    const finishCall = store.finishCall.bind(store);
+    store.finishCall = async (...args) => {
+      if (outage-- > 0) throw new Error('redis down');
+      return finishCall(...args);
+    };
+    await expect(service.submit(lease, exec('c1'))).rejects.toMatchObject({ code: 'queue.unavailable' });
+    expect(calls.get('c1')?.status).toBe('queued');
+    await expect.poll(() => calls.get('c1')?.status, { timeout: 5000 }).toBe('finished');
+    expect(calls.get('c1')).toMatchObject({ result: { status: 'failed', error: { code: 'queue.unavailable' } } });
+    expect(calls.get('c1')!.events.filter((e) => e.type === 'call.accepted')).toHaveLength(1);
+  });
+
+  it('an enqueue whose answer was lost after the job reached the queue: a job no agent took is taken back and the call ends failed; one an agent took is a submission that succeeded', async () => {
+    const { service, calls, sent } = fakes();
+    const deps = (service as unknown as { deps: CallServiceDeps }).deps;
+    const enqueue = deps.agent.enqueue.bind(deps.agent);
+    deps.agent.enqueue = async (leaseId, job) => {
+      await enqueue(leaseId, job);
+      throw new Error('connection lost');
+    };
+    await expect(service.submit(lease, exec('waiting'))).rejects.toMatchObject({ code: 'queue.unavailable' });
+    expect(sent.queued.has('waiting')).toBe(false);
+    expect(calls.get('waiting')).toMatchObject({ status: 'finished', result: { status: 'failed' } });
+    deps.agent.takeBack = async () => 'taken';
+    expect(await service.submit(lease, exec('taken'))).toMatchObject({ created: true, call: { callId: 'taken', status: 'queued' } });
   });
 });
 

@@ -32,13 +32,16 @@ export interface CallServiceDeps {
   >;
   artifacts: Pick<ArtifactStore, 'writeChunk' | 'complete'>;
   /** The calls half of the agent link: the producer, cancel markers. */
-  agent: Pick<CallsOut, 'enqueue' | 'removeQueued' | 'requestCancel'>;
+  agent: Pick<CallsOut, 'enqueue' | 'removeQueued' | 'takeBack' | 'requestCancel'>;
   notifier: Pick<Notifier, 'next' | 'nextOf'>;
   /** Counts calls reaching a terminal result, and how long they took from submission. */
   metrics: Pick<Metrics, 'callFinished'>;
   now: () => Date;
   log: Logger;
 }
+
+/** How long a call recorded during a Redis outage is tried again to be settled, ms. */
+const SETTLE_RETRY_FOR_MS = 10 * 60_000;
 
 /** The names `input.unknown_tool` lists: the tools a client may submit (not the `internal` ones). */
 const OFFERED_TOOLS = [...TOOLS.values()].filter((t) => isOfferedAsCall(t.spec)).map((t) => t.name);
@@ -93,11 +96,13 @@ export class CallService {
       }
       return { call: await this.get(lease.id, callId), created: false };
     }
-    await store.appendEvent(lease.id, callId, { type: 'call.accepted', tool: tool.name, fingerprint }, createdAt);
     if (denial || !resolved) {
       const error = denial!.toInfo();
-      await store.appendEvent(lease.id, callId, { type: 'call.denied', error }, createdAt);
-      await this.finish(lease.id, callId, emptyResult(callId, 'denied', error), createdAt);
+      await this.settle(lease.id, callId, async () => {
+        await store.appendEvent(lease.id, callId, { type: 'call.accepted', tool: tool.name, fingerprint }, createdAt, 'accepted');
+        await store.appendEvent(lease.id, callId, { type: 'call.denied', error }, createdAt, 'denied');
+        await this.finish(lease.id, callId, emptyResult(callId, 'denied', error), createdAt);
+      });
       throw new AppError(denial!.code, denial!.message, { details: { ...denial!.details, callId } });
     }
     const job: CallJob = {
@@ -112,14 +117,16 @@ export class CallService {
       accesses: resolved.accesses,
     };
     // The intent is in the store before the job exists: a crash here leaves a queued call that
-    // reconcile/release finishes as `cancelled` (no attempt marker), never a job without a record.
+    // release finishes as `cancelled` (no attempt marker), never a job without a record.
     try {
+      await store.appendEvent(lease.id, callId, { type: 'call.accepted', tool: tool.name, fingerprint }, createdAt, 'accepted');
       await agent.enqueue(lease.id, job);
     } catch (err) {
       // Not queued means never run: the call ends here rather than waiting forever.
       const error = errorInfo('queue.unavailable', `the call could not be queued: ${(err as Error).message}`);
-      await this.finish(lease.id, callId, emptyResult(callId, 'failed', error), now());
-      throw new AppError('queue.unavailable', error.message, { details: { callId }, cause: err });
+      let taken = false;
+      await this.settle(lease.id, callId, async () => void (taken = await this.abandonUnqueued(lease.id, callId, error)));
+      if (!taken) throw new AppError('queue.unavailable', error.message, { details: { callId }, cause: err });
     }
     await store.appendEvent(lease.id, callId, { type: 'call.queued' }, now());
     this.deps.log.debug({ sandboxId: lease.id, callId, tool: tool.name }, 'call queued');
@@ -261,6 +268,47 @@ export class CallService {
    * finished it, counts it and logs it with the sandbox, call and attempt ids. Returns whether
    * it was stored (false: the call had finished before).
    */
+  /**
+   * Ends a call whose enqueue failed, as `failed` (`queue.unavailable`) — unless the add reached
+   * Redis though its answer was lost (a connection cut mid-command): a job no agent has taken
+   * yet is taken back first; one already taken runs and reports like any call (true: the
+   * submission then succeeded after all).
+   */
+  private async abandonUnqueued(leaseId: string, callId: string, error: ReturnType<typeof errorInfo>): Promise<boolean> {
+    if ((await this.deps.agent.takeBack(leaseId, callId)) === 'taken') return true;
+    await this.finish(leaseId, callId, emptyResult(callId, 'failed', error), this.deps.now());
+    return false;
+  }
+
+  /**
+   * Runs `settleCall`, which brings a just-recorded call to its end state. When Redis fails it
+   * too (an outage: why the submission failed), it is tried again behind the client's answer
+   * until it succeeds or `SETTLE_RETRY_FOR_MS` passed, so the record does not stay `queued` with
+   * no job (a release would still end it, as `cancelled`). `settleCall` must be safe to repeat.
+   * Never throws.
+   */
+  private async settle(leaseId: string, callId: string, settleCall: () => Promise<void>): Promise<void> {
+    try {
+      await settleCall();
+      return;
+    } catch (err) {
+      this.deps.log.warn({ err, sandboxId: leaseId, callId }, 'settling a call failed; trying again in the background');
+    }
+    void (async () => {
+      const deadline = Date.now() + SETTLE_RETRY_FOR_MS;
+      for (let delayMs = 250; Date.now() < deadline; delayMs = Math.min(delayMs * 2, 5000)) {
+        await new Promise((r) => setTimeout(r, delayMs).unref());
+        try {
+          await settleCall();
+          return;
+        } catch (err) {
+          this.deps.log.warn({ err, sandboxId: leaseId, callId }, 'settling a call failed; trying again');
+        }
+      }
+      this.deps.log.error({ sandboxId: leaseId, callId }, 'a call recorded during an outage could not be settled; its release will end it');
+    })();
+  }
+
   private async finish(leaseId: string, callId: string, result: ToolResult, at: Date, known?: CallView): Promise<boolean> {
     const stored = await this.deps.store.finishCall(leaseId, callId, result, at);
     if (!stored) return false;
