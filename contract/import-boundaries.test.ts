@@ -33,8 +33,8 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   'tar-stream': ['control-plane/files/tar-guard.ts', 'control-plane/runtime/'],
   // Redis connections, the lock, the notifier and durable timers; the per-lease agent channel; the sandbox agent.
   bullmq: ['control-plane/redis/', 'control-plane/agent-link/', 'sandbox-agent/main.ts', 'sandbox-agent/link/return-channel.ts'],
-  // The same, and each domain's store.
-  ioredis: ['control-plane/redis/', 'control-plane/agent-link/', DOMAIN_STORE, 'sandbox-agent/main.ts'],
+  // The same, each domain's store, and the agent's own Redis writers (its link).
+  ioredis: ['control-plane/redis/', 'control-plane/agent-link/', DOMAIN_STORE, 'sandbox-agent/main.ts', 'sandbox-agent/link/'],
   fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', DOMAIN_ROUTES],
   'better-sse': ['control-plane/http/sse.ts'],
   'prom-client': ['control-plane/metrics/service.ts'],

@@ -45,7 +45,7 @@ import { execTool, toolsPath } from './tools/exec.js';
 import { ShellSessions } from './session/sessions.js';
 import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_INOTIFY } from '../contract/agent-runtime.js';
 import { FileWatch } from './host/file-watch.js';
-import { redisChangeLog } from './host/change-log.js';
+import { redisChangeLog } from './link/change-log.js';
 import { fileTools } from './tools/file-tools.js';
 import { terminalTool } from './tools/terminal.js';
 import { processTools } from './tools/process-tools.js';
@@ -110,7 +110,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     ].map((t) => [t.name, t]),
   );
   const processTrees = new ProcessTrees();
-  // The lease's file change log (host/file-watch.ts, host/change-log.ts).
+  // The lease's file change log (host/file-watch.ts, link/change-log.ts).
   const fileWatch = new FileWatch({
     binary: AGENT_RUNTIME_INOTIFY,
     roots: config.files.roots,

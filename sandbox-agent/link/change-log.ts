@@ -5,7 +5,7 @@
  */
 import type { Redis } from 'ioredis';
 import { CHANGE_FIELD, CHANGE_LOG_MAX_ENTRIES } from '../../contract/watch.js';
-import type { ChangeLogWriter } from './file-watch.js';
+import type { ChangeLogWriter } from '../host/file-watch.js';
 
 /**
  * Appends a batch in one command (a flood of changes costs one round trip and one command per
