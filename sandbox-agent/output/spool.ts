@@ -81,6 +81,8 @@ export class StreamSpool {
 
   /** Deletes the file (if still there) and gives its bytes back to the budget. Once. */
   async remove(): Promise<void> {
+    // Closed first: a file stream not yet open would otherwise create the file after the rm.
+    if (!this.file.closed) await new Promise<void>((resolve) => this.file.destroy().once('close', () => resolve()));
     await rm(this.path, { force: true });
     this.budget.give(this.written);
     this.written = 0;
