@@ -5,7 +5,7 @@
  * both. Profiles go to `bench/results/profiles/<workload>-<time>/` (open them in Chrome
  * DevTools or speedscope). `SBX_PROFILE_WORKLOAD`: `exec` (sequential `exec true`),
  * `concurrent` (8 callers of `exec true`), `stream` (200 MB stdout + artifact), `files`
- * (write_file + read_file of 4 KiB), `upload` (100 MB tar), `lease` (cold leases; no agent profile).
+ * (write_file + read_file of 4 KiB), `preview` (GETs of 1 KiB from python3's http.server through a port preview), `upload` (100 MB tar), `lease` (cold leases; no agent profile).
  * `SBX_PROFILE_COUNT` scales it.
  */
 import { createHash, randomBytes } from 'node:crypto';
@@ -17,13 +17,15 @@ import { removeOwned, tarOf } from './baseline.js';
 import { BenchContext } from './context.js';
 import { profileAgent, topSelfTime } from './cpu-profile.js';
 import { startPlane } from './plane.js';
+import { getSmall, putPreviewPolicy, startPreviewServer } from './figures/preview.js';
 import { repoRootOf } from './run.js';
 import { readSettings } from './settings.js';
 import { MiB, closedLoop, mapLimit } from './stats.js';
 
 type Workload = (ctx: BenchContext, id: string, count: number) => Promise<void>;
 
-const WORKLOADS: Record<string, { count: number; run: Workload }> = {
+/** A workload: its default count, what it runs, and the policy of its lease (default: the plane's default). */
+const WORKLOADS: Record<string, { count: number; run: Workload; policy?: (ctx: BenchContext) => Promise<string> }> = {
   exec: {
     count: 300,
     run: async (ctx, id, n) => {
@@ -59,6 +61,14 @@ const WORKLOADS: Record<string, { count: number; run: Workload }> = {
       for (let i = 0; i < n; i += 1) await ctx.client.uploadTar(id, `/workspace/up${i}`, tar);
     },
   },
+  preview: {
+    count: 500,
+    policy: putPreviewPolicy,
+    run: async (ctx, id, n) => {
+      const { preview, auth } = await startPreviewServer(ctx, id);
+      for (let i = 0; i < n; i += 1) await getSmall(preview, auth);
+    },
+  },
   lease: { count: 10, run: async (ctx, _id, n) => void (await mapLimit(n, 1, async () => ctx.release(await ctx.lease()))) },
 };
 
@@ -81,7 +91,7 @@ async function main(): Promise<void> {
   const ctx = new BenchContext(plane, readSettings({}), (l) => process.stderr.write(`${l}\n`));
   let agentProfile: string | undefined;
   try {
-    const id = await ctx.lease();
+    const id = await ctx.lease(workload.policy ? await workload.policy(ctx) : undefined);
     await ctx.call(id, 'exec', { argv: ['mkdir', '-p', '/workspace/p'] });
     const started = performance.now();
     if (name === 'lease') await workload.run(ctx, id, count);

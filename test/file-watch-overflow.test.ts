@@ -122,12 +122,14 @@ describe('file watch: losses made explicit', () => {
       const lastSeq = async (): Promise<number> =>
         Number((await h.redis.xrevrange(keys.changes, '+', '-', 'COUNT', 1))[0]?.[0].split('-')[0]);
       for (let round = 1; (await oldestSeq()) <= start.cursor + 12_000; round++) {
-        expect(round, 'bursts needed to move the log past the reader').toBeLessThanOrEqual(8);
+        // The agent logs a flood at a bounded rate (the rest is one kernel_queue entry): under
+        // load a burst may add only a few thousand entries.
+        expect(round, 'bursts needed to move the log past the reader').toBeLessThanOrEqual(60);
         const before = await lastSeq();
         const burst = `mkdir -p /workspace/cb/${round}/${dir} && cd /workspace/cb/${round}/${dir} && for i in $(seq 1 10000); do : > f$i; done`;
         expect((await exec(burst, 300)).status).toBe('succeeded');
-        // The burst's last event reaches the log (the agent sends changes in batches).
-        await expect.poll(lastSeq, { timeout: 60_000 }).toBeGreaterThan(before + 1000);
+        // The burst reached the log (the agent sends changes in batches).
+        await expect.poll(lastSeq, { timeout: 60_000 }).toBeGreaterThan(before);
       }
       // Now read: the server finds its place gone from the log and says so.
       const seen: Array<{ type: string; id: number; data: { reason?: string; seq?: number } }> = [];

@@ -44,7 +44,8 @@ async function until(what: string, ok: () => Promise<boolean>): Promise<void> {
   }
 }
 
-export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
+/** Puts the bench's preview policy (default, port 8000 previewable); returns its name. */
+export async function putPreviewPolicy(ctx: BenchContext): Promise<string> {
   const auth = { authorization: `Bearer ${ctx.plane.apiKey}` };
   const defaults = (await (await fetch(`${ctx.plane.url}/v1/policies/default`, { headers: auth })).json()) as {
     policy: Record<string, unknown>;
@@ -61,8 +62,37 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
     }),
   });
   if (!put.ok && put.status !== 409) throw new Error(`could not create the ${POLICY} policy: ${await put.text()}`);
+  return POLICY;
+}
+
+/**
+ * Writes the files and starts python3's http.server on 127.0.0.1:8000 in sandbox `id` (a lease
+ * of the preview policy); resolves with the preview base URL and its headers once it answers.
+ */
+export async function startPreviewServer(ctx: BenchContext, id: string): Promise<{ preview: string; auth: Record<string, string> }> {
+  const auth = { authorization: `Bearer ${ctx.plane.apiKey}` };
+  await ctx.call(id, 'exec', { cmd: SETUP });
+  const task = await ctx.client.submitCall(
+    id,
+    'exec',
+    { cmd: `cd /tmp/site && exec python3 -m http.server ${PORT} --bind 127.0.0.1`, background: true, timeoutMs: 3_600_000 },
+    { waitSeconds: 30 },
+  );
+  if (task.status !== 'detached') throw new Error(`the preview server did not start: ${JSON.stringify(task)}`);
+  const preview = `${ctx.plane.url}/v1/sandboxes/${id}/ports/${PORT}`;
+  await until('the server in the sandbox', async () => (await get(`${preview}/small.txt`, auth)).status === 200);
+  return { preview, auth };
+}
+
+/** One GET of the 1 KiB file through the preview; throws unless it came whole. */
+export async function getSmall(preview: string, auth: Record<string, string>): Promise<void> {
+  const r = await get(`${preview}/small.txt`, auth);
+  if (r.status !== 200 || r.bytes !== 1024) throw new Error(`preview GET: ${r.status}, ${r.bytes} B`);
+}
+
+export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
   const count = Math.min(ctx.settings.calls, 200);
-  const id = await ctx.lease(POLICY);
+  const id = await ctx.lease(await putPreviewPolicy(ctx));
   const direct = await ctx.docker.createContainer({
     Image: ctx.image,
     Entrypoint: ['/bin/sh', '-c', `${SETUP} && cd /tmp/site && exec python3 -m http.server ${PORT} --bind 0.0.0.0`],
@@ -78,23 +108,11 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
     await direct.start();
     const address = (await direct.inspect()).NetworkSettings.Networks['bridge']?.IPAddress ?? '';
     if (!address) throw new Error('the direct container has no bridge address');
-    await ctx.call(id, 'exec', { cmd: SETUP });
-    const task = await ctx.client.submitCall(
-      id,
-      'exec',
-      { cmd: `cd /tmp/site && exec python3 -m http.server ${PORT} --bind 127.0.0.1`, background: true, timeoutMs: 3_600_000 },
-      { waitSeconds: 30 },
-    );
-    if (task.status !== 'detached') throw new Error(`the preview server did not start: ${JSON.stringify(task)}`);
-    const preview = `${ctx.plane.url}/v1/sandboxes/${id}/ports/${PORT}`;
+    const { preview, auth } = await startPreviewServer(ctx, id);
     const plain = `http://${address}:${PORT}`;
-    await until('the server in the sandbox', async () => (await get(`${preview}/small.txt`, auth)).status === 200);
     await until('the direct server', async () => (await get(`${plain}/small.txt`, {})).status === 200);
     for (let i = -5; i < count; i += 1) {
-      const t = await timeMs(async () => {
-        const r = await get(`${preview}/small.txt`, auth);
-        if (r.status !== 200 || r.bytes !== 1024) throw new Error(`preview GET: ${r.status}, ${r.bytes} B`);
-      });
+      const t = await timeMs(() => getSmall(preview, auth));
       const b = await timeMs(async () => {
         const r = await get(`${plain}/small.txt`, {});
         if (r.status !== 200 || r.bytes !== 1024) throw new Error(`direct GET: ${r.status}, ${r.bytes} B`);
