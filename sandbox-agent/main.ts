@@ -36,6 +36,7 @@ import { dialPreview } from './host/preview-dialer.js';
 import { detectShell } from './host/image-probe.js';
 import { redisInput, type StreamEntry } from './link/input-stream.js';
 import { ReturnChannel } from './link/return-channel.js';
+import { redisBeginAttempt } from './link/attempt-start.js';
 import { AccessScheduler } from './execution/scheduler.js';
 import { ProcessTrees } from './host/process-trees.js';
 import { LeaseSecrets } from './host/secrets.js';
@@ -148,8 +149,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     tools,
     returns: new ReturnChannel(returnQueue),
     log,
-    claimAttempt: async (key, attemptId) => (await redis.set(key, attemptId, 'NX')) === 'OK',
-    keyExists: async (key) => (await redis.exists(key)) === 1,
+    beginAttempt: redisBeginAttempt((script, numKeys, ...args) => redis.eval(script, numKeys, ...args), keys),
   });
 
   const previewPorts = new Set(config.egress ? [config.egress.port] : []);

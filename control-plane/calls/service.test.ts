@@ -19,18 +19,20 @@ const lease: CallLease = { id: 'sbx_unit', policySnapshot: policy, secrets: [], 
 /** An in-memory call store that counts its reads, and a notifier that wakes waiters on `notify(channel)`. */
 function fakes() {
   const calls = new Map<string, { intent: CallIntent; status: CallView['status']; result: ToolResult | null; events: EventBody[] }>();
-  const waiters = new Map<string, Array<() => void>>();
+  /** Each waiter says whether the message woke it (then it is gone). */
+  const waiters = new Map<string, Array<(message: string) => boolean>>();
   const reads = { getCall: 0 };
-  const notify = (channel: string): void => {
-    for (const wake of waiters.get(channel) ?? []) wake();
-    waiters.delete(channel);
+  const notify = (channel: string, message = '1'): void => {
+    const kept = (waiters.get(channel) ?? []).filter((waiter) => !waiter(message));
+    if (kept.length > 0) waiters.set(channel, kept);
+    else waiters.delete(channel);
   };
   const store: CallServiceDeps['store'] = {
     notifyChannel: (leaseId, callId) => `notify:${leaseId}:${callId}`,
-    createCall: async (intent) => {
+    createCall: async (intent, events = []) => {
       const existing = calls.get(intent.callId);
       if (existing) return existing.intent;
-      calls.set(intent.callId, { intent, status: 'queued', result: null, events: [] });
+      calls.set(intent.callId, { intent, status: 'queued', result: null, events: [...events] });
       return null;
     },
     getCall: async (_leaseId, callId) => {
@@ -41,6 +43,7 @@ function fakes() {
     appendEvent: async (leaseId, callId, body, _at, dedupeKey = '', options = {}) => {
       const c = calls.get(callId)!;
       if (options.unlessFinished && c.status === 'finished') return null;
+      if (options.markRunning && c.status === 'queued') c.status = 'running';
       if (dedupeKey && c.events.some((e) => (e as { key?: string }).key === dedupeKey)) return null;
       c.events.push({ ...body, ...(dedupeKey ? { key: dedupeKey } : {}) } as EventBody);
       notify(`notify:${leaseId}:${callId}`);
@@ -48,10 +51,10 @@ function fakes() {
     },
     finishCall: async (leaseId, callId, result) => {
       const c = calls.get(callId)!;
-      if (c.status === 'finished') return false;
+      if (c.status === 'finished') return null;
       Object.assign(c, { status: 'finished', result });
-      notify(`notify:${leaseId}:${callId}`);
-      return true;
+      notify(`notify:${leaseId}:${callId}`, 'finished');
+      return c.intent;
     },
     markRunning: async (_leaseId, callId) => {
       const c = calls.get(callId)!;
@@ -62,11 +65,16 @@ function fakes() {
   };
   const notifier: CallServiceDeps['notifier'] = {
     next: (channel, timeoutMs) => notifier.nextOf([channel], timeoutMs),
-    nextOf: (channels, timeoutMs, signal) =>
+    nextOf: (channels, timeoutMs, signal, accept) =>
       new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, timeoutMs);
         const done = (): void => (clearTimeout(timer), resolve());
-        for (const ch of channels) waiters.set(ch, [...(waiters.get(ch) ?? []), done]);
+        const waiter = (message: string): boolean => {
+          if (accept && !accept(message)) return false;
+          done();
+          return true;
+        };
+        for (const ch of channels) waiters.set(ch, [...(waiters.get(ch) ?? []), waiter]);
         signal?.addEventListener('abort', done, { once: true });
       }),
   };

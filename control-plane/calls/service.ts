@@ -19,7 +19,7 @@ import type { LeaseRecord } from '../leases/store.js';
 import type { Metrics } from '../metrics/service.js';
 import type { Notifier } from '../redis/notifier.js';
 import type { SubmitCallBody } from './schema.js';
-import type { CallStore } from './store.js';
+import { CALL_SETTLED, type CallStore } from './store.js';
 import { TOOLS } from './tools.js';
 
 /** What calls need of a lease: its id, policy, granted secrets and manifest. */
@@ -80,14 +80,9 @@ export class CallService {
     const normalizedArgs = resolved?.args ?? body.args;
     const fingerprint = digestOf({ tool: tool.name, version: tool.version, args: normalizedArgs });
     const createdAt = now();
-    const existing = await store.createCall({
-      callId,
-      leaseId: lease.id,
-      tool: tool.name,
-      args: normalizedArgs,
-      fingerprint,
-      createdAt: createdAt.toISOString(),
-    });
+    const intent = { callId, leaseId: lease.id, tool: tool.name, args: normalizedArgs, fingerprint, createdAt: createdAt.toISOString() };
+    // The intent and its call.accepted event are written in one round trip.
+    const existing = await store.createCall(intent, [{ type: 'call.accepted', tool: tool.name, fingerprint }], createdAt);
     if (existing) {
       if (existing.fingerprint !== fingerprint) {
         throw new AppError('call.id_conflict', `callId ${callId} was used with different tool or arguments`, {
@@ -99,7 +94,6 @@ export class CallService {
     if (denial || !resolved) {
       const error = denial!.toInfo();
       await this.settle(lease.id, callId, async () => {
-        await store.appendEvent(lease.id, callId, { type: 'call.accepted', tool: tool.name, fingerprint }, createdAt, 'accepted');
         await store.appendEvent(lease.id, callId, { type: 'call.denied', error }, createdAt, 'denied');
         await this.finish(lease.id, callId, emptyResult(callId, 'denied', error), createdAt);
       });
@@ -119,7 +113,6 @@ export class CallService {
     // The intent is in the store before the job exists: a crash here leaves a queued call that
     // release finishes as `cancelled` (no attempt marker), never a job without a record.
     try {
-      await store.appendEvent(lease.id, callId, { type: 'call.accepted', tool: tool.name, fingerprint }, createdAt, 'accepted');
       await agent.enqueue(lease.id, job);
     } catch (err) {
       // Not queued means never run: the call ends here rather than waiting forever.
@@ -130,7 +123,8 @@ export class CallService {
     }
     await store.appendEvent(lease.id, callId, { type: 'call.queued' }, now());
     this.deps.log.debug({ sandboxId: lease.id, callId, tool: tool.name }, 'call queued');
-    return { call: await this.get(lease.id, callId), created: true };
+    // As it was when queued, not read again: a caller that waits (`waitFinished`) reads it anyway.
+    return { call: { ...intent, status: 'queued', detached: null, result: null }, created: true };
   }
 
   /** Throws `call.not_found`. */
@@ -147,9 +141,12 @@ export class CallService {
   async waitFinished(leaseId: string, callId: string, timeoutMs: number, untilFinished = false): Promise<CallView> {
     const deadline = Date.now() + timeoutMs;
     const channel = this.deps.store.notifyChannel(leaseId, callId);
+    // Only the end (or a detach) wakes the wait: the events before it change nothing it returns.
+    const settles = (message: string): boolean =>
+      message === CALL_SETTLED.finished || (message === CALL_SETTLED.detached && !untilFinished);
     for (;;) {
       // Listen before reading, so a change between the read and the wait is not missed.
-      const wake = this.deps.notifier.next(channel, Math.max(0, Math.min(1000, deadline - Date.now())));
+      const wake = this.deps.notifier.next(channel, Math.max(0, Math.min(1000, deadline - Date.now())), undefined, settles);
       const call = await this.get(leaseId, callId);
       if (call.status === 'finished' || (call.status === 'detached' && !untilFinished) || Date.now() >= deadline) return call;
       await wake;
@@ -179,7 +176,7 @@ export class CallService {
     if (await agent.removeQueued(lease.id, callId)) {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
       const result = emptyResult(callId, 'cancelled', error);
-      if (await this.finish(lease.id, callId, result, now(), call)) return { call: { ...call, status: 'finished', result }, changed: true };
+      if (await this.finish(lease.id, callId, result, now())) return { call: { ...call, status: 'finished', result }, changed: true };
       return { call: await this.get(lease.id, callId), changed: true };
     }
     await agent.requestCancel(lease.id, callId);
@@ -204,7 +201,12 @@ export class CallService {
       // Listen on the open calls first, then read again: a call ending in between still wakes the wait.
       const stop = new AbortController();
       const channels = open.map((callId) => store.notifyChannel(leaseId, callId));
-      const wake = notifier.nextOf(channels, Math.max(0, Math.min(WAIT_RECHECK_MS, untilMs - now().getTime())), stop.signal);
+      const wake = notifier.nextOf(
+        channels,
+        Math.max(0, Math.min(WAIT_RECHECK_MS, untilMs - now().getTime())),
+        stop.signal,
+        (message) => message === CALL_SETTLED.finished,
+      );
       const current = await store.openCalls(leaseId);
       const unchanged = current.length === open.length && current.every((id) => open.includes(id));
       if (unchanged) await wake;
@@ -217,13 +219,13 @@ export class CallService {
   async ingest(leaseId: string, message: ReturnMessage): Promise<void> {
     const at = this.deps.now();
     if (message.kind === 'event') {
+      const started = message.body.type === 'call.started';
+      // call.started also marks the call running, in the same round trip.
       await this.deps.store.appendEvent(leaseId, message.callId, message.body, at, `${message.attemptId}:${message.n}`, {
         unlessFinished: true,
+        markRunning: started,
       });
-      if (message.body.type === 'call.started') {
-        await this.deps.store.markRunning(leaseId, message.callId);
-        this.deps.log.info({ sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId }, 'call started');
-      }
+      if (started) this.deps.log.info({ sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId }, 'call started');
       return;
     }
     if (message.kind === 'artifact_chunk') {
@@ -309,25 +311,23 @@ export class CallService {
     })();
   }
 
-  private async finish(leaseId: string, callId: string, result: ToolResult, at: Date, known?: CallView): Promise<boolean> {
-    const stored = await this.deps.store.finishCall(leaseId, callId, result, at);
-    if (!stored) return false;
-    const call = known ?? (await this.deps.store.getCall(leaseId, callId));
-    if (call) {
-      const seconds = Math.max(0, at.getTime() - Date.parse(call.createdAt)) / 1000;
-      this.deps.metrics.callFinished(call.tool, result.status, seconds);
-      this.deps.log.info(
-        {
-          sandboxId: leaseId,
-          callId,
-          attemptId: result.receipt?.attemptId ?? null,
-          tool: call.tool,
-          status: result.status,
-          durationMs: Math.round(seconds * 1000),
-        },
-        'call finished',
-      );
-    }
+  private async finish(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<boolean> {
+    // The store hands back the intent it finished (null: finished before), so no second read.
+    const call = await this.deps.store.finishCall(leaseId, callId, result, at);
+    if (!call) return false;
+    const seconds = Math.max(0, at.getTime() - Date.parse(call.createdAt)) / 1000;
+    this.deps.metrics.callFinished(call.tool, result.status, seconds);
+    this.deps.log.info(
+      {
+        sandboxId: leaseId,
+        callId,
+        attemptId: result.receipt?.attemptId ?? null,
+        tool: call.tool,
+        status: result.status,
+        durationMs: Math.round(seconds * 1000),
+      },
+      'call finished',
+    );
     return true;
   }
 

@@ -6,7 +6,9 @@
  * Events get their `seq` here, per call from 1 without gaps, in arrival order; each append
  * carries a dedupe key (e.g. `<attemptId>:<n>`) so a message delivered twice is stored once.
  * Every mutation of a call publishes on `<prefix>notify:<leaseId>:<callId>` so SSE streams,
- * long-polls and a release waiting for its calls wake up.
+ * long-polls and a release waiting for its calls wake up. The message says which: an event's
+ * `seq`, `created`, `detached` or `finished` (CALL_SETTLED names the last two), so a waiter for
+ * the call's end need not re-read it on every event.
  */
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
@@ -25,19 +27,29 @@ export const CallIntent = z.object({
 });
 export type CallIntent = z.infer<typeof CallIntent>;
 
+// ARGV[5] == '1': the event says the attempt started, so a queued call becomes running in the
+// same round trip (also for a redelivered copy of the event: marking is idempotent).
 const APPEND_EVENT = `
-if ARGV[4] == '1' and redis.call('HGET', KEYS[3], 'status') == 'finished' then return 0 end
+local status = redis.call('HGET', KEYS[3], 'status')
+if ARGV[4] == '1' and status == 'finished' then return 0 end
+if ARGV[5] == '1' and status == 'queued' then redis.call('HSET', KEYS[3], 'status', 'running') end
 if ARGV[1] ~= '' and redis.call('HSETNX', KEYS[2], ARGV[1], 1) == 0 then return 0 end
 local seq = redis.call('LLEN', KEYS[1]) + 1
 redis.call('RPUSH', KEYS[1], '{"seq":' .. seq .. ',' .. string.sub(ARGV[2], 2))
 redis.call('PUBLISH', ARGV[3], seq)
 return seq`;
 
+// The intent and its first events (e.g. call.accepted) in one round trip: ARGV[6..] are event JSONs.
 const CREATE_CALL = `
 local existing = redis.call('HGET', KEYS[1], 'intent')
 if existing then return existing end
 redis.call('HSET', KEYS[1], 'intent', ARGV[1], 'status', ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+for i = 6, #ARGV do
+  local seq = redis.call('LLEN', KEYS[3]) + 1
+  redis.call('RPUSH', KEYS[3], '{"seq":' .. seq .. ',' .. string.sub(ARGV[i], 2))
+end
+if #ARGV >= 6 then redis.call('PUBLISH', ARGV[5], 'created') end
 return false`;
 
 const MARK_RUNNING = `
@@ -50,7 +62,7 @@ if status ~= 'queued' and status ~= 'running' then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'detached', 'detached', ARGV[1])
 local seq = redis.call('LLEN', KEYS[2]) + 1
 redis.call('RPUSH', KEYS[2], '{"seq":' .. seq .. ',' .. string.sub(ARGV[2], 2))
-redis.call('PUBLISH', ARGV[3], seq)
+redis.call('PUBLISH', ARGV[3], 'detached')
 return 1`;
 
 const FINISH_CALL = `
@@ -64,7 +76,10 @@ for i = 3, #ARGV - 1 do
 end
 redis.call('HSET', KEYS[3], 'finished', 1)
 redis.call('PUBLISH', ARGV[#ARGV], 'finished')
-return 1`;
+return redis.call('HGET', KEYS[1], 'intent')`;
+
+/** Notify messages of a call that settled: it finished, or detached as a background task. */
+export const CALL_SETTLED = { finished: 'finished', detached: 'detached' } as const;
 
 export class CallStore {
   constructor(
@@ -89,17 +104,28 @@ export class CallStore {
     return `${this.prefix}notify:${leaseId}:${callId}`;
   }
 
-  /** Records a call's intent unless the callId exists; returns the existing intent if it does. */
-  async createCall(intent: CallIntent): Promise<CallIntent | null> {
+  /**
+   * Records a call's intent unless the callId exists; returns the existing intent if it does.
+   * `events` (stamped `at`) are appended with the intent in the same script, seq 1 onwards, so
+   * a new call and its first events are one round trip.
+   */
+  async createCall(
+    intent: CallIntent,
+    events: readonly EventBody[] = [],
+    at: Date = new Date(intent.createdAt),
+  ): Promise<CallIntent | null> {
     const existing = (await this.redis.eval(
       CREATE_CALL,
-      2,
+      3,
       this.k.call(intent.leaseId, intent.callId),
       this.k.calls(intent.leaseId),
+      this.k.events(intent.leaseId, intent.callId),
       JSON.stringify(intent),
       'queued',
       Date.parse(intent.createdAt),
       intent.callId,
+      this.notifyChannel(intent.leaseId, intent.callId),
+      ...events.map((e) => eventJson(intent.callId, e, at)),
     )) as string | null;
     return existing === null ? null : CallIntent.parse(JSON.parse(existing));
   }
@@ -129,6 +155,7 @@ export class CallStore {
     });
   }
 
+  /** Marks a queued call running (no change in any other status). */
   async markRunning(leaseId: string, callId: string): Promise<void> {
     await this.redis.eval(MARK_RUNNING, 1, this.k.call(leaseId, callId));
   }
@@ -136,7 +163,8 @@ export class CallStore {
   /**
    * Appends one event; returns its `seq`, or null when `dedupeKey` was seen before (the event
    * is already stored) or, with `unlessFinished`, when the call has finished (nothing may
-   * follow `call.finished`). An empty `dedupeKey` never dedupes.
+   * follow `call.finished`). An empty `dedupeKey` never dedupes. With `markRunning` a queued
+   * call becomes `running` in the same round trip (a `call.started` event).
    */
   async appendEvent(
     leaseId: string,
@@ -144,7 +172,7 @@ export class CallStore {
     body: EventBody,
     at: Date,
     dedupeKey = '',
-    options: { unlessFinished?: boolean } = {},
+    options: { unlessFinished?: boolean; markRunning?: boolean } = {},
   ): Promise<number | null> {
     const seq = (await this.redis.eval(
       APPEND_EVENT,
@@ -156,6 +184,7 @@ export class CallStore {
       eventJson(callId, body, at),
       this.notifyChannel(leaseId, callId),
       options.unlessFinished ? '1' : '0',
+      options.markRunning ? '1' : '0',
     )) as number;
     return seq === 0 ? null : seq;
   }
@@ -179,14 +208,15 @@ export class CallStore {
   }
 
   /**
-   * Stores the final result once: the first result wins, later ones are ignored (returns false).
-   * Appends the `receipt` event (when there is a receipt) and `call.finished`, atomically.
+   * Stores the final result once: the first result wins, later ones are ignored (returns null).
+   * Appends the `receipt` event (when there is a receipt) and `call.finished`, atomically, and
+   * returns the call's intent read in the same script (what the caller logs and counts).
    */
-  async finishCall(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<boolean> {
+  async finishCall(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<CallIntent | null> {
     const events: EventBody[] = [];
     if (result.receipt) events.push({ type: 'receipt', receipt: result.receipt });
     events.push({ type: 'call.finished', status: result.status });
-    const done = (await this.redis.eval(
+    const intent = (await this.redis.eval(
       FINISH_CALL,
       4,
       this.k.call(leaseId, callId),
@@ -197,8 +227,8 @@ export class CallStore {
       result.receipt ? JSON.stringify(result.receipt) : '',
       ...events.map((e) => eventJson(callId, e, at)),
       this.notifyChannel(leaseId, callId),
-    )) as number;
-    return done === 1;
+    )) as string | 0 | null;
+    return typeof intent === 'string' ? CallIntent.parse(JSON.parse(intent)) : null;
   }
 
   /** Events with `seq` > `afterSeq`, in order. */

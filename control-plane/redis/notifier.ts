@@ -12,7 +12,7 @@ export class Notifier {
 
   private constructor(private readonly subscriber: Redis) {
     this.emitter.setMaxListeners(0);
-    subscriber.on('pmessage', (_pattern: string, channel: string) => this.emitter.emit(channel));
+    subscriber.on('pmessage', (_pattern: string, channel: string, message: string) => this.emitter.emit(channel, message));
   }
 
   /** Subscribes `subscriber` (a connection of its own: it enters subscribe mode) to `pattern`. */
@@ -23,23 +23,28 @@ export class Notifier {
 
   /**
    * Resolves on the next notification on `channel`, after `timeoutMs`, or when `signal` aborts,
-   * whichever comes first. Callers re-read the store afterwards.
+   * whichever comes first. Callers re-read the store afterwards. With `accept`, only a
+   * notification whose message it accepts wakes the caller (e.g. `finished`, not every event's
+   * seq), so a waiter for one transition does not re-read the store on every event.
    */
-  next(channel: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
-    return this.nextOf([channel], timeoutMs, signal);
+  next(channel: string, timeoutMs: number, signal?: AbortSignal, accept?: (message: string) => boolean): Promise<void> {
+    return this.nextOf([channel], timeoutMs, signal, accept);
   }
 
   /** As `next`, on the first notification on any of `channels`. */
-  nextOf(channels: readonly string[], timeoutMs: number, signal?: AbortSignal): Promise<void> {
+  nextOf(channels: readonly string[], timeoutMs: number, signal?: AbortSignal, accept?: (message: string) => boolean): Promise<void> {
     return new Promise((resolve) => {
       const done = (): void => {
         clearTimeout(timer);
-        for (const channel of channels) this.emitter.off(channel, done);
+        for (const channel of channels) this.emitter.off(channel, onMessage);
         signal?.removeEventListener('abort', done);
         resolve();
       };
+      const onMessage = (message?: string): void => {
+        if (!accept || (message !== undefined && accept(message))) done();
+      };
       const timer = setTimeout(done, timeoutMs);
-      for (const channel of channels) this.emitter.once(channel, done);
+      for (const channel of channels) this.emitter.on(channel, onMessage);
       signal?.addEventListener('abort', done, { once: true });
     });
   }

@@ -7,6 +7,7 @@ import { AgentConfig, leaseKeys, type CallJob } from '../../contract/queue.js';
 import { ProcessTrees } from '../host/process-trees.js';
 import { LeaseSecrets } from '../host/secrets.js';
 import type { ReturnChannel } from '../link/return-channel.js';
+import type { AttemptStart } from '../link/attempt-start.js';
 import type { AgentTool, AttemptContext, AttemptOutcome } from './attempt.js';
 import { CallRunner, type CallRunnerDeps } from './call-runner.js';
 import { AccessScheduler } from './scheduler.js';
@@ -98,15 +99,15 @@ class FakeTool implements AgentTool<Record<string, unknown>> {
   }
 }
 
-/** Redis as the runner uses it: SET NX and EXISTS over one map. */
+/** Redis as the runner uses it: the attempt start script (link/attempt-start.ts) over one map. */
 class FakeRedis {
   readonly values = new Map<string, string>();
-  claimAttempt = async (key: string, attemptId: string): Promise<boolean> => {
-    if (this.values.has(key)) return false;
-    this.values.set(key, attemptId);
-    return true;
+  beginAttempt = async (callId: string, attemptId: string): Promise<AttemptStart> => {
+    if (this.values.has(keys.attempt(callId))) return 'attempted';
+    if (this.values.has(keys.cancel(callId))) return 'cancelled';
+    this.values.set(keys.attempt(callId), attemptId);
+    return 'claimed';
   };
-  keyExists = async (key: string): Promise<boolean> => this.values.has(key);
 }
 
 function job(over: Partial<CallJob> = {}): CallJob {
@@ -142,8 +143,7 @@ async function makeRunner(over: Partial<CallRunnerDeps> = {}): Promise<CallRunne
     secrets: await LeaseSecrets.load(cfg, async () => null),
     tools: new Map<string, AgentTool<unknown>>([[tool.name, tool as AgentTool<unknown>]]),
     returns,
-    claimAttempt: redis.claimAttempt,
-    keyExists: redis.keyExists,
+    beginAttempt: redis.beginAttempt,
     log: pino({ level: 'silent' }),
     ...over,
   });
@@ -198,9 +198,9 @@ describe('CallRunner', () => {
     expect(redis.values.get(keys.attempt('call_1'))).toBe('att_earlier');
   });
 
-  it('reports effect_unknown without running when the attempt marker is claimed by another attempt between the check and the claim', async () => {
-    // EXISTS says no, SET NX loses: another attempt claimed the call in between.
-    const runner = await makeRunner({ keyExists: async () => false, claimAttempt: async () => false });
+  it('reports effect_unknown without running when the attempt start finds the marker taken', async () => {
+    // The script's answer when another attempt holds the marker, whatever the map says.
+    const runner = await makeRunner({ beginAttempt: async () => 'attempted' });
     await runner.run(job());
 
     expect(tool.runs).toBe(0);

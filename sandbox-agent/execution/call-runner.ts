@@ -19,11 +19,7 @@ import type { ProcessTrees } from '../host/process-trees.js';
 import type { OpenInput } from '../link/input-stream.js';
 import type { LeaseSecrets } from '../host/secrets.js';
 import { SpoolBudget } from '../output/spool.js';
-
-/** SET key value NX: true when this caller set it. */
-export type ClaimAttempt = (key: string, attemptId: string) => Promise<boolean>;
-/** EXISTS key. */
-export type KeyExists = (key: string) => Promise<boolean>;
+import type { BeginAttempt } from '../link/attempt-start.js';
 
 export interface CallRunnerDeps {
   config: AgentConfig;
@@ -43,8 +39,8 @@ export interface CallRunnerDeps {
   shell: string;
   /** The return path: only what the runner uses of it (tests pass a fake). */
   returns: Pick<ReturnChannel, 'forAttempt' | 'sendArtifact'>;
-  claimAttempt: ClaimAttempt;
-  keyExists: KeyExists;
+  /** The redelivery check, the cancel check and the claim of the attempt marker, one round trip (`link/attempt-start.ts`). */
+  beginAttempt: BeginAttempt;
   /** The agent's logger (bound to the sandbox); each attempt logs through a child bound to its call and attempt. */
   log: Logger;
 }
@@ -134,24 +130,18 @@ export class CallRunner {
     const controller = new AbortController();
     this.running.set(job.callId, controller);
     await slot;
-    // An attempt that began before (a redelivery after a crash) decides first: not re-run, and not "nothing ran".
-    if (await this.deps.keyExists(this.deps.keys.attempt(job.callId))) {
-      this.running.delete(job.callId);
-      const error = errorInfo('execution.effect_unknown', 'an earlier attempt of this call started and its outcome was lost; not re-run');
-      log.warn('redelivered call: an earlier attempt started, so it is not run again');
-      await channel.result(this.result(job, attemptId, outcomeWithoutRun('effect_unknown', 'unknown', error, now)));
-      return;
-    }
-    if (await this.deps.keyExists(this.deps.keys.cancel(job.callId))) {
+    // One round trip, in this order: an attempt that began before (a redelivery after a crash)
+    // decides first (not re-run, and not "nothing ran"); then a durable cancel; then the claim.
+    // The marker says "an attempt began": set right before the tool runs, so a call that waited
+    // for its turn and was lost with the agent is not taken for one that ran.
+    const start = await this.deps.beginAttempt(job.callId, attemptId);
+    if (start === 'cancelled') {
       this.running.delete(job.callId);
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('cancelled', 'not_started', error, new Date())));
       return;
     }
-    // The marker says "an attempt began": set right before the tool runs, so a call that waited
-    // for its turn and was lost with the agent is not taken for one that ran.
-    const claimed = await this.deps.claimAttempt(this.deps.keys.attempt(job.callId), attemptId);
-    if (!claimed) {
+    if (start !== 'claimed') {
       this.running.delete(job.callId);
       const error = errorInfo('execution.effect_unknown', 'an earlier attempt of this call started and its outcome was lost; not re-run');
       log.warn('redelivered call: an earlier attempt started, so it is not run again');

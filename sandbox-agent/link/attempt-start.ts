@@ -1,0 +1,32 @@
+/**
+ * The start of an attempt in one Redis round trip: the redelivery check (an earlier attempt's
+ * durable marker), the durable cancel marker and the claim of the marker (SET NX), in that
+ * order, as one Lua script. Three commands before; each was a round trip on the call's path.
+ */
+import type { LeaseKeys } from '../../contract/queue.js';
+
+/**
+ * How an attempt may begin: `claimed` (this attempt holds the marker and runs), `attempted`
+ * (an earlier attempt began: the call is `effect_unknown`, never re-run), `cancelled` (a
+ * cancel came before the start: nothing runs).
+ */
+export type AttemptStart = 'claimed' | 'attempted' | 'cancelled';
+
+/** Claims the attempt marker of `callId` for `attemptId` unless it is taken or the call was cancelled. */
+export type BeginAttempt = (callId: string, attemptId: string) => Promise<AttemptStart>;
+
+/** KEYS[1] the attempt marker, KEYS[2] the cancel marker; ARGV[1] the attempt id. */
+const BEGIN_ATTEMPT = `
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'attempted' end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'cancelled' end
+redis.call('SET', KEYS[1], ARGV[1])
+return 'claimed'`;
+
+/** EVAL of the Redis connection the agent holds (ioredis stays in main.ts). */
+export type EvalScript = (script: string, numKeys: number, ...args: string[]) => Promise<unknown>;
+
+/** `BeginAttempt` over the lease's keys, one EVAL per attempt. */
+export function redisBeginAttempt(evalScript: EvalScript, keys: Pick<LeaseKeys, 'attempt' | 'cancel'>): BeginAttempt {
+  return async (callId, attemptId) =>
+    (await evalScript(BEGIN_ATTEMPT, 2, keys.attempt(callId), keys.cancel(callId), attemptId)) as AttemptStart;
+}
