@@ -64,7 +64,7 @@ function fakes() {
     openCalls: async () => [...calls.values()].filter((c) => c.status !== 'finished').map((c) => c.intent.callId),
   };
   const notifier: CallServiceDeps['notifier'] = {
-    next: (channel, timeoutMs) => notifier.nextOf([channel], timeoutMs),
+    next: (channel, timeoutMs, signal, accept) => notifier.nextOf([channel], timeoutMs, signal, accept),
     nextOf: (channels, timeoutMs, signal, accept) =>
       new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, timeoutMs);
@@ -164,6 +164,25 @@ describe('CallService.submit', () => {
     expect(calls.get('waiting')).toMatchObject({ status: 'finished', result: { status: 'failed' } });
     deps.agent.takeBack = async () => 'taken';
     expect(await service.submit(lease, exec('taken'))).toMatchObject({ created: true, call: { callId: 'taken', status: 'queued' } });
+  });
+});
+
+describe('CallService.waitFinished', () => {
+  it('wakes on the call’s end, not on each event before it: two reads of the call whatever the events', async () => {
+    const { service, store, reads } = fakes();
+    await service.submit(lease, exec('c1'));
+    reads.getCall = 0;
+    const waiting = service.waitFinished(lease.id, 'c1', 30_000);
+    await new Promise((r) => setImmediate(r));
+    await store.appendEvent(lease.id, 'c1', { type: 'call.started', attemptId: 'att_1', pid: 7 }, new Date(), 'att_1:1', {
+      markRunning: true,
+    });
+    await store.appendEvent(lease.id, 'c1', { type: 'output', stream: 'stdout', offset: 0, dataBase64: 'aGk=' }, new Date(), 'att_1:2');
+    await new Promise((r) => setImmediate(r));
+    expect(reads.getCall).toBe(1);
+    await store.finishCall(lease.id, 'c1', { callId: 'c1', status: 'succeeded' } as ToolResult, new Date());
+    expect(await waiting).toMatchObject({ status: 'finished', result: { status: 'succeeded' } });
+    expect(reads.getCall).toBe(2);
   });
 });
 
