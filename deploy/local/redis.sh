@@ -4,6 +4,8 @@
 # drifted. Idempotent. Part of set-up: setup.sh runs it (holding its lock); tests run it alone
 # for a data directory of their own. Prints the Redis version on stdout; messages go to stderr.
 set -euo pipefail
+# A failing command never ends this script silently: its line and command are said.
+trap '[[ $BASH_SUBSHELL -gt 0 ]] || echo "sbx-setup: deploy/local/redis.sh failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 die() { echo "sbx-setup: $*" >&2; exit 1; }
 warn() { echo "sbx-setup: warning: $*" >&2; }
@@ -120,5 +122,6 @@ else
     die "redis-server did not answer PING within 20s; last log lines: ${tail_log:-<none>}"
   fi
 fi
-redis_version="$(rcli info server 2>/dev/null | tr -d '\r' | sed -n 's/^redis_version://p')"
+# Only reported: a failed read says "unknown" rather than failing the set-up after Redis answered PING.
+redis_version="$(rcli info server 2>/dev/null | tr -d '\r' | sed -n 's/^redis_version://p' || true)"
 printf '%s\n' "${redis_version:-unknown}"

@@ -181,7 +181,7 @@ docker_version="$(docker version --format '{{.Server.Version}}' 2>/dev/null || e
 
 # ---------------------------------------------------------------- e. Redis
 # A private instance instead of the distro service (deploy/local/redis.sh).
-redis_version="$(SBX_DATA_DIR="$data" bash "$repo/deploy/local/redis.sh")" || exit 1
+redis_version="$(SBX_DATA_DIR="$data" bash "$repo/deploy/local/redis.sh")" || die "deploy/local/redis.sh failed (its reason is above)"
 
 # ---------------------------------------------------------------- f. npm deps
 cd "$repo"
@@ -214,8 +214,8 @@ fi
 
 # ---------------------------------------------------------------- h. agent runtime and image
 # Every sandbox gets the agent from this directory (read-only at /opt/sbx), whatever its image.
-runtime_dir="$(bash "$repo/images/runtime/build-runtime.sh" | tail -n1)" || exit 1
-image_tag="$(bash "$repo/images/build.sh" | tail -n1)" || exit 1
+runtime_dir="$(bash "$repo/images/runtime/build-runtime.sh" | tail -n1)" || die "images/runtime/build-runtime.sh failed (its reason is above)"
+image_tag="$(bash "$repo/images/build.sh" | tail -n1)" || die "images/build.sh failed (its reason is above)"
 # The control plane of this checkout leases this image by default (not a shared :latest that
 # another checkout may have rebuilt with a different agent).
 [[ "$(cat dist/.sbx-image 2>/dev/null || true)" == "$image_tag" ]] || printf '%s\n' "$image_tag" >dist/.sbx-image

@@ -12,6 +12,7 @@
 # the three newest (sandboxes still running keep theirs: a bind mount holds its directory).
 # stdout carries only the directory (last line); progress goes to stderr.
 set -euo pipefail
+trap '[[ $BASH_SUBSHELL -gt 0 ]] || echo "sbx-setup: images/runtime/build-runtime.sh failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 die() { echo "sbx-setup: $*" >&2; exit 1; }
 
