@@ -40,12 +40,35 @@ export function addShellCommand(program: Command, connection: (opts: { url?: str
 async function runShell(sandbox: Sandbox, opts: { cmd?: string; cwd?: string }): Promise<number> {
   const out = process.stdout;
   const tty = process.stdin.isTTY === true;
-  const terminal = await sandbox.terminals.create({
-    ...windowSize(),
-    ...(opts.cmd ? { cmd: opts.cmd } : {}),
-    ...(opts.cwd ? { cwd: opts.cwd } : {}),
-    onData: (data) => out.write(data),
-  });
+  // Ended by a signal: the terminal goes too (DELETE hangs it up and kills what it started). The
+  // handlers are in place before the create, whose program may start before its answer arrives:
+  // a signal meanwhile closes the terminal as soon as there is one.
+  const exitFor = (signal: NodeJS.Signals): never => process.exit(128 + ((constants.signals as Record<string, number>)[signal] ?? 0));
+  let stoppedBy: NodeJS.Signals | null = null;
+  let created: { close(): Promise<unknown> } | null = null;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    stoppedBy ??= signal;
+    if (created)
+      void created
+        .close()
+        .catch(() => undefined)
+        .finally(() => exitFor(signal));
+  };
+  const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
+  for (const signal of signals) process.once(signal, onSignal);
+  const terminal = await sandbox.terminals
+    .create({
+      ...windowSize(),
+      ...(opts.cmd ? { cmd: opts.cmd } : {}),
+      ...(opts.cwd ? { cwd: opts.cwd } : {}),
+      onData: (data) => out.write(data),
+    })
+    .catch((err: unknown) => (stoppedBy ? exitFor(stoppedBy) : Promise.reject(err)));
+  created = terminal;
+  if (stoppedBy) {
+    await terminal.close().catch(() => undefined);
+    exitFor(stoppedBy);
+  }
   // Bytes typed while a write is in flight go together in the next one, in order.
   let pending: Buffer[] = [];
   let writing: Promise<void> | null = null;
@@ -72,15 +95,6 @@ async function runShell(sandbox: Sandbox, opts: { cmd?: string; cwd?: string }):
     const size = windowSize();
     void terminal.resize(size.cols, size.rows).catch(() => undefined);
   };
-  // Ended by a signal: the terminal goes too (DELETE hangs it up and kills what it started).
-  const onSignal = (signal: NodeJS.Signals): void => {
-    void terminal
-      .close()
-      .catch(() => undefined)
-      .finally(() => process.exit(128 + ((constants.signals as Record<string, number>)[signal] ?? 0)));
-  };
-  const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
-  for (const signal of signals) process.once(signal, onSignal);
   if (tty) process.stdin.setRawMode(true);
   process.stdin.on('data', onInput);
   // Piped stdin: its end is the terminal's EOF, after a newline ending an unfinished last line.
