@@ -2,6 +2,7 @@
  * `buildApp(deps)`: the fastify application with every domain plugin registered, not started.
  * Dependencies come in; nothing here reads the environment or listens (main.ts does).
  */
+import http from 'node:http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import type { Logger } from 'pino';
@@ -22,7 +23,7 @@ import { CONSOLE_ROUTES, consoleRoutes } from './console/routes.js';
 import { egressRoutes } from './egress/routes.js';
 import type { EgressLog } from './egress/store.js';
 import { filesRoutes } from './files/routes.js';
-import { installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
+import { apiKeyAuthenticator, installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
 import { installUpgradeSocketTracking } from './http/upgrade.js';
 import { imagesRoutes } from './images/routes.js';
 import type { ImageService } from './images/service.js';
@@ -36,6 +37,7 @@ import { leasesRoutes } from './leases/routes.js';
 import { LeaseParams } from './leases/schema.js';
 import type { LeaseService } from './leases/service.js';
 import { policiesRoutes } from './policies/routes.js';
+import { previewFastPath } from './previews/fast-path.js';
 import { previewHostRewrite, previewRoutes } from './previews/routes.js';
 import type { PreviewService } from './previews/service.js';
 import type { PolicyService } from './policies/service.js';
@@ -112,7 +114,21 @@ const SandboxLogIds = z
   .transform(({ id, callId }) => (callId === undefined ? { sandboxId: id } : { sandboxId: id, callId }));
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const authenticate = apiKeyAuthenticator({ bootstrapKey: deps.apiKey, lookup: deps.lookupPrincipal });
+  const leaseGuard = { visible: deps.leases.visible.bind(deps.leases), usable: deps.leases.usable.bind(deps.leases) };
   const app = Fastify({
+    // Fastify's own server, with the preview fast path ahead of its router (previews/fast-path.ts).
+    serverFactory: (routed, factoryOptions) => {
+      const options = factoryOptions as { keepAliveTimeout?: number; requestTimeout?: number; connectionTimeout?: number };
+      const server = http.createServer(
+        previewFastPath({ previews: deps.previews, authenticate, leases: leaseGuard, log: deps.log }, routed),
+      );
+      // What fastify sets on a server it makes itself (lib/server.js), with its defaults.
+      server.keepAliveTimeout = options.keepAliveTimeout ?? 72_000;
+      server.requestTimeout = options.requestTimeout ?? 0;
+      server.setTimeout(options.connectionTimeout ?? 0);
+      return server;
+    },
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: deps.jsonBodyLimitBytes ?? 1024 * 1024,
     requestIdHeader: 'x-request-id',
@@ -126,8 +142,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // JSON only: a text/plain body would otherwise reach the schemas as a string.
   app.removeContentTypeParser('text/plain');
   installApiKeyAuth(app, {
-    bootstrapKey: deps.apiKey,
-    lookup: deps.lookupPrincipal,
+    authenticate,
     // Signed URLs carry their own credential (http/signed-urls.ts): previews and terminal attach.
     publicRoutes: ['/healthz', '/metrics', '/v1/previews/*', '/v1/host-previews/*', '/v1/terminal-ws/*', ...CONSOLE_ROUTES, ...DOCS_ROUTES],
   });
@@ -140,7 +155,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   installZodValidation(app);
-  installLeaseGuard(app, { visible: (id, by) => deps.leases.visible(id, by), usable: (lease) => deps.leases.usable(lease) });
+  installLeaseGuard(app, leaseGuard);
   await installOpenApi(app, { version: deps.version });
 
   app.get(

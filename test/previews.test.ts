@@ -16,7 +16,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { leaseKeys } from '../contract/queue.js';
 import { Sandbox, SbxError } from '../sdk/index.js';
-import { REPO_ROOT, apiAs, docker, eventually, execIn, runCli, useHarness } from './fixtures/index.js';
+import { ROUTES_UNDER_PREFIX } from '../control-plane/previews/fast-path.js';
+import { REPO_ROOT, apiAs, docker, eventually, execIn, routesOf, runCli, useHarness } from './fixtures/index.js';
 
 const DOMAIN = 'preview.test';
 const DIAL_TIMEOUT_MS = 4000;
@@ -333,6 +334,34 @@ describe('port previews', () => {
       expect(r.status, path).toBe(404);
       expect(r.body.error.code).toBe('lease.not_found');
     }
+  });
+
+  it('the fast path (previews/fast-path.ts) and fastify answer alike: what it does not take, fastify answers with the documented error', async () => {
+    // Every other route under the preview prefix is one the fast path leaves to the router.
+    const prefix = '/v1/sandboxes/:id/ports/:port/';
+    const others = routesOf(h.plane.app)
+      .filter((r) => r.path.startsWith(prefix) && r.path !== `${prefix}*`)
+      .map((r) => `${r.method} ${r.path.slice(prefix.length)}`);
+    expect(new Set(others)).toEqual(ROUTES_UNDER_PREFIX);
+    // A percent-escaped port is not the plain form: fastify routes it (and decodes it) to the same page.
+    const escaped = await rawGet(`${base}/%38000/index.html`, auth());
+    const plain = await rawGet(`${base}/8000/index.html`, auth());
+    expect([escaped.status, escaped.body]).toEqual([200, PAGE]);
+    expect([plain.status, plain.body]).toEqual([200, PAGE]);
+    // Refusals come from fastify's checks, in the documented shape.
+    for (const [headers, status, code] of [
+      [{}, 401, 'auth.missing_api_key'],
+      [{ authorization: 'Bearer not-a-key' }, 401, 'auth.invalid_api_key'],
+    ] as const) {
+      const r = await rawGet(`${base}/8000/index.html`, headers);
+      expect(r.status).toBe(status);
+      expect(JSON.parse(r.body).error.code).toBe(code);
+    }
+    const missing = await rawGet(`/v1/sandboxes/sbx_00000000000000000000/ports/8000/`, auth());
+    expect([missing.status, JSON.parse(missing.body).error.code]).toEqual([404, 'lease.not_found']);
+    // Once taken, a failure to reach the server is answered in the documented shape as well.
+    const closed = await rawGet(`${base}/9009/`, auth());
+    expect([closed.status, JSON.parse(closed.body).error.code]).toEqual([502, 'preview.port_closed']);
   });
 
   it('port 0 and 65536 are 400 input.invalid', async () => {

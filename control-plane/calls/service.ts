@@ -6,6 +6,7 @@
  */
 import { lostReceipt, resultWithoutRun } from '../../contract/receipts.js';
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { ZodError } from 'zod';
 import { digestOf } from '../../contract/digest.js';
@@ -117,9 +118,8 @@ export class CallService {
     } catch (err) {
       // Not queued means never run: the call ends here rather than waiting forever.
       const error = errorInfo('queue.unavailable', `the call could not be queued: ${(err as Error).message}`);
-      let taken = false;
-      await this.settle(lease.id, callId, async () => void (taken = await this.abandonUnqueued(lease.id, callId, error)));
-      if (!taken) throw new AppError('queue.unavailable', error.message, { details: { callId }, cause: err });
+      const taken = await this.settle(lease.id, callId, () => this.abandonUnqueued(lease.id, callId, error));
+      if (taken !== true) throw new AppError('queue.unavailable', error.message, { details: { callId }, cause: err });
     }
     await store.appendEvent(lease.id, callId, { type: 'call.queued' }, now());
     this.deps.log.debug({ sandboxId: lease.id, callId, tool: tool.name }, 'call queued');
@@ -287,19 +287,19 @@ export class CallService {
    * too (an outage: why the submission failed), it is tried again behind the client's answer
    * until it succeeds or `SETTLE_RETRY_FOR_MS` passed, so the record does not stay `queued` with
    * no job (a release would still end it, as `cancelled`). `settleCall` must be safe to repeat.
-   * Never throws.
+   * Never throws; resolves with what the first try returned, or undefined when it failed (the
+   * tries behind the answer go on).
    */
-  private async settle(leaseId: string, callId: string, settleCall: () => Promise<void>): Promise<void> {
+  private async settle<T>(leaseId: string, callId: string, settleCall: () => Promise<T>): Promise<T | undefined> {
     try {
-      await settleCall();
-      return;
+      return await settleCall();
     } catch (err) {
       this.deps.log.warn({ err, sandboxId: leaseId, callId }, 'settling a call failed; trying again in the background');
     }
     void (async () => {
       const deadline = Date.now() + SETTLE_RETRY_FOR_MS;
       for (let delayMs = 250; Date.now() < deadline; delayMs = Math.min(delayMs * 2, 5000)) {
-        await new Promise((r) => setTimeout(r, delayMs).unref());
+        await sleep(delayMs, undefined, { ref: false });
         try {
           await settleCall();
           return;
@@ -309,6 +309,7 @@ export class CallService {
       }
       this.deps.log.error({ sandboxId: leaseId, callId }, 'a call recorded during an outage could not be settled; its release will end it');
     })();
+    return undefined;
   }
 
   private async finish(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<boolean> {

@@ -49,20 +49,43 @@ export function keyDigest(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
 }
 
+/** The bootstrap key and how other keys are found: what authenticating a request needs. */
+export interface ApiKeyAuthOptions {
+  bootstrapKey: string;
+  lookup: PrincipalLookup;
+}
+
 /**
- * Installs the auth hook on every route but `publicRoutes` (route patterns, default
- * `/healthz`; an entry `/prefix/*` covers every route pattern under `/prefix/`). Throws (as responses) AppError `auth.missing_api_key` (401) without a bearer
- * header and `auth.invalid_api_key` (401) for an unknown or revoked key.
+ * The principal an `Authorization` header names. Throws AppError `auth.missing_api_key` (401)
+ * without a header and `auth.invalid_api_key` (401) for anything but `Bearer <a live key>`.
+ */
+export type Authenticate = (authorization: string | undefined) => Promise<Principal>;
+
+/** The one authentication of API keys: the auth hook's, and the preview fast path's (previews/fast-path.ts). */
+export function apiKeyAuthenticator(options: ApiKeyAuthOptions): Authenticate {
+  const bootstrap = createHash('sha256').update(options.bootstrapKey).digest();
+  return async (header) => {
+    if (!header) throw new AppError('auth.missing_api_key', 'send Authorization: Bearer <api key>');
+    const match = /^Bearer\s+(\S+)$/i.exec(header);
+    if (!match) throw new AppError('auth.invalid_api_key', 'the API key is not valid');
+    const given = createHash('sha256').update(match[1]!).digest();
+    if (timingSafeEqual(given, bootstrap)) return BOOTSTRAP_PRINCIPAL;
+    const principal = await options.lookup(given.toString('hex'));
+    if (!principal) throw new AppError('auth.invalid_api_key', 'the API key is not valid');
+    return principal;
+  };
+}
+
+/**
+ * Installs the auth hook (`authenticate`, apiKeyAuthenticator) on every route but `publicRoutes`
+ * (route patterns, default `/healthz`; an entry `/prefix/*` covers every route pattern under
+ * `/prefix/`). Its errors are the responses.
  *
  * The check goes by the route the router matched, not the raw URL: the router decodes
  * percent-escapes (`/%761/tools` is `/v1/tools`), so a prefix test of the URL could be walked
  * around. A request no route matches runs no handler (404) and needs no key.
  */
-export function installApiKeyAuth(
-  app: FastifyInstance,
-  options: { bootstrapKey: string; lookup: PrincipalLookup; publicRoutes?: readonly string[] },
-): void {
-  const bootstrap = createHash('sha256').update(options.bootstrapKey).digest();
+export function installApiKeyAuth(app: FastifyInstance, options: { authenticate: Authenticate; publicRoutes?: readonly string[] }): void {
   const entries = options.publicRoutes ?? ['/healthz'];
   const publicRoutes = new Set(entries.filter((r) => !r.endsWith('/*')));
   const publicPrefixes = entries.filter((r) => r.endsWith('/*')).map((r) => r.slice(0, -1));
@@ -70,18 +93,7 @@ export function installApiKeyAuth(
   app.addHook('onRequest', async (request) => {
     const route = request.routeOptions.url;
     if (route === undefined || publicRoutes.has(route) || publicPrefixes.some((p) => route.startsWith(p))) return;
-    const header = request.headers.authorization;
-    if (!header) throw new AppError('auth.missing_api_key', 'send Authorization: Bearer <api key>');
-    const match = /^Bearer\s+(\S+)$/i.exec(header);
-    if (!match) throw new AppError('auth.invalid_api_key', 'the API key is not valid');
-    const given = createHash('sha256').update(match[1]!).digest();
-    if (timingSafeEqual(given, bootstrap)) {
-      request.principal = BOOTSTRAP_PRINCIPAL;
-      return;
-    }
-    const principal = await options.lookup(given.toString('hex'));
-    if (!principal) throw new AppError('auth.invalid_api_key', 'the API key is not valid');
-    request.principal = principal;
+    request.principal = await options.authenticate(request.headers.authorization);
   });
 }
 

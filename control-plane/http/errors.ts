@@ -13,7 +13,7 @@
  *   request at all (a body cut short by the client's end of stream, a malformed request line,
  *   headers over the limit, a request that took too long); answered on the raw socket.
  */
-import { STATUS_CODES } from 'node:http';
+import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
@@ -68,6 +68,22 @@ function edgeError(error: unknown, requestId: string, log: Pick<Logger, 'warn' |
 
 function answer(code: ErrorCode, message: string, details?: Record<string, unknown>): { status: number; body: { error: ErrorInfo } } {
   return { status: ERROR_CODES[code].status, body: { error: errorInfo(code, message, details) } };
+}
+
+/**
+ * Answers `error` on a raw response, in the same status and body as the error handler would:
+ * for requests served ahead of fastify's router (previews/fast-path.ts). A response already
+ * begun cannot take an error any more and is cut instead.
+ */
+export function answerRawError(res: ServerResponse, error: unknown, requestId: string, log: Pick<Logger, 'warn' | 'error'>): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const { status, body } = edgeError(error, requestId, log);
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
 }
 
 /** The fastify constructor options that route framework and parser errors through the edge. */

@@ -86,7 +86,7 @@ export class LeaseStore {
    * The last record read of each lease, parsed and deep-frozen, by its stored text: reading a
    * lease is one Redis GET always (never stale), and the schema parse (~0.3 ms for a record with
    * its policy snapshot, on every sandbox request) only when the text changed. Frozen because
-   * it is shared between readers. At most PARSED_MAX leases, the oldest read dropped first.
+   * it is shared between readers. At most PARSED_MAX leases, the one parsed longest ago dropped first.
    */
   private readonly parsed = new Map<string, { text: string; record: LeaseRecord }>();
 
@@ -98,8 +98,10 @@ export class LeaseStore {
   /** The record stored as `text` for lease `id`, parsed once per distinct text. */
   private parse(id: string, text: string): LeaseRecord {
     const hit = this.parsed.get(id);
+    if (hit?.text === text) return hit.record;
+    const record = deepFreeze(LeaseRecord.parse(JSON.parse(text)));
+    // Re-inserted: a lease whose record changed counts as the newest.
     this.parsed.delete(id);
-    const record = hit?.text === text ? hit.record : deepFreeze(LeaseRecord.parse(JSON.parse(text)));
     this.parsed.set(id, { text, record });
     if (this.parsed.size > PARSED_MAX) this.parsed.delete(this.parsed.keys().next().value!);
     return record;

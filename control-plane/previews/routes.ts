@@ -14,13 +14,12 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
-import type { PreviewEvent, PreviewUrl } from '../../contract/previews.js';
-import type { LeaseRecord } from '../leases/store.js';
+import type { PreviewUrl } from '../../contract/previews.js';
 import { LeaseParams } from '../leases/schema.js';
-import { loggedPath, upstreamTarget } from './paths.js';
-import { PREVIEW_COOKIE, spliceHttp, spliceUpgrade, type Forwarding, type Spliced } from './proxy.js';
+import { PREVIEW_COOKIE } from './proxy.js';
+import { servePreview, type PreviewTarget } from './serve.js';
 import { PREVIEW_TOKEN_PARAM, PREVIEW_URL_DEFAULT_SECONDS, PREVIEW_URL_MAX_SECONDS, type PreviewService } from './service.js';
-import { installUpgradeDispatch, upgradeHead } from '../http/upgrade.js';
+import { installUpgradeDispatch } from '../http/upgrade.js';
 
 const tags = ['previews'];
 /** Methods the proxied routes take (HEAD forwarded as HEAD, not answered by fastify's GET). */
@@ -51,28 +50,6 @@ const LogQuery = z
     limit: z.coerce.number().int().min(1).max(10_000).default(1000),
   })
   .strict();
-
-/** Error codes that end a preview before or instead of the server's answer, as log outcomes. */
-const OUTCOMES: Partial<Record<string, PreviewEvent['outcome']>> = {
-  'preview.port_denied': 'denied',
-  'preview.invalid_path': 'invalid_path',
-  'preview.port_closed': 'port_closed',
-  'preview.upstream_failed': 'upstream_failed',
-  'preview.agent_unreachable': 'agent_unreachable',
-};
-
-interface Target {
-  lease: LeaseRecord;
-  port: number;
-  via: PreviewEvent['via'];
-  keyId: string;
-  tenant: string;
-  /** Path segments of the prefix before the app's path, and the prefix itself (X-Forwarded-Prefix). */
-  prefixSegments: number;
-  prefix: string;
-  /** The request target as the client sent it (before any host rewrite). */
-  rawUrl: string;
-}
 
 export const previewRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (plugin, { previews }) => {
   await plugin.register(apiRoutes, { previews });
@@ -134,7 +111,7 @@ const proxiedRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (p
     },
     config: { lease: 'active' },
     handler: (request, reply) =>
-      serve(previews, request, reply, {
+      serveFastify(previews, request, reply, {
         lease: request.lease,
         port: request.params.port,
         via: 'api',
@@ -170,7 +147,7 @@ const proxiedRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (p
     },
     handler: async (request, reply) => {
       const { lease, grant } = await previews.grantOf(request.params.id, request.params.token);
-      return serve(previews, request, reply, {
+      return serveFastify(previews, request, reply, {
         lease,
         port: grant.port,
         via: 'url',
@@ -219,7 +196,7 @@ const proxiedRoutes: FastifyPluginAsync<{ previews: PreviewService }> = async (p
         reply.header('set-cookie', `${PREVIEW_COOKIE}=${token}; Path=/; Max-Age=${maxAge}; HttpOnly; SameSite=Lax${secure}`);
         return reply.redirect(`${url.pathname}${url.search}`, 302);
       }
-      return serve(previews, request, reply, {
+      return serveFastify(previews, request, reply, {
         lease,
         port: grant.port,
         via: 'host',
@@ -251,51 +228,9 @@ const hostRootRoute: FastifyPluginAsync<{ previews: PreviewService }> = async (p
   );
 };
 
-/** Proxies one request to the target's port, and logs it (also when refused or failed). */
-async function serve(previews: PreviewService, request: FastifyRequest, reply: FastifyReply, t: Target): Promise<void> {
-  const startedMs = Date.now();
-  const upgrade = (request.raw as { upgrade?: boolean }).upgrade === true;
-  let path = loggedPath(t.rawUrl, t.prefixSegments);
-  const record = (
-    spliced: Partial<Spliced> & Pick<Spliced, 'status'>,
-    outcome: PreviewEvent['outcome'],
-    error: string | null,
-  ): Promise<void> =>
-    previews.record(t.lease.id, {
-      at: new Date(startedMs).toISOString(),
-      port: t.port,
-      via: t.via,
-      keyId: t.keyId,
-      tenant: t.tenant,
-      kind: upgrade ? 'websocket' : 'http',
-      method: request.method,
-      path: path.split('?')[0]!.slice(0, 512),
-      status: spliced.status,
-      outcome,
-      bytesToSandbox: spliced.bytesToSandbox ?? 0,
-      bytesFromSandbox: spliced.bytesFromSandbox ?? 0,
-      durationMs: Date.now() - startedMs,
-      error,
-    });
-  let spliced: Spliced;
-  try {
-    previews.authorize(t.lease, t.port);
-    const target = upstreamTarget(t.rawUrl, t.prefixSegments);
-    path = target;
-    const tunnel = await previews.open(t.lease, t.port);
-    const fwd: Forwarding = { port: t.port, prefix: t.prefix, protocol: request.protocol };
-    if (upgrade) {
-      reply.hijack();
-      spliced = await spliceUpgrade(tunnel, request.raw, request.raw.socket, upgradeHead(request.raw), target, fwd);
-    } else {
-      spliced = await spliceHttp(tunnel, request.raw, reply.raw, target, fwd, () => reply.hijack());
-    }
-  } catch (err) {
-    const outcome = err instanceof AppError ? OUTCOMES[err.code] : undefined;
-    if (outcome) await record({ status: null }, outcome, err instanceof AppError ? err.code : null);
-    throw err;
-  }
-  await record(spliced, spliced.outcome, spliced.error);
+/** Serves a preview routed by fastify (serve.ts `servePreview`): a handover hijacks the reply. */
+function serveFastify(previews: PreviewService, request: FastifyRequest, reply: FastifyReply, target: PreviewTarget): Promise<void> {
+  return servePreview(previews, { req: request.raw, res: reply.raw, protocol: request.protocol, hijack: () => reply.hijack() }, target);
 }
 
 /** `url` with a `/` after its path (query kept). */

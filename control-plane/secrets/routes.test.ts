@@ -1,6 +1,6 @@
 import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
-import { installApiKeyAuth, keyDigest, type Principal } from '../http/auth.js';
+import { apiKeyAuthenticator, installApiKeyAuth, keyDigest, type Principal } from '../http/auth.js';
 import { installErrorHandling } from '../http/errors.js';
 import { installZodValidation } from '../http/openapi.js';
 import { secretsRoutes } from './routes.js';
@@ -22,8 +22,10 @@ async function app(calls: unknown[][]) {
   installZodValidation(server);
   const user: Principal = { keyId: 'key_user', role: 'user', tenant: 't' };
   installApiKeyAuth(server, {
-    bootstrapKey: 'admin-key-0123456789',
-    lookup: async (digest) => (digest === keyDigest('user-key') ? user : undefined),
+    authenticate: apiKeyAuthenticator({
+      bootstrapKey: 'admin-key-0123456789',
+      lookup: async (digest) => (digest === keyDigest('user-key') ? user : undefined),
+    }),
   });
   const service = {
     put: async (...args: unknown[]) => (calls.push(['put', ...args]), { metadata, created: true }),

@@ -12,15 +12,16 @@
  * modifications of one file are one entry) even when nobody reads them.
  *
  * A flood of changes (a process renaming files in a loop) costs the agent and Redis a bounded
- * share, so tool calls go on at their speed: past `maxBuffered` the agent stops reading the
+ * share, so tool calls go on at their speed: past MAX_BUFFERED the agent stops reading the
  * helper (the helper blocks; the kernel's queue overflows, said as `kernel_queue`) until the
- * buffer is half written, and full batches go to the log at most one per `fullBatchIntervalMs`.
+ * buffer is half written, and full batches go to the log at most one per FULL_BATCH_INTERVAL_MS.
  *
- * Nothing is lost silently: a kernel queue overflow, more changes buffered than `maxBuffered`,
+ * Nothing is lost silently: a kernel queue overflow, more changes buffered than MAX_BUFFERED,
  * a directory that could not be watched, a helper that died, an agent that restarted — each is
  * a `watch.overflow` entry in the log, at the place of the loss.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChangeEntry, ChangeKind, FileChange, WatchOverflow } from '../../contract/watch.js';
 
 /** Where the change log lives (the agent's main implements it on Redis). */
@@ -40,10 +41,6 @@ export interface FileWatchOptions {
   uid: number;
   gid: number;
   writer: ChangeLogWriter;
-  /** Changes held while the log is written, before `agent_buffer` overflow; default 10,000. */
-  maxBuffered?: number;
-  /** Least time between the starts of two full batches (2,000 entries) written to the log, ms; default 250 (8,000 entries/s at most). */
-  fullBatchIntervalMs?: number;
   /** Wait before the helper is started again after it ended, ms; default 1000. */
   restartDelayMs?: number;
   log: { warn(obj: object, msg: string): void };
@@ -54,6 +51,12 @@ type Pending = Omit<FileChange, 'seq'> | Omit<WatchOverflow, 'seq'> | { type: 'w
 const KINDS: Record<string, ChangeKind | null> = { f: 'file', d: 'directory', l: 'symlink', o: 'other', '-': null };
 /** Entries written to the log in one transaction. */
 const BATCH = 2000;
+/** Changes held while the log is written, before `agent_buffer` overflow. */
+const MAX_BUFFERED = 10_000;
+/** Least time between the starts of two full batches written to the log, ms (8,000 entries/s at most). */
+const FULL_BATCH_INTERVAL_MS = 250;
+/** Wait before a failed write to the log is tried again, ms. */
+const RETRY_MS = 500;
 
 export class FileWatch {
   private child: ChildProcess | null = null;
@@ -113,7 +116,7 @@ export class FileWatch {
     child.stdout!.setEncoding('utf8');
     child.stdout!.on('data', (text: string) => {
       this.parse(text);
-      if (this.buffer.length >= this.maxBuffered) child.stdout!.pause();
+      if (this.buffer.length >= MAX_BUFFERED) child.stdout!.pause();
     });
     child.stderr!.setEncoding('utf8');
     child.stderr!.on('data', (text: string) => this.opts.log.warn({ helper: text.trim() }, 'file watch helper'));
@@ -183,17 +186,13 @@ export class FileWatch {
     }
   }
 
-  private get maxBuffered(): number {
-    return this.opts.maxBuffered ?? 10_000;
-  }
-
   /**
-   * Buffers one entry; past `maxBuffered` (the rest of a chunk read before the helper's output
+   * Buffers one entry; past MAX_BUFFERED (the rest of a chunk read before the helper's output
    * was paused) the entry is counted into an `agent_buffer` overflow instead.
    */
   private push(entry: Pending): void {
     // Overflow and start entries are always kept (at most a few past the bound): a loss is never lost.
-    if (this.buffer.length >= this.maxBuffered && entry.type !== 'watch.started' && entry.type !== 'watch.overflow') {
+    if (this.buffer.length >= MAX_BUFFERED && entry.type !== 'watch.started' && entry.type !== 'watch.overflow') {
       const last = this.lastMutable();
       if (last?.type === 'watch.overflow' && last.reason === 'agent_buffer') last.dropped = (last.dropped ?? 0) + 1;
       else this.buffer.push({ type: 'watch.overflow', reason: 'agent_buffer', dropped: 1, at: now() });
@@ -212,13 +211,12 @@ export class FileWatch {
   private async flush(): Promise<void> {
     if (this.flushing) return;
     this.flushing = true;
-    const intervalMs = this.opts.fullBatchIntervalMs ?? 250;
     let fullBatchAt = 0;
     try {
       while (this.buffer.length > 0) {
         // A flood is written at a bounded rate: Redis serves the tool calls too.
-        const waitMs = fullBatchAt + intervalMs - Date.now();
-        if (waitMs > 0) await new Promise((r) => setTimeout(r, waitMs));
+        const waitMs = fullBatchAt + FULL_BATCH_INTERVAL_MS - Date.now();
+        if (waitMs > 0) await sleep(waitMs);
         // Taken out only once written: a failed write keeps them (and their seqs) for the next try.
         const batch = this.buffer.slice(0, BATCH).map((e, i) => ({ ...e, seq: this.seq + 1 + i }) as ChangeEntry);
         this.inFlight = batch.length;
@@ -228,13 +226,13 @@ export class FileWatch {
         } catch (err) {
           this.inFlight = 0;
           this.opts.log.warn({ err }, 'file change log write failed; trying again');
-          await new Promise((r) => setTimeout(r, 500));
+          await sleep(RETRY_MS);
           continue;
         }
         this.seq += batch.length;
         this.buffer.splice(0, batch.length);
         this.inFlight = 0;
-        if (this.buffer.length <= this.maxBuffered / 2) this.child?.stdout?.resume();
+        if (this.buffer.length <= MAX_BUFFERED / 2) this.child?.stdout?.resume();
       }
     } finally {
       this.flushing = false;
