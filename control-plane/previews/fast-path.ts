@@ -1,5 +1,6 @@
 /**
- * The preview fast path: plain HTTP requests to `/v1/sandboxes/:id/ports/:port/...` are served
+ * The preview fast path: plain HTTP requests to `/v1/sandboxes/:id/ports/:port/...` (API key) and
+ * `/v1/previews/:id/:token/...` (signed URL) are served
  * from the HTTP server's request event, ahead of fastify's router, hooks, schema validation,
  * reply and per-request logger. A preview GET is a whole request of its own for every asset a
  * browser loads, and fastify's share of it was measured as the largest part of the control
@@ -7,8 +8,8 @@
  * `SBX_PROFILE_WORKLOAD=preview`).
  *
  * It takes a request only when it is plainly one of these and every check passes: the API key
- * (the auth hook's own `Authenticate`), the lease (visible to the key, usable now: the lease
- * guard's rules) and the port (the policy's `ports.allowed`). Anything else — an upgrade, a
+ * (the auth hook's own `Authenticate`) or the signed token (PreviewService.grantOf), the lease
+ * (visible, usable now: the lease guard's rules) and the port (the policy's `ports.allowed`). Anything else — an upgrade, a
  * request on a preview host (host-based routing), a URL whose prefix is not in its plain form
  * (percent-escapes, an absolute form), a bad key, a lease not found or not usable, a port the
  * policy denies — goes on to fastify as it came, its body unread, and fastify answers it after
@@ -21,7 +22,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
-import type { Authenticate, Principal } from '../http/auth.js';
+import type { Authenticate } from '../http/auth.js';
 import { answerRawError } from '../http/errors.js';
 import type { LeaseGuardDeps } from '../http/lease-guard.js';
 import { servePreview, type PreviewTarget } from './serve.js';
@@ -30,8 +31,10 @@ import type { PreviewService } from './service.js';
 /** An HTTP server's request listener. */
 export type RequestListener = (req: IncomingMessage, res: ServerResponse) => void;
 
-/** The route's prefix in its plain form (the same id rule as LeaseParams, a port as the route's Port schema). */
+/** The API route's prefix in its plain form (the same id rule as LeaseParams, a port as the route's Port schema). */
 const PLAIN_PREFIX = /^\/v1\/sandboxes\/([A-Za-z0-9_-]{1,128})\/ports\/([1-9][0-9]{0,4})\//;
+/** A signed URL's prefix in its plain form (a token as tokens.ts signs them: base64url and `.`). */
+const SIGNED_PREFIX = /^\/v1\/previews\/([A-Za-z0-9_-]{1,128})\/([A-Za-z0-9_.-]{1,100})\//;
 /**
  * Routes under the prefix that are not the preview itself (routes.ts), as `METHOD path-after-prefix`:
  * fastify's router prefers them to the wildcard, and so does the fast path (a test holds this list to the router).
@@ -54,27 +57,55 @@ export interface PreviewFastPathDeps {
 export function previewFastPath(deps: PreviewFastPathDeps, routed: RequestListener): RequestListener {
   let served = 0;
   return (req, res) => {
-    const url = req.url ?? '';
-    const m = (req as { upgrade?: boolean }).upgrade === true || !METHODS.has(req.method ?? '') ? null : PLAIN_PREFIX.exec(url);
-    const port = m === null ? 0 : Number(m[2]);
-    if (m === null || port > 65535 || deps.previews.hostTarget(req.headers.host) !== null || ownRoute(req.method!, url, m[0].length)) {
+    const check = takeable(deps, req);
+    if (check === null) {
       routed(req, res);
       return;
     }
-    const id = m[1]!;
-    checked(deps, req, id, port)
+    check
       .then((target) => {
         if (target === null) return routed(req, res);
         const header = req.headers['x-request-id'];
         served += 1;
         const reqId = typeof header === 'string' && header !== '' ? header : `preview-${served}`;
-        return serve(deps, req, res, { ...target, rawUrl: url }, reqId);
+        return serve(deps, req, res, target, reqId);
       })
       .catch((err: unknown) => {
-        deps.log.error({ err, sandboxId: id }, 'preview fast path failed');
+        deps.log.error({ err }, 'preview fast path failed');
         res.destroy();
       });
   };
+}
+
+/**
+ * Null when `req` is not plainly a preview request; else its checks, resolving to the target
+ * when they all pass and to null when one fails (fastify answers then).
+ */
+function takeable(deps: PreviewFastPathDeps, req: IncomingMessage): Promise<PreviewTarget | null> | null {
+  const url = req.url ?? '';
+  const method = req.method ?? '';
+  if ((req as { upgrade?: boolean }).upgrade === true || !METHODS.has(method) || deps.previews.hostTarget(req.headers.host) !== null)
+    return null;
+  const api = PLAIN_PREFIX.exec(url);
+  if (api !== null) {
+    const [prefix, id, port] = [api[0].slice(0, -1), api[1]!, Number(api[2])];
+    if (port > 65535 || ownRoute(method, url, api[0].length)) return null;
+    return passes(async () => {
+      const principal = await deps.authenticate(req.headers.authorization);
+      const lease = deps.leases.usable(await deps.leases.visible(id, principal));
+      deps.previews.authorize(lease, port);
+      return { lease, port, via: 'api', keyId: principal.keyId, tenant: principal.tenant, prefixSegments: 5, prefix, rawUrl: url };
+    });
+  }
+  const signed = SIGNED_PREFIX.exec(url);
+  if (signed !== null) {
+    const [prefix, id, token] = [signed[0].slice(0, -1), signed[1]!, signed[2]!];
+    return passes(async () => {
+      const { lease, grant } = await deps.previews.grantOf(id, token);
+      return { lease, port: grant.port, via: 'url', keyId: grant.keyId, tenant: lease.tenant, prefixSegments: 4, prefix, rawUrl: url };
+    });
+  }
+  return null;
 }
 
 /** Whether `url` (its prefix `prefixLength` long) is one of ROUTES_UNDER_PREFIX for `method`. */
@@ -83,26 +114,10 @@ function ownRoute(method: string, url: string, prefixLength: number): boolean {
   return ROUTES_UNDER_PREFIX.has(`${method} ${url.slice(prefixLength, q < 0 ? undefined : q)}`);
 }
 
-/** The target when the key, the lease and the port all pass; null otherwise (fastify answers). */
-async function checked(
-  deps: PreviewFastPathDeps,
-  req: IncomingMessage,
-  id: string,
-  port: number,
-): Promise<Omit<PreviewTarget, 'rawUrl'> | null> {
+/** What `checks` resolves to, or null when any of them throws. */
+async function passes(checks: () => Promise<PreviewTarget>): Promise<PreviewTarget | null> {
   try {
-    const principal: Principal = await deps.authenticate(req.headers.authorization);
-    const lease = deps.leases.usable(await deps.leases.visible(id, principal));
-    deps.previews.authorize(lease, port);
-    return {
-      lease,
-      port,
-      via: 'api',
-      keyId: principal.keyId,
-      tenant: principal.tenant,
-      prefixSegments: 5,
-      prefix: `/v1/sandboxes/${id}/ports/${port}`,
-    };
+    return await checks();
   } catch {
     return null;
   }
