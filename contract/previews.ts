@@ -17,6 +17,14 @@
  * connection by writing one `PreviewAssign` line on it; the agent answers with the same
  * `PreviewDialed` line as above, then pipes, and opens a new idle connection in its place. A
  * pooled connection that closes unassigned (the listener stopped) is not replaced.
+ *
+ * Early data, so that a request waits for no round trip through the agent: an agent whose pool
+ * hello says `early: true` takes the client's first bytes right behind a `PreviewAssign` with
+ * `early: true`. It holds them until the port answered, writes its `PreviewDialed` line as
+ * always, then passes them to the server before anything else; when the port did not answer
+ * they are dropped with the connection. The control plane still reads the line before the
+ * server's bytes, and uses early data only with agents that said they take it (an agent of an
+ * older version in a running sandbox gets the plain exchange).
  */
 import { z } from 'zod';
 
@@ -58,12 +66,18 @@ export const PreviewOpen = z.object({
 });
 export type PreviewOpen = z.infer<typeof PreviewOpen>;
 
-/** Agent → control plane, the first line of an idle pooled connection. */
-export const PreviewPoolHello = z.object({ pool: PreviewConnId }).strict();
+/** Agent → control plane, the first line of an idle pooled connection; `early`: this agent takes early data. */
+export const PreviewPoolHello = z.object({ pool: PreviewConnId, early: z.literal(true).optional() }).strict();
 export type PreviewPoolHello = z.infer<typeof PreviewPoolHello>;
 
-/** Control plane → agent, on an idle pooled connection: it now carries connection `id` to 127.0.0.1:`port`. */
-export const PreviewAssign = z.object({ id: PreviewConnId, port: z.number().int().min(1).max(65535) }).strict();
+/**
+ * Control plane → agent, on an idle pooled connection: it now carries connection `id` to
+ * 127.0.0.1:`port`; `early`: the client's bytes follow this line at once (only to an agent whose
+ * hello said `early`).
+ */
+export const PreviewAssign = z
+  .object({ id: PreviewConnId, port: z.number().int().min(1).max(65535), early: z.literal(true).optional() })
+  .strict();
 export type PreviewAssign = z.infer<typeof PreviewAssign>;
 
 /**

@@ -29,6 +29,7 @@ import { TerminalSlots } from './terminals/store.js';
 import { CallStore } from './calls/store.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
+import { BackgroundTasks } from './background.js';
 import { EgressProxy } from './egress/proxy.js';
 import { createResolver } from './egress/resolver.js';
 import { EgressLog } from './egress/store.js';
@@ -107,7 +108,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const ownership = { owner: config.owner, installation: await installationId(redis, config.redisPrefix) };
   // One directory per installation, as for volumes: snapshots' roots (runtime/snapshot-roots.ts).
   const runtime = new DockerRuntime(config.dockerSocket, { snapshotDir: join(config.dataDir, 'snapshots', ownership.installation) });
-  const leaseStore = new LeaseStore(redis, config.redisPrefix);
+  const leaseStore = await LeaseStore.tracked(redis, config.redisPrefix, log);
   const callStore = new CallStore(redis, config.redisPrefix);
   const artifactRecords = new ArtifactRecords(redis, config.redisPrefix);
   const egressLog = new EgressLog(redis, config.redisPrefix);
@@ -332,25 +333,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     consoleDir: config.consoleDir,
     version: SBX_VERSION,
   });
-  const timers: NodeJS.Timeout[] = [];
-  const inFlight = new Set<Promise<unknown>>();
-  /** Runs `task` every `ms`, never two at once; close() waits for a run in progress. */
-  const every = (ms: number, what: string, task: () => Promise<unknown>): void => {
-    let running = false;
-    const timer = setInterval(() => {
-      if (running) return;
-      running = true;
-      const run = task()
-        .catch((err: unknown) => log.warn({ err }, `${what} failed`))
-        .finally(() => {
-          running = false;
-          inFlight.delete(run);
-        });
-      inFlight.add(run);
-    }, ms);
-    timer.unref();
-    timers.push(timer);
-  };
+  const background = new BackgroundTasks(log);
+  const every = background.every.bind(background);
   /**
    * Reconciles leases and counts what it did. `adopted` counts the leases this process took over
    * in this run: every run lists all running leases as adopted, also those it already served.
@@ -386,14 +370,14 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       return outcome;
     },
     async close() {
-      for (const timer of timers) clearInterval(timer);
-      await Promise.allSettled([...inFlight]);
+      await background.stop();
       await app.close();
       await expiry.close();
       await link.close();
       await egress.close();
       await tunnels.close();
       await notifier.close();
+      leaseStore.close();
       redis.disconnect();
     },
   };

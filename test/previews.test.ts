@@ -367,6 +367,33 @@ describe('port previews', () => {
     expect([closed.status, JSON.parse(closed.body).error.code]).toEqual([502, 'preview.port_closed']);
   });
 
+  it('request bodies ride the early data of pooled connections: 4 MB posted arrive whole, chunked or with a length, also with a server that refuses', async () => {
+    const body = randomBytes(4 * 1024 * 1024);
+    // Warm: the pool exists (early data rides pooled connections only).
+    expect((await rawGet(`${base}/9005/`, auth())).status).toBe(200);
+    for (const headers of [{ 'content-length': String(body.length) }, { 'transfer-encoding': 'chunked' }]) {
+      const url = new URL(h.url);
+      const req = http.request({
+        host: url.hostname,
+        port: url.port,
+        path: `${base}/9005/echo`,
+        method: 'POST',
+        headers: { ...auth(), ...headers },
+      });
+      for (let at = 0; at < body.length; at += 256 * 1024) req.write(body.subarray(at, at + 256 * 1024));
+      req.end();
+      const [res] = (await once(req, 'response')) as [http.IncomingMessage];
+      const chunks: Buffer[] = [];
+      for await (const c of res) chunks.push(c as Buffer);
+      expect(res.statusCode).toBe(200);
+      expect(JSON.parse(Buffer.concat(chunks).toString())).toMatchObject({ method: 'POST', bytes: body.length });
+    }
+    // Nothing listens: the early bytes are dropped with the connection, the answer is the tunnel's.
+    const refused = await fetch(`${h.url}${base}/9008/upload`, { method: 'POST', headers: auth(), body });
+    expect(refused.status).toBe(502);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('preview.port_closed');
+  });
+
   it('port 0 and 65536 are 400 input.invalid', async () => {
     for (const port of ['0', '65536', 'abc', '-1']) {
       const r = await api(h.apiKey, 'GET', `${base}/${port}/`);

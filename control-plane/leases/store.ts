@@ -5,6 +5,7 @@
  * compare-and-swap that appends its lease event (`transitionLease`).
  */
 import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
 import { z } from 'zod';
 import { canonicalJson } from '../../contract/digest.js';
 import { Lease, LeaseEvent, LeaseStatus, Timestamp } from '../../contract/objects.js';
@@ -12,6 +13,7 @@ import { SecretGrant, ToolUser } from '../../contract/queue.js';
 import { EnvMap } from '../../contract/tools.js';
 import { AuditActor } from '../audit/schema.js';
 import { PolicyShape } from '../policies/schema.js';
+import { TrackedKeys } from '../redis/tracked-keys.js';
 
 /** What the store keeps of a lease: the API view plus what the control plane needs to run it. */
 export const LeaseRecord = Lease.extend({
@@ -56,6 +58,11 @@ export interface LeaseTransition {
 /** Leases whose parsed record LeaseStore keeps. */
 const PARSED_MAX = 4096;
 
+/** Where the lease records are (`<prefix>leases:<id>`); the status index `<prefix>leases:statuses` is under it too. */
+export function leaseKeyPrefix(prefix: string): string {
+  return `${prefix}leases:`;
+}
+
 /** `value` with every object in it frozen (a record shared between readers must not change under them). */
 function deepFreeze<T>(value: T): T {
   if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
@@ -90,10 +97,28 @@ export class LeaseStore {
    */
   private readonly parsed = new Map<string, { text: string; record: LeaseRecord }>();
 
+  /**
+   * `tracked`: lease reads through a tracked cache (redis/tracked-keys.ts, over
+   * `leaseKeyPrefix(prefix)`); without it every read is a GET.
+   */
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
+    private readonly tracked?: Pick<TrackedKeys, 'get' | 'forget' | 'close'>,
   ) {}
+
+  /**
+   * A store whose lease reads (every sandbox request makes one) are cached in the process and
+   * kept true by Redis's invalidations (redis/tracked-keys.ts). `close()` ends the tracking.
+   */
+  static async tracked(redis: Redis, prefix: string, log: Pick<Logger, 'warn'>): Promise<LeaseStore> {
+    return new LeaseStore(redis, prefix, await TrackedKeys.start(redis, [leaseKeyPrefix(prefix)], log));
+  }
+
+  /** Ends the read cache's tracking connection (reads go to Redis after). */
+  close(): void {
+    this.tracked?.close();
+  }
 
   /** The record stored as `text` for lease `id`, parsed once per distinct text. */
   private parse(id: string, text: string): LeaseRecord {
@@ -108,7 +133,7 @@ export class LeaseStore {
   }
 
   private k = {
-    lease: (id: string) => `${this.prefix}leases:${id}`,
+    lease: (id: string) => `${leaseKeyPrefix(this.prefix)}${id}`,
     leases: () => `${this.prefix}leases`,
     statuses: () => `${this.prefix}leases:statuses`,
     leaseEvents: (id: string) => `${this.prefix}lease-events:${id}`,
@@ -133,6 +158,7 @@ export class LeaseStore {
       leaseEventJson({ from: null, to: lease.status, reason, details: {} }, at),
       lease.status,
     )) as number;
+    this.tracked?.forget(this.k.lease(lease.id));
     return created === 1;
   }
 
@@ -172,7 +198,10 @@ export class LeaseStore {
         id,
         next.record.status,
       )) as number;
-      if (seq > 0) return { applied: true, lease: next.record };
+      if (seq > 0) {
+        this.tracked?.forget(this.k.lease(id));
+        return { applied: true, lease: next.record };
+      }
     }
   }
 
@@ -216,7 +245,7 @@ export class LeaseStore {
   }
 
   async getLease(id: string): Promise<LeaseRecord | null> {
-    const text = await this.redis.get(this.k.lease(id));
+    const text = this.tracked ? await this.tracked.get(this.k.lease(id)) : await this.redis.get(this.k.lease(id));
     return text === null ? null : this.parse(id, text);
   }
 

@@ -13,11 +13,11 @@
  * moved under it (rewrite.ts).
  */
 import http from 'node:http';
-import type { Duplex } from 'node:stream';
+import { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { AppError } from '../../contract/errors.js';
 import { rewriteResponseHeaders } from './rewrite.js';
-import type { Tunnel } from './tunnel.js';
+import type { EarlyTunnel, Tunnel } from './tunnel.js';
 
 /** How long one side of an upgraded connection may stay open after the other closed cleanly, ms. */
 const LINGER_MS = 30_000;
@@ -89,12 +89,14 @@ export function forwardedHeaders(raw: readonly string[], fwd: Forwarding, upgrad
 /**
  * Sends `req` (its body streamed) as `target` over the tunnel and, once the server's response
  * head arrives, writes it to `res` and streams the body. Resolves when the exchange ends.
- * Throws AppError `preview.upstream_failed` (before anything was written to `res`) when the
- * server closes without a response head; `beforeHead` runs before the head is written (the
- * route hijacks the reply there).
+ * On an early tunnel (PreviewTunnels.openEarly) the request goes out before the agent answered,
+ * and the tunnel's own errors are thrown as they are (`preview.port_closed`...). Throws AppError
+ * `preview.upstream_failed` (before anything was written to `res`) when the server closes
+ * without a response head; `beforeHead` runs before the head is written (the route hijacks the
+ * reply there).
  */
 export async function spliceHttp(
-  tunnel: Tunnel,
+  tunnel: Tunnel | EarlyTunnel,
   req: http.IncomingMessage,
   res: http.ServerResponse,
   target: string,
@@ -102,12 +104,16 @@ export async function spliceHttp(
   beforeHead: () => void,
 ): Promise<Spliced> {
   const { socket } = tunnel;
+  const early = 'answered' in tunnel ? tunnel : null;
+  let lines: Pick<Tunnel, 'headerBytes' | 'headerBytesWritten'> =
+    early === null ? (tunnel as Tunnel) : { headerBytes: 0, headerBytesWritten: 0 };
   const counts = (): Pick<Spliced, 'bytesToSandbox' | 'bytesFromSandbox'> => ({
-    bytesToSandbox: socket.bytesWritten - tunnel.headerBytesWritten,
-    bytesFromSandbox: Math.max(0, socket.bytesRead - tunnel.headerBytes),
+    bytesToSandbox: socket.bytesWritten - lines.headerBytesWritten,
+    bytesFromSandbox: Math.max(0, socket.bytesRead - lines.headerBytes),
   });
   const headers = forwardedHeaders(req.rawHeaders, fwd, false);
-  const upstream = http.request({ method: req.method, path: target, headers, createConnection: () => socket, setHost: false });
+  const connection = early === null ? socket : pipelined(early);
+  const upstream = http.request({ method: req.method, path: target, headers, createConnection: () => connection, setHost: false });
   // The client going away ends the exchange with the server too.
   const clientGone = (): void => {
     upstream.destroy();
@@ -118,15 +124,22 @@ export async function spliceHttp(
   try {
     answer = await new Promise<http.IncomingMessage>((resolve, reject) => {
       // The tunnel was handed over paused: read once the client's parser listens on it.
-      upstream.once('socket', () => socket.resume());
+      if (early === null) upstream.once('socket', () => socket.resume());
       upstream.once('response', resolve);
-      upstream.once('error', reject);
+      // The agent's word on the port comes first: a refused port cuts the request short too.
+      upstream.once('error', (err) => (early === null ? reject(err) : early.answered.then(() => reject(err), reject)));
+      early?.answered.then((answered) => (lines = answered), reject);
       req.once('error', reject);
-      req.pipe(upstream);
+      if (hasBody(req)) req.pipe(upstream);
+      else upstream.end();
+      // An early tunnel's assignment waits corked (tunnel.ts openEarly): it leaves with the request head, in one write.
+      if (early !== null) process.nextTick(() => socket.uncork());
     });
   } catch (err) {
     res.off('close', clientGone);
+    upstream.destroy();
     socket.destroy();
+    if (err instanceof AppError) throw err;
     throw new AppError('preview.upstream_failed', `the server in the sandbox closed the connection without an answer: ${errText(err)}`, {
       details: { reason: errText(err) },
     });
@@ -149,6 +162,56 @@ export async function spliceHttp(
     res.off('close', clientGone);
     socket.destroy();
   }
+}
+
+/** Whether a request has a body to stream (RFC 9112 §6.3: Transfer-Encoding, or a Content-Length above 0). */
+function hasBody(req: http.IncomingMessage): boolean {
+  const length = req.headers['content-length'];
+  return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+}
+
+/**
+ * The connection an HTTP client gets on an early tunnel: what it writes goes out at once (the
+ * agent holds it until the server answered); what it reads begins behind the agent's line, once
+ * the tunnel answered. A failed tunnel destroys it with the tunnel's error.
+ */
+function pipelined(early: EarlyTunnel): Duplex {
+  const { socket } = early;
+  let reading = false;
+  let ended = false;
+  const connection = new Duplex({
+    write: (chunk: Buffer, encoding, callback) => void socket.write(chunk, encoding, callback),
+    final: (callback) => {
+      socket.end();
+      callback();
+    },
+    read: () => {
+      if (reading) socket.resume();
+    },
+    destroy: (err, callback) => {
+      socket.destroy();
+      callback(err);
+    },
+  });
+  early.answered.then(
+    () => {
+      reading = true;
+      socket.on('data', (chunk: Buffer) => {
+        if (!connection.push(chunk)) socket.pause();
+      });
+      socket.once('end', () => {
+        ended = true;
+        connection.push(null);
+      });
+      socket.resume();
+    },
+    (err: Error) => connection.destroy(err),
+  );
+  // Closed before its end was read (an error, a reset): nothing more comes.
+  socket.once('close', () => {
+    if (!ended) connection.destroy();
+  });
+  return connection;
 }
 
 /**

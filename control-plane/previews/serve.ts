@@ -82,12 +82,14 @@ export async function servePreview(previews: PreviewService, exchange: PreviewEx
     previews.authorize(t.lease, t.port);
     const target = upstreamTarget(t.rawUrl, t.prefixSegments);
     path = target;
-    const tunnel = await previews.open(t.lease, t.port);
     const fwd: Forwarding = { port: t.port, prefix: t.prefix, protocol: exchange.protocol };
     if (upgrade) {
+      const tunnel = await previews.open(t.lease, t.port);
       exchange.hijack();
       spliced = await spliceUpgrade(tunnel, req, req.socket, upgradeHead(req), target, fwd);
     } else {
+      // A plain request rides early data when it can: it reaches the server one round trip through the agent sooner.
+      const tunnel = (await previews.openEarly(t.lease, t.port)) ?? (await previews.open(t.lease, t.port));
       spliced = await spliceHttp(tunnel, req, exchange.res, target, fwd, exchange.hijack);
     }
   } catch (err) {

@@ -11,7 +11,7 @@ import type { LeaseRecord } from '../leases/store.js';
 import type { PortRule } from '../policies/schema.js';
 import type { PreviewLog } from './store.js';
 import { signPreviewToken, verifyPreviewToken, type PreviewGrant } from './tokens.js';
-import type { PreviewTunnels, Tunnel } from './tunnel.js';
+import type { EarlyTunnel, PreviewTunnels, Tunnel } from './tunnel.js';
 
 /** Default and largest lifetime of a signed preview URL, seconds. */
 export const PREVIEW_URL_DEFAULT_SECONDS = 3600;
@@ -31,7 +31,7 @@ export function parseHostLabel(label: string): { port: number; sandboxId: string
 }
 
 export interface PreviewServiceDeps {
-  tunnels: Pick<PreviewTunnels, 'open'>;
+  tunnels: Pick<PreviewTunnels, 'open' | 'openEarly'>;
   log: Pick<PreviewLog, 'append' | 'read'>;
   /** The lease if `by` may see it (`lease.not_found` otherwise), and whether it may be used now. */
   leases: { visible(id: string, by: Principal): Promise<LeaseRecord>; usable(lease: LeaseRecord): LeaseRecord };
@@ -91,6 +91,11 @@ export class PreviewService {
   /** Opens a tunnel to `port` in the sandbox (tunnel.ts `open`: its errors). */
   open(lease: LeaseRecord, port: number): Promise<Tunnel> {
     return this.deps.tunnels.open(lease.id, port);
+  }
+
+  /** A pipelined open of `port` (tunnel.ts `openEarly`), or null when none is possible now. */
+  openEarly(lease: LeaseRecord, port: number): Promise<EarlyTunnel | null> {
+    return this.deps.tunnels.openEarly(lease.id, port);
   }
 
   /** Appends to the preview log; a failure is logged, never thrown. */

@@ -58,6 +58,12 @@ export interface Tunnel {
   headerBytesWritten: number;
 }
 
+/** A pipelined open (PreviewTunnels.openEarly): the connection to write to now, and its tunnel once the agent answered. */
+export interface EarlyTunnel {
+  socket: net.Socket;
+  answered: Promise<Tunnel>;
+}
+
 interface Pending {
   resolve(tunnel: Tunnel): void;
   reject(err: Error): void;
@@ -70,8 +76,8 @@ interface Listener {
   poolKey: string;
   ready: Promise<void>;
   pending: Map<string, Pending>;
-  /** Idle pooled connections, oldest first. */
-  pooled: net.Socket[];
+  /** Idle pooled connections, oldest first, and whether their agent takes early data. */
+  pooled: Array<{ socket: net.Socket; early: boolean }>;
   idle: NodeJS.Timeout | null;
   /** Set by stop(): nothing more joins the pool. */
   closed: boolean;
@@ -94,6 +100,39 @@ export class PreviewTunnels {
   async open(leaseId: string, port: number): Promise<Tunnel> {
     const listener = this.listenerOf(leaseId);
     await listener.ready;
+    const { connId, arrived } = this.expect(leaseId, listener, port);
+    const pooled = listener.pooled.shift();
+    if (pooled) {
+      this.assign(leaseId, listener, pooled.socket, connId, port, false);
+      // An agent that never answers (paused, hung) leaves no half-used connection behind.
+      arrived.catch(() => pooled.socket.destroy());
+    } else await this.signal(leaseId, listener, connId, port);
+    return arrived;
+  }
+
+  /**
+   * A pipelined open (contract/previews.ts, early data): an idle pooled connection of an agent
+   * that takes early data is assigned `port` and handed over at once, so the caller writes its
+   * request without waiting for the agent; `answered` settles as `open` does (the agent's line
+   * read, the server's stream next). The socket comes corked: the caller uncorks it once its
+   * first bytes are written. Null when no such connection is idle (then `open`).
+   */
+  async openEarly(leaseId: string, port: number): Promise<EarlyTunnel | null> {
+    const listener = this.listenerOf(leaseId);
+    await listener.ready;
+    const at = listener.pooled.findIndex((p) => p.early);
+    if (at < 0) return null;
+    const socket = listener.pooled.splice(at, 1)[0]!.socket;
+    const { connId, arrived } = this.expect(leaseId, listener, port);
+    // Corked: the caller's first bytes join the assignment in one write (the caller uncorks).
+    socket.cork();
+    this.assign(leaseId, listener, socket, connId, port, true);
+    arrived.catch(() => socket.destroy());
+    return { socket, answered: arrived };
+  }
+
+  /** A new connection id of `listener` and the tunnel it will be, failing after the dial timeout. */
+  private expect(leaseId: string, listener: Listener, port: number): { connId: string; arrived: Promise<Tunnel> } {
     const connId = randomBytes(16).toString('base64url');
     const timeoutMs = this.deps.dialTimeoutMs;
     const arrived = new Promise<Tunnel>((resolve, reject) => {
@@ -128,13 +167,7 @@ export class PreviewTunnels {
     });
     if (listener.idle) clearTimeout(listener.idle);
     listener.idle = null;
-    const pooled = listener.pooled.shift();
-    if (pooled) {
-      this.assign(leaseId, listener, pooled, connId, port);
-      // An agent that never answers (paused, hung) leaves no half-used connection behind.
-      arrived.catch(() => pooled.destroy());
-    } else await this.signal(leaseId, listener, connId, port);
-    return arrived;
+    return { connId, arrived };
   }
 
   /** Asks the agent over the control channel for connection `connId` (and a pool after it). */
@@ -148,18 +181,28 @@ export class PreviewTunnels {
 
   /**
    * Hands idle pooled connection `socket` connection `connId`; its answer is read as a new
-   * connection's. One that closes before answering (its agent restarted) falls back to a signal.
+   * connection's. One that closes before answering (its agent restarted) falls back to a signal,
+   * unless `early` (the caller may have written on it already): then the open fails as unreachable.
    */
-  private assign(leaseId: string, listener: Listener, socket: net.Socket, connId: string, port: number): void {
+  private assign(leaseId: string, listener: Listener, socket: net.Socket, connId: string, port: number, early: boolean): void {
     const fallBack = (): void => {
-      if (listener.pending.has(connId)) void this.signal(leaseId, listener, connId, port);
+      if (!listener.pending.has(connId)) return;
+      if (!early) void this.signal(leaseId, listener, connId, port);
+      else
+        listener.pending.get(connId)!.reject(
+          new AppError('preview.agent_unreachable', 'the preview connection closed before the sandbox agent answered', {
+            details: { port },
+          }),
+        );
     };
     socket.once('close', fallBack);
-    readLine(socket, (line, rest) => {
+    const assign: PreviewAssign = early ? { id: connId, port, early: true } : { id: connId, port };
+    const line = `${JSON.stringify(assign)}\n`;
+    readLine(socket, (answer, rest) => {
       socket.off('close', fallBack);
-      this.dialed(socket, line, rest, listener.pending);
+      this.dialed(socket, answer, rest, listener.pending, Buffer.byteLength(line));
     });
-    socket.write(`${JSON.stringify({ id: connId, port } satisfies PreviewAssign)}\n`);
+    socket.write(line);
   }
 
   /** Closes every listener of this process (pending opens fail as unreachable). */
@@ -175,7 +218,7 @@ export class PreviewTunnels {
     listener.closed = true;
     if (listener.idle) clearTimeout(listener.idle);
     for (const p of listener.pending.values()) p.reject(new AppError('preview.agent_unreachable', 'the preview listener closed'));
-    for (const socket of listener.pooled.splice(0)) socket.destroy();
+    for (const { socket } of listener.pooled.splice(0)) socket.destroy();
     await new Promise<void>((resolve) => listener.server.close(() => resolve()));
     await rm(join(this.deps.dirOf(leaseId), listener.socketName), { force: true }).catch(() => undefined);
   }
@@ -232,16 +275,19 @@ export class PreviewTunnels {
         socket.destroy();
         return;
       }
-      listener.pooled.push(socket);
+      listener.pooled.push({ socket, early: hello.data.early === true });
       socket.once('close', () => {
-        const at = listener.pooled.indexOf(socket);
+        const at = listener.pooled.findIndex((p) => p.socket === socket);
         if (at >= 0) listener.pooled.splice(at, 1);
       });
     });
   }
 
-  /** Hands `socket` to the open its `PreviewDialed` line names (`rest`: bytes after the line), or closes it. */
-  private dialed(socket: net.Socket, line: string, rest: Buffer, pending: Map<string, Pending>): void {
+  /**
+   * Hands `socket` to the open its `PreviewDialed` line names (`rest`: bytes after the line), or
+   * closes it. `linesWritten`: bytes of this process's own line on it (a pooled connection's assignment).
+   */
+  private dialed(socket: net.Socket, line: string, rest: Buffer, pending: Map<string, Pending>, linesWritten = 0): void {
     const dialed = PreviewDialed.safeParse(parseTunnelLine(line));
     const waiter = dialed.success ? pending.get(dialed.data.id) : undefined;
     if (!dialed.success || !waiter) {
@@ -250,7 +296,7 @@ export class PreviewTunnels {
     }
     if (rest.length > 0) socket.unshift(rest);
     if (dialed.data.ok) {
-      waiter.resolve({ socket, headerBytes: socket.bytesRead - rest.length, headerBytesWritten: socket.bytesWritten });
+      waiter.resolve({ socket, headerBytes: socket.bytesRead - rest.length, headerBytesWritten: linesWritten });
       return;
     }
     socket.destroy();

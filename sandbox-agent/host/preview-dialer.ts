@@ -4,7 +4,8 @@
  * on 127.0.0.1:`port` (then [::1], for servers bound to `localhost` on IPv6 only), say how that
  * went in one `PreviewDialed` line on the tunnel, and pipe bytes both ways until either side
  * closes. After a `PreviewOpen` the agent keeps PREVIEW_POOL_SIZE idle connections to its
- * socket, so that later connections need no control message. The agent decides
+ * socket, so that later connections need no control message; they take early data (the
+ * client's bytes right behind the assignment, held until the server answered). The agent decides
  * nothing about who may preview what (the control plane checked the policy); it only refuses
  * ports it serves itself (the egress forwarder), which no preview may reach.
  */
@@ -68,28 +69,35 @@ function openIdle(path: string, pool: Pool, options: PreviewDialerOptions): void
   let assigned = false;
   const tunnel = net.connect(path);
   tunnel.on('error', () => tunnel.destroy());
-  tunnel.write(`${JSON.stringify({ pool: pool.key } satisfies PreviewPoolHello)}\n`);
-  let buffered = '';
+  tunnel.write(`${JSON.stringify({ pool: pool.key, early: true } satisfies PreviewPoolHello)}\n`);
+  let buffered: Buffer = Buffer.alloc(0);
   const onData = (chunk: Buffer): void => {
-    buffered += chunk.toString('latin1');
-    const end = buffered.indexOf('\n');
+    buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
+    const end = buffered.indexOf(0x0a);
     if (end < 0) {
       if (buffered.length >= PREVIEW_HEADER_MAX_BYTES) tunnel.destroy();
       return;
     }
     tunnel.off('data', onData);
     tunnel.pause();
-    const assign = PreviewAssign.safeParse(parseTunnelLine(buffered.slice(0, end)));
-    if (!assign.success || end + 1 !== buffered.length) {
+    const assign = PreviewAssign.safeParse(parseTunnelLine(buffered.subarray(0, end).toString('utf8')));
+    const rest = buffered.subarray(end + 1);
+    // Bytes behind the line are the client's early data, only when the line said so.
+    if (!assign.success || (rest.length > 0 && assign.data.early !== true)) {
       tunnel.destroy();
       return;
     }
+    // Held in the tunnel (paused) until the server answered: answer() pipes them to it first.
+    if (rest.length > 0) tunnel.unshift(rest);
     assigned = true;
     pool.idle -= 1;
-    if (pools.get(path) === pool) openIdle(path, pool, options);
     void answer(tunnel, assign.data.id, assign.data.port, options).catch((err: unknown) =>
       options.log.warn({ err, port: assign.data.port }, 'preview connection failed'),
     );
+    // Replaced after the connection to the server began: the request waits for no pool upkeep.
+    setImmediate(() => {
+      if (pools.get(path) === pool) openIdle(path, pool, options);
+    });
   };
   tunnel.on('data', onData);
   tunnel.once('close', () => {
