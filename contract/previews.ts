@@ -18,13 +18,15 @@
  * `PreviewDialed` line as above, then pipes, and opens a new idle connection in its place. A
  * pooled connection that closes unassigned (the listener stopped) is not replaced.
  *
- * Early data, so that a request waits for no round trip through the agent: an agent whose pool
- * hello says `early: true` takes the client's first bytes right behind a `PreviewAssign` with
- * `early: true`. It holds them until the port answered, writes its `PreviewDialed` line as
- * always, then passes them to the server before anything else; when the port did not answer
- * they are dropped with the connection. The control plane still reads the line before the
- * server's bytes, and uses early data only with agents that said they take it (an agent of an
- * older version in a running sandbox gets the plain exchange).
+ * Early data, so that a request waits for no round trip through the agent: a control plane that
+ * sends it says `early: true` in its `PreviewOpen`; the agent's pooled connections to that socket
+ * then say `early: true` in their hello, and take the client's first bytes right behind a
+ * `PreviewAssign` with `early: true`. The agent holds them until the port answered, writes its
+ * `PreviewDialed` line as always, then passes them to the server before anything else; when
+ * the port did not answer they are dropped with the connection. The control plane still reads
+ * the line before the server's bytes. Each side uses it only when the other said so: an agent
+ * of an older version in a running sandbox, or a control plane of an older version serving the
+ * same lease, gets the plain exchange.
  */
 import { z } from 'zod';
 
@@ -63,6 +65,8 @@ export const PreviewOpen = z.object({
   port: z.number().int().min(1).max(65535),
   socket: PreviewSocketName,
   poolKey: PreviewConnId,
+  /** The control plane sends early data on pooled connections that say they take it. */
+  early: z.literal(true).optional(),
 });
 export type PreviewOpen = z.infer<typeof PreviewOpen>;
 

@@ -2,7 +2,6 @@
  * `buildApp(deps)`: the fastify application with every domain plugin registered, not started.
  * Dependencies come in; nothing here reads the environment or listens (main.ts does).
  */
-import http from 'node:http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import type { Logger } from 'pino';
@@ -37,7 +36,7 @@ import { leasesRoutes } from './leases/routes.js';
 import { LeaseParams } from './leases/schema.js';
 import type { LeaseService } from './leases/service.js';
 import { policiesRoutes } from './policies/routes.js';
-import { previewFastPath } from './previews/fast-path.js';
+import { previewFastPath, type RequestListener } from './previews/fast-path.js';
 import { previewHostRewrite, previewRoutes } from './previews/routes.js';
 import type { PreviewService } from './previews/service.js';
 import type { PolicyService } from './policies/service.js';
@@ -117,18 +116,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const authenticate = apiKeyAuthenticator({ bootstrapKey: deps.apiKey, lookup: deps.lookupPrincipal });
   const leaseGuard = { visible: deps.leases.visible.bind(deps.leases), usable: deps.leases.usable.bind(deps.leases) };
   const app = Fastify({
-    // Fastify's own server, with the preview fast path ahead of its router (previews/fast-path.ts).
-    serverFactory: (routed, factoryOptions) => {
-      const options = factoryOptions as { keepAliveTimeout?: number; requestTimeout?: number; connectionTimeout?: number };
-      const server = http.createServer(
-        previewFastPath({ previews: deps.previews, authenticate, leases: leaseGuard, log: deps.log }, routed),
-      );
-      // What fastify sets on a server it makes itself (lib/server.js), with its defaults.
-      server.keepAliveTimeout = options.keepAliveTimeout ?? 72_000;
-      server.requestTimeout = options.requestTimeout ?? 0;
-      server.setTimeout(options.connectionTimeout ?? 0);
-      return server;
-    },
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: deps.jsonBodyLimitBytes ?? 1024 * 1024,
     requestIdHeader: 'x-request-id',
@@ -136,6 +123,18 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     rewriteUrl: (req) => previewHostRewrite(deps.previews, req.headers.host, req.url ?? '/') ?? req.url ?? '/',
     // Errors that fastify and Node's parser answer before any route runs get the documented shape too.
     ...edgeServerOptions(deps.log),
+  });
+  // The preview fast path goes ahead of fastify's router, on fastify's own server: fastify serves
+  // what it does not take, and everything once the app is closing (previews/fast-path.ts).
+  let closing = false;
+  const [routed] = app.server.listeners('request') as RequestListener[];
+  app.server.removeListener('request', routed!);
+  app.server.on(
+    'request',
+    previewFastPath({ previews: deps.previews, authenticate, leases: leaseGuard, log: deps.log, closing: () => closing }, routed!),
+  );
+  app.addHook('preClose', async () => {
+    closing = true;
   });
   installErrorHandling(app);
   installUpgradeSocketTracking(app);

@@ -388,10 +388,18 @@ describe('port previews', () => {
       expect(res.statusCode).toBe(200);
       expect(JSON.parse(Buffer.concat(chunks).toString())).toMatchObject({ method: 'POST', bytes: body.length });
     }
-    // Nothing listens: the early bytes are dropped with the connection, the answer is the tunnel's.
-    const refused = await fetch(`${h.url}${base}/9008/upload`, { method: 'POST', headers: auth(), body });
-    expect(refused.status).toBe(502);
-    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('preview.port_closed');
+    // Nothing listens: the early bytes are dropped with the connection, the answer is the
+    // tunnel's, and the agent keeps no connection open for it (its open descriptors come back).
+    const container = `sbx-${leaseId}`;
+    const agentPid = (await docker('exec', container, 'pgrep', '-f', '^/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs$')).trim();
+    const agentFds = async (): Promise<number> => (await docker('exec', container, 'ls', `/proc/${agentPid}/fd`)).trim().split('\n').length;
+    const fdsBefore = await agentFds();
+    for (let i = 0; i < 20; i += 1) {
+      const refused = await fetch(`${h.url}${base}/9008/upload`, { method: 'POST', headers: auth(), body: body.subarray(0, 64 * 1024) });
+      expect(refused.status).toBe(502);
+      expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('preview.port_closed');
+    }
+    await eventually(agentFds, (n) => n <= fdsBefore + 2);
   });
 
   it('port 0 and 65536 are 400 input.invalid', async () => {

@@ -76,7 +76,7 @@ function answer(code: ErrorCode, message: string, details?: Record<string, unkno
  * begun cannot take an error any more and is cut instead.
  */
 export function answerRawError(res: ServerResponse, error: unknown, requestId: string, log: Pick<Logger, 'warn' | 'error'>): void {
-  if (res.headersSent) {
+  if (res.headersSent || res.destroyed) {
     res.destroy();
     return;
   }

@@ -91,8 +91,9 @@ return seq`;
 export class LeaseStore {
   /**
    * The last record read of each lease, parsed and deep-frozen, by its stored text: reading a
-   * lease is one Redis GET always (never stale), and the schema parse (~0.3 ms for a record with
-   * its policy snapshot, on every sandbox request) only when the text changed. Frozen because
+   * lease is a Redis GET (or a hit of the tracked cache, which Redis keeps true), and the schema
+   * parse (~0.3 ms for a record with its policy snapshot, on every sandbox request) only when
+   * the text changed. Frozen because
    * it is shared between readers. At most PARSED_MAX leases, the one parsed longest ago dropped first.
    */
   private readonly parsed = new Map<string, { text: string; record: LeaseRecord }>();
@@ -245,7 +246,15 @@ export class LeaseStore {
   }
 
   async getLease(id: string): Promise<LeaseRecord | null> {
-    const text = this.tracked ? await this.tracked.get(this.k.lease(id)) : await this.redis.get(this.k.lease(id));
+    const key = this.k.lease(id);
+    let text: string | null;
+    try {
+      text = this.tracked ? await this.tracked.get(key) : await this.redis.get(key);
+    } catch (err) {
+      // An id that names another key under the prefix (`statuses`, the status index) is no lease.
+      if (err instanceof Error && err.message.startsWith('WRONGTYPE')) return null;
+      throw err;
+    }
     return text === null ? null : this.parse(id, text);
   }
 

@@ -1,20 +1,20 @@
 /**
- * The preview fast path: plain HTTP requests to `/v1/sandboxes/:id/ports/:port/...` (API key) and
- * `/v1/previews/:id/:token/...` (signed URL) are served
- * from the HTTP server's request event, ahead of fastify's router, hooks, schema validation,
- * reply and per-request logger. A preview GET is a whole request of its own for every asset a
- * browser loads, and fastify's share of it was measured as the largest part of the control
- * plane's CPU per GET (bench `preview` figure, `npm run bench:profile` with
- * `SBX_PROFILE_WORKLOAD=preview`).
+ * The preview fast path: plain HTTP requests to `/v1/sandboxes/:id/ports/:port/...` (API key)
+ * and `/v1/previews/:id/:token/...` (signed URL) are served from the HTTP server's request
+ * event, ahead of fastify's router, hooks, schema validation, reply and per-request logger. A
+ * preview GET is a whole request of its own for every asset a browser loads, and fastify's share
+ * of it was measured as the largest part of the control plane's CPU per GET (bench `preview`
+ * figure, `npm run bench:profile` with `SBX_PROFILE_WORKLOAD=preview`).
  *
  * It takes a request only when it is plainly one of these and every check passes: the API key
  * (the auth hook's own `Authenticate`) or the signed token (PreviewService.grantOf), the lease
- * (visible, usable now: the lease guard's rules) and the port (the policy's `ports.allowed`). Anything else — an upgrade, a
- * request on a preview host (host-based routing), a URL whose prefix is not in its plain form
- * (percent-escapes, an absolute form), a bad key, a lease not found or not usable, a port the
- * policy denies — goes on to fastify as it came, its body unread, and fastify answers it after
- * the same checks with the documented error. Once taken, a failure to reach the server is
- * answered in the documented error shape too (http/errors.ts `answerRawError`).
+ * (visible, usable now: the lease guard's rules) and the port (the policy's `ports.allowed`).
+ * Anything else — an upgrade, a request on a preview host (host-based routing), a URL not in
+ * its plain form (a percent-escape or `#` in its path, an absolute form), a bad key, a lease not
+ * found or not usable, a port the policy denies, any request once the app is closing — goes on
+ * to fastify as it came, its body unread, and fastify answers it (its own checks, its documented
+ * errors). Once taken, a failure to reach the server is answered in the documented error shape
+ * too (http/errors.ts `answerRawError`).
  *
  * Logs as fastify does for a route: `incoming request` and `request completed` at `info`, with
  * `reqId` (the `X-Request-Id` header, else `preview-<n>`) and `sandboxId`.
@@ -48,6 +48,8 @@ export interface PreviewFastPathDeps {
   authenticate: Authenticate;
   leases: LeaseGuardDeps;
   log: Logger;
+  /** True once the app is closing: fastify then answers every request (503, the connection closed). */
+  closing: () => boolean;
 }
 
 /**
@@ -84,8 +86,12 @@ export function previewFastPath(deps: PreviewFastPathDeps, routed: RequestListen
 function takeable(deps: PreviewFastPathDeps, req: IncomingMessage): Promise<PreviewTarget | null> | null {
   const url = req.url ?? '';
   const method = req.method ?? '';
-  if ((req as { upgrade?: boolean }).upgrade === true || !METHODS.has(method) || deps.previews.hostTarget(req.headers.host) !== null)
-    return null;
+  if ((req as { upgrade?: boolean }).upgrade === true || !METHODS.has(method) || deps.closing()) return null;
+  // A path with escapes or a fragment is for the router (it decodes them: `%75rl` is the mint
+  // route `url`, a bad escape its 400), and so is a request on a preview host.
+  const query = url.indexOf('?');
+  const path = query < 0 ? url : url.slice(0, query);
+  if (path.includes('%') || path.includes('#') || deps.previews.hostTarget(req.headers.host) !== null) return null;
   const api = PLAIN_PREFIX.exec(url);
   if (api !== null) {
     const [prefix, id, port] = [api[0].slice(0, -1), api[1]!, Number(api[2])];

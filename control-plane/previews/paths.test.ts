@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../contract/errors.js';
-import { upstreamTarget } from './paths.js';
+import { originForm, upstreamTarget } from './paths.js';
 
 const prefix = '/v1/sandboxes/sbx_1/ports/8000';
 
@@ -16,5 +16,14 @@ describe('upstreamTarget', () => {
   it('refuses dot segments however spelled, NUL and bad encodings', () => {
     for (const tail of ['/..', '/a/../b', '/./a', '/%2e%2e/x', '/%2E./x', '/a%2F..%2Fb', '/a\\..\\b', '/a%5C..', '/%00', '/%zz'])
       expect(() => upstreamTarget(`${prefix}${tail}`, 5), tail).toThrowError(AppError);
+  });
+});
+
+describe('originForm', () => {
+  it('drops the scheme and authority of an absolute-form target, nothing else', () => {
+    expect(originForm(`http://127.0.0.1:7070${prefix}/a?x=1`)).toBe(`${prefix}/a?x=1`);
+    expect(originForm(`HTTPS://h${prefix}/../x`)).toBe(`${prefix}/../x`);
+    expect(originForm('http://h?x=1')).toBe('/?x=1');
+    expect(originForm(`${prefix}/http://x/y`)).toBe(`${prefix}/http://x/y`);
   });
 });

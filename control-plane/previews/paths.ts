@@ -15,6 +15,18 @@ import { AppError } from '../../contract/errors.js';
 import { previewPathProblem } from '../../contract/preview-paths.js';
 
 /**
+ * `rawUrl` in origin form: an absolute-form target (`http://host/v1/...`, RFC 9112 §3.2.2)
+ * loses its scheme and authority, so its segments count as the router matched them. Nothing
+ * else changes (no normalisation: dot segments stay for upstreamTarget to refuse).
+ */
+export function originForm(rawUrl: string): string {
+  const absolute = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/.exec(rawUrl);
+  if (absolute === null) return rawUrl;
+  const rest = rawUrl.slice(absolute[0].length);
+  return rest.startsWith('/') ? rest : `/${rest}`;
+}
+
+/**
  * The remainder of `rawUrl` (a request target: path and optional query) after its first
  * `prefixSegments` path segments, starting with `/`. Throws AppError `preview.invalid_path`.
  */

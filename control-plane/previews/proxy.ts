@@ -90,7 +90,8 @@ export function forwardedHeaders(raw: readonly string[], fwd: Forwarding, upgrad
  * Sends `req` (its body streamed) as `target` over the tunnel and, once the server's response
  * head arrives, writes it to `res` and streams the body. Resolves when the exchange ends.
  * On an early tunnel (PreviewTunnels.openEarly) the request goes out before the agent answered,
- * and the tunnel's own errors are thrown as they are (`preview.port_closed`...). Throws AppError
+ * and the tunnel's own errors are thrown as they are (`preview.port_closed`...). A client that
+ * left (before or during the exchange) ends it as `aborted`, nothing thrown. Throws AppError
  * `preview.upstream_failed` (before anything was written to `res`) when the server closes
  * without a response head; `beforeHead` runs before the head is written (the route hijacks the
  * reply there).
@@ -114,12 +115,16 @@ export async function spliceHttp(
   const headers = forwardedHeaders(req.rawHeaders, fwd, false);
   const connection = early === null ? socket : pipelined(early);
   const upstream = http.request({ method: req.method, path: target, headers, createConnection: () => connection, setHost: false });
-  // The client going away ends the exchange with the server too.
+  // The client going away ends the exchange with the server too (also when it left before the
+  // exchange began: its 'close' has been and gone then).
+  let clientLeft = false;
   const clientGone = (): void => {
+    clientLeft = true;
     upstream.destroy();
     socket.destroy();
   };
   res.once('close', clientGone);
+  if (req.socket.destroyed) clientGone();
   let answer: http.IncomingMessage;
   try {
     answer = await new Promise<http.IncomingMessage>((resolve, reject) => {
@@ -139,6 +144,8 @@ export async function spliceHttp(
     res.off('close', clientGone);
     upstream.destroy();
     socket.destroy();
+    // Nobody to answer: the exchange ends as the client's doing, whatever it cut short.
+    if (clientLeft) return { status: null, outcome: 'aborted', ...counts(), error: 'the client closed the connection' };
     if (err instanceof AppError) throw err;
     throw new AppError('preview.upstream_failed', `the server in the sandbox closed the connection without an answer: ${errText(err)}`, {
       details: { reason: errText(err) },

@@ -16,6 +16,7 @@ import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import type { PreviewUrl } from '../../contract/previews.js';
 import { LeaseParams } from '../leases/schema.js';
+import { originForm } from './paths.js';
 import { PREVIEW_COOKIE } from './proxy.js';
 import { servePreview, type PreviewTarget } from './serve.js';
 import { PREVIEW_TOKEN_PARAM, PREVIEW_URL_DEFAULT_SECONDS, PREVIEW_URL_MAX_SECONDS, type PreviewService } from './service.js';
@@ -230,7 +231,9 @@ const hostRootRoute: FastifyPluginAsync<{ previews: PreviewService }> = async (p
 
 /** Serves a preview routed by fastify (serve.ts `servePreview`): a handover hijacks the reply. */
 function serveFastify(previews: PreviewService, request: FastifyRequest, reply: FastifyReply, target: PreviewTarget): Promise<void> {
-  return servePreview(previews, { req: request.raw, res: reply.raw, protocol: request.protocol, hijack: () => reply.hijack() }, target);
+  // The router matched an absolute-form target by its path: its segments are counted the same way.
+  const exchange = { req: request.raw, res: reply.raw, protocol: request.protocol, hijack: () => reply.hijack() };
+  return servePreview(previews, exchange, { ...target, rawUrl: originForm(target.rawUrl) });
 }
 
 /** `url` with a `/` after its path (query kept). */

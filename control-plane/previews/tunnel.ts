@@ -120,7 +120,8 @@ export class PreviewTunnels {
   async openEarly(leaseId: string, port: number): Promise<EarlyTunnel | null> {
     const listener = this.listenerOf(leaseId);
     await listener.ready;
-    const at = listener.pooled.findIndex((p) => p.early);
+    // A connection that closed without its 'close' handled yet is no candidate.
+    const at = listener.pooled.findIndex((p) => p.early && p.socket.writable && !p.socket.readableEnded);
     if (at < 0) return null;
     const socket = listener.pooled.splice(at, 1)[0]!.socket;
     const { connId, arrived } = this.expect(leaseId, listener, port);
@@ -173,7 +174,14 @@ export class PreviewTunnels {
   /** Asks the agent over the control channel for connection `connId` (and a pool after it). */
   private async signal(leaseId: string, listener: Listener, connId: string, port: number): Promise<void> {
     try {
-      await this.deps.signal(leaseId, { type: 'preview_open', connId, port, socket: listener.socketName, poolKey: listener.poolKey });
+      await this.deps.signal(leaseId, {
+        type: 'preview_open',
+        connId,
+        port,
+        socket: listener.socketName,
+        poolKey: listener.poolKey,
+        early: true,
+      });
     } catch (err) {
       listener.pending.get(connId)?.reject(err instanceof Error ? err : new Error(String(err)));
     }

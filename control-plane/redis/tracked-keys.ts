@@ -17,10 +17,11 @@
  * - `forget(key)` drops a key this process itself just wrote, before its invalidation arrives;
  * - a value is read again after MAX_AGE_MS in any case, which bounds what a lost invalidation
  *   could leave stale (a tracking connection cut without this process noticing yet).
- * A change made elsewhere is seen once its invalidation arrives, which Redis sends as it applies
- * the change (the same order as a GET issued a moment earlier).
+ * A change made elsewhere is seen once its invalidation arrives, which Redis sends before it
+ * next waits for clients after applying the change (a GET issued a moment earlier could return
+ * the old value just the same).
  *
- * When Redis refuses tracking (a managed service without CLIENT TRACKING), it logs once and
+ * When Redis refuses tracking (a managed service without CLIENT TRACKING), it logs so once and
  * every read goes to Redis.
  */
 import { randomBytes } from 'node:crypto';
@@ -42,8 +43,14 @@ export class TrackedKeys {
   /** Counts invalidations and connection changes: a read spanning one is not cached. */
   private epoch = 0;
   private tracking = false;
+  /** Counts the tracking connection's closes: a track() that spans one is abandoned. */
+  private connection = 0;
   private starting = false;
+  /** A connection became ready while track() ran for an earlier one: run it again after. */
+  private again = false;
   private closed = false;
+  private warned = false;
+  private trackedCount = 0;
   private readonly firstAttempt: Promise<void>;
   private settleFirst: () => void = () => undefined;
 
@@ -65,9 +72,19 @@ export class TrackedKeys {
   ) {
     this.firstAttempt = new Promise((resolve) => (this.settleFirst = resolve));
     // Subscribed again by track(), after tracking is on: never by ioredis on its own.
-    this.tracker = redis.duplicate({ autoResubscribe: false, connectionName: `sbx-tracked-keys-${randomBytes(6).toString('hex')}` });
+    // Nothing is sent again on a new connection by ioredis itself (no resubscribe, no resend of
+    // what was in flight, no offline queue): tracking is on only where track() turned it on.
+    this.tracker = redis.duplicate({
+      autoResubscribe: false,
+      autoResendUnfulfilledCommands: false,
+      enableOfflineQueue: false,
+      connectionName: `sbx-tracked-keys-${randomBytes(6).toString('hex')}`,
+    });
     this.tracker.on('error', () => this.settleFirst());
-    this.tracker.on('close', () => this.untrack());
+    this.tracker.on('close', () => {
+      this.connection += 1;
+      this.untrack();
+    });
     this.tracker.on('ready', () => void this.track());
     // RESP2 invalidation messages carry the changed keys as an array; null means "all of them".
     this.tracker.on('messageBuffer', (channel: Buffer, keys: Buffer | Buffer[] | null) => {
@@ -104,6 +121,11 @@ export class TrackedKeys {
     return this.tracking;
   }
 
+  /** How many connections tracking was turned on for (one more after each reconnect). */
+  get trackedConnections(): number {
+    return this.trackedCount;
+  }
+
   /** The name of the tracking connection (CLIENT LIST), unique to this instance. */
   get connectionName(): string {
     return this.tracker.options.connectionName!;
@@ -124,20 +146,35 @@ export class TrackedKeys {
 
   /** Turns tracking on for this connection (after each connect); on failure reads stay uncached. */
   private async track(): Promise<void> {
-    if (this.closed || this.starting) return;
+    if (this.closed) return;
+    if (this.starting) {
+      this.again = true;
+      return;
+    }
     this.starting = true;
+    const connection = this.connection;
     try {
       const id = (await this.tracker.client('ID')) as number;
       await this.tracker.call('CLIENT', 'TRACKING', 'ON', 'REDIRECT', String(id), 'BCAST', ...this.prefixes.flatMap((p) => ['PREFIX', p]));
       await this.tracker.subscribe(INVALIDATE_CHANNEL);
+      // Closed meanwhile: these commands ran on a connection that is gone (the next ready tracks).
+      if (connection !== this.connection || this.closed) return;
       this.untrack();
-      this.tracking = !this.closed;
+      this.tracking = true;
+      this.trackedCount += 1;
     } catch (err) {
       this.untrack();
-      this.log.warn({ err }, 'Redis client-side caching is unavailable; lease reads go to Redis each time');
+      if (connection === this.connection && !this.warned) {
+        this.warned = true;
+        this.log.warn({ err }, 'Redis client-side caching is unavailable; lease reads go to Redis each time');
+      }
     } finally {
       this.starting = false;
       this.settleFirst();
+      if (this.again) {
+        this.again = false;
+        if (this.tracker.status === 'ready') void this.track();
+      }
     }
   }
 }

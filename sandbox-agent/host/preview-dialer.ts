@@ -5,7 +5,8 @@
  * went in one `PreviewDialed` line on the tunnel, and pipe bytes both ways until either side
  * closes. After a `PreviewOpen` the agent keeps PREVIEW_POOL_SIZE idle connections to its
  * socket, so that later connections need no control message; they take early data (the
- * client's bytes right behind the assignment, held until the server answered). The agent decides
+ * client's bytes right behind the assignment, held until the server answered) when the open
+ * said the control plane sends it. The agent decides
  * nothing about who may preview what (the control plane checked the policy); it only refuses
  * ports it serves itself (the egress forwarder), which no preview may reach.
  */
@@ -40,6 +41,8 @@ export interface PreviewDialerOptions {
 interface Pool {
   key: string;
   idle: number;
+  /** Whether the control plane takes early data on this socket (its open said so). */
+  early: boolean;
 }
 
 /** Per tunnel socket path. A pool whose connections all closed unassigned is forgotten. */
@@ -57,7 +60,7 @@ export function dialPreview(open: PreviewOpen, options: PreviewDialerOptions): v
   );
   let pool = pools.get(path);
   if (pool?.key !== open.poolKey) {
-    pool = { key: open.poolKey, idle: 0 };
+    pool = { key: open.poolKey, idle: 0, early: open.early === true };
     pools.set(path, pool);
   }
   while (pool.idle < PREVIEW_POOL_SIZE) openIdle(path, pool, options);
@@ -69,7 +72,8 @@ function openIdle(path: string, pool: Pool, options: PreviewDialerOptions): void
   let assigned = false;
   const tunnel = net.connect(path);
   tunnel.on('error', () => tunnel.destroy());
-  tunnel.write(`${JSON.stringify({ pool: pool.key, early: true } satisfies PreviewPoolHello)}\n`);
+  const hello: PreviewPoolHello = pool.early ? { pool: pool.key, early: true } : { pool: pool.key };
+  tunnel.write(`${JSON.stringify(hello)}\n`);
   let buffered: Buffer = Buffer.alloc(0);
   const onData = (chunk: Buffer): void => {
     buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
@@ -141,7 +145,10 @@ async function answer(tunnel: net.Socket, id: string, port: number, options: Pre
   }
   tunnel.write(`${JSON.stringify(dialed)}\n`);
   if (!local) {
+    // Early bytes held for the server are dropped (read to nothing), so the control plane's end
+    // is seen and the connection closes; held unread, it would stay open.
     tunnel.end();
+    tunnel.resume();
     return;
   }
   const server = local;
