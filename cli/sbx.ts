@@ -335,9 +335,27 @@ program
   .option('--secret <NAME>', "one of the sandbox's secrets this command receives (repeatable)", collect)
   .option('--combined', 'stdout and stderr as one stream, in write order (as 2>&1 in a terminal)')
   .option('--no-stdin', "do not send this process's stdin (as ssh -n): the command's stdin is empty")
+  .option(
+    '--background',
+    'start it as a background task (a dev server): prints its callId and pid once it runs and exits 0; it runs on until it ends, times out or is cancelled',
+  )
   .action(async (id: string, command: string[], opts) => {
     const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
     const sandbox = await Sandbox.connect(id, connection(global));
+    if (opts.background === true) {
+      const task = await sandbox.exec(commandOf(command), {
+        background: true,
+        ...(opts.cwd ? { cwd: opts.cwd } : {}),
+        ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
+        ...(opts.secret ? { secrets: opts.secret } : {}),
+        ...(opts.combined ? { combinedOutput: true } : {}),
+      });
+      if (global.json) process.stdout.write(`${JSON.stringify(task, null, 2)}\n`);
+      else if (task.status === 'detached') process.stdout.write(`${task.callId} pid ${String(task.data?.pid ?? '-')}\n`);
+      else reportOutcome(task);
+      process.exitCode = task.status === 'detached' ? 0 : exitStatusOf(task);
+      return;
+    }
     // Piped or redirected stdin goes to the command as it comes; a terminal's is not read (use `sbx shell`).
     const stdin = opts.stdin === true && process.stdin.isTTY !== true ? process.stdin : undefined;
     const result = await runCommand(sandbox, command, { ...opts, stdin, secrets: opts.secret }, Boolean(global.json));

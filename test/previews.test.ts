@@ -502,6 +502,21 @@ describe('port previews', () => {
     expect(log.stdout).toMatch(/ api {2}bootstrap {2}http GET :8000\/index\.html {2}200 {2}completed {2}↑\d+ ↓\d+ B {2}\d+ ms/);
     const logJson = JSON.parse((await runCli(target, ['--json', 'previews', leaseId])).stdout) as { events: unknown[]; dropped: number };
     expect(logJson.events.length).toBeGreaterThan(0);
+    // A server started from the CLI as a background task outlives the command that started it.
+    const started = await runCli(target, [
+      'exec',
+      leaseId,
+      '--background',
+      '--',
+      'cd /workspace/site && exec python3 -m http.server 9006 --bind 127.0.0.1',
+    ]);
+    expect(started.code, started.stderr).toBe(0);
+    expect(started.stdout).toMatch(/^call_[0-9a-f]+ pid \d+\n$/);
+    const page = await eventually(
+      () => rawGet(`${base}/9006/index.html`, auth()),
+      (r) => r.status === 200,
+    );
+    expect(page.body).toBe(PAGE);
   });
 
   it('the SDK: sandbox.ports.url opens the page, .fetch reaches the server, .log lists it; errors are SbxError with their codes', async () => {
