@@ -376,6 +376,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       await link.close();
       await egress.close();
       await tunnels.close();
+      await previewLog.close();
       await notifier.close();
       leaseStore.close();
       redis.disconnect();

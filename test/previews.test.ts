@@ -83,6 +83,7 @@ require('http').createServer((q, r) => {
   if (u === '/away') { r.writeHead(302, { location: 'https://example.invalid/x' }); return r.end(); }
   if (u === '/aware') { r.writeHead(302, { location: q.headers['x-forwarded-prefix'] + '/login' }); return r.end(); }
   if (u === '/cookie') { r.writeHead(200, { 'set-cookie': ['sid=1; Path=/; HttpOnly', 'pref=2; path=/app', 'bare=3'] }); return r.end('ok'); }
+  if (u.startsWith('/slow/')) { setTimeout(() => r.end('slow'), Number(u.slice(6))); return; }
   if (u === '/echo') { let n = 0; q.on('data', (d) => (n += d.length)); q.on('end', () => r.end(JSON.stringify({ method: q.method, bytes: n, headers: q.headers }))); return; }
   r.end('page ' + u);
 }).listen(9005, '127.0.0.1');
@@ -463,6 +464,14 @@ describe('port previews', () => {
     expect((await rawGet('/old', { host, cookie: hostCookie })).headers.location).toBe('/login?next=/old');
     expect((await rawGet('/cookie', { host, cookie: hostCookie })).headers['set-cookie']![0]).toBe('sid=1; Path=/; HttpOnly');
   });
+
+  it('a server slower to answer than the dial timeout still answers through a pooled connection: the agent says the port answered without waiting for the server', async () => {
+    // The pool is warm: this request rides early data, where the agent's line may travel with the server's first bytes.
+    expect((await rawGet(`${base}/9005/warm`, auth())).body).toBe('page /warm');
+    const slow = await rawGet(`${base}/9005/slow/${DIAL_TIMEOUT_MS + 500}`, auth());
+    expect(slow.status).toBe(200);
+    expect(slow.body).toBe('slow');
+  }, 30_000);
 
   it('after the first request, preview connections come from the agent’s pool: no control message per request', async () => {
     await rawGet(`${base}/8000/index.html`, auth());

@@ -2,22 +2,32 @@
  * Port preview: an HTTP GET of a small file (1 KiB) from python3's `http.server` in a sandbox
  * (network `none`), through `/v1/sandboxes/:id/ports/8000/*` (control plane → agent tunnel),
  * against the same server program from the same image in a plain container on the Docker
- * bridge, reached directly at its bridge address. Samples alternate; one sample = one GET round
- * trip (a new connection each, as http.server speaks HTTP/1.0). The rate is MB/s of a 16 MiB
- * file fetched 3 times each way. Targets: ≥ 0.5× the direct round trip (p50) and MB/s.
+ * bridge, reached directly at its bridge address, and the floor of the design (preview-floor.ts:
+ * the same hops with nothing of sbx in them), reported in a note. Samples alternate, after
+ * WARM_UP_GETS of each; one sample = one GET round trip (a new connection each, as http.server
+ * speaks HTTP/1.0). The rate is MB/s of a 16 MiB file fetched BIG_RUNS times each way. Targets:
+ * ≥ 0.5× the direct round trip (p50) and MB/s.
  */
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import type { BenchContext } from '../context.js';
 import { figure, side, target, times } from '../figure.js';
 import type { Figure } from '../schema.js';
-import { timeMs } from '../stats.js';
+import { summarize, timeMs } from '../stats.js';
 import { cpuTimeMsOf } from '../procfs.js';
+import { startBareChain, type BareChain } from './preview-floor.js';
 
 const POLICY = 'bench-preview';
 const PORT = 8000;
 const BIG_BYTES = 16 * 1024 * 1024;
-const BIG_RUNS = 3;
+const BIG_RUNS = 8;
+/**
+ * GETs of each side before the measured ones. A control plane serves previews for hours; its
+ * first few hundred requests run code V8 has not optimized yet (its CPU per GET halves over the
+ * first 2,000), which is a measure of V8's tier-up, not of the path. The first GETs after the
+ * warm-up's start are reported in a note.
+ */
+const WARM_UP_GETS = 300;
 const SETUP = `mkdir -p /tmp/site && head -c 1024 /dev/zero | tr '\\0' a > /tmp/site/small.txt && head -c ${BIG_BYTES} /dev/urandom > /tmp/site/big.bin`;
 
 /** GETs `url` (headers given), returns the body's length and sha256. */
@@ -101,8 +111,12 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
     User: '1000:1000',
     HostConfig: { NetworkMode: 'bridge' },
   });
+  let bare: BareChain | null = null;
+  const bareSamples: number[] = [];
   const ours: number[] = [];
   const base: number[] = [];
+  const oursFirst: number[] = [];
+  const baseFirst: number[] = [];
   const oursBig: number[] = [];
   let planeCpuMs = 0;
   const baseBig: number[] = [];
@@ -113,7 +127,10 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
     const { preview, auth } = await startPreviewServer(ctx, id);
     const plain = `http://${address}:${PORT}`;
     await until('the direct server', async () => (await get(`${plain}/small.txt`, {})).status === 200);
-    for (let i = -5; i < count; i += 1) {
+    bare = await startBareChain(ctx, SETUP, PORT);
+    const chain = bare.url;
+    await until('the bare chain', async () => (await get(`${chain}/small.txt`, {})).status === 200);
+    for (let i = -WARM_UP_GETS; i < count; i += 1) {
       // The direct GETs do not reach the control plane: its CPU over the loop is the previews'.
       if (i === 0) planeCpuMs = -(await cpuTimeMsOf(ctx.plane.pid));
       const t = await timeMs(() => getSmall(preview, auth));
@@ -121,6 +138,15 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
         const r = await get(`${plain}/small.txt`, {});
         if (r.status !== 200 || r.bytes !== 1024) throw new Error(`direct GET: ${r.status}, ${r.bytes} B`);
       });
+      const f = await timeMs(async () => {
+        const r = await get(`${chain}/small.txt`, {});
+        if (r.status !== 200 || r.bytes !== 1024) throw new Error(`bare chain GET: ${r.status}, ${r.bytes} B`);
+      });
+      if (i >= 0) bareSamples.push(f);
+      if (i < -WARM_UP_GETS + count) {
+        oursFirst.push(t);
+        baseFirst.push(b);
+      }
       if (i < 0) continue;
       ours.push(t);
       base.push(b);
@@ -139,6 +165,7 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
       );
     }
   } finally {
+    await bare?.stop();
     await direct.remove({ force: true }).catch(() => undefined);
     await ctx.release(id);
   }
@@ -160,6 +187,8 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
       target('MB/s ≥ 0.5× direct', throughputRatio, '>=', 0.5, times),
     ],
     notes: [
+      `floor of the design (preview-floor.ts: a bare Node proxy → Unix socket → a bare Node relay in a network-none container → the same server), sampled between the two: p50 ${summarize(bareSamples).p50.toFixed(2)} ms, ${(summarize(base).p50 / summarize(bareSamples).p50).toFixed(2)}× direct; the preview's p50 is ${(summarize(bareSamples).p50 / summarize(ours).p50).toFixed(2)}× the floor's speed`,
+      `the first ${oursFirst.length} GETs of each side, from the first preview request the control plane served: p50 ${summarize(oursFirst).p50.toFixed(2)} ms through the preview, ${summarize(baseFirst).p50.toFixed(2)} ms direct (${(summarize(baseFirst).p50 / summarize(oursFirst).p50).toFixed(2)}×)`,
       `control-plane CPU per preview GET: ${(planeCpuMs / count).toFixed(2)} ms (/proc, user + system; it includes ledgering the server's access-log line, an output event of its background call)`,
       'rates are MB/s of the 16 MiB file; each preview request takes one of the agent’s pooled tunnel connections (the first: control message → agent → Unix socket) and opens a loopback connection in the sandbox',
     ],

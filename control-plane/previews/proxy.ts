@@ -14,7 +14,6 @@
  */
 import http from 'node:http';
 import { Duplex } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import { AppError } from '../../contract/errors.js';
 import { rewriteResponseHeaders } from './rewrite.js';
 import type { EarlyTunnel, Tunnel } from './tunnel.js';
@@ -158,17 +157,22 @@ export async function spliceHttp(
   }
   if (fwd.prefix) out = rewriteResponseHeaders(out, fwd);
   const status = answer.statusCode ?? 502;
-  try {
-    res.writeHead(status, answer.statusMessage, out);
-    await pipeline(answer, res);
-    return { status, outcome: 'completed', ...counts(), error: null };
-  } catch (err) {
-    res.destroy();
-    return { status, outcome: 'aborted', ...counts(), error: errText(err) };
-  } finally {
-    res.off('close', clientGone);
-    socket.destroy();
-  }
+  res.writeHead(status, answer.statusMessage, out);
+  // A plain pipe and its ends, not stream.pipeline: that costs an AbortSignal (and a DOMException) per request.
+  const error = await new Promise<string | null>((resolve) => {
+    res.once('finish', () => resolve(null));
+    res.once('close', () => resolve(res.writableFinished ? null : 'the client closed the connection'));
+    answer.once('error', (err) => resolve(errText(err)));
+    answer.once('close', () => {
+      if (!answer.readableEnded) resolve('the server in the sandbox closed the connection before its answer ended');
+    });
+    answer.pipe(res);
+  });
+  res.off('close', clientGone);
+  socket.destroy();
+  if (error === null) return { status, outcome: 'completed', ...counts(), error: null };
+  res.destroy();
+  return { status, outcome: 'aborted', ...counts(), error };
 }
 
 /** Whether a request has a body to stream (RFC 9112 §6.3: Transfer-Encoding, or a Content-Length above 0). */
@@ -249,6 +253,7 @@ export async function spliceUpgrade(
     status = m ? Number(m[1]) : null;
   });
   let error: string | null = null;
+  const lingers: NodeJS.Timeout[] = [];
   await new Promise<void>((resolve) => {
     let open = 2;
     const closed = (): void => {
@@ -267,12 +272,17 @@ export async function spliceUpgrade(
     });
     // A clean end passes through the pipes after what is buffered; the other side is cut only
     // after LINGER_MS (a peer that never closes its half), or at once after an error.
-    socket.once('close', (hadError: boolean) => (hadError ? client.destroy() : setTimeout(() => client.destroy(), LINGER_MS).unref()));
-    client.once('close', () => setTimeout(() => socket.destroy(), LINGER_MS).unref());
+    socket.once('close', (hadError: boolean) => {
+      if (hadError) client.destroy();
+      else lingers.push(setTimeout(() => client.destroy(), LINGER_MS).unref());
+    });
+    client.once('close', () => lingers.push(setTimeout(() => socket.destroy(), LINGER_MS).unref()));
     socket.pipe(client);
     client.pipe(socket);
     socket.resume();
   });
+  // Both sides closed: the timers would only hold them in memory.
+  for (const timer of lingers) clearTimeout(timer);
   return {
     status,
     outcome: error === null ? 'completed' : 'aborted',

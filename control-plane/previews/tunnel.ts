@@ -87,6 +87,7 @@ export class PreviewTunnels {
   /** Names this process's sockets: one per process, so peers never take each other's path. */
   private readonly instance = randomBytes(8).toString('hex');
   private readonly listeners = new Map<string, Listener>();
+  private readonly ids = new ConnIds();
 
   constructor(private readonly deps: PreviewTunnelDeps) {}
 
@@ -134,7 +135,7 @@ export class PreviewTunnels {
 
   /** A new connection id of `listener` and the tunnel it will be, failing after the dial timeout. */
   private expect(leaseId: string, listener: Listener, port: number): { connId: string; arrived: Promise<Tunnel> } {
-    const connId = randomBytes(16).toString('base64url');
+    const connId = this.ids.next();
     const timeoutMs = this.deps.dialTimeoutMs;
     const arrived = new Promise<Tunnel>((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -318,6 +319,26 @@ export class PreviewTunnels {
           ? new AppError('preview.port_denied', 'this port is served by the sandbox agent and is never exposed', { details: { message } })
           : new AppError('preview.upstream_failed', `connecting to the port in the sandbox failed: ${message}`, { details: { message } }),
     );
+  }
+}
+
+/**
+ * Connection ids (contract `PreviewConnId`: 128 random bits, base64url), drawn from random bytes
+ * fetched ConnIds.BATCH ids at a time: one call into the CSPRNG per batch instead of per request.
+ */
+class ConnIds {
+  private static readonly BATCH = 256;
+  private pool = Buffer.alloc(0);
+  private at = 0;
+
+  next(): string {
+    if (this.at >= this.pool.length) {
+      this.pool = randomBytes(16 * ConnIds.BATCH);
+      this.at = 0;
+    }
+    const id = this.pool.toString('base64url', this.at, this.at + 16);
+    this.at += 16;
+    return id;
   }
 }
 

@@ -26,6 +26,16 @@ import {
 
 /** How long the tunnel may stay open after the server closed cleanly (its last bytes flushing), ms. */
 const LINGER_MS = 30_000;
+/**
+ * How long an early connection's answer line may wait for the server's first bytes to travel
+ * with, ms: long enough for a quick answer, far below the control plane's dial timeout.
+ */
+const ANSWER_COALESCE_MS = 20;
+/**
+ * What a side of the pipe may hold before the other is paused, bytes: a socket read is up to
+ * 64 KiB, and with the default 16 KiB every chunk would pause and resume the reading side.
+ */
+const PIPE_HIGH_WATER_MARK_BYTES = 1024 * 1024;
 /** How long connecting to the server in the sandbox may take, ms. */
 const LOCAL_CONNECT_TIMEOUT_MS = 5000;
 
@@ -54,7 +64,7 @@ const pools = new Map<string, Pool>();
  */
 export function dialPreview(open: PreviewOpen, options: PreviewDialerOptions): void {
   const path = join(options.socketDir ?? PREVIEW_SOCKET_DIR, open.socket);
-  const tunnel = net.connect(path);
+  const tunnel = connectPiped({ path });
   void answer(tunnel, open.connId, open.port, options).catch((err: unknown) =>
     options.log.warn({ err, port: open.port }, 'preview connection failed'),
   );
@@ -70,7 +80,7 @@ export function dialPreview(open: PreviewOpen, options: PreviewDialerOptions): v
 function openIdle(path: string, pool: Pool, options: PreviewDialerOptions): void {
   pool.idle += 1;
   let assigned = false;
-  const tunnel = net.connect(path);
+  const tunnel = connectPiped({ path });
   tunnel.on('error', () => tunnel.destroy());
   const hello: PreviewPoolHello = pool.early ? { pool: pool.key, early: true } : { pool: pool.key };
   tunnel.write(`${JSON.stringify(hello)}\n`);
@@ -95,7 +105,7 @@ function openIdle(path: string, pool: Pool, options: PreviewDialerOptions): void
     if (rest.length > 0) tunnel.unshift(rest);
     assigned = true;
     pool.idle -= 1;
-    void answer(tunnel, assign.data.id, assign.data.port, options).catch((err: unknown) =>
+    void answer(tunnel, assign.data.id, assign.data.port, options, assign.data.early === true).catch((err: unknown) =>
       options.log.warn({ err, port: assign.data.port }, 'preview connection failed'),
     );
     // Replaced after the connection to the server began: the request waits for no pool upkeep.
@@ -114,8 +124,11 @@ function openIdle(path: string, pool: Pool, options: PreviewDialerOptions): void
 /**
  * Connects to the server on `port`, writes how that went as the `PreviewDialed` line of `id` on
  * `tunnel`, then pipes bytes both ways (or ends the tunnel when the server could not be reached).
+ * `earlyData` (the control plane's request already came behind the assignment, so it waits for
+ * nothing but the answer): a success line leaves with the server's first bytes, in one write and
+ * one wake-up of the control plane, or after ANSWER_COALESCE_MS when the server is slower.
  */
-async function answer(tunnel: net.Socket, id: string, port: number, options: PreviewDialerOptions): Promise<void> {
+async function answer(tunnel: net.Socket, id: string, port: number, options: PreviewDialerOptions, earlyData = false): Promise<void> {
   let local: net.Socket | null = null;
   let dialed: PreviewDialed;
   // Until the pipes below own the tunnel, its failure only ends the local side.
@@ -143,6 +156,7 @@ async function answer(tunnel: net.Socket, id: string, port: number, options: Pre
     local?.destroy();
     return;
   }
+  if (earlyData && local) holdUntilServerSpeaks(tunnel, local);
   tunnel.write(`${JSON.stringify(dialed)}\n`);
   if (!local) {
     // Early bytes held for the server are dropped (read to nothing), so the control plane's end
@@ -160,11 +174,50 @@ async function answer(tunnel: net.Socket, id: string, port: number, options: Pre
   server.pipe(tunnel);
   tunnel.pipe(server);
   tunnel.resume();
+  let linger: NodeJS.Timeout | undefined;
   server.once('close', (hadError) => {
     if (hadError) tunnel.destroy();
-    else setTimeout(() => tunnel.destroy(), LINGER_MS).unref();
+    else linger = setTimeout(() => tunnel.destroy(), LINGER_MS).unref();
   });
-  tunnel.once('close', () => server.destroy());
+  // The linger timer goes with the tunnel: held for LINGER_MS, it would keep every closed tunnel in memory that long.
+  tunnel.once('close', () => {
+    clearTimeout(linger);
+    server.destroy();
+  });
+}
+
+/**
+ * Corks `tunnel` until `server` sent its first bytes, ended or closed, or ANSWER_COALESCE_MS
+ * passed, whichever comes first: what was written meanwhile (the answer line, then the first
+ * bytes piped from the server) leaves in one write.
+ */
+function holdUntilServerSpeaks(tunnel: net.Socket, server: net.Socket): void {
+  tunnel.cork();
+  let held = true;
+  const release = (): void => {
+    if (!held) return;
+    held = false;
+    clearTimeout(timer);
+    server.off('data', onFirst);
+    server.off('end', release);
+    server.off('close', release);
+    // After the pipe's own 'data' listener wrote the chunk: the line and the chunk go together.
+    process.nextTick(() => tunnel.uncork());
+  };
+  const onFirst = (): void => release();
+  const timer = setTimeout(release, ANSWER_COALESCE_MS);
+  server.on('data', onFirst);
+  server.once('end', release);
+  server.once('close', release);
+}
+
+/**
+ * net.connect with PIPE_HIGH_WATER_MARK_BYTES for writing: Node hands the option to the
+ * socket's stream (Duplex), which @types/node does not declare for connect.
+ */
+function connectPiped(options: net.NetConnectOpts): net.Socket {
+  const piped: net.NetConnectOpts & { writableHighWaterMark: number } = { ...options, writableHighWaterMark: PIPE_HIGH_WATER_MARK_BYTES };
+  return net.connect(piped);
 }
 
 /** Connects to `port` on 127.0.0.1, else on ::1; rejects with the IPv4 error when neither answers. */
@@ -182,7 +235,7 @@ async function connectLocal(port: number): Promise<net.Socket> {
 
 function connectTo(host: string, port: number): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
-    const socket = net.connect({ host, port });
+    const socket = connectPiped({ host, port });
     socket.setNoDelay(true);
     const timer = setTimeout(() => {
       socket.destroy();
