@@ -36,7 +36,7 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { TERMINAL_LEASE_STATUSES, type Lease, type ToolResult } from '../contract/objects.js';
 import { Sandbox, SbxError, connect, type ConnectionOptions, type ExecOptions } from '../sdk/index.js';
 import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf, exitStatusOfErrorCode } from './exit-status.js';
@@ -205,7 +205,11 @@ const program = new Command('sbx')
   .description('Lease ephemeral sandboxes and run tools in them, with receipts.')
   .option('--url <url>', 'control plane URL (env SBX_URL)')
   .option('--api-key <key>', 'API key (env SBX_API_KEY)')
-  .option('--json', 'machine-readable output on stdout');
+  .option('--json', 'machine-readable output on stdout')
+  // A bad argument or flag fails like anything else (below): with --json as one JSON document,
+  // with 125 as `docker run` does; commander would print its own line and exit 1. Help exits 0.
+  .exitOverride()
+  .configureOutput({ outputError: () => undefined });
 
 const leaseOptions = (cmd: Command): Command =>
   cmd
@@ -599,7 +603,9 @@ program
   });
 
 program.parseAsync(process.argv).catch((err: unknown) => {
-  const message = err instanceof Error ? err.message : String(err);
+  // Help, asked for or shown for a missing command, ends through here too (exitOverride): it was the output.
+  if (err instanceof CommanderError && (err.exitCode === 0 || err.code === 'commander.help')) process.exit(err.exitCode);
+  const message = err instanceof CommanderError ? err.message.replace(/^error: /, '') : err instanceof Error ? err.message : String(err);
   process.stderr.write(`sbx: ${message}\n`);
   // A key nobody gave was read from a data dir's file, maybe another control plane's: say which.
   if (

@@ -24,7 +24,9 @@
  * `PreviewAssign` with `early: true`. The agent holds them until the port answered, writes its
  * `PreviewDialed` line as always, then passes them to the server before anything else; when
  * the port did not answer they are dropped with the connection. The control plane still reads
- * the line before the server's bytes. Each side uses it only when the other said so: an agent
+ * the line before the server's bytes. On such a connection a success line may wait up to 20 ms
+ * for the server's first bytes, to leave with them in one write (the control plane waits for
+ * nothing else meanwhile); a refusal leaves at once. Each side uses it only when the other said so: an agent
  * of an older version in a running sandbox, or a control plane of an older version serving the
  * same lease, gets the plain exchange.
  */

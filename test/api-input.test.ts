@@ -83,6 +83,14 @@ describe('API input', () => {
       400,
       'input.invalid',
     );
+    // A number in the query given as text is named as such, not as what coercion made of it ("received NaN").
+    for (const path of [`/v1/sandboxes/${leaseId}/previews?limit=abc`, `/v1/sandboxes/${leaseId}/egress?limit=abc`]) {
+      const response = await h.client.raw('GET', path);
+      const text = await response.clone().text();
+      await expectError(response, 400, 'input.invalid');
+      expect(text).toContain('query.limit: Invalid input: expected a number');
+      expect(text).not.toContain('NaN');
+    }
     await expectError(
       await h.client.raw('POST', `/v1/sandboxes/${leaseId}/calls?wait=forever`, {
         body: JSON.stringify({ tool: 'exec', args: { argv: ['true'] } }),

@@ -159,5 +159,16 @@ export function parseInput<T extends ZodType>(schema: T, value: unknown, part: s
 }
 
 function issuesOf(error: ZodError, part: string): Array<{ path: string; message: string }> {
-  return error.issues.map((i) => ({ path: [part, ...i.path.map(String)].join('.'), message: i.message }));
+  return error.issues.map((i) => ({ path: [part, ...i.path.map(String)].join('.'), message: messageOf(i) }));
+}
+
+/**
+ * An issue's message for the caller. A query or path value that is not a number reaches a
+ * `z.coerce.number()` schema as NaN, and zod says "received NaN": the caller sent text, so say
+ * what was expected instead.
+ */
+function messageOf(issue: ZodError['issues'][number]): string {
+  if (issue.code === 'invalid_type' && (issue as { received?: unknown }).received === 'NaN')
+    return `Invalid input: expected a ${issue.expected}`;
+  return issue.message;
 }
