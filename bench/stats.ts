@@ -16,6 +16,34 @@ export async function timeMs(fn: () => Promise<unknown>): Promise<number> {
   return performance.now() - start;
 }
 
+/** Samples (ms) of two sides timed alternately. */
+export interface Alternated {
+  ours: number[];
+  base: number[];
+}
+
+/**
+ * Runs `ours(i)` then `baseline(i)` for i in [-warmUps, rounds), each resolving with the
+ * milliseconds it measured (untimed work may go around its timeMs); the warm-up rounds (i < 0)
+ * are not kept. Alternating puts load from elsewhere on both sides alike.
+ */
+export async function alternate(
+  rounds: number,
+  warmUps: number,
+  ours: (i: number) => Promise<number>,
+  baseline: (i: number) => Promise<number>,
+): Promise<Alternated> {
+  const out: Alternated = { ours: [], base: [] };
+  for (let i = -warmUps; i < rounds; i += 1) {
+    const t = await ours(i);
+    const b = await baseline(i);
+    if (i < 0) continue;
+    out.ours.push(t);
+    out.base.push(b);
+  }
+  return out;
+}
+
 /** Runs `fn(i)` for i in [0, count) with at most `concurrency` at once; results in order. */
 export async function mapLimit<T>(count: number, concurrency: number, fn: (i: number) => Promise<T>): Promise<T[]> {
   const out: T[] = new Array(count);

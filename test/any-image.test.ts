@@ -18,6 +18,7 @@ import {
   docker,
   execIn,
   importImage,
+  putPolicyVariant,
   removeImages,
   runCli,
   tarBytes,
@@ -213,13 +214,7 @@ describe("the image's User: the tool user when the policy names none, never root
     appImage = await buildImage('user-app', ['FROM sbx-base:bookworm', 'RUN useradd -u 1500 -m app', 'USER app'].join('\n'));
     ghostImage = await buildImage('user-ghost', ['FROM sbx-base:bookworm', 'USER ghost'].join('\n'));
     // The default policy without its tool user, as an admin would make it.
-    const current = await api(h.apiKey, 'GET', '/v1/policies/default');
-    const policy = structuredClone(current.body.policy);
-    delete policy.name;
-    delete policy.version;
-    delete policy.runtime.toolUser;
-    const put = await api(h.apiKey, 'PUT', '/v1/policies/image-user', policy);
-    expect(put.status, JSON.stringify(put.body)).toBe(201);
+    await putPolicyVariant(h, 'image-user', (policy) => delete policy.runtime.toolUser);
   }, 120_000);
 
   it('under a policy without toolUser the image User runs the tools, owns the writable roots, and the manifest says so', async () => {

@@ -10,7 +10,7 @@ import { request, type IncomingMessage } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { leaseKeys } from '../contract/queue.js';
 import { SbxError, type FileWatch, type WatchEvent } from '../sdk/index.js';
-import { apiAs, execIn, useHarness } from './fixtures/index.js';
+import { apiAs, execIn, putPolicyVariant, useHarness } from './fixtures/index.js';
 
 const h = useHarness();
 const api = apiAs(() => h.url);
@@ -23,12 +23,7 @@ const exec = (cmd: string, waitSeconds = 60) => run(leaseId, cmd, { waitSeconds 
 const opened = new Set<FileWatch>();
 
 beforeAll(async () => {
-  const current = (await api(h.apiKey, 'GET', '/v1/policies/default')).body as { policy: Record<string, unknown> };
-  const policy: Record<string, unknown> = { ...structuredClone(current.policy), watch: { maxConcurrent: 1 } };
-  delete policy.name;
-  delete policy.version;
-  const put = await api(h.apiKey, 'PUT', `/v1/policies/${POLICY}`, policy);
-  expect(put.status, JSON.stringify(put.body)).toBeLessThan(300);
+  await putPolicyVariant(h, POLICY, (policy) => (policy.watch = { maxConcurrent: 1 }));
   leaseId = (await h.client.createSandbox({ policy: POLICY })).id;
 });
 

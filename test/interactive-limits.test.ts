@@ -8,7 +8,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { leaseKeys } from '../contract/queue.js';
 import type { ToolResult } from '../contract/objects.js';
-import { apiAs, eventually, execIn, useHarness } from './fixtures/index.js';
+import { apiAs, eventually, execIn, putPolicyVariant, useHarness } from './fixtures/index.js';
 
 const h = useHarness();
 const api = apiAs(() => h.url);
@@ -20,16 +20,10 @@ const run = execIn(() => h.client);
 const exec = (cmd: string) => run(leaseId, cmd);
 
 beforeAll(async () => {
-  const current = (await api(h.apiKey, 'GET', '/v1/policies/default')).body as { policy: Record<string, unknown> };
-  const policy: Record<string, unknown> = {
-    ...structuredClone(current.policy),
-    terminals: { max: MAX, idleTimeoutSeconds: 3600, maxDurationSeconds: 3600 },
-    sessions: { max: MAX, idleTimeoutSeconds: 3600 },
-  };
-  delete policy.name;
-  delete policy.version;
-  const put = await api(h.apiKey, 'PUT', `/v1/policies/${POLICY}`, policy);
-  expect(put.status, JSON.stringify(put.body)).toBeLessThan(300);
+  await putPolicyVariant(h, POLICY, (policy) => {
+    policy.terminals = { max: MAX, idleTimeoutSeconds: 3600, maxDurationSeconds: 3600 };
+    policy.sessions = { max: MAX, idleTimeoutSeconds: 3600 };
+  });
   leaseId = (await h.client.createSandbox({ policy: POLICY })).id;
 });
 

@@ -10,7 +10,7 @@ import WebSocket from 'ws';
 import type { CallEvent } from '../contract/events.js';
 import type { ToolResult } from '../contract/objects.js';
 import { Sandbox } from '../sdk/index.js';
-import { apiAs, eventually, runCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
+import { apiAs, eventually, putPolicyVariant, runCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
@@ -318,15 +318,11 @@ describe('terminals', () => {
 
 describe('terminal limits from the policy', () => {
   it('a terminal idle for idleTimeoutSeconds is hung up (timed_out, idle); max 1 refuses a second with 429', async () => {
-    const current = (await api(h.apiKey, 'GET', '/v1/policies/default')).body as { policy: Record<string, unknown> };
-    const policy: Record<string, unknown> = {
-      ...structuredClone(current.policy),
-      terminals: { max: 1, idleTimeoutSeconds: 1, maxDurationSeconds: 3600 },
-    };
-    delete policy.name;
-    delete policy.version;
-    const put = await api(h.apiKey, 'PUT', '/v1/policies/terminals-idle', policy);
-    expect(put.status, JSON.stringify(put.body)).toBeLessThan(300);
+    await putPolicyVariant(
+      h,
+      'terminals-idle',
+      (policy) => (policy.terminals = { max: 1, idleTimeoutSeconds: 1, maxDurationSeconds: 3600 }),
+    );
     const lease = await h.client.createSandbox({ policy: 'terminals-idle' });
     try {
       const path = `/v1/sandboxes/${lease.id}/terminals`;

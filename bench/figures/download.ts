@@ -10,7 +10,7 @@ import type { Readable } from 'node:stream';
 import type { BenchContext } from '../context.js';
 import { dockerExecOk } from '../baseline.js';
 import type { Figure } from '../schema.js';
-import { timeMs } from '../stats.js';
+import { alternate, timeMs, type Alternated } from '../stats.js';
 import { transferFigure } from '../tree.js';
 
 const DIR = '/workspace/dl';
@@ -28,33 +28,33 @@ export async function downloadTree(ctx: BenchContext): Promise<Figure> {
   const { tar, contentBytes } = tree;
   const id = await ctx.lease();
   const container = ctx.docker.getContainer(ctx.container(id));
-  const ours: number[] = [];
-  const base: number[] = [];
+  let samples: Alternated;
   try {
     await dockerExecOk(ctx.docker, ctx.container(id), ['mkdir', '-p', DIR]);
     await container.putArchive(tar, { path: DIR });
-    for (let r = -1; r < runs; r += 1) {
-      const t = await timeMs(async () => {
-        const response = await ctx.client.raw('GET', `/v1/sandboxes/${id}/files?path=${encodeURIComponent(DIR)}`);
-        if (!response.ok || !response.body) throw new Error(`download: HTTP ${response.status}`);
-        const got = await drain(response.body as unknown as AsyncIterable<Uint8Array>);
-        if (got < contentBytes) throw new Error(`download gave ${got} bytes, less than the ${contentBytes} of the tree`);
-      });
-      const b = await timeMs(async () => {
-        const got = await drain((await container.getArchive({ path: DIR })) as Readable);
-        if (got < contentBytes) throw new Error(`getArchive gave ${got} bytes, less than the ${contentBytes} of the tree`);
-      });
-      if (r < 0) continue;
-      ours.push(t);
-      base.push(b);
-    }
+    samples = await alternate(
+      runs,
+      1,
+      () =>
+        timeMs(async () => {
+          const response = await ctx.client.raw('GET', `/v1/sandboxes/${id}/files?path=${encodeURIComponent(DIR)}`);
+          if (!response.ok || !response.body) throw new Error(`download: HTTP ${response.status}`);
+          const got = await drain(response.body as unknown as AsyncIterable<Uint8Array>);
+          if (got < contentBytes) throw new Error(`download gave ${got} bytes, less than the ${contentBytes} of the tree`);
+        }),
+      () =>
+        timeMs(async () => {
+          const got = await drain((await container.getArchive({ path: DIR })) as Readable);
+          if (got < contentBytes) throw new Error(`getArchive gave ${got} bytes, less than the ${contentBytes} of the tree`);
+        }),
+    );
   } finally {
     await ctx.release(id);
   }
   return transferFigure(
     'download',
     tree,
-    { what: 'GET .../files (tar)', samplesMs: ours },
-    { what: 'dockerode getArchive, same directory', samplesMs: base },
+    { what: 'GET .../files (tar)', samplesMs: samples.ours },
+    { what: 'dockerode getArchive, same directory', samplesMs: samples.base },
   );
 }

@@ -8,37 +8,39 @@
 import type { BenchContext } from '../context.js';
 import { figure, side, target, times } from '../figure.js';
 import type { Figure } from '../schema.js';
-import { timeMs } from '../stats.js';
+import { alternate, timeMs, type Alternated } from '../stats.js';
 
 export async function pauseResume(ctx: BenchContext): Promise<Figure> {
   const id = await ctx.lease();
   const container = ctx.docker.getContainer(ctx.container(id));
   const rounds = Math.max(3, Math.round(ctx.settings.calls / 5));
-  const ours: number[] = [];
-  const base: number[] = [];
+  let samples: Alternated;
   try {
-    for (let i = -3; i < rounds; i += 1) {
-      const t = await timeMs(async () => {
-        await ctx.client.pauseSandbox(id);
-        await ctx.client.resumeSandbox(id);
-      });
-      await ctx.call(id, 'exec', { argv: ['true'] }, 30);
-      const b = await timeMs(async () => {
-        await container.pause();
-        await container.unpause();
-      });
-      if (i < 0) continue;
-      ours.push(t);
-      base.push(b);
-    }
+    samples = await alternate(
+      rounds,
+      3,
+      async () => {
+        const t = await timeMs(async () => {
+          await ctx.client.pauseSandbox(id);
+          await ctx.client.resumeSandbox(id);
+        });
+        await ctx.call(id, 'exec', { argv: ['true'] }, 30);
+        return t;
+      },
+      () =>
+        timeMs(async () => {
+          await container.pause();
+          await container.unpause();
+        }),
+    );
   } finally {
     await ctx.release(id);
   }
   return figure({
     id: 'pause-resume',
     title: 'pause + resume round trip',
-    ours: side('POST .../pause + POST .../resume', ours),
-    baseline: side('dockerode pause + unpause', base),
+    ours: side('POST .../pause + POST .../resume', samples.ours),
+    baseline: side('dockerode pause + unpause', samples.base),
     basis: 'p50',
     // The issue names the row without a target; the API's work over the engine's (two lease
     // compare-and-swaps, two timer moves, two audit entries) should stay within 3× of it.

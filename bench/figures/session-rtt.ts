@@ -8,29 +8,27 @@
 import type { BenchContext } from '../context.js';
 import { figure, side, target, times } from '../figure.js';
 import type { Figure } from '../schema.js';
-import { timeMs } from '../stats.js';
+import { alternate, timeMs, type Alternated } from '../stats.js';
 
 export async function sessionRoundTrip(ctx: BenchContext): Promise<Figure> {
   const id = await ctx.lease();
   const session = (await ctx.client.json('POST', `/v1/sandboxes/${id}/sessions`, {})) as { sessionId: string };
-  const ours: number[] = [];
-  const base: number[] = [];
+  let samples: Alternated;
   try {
-    for (let i = -5; i < ctx.settings.calls; i += 1) {
-      const t = await timeMs(() => ctx.call(id, 'exec', { cmd: 'true', session: session.sessionId }, 30));
-      const b = await timeMs(() => ctx.call(id, 'exec', { cmd: 'true' }, 30));
-      if (i < 0) continue;
-      ours.push(t);
-      base.push(b);
-    }
+    samples = await alternate(
+      ctx.settings.calls,
+      5,
+      () => timeMs(() => ctx.call(id, 'exec', { cmd: 'true', session: session.sessionId }, 30)),
+      () => timeMs(() => ctx.call(id, 'exec', { cmd: 'true' }, 30)),
+    );
   } finally {
     await ctx.release(id);
   }
   return figure({
     id: 'session-rtt',
     title: 'session command round trip, true',
-    ours: side('exec {session, cmd: true}', ours),
-    baseline: side('exec {cmd: true} (fresh bash -c)', base),
+    ours: side('exec {session, cmd: true}', samples.ours),
+    baseline: side('exec {cmd: true} (fresh bash -c)', samples.base),
     basis: 'p50',
     targets: (s) => [target('p50 ≥ 0.5× of a plain exec (a session command costs at most twice one)', s ?? NaN, '>=', 0.5, times)],
   });

@@ -9,7 +9,7 @@
 import type { BenchContext } from '../context.js';
 import { dockerExecOk } from '../baseline.js';
 import type { Figure } from '../schema.js';
-import { timeMs } from '../stats.js';
+import { alternate, timeMs, type Alternated } from '../stats.js';
 import { transferFigure } from '../tree.js';
 
 export async function uploadTree(ctx: BenchContext): Promise<Figure> {
@@ -18,31 +18,35 @@ export async function uploadTree(ctx: BenchContext): Promise<Figure> {
   const { tar, files } = tree;
   const id = await ctx.lease();
   const container = ctx.container(id);
-  const ours: number[] = [];
-  const base: number[] = [];
+  let samples: Alternated;
   try {
-    for (let r = -1; r < runs; r += 1) {
-      const dir = `/workspace/up${r + 1}`;
-      const t = await timeMs(async () => {
-        const answer = await ctx.client.uploadTar(id, dir, tar);
-        if (answer.entries < files) throw new Error(`upload unpacked ${answer.entries} of ${files} entries`);
-      });
-      await dockerExecOk(ctx.docker, container, ['rm', '-rf', dir]);
-      const baseDir = `/workspace/base${r + 1}`;
-      await dockerExecOk(ctx.docker, container, ['mkdir', '-p', baseDir]);
-      const b = await timeMs(() => ctx.docker.getContainer(container).putArchive(tar, { path: baseDir }));
-      await dockerExecOk(ctx.docker, container, ['rm', '-rf', baseDir]);
-      if (r < 0) continue;
-      ours.push(t);
-      base.push(b);
-    }
+    samples = await alternate(
+      runs,
+      1,
+      async (r) => {
+        const dir = `/workspace/up${r + 1}`;
+        const t = await timeMs(async () => {
+          const answer = await ctx.client.uploadTar(id, dir, tar);
+          if (answer.entries < files) throw new Error(`upload unpacked ${answer.entries} of ${files} entries`);
+        });
+        await dockerExecOk(ctx.docker, container, ['rm', '-rf', dir]);
+        return t;
+      },
+      async (r) => {
+        const baseDir = `/workspace/base${r + 1}`;
+        await dockerExecOk(ctx.docker, container, ['mkdir', '-p', baseDir]);
+        const b = await timeMs(() => ctx.docker.getContainer(container).putArchive(tar, { path: baseDir }));
+        await dockerExecOk(ctx.docker, container, ['rm', '-rf', baseDir]);
+        return b;
+      },
+    );
   } finally {
     await ctx.release(id);
   }
   return transferFigure(
     'upload',
     tree,
-    { what: 'PUT .../files (tar)', samplesMs: ours },
-    { what: 'dockerode putArchive, same tar', samplesMs: base },
+    { what: 'PUT .../files (tar)', samplesMs: samples.ours },
+    { what: 'dockerode putArchive, same tar', samplesMs: samples.base },
   );
 }
