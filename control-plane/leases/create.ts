@@ -25,7 +25,7 @@ import type { LeasePlan, LeasePlanner } from './plan.js';
 import type { Provisioner } from './provision.js';
 import type { CreateSandboxBody } from './schema.js';
 import type { SnapshotSource } from '../snapshots/schema.js';
-import { toView, type LeaseRecord, type LeaseStore } from './store.js';
+import { LEASE_ID_PREFIX, toView, type LeaseRecord, type LeaseStore } from './store.js';
 import type { Teardown } from './teardown.js';
 import type { LeaseTransitions } from './transitions.js';
 
@@ -69,7 +69,7 @@ export class LeaseCreator {
    * and `lease.create_failed`. Every check comes before anything is created.
    */
   async create(body: CreateSandboxBody, by: Principal, idempotencyKey?: string): Promise<{ lease: Lease; replayed: boolean }> {
-    const id = `sbx_${randomBytes(10).toString('hex')}`;
+    const id = `${LEASE_ID_PREFIX}${randomBytes(10).toString('hex')}`;
     // Tenant names hold no `:`, so two tenants' keys can never meet (nor replay each other's sandbox).
     const scopedKey = idempotencyKey === undefined ? undefined : `${by.tenant}:${idempotencyKey}`;
     if (scopedKey !== undefined) {

@@ -63,6 +63,9 @@ export function leaseKeyPrefix(prefix: string): string {
   return `${prefix}leases:`;
 }
 
+/** What every lease id begins with (leases/create.ts); the status index's key does not. */
+export const LEASE_ID_PREFIX = 'sbx_';
+
 /** `value` with every object in it frozen (a record shared between readers must not change under them). */
 function deepFreeze<T>(value: T): T {
   if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
@@ -99,8 +102,8 @@ export class LeaseStore {
   private readonly parsed = new Map<string, { text: string; record: LeaseRecord }>();
 
   /**
-   * `tracked`: lease reads through a tracked cache (redis/tracked-keys.ts, over
-   * `leaseKeyPrefix(prefix)`); without it every read is a GET.
+   * `tracked`: lease reads through a tracked cache (redis/tracked-keys.ts, over the lease
+   * records' keys); without it every read is a GET.
    */
   constructor(
     private readonly redis: Redis,
@@ -111,9 +114,11 @@ export class LeaseStore {
   /**
    * A store whose lease reads (every sandbox request makes one) are cached in the process and
    * kept true by Redis's invalidations (redis/tracked-keys.ts). `close()` ends the tracking.
+   * Tracked are the keys of lease records alone (`leases:sbx_…`): the status index changes with
+   * every transition, and tracking it would send each process one more invalidation for nothing.
    */
   static async tracked(redis: Redis, prefix: string, log: Pick<Logger, 'warn'>): Promise<LeaseStore> {
-    return new LeaseStore(redis, prefix, await TrackedKeys.start(redis, [leaseKeyPrefix(prefix)], log));
+    return new LeaseStore(redis, prefix, await TrackedKeys.start(redis, [`${leaseKeyPrefix(prefix)}${LEASE_ID_PREFIX}`], log));
   }
 
   /** Ends the read cache's tracking connection (reads go to Redis after). */
