@@ -46,7 +46,7 @@ import { runMcpServer } from './mcp.js';
 import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
 import { describeDown, down, downSucceeded } from './down.js';
 import { addVolumeCommands, parseSize, volumeMounts } from './volumes.js';
-import { addFileCommands } from './files.js';
+import { addFileCommands, HintedError } from './files.js';
 import { addProcessCommands } from './processes.js';
 import { addSessionCommands } from './sessions.js';
 import { addWatchCommands } from './watch.js';
@@ -607,6 +607,7 @@ program.parseAsync(process.argv).catch((err: unknown) => {
   if (err instanceof CommanderError && (err.exitCode === 0 || err.code === 'commander.help')) process.exit(err.exitCode);
   const message = err instanceof CommanderError ? err.message.replace(/^error: /, '') : err instanceof Error ? err.message : String(err);
   process.stderr.write(`sbx: ${message}\n`);
+  if (err instanceof HintedError) process.stderr.write(`sbx: ${err.hint}\n`);
   // A key nobody gave was read from a data dir's file, maybe another control plane's: say which.
   if (
     err instanceof SbxError &&

@@ -249,6 +249,18 @@ describe('interfaces', () => {
     const rm = await runCli(target, ['fs', 'rm', leaseId, '/workspace/cli']);
     expect(rm.code).not.toBe(0);
     expect(rm.stderr).toContain('files.not_empty');
+    // The refusal names the API's argument; the CLI says which flag that is, on stderr alone.
+    expect(rm.stderr).toContain(`sbx: add -r to remove it with everything under it: sbx fs rm -r ${leaseId} /workspace/cli`);
+    const rmJson = await runCli(target, ['--json', 'fs', 'rm', leaseId, '/workspace/cli']);
+    expect(JSON.parse(rmJson.stdout).error.code).toBe('files.not_empty');
+    expect(rmJson.stdout).not.toContain('add -r');
+    await runCli(target, ['fs', 'mkdir', leaseId, '/workspace/cli/f']);
+    const mv = await runCli(target, ['fs', 'mv', leaseId, '/workspace/cli/e', '/workspace/cli/f']);
+    expect(mv.code).not.toBe(0);
+    expect(mv.stderr).toContain('files.exists');
+    expect(mv.stderr).toContain('sbx: add --overwrite to replace the destination');
+    const mkdir = await runCli(target, ['fs', 'mkdir', '--no-parents', leaseId, '/workspace/cli/none/g']);
+    expect(mkdir.stderr).toContain('sbx: without --no-parents, missing parents are made');
     expect((await runCli(target, ['fs', 'rm', '-r', leaseId, '/workspace/cli'])).stdout).toContain('removed directory');
   });
 });
