@@ -175,6 +175,15 @@ export async function spliceHttp(
   return { status, outcome: 'aborted', ...counts(), error };
 }
 
+/**
+ * Whether `req` may be sent to the server again after a tunnel failed before any answer: a safe
+ * method (RFC 9110 §9.2.1: GET, HEAD, OPTIONS), whose retry a client may make itself (§9.2.2),
+ * with no body (nothing of the client's stream was used up).
+ */
+export function replayable(req: http.IncomingMessage): boolean {
+  return (req.method === 'GET' || req.method === 'HEAD' || req.method === 'OPTIONS') && !hasBody(req);
+}
+
 /** Whether a request has a body to stream (RFC 9112 §6.3: Transfer-Encoding, or a Content-Length above 0). */
 function hasBody(req: http.IncomingMessage): boolean {
   const length = req.headers['content-length'];

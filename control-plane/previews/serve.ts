@@ -9,7 +9,8 @@ import type { PreviewEvent } from '../../contract/previews.js';
 import { upgradeHead } from '../http/upgrade.js';
 import type { LeaseRecord } from '../leases/store.js';
 import { loggedPath, upstreamTarget } from './paths.js';
-import { spliceHttp, spliceUpgrade, type Forwarding, type Spliced } from './proxy.js';
+import { replayable, spliceHttp, spliceUpgrade, type Forwarding, type Spliced } from './proxy.js';
+import { closedBeforeAnswer } from './tunnel.js';
 import type { PreviewService } from './service.js';
 
 /** Error codes that end a preview before or instead of the server's answer, as log outcomes. */
@@ -89,8 +90,18 @@ export async function servePreview(previews: PreviewService, exchange: PreviewEx
       spliced = await spliceUpgrade(tunnel, req, req.socket, upgradeHead(req), target, fwd);
     } else {
       // A plain request rides early data when it can: it reaches the server one round trip through the agent sooner.
-      const tunnel = (await previews.openEarly(t.lease, t.port)) ?? (await previews.open(t.lease, t.port));
-      spliced = await spliceHttp(tunnel, req, exchange.res, target, fwd, exchange.hijack);
+      const early = await previews.openEarly(t.lease, t.port);
+      if (early === null) spliced = await spliceHttp(await previews.open(t.lease, t.port), req, exchange.res, target, fwd, exchange.hijack);
+      else {
+        try {
+          spliced = await spliceHttp(early, req, exchange.res, target, fwd, exchange.hijack);
+        } catch (err) {
+          // The pooled connection closed before the agent said anything (it restarted): what
+          // can be sent twice goes again, on a connection asked for; the rest fails as it did.
+          if (!closedBeforeAnswer(err) || !replayable(req)) throw err;
+          spliced = await spliceHttp(await previews.open(t.lease, t.port), req, exchange.res, target, fwd, exchange.hijack);
+        }
+      }
     }
   } catch (err) {
     const outcome = err instanceof AppError ? OUTCOMES[err.code] : undefined;

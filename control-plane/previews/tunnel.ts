@@ -49,6 +49,18 @@ export interface PreviewTunnelDeps {
   dialTimeoutMs: number;
 }
 
+/** The detail that marks an early open whose pooled connection closed before the agent answered. */
+const CLOSED_BEFORE_ANSWER = 'closedBeforeAnswer';
+
+/**
+ * Whether `err` is an early open's pooled connection closing before the agent said anything (an
+ * agent that restarted): nothing came back, so the request may go again on a connection asked
+ * for, when it is one that can be sent twice (serve.ts).
+ */
+export function closedBeforeAnswer(err: unknown): boolean {
+  return err instanceof AppError && err.code === 'preview.agent_unreachable' && err.details?.[CLOSED_BEFORE_ANSWER] === true;
+}
+
 /** An open preview connection: its socket carries the server's stream after the tunnel's own lines. */
 export interface Tunnel {
   socket: net.Socket;
@@ -200,7 +212,7 @@ export class PreviewTunnels {
       else
         listener.pending.get(connId)!.reject(
           new AppError('preview.agent_unreachable', 'the preview connection closed before the sandbox agent answered', {
-            details: { port },
+            details: { port, [CLOSED_BEFORE_ANSWER]: true },
           }),
         );
     };
