@@ -187,22 +187,6 @@ redis_version="$(SBX_DATA_DIR="$data" bash "$repo/deploy/local/redis.sh")" || di
 cd "$repo"
 lock_sha="$(sha256sum package-lock.json | cut -d' ' -f1)"
 stamp=node_modules/.sbx-lock-sha256
-# A tree someone installed by hand (npm ci, npm install) has no stamp: npm's own record of what it
-# installed (node_modules/.package-lock.json) says whether it is the lockfile's, every package at
-# its locked version (optional ones for other platforms absent), and nothing else.
-installed_as_locked() {
-  node -e '
-    const fs = require("fs");
-    const want = JSON.parse(fs.readFileSync("package-lock.json", "utf8")).packages;
-    const have = JSON.parse(fs.readFileSync("node_modules/.package-lock.json", "utf8")).packages;
-    const locked = Object.keys(want).filter((k) => k !== "");
-    const same = locked.every((k) => (have[k] ? have[k].version === want[k].version : want[k].optional === true));
-    process.exit(same && Object.keys(have).every((k) => k in want) ? 0 : 1);
-  ' 2>/dev/null
-}
-if [[ -d node_modules && ! -f "$stamp" ]] && installed_as_locked; then
-  printf '%s\n' "$lock_sha" >"$stamp"
-fi
 if [[ ! -d node_modules || "$(cat "$stamp" 2>/dev/null || true)" != "$lock_sha" ]]; then
   note "installing npm dependencies (npm ci)"
   npm_out="$(npm ci --no-audit --no-fund 2>&1)" || { printf '%s\n' "$npm_out" >&2; die "npm ci failed (see output above)"; }
