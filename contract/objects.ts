@@ -155,6 +155,9 @@ export type LeaseStatus = z.infer<typeof LeaseStatus>;
 export const TERMINAL_LEASE_STATUSES: ReadonlySet<LeaseStatus> = new Set(['released', 'expired', 'failed', 'lost']);
 
 /** A lease: one ephemeral sandbox bound to one policy version. */
+/** What every lease id begins with (`sbx_` and 20 hex digits, made by the control plane). */
+export const LEASE_ID_PREFIX = 'sbx_';
+
 export const Lease = z.object({
   id: z.string(),
   status: LeaseStatus,

@@ -2,7 +2,8 @@
  * The preview log's gathered writes (control-plane/previews/store.ts) against the real Redis:
  * appends of one window go to Redis as one script call, in order; a read in the same process
  * sees every append made before it; `close` writes what is left; the oldest past
- * PREVIEW_LOG_MAX go and are counted, also when one write carries many.
+ * PREVIEW_LOG_MAX go and are counted, also when one write carries many; a read during a long
+ * write sees it whole and in order; entries logged after the lease ended keep its retention.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PreviewEvent } from '../contract/previews.js';
@@ -77,6 +78,28 @@ describe('preview log', () => {
     void log.append('sbx_close', event(7));
     await log.close();
     expect(await redis.lrange(`${prefix}previews:sbx_close`, 0, -1)).toHaveLength(1);
+  });
+
+  it('a read during a write of more than a script call carries sees it all, in order', async () => {
+    const log = new PreviewLog(redis, prefix);
+    const first = Array.from({ length: 2500 }, (_, i) => log.append('sbx_order', event(i)));
+    // The write begins (three scripts); more appends and a read come before it answered.
+    const writing = log.close();
+    const more = Array.from({ length: 10 }, (_, i) => log.append('sbx_order', event(2500 + i)));
+    const read = await log.read('sbx_order', PREVIEW_LOG_MAX);
+    expect(paths(read.events)).toEqual(numbered(0, 2510));
+    await Promise.all([...first, ...more, writing]);
+  });
+
+  it('entries written after the lease ended keep its retention', async () => {
+    const log = new PreviewLog(redis, prefix);
+    await log.retain('sbx_ended', 60);
+    await log.append('sbx_late', event(0));
+    expect(await redis.ttl(`${prefix}previews:sbx_late`)).toBe(-1);
+    await log.append('sbx_ended', event(1));
+    const ttl = await redis.ttl(`${prefix}previews:sbx_ended`);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(60);
   });
 
   it('a window of more than a script call carries is written whole and in order; past PREVIEW_LOG_MAX the oldest go, counted', async () => {

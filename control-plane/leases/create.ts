@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { digestOf } from '../../contract/digest.js';
 import { AppError } from '../../contract/errors.js';
-import type { Lease } from '../../contract/objects.js';
+import { LEASE_ID_PREFIX, type Lease } from '../../contract/objects.js';
 import { actorOf, type AuditLog } from '../audit/service.js';
 import { allowlistDigest } from '../egress/rules.js';
 import type { Principal } from '../http/auth.js';
@@ -25,7 +25,7 @@ import type { LeasePlan, LeasePlanner } from './plan.js';
 import type { Provisioner } from './provision.js';
 import type { CreateSandboxBody } from './schema.js';
 import type { SnapshotSource } from '../snapshots/schema.js';
-import { LEASE_ID_PREFIX, toView, type LeaseRecord, type LeaseStore } from './store.js';
+import { toView, type LeaseRecord, type LeaseStore } from './store.js';
 import type { Teardown } from './teardown.js';
 import type { LeaseTransitions } from './transitions.js';
 

@@ -8,7 +8,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { canonicalJson } from '../../contract/digest.js';
-import { Lease, LeaseEvent, LeaseStatus, Timestamp } from '../../contract/objects.js';
+import { Lease, LEASE_ID_PREFIX, LeaseEvent, LeaseStatus, Timestamp } from '../../contract/objects.js';
 import { SecretGrant, ToolUser } from '../../contract/queue.js';
 import { EnvMap } from '../../contract/tools.js';
 import { AuditActor } from '../audit/schema.js';
@@ -62,9 +62,6 @@ const PARSED_MAX = 4096;
 export function leaseKeyPrefix(prefix: string): string {
   return `${prefix}leases:`;
 }
-
-/** What every lease id begins with (leases/create.ts); the status index's key does not. */
-export const LEASE_ID_PREFIX = 'sbx_';
 
 /** `value` with every object in it frozen (a record shared between readers must not change under them). */
 function deepFreeze<T>(value: T): T {

@@ -10,7 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { PolicyRef } from '../../contract/objects.js';
+import { LEASE_ID_PREFIX, type PolicyRef } from '../../contract/objects.js';
 import type { Ownership, SandboxRuntime } from '../runtime/runtime.js';
 import type { PoolSpec, WarmLauncher, WarmSandbox } from './schema.js';
 import type { PoolStore } from './store.js';
@@ -163,7 +163,7 @@ export class WarmPools {
   /** Starts one sandbox for the pool; on failure its member record goes and the error is logged. */
   private async startOne(spec: PoolSpec & { name: string; image: string }): Promise<void> {
     const { store, now } = this.deps;
-    const id = `sbx_${randomBytes(10).toString('hex')}`;
+    const id = `${LEASE_ID_PREFIX}${randomBytes(10).toString('hex')}`;
     await store.putStarting(id, { pool: spec.name, state: 'starting', since: now(), sandbox: null });
     try {
       const launched = await this.deps.launcher.launchWarm(id, { name: spec.policy }, spec.image);

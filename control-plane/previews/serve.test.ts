@@ -4,7 +4,8 @@
  * fails as unreachable (it is not sent twice). The control plane's parts are real (tunnels,
  * proxy, service, an HTTP server); the agent is a peer that speaks the tunnel contract
  * (contract/previews.ts) and closes every pooled connection it is assigned, which is the race
- * that a real agent only meets when it dies at that moment.
+ * that a real agent only meets when it dies at that moment. And a refusal does not wait for
+ * the preview log.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -65,7 +66,8 @@ beforeAll(async () => {
   });
   const previews = new PreviewService({
     tunnels,
-    log: { append: async () => undefined, read: async () => ({ events: [], dropped: 0 }) },
+    // A log that never finishes a write: nothing the client gets may wait for it.
+    log: { append: () => new Promise<void>(() => undefined), read: async () => ({ events: [], dropped: 0 }) },
     leases: { visible: async () => Promise.reject(new Error('unused')), usable: (lease) => lease },
     key: randomBytes(32),
     domain: null,
@@ -74,7 +76,8 @@ beforeAll(async () => {
   });
   const lease = { id: 'sbx_test', policy: { name: 'p' }, policySnapshot: { ports: { allowed: [PORT] } } } as unknown as LeaseRecord;
   server = http.createServer((req, res) => {
-    const target = { lease, port: PORT, via: 'api' as const, keyId: 'k', tenant: 't', prefixSegments: 5, prefix: PREFIX, rawUrl: req.url! };
+    const port = Number(/^\/port-(\d+)\//.exec(req.url!.slice(PREFIX.length))?.[1] ?? PORT);
+    const target = { lease, port, via: 'api' as const, keyId: 'k', tenant: 't', prefixSegments: 5, prefix: PREFIX, rawUrl: req.url! };
     servePreview(previews, { req, res, protocol: 'http', hijack: () => undefined }, target).catch((err: unknown) => {
       res.writeHead(err instanceof AppError ? err.status : 500).end(err instanceof AppError ? err.code : String(err));
     });
@@ -99,6 +102,14 @@ async function untilDropped(make: (i: number) => Promise<Response>, requestLine:
   }
   throw new Error('no request went out on a pooled connection in 50 tries');
 }
+
+describe('servePreview, the log', () => {
+  it('a refusal is answered without waiting for its log entry to be written', async () => {
+    const answer = await fetch(`${base}/port-8001/x`);
+    expect(answer.status).toBe(403);
+    expect(await answer.text()).toBe('preview.port_denied');
+  });
+});
 
 describe('servePreview, a pooled connection closed before the agent answered', () => {
   it('a GET goes again on a connection asked for and is answered', async () => {

@@ -105,7 +105,8 @@ export async function servePreview(previews: PreviewService, exchange: PreviewEx
     }
   } catch (err) {
     const outcome = err instanceof AppError ? OUTCOMES[err.code] : undefined;
-    if (outcome) await record({ status: null }, outcome, err instanceof AppError ? err.code : null);
+    // Logged, not waited for: a refusal leaves at once (the log gathers its writes, store.ts).
+    if (outcome) void record({ status: null }, outcome, err instanceof AppError ? err.code : null);
     throw err;
   }
   await record(spliced, spliced.outcome, spliced.error);

@@ -18,12 +18,18 @@ export const PREVIEW_LOG_WINDOW_MS = 20;
 /** Events per script call at most (Lua's unpack has a stack limit near 8,000). */
 const APPEND_BATCH_MAX = 1000;
 
+/** Appends; a log whose lease ended (KEYS[3], set by retain) keeps the rest of its retention. */
 const APPEND = `
 local n = redis.call('RPUSH', KEYS[1], unpack(ARGV, 2))
 local max = tonumber(ARGV[1])
 if n > max then
   redis.call('LTRIM', KEYS[1], n - max, -1)
   redis.call('INCRBY', KEYS[2], n - max)
+end
+local left = redis.call('PTTL', KEYS[3])
+if left > 0 then
+  redis.call('PEXPIRE', KEYS[1], left)
+  if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], left) end
 end
 return n`;
 
@@ -45,6 +51,7 @@ export class PreviewLog {
   private k = {
     events: (leaseId: string) => `${this.prefix}previews:${leaseId}`,
     dropped: (leaseId: string) => `${this.prefix}previews:${leaseId}:dropped`,
+    retained: (leaseId: string) => `${this.prefix}previews:${leaseId}:retained`,
   };
 
   /**
@@ -59,7 +66,7 @@ export class PreviewLog {
     }
     batch.texts.push(JSON.stringify(event));
     const written = new Promise<void>((resolve, reject) => batch.written.push({ resolve, reject }));
-    this.timer ??= setTimeout(() => void this.flush(), PREVIEW_LOG_WINDOW_MS);
+    this.timer ??= setTimeout(() => void this.flush(), PREVIEW_LOG_WINDOW_MS).unref();
     return written;
   }
 
@@ -72,17 +79,17 @@ export class PreviewLog {
       clearTimeout(this.timer);
       this.timer = null;
     }
+    // Every script of this flush is sent now, before any answer: on the one connection, Redis
+    // runs them in this order, after those of earlier flushes and before a read sent later.
     await Promise.all(
       batches.map(async ([id, batch]) => {
-        try {
-          for (let at = 0; at < batch.texts.length; at += APPEND_BATCH_MAX) {
-            const texts = batch.texts.slice(at, at + APPEND_BATCH_MAX);
-            await this.redis.eval(APPEND, 2, this.k.events(id), this.k.dropped(id), PREVIEW_LOG_MAX, ...texts);
-          }
-          for (const w of batch.written) w.resolve();
-        } catch (err) {
-          for (const w of batch.written) w.reject(err);
+        const writes: Array<Promise<unknown>> = [];
+        for (let at = 0; at < batch.texts.length; at += APPEND_BATCH_MAX) {
+          const texts = batch.texts.slice(at, at + APPEND_BATCH_MAX);
+          writes.push(this.redis.eval(APPEND, 3, this.k.events(id), this.k.dropped(id), this.k.retained(id), PREVIEW_LOG_MAX, ...texts));
         }
+        const failed = (await Promise.allSettled(writes)).find((w) => w.status === 'rejected');
+        for (const w of batch.written) failed ? w.reject(failed.reason) : w.resolve();
       }),
     );
   }
@@ -102,8 +109,17 @@ export class PreviewLog {
     return { events: texts.map((t) => PreviewEvent.parse(JSON.parse(t))), dropped: Number(dropped ?? 0) };
   }
 
-  /** Starts the retention clock of an ended lease's preview log: it expires after `seconds`. */
+  /**
+   * Starts the retention clock of an ended lease's preview log: it expires after `seconds`, also
+   * when a connection that was still open when the lease ended is logged later.
+   */
   async retain(leaseId: string, seconds: number): Promise<void> {
-    await this.redis.multi().expire(this.k.events(leaseId), seconds).expire(this.k.dropped(leaseId), seconds).exec();
+    await this.flush(leaseId);
+    await this.redis
+      .multi()
+      .set(this.k.retained(leaseId), '1', 'EX', seconds)
+      .expire(this.k.events(leaseId), seconds)
+      .expire(this.k.dropped(leaseId), seconds)
+      .exec();
   }
 }

@@ -34,8 +34,9 @@ const ANSWER_COALESCE_MS = 20;
 /**
  * What a side of the pipe may hold before the other is paused, bytes: a socket read is up to
  * 64 KiB, and with the default 16 KiB every chunk would pause and resume the reading side.
+ * Each stalled connection may hold this much of the sandbox's memory, so no more than four reads.
  */
-const PIPE_HIGH_WATER_MARK_BYTES = 1024 * 1024;
+const PIPE_HIGH_WATER_MARK_BYTES = 256 * 1024;
 /** How long connecting to the server in the sandbox may take, ms. */
 const LOCAL_CONNECT_TIMEOUT_MS = 5000;
 
@@ -177,7 +178,8 @@ async function answer(tunnel: net.Socket, id: string, port: number, options: Pre
   let linger: NodeJS.Timeout | undefined;
   server.once('close', (hadError) => {
     if (hadError) tunnel.destroy();
-    else linger = setTimeout(() => tunnel.destroy(), LINGER_MS).unref();
+    // A tunnel already gone (the control plane ends it after each response) has nothing to flush.
+    else if (!tunnel.destroyed) linger = setTimeout(() => tunnel.destroy(), LINGER_MS).unref();
   });
   // The linger timer goes with the tunnel: held for LINGER_MS, it would keep every closed tunnel in memory that long.
   tunnel.once('close', () => {
