@@ -6,14 +6,16 @@
  * this test adds to the host's loopback interface. A destination is shown blocked by running a
  * server there and showing it received nothing, next to a control that reaches it.
  */
-import { copyFile, mkdtemp, writeFile } from 'node:fs/promises';
+import { copyFile, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import dns2 from 'dns2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_ROOT, docker, startHarness, type Harness, execIn, bridgeHostAddress } from './fixtures/index.js';
+import { REPO_ROOT, docker, startHarness, type Harness, execIn, bridgeHostAddress, useScratchDirs } from './fixtures/index.js';
+
+/** Temporary directories of this file, removed after its tests. */
+const scratch = useScratchDirs();
 
 /** An HTTP server on the host that counts the requests it got. */
 interface Destination {
@@ -69,7 +71,7 @@ beforeAll(async () => {
   const listening = await dnsServer.listen({ udp: { port: 0, address: '127.0.0.1' } });
   const dnsPort = (listening.udp as AddressInfo).port;
 
-  const policyDir = await mkdtemp(join(tmpdir(), 'sbx-egress-policies-'));
+  const policyDir = await scratch('sbx-egress-policies-');
   await copyFile(join(REPO_ROOT, 'policies', 'default.yaml'), join(policyDir, 'default.yaml'));
   const defaults = (await import('yaml')).parse(
     await (await import('node:fs/promises')).readFile(join(REPO_ROOT, 'policies', 'default.yaml'), 'utf8'),

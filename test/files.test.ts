@@ -3,12 +3,12 @@
  * whole before anything reaches the sandbox.
  */
 import { createHash } from 'node:crypto';
-import { mkdtemp, mkdir, readFile, writeFile, readdir } from 'node:fs/promises';
+import { mkdir, readFile, writeFile, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { SbxError } from '../sdk/index.js';
-import { useLeasedSandbox, type Harness, tarBytes } from './fixtures/index.js';
+import { scratchDir, useLeasedSandbox, type Harness, tarBytes } from './fixtures/index.js';
 import * as tar from 'tar-stream';
 
 let h: Harness;
@@ -21,7 +21,7 @@ const { exec } = useLeasedSandbox((harness, id) => {
 
 describe('files', () => {
   it('a directory with emoji, spaces and non-Latin names round-trips: upload, read in the sandbox, download', async () => {
-    const local = await mkdtemp(join(tmpdir(), 'sbx-up-'));
+    const local = await scratchDir('sbx-up-');
     await mkdir(join(local, 'dir with space'));
     await writeFile(join(local, 'dir with space', 'файл 🚀.txt'), 'content ünï\n');
     await writeFile(join(local, '数据.json'), '{"a":1}');
@@ -30,7 +30,7 @@ describe('files', () => {
     expect(summary.entries).toBe(4);
     const r = await exec("cat '/workspace/rt/dir with space/файл 🚀.txt'; stat -c '%U' /workspace/rt/数据.json");
     expect(r.stdout).toBe('content ünï\nsandbox\n');
-    const back = await mkdtemp(join(tmpdir(), 'sbx-down-'));
+    const back = await scratchDir('sbx-down-');
     await h.client.download(leaseId, '/workspace/rt', back);
     expect(await readFile(join(back, 'rt', 'dir with space', 'файл 🚀.txt'), 'utf8')).toBe('content ünï\n');
     expect((await readdir(join(back, 'rt'))).sort()).toEqual(['dir with space', '数据.json'].sort());
@@ -94,7 +94,7 @@ describe('files', () => {
       (await h.client.submitCall(leaseId, 'exec', { cmd: 'sha256sum < /workspace/big/blob' }, { waitSeconds: 30 })) as { stdout: string }
     ).stdout.split(' ')[0];
     for (let i = 0; i < 5; i++) {
-      const dir = await mkdtemp(join(tmpdir(), 'sbx-big-'));
+      const dir = await scratchDir('sbx-big-');
       await h.client.download(leaseId, '/workspace/big/blob', dir);
       expect(
         createHash('sha256')
@@ -120,14 +120,14 @@ describe('files', () => {
     };
     expect((await entriesOf('/workspace')).map((x) => x.name)).toContain('workspace/dl/f');
     expect((await entriesOf('/workspace/dl/lnk')).map((x) => [x.name, x.type, x.linkname])).toEqual([['lnk', 'symlink', 'f']]);
-    const nl = await mkdtemp(join(tmpdir(), 'sbx-dl-'));
+    const nl = await scratchDir('sbx-dl-');
     await h.client.download(leaseId, '/workspace/dl/nl\n', nl);
     expect(await readFile(join(nl, 'nl\n'), 'utf8')).toBe('secret');
   });
 
   it('a download or upload through a symlink leading out of /workspace is refused, even where the tool user could read', async () => {
     await exec('ln -sfn /etc /workspace/etc-out && ln -sfn /home/sandbox /workspace/home-out');
-    const dir = await mkdtemp(join(tmpdir(), 'sbx-dl-'));
+    const dir = await scratchDir('sbx-dl-');
     await expect(h.client.download(leaseId, '/workspace/etc-out/passwd', dir)).rejects.toMatchObject({
       code: 'input.path_outside_workspace',
       status: 400,
@@ -141,7 +141,7 @@ describe('files', () => {
 
   it('a download through a planted symlink reads no more than the tool user may (agent credentials stay closed)', async () => {
     await exec('ln -sfn /run/sbx /workspace/to-run');
-    const dir = await mkdtemp(join(tmpdir(), 'sbx-dl-'));
+    const dir = await scratchDir('sbx-dl-');
     await expect(h.client.download(leaseId, '/workspace/to-run/agent', dir)).rejects.toMatchObject({
       code: 'input.path_outside_workspace',
       status: 400,
@@ -150,7 +150,7 @@ describe('files', () => {
   });
 
   it('a single file uploads into the target directory under its own name; a file as archive root is refused', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'sbx-file-'));
+    const dir = await scratchDir('sbx-file-');
     await writeFile(join(dir, 'one.txt'), 'just one\n');
     await h.client.upload(leaseId, join(dir, 'one.txt'), '/workspace/single');
     expect((await exec('cat /workspace/single/one.txt')).stdout).toBe('just one\n');

@@ -3,12 +3,14 @@
  * read-only mounts from the control plane's mount allowlist.
  */
 import { existsSync } from 'node:fs';
-import { chmod, copyFile, mkdir, mkdtemp, readFile, symlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { chmod, copyFile, mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { REPO_ROOT, containersOf, startHarness, type Harness, execIn } from './fixtures/index.js';
+import { REPO_ROOT, containersOf, startHarness, type Harness, execIn, useScratchDirs } from './fixtures/index.js';
+
+/** Temporary directories of this file, removed after its tests. */
+const scratch = useScratchDirs();
 
 let h: Harness;
 let allowedDir: string;
@@ -22,7 +24,7 @@ async function mountPolicy(dir: string, name: string, mounts: Array<{ hostPath: 
 }
 
 beforeAll(async () => {
-  const root = await mkdtemp(join(tmpdir(), 'sbx-mounts-'));
+  const root = await scratch('sbx-mounts-');
   allowedDir = join(root, 'allowed');
   outsideDir = join(root, 'outside');
   await mkdir(join(allowedDir, 'dataset'), { recursive: true });
@@ -35,7 +37,7 @@ beforeAll(async () => {
   // A symlink inside the allowed directory that leads out of it.
   await symlink(outsideDir, join(allowedDir, 'escape'));
 
-  const policyDir = await mkdtemp(join(tmpdir(), 'sbx-mount-policies-'));
+  const policyDir = await scratch('sbx-mount-policies-');
   await copyFile(join(REPO_ROOT, 'policies', 'default.yaml'), join(policyDir, 'default.yaml'));
   await mountPolicy(policyDir, 'with-dataset', [{ hostPath: join(allowedDir, 'dataset'), containerPath: '/data' }]);
   await mountPolicy(policyDir, 'via-symlink', [{ hostPath: join(allowedDir, 'escape'), containerPath: '/data' }]);

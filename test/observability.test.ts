@@ -5,16 +5,18 @@
  * label and status.
  */
 import { spawnSync } from 'node:child_process';
-import { copyFile, mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { copyFile, readFile, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ErrorBody } from '../contract/errors.js';
 import type { ToolResult } from '../contract/objects.js';
-import { REPO_ROOT, docker, startHarness, type Harness, execIn, eventually } from './fixtures/index.js';
+import { REPO_ROOT, docker, startHarness, type Harness, execIn, eventually, useScratchDirs } from './fixtures/index.js';
+
+/** Temporary directories of this file, removed after its tests. */
+const scratch = useScratchDirs();
 
 let h: Harness;
 let upstream: Server;
@@ -26,7 +28,7 @@ beforeAll(async () => {
   upstream = createServer((_req, res) => res.end('hello\n'));
   await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.2', resolve));
   upstreamPort = (upstream.address() as AddressInfo).port;
-  const policyDir = await mkdtemp(join(tmpdir(), 'sbx-obs-policies-'));
+  const policyDir = await scratch('sbx-obs-policies-');
   await copyFile(join(REPO_ROOT, 'policies', 'default.yaml'), join(policyDir, 'default.yaml'));
   const defaults = (await import('yaml')).parse(await readFile(join(REPO_ROOT, 'policies', 'default.yaml'), 'utf8'));
   // The destination is on loopback, which only a cidr rule reaches; 127.0.0.3 is denied.

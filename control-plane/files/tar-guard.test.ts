@@ -1,16 +1,16 @@
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import * as tar from 'tar-stream';
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../contract/errors.js';
+import { scratchDir } from '../../test/fixtures/scratch.js';
 import { tarBytes, type FixtureEntry } from '../../test/fixtures/tar.js';
 import { guardArchive, unsafeReason } from './tar-guard.js';
 
 const owner = { uid: 1000, gid: 1000, uname: 'sandbox', gname: 'sandbox' };
 
 async function tarFile(entries: FixtureEntry[]): Promise<string> {
-  const file = join(await mkdtemp(join(tmpdir(), 'sbx-tar-')), 'in.tar');
+  const file = join(await scratchDir('sbx-tar-'), 'in.tar');
   await writeFile(file, await tarBytes(entries));
   return file;
 }
@@ -101,7 +101,7 @@ describe('guardArchive', () => {
   });
 
   it('rejects bytes that are not a tar archive', async () => {
-    const file = join(await mkdtemp(join(tmpdir(), 'sbx-tar-')), 'junk.tar');
+    const file = join(await scratchDir('sbx-tar-'), 'junk.tar');
     await writeFile(file, Buffer.alloc(2048, 7));
     await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({ code: 'files.invalid_archive' });
   });
@@ -111,7 +111,7 @@ describe('guardArchive', () => {
       { name: 'ok.txt', content: 'fine' },
       { name: 'big.bin', content: 'x'.repeat(100_000) },
     ]);
-    const file = join(await mkdtemp(join(tmpdir(), 'sbx-tar-')), 'cut.tar');
+    const file = join(await scratchDir('sbx-tar-'), 'cut.tar');
     await writeFile(file, full.subarray(0, 1024 + 512 + 50_000));
     await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({
       code: 'files.invalid_archive',
@@ -124,7 +124,7 @@ describe('guardArchive', () => {
       { name: 'ok.txt', content: 'fine' },
       { name: 'second.txt', content: 'x' },
     ]);
-    const file = join(await mkdtemp(join(tmpdir(), 'sbx-tar-')), 'bad.tar');
+    const file = join(await scratchDir('sbx-tar-'), 'bad.tar');
     await writeFile(file, full.subarray(0, 1024 + 200));
     await expect(guardArchive(file, `${file}.out`, owner)).rejects.toMatchObject({
       code: 'files.invalid_archive',

@@ -1,10 +1,10 @@
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { parse as parseYaml } from 'yaml';
 import { AppError } from '../../contract/errors.js';
+import { scratchDir } from '../../test/fixtures/scratch.js';
 import { readPolicyFiles } from './files.js';
 import { Policy, policyRef, validatePolicy } from './schema.js';
 
@@ -26,7 +26,7 @@ describe('policy files', () => {
   });
 
   it('several versions of one name load in version order; the digest changes with content', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'sbx-pol-'));
+    const dir = await scratchDir('sbx-pol-');
     const text = await readFile(join(policiesDir, 'default.yaml'), 'utf8');
     await writeFile(
       join(dir, 'a.yaml'),
@@ -40,7 +40,7 @@ describe('policy files', () => {
   });
 
   it('two files with the same name and version are policy.invalid naming the second', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'sbx-pol-'));
+    const dir = await scratchDir('sbx-pol-');
     const text = await readFile(join(policiesDir, 'default.yaml'), 'utf8');
     await writeFile(join(dir, 'a.yaml'), text);
     await writeFile(join(dir, 'b.yaml'), text);
@@ -48,7 +48,7 @@ describe('policy files', () => {
   });
 
   it('refuses writable roots that add up to more than the memory limit (they are tmpfs)', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'sbx-pol-'));
+    const dir = await scratchDir('sbx-pol-');
     const text = await readFile(join(policiesDir, 'default.yaml'), 'utf8');
     await writeFile(join(dir, 'big.yaml'), text.replace('sizeBytes: 1073741824', 'sizeBytes: 4294967296'));
     await expect(readPolicyFiles(dir)).rejects.toMatchObject({
@@ -58,7 +58,7 @@ describe('policy files', () => {
   });
 
   it('an invalid policy file is policy.invalid naming the file and the field', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'sbx-pol-'));
+    const dir = await scratchDir('sbx-pol-');
     await writeFile(join(dir, 'broken.yaml'), 'name: broken\nversion: 1\nnetwork: { mode: sideways }\n');
     const err = await readPolicyFiles(dir).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(AppError);

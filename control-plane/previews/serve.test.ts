@@ -25,6 +25,7 @@ const PORT = 8000;
 const PREFIX = `/v1/sandboxes/sbx_test/ports/${PORT}`;
 let dir: string;
 let server: http.Server;
+let tunnels: PreviewTunnels;
 let base: string;
 /** Request lines the agent received on a pooled connection it then closed unanswered. */
 const dropped: string[] = [];
@@ -58,7 +59,7 @@ function agentOpen(open: PreviewOpen): void {
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'sbx-serve-test-'));
-  const tunnels = new PreviewTunnels({
+  tunnels = new PreviewTunnels({
     dirOf: () => dir,
     signal: async (_leaseId, message) => agentOpen(message),
     log: { warn: () => undefined },
@@ -84,12 +85,13 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as net.AddressInfo).port}${PREFIX}`;
-  afterAll(async () => {
-    for (const s of agentSockets) s.destroy();
-    await tunnels.close();
-    await new Promise((resolve) => server.close(resolve));
-    await rm(dir, { recursive: true, force: true });
-  });
+});
+
+afterAll(async () => {
+  for (const s of agentSockets) s.destroy();
+  await tunnels?.close();
+  if (server) await new Promise((resolve) => server.close(resolve));
+  if (dir) await rm(dir, { recursive: true, force: true });
 });
 
 /** Sends requests `make(i)` until one was sent on a pooled connection that closed unanswered; returns its answer. */

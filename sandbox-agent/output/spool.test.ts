@@ -1,12 +1,11 @@
-import { mkdtemp, readFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { readFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
+import { scratchDir } from '../../test/fixtures/scratch.js';
 import { SpoolBudget, StreamSpool } from './spool.js';
 
 describe('StreamSpool', () => {
   it('keeps up to its own cap and marks the rest as cut', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'sbx-spool-'));
+    const dir = await scratchDir('sbx-spool-');
     const spool = new StreamSpool(dir, 'a', 5, new SpoolBudget(100));
     spool.write(Buffer.from('abc'));
     spool.write(Buffer.from('defg'));
@@ -16,7 +15,7 @@ describe('StreamSpool', () => {
   });
 
   it('spools of one sandbox share a budget: what one holds the other cannot, until it is removed', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'sbx-spool-'));
+    const dir = await scratchDir('sbx-spool-');
     const budget = new SpoolBudget(10);
     const first = new StreamSpool(dir, 'first', 100, budget);
     const second = new StreamSpool(dir, 'second', 100, budget);
