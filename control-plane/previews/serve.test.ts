@@ -8,19 +8,20 @@
  * the preview log.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
 import net from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../contract/errors.js';
 import type { PreviewOpen } from '../../contract/previews.js';
+import { useScratchDirs } from '../../test/fixtures/scratch.js';
 import type { LeaseRecord } from '../leases/store.js';
 import { servePreview } from './serve.js';
 import { PreviewService } from './service.js';
 import { PreviewTunnels } from './tunnel.js';
 
+/** Temporary directories of this file, removed after its tests. */
+const scratch = useScratchDirs();
 const PORT = 8000;
 const PREFIX = `/v1/sandboxes/sbx_test/ports/${PORT}`;
 let dir: string;
@@ -58,7 +59,7 @@ function agentOpen(open: PreviewOpen): void {
 }
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'sbx-serve-test-'));
+  dir = await scratch('sbx-serve-test-');
   tunnels = new PreviewTunnels({
     dirOf: () => dir,
     signal: async (_leaseId, message) => agentOpen(message),
@@ -91,7 +92,6 @@ afterAll(async () => {
   for (const s of agentSockets) s.destroy();
   await tunnels?.close();
   if (server) await new Promise((resolve) => server.close(resolve));
-  if (dir) await rm(dir, { recursive: true, force: true });
 });
 
 /** Sends requests `make(i)` until one was sent on a pooled connection that closed unanswered; returns its answer. */

@@ -10,7 +10,7 @@ import { upgradeHead } from '../http/upgrade.js';
 import type { LeaseRecord } from '../leases/store.js';
 import { loggedPath, upstreamTarget } from './paths.js';
 import { replayable, spliceHttp, spliceUpgrade, type Forwarding, type Spliced } from './proxy.js';
-import { closedBeforeAnswer } from './tunnel.js';
+import { closedBeforeAnswer, type EarlyTunnel, type Tunnel } from './tunnel.js';
 import type { PreviewService } from './service.js';
 
 /** Error codes that end a preview before or instead of the server's answer, as log outcomes. */
@@ -89,19 +89,20 @@ export async function servePreview(previews: PreviewService, exchange: PreviewEx
       exchange.hijack();
       spliced = await spliceUpgrade(tunnel, req, req.socket, upgradeHead(req), target, fwd);
     } else {
+      const splice = (tunnel: Tunnel | EarlyTunnel): Promise<Spliced> =>
+        spliceHttp(tunnel, req, exchange.res, target, fwd, exchange.hijack);
+      const signalled = async (): Promise<Spliced> => splice(await previews.open(t.lease, t.port));
       // A plain request rides early data when it can: it reaches the server one round trip through the agent sooner.
       const early = await previews.openEarly(t.lease, t.port);
-      if (early === null) spliced = await spliceHttp(await previews.open(t.lease, t.port), req, exchange.res, target, fwd, exchange.hijack);
-      else {
-        try {
-          spliced = await spliceHttp(early, req, exchange.res, target, fwd, exchange.hijack);
-        } catch (err) {
-          // The pooled connection closed before the agent said anything (it restarted): what
-          // can be sent twice goes again, on a connection asked for; the rest fails as it did.
-          if (!closedBeforeAnswer(err) || !replayable(req)) throw err;
-          spliced = await spliceHttp(await previews.open(t.lease, t.port), req, exchange.res, target, fwd, exchange.hijack);
-        }
-      }
+      spliced =
+        early === null
+          ? await signalled()
+          : await splice(early).catch((err: unknown) => {
+              // The pooled connection closed before the agent said anything (it restarted): what
+              // can be sent twice goes again, on a connection asked for; the rest fails as it did.
+              if (!closedBeforeAnswer(err) || !replayable(req)) throw err;
+              return signalled();
+            });
     }
   } catch (err) {
     const outcome = err instanceof AppError ? OUTCOMES[err.code] : undefined;
