@@ -5,7 +5,11 @@
  * `<rootPrefix>lease:<leaseId>`; the per-lease Redis ACL user is limited to that pattern, so an
  * agent cannot read or write another sandbox's queues. Inside the namespace:
  * - BullMQ queue `calls` (control plane → agent): one job per call, job id = `callId`.
- * - BullMQ queue `returns` (agent → control plane): events and results, deterministic job ids.
+ * - stream `returns` (agent → control plane): events, results and artifact chunks, one entry each
+ *   (`encodeReturn`), in the order the agent produced them; the control plane deletes an entry
+ *   once it is ledgered. Every message carries its deterministic identity (an event's
+ *   `attemptId` + `n`, a result's `callId`, a chunk's `artifactId` + `index`), so one delivered
+ *   twice (a resend after a reconnect, a consumer that died before its delete) is stored once.
  * - `attempt:<callId>`: the agent's durable "an attempt started" marker (dedupe on redelivery).
  * - `cancel:<callId>`: the control plane's durable "cancel requested" marker, checked by the
  *   agent before it starts a call (the `control` message only reaches a running one).
@@ -33,7 +37,6 @@ export const CALL_QUEUE = 'calls';
 export const ARTIFACT_CHUNK_BYTES = 1024 * 1024;
 /** Artifact ids: safe as file names and Redis keys. */
 export const ArtifactId = z.string().regex(/^art_[a-z0-9]{8,64}$/);
-export const RETURN_QUEUE = 'returns';
 
 /** Names of the keys of one lease's namespace. `namespace` doubles as the BullMQ `prefix`. */
 export interface LeaseKeys {
@@ -46,6 +49,8 @@ export interface LeaseKeys {
   readonly bound: string;
   /** The file change log: a Redis stream of `ChangeEntry` (contract/watch.ts), entry ids `<seq>-0`. */
   readonly changes: string;
+  /** The return stream (agent → control plane): one `encodeReturn` entry per `ReturnMessage`. */
+  readonly returns: string;
   attempt(callId: string): string;
   cancel(callId: string): string;
   /** The stream of `InputMessage`s to a running call (terminal input and resizes, piped stdin). */
@@ -71,6 +76,7 @@ export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
     secrets: `${namespace}:secrets`,
     bound: `${namespace}:bound`,
     changes: `${namespace}:changes`,
+    returns: `${namespace}:returns`,
     attempt: (callId) => `${namespace}:attempt:${callId}`,
     cancel: (callId) => `${namespace}:cancel:${callId}`,
     input: (callId) => `${namespace}:input:${callId}`,
@@ -182,7 +188,8 @@ export const ReturnMessage = z.discriminatedUnion('kind', [
     artifactId: ArtifactId,
     index: z.number().int().nonnegative(),
     sha256: z.string(),
-    dataBase64: z.string(),
+    /** The chunk's bytes: raw in the stream entry (its `d` field), never base64 in the JSON. */
+    data: z.custom<Buffer>((v) => Buffer.isBuffer(v), 'expected the chunk bytes'),
   }),
   /** The artifact is complete: its size (bytes), chunk count and whole sha256 (hex) to verify. */
   z.object({
@@ -197,6 +204,39 @@ export const ReturnMessage = z.discriminatedUnion('kind', [
   }),
 ]);
 export type ReturnMessage = z.infer<typeof ReturnMessage>;
+
+/** The fields of a return stream entry: `m` the message as JSON, `d` an artifact chunk's raw bytes. */
+export const RETURN_FIELD = 'm';
+export const RETURN_DATA_FIELD = 'd';
+
+/** A `ReturnMessage` as the field/value list of its stream entry (XADD): the JSON, and a chunk's bytes beside it. */
+export function encodeReturn(message: ReturnMessage): (string | Buffer)[] {
+  if (message.kind !== 'artifact_chunk') return [RETURN_FIELD, JSON.stringify(message)];
+  const { data, ...rest } = message;
+  return [RETURN_FIELD, JSON.stringify(rest), RETURN_DATA_FIELD, data];
+}
+
+/**
+ * A return stream entry's field/value list (as XREAD returns it, in Buffers) back into the
+ * message it encodes, unvalidated: the caller parses it with `ReturnMessage` (an agent is not
+ * trusted to send well-formed entries). Returns null when there is no JSON `m` field.
+ */
+export function decodeReturn(fields: readonly Buffer[]): unknown {
+  let json: unknown = null;
+  let data: Buffer | undefined;
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    const name = fields[i]!.toString();
+    if (name === RETURN_FIELD) {
+      try {
+        json = JSON.parse(fields[i + 1]!.toString());
+      } catch {
+        return null;
+      }
+    } else if (name === RETURN_DATA_FIELD) data = fields[i + 1]!;
+  }
+  if (json === null || typeof json !== 'object' || Array.isArray(json)) return null;
+  return data === undefined ? json : { ...json, data };
+}
 
 /** What the agent pushes to `hello` once connected: the facts the manifest is built from. */
 export const AgentHello = z.object({ leaseId: z.string(), facts: SandboxFacts, startedAt: z.string() });

@@ -13,20 +13,10 @@
  */
 import { readFileSync } from 'node:fs';
 import { chmod, mkdir, readdir, rm } from 'node:fs/promises';
-import { Queue, Worker } from 'bullmq';
+import { Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import pino from 'pino';
-import {
-  AgentConfig,
-  AgentHello,
-  BIND_JOB,
-  CALL_QUEUE,
-  ControlMessage,
-  LeaseBinding,
-  RETURN_QUEUE,
-  leaseKeys,
-  type BindAck,
-} from '../contract/queue.js';
+import { AgentConfig, AgentHello, BIND_JOB, CALL_QUEUE, ControlMessage, LeaseBinding, leaseKeys, type BindAck } from '../contract/queue.js';
 import type { CodeCacheUse } from './boot.js';
 import type { AgentTool } from './execution/attempt.js';
 import { CallRunner } from './execution/call-runner.js';
@@ -35,7 +25,7 @@ import { measureFacts } from './host/facts.js';
 import { dialPreview } from './host/preview-dialer.js';
 import { detectShell } from './host/image-probe.js';
 import { redisInput, type StreamEntry } from './link/input-stream.js';
-import { ReturnChannel } from './link/return-channel.js';
+import { ReturnChannel, type ReturnStream } from './link/return-channel.js';
 import { redisBeginAttempt } from './link/attempt-start.js';
 import { AccessScheduler } from './execution/scheduler.js';
 import { ProcessTrees } from './host/process-trees.js';
@@ -83,14 +73,11 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
   // Taken before anything runs: a lease missing a granted secret fails instead of starting.
   const secrets = await LeaseSecrets.load(config, () => redis.getdel(keys.secrets));
   mark('redis');
-  const returnQueue = new Queue(RETURN_QUEUE, {
-    connection: redis,
-    prefix: keys.namespace,
-    // Completed jobs go at once: the control plane's ledger holds what they carried. A message
-    // the control plane could not take yet (an artifact's end before its last chunk, a Redis
-    // hiccup) is retried; ledgering is idempotent.
-    defaultJobOptions: { removeOnComplete: true, removeOnFail: { age: 24 * 3600 }, attempts: 10, backoff: { type: 'fixed', delay: 200 } },
-  });
+  // Nothing is trimmed here: an entry leaves the stream once the control plane ledgered it.
+  const returnStream: ReturnStream = {
+    append: (fields) => redis.xadd(keys.returns, '*', ...fields),
+    backlog: () => redis.xlen(keys.returns),
+  };
   const worker = new ToolUserWorker(process.argv[1]!, {
     uid: config.toolUser.uid,
     gid: config.toolUser.gid,
@@ -147,7 +134,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     keys,
     secrets,
     tools,
-    returns: new ReturnChannel(returnQueue),
+    returns: new ReturnChannel(returnStream),
     log,
     beginAttempt: redisBeginAttempt((script, numKeys, ...args) => redis.eval(script, numKeys, ...args), keys),
   });
@@ -207,7 +194,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     await queueWorker.close();
     worker.stop();
     fileWatch.stop();
-    await Promise.allSettled([returnQueue.close(), subscriber.quit(), redis.quit()]);
+    await Promise.allSettled([subscriber.quit(), redis.quit()]);
     process.exit(0);
   };
   process.once('SIGTERM', () => void shutdown());

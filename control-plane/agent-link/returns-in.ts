@@ -1,13 +1,15 @@
 /**
- * What comes back from a lease's agent: its `returns` queue (events, results, artifact chunks),
- * consumed by one BullMQ worker per lease with concurrency 1, so messages are handed on in the
- * order the agent sent them, and by one control-plane process at a time (the consumer lock).
- * The handler is the composition root's: returns meet calls there, not in leases/.
+ * What comes back from a lease's agent: its return stream (`LeaseKeys.returns`: events,
+ * results, artifact chunks; contract/queue.ts). One blocking XREAD per control-plane process
+ * reads the streams of every lease it consumes; each lease's messages are handed on one at a
+ * time in stream order, and an entry is deleted once handled. One process at a time consumes a
+ * lease (the consumer lock). The handler is the composition root's: returns meet calls there,
+ * not in leases/.
  */
-import { Queue, Worker } from 'bullmq';
-import type { Redis, RedisOptions } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
-import { RETURN_QUEUE, ReturnMessage, leaseKeys } from '../../contract/queue.js';
+import { AppError } from '../../contract/errors.js';
+import { ReturnMessage, decodeReturn, leaseKeys } from '../../contract/queue.js';
 import type { RedisLock } from '../redis/lock.js';
 import type { Liveness } from './liveness.js';
 
@@ -17,12 +19,48 @@ export type ReturnHandler = (leaseId: string, message: ReturnMessage) => Promise
 const LOCK_MS = 15_000;
 /** Renewal period of consumer locks, ms. */
 const RENEW_MS = 5_000;
-/** Poll period while draining a return queue, ms (BullMQ has no event for "queue empty"). */
+/** Poll period while draining a return stream, ms (Redis has no event for "stream empty"). */
 const DRAIN_POLL_MS = 25;
+/** Entries read ahead per lease: past it the lease is left out of the read until its handler caught up. */
+const READ_AHEAD = 64;
+/** The longest one blocking read waits before it looks at the set of leases again, ms (new leases wake it at once). */
+const BLOCK_MS = 5_000;
+/** First and longest wait before a message whose handling failed (Redis, disk) is handled again, ms. */
+const RETRY_FIRST_MS = 100;
+const RETRY_MAX_MS = 2_000;
+
+interface Entry {
+  id: string;
+  fields: Buffer[];
+}
+
+/** One consumed lease: where its reading stands and what waits for its handler. */
+interface Consumed {
+  leaseId: string;
+  key: string;
+  /** The id of the last entry read (XREAD continues after it). */
+  lastId: string;
+  backlog: Entry[];
+  /** The handler's run over the backlog, while one goes on. */
+  running: Promise<void> | null;
+  stopped: boolean;
+}
 
 export class ReturnsIn {
-  private readonly workers = new Map<string, Worker>();
+  private readonly consumed = new Map<string, Consumed>();
+  private readonly byKey = new Map<string, Consumed>();
   private renewer: NodeJS.Timeout | null = null;
+  /** The blocking connection of the reader, while it runs. */
+  private reader: Redis | null = null;
+  private readerLoop: Promise<void> | null = null;
+  private closed = false;
+  /**
+   * This process's wake-up stream: the reader also waits on it, so an entry appended there (a
+   * lease to consume, a lease whose handler caught up) ends its blocking read at once — also
+   * when the entry arrives before the read does.
+   */
+  private readonly wakeKey: string;
+  private wakeId = '0-0';
 
   constructor(
     private readonly redis: Redis,
@@ -32,19 +70,24 @@ export class ReturnsIn {
     private readonly liveness: Pick<Liveness, 'processId' | 'isAlive'>,
     private readonly handler: ReturnHandler,
     private readonly log: Logger,
-  ) {}
+    /** `blockMs`: the longest one blocking read waits (tests set it long, to prove nothing depends on its end). */
+    private readonly tuning: { blockMs: number } = { blockMs: BLOCK_MS },
+  ) {
+    this.wakeKey = `${rootPrefix}returns-wake:${liveness.processId}`;
+  }
 
   /**
-   * Starts consuming the lease's return queue, unless another control-plane process does:
+   * Starts consuming the lease's return stream, unless another control-plane process does:
    * exactly one process holds a lease's consumer lock (`<prefix>consumer:<leaseId>`, renewed
    * every RENEW_MS, lost after LOCK_MS), so messages are ledgered one at a time in the order the
    * agent sent them — with two consumers, a result could overtake the output events before it.
-   * A lock whose holder's liveness key is gone (it crashed) is taken over at once.
+   * A lock whose holder's liveness key is gone (it crashed) is taken over at once, and its
+   * entries not yet deleted are handled again (ledgering is idempotent).
    * Idempotent; returns whether this process consumes. Messages that fail the schema are
    * dropped and logged.
    */
   async start(leaseId: string): Promise<boolean> {
-    if (this.workers.has(leaseId)) return true;
+    if (this.consumed.has(leaseId)) return true;
     const key = this.lockKey(leaseId);
     const me = this.liveness.processId;
     if (!(await this.lock.acquire(key, me, LOCK_MS))) {
@@ -55,35 +98,26 @@ export class ReturnsIn {
         holder !== null && !mine && !(await this.liveness.isAlive(holder)) && (await this.lock.steal(key, holder, me, LOCK_MS));
       if (!mine && !orphaned) return false;
     }
-    const worker = new Worker(
-      RETURN_QUEUE,
-      async (job) => {
-        const parsed = ReturnMessage.safeParse(job.data);
-        if (!parsed.success) {
-          this.log.warn({ sandboxId: leaseId, jobId: job.id, issues: parsed.error.issues }, 'dropped malformed message from sandbox agent');
-          return;
-        }
-        await this.handler(leaseId, parsed.data);
-      },
-      // Ledgering is idempotent, so a message whose consumer died mid-way is simply taken
-      // again: soon (a 10 s lock, checked every 5 s) rather than BullMQ's default 30 s.
-      {
-        connection: this.options,
-        prefix: leaseKeys(this.rootPrefix, leaseId).namespace,
-        concurrency: 1,
-        lockDuration: 10_000,
-        stalledInterval: 5_000,
-      },
-    );
-    worker.on('error', (err) => this.log.warn({ sandboxId: leaseId, err }, 'return worker error'));
-    this.workers.set(leaseId, worker);
+    if (this.consumed.has(leaseId)) return true;
+    const lease: Consumed = {
+      leaseId,
+      key: leaseKeys(this.rootPrefix, leaseId).returns,
+      lastId: '0-0',
+      backlog: [],
+      running: null,
+      stopped: false,
+    };
+    this.consumed.set(leaseId, lease);
+    this.byKey.set(lease.key, lease);
     this.renewer ??= setInterval(() => void this.renewLocks(), RENEW_MS).unref();
+    this.readerLoop ??= this.read();
+    await this.wake();
     return true;
   }
 
-  /** Extends this process's consumer locks; a lock found lost (this process was too slow) stops its worker. */
+  /** Extends this process's consumer locks; a lock found lost (this process was too slow) stops its consumer. */
   private async renewLocks(): Promise<void> {
-    for (const leaseId of [...this.workers.keys()]) {
+    for (const leaseId of [...this.consumed.keys()]) {
       // A Redis error is not a lost lock: try again next round (the lock outlives three of them).
       const held = await this.lock.renew(this.lockKey(leaseId), this.liveness.processId, LOCK_MS).catch(() => null);
       if (held === false) {
@@ -93,45 +127,151 @@ export class ReturnsIn {
     }
   }
 
-  /** Stops consuming and gives up the consumer lock (idempotent). */
+  /** Stops consuming (after the message in hand is handled) and gives up the consumer lock (idempotent). */
   async stop(leaseId: string): Promise<void> {
-    const worker = this.workers.get(leaseId);
-    this.workers.delete(leaseId);
-    if (!worker) return;
-    await Promise.allSettled([worker.close()]);
+    const lease = this.consumed.get(leaseId);
+    if (!lease) return;
+    this.consumed.delete(leaseId);
+    this.byKey.delete(lease.key);
+    lease.stopped = true;
+    await lease.running;
     await this.lock.release(this.lockKey(leaseId), this.liveness.processId).catch(() => undefined);
   }
 
   /**
-   * Waits until the lease's return queue has nothing waiting or in progress (so what the agent
-   * sent before it stopped is ledgered, by this process or the one holding the consumer lock),
-   * at most `timeoutMs`. No-op when no process consumes the lease's returns.
+   * Waits until the lease's return stream is empty (so what the agent sent before it stopped is
+   * ledgered, by this process or the one holding the consumer lock), at most `timeoutMs`. No-op
+   * when no process consumes the lease's returns.
    */
   async drain(leaseId: string, timeoutMs: number): Promise<void> {
-    // Whichever process consumes the returns (the consumer lock's holder), wait for it.
-    if (!this.workers.has(leaseId) && !(await this.lock.held(this.lockKey(leaseId)))) return;
-    const queue = new Queue(RETURN_QUEUE, { connection: this.redis, prefix: leaseKeys(this.rootPrefix, leaseId).namespace });
-    try {
-      const deadline = Date.now() + timeoutMs;
-      while (Date.now() < deadline) {
-        const counts = await queue.getJobCounts('waiting', 'active', 'prioritized', 'delayed');
-        if (Object.values(counts).every((n) => n === 0)) return;
-        await new Promise((r) => setTimeout(r, DRAIN_POLL_MS));
-      }
-    } finally {
-      await queue.close();
+    if (!this.consumed.has(leaseId) && !(await this.lock.held(this.lockKey(leaseId)))) return;
+    const key = leaseKeys(this.rootPrefix, leaseId).returns;
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      if ((await this.redis.xlen(key)) === 0) return;
+      await new Promise((r) => setTimeout(r, DRAIN_POLL_MS));
     }
   }
 
   /** Lease ids this process consumes returns for. */
   active(): string[] {
-    return [...this.workers.keys()];
+    return [...this.consumed.keys()];
   }
 
-  /** Stops every worker and the lock renewal. */
+  /** Stops every consumer, the reader and the lock renewal. */
   async close(): Promise<void> {
+    this.closed = true;
     if (this.renewer) clearInterval(this.renewer);
+    this.reader?.disconnect();
+    await this.readerLoop;
     await Promise.allSettled(this.active().map((id) => this.stop(id)));
+    await this.redis.del(this.wakeKey).catch(() => undefined);
+  }
+
+  /** Ends the reader's blocking read so that it reads the current set of leases. */
+  private async wake(): Promise<void> {
+    // Kept one entry long; it expires should this process die without closing.
+    await this.redis.multi().xadd(this.wakeKey, 'MAXLEN', '1', '*', 'w', '1').pexpire(this.wakeKey, 3_600_000).exec();
+  }
+
+  /** The reader: one blocking XREAD over the wake-up stream and every consumed lease with room to read ahead. */
+  private async read(): Promise<void> {
+    this.reader = new Redis({ ...this.options, maxRetriesPerRequest: null });
+    this.reader.on('error', () => undefined);
+    let failures = 0;
+    while (!this.closed) {
+      const leases = [...this.consumed.values()].filter((l) => l.backlog.length < READ_AHEAD);
+      const keys = [this.wakeKey, ...leases.map((l) => l.key)];
+      const ids = [this.wakeId, ...leases.map((l) => l.lastId)];
+      let reply: [Buffer, [Buffer, Buffer[]][]][] | null;
+      try {
+        reply = (await this.reader.xreadBuffer(
+          'COUNT',
+          READ_AHEAD,
+          'BLOCK',
+          this.tuning.blockMs,
+          'STREAMS',
+          ...keys,
+          ...ids,
+        )) as typeof reply;
+        failures = 0;
+      } catch (err) {
+        if (this.closed) break;
+        failures += 1;
+        if (failures === 1) this.log.warn({ err }, 'reading the return streams failed; retrying');
+        await new Promise((r) => setTimeout(r, Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** failures)));
+        continue;
+      }
+      for (const [keyBuffer, entries] of reply ?? []) {
+        const key = keyBuffer.toString();
+        const last = entries.at(-1);
+        if (!last) continue;
+        if (key === this.wakeKey) {
+          this.wakeId = last[0].toString();
+          continue;
+        }
+        const lease = this.byKey.get(key);
+        // Stopped while the read was under way: the entries stay for whoever consumes the lease.
+        if (!lease) continue;
+        for (const [id, fields] of entries) lease.backlog.push({ id: id.toString(), fields });
+        lease.lastId = last[0].toString();
+        lease.running ??= this.handleBacklog(lease);
+      }
+    }
+  }
+
+  /** Hands the lease's read entries to the handler one at a time, then deletes them from its stream. */
+  private async handleBacklog(lease: Consumed): Promise<void> {
+    const wasFull = lease.backlog.length >= READ_AHEAD;
+    const handled: string[] = [];
+    try {
+      while (lease.backlog.length > 0 && !lease.stopped && !this.closed) {
+        const entry = lease.backlog[0]!;
+        if (!(await this.handleEntry(lease, entry))) break;
+        lease.backlog.shift();
+        handled.push(entry.id);
+      }
+      // A delete that fails leaves entries to be handled again, which ledgering tolerates.
+      if (handled.length > 0) await this.redis.xdel(lease.key, ...handled).catch(() => undefined);
+    } finally {
+      lease.running = null;
+    }
+    if (lease.stopped || this.closed) return;
+    // Entries read while the last one was handled, or a lease the reader had left out: go on.
+    if (lease.backlog.length > 0) lease.running = this.handleBacklog(lease);
+    else if (wasFull) await this.wake().catch(() => undefined);
+  }
+
+  /**
+   * One entry to the handler. A malformed message, and one the handler refuses with an AppError
+   * (a chunk that does not match its sha256), is dropped and logged: handling it again cannot
+   * change the answer. Any other failure (Redis, the disk) is retried with backoff for as long
+   * as the lease is consumed here: a receipt is never dropped for a passing fault. Returns false
+   * when the lease stopped being consumed before the entry was handled.
+   */
+  private async handleEntry(lease: Consumed, entry: Entry): Promise<boolean> {
+    const parsed = ReturnMessage.safeParse(decodeReturn(entry.fields));
+    if (!parsed.success) {
+      this.log.warn(
+        { sandboxId: lease.leaseId, entryId: entry.id, issues: parsed.error.issues },
+        'dropped malformed message from sandbox agent',
+      );
+      return true;
+    }
+    for (let failures = 0; ; failures += 1) {
+      try {
+        await this.handler(lease.leaseId, parsed.data);
+        return true;
+      } catch (err) {
+        if (err instanceof AppError) {
+          this.log.warn({ sandboxId: lease.leaseId, entryId: entry.id, err }, 'dropped a message from sandbox agent the ledger refused');
+          return true;
+        }
+        if (failures === 0) this.log.warn({ sandboxId: lease.leaseId, entryId: entry.id, err }, 'ledgering a message failed; retrying');
+        await new Promise((r) => setTimeout(r, Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** failures)));
+        if (lease.stopped || this.closed) return false;
+      }
+    }
   }
 
   private lockKey(leaseId: string): string {

@@ -229,7 +229,7 @@ export class CallService {
       return;
     }
     if (message.kind === 'artifact_chunk') {
-      await this.deps.artifacts.writeChunk(message.artifactId, message.index, Buffer.from(message.dataBase64, 'base64'), message.sha256);
+      await this.deps.artifacts.writeChunk(message.artifactId, message.index, message.data, message.sha256);
       return;
     }
     if (message.kind === 'artifact_end') {

@@ -1,24 +1,35 @@
 /**
- * The agent's half of the return path: sends events and results to the lease's `returns` queue
- * in the order they were produced. Job ids are deterministic (`ev.<callId>.<attemptId>.<n>`,
- * `res.<callId>`), so a message sent twice is stored once by the queue (docs/DESIGN.md §5).
+ * The agent's half of the return path: appends events, results and artifact chunks to the
+ * lease's return stream (`LeaseKeys.returns`, one entry per message, contract/queue.ts) in the
+ * order they were produced. Each message carries its deterministic identity (an event's
+ * attempt and number, a result's call, a chunk's artifact and index), so one appended twice —
+ * ioredis resends a command whose answer a reconnect lost — is ledgered once (docs/DESIGN.md §5).
  */
 import { createHash } from 'node:crypto';
 import { open } from 'node:fs/promises';
-import type { Queue } from 'bullmq';
-import { ARTIFACT_CHUNK_BYTES } from '../../contract/queue.js';
+import { ARTIFACT_CHUNK_BYTES, encodeReturn } from '../../contract/queue.js';
 import type { EventBody } from '../../contract/events.js';
 import type { ToolResult } from '../../contract/objects.js';
 import type { ReturnMessage } from '../../contract/queue.js';
 
-/** Artifact chunks allowed to wait in the return queue before the sender pauses. */
-const MAX_WAITING_CHUNKS = 8;
+/** Entries allowed to wait in the return stream before an artifact's sender pauses. */
+const MAX_WAITING_ENTRIES = 8;
+/** How often a paused artifact sender looks at the stream again, ms. */
+const BACKLOG_POLL_MS = 20;
+
+/** Where return messages go: the lease's return stream (main.ts binds it to Redis). */
+export interface ReturnStream {
+  /** Appends one entry (XADD) with these fields; resolves once Redis has it. */
+  append(fields: (string | Buffer)[]): Promise<unknown>;
+  /** Entries not yet ledgered by the control plane (XLEN: it deletes what it ledgered). */
+  backlog(): Promise<number>;
+}
 
 export class ReturnChannel {
   private tail: Promise<unknown> = Promise.resolve();
   private failure: unknown = null;
 
-  constructor(private readonly queue: Queue) {}
+  constructor(private readonly stream: ReturnStream) {}
 
   /** Opens the event sequence of one attempt. */
   forAttempt(callId: string, attemptId: string): AttemptChannel {
@@ -26,17 +37,17 @@ export class ReturnChannel {
     return {
       emit: (body) => {
         n += 1;
-        this.send({ kind: 'event', callId, attemptId, n, body }, `ev.${callId}.${attemptId}.${n}`);
+        this.send({ kind: 'event', callId, attemptId, n, body });
       },
-      result: (result) => this.sendAndWait({ kind: 'result', callId, attemptId, result }, `res.${callId}`),
-      detached: (result) => this.send({ kind: 'detached', callId, attemptId, result }, `det.${callId}`),
+      result: (result) => this.sendAndWait({ kind: 'result', callId, attemptId, result }),
+      detached: (result) => this.send({ kind: 'detached', callId, attemptId, result }),
     };
   }
 
   /**
    * Sends the file at `path` as artifact `artifactId` in ARTIFACT_CHUNK_BYTES chunks, each with
    * its sha256, then the end message with the whole sha256. Reads one chunk at a time and, when
-   * the control plane falls behind, waits for the queue to shrink, so neither the agent's memory
+   * the control plane falls behind, waits for the stream to shrink, so neither the agent's memory
    * nor Redis holds more than a few chunks. Returns the artifact's size and sha256 (hex).
    */
   async sendArtifact(
@@ -57,25 +68,25 @@ export class ReturnChannel {
         if (bytesRead === 0) break;
         const chunk = buffer.subarray(0, bytesRead);
         whole.update(chunk);
-        const message: ReturnMessage = {
+        // Not copied: the buffer is read into again only once this entry is in Redis (settled).
+        this.send({
           kind: 'artifact_chunk',
           callId,
           artifactId,
           index,
           sha256: createHash('sha256').update(chunk).digest('hex'),
-          dataBase64: chunk.toString('base64'),
-        };
-        this.send(message, `art.${artifactId}.${index}`);
+          data: chunk,
+        });
         await this.settled();
         size += bytesRead;
         index += 1;
-        while ((await this.queue.getWaitingCount()) > MAX_WAITING_CHUNKS) await new Promise((r) => setTimeout(r, 20));
+        while ((await this.stream.backlog()) > MAX_WAITING_ENTRIES) await new Promise((r) => setTimeout(r, BACKLOG_POLL_MS));
       }
     } finally {
       await file.close();
     }
     const sha256 = whole.digest('hex');
-    this.send({ kind: 'artifact_end', callId, artifactId, name, mediaType, size, chunks: index, sha256 }, `art.${artifactId}.end`);
+    this.send({ kind: 'artifact_end', callId, artifactId, name, mediaType, size, chunks: index, sha256 });
     await this.settled();
     return { size, sha256 };
   }
@@ -86,18 +97,18 @@ export class ReturnChannel {
     if (this.failure) throw this.failure;
   }
 
-  private send(message: ReturnMessage, jobId: string): void {
-    // Chained, not pipelined: each add waits for the previous one, so the queue's FIFO order is
-    // the production order even when a send is retried by ioredis.
+  private send(message: ReturnMessage): void {
+    // Chained, not pipelined: each append waits for the previous one, so the stream's order is
+    // the production order also when ioredis resends a command after a reconnect.
     this.tail = this.tail.then(() =>
-      this.queue.add(message.kind, message, { jobId }).catch((err: unknown) => {
+      this.stream.append(encodeReturn(message)).catch((err: unknown) => {
         this.failure ??= err;
       }),
     );
   }
 
-  private async sendAndWait(message: ReturnMessage, jobId: string): Promise<void> {
-    this.send(message, jobId);
+  private async sendAndWait(message: ReturnMessage): Promise<void> {
+    this.send(message);
     await this.settled();
   }
 }
