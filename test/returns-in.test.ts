@@ -178,4 +178,19 @@ describe('the return stream consumer', () => {
     );
     expect(handledBySecond).toEqual([2, 3]);
   });
+  it('a lease whose return key its agent made a string stops being consumed; the other leases’ returns go on', async () => {
+    const broken = newLease();
+    const healthy = newLease();
+    const seen: string[] = [];
+    const c = await consumer(async (id, m) => void (m.kind === 'event' && seen.push(`${id === healthy ? 'h' : 'b'}${m.n}`)));
+    await c.start(broken);
+    await c.start(healthy);
+    await redis.set(leaseKeys(prefix, broken).returns, 'not a stream');
+    await append(healthy, event(1));
+    await eventually(
+      async () => seen,
+      (s) => s.includes('h1'),
+    );
+    expect(c.active()).toEqual([healthy]);
+  });
 });

@@ -1,6 +1,6 @@
 /**
  * Tool-call round trip: `exec true` through `POST /v1/sandboxes/:id/calls?wait=30` (API → call
- * queue → agent → returns queue → ledger → the held request), one at a time, against dockerode
+ * queue → agent → return stream → ledger → the held request), one at a time, against dockerode
  * exec create + start (attached until the stream ends) + inspect in the same container as the
  * same user, and against the physical floor (figures/floor.ts: host fork+exec of `true` plus a
  * Redis PING), sampled between the two. All three alternate; five warm-ups of each are not

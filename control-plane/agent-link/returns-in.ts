@@ -6,7 +6,7 @@
  * lease (the consumer lock). The handler is the composition root's: returns meet calls there,
  * not in leases/.
  */
-import { Redis, type RedisOptions } from 'ioredis';
+import { Redis, ReplyError, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import { AppError } from '../../contract/errors.js';
 import { ReturnMessage, decodeReturn, leaseKeys } from '../../contract/queue.js';
@@ -28,6 +28,8 @@ const BLOCK_MS = 5_000;
 /** First and longest wait before a message whose handling failed (Redis, disk) is handled again, ms. */
 const RETRY_FIRST_MS = 100;
 const RETRY_MAX_MS = 2_000;
+/** Tries of a message other than a result before it is dropped (a result is tried for as long as the lease is consumed). */
+const MAX_TRIES = 10;
 
 interface Entry {
   id: string;
@@ -41,6 +43,10 @@ interface Consumed {
   /** The id of the last entry read (XREAD continues after it). */
   lastId: string;
   backlog: Entry[];
+  /** Left out of a read because its backlog was full: its handler wakes the reader once it caught up. */
+  excluded: boolean;
+  /** Handled entries whose delete failed: deleted with the next ones. */
+  undeleted: string[];
   /** The handler's run over the backlog, while one goes on. */
   running: Promise<void> | null;
   stopped: boolean;
@@ -54,6 +60,9 @@ export class ReturnsIn {
   private reader: Redis | null = null;
   private readerLoop: Promise<void> | null = null;
   private closed = false;
+  /** Resolves when close() begins: a read pending on a connection that cannot reconnect never settles by itself. */
+  private readonly closing: Promise<null>;
+  private signalClosing!: () => void;
   /**
    * This process's wake-up stream: the reader also waits on it, so an entry appended there (a
    * lease to consume, a lease whose handler caught up) ends its blocking read at once — also
@@ -74,6 +83,7 @@ export class ReturnsIn {
     private readonly tuning: { blockMs: number } = { blockMs: BLOCK_MS },
   ) {
     this.wakeKey = `${rootPrefix}returns-wake:${liveness.processId}`;
+    this.closing = new Promise((resolve) => (this.signalClosing = () => resolve(null)));
   }
 
   /**
@@ -98,12 +108,14 @@ export class ReturnsIn {
         holder !== null && !mine && !(await this.liveness.isAlive(holder)) && (await this.lock.steal(key, holder, me, LOCK_MS));
       if (!mine && !orphaned) return false;
     }
-    if (this.consumed.has(leaseId)) return true;
+    if (this.consumed.has(leaseId) || this.closed) return !this.closed;
     const lease: Consumed = {
       leaseId,
       key: leaseKeys(this.rootPrefix, leaseId).returns,
       lastId: '0-0',
       backlog: [],
+      excluded: false,
+      undeleted: [],
       running: null,
       stopped: false,
     };
@@ -161,7 +173,9 @@ export class ReturnsIn {
   /** Stops every consumer, the reader and the lock renewal. */
   async close(): Promise<void> {
     this.closed = true;
+    this.signalClosing();
     if (this.renewer) clearInterval(this.renewer);
+    this.renewer = null;
     this.reader?.disconnect();
     await this.readerLoop;
     await Promise.allSettled(this.active().map((id) => this.stop(id)));
@@ -180,25 +194,27 @@ export class ReturnsIn {
     this.reader.on('error', () => undefined);
     let failures = 0;
     while (!this.closed) {
-      const leases = [...this.consumed.values()].filter((l) => l.backlog.length < READ_AHEAD);
-      const keys = [this.wakeKey, ...leases.map((l) => l.key)];
-      const ids = [this.wakeId, ...leases.map((l) => l.lastId)];
+      const leases = [...this.consumed.values()];
+      for (const l of leases) l.excluded = l.backlog.length >= READ_AHEAD;
+      // The leases this read is for: a reply is theirs only while they are still the ones consumed
+      // (a lease stopped and started again meanwhile reads from its stream's start instead).
+      const listed = new Map(leases.filter((l) => !l.excluded).map((l) => [l.key, l]));
+      const keys = [this.wakeKey, ...listed.keys()];
+      const ids = [this.wakeId, ...[...listed.values()].map((l) => l.lastId)];
       let reply: [Buffer, [Buffer, Buffer[]][]][] | null;
       try {
-        reply = (await this.reader.xreadBuffer(
-          'COUNT',
-          READ_AHEAD,
-          'BLOCK',
-          this.tuning.blockMs,
-          'STREAMS',
-          ...keys,
-          ...ids,
-        )) as typeof reply;
+        const pending = this.reader.xreadBuffer('COUNT', READ_AHEAD, 'BLOCK', this.tuning.blockMs, 'STREAMS', ...keys, ...ids) as Promise<
+          typeof reply
+        >;
+        // Left behind when close() wins the race; its rejection then is expected.
+        pending.catch(() => undefined);
+        reply = await Promise.race([pending, this.closing]);
         failures = 0;
       } catch (err) {
         if (this.closed) break;
         failures += 1;
         if (failures === 1) this.log.warn({ err }, 'reading the return streams failed; retrying');
+        if (err instanceof ReplyError) await this.dropBrokenStreams([...listed.values()]);
         await new Promise((r) => setTimeout(r, Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** failures)));
         continue;
       }
@@ -210,9 +226,9 @@ export class ReturnsIn {
           this.wakeId = last[0].toString();
           continue;
         }
-        const lease = this.byKey.get(key);
-        // Stopped while the read was under way: the entries stay for whoever consumes the lease.
-        if (!lease) continue;
+        const lease = listed.get(key);
+        // Stopped (and perhaps started again) while the read was under way: the entries stay for whoever consumes the lease.
+        if (!lease || lease.stopped || this.byKey.get(key) !== lease) continue;
         for (const [id, fields] of entries) lease.backlog.push({ id: id.toString(), fields });
         lease.lastId = last[0].toString();
         lease.running ??= this.handleBacklog(lease);
@@ -220,33 +236,46 @@ export class ReturnsIn {
     }
   }
 
-  /** Hands the lease's read entries to the handler one at a time, then deletes them from its stream. */
+  /**
+   * After a read the server refused: a lease whose return key is not a stream (its agent may
+   * write its own namespace, and one wrong type fails the read of every lease) stops being
+   * consumed here, so that the other leases' returns go on.
+   */
+  private async dropBrokenStreams(leases: Consumed[]): Promise<void> {
+    for (const lease of leases) {
+      const type = await this.redis.type(lease.key).catch(() => 'stream');
+      if (type === 'stream' || type === 'none') continue;
+      this.log.error({ sandboxId: lease.leaseId, type }, 'the return key of a lease is not a stream; its returns are no longer read');
+      await this.stop(lease.leaseId);
+    }
+  }
+
+  /** Hands the lease's read entries to the handler one at a time, deleting each from its stream once handled. */
   private async handleBacklog(lease: Consumed): Promise<void> {
-    const wasFull = lease.backlog.length >= READ_AHEAD;
-    const handled: string[] = [];
     try {
       while (lease.backlog.length > 0 && !lease.stopped && !this.closed) {
         const entry = lease.backlog[0]!;
         if (!(await this.handleEntry(lease, entry))) break;
         lease.backlog.shift();
-        handled.push(entry.id);
+        // Not awaited: the next entry need not wait for it. One that fails is tried again with the next.
+        const ids = [...lease.undeleted.splice(0), entry.id];
+        void this.redis.xdel(lease.key, ...ids).catch(() => lease.undeleted.push(...ids));
       }
-      // A delete that fails leaves entries to be handled again, which ledgering tolerates.
-      if (handled.length > 0) await this.redis.xdel(lease.key, ...handled).catch(() => undefined);
     } finally {
       lease.running = null;
     }
     if (lease.stopped || this.closed) return;
     // Entries read while the last one was handled, or a lease the reader had left out: go on.
     if (lease.backlog.length > 0) lease.running = this.handleBacklog(lease);
-    else if (wasFull) await this.wake().catch(() => undefined);
+    else if (lease.excluded) await this.wake().catch(() => undefined);
   }
 
   /**
    * One entry to the handler. A malformed message, and one the handler refuses with an AppError
    * (a chunk that does not match its sha256), is dropped and logged: handling it again cannot
-   * change the answer. Any other failure (Redis, the disk) is retried with backoff for as long
-   * as the lease is consumed here: a receipt is never dropped for a passing fault. Returns false
+   * change the answer. Any other failure (Redis, the disk) is retried with backoff: a result
+   * (the receipt) for as long as the lease is consumed here, so a passing fault never drops
+   * one; any other message MAX_TRIES times, then it is dropped and logged. Returns false
    * when the lease stopped being consumed before the entry was handled.
    */
   private async handleEntry(lease: Consumed, entry: Entry): Promise<boolean> {
@@ -267,7 +296,12 @@ export class ReturnsIn {
           this.log.warn({ sandboxId: lease.leaseId, entryId: entry.id, err }, 'dropped a message from sandbox agent the ledger refused');
           return true;
         }
-        if (failures === 0) this.log.warn({ sandboxId: lease.leaseId, entryId: entry.id, err }, 'ledgering a message failed; retrying');
+        if (parsed.data.kind !== 'result' && failures + 1 >= MAX_TRIES) {
+          this.log.error({ sandboxId: lease.leaseId, entryId: entry.id, err }, 'dropped a message from sandbox agent after failed tries');
+          return true;
+        }
+        if (failures === 0 || failures % MAX_TRIES === 0)
+          this.log.warn({ sandboxId: lease.leaseId, entryId: entry.id, err, tries: failures + 1 }, 'ledgering a message failed; retrying');
         await new Promise((r) => setTimeout(r, Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** failures)));
         if (lease.stopped || this.closed) return false;
       }

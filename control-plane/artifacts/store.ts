@@ -6,7 +6,7 @@
  * size and sha256. Files live under `<data dir>/artifacts`; metadata in Redis (`ArtifactRecords`).
  *
  * Throws AppError `artifact.corrupt` (a chunk or the whole does not match its digest) and
- * `artifact.incomplete` (the end came before every chunk: BullMQ retries the end message).
+ * `artifact.incomplete` (the end came before every chunk: a chunk was refused or dropped; the end is then dropped and logged, returns-in.ts).
  */
 import { createHash } from 'node:crypto';
 import { constants, createReadStream } from 'node:fs';
