@@ -16,6 +16,8 @@ export const AGENT_RUNTIME_NODE = `${AGENT_RUNTIME_DIR}/bin/node`;
 export const AGENT_RUNTIME_BUSYBOX = `${AGENT_RUNTIME_DIR}/bin/busybox`;
 /** The file watch's inotify helper, static (images/runtime/sbx-inotify.c). */
 export const AGENT_RUNTIME_INOTIFY = `${AGENT_RUNTIME_DIR}/bin/sbx-inotify`;
+/** The launcher of `exec` calls, static (images/runtime/sbx-exec.c): raises the program's oom_score_adj, then execs it. */
+export const AGENT_RUNTIME_EXEC = `${AGENT_RUNTIME_DIR}/bin/sbx-exec`;
 /** The agent bundle. */
 export const AGENT_RUNTIME_AGENT = `${AGENT_RUNTIME_DIR}/agent/sbx-agent.cjs`;
 /** The directory of the runtime's own tools (busybox applets, GNU tar): the fallback of file transfers in an image without them. */

@@ -75,7 +75,7 @@ require patchelf patchelf
 [[ -x /usr/bin/tini-static ]] || apt_install tini || die "cannot install tini: $apt_err"
 [[ -x /bin/busybox ]] && /bin/busybox --list >/dev/null 2>&1 && ! ldd /bin/busybox >/dev/null 2>&1 \
   || apt_install busybox-static || die "cannot install busybox-static: $apt_err"
-# The file watch's inotify helper is built static (images/runtime/sbx-inotify.c): gcc and libc.a.
+# The file watch's inotify helper and the exec launcher are built static (images/runtime/sbx-inotify.c, sbx-exec.c): gcc and libc.a.
 require gcc gcc
 [[ -f /usr/lib/x86_64-linux-gnu/libc.a || -f /usr/lib/aarch64-linux-gnu/libc.a ]] || apt_install libc6-dev || die "cannot install libc6-dev: $apt_err"
 # A local image registry for the registry-pull tests (test/images.test.ts).

@@ -39,6 +39,8 @@ tini_bin=/usr/bin/tini-static
 busybox_bin=/bin/busybox
 # The file watch's inotify helper (sbx-inotify.c), built static here: it runs in any image.
 inotify_src="$here/sbx-inotify.c"
+# The launcher of exec calls (sbx-exec.c), static for the same reason.
+exec_src="$here/sbx-exec.c"
 command -v gcc >/dev/null 2>&1 || die "gcc is missing (package gcc, with libc6-dev for the static C library)"
 for f in "$tini_bin" "$busybox_bin"; do [[ -x "$f" ]] || die "$f is missing (packages tini, busybox-static)"; done
 command -v patchelf >/dev/null 2>&1 || die "patchelf is missing (package patchelf)"
@@ -47,7 +49,7 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 # The libraries a binary loads (ldd's resolved paths, the loader included), one a line.
 libs_of() { ldd "$1" | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }'; }
 inputs="$( {
-  for f in "$node_bin" "$tar_bin" "$tini_bin" "$busybox_bin" "$inotify_src" "$bundle" "$boot" "$pty_node" "$pty_dir/package.json" "${BASH_SOURCE[0]}" $(libs_of "$node_bin") $(libs_of "$tar_bin"); do
+  for f in "$node_bin" "$tar_bin" "$tini_bin" "$busybox_bin" "$inotify_src" "$exec_src" "$bundle" "$boot" "$pty_node" "$pty_dir/package.json" "${BASH_SOURCE[0]}" $(libs_of "$node_bin") $(libs_of "$tar_bin"); do
     printf '%s %s\n' "$(sha "$(readlink -f "$f")")" "$f"
   done
 } | sort -u)"
@@ -73,6 +75,7 @@ if [[ ! -f "$dir/.complete" ]]; then
   cp "$tini_bin" "$stage/bin/tini"
   cp "$busybox_bin" "$stage/bin/busybox"
   gcc -static -O2 -Wall -Werror -o "$stage/bin/sbx-inotify" "$inotify_src" || die "could not build $inotify_src (gcc -static needs libc6-dev)"
+  gcc -static -O2 -Wall -Werror -o "$stage/bin/sbx-exec" "$exec_src" || die "could not build $exec_src (gcc -static needs libc6-dev)"
   # The transfer scripts' utilities (control-plane/runtime/transfer-scripts): busybox applets.
   for applet in sh mv mkdir rm rmdir cat ls chmod mktemp env readlink test '[' printf echo find stat dirname basename; do
     ln -s ../bin/busybox "$stage/tools/$applet"

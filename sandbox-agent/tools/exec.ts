@@ -7,7 +7,7 @@
  * (children and grandchildren alike), see kill(2).
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { stat } from 'node:fs/promises';
+import { statSync } from 'node:fs';
 import { errorInfo } from '../../contract/errors.js';
 import type { EffectReceipt } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
@@ -24,6 +24,7 @@ import type { ProvidedSecrets } from '../host/secrets.js';
 import { modelTextOf } from '../output/model-text.js';
 import { OutputCapture } from '../output/output-capture.js';
 import { readCgroupCounters, rose } from '../host/cgroup-counters.js';
+import { AGENT_RUNTIME_EXEC } from '../../contract/agent-runtime.js';
 import { killProcessGroup, sweepProcesses } from '../host/process-sweep.js';
 
 /** Environment every exec gets, so tools behave non-interactively; recorded in the receipt. */
@@ -65,8 +66,6 @@ export function toolUserEnv(
     ...userEnv,
   };
 }
-
-export const OOM_FIRST = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null;';
 
 /** The `stdin` value that keeps stdin open for `POST .../calls/:callId/stdin`. */
 export const PIPE_STDIN = 'pipe';
@@ -132,22 +131,20 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
     defaults: { ...defaults, ...ctx.networkEnv },
     keys: [...new Set([...imageKeys, ...Object.keys(userEnv)])].sort(),
   };
-  // The tool's processes are the first the kernel's OOM killer takes (oom_score_adj 1000,
-  // proc(5); raising it needs no privilege), so a memory hog cannot take the agent down with it.
-  // argv runs through `exec "$@"` so a missing program gets the shell's own message and 127.
-  // `cmd` runs in the image's bash, else its sh, else the runtime's busybox sh (ctx.shell; the
-  // manifest's `shell` says which).
-  // combinedOutput: stderr is a copy of stdout's pipe, so both land in one stream in write order.
-  const combine = args.combinedOutput ? ' exec 2>&1;' : '';
-  const shellArgs =
-    args.cmd !== undefined
-      ? ['-c', `${OOM_FIRST}${combine} exec ${ctx.shell} -c -- "$0"`, args.cmd]
-      : ['-c', `${OOM_FIRST}${combine} exec "$@"`, 'sbx-exec', ...args.argv!];
+  // The program starts through the runtime's launcher (images/runtime/sbx-exec.c), which makes
+  // the tool's processes the first the kernel's OOM killer takes (oom_score_adj 1000, inherited),
+  // so a memory hog cannot take the agent down with it, and for combinedOutput makes stderr a
+  // copy of stdout's pipe so both land in one stream in write order. argv is exec'd directly (a
+  // missing program: 127); `cmd` runs in the image's bash, else its sh, else the runtime's
+  // busybox sh (ctx.shell; the manifest's `shell` says which).
+  const launcherArgs = [...(args.combinedOutput ? ['--stderr-to-stdout'] : []), '--'];
+  const programArgs = args.cmd !== undefined ? [ctx.shell, '-c', '--', args.cmd] : args.argv!;
 
-  const countersBefore = await readCgroupCounters();
+  // Read while the program starts (it is not awaited before the spawn): only a failure needs it.
+  const countersBefore = readCgroupCounters();
   let child: ChildProcessWithoutNullStreams;
   try {
-    child = spawn(ctx.shell, shellArgs, {
+    child = spawn(AGENT_RUNTIME_EXEC, [...launcherArgs, ...programArgs], {
       cwd: args.cwd ?? ctx.workdir,
       env,
       uid: ctx.toolUser.uid,
@@ -223,9 +220,10 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   const killedInGroup = await killProcessGroup(pid);
   // A background task ends while other calls may run: it takes only its own group with it. A
   // foreground call runs alone (it declares access to everything) and sweeps, sparing the agent's
-  // worker and running background tasks.
+  // worker, running background tasks and the group just killed (counted already).
+  const spared = new Set([...ctx.agentPids(), ...killedInGroup]);
   const killedProcesses =
-    killedInGroup + (args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, ctx.agentPids(), ctx.processTrees.sessionIds()));
+    killedInGroup.length + (args.background ? 0 : await sweepProcesses(ctx.toolUser.uid, spared, ctx.processTrees.sessionIds()));
   await drain(child.stdout, child.stderr);
   // A stream cut in the result goes whole (up to the cap) to an artifact; the rest of the spool goes.
   const captured = await capture.finish();
@@ -261,10 +259,14 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
       modelText: modelText('cancelled while running (effects may be partial)'),
     };
   }
+  const ended = exit.code === null ? `killed by ${exit.signal}` : `exit ${exit.code} in ${durationText}`;
+  const exited = (): AttemptOutcome => ({ ...base, ...exitVerdict(exit), modelText: modelText(ended) });
+  // A clean exit needs no explanation: the cgroup's counters are read only for a failure.
+  if (exit.code === 0) return exited();
   // Why a command failed, when the cgroup or the OS says more than its exit status does.
-  const countersAfter = await readCgroupCounters();
-  // bash reports a child killed by SIGKILL as exit 128+9 = 137.
-  if ((exit.signal === 'SIGKILL' || exit.code === 137) && rose(countersBefore, countersAfter, 'oomKills')) {
+  const [before, countersAfter] = await Promise.all([countersBefore, readCgroupCounters()]);
+  // A shell (a `cmd`) reports a child killed by SIGKILL as exit 128+9 = 137.
+  if ((exit.signal === 'SIGKILL' || exit.code === 137) && rose(before, countersAfter, 'oomKills')) {
     return {
       ...base,
       status: 'failed',
@@ -273,7 +275,7 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
       modelText: modelText('killed for memory (out of memory in the sandbox)'),
     };
   }
-  if (exit.code !== 0 && rose(countersBefore, countersAfter, 'pidsRefused')) {
+  if (exit.code !== 0 && rose(before, countersAfter, 'pidsRefused')) {
     return {
       ...base,
       status: 'failed',
@@ -295,15 +297,15 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
       modelText: modelText(`exit ${exit.code}: no space left on device`),
     };
   }
-  const ended = exit.code === null ? `killed by ${exit.signal}` : `exit ${exit.code} in ${durationText}`;
-  return { ...base, ...exitVerdict(exit), modelText: modelText(ended) };
+  return exited();
 }
 
 /**
  * Why the tool user cannot work in `cwd`, or null. Checked here because the child changes
  * directory before it drops to the tool user (libuv), so a directory only root may enter would
  * otherwise be accepted. Permission rule: search (x) on every directory of the path for the
- * owner, group or others class the user falls in (path_resolution(7)).
+ * owner, group or others class the user falls in (path_resolution(7)). Synchronous stats: a
+ * few of them cost less than one trip each through libuv's thread pool, on every exec's path.
  */
 export async function checkCwd(cwd: string, user: { uid: number; gid: number }): Promise<string | null> {
   const parts = cwd.split('/').filter(Boolean);
@@ -311,7 +313,7 @@ export async function checkCwd(cwd: string, user: { uid: number; gid: number }):
     const dir = `/${parts.slice(0, i).join('/')}`;
     let s;
     try {
-      s = await stat(dir);
+      s = statSync(dir);
     } catch (err) {
       return `cwd does not exist: ${cwd} (${(err as NodeJS.ErrnoException).code ?? 'error'} at ${dir})`;
     }

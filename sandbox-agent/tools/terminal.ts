@@ -29,7 +29,8 @@ import {
 import { signalSession } from '../host/session-kill.js';
 import { killMarked, TREE_MARKER_VAR } from '../host/tree-marker.js';
 import { OutputCapture } from '../output/output-capture.js';
-import { checkCwd, EXEC_ENV_DEFAULTS, OOM_FIRST, toolUserEnv } from './exec.js';
+import { checkCwd, EXEC_ENV_DEFAULTS, toolUserEnv } from './exec.js';
+import { AGENT_RUNTIME_EXEC } from '../../contract/agent-runtime.js';
 import { PtyInput } from './pty-input.js';
 
 /** Time between SIGHUP (a terminal hung up) and SIGKILL of the terminal's session, ms. */
@@ -97,12 +98,18 @@ async function runTerminal(ctx: AttemptContext, args: TerminalArgs): Promise<Att
     // Last: what the terminal started is found by it also after setsid (host/tree-marker.ts).
     [TREE_MARKER_VAR]: ctx.callId,
   };
-  // As exec: the OOM killer takes the terminal's processes first; `cmd` runs in the sandbox's shell.
-  const argv =
-    args.cmd !== undefined ? ['-c', `${OOM_FIRST} exec ${ctx.shell} -c -- "$0"`, args.cmd] : ['-c', `${OOM_FIRST} exec ${ctx.shell} -l`];
+  // Through exec's launcher: the OOM killer takes the terminal's processes first; `cmd` runs in the sandbox's shell.
+  const argv = ['--', ...(args.cmd !== undefined ? [ctx.shell, '-c', '--', args.cmd] : [ctx.shell, '-l'])];
   let pty: IPty;
   try {
-    pty = spawnAsToolUser(ctx, ctx.shell, argv, { name: 'xterm-256color', cols: args.cols, rows: args.rows, cwd, env, encoding: null });
+    pty = spawnAsToolUser(ctx, AGENT_RUNTIME_EXEC, argv, {
+      name: 'xterm-256color',
+      cols: args.cols,
+      rows: args.rows,
+      cwd,
+      env,
+      encoding: null,
+    });
   } catch (err) {
     return outcomeWithoutRun('failed', 'not_started', errorInfo('execution.spawn_failed', (err as Error).message), startedAt);
   }
