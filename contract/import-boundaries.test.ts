@@ -31,8 +31,8 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   'eventsource-parser': ['sdk/client.ts', 'sdk/watch.ts'],
   '@modelcontextprotocol/sdk': ['cli/mcp.ts'],
   'tar-stream': ['control-plane/files/tar-guard.ts', 'control-plane/runtime/'],
-  // Redis connections, the lock, the notifier and durable timers; the per-lease agent channel; the sandbox agent.
-  bullmq: ['control-plane/redis/', 'control-plane/agent-link/', 'sandbox-agent/main.ts', 'sandbox-agent/link/return-channel.ts'],
+  // Durable timers only: the agent channel is plain Redis streams (contract/queue.ts).
+  bullmq: ['control-plane/redis/timers.ts'],
   // The same, each domain's store, and the agent's own Redis writers (its link).
   ioredis: ['control-plane/redis/', 'control-plane/agent-link/', DOMAIN_STORE, 'sandbox-agent/main.ts', 'sandbox-agent/link/'],
   fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', DOMAIN_ROUTES],

@@ -4,13 +4,20 @@
  * Every key a sandbox's agent may touch lives under its lease namespace
  * `<rootPrefix>lease:<leaseId>`; the per-lease Redis ACL user is limited to that pattern, so an
  * agent cannot read or write another sandbox's queues. Inside the namespace:
- * - BullMQ queue `calls` (control plane → agent): one job per call, job id = `callId`.
+ * - stream `inbox` (control plane → agent): one entry per call and one for a pooled sandbox's
+ *   binding (`INBOX_FIELDS`), read by the agent through the consumer group `INBOX_GROUP`, so an
+ *   entry it was handed and did not acknowledge (a call cut short by a reconnect or a crash) is
+ *   handed to it again; the agent acknowledges and deletes an entry once the call's result is on
+ *   `returns`. A call is added once: `queued:<callId>` (`waiting`, set with the entry) is the
+ *   duplicate check, and the control plane takes back a call no attempt began by setting it to
+ *   `removed`, which the agent's attempt start reads (the entry itself then goes unanswered).
  * - stream `returns` (agent → control plane): events, results and artifact chunks, one entry each
  *   (`encodeReturn`), in the order the agent produced them; the control plane deletes an entry
  *   once it is ledgered. Every message carries its deterministic identity (an event's
  *   `attemptId` + `n`, a result's `callId`, a chunk's `artifactId` + `index`), so one delivered
  *   twice (a resend after a reconnect, a consumer that died before its delete) is stored once.
  * - `attempt:<callId>`: the agent's durable "an attempt started" marker (dedupe on redelivery).
+ * - `queued:<callId>`: `waiting` from the add of the call's inbox entry, `removed` once taken back.
  * - `cancel:<callId>`: the control plane's durable "cancel requested" marker, checked by the
  *   agent before it starts a call (the `control` message only reaches a running one).
  * - `hello`: list the agent pushes its `AgentHello` onto once it is ready.
@@ -18,7 +25,7 @@
  *   takes it once at start (GETDEL), and it expires by itself if the agent never does.
  * - pub/sub channel `control`: cancel requests to the agent, and port preview connections to open.
  * - `bound`: list a pooled sandbox's agent pushes its `BindAck` onto once it took its lease's
- *   binding (the `bind` job on the `calls` queue).
+ *   binding (the `bind` entry of the `inbox`).
  * - `changes`: the lease's file change log (`contract/watch.ts`), a Redis stream the agent
  *   appends to (XADD, entry id `<seq>-0`, MAXLEN-bounded) and the control plane reads.
  * - pub/sub channel `live:<callId>`: a terminal's output as written (`LiveOutput`), ahead of its events.
@@ -32,13 +39,12 @@ import { ImageFacts, SandboxFacts, ToolResult } from './objects.js';
 import { SecretFilePath, SecretName } from './secrets.js';
 import { Access, EnvMap, EnvName } from './tools.js';
 
-export const CALL_QUEUE = 'calls';
 /** Bytes of every artifact chunk but the last: chunk `i` starts at byte `i * ARTIFACT_CHUNK_BYTES`. */
 export const ARTIFACT_CHUNK_BYTES = 1024 * 1024;
 /** Artifact ids: safe as file names and Redis keys. */
 export const ArtifactId = z.string().regex(/^art_[a-z0-9]{8,64}$/);
 
-/** Names of the keys of one lease's namespace. `namespace` doubles as the BullMQ `prefix`. */
+/** Names of the keys of one lease's namespace. */
 export interface LeaseKeys {
   readonly namespace: string;
   readonly hello: string;
@@ -51,6 +57,10 @@ export interface LeaseKeys {
   readonly changes: string;
   /** The return stream (agent → control plane): one `encodeReturn` entry per `ReturnMessage`. */
   readonly returns: string;
+  /** The inbox stream (control plane → agent): calls and a pooled sandbox's binding, `INBOX_FIELDS`. */
+  readonly inbox: string;
+  /** Whether the call's inbox entry still waits (`waiting`) or was taken back (`removed`); absent: never added. */
+  queued(callId: string): string;
   attempt(callId: string): string;
   cancel(callId: string): string;
   /** The stream of `InputMessage`s to a running call (terminal input and resizes, piped stdin). */
@@ -77,6 +87,8 @@ export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
     bound: `${namespace}:bound`,
     changes: `${namespace}:changes`,
     returns: `${namespace}:returns`,
+    inbox: `${namespace}:inbox`,
+    queued: (callId) => `${namespace}:queued:${callId}`,
     attempt: (callId) => `${namespace}:attempt:${callId}`,
     cancel: (callId) => `${namespace}:cancel:${callId}`,
     input: (callId) => `${namespace}:input:${callId}`,
@@ -141,7 +153,7 @@ export const AgentConfig = z.object({
     .default(null),
   /**
    * Started ahead of demand for a warm pool: `env` and `secrets` are empty until the lease that
-   * claims the sandbox sends its `LeaseBinding` (job `BIND_JOB`).
+   * claims the sandbox sends its `LeaseBinding` (a `bind` entry of the inbox).
    */
   pooled: z.boolean().default(false),
   /**
@@ -269,11 +281,16 @@ export const INPUT_FIELD = 'm';
 export const ControlMessage = z.discriminatedUnion('type', [z.object({ type: z.literal('cancel'), callId: z.string() }), PreviewOpen]);
 export type ControlMessage = z.infer<typeof ControlMessage>;
 
+/** The consumer group (and its one consumer) the agent reads its inbox through. */
+export const INBOX_GROUP = 'agent';
+
 /**
- * Name and job id of the job that binds a pooled sandbox to the lease that claimed it. It is
- * the first job of such a sandbox's call queue: nothing is submitted before the lease exists.
+ * The fields of an inbox entry: `k` what it is, `call` (`m` a `CallJob`) or `bind` (`m` a
+ * `LeaseBinding`: a pooled sandbox's first entry, as nothing is submitted before the lease
+ * exists); `m` its JSON.
  */
-export const BIND_JOB = 'sbx.bind';
+export const INBOX_FIELDS = { kind: 'k', message: 'm' } as const;
+export type InboxKind = 'call' | 'bind';
 
 /** What a pooled sandbox learns when a lease claims it: the lease's env and secrets. */
 export const LeaseBinding = z.object({

@@ -2,7 +2,7 @@
  * The sandbox agent (PID 2 under tini inside every sandbox; boot.ts loads this bundle and calls
  * `startAgent`). Reads its
  * credentials file, connects to its lease's keys over the mounted Redis socket, announces itself
- * with the sandbox facts, and works the lease's call queue until SIGTERM.
+ * with the sandbox facts, and works the lease's inbox until SIGTERM.
  *
  * Settings: `SBX_AGENT_CONFIG` (default `/run/sbx/agent/agent.json`), `SBX_AGENT_CONCURRENCY`
  * (calls run at once, default 16).
@@ -13,10 +13,9 @@
  */
 import { readFileSync } from 'node:fs';
 import { chmod, mkdir, readdir, rm } from 'node:fs/promises';
-import { Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import pino from 'pino';
-import { AgentConfig, AgentHello, BIND_JOB, CALL_QUEUE, ControlMessage, LeaseBinding, leaseKeys, type BindAck } from '../contract/queue.js';
+import { AgentConfig, AgentHello, ControlMessage, LeaseBinding, leaseKeys, type BindAck } from '../contract/queue.js';
 import type { CodeCacheUse } from './boot.js';
 import type { AgentTool } from './execution/attempt.js';
 import { CallRunner } from './execution/call-runner.js';
@@ -25,6 +24,7 @@ import { measureFacts } from './host/facts.js';
 import { dialPreview } from './host/preview-dialer.js';
 import { detectShell } from './host/image-probe.js';
 import { redisInput, type StreamEntry } from './link/input-stream.js';
+import { Inbox, redisInboxConnection } from './link/inbox.js';
 import { ReturnChannel, type ReturnStream } from './link/return-channel.js';
 import { redisBeginAttempt } from './link/attempt-start.js';
 import { AccessScheduler } from './execution/scheduler.js';
@@ -148,7 +148,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
   });
 
   const concurrency = Number(process.env.SBX_AGENT_CONCURRENCY ?? 16);
-  // A pooled sandbox's first job binds it to the lease that claimed it; every other is a call.
+  // A pooled sandbox's first inbox entry binds it to the lease that claimed it; every other is a call.
   const bind = async (data: unknown): Promise<void> => {
     let ack: BindAck;
     try {
@@ -161,24 +161,25 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     }
     await redis.rpush(keys.bound, JSON.stringify(ack));
   };
-  const queueWorker = new Worker(
-    CALL_QUEUE,
-    (job) => (job.name === BIND_JOB && job.id === BIND_JOB ? bind(job.data) : runner.run(job.data)),
-    {
-      // The agent's own connection for commands (BullMQ adds the one it blocks on): one fewer to open at start.
-      connection: redis,
-      prefix: keys.namespace,
-      concurrency,
-      // A call is delivered at most once more after a crash; the attempt marker turns that
-      // redelivery into `effect_unknown`, so BullMQ's own retries stay off.
-      maxStalledCount: 1,
-    },
+  // The inbox's blocking reads hold a connection of their own; acknowledgements go on the shared one.
+  const inboxReader = new Redis(redisOptions);
+  const inbox = new Inbox(
+    redisInboxConnection(redis, inboxReader, keys.inbox),
+    { call: (message) => runner.run(message), bind },
+    concurrency,
+    log,
   );
-  queueWorker.on('error', (err) => log.warn({ err }, 'queue worker error'));
+  // A reply lost with a dropped connection leaves its entries handed over and unread: read them again.
+  let inboxConnected = false;
+  inboxReader.on('ready', () => {
+    if (inboxConnected) void inbox.recover().catch((err: unknown) => log.warn({ err }, 'reading unacknowledged inbox entries failed'));
+    inboxConnected = true;
+  });
+  inboxReader.on('error', (err) => log.warn({ err }, 'inbox connection error'));
   // Side by side: none needs another, and the hello (no call comes before it) waits for all.
   await Promise.all([
     subscriber.subscribe(keys.control).then(() => mark('subscribed')),
-    queueWorker.waitUntilReady().then(() => mark('queue')),
+    inbox.start().then(() => mark('inbox')),
     config.egress ? startEgressForwarder(config.egress.port, config.egress.socketPath) : undefined,
     // Watching before the lease is ready, so that changes made once it is are all in the log.
     fileWatch.start(2000).then(() => mark('watch')),
@@ -191,7 +192,9 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
   await redis.rpush(keys.hello, JSON.stringify(hello));
 
   const shutdown = async (): Promise<void> => {
-    await queueWorker.close();
+    const stopping = inbox.stop();
+    inboxReader.disconnect();
+    await stopping;
     worker.stop();
     fileWatch.stop();
     await Promise.allSettled([subscriber.quit(), redis.quit()]);

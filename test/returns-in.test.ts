@@ -10,33 +10,22 @@
  */
 import { randomBytes } from 'node:crypto';
 import { pino } from 'pino';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { AppError } from '../contract/errors.js';
 import { encodeReturn, leaseKeys, type ReturnMessage } from '../contract/queue.js';
 import { Liveness } from '../control-plane/agent-link/liveness.js';
 import { ReturnsIn } from '../control-plane/agent-link/returns-in.js';
-import { loadConfig } from '../control-plane/config.js';
-import { connectRedis, redisOptions, type Redis } from '../control-plane/redis/connections.js';
+import type { Redis } from '../control-plane/redis/connections.js';
 import { RedisLock } from '../control-plane/redis/lock.js';
-import { REPO_ROOT, eventually, testIdentity } from './fixtures/index.js';
+import { eventually, testIdentity, useRedisPrefix } from './fixtures/index.js';
 
 const { prefix } = testIdentity('returns-in');
-const options = redisOptions(loadConfig(process.env, REPO_ROOT).redis);
+const shared = useRedisPrefix(prefix);
+const options = shared.options;
 let redis: Redis;
-const closers: (() => Promise<void>)[] = [];
 
 beforeAll(() => {
-  redis = connectRedis(options);
-});
-
-afterEach(async () => {
-  await Promise.all(closers.splice(0).map((close) => close()));
-});
-
-afterAll(async () => {
-  const left = await redis.keys(`${prefix}*`);
-  if (left.length > 0) await redis.del(...left);
-  redis?.disconnect();
+  redis = shared.redis();
 });
 
 /** A consumer of this test's prefix, as a live process of its own, whose handler is `handler`; closed after the test. */
@@ -45,7 +34,7 @@ async function consumer(handler: (leaseId: string, message: ReturnMessage) => Pr
   const liveness = new Liveness(redis, prefix, log);
   await liveness.start();
   const c = new ReturnsIn(redis, options, prefix, new RedisLock(redis), liveness, handler, log, { blockMs: 60_000 });
-  closers.push(async () => {
+  onTestFinished(async () => {
     await c.close();
     await liveness.close();
   });

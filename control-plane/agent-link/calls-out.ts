@@ -1,52 +1,65 @@
 /**
- * What goes from the control plane to a lease's agent: the `calls` queue it consumes (calls,
- * and the binding of a pooled sandbox), cancel markers and the `control` channel. Also reads
- * the agent's durable attempt markers and the queues' depth.
+ * What goes from the control plane to a lease's agent: the `inbox` stream it reads (calls, and
+ * the binding of a pooled sandbox; contract/queue.ts), cancel markers and the `control`
+ * channel. Also reads the agent's durable attempt markers and the inboxes' depth.
+ *
+ * Each step on a call's path is one round trip: the add (duplicate check and XADD) and the take
+ * back (state check and mark) are one Lua script each.
  */
-import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { BIND_JOB, CALL_QUEUE, leaseKeys, type CallJob, type ControlMessage, type LeaseBinding } from '../../contract/queue.js';
+import { INBOX_FIELDS, INBOX_GROUP, leaseKeys, type CallJob, type ControlMessage, type LeaseBinding } from '../../contract/queue.js';
+
+/** How long a call's `queued` marker lives, s: far past any call's timeout, so a late attempt still reads it. */
+const QUEUED_TTL_SECONDS = 24 * 3600;
+
+/** KEYS[1] the inbox, KEYS[2] the call's queued marker; ARGV[1] the CallJob JSON, ARGV[2] the marker's TTL (s). 1: added, 0: added before. */
+const ENQUEUE = `
+if not redis.call('SET', KEYS[2], 'waiting', 'NX', 'EX', ARGV[2]) then return 0 end
+redis.call('XADD', KEYS[1], '*', '${INBOX_FIELDS.kind}', 'call', '${INBOX_FIELDS.message}', ARGV[1])
+return 1`;
+
+/**
+ * KEYS[1] the call's queued marker, KEYS[2] its attempt marker. `absent` (never added),
+ * `removed` (taken back now or before), `taken` (an attempt began: it runs).
+ */
+const TAKE_BACK = `
+local state = redis.call('GET', KEYS[1])
+if not state then return 'absent' end
+if state == 'removed' then return 'removed' end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'taken' end
+redis.call('SET', KEYS[1], 'removed', 'KEEPTTL')
+return 'removed'`;
 
 export class CallsOut {
-  private readonly queues = new Map<string, Queue>();
-
   constructor(
     private readonly redis: Redis,
     private readonly rootPrefix: string,
   ) {}
 
-  /** Adds a call to the lease's queue; the job id is the callId, so a second add is a no-op. */
+  /** Adds a call to the lease's inbox, once per callId: a second add is a no-op. */
   async enqueue(leaseId: string, job: CallJob): Promise<void> {
-    await this.queue(leaseId).add(job.tool, job, { jobId: job.callId });
+    const keys = leaseKeys(this.rootPrefix, leaseId);
+    await this.redis.eval(ENQUEUE, 2, keys.inbox, keys.queued(job.callId), JSON.stringify(job), String(QUEUED_TTL_SECONDS));
   }
 
-  /** Adds a pooled sandbox's binding (job `BIND_JOB`, removed once taken so no call id can ever collide with it). */
+  /** Adds a pooled sandbox's binding to its inbox (before any call: nothing is submitted before the lease exists). */
   async sendBinding(leaseId: string, binding: LeaseBinding): Promise<void> {
-    await this.queue(leaseId).add(BIND_JOB, binding, { jobId: BIND_JOB, removeOnComplete: true, removeOnFail: true });
+    const keys = leaseKeys(this.rootPrefix, leaseId);
+    await this.redis.xadd(keys.inbox, '*', INBOX_FIELDS.kind, 'bind', INBOX_FIELDS.message, JSON.stringify(binding));
   }
 
-  /** Removes a call that no agent has taken yet. True when it was removed before it started. */
+  /** Takes back a call no attempt began (the agent then skips it). True when it will not run. */
   async removeQueued(leaseId: string, callId: string): Promise<boolean> {
-    const job = await this.queue(leaseId).getJob(callId);
-    if (!job) return false;
-    const state = await job.getState();
-    if (state !== 'waiting' && state !== 'delayed' && state !== 'prioritized') return false;
-    try {
-      await job.remove();
-      return true;
-    } catch {
-      // The agent took it between getState and remove (the job is locked): it is running now.
-      return false;
-    }
+    return (await this.takeBack(leaseId, callId)) === 'removed';
   }
 
   /**
-   * Takes a call's job back unless an agent took it: `absent` (no job: the add never reached
-   * Redis), `removed` (it was waiting and is gone now), `taken` (an agent has it: it runs).
+   * Takes a call back unless an attempt of it began: `absent` (the add never reached Redis),
+   * `removed` (no attempt began and none will: the agent skips its entry), `taken` (it runs).
    */
   async takeBack(leaseId: string, callId: string): Promise<'absent' | 'removed' | 'taken'> {
-    if (await this.removeQueued(leaseId, callId)) return 'removed';
-    return (await this.queue(leaseId).getJob(callId)) ? 'taken' : 'absent';
+    const keys = leaseKeys(this.rootPrefix, leaseId);
+    return (await this.redis.eval(TAKE_BACK, 2, keys.queued(callId), keys.attempt(callId))) as 'absent' | 'removed' | 'taken';
   }
 
   /**
@@ -74,48 +87,29 @@ export class CallsOut {
   }
 
   /**
-   * Jobs on the call queues of `leaseIds`, summed: `waiting` (waiting, prioritized, delayed:
-   * not taken by the agent yet) and `active` (taken by the agent). Reads the queues in Redis,
-   * so it counts every lease's, whichever process produced its calls.
+   * Entries in the inboxes of `leaseIds`, summed: `waiting` (not handed to the agent yet) and
+   * `active` (handed to it and not acknowledged: running, or waiting for their turn in the
+   * agent). A call taken back stays counted as waiting until the agent skips its entry. Reads
+   * Redis, so it counts every lease's, whichever process submitted the calls.
    */
   async depth(leaseIds: readonly string[]): Promise<{ waiting: number; active: number }> {
     const depth = { waiting: 0, active: 0 };
+    if (leaseIds.length === 0) return depth;
+    const pipeline = this.redis.pipeline();
     for (const leaseId of leaseIds) {
-      // A throwaway handle, not queue()'s cache: most of these leases are not this process's to keep queues for.
-      const queue = new Queue(CALL_QUEUE, { connection: this.redis, prefix: leaseKeys(this.rootPrefix, leaseId).namespace });
-      try {
-        const counts = await queue.getJobCounts('waiting', 'prioritized', 'delayed', 'active');
-        depth.waiting += (counts.waiting ?? 0) + (counts.prioritized ?? 0) + (counts.delayed ?? 0);
-        depth.active += counts.active ?? 0;
-      } finally {
-        await queue.close();
-      }
+      const inbox = leaseKeys(this.rootPrefix, leaseId).inbox;
+      pipeline.xlen(inbox).xpending(inbox, INBOX_GROUP);
+    }
+    const replies = (await pipeline.exec()) ?? [];
+    for (let i = 0; i < replies.length; i += 2) {
+      const [lenErr, length] = replies[i]!;
+      // No group yet (NOGROUP): the agent has not started reading, so nothing is active.
+      const [, pending] = replies[i + 1]!;
+      const total = lenErr ? 0 : Number(length);
+      const active = Array.isArray(pending) ? Number(pending[0] ?? 0) : 0;
+      depth.active += active;
+      depth.waiting += Math.max(0, total - active);
     }
     return depth;
-  }
-
-  /** Closes and forgets the lease's queue handle (idempotent). */
-  async forget(leaseId: string): Promise<void> {
-    const queue = this.queues.get(leaseId);
-    this.queues.delete(leaseId);
-    await queue?.close();
-  }
-
-  /** Lease ids this process holds a queue handle for. */
-  held(): string[] {
-    return [...this.queues.keys()];
-  }
-
-  private queue(leaseId: string): Queue {
-    let queue = this.queues.get(leaseId);
-    if (!queue) {
-      queue = new Queue(CALL_QUEUE, {
-        connection: this.redis,
-        prefix: leaseKeys(this.rootPrefix, leaseId).namespace,
-        defaultJobOptions: { removeOnComplete: { age: 24 * 3600 }, removeOnFail: { age: 24 * 3600 } },
-      });
-      this.queues.set(leaseId, queue);
-    }
-    return queue;
   }
 }

@@ -43,9 +43,9 @@ export class AgentLink {
     this.live = new LiveIn(redis, rootPrefix);
   }
 
-  /** Stops consuming the lease's returns (giving up the consumer lock) and forgets its queue handles (idempotent). */
+  /** Stops consuming the lease's returns, giving up the consumer lock (idempotent). */
   async stop(leaseId: string): Promise<void> {
-    await Promise.allSettled([this.returns.stop(leaseId), this.calls.forget(leaseId)]);
+    await this.returns.stop(leaseId).catch(() => undefined);
   }
 
   /** Deletes the lease's ACL user and every key of its namespace (idempotent). */
@@ -63,7 +63,7 @@ export class AgentLink {
 
   /** Stops consuming, gives up every lock and the liveness key (a clean shutdown: others take over at once). */
   async close(): Promise<void> {
-    await Promise.allSettled([this.returns.close(), ...this.calls.held().map((id) => this.calls.forget(id))]);
+    await this.returns.close().catch(() => undefined);
     await this.live.close();
     await this.liveness.close();
   }

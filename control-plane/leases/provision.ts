@@ -112,7 +112,7 @@ export class Provisioner {
   }
 
   /**
-   * Gives a claimed pooled sandbox its lease's env and secrets (job `BIND_JOB`, acknowledged on
+   * Gives a claimed pooled sandbox its lease's env and secrets (a `bind` inbox entry, acknowledged on
    * `bound`). Throws `lease.create_failed` when the agent does not take it in BIND_TIMEOUT_MS.
    */
   async bind(id: string, plan: LeasePlan): Promise<void> {

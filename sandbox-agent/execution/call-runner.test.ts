@@ -207,6 +207,15 @@ describe('CallRunner', () => {
     expect(returns.results().map((m) => [m.result.status, m.result.receipt?.commitState])).toEqual([['effect_unknown', 'unknown']]);
   });
 
+  it('neither runs nor answers a call the control plane took back before its attempt began (it answered the call itself)', async () => {
+    const runner = await makeRunner({ beginAttempt: async () => 'removed' });
+    await runner.run(job());
+
+    expect(tool.runs).toBe(0);
+    expect(returns.results()).toEqual([]);
+    expect(runner.activeCount).toBe(0);
+  });
+
   it('ends a call whose durable cancel marker exists before it starts as cancelled, not_started, without running its tool or claiming an attempt', async () => {
     redis.values.set(keys.cancel('call_1'), '1');
     const runner = await makeRunner();

@@ -85,9 +85,9 @@ export class CallRunner {
   }
 
   /**
-   * Processes one job from the call queue. Throws only when the return path is down. Its place
-   * in the scheduler is taken before the first await, so calls queue in the order the worker
-   * took their jobs.
+   * Runs one call of the inbox (a `CallJob`). Throws only when the return path is down. Its place
+   * in the scheduler is taken before the first await, so calls queue in the order the inbox
+   * handed them over.
    */
   async run(data: unknown): Promise<void> {
     const job = CallJob.parse(data);
@@ -135,6 +135,11 @@ export class CallRunner {
     // The marker says "an attempt began": set right before the tool runs, so a call that waited
     // for its turn and was lost with the agent is not taken for one that ran.
     const start = await this.deps.beginAttempt(job.callId, attemptId);
+    if (start === 'removed') {
+      // Taken back before it began; the control plane answered it (cancelled, nothing ran).
+      this.running.delete(job.callId);
+      return;
+    }
     if (start === 'cancelled') {
       this.running.delete(job.callId);
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');

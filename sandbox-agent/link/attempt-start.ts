@@ -1,24 +1,27 @@
 /**
  * The start of an attempt in one Redis round trip: the redelivery check (an earlier attempt's
- * durable marker), the durable cancel marker and the claim of the marker (SET NX), in that
- * order, as one Lua script. Three commands before; each was a round trip on the call's path.
+ * durable marker), the take-back check (the call's `queued` marker), the durable cancel marker
+ * and the claim of the marker, in that order, as one Lua script: the control plane's take-back
+ * (agent-link/calls-out.ts) and this claim exclude each other.
  */
 import type { LeaseKeys } from '../../contract/queue.js';
 
 /**
  * How an attempt may begin: `claimed` (this attempt holds the marker and runs), `attempted`
- * (an earlier attempt began: the call is `effect_unknown`, never re-run), `cancelled` (a
- * cancel came before the start: nothing runs).
+ * (an earlier attempt began: the call is `effect_unknown`, never re-run), `removed` (the
+ * control plane took the call back and answered it: nothing runs and nothing is reported),
+ * `cancelled` (a cancel came before the start: nothing runs).
  */
-export type AttemptStart = 'claimed' | 'attempted' | 'cancelled';
+export type AttemptStart = 'claimed' | 'attempted' | 'removed' | 'cancelled';
 
 /** Claims the attempt marker of `callId` for `attemptId` unless it is taken or the call was cancelled. */
 export type BeginAttempt = (callId: string, attemptId: string) => Promise<AttemptStart>;
 
-/** KEYS[1] the attempt marker, KEYS[2] the cancel marker; ARGV[1] the attempt id. */
+/** KEYS[1] the attempt marker, KEYS[2] the queued marker, KEYS[3] the cancel marker; ARGV[1] the attempt id. */
 const BEGIN_ATTEMPT = `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'attempted' end
-if redis.call('EXISTS', KEYS[2]) == 1 then return 'cancelled' end
+if redis.call('GET', KEYS[2]) == 'removed' then return 'removed' end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 'cancelled' end
 redis.call('SET', KEYS[1], ARGV[1])
 return 'claimed'`;
 
@@ -26,7 +29,7 @@ return 'claimed'`;
 export type EvalScript = (script: string, numKeys: number, ...args: string[]) => Promise<unknown>;
 
 /** `BeginAttempt` over the lease's keys, one EVAL per attempt. */
-export function redisBeginAttempt(evalScript: EvalScript, keys: Pick<LeaseKeys, 'attempt' | 'cancel'>): BeginAttempt {
+export function redisBeginAttempt(evalScript: EvalScript, keys: Pick<LeaseKeys, 'attempt' | 'queued' | 'cancel'>): BeginAttempt {
   return async (callId, attemptId) =>
-    (await evalScript(BEGIN_ATTEMPT, 2, keys.attempt(callId), keys.cancel(callId), attemptId)) as AttemptStart;
+    (await evalScript(BEGIN_ATTEMPT, 3, keys.attempt(callId), keys.queued(callId), keys.cancel(callId), attemptId)) as AttemptStart;
 }
