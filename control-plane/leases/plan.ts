@@ -12,7 +12,14 @@ import { compileSandboxSpec, type CompileInput } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
 import type { ImageService, ResolvedImage } from '../images/service.js';
 import type { PolicyService } from '../policies/service.js';
-import { SNAPSHOT_ROOTS_PREFIX, type ImageConfig, type Ownership, type SandboxRuntime, type SandboxSpec } from '../runtime/runtime.js';
+import {
+  SNAPSHOT_ROOTS_PREFIX,
+  type ImageConfig,
+  type Ownership,
+  type RuntimeInfo,
+  type SandboxRuntime,
+  type SandboxSpec,
+} from '../runtime/runtime.js';
 import type { SnapshotSource } from '../snapshots/schema.js';
 import type { SecretService } from '../secrets/service.js';
 import type { ResolvedVolumeMount } from '../volumes/schema.js';
@@ -89,7 +96,16 @@ export interface PlannerOptions {
   protectedHostPaths: readonly string[];
 }
 
+/**
+ * How long the engine's version and runtimes are reused between plans, ms. Docker's `/info`
+ * gathers every subsystem's state (about 12 ms here, a third of a warm lease) and its answer
+ * changes only when the engine is restarted or reconfigured.
+ */
+const ENGINE_INFO_TTL_MS = 5000;
+
 export class LeasePlanner {
+  private engineInfo: { readAt: number; info: Promise<RuntimeInfo> } | null = null;
+
   constructor(
     private readonly deps: PlannerDeps,
     private readonly options: PlannerOptions,
@@ -145,7 +161,7 @@ export class LeasePlanner {
     // A tenant's built image, an engine image, or one pulled now from an allowlisted registry (images/).
     const resolved: ResolvedImage | null = this.deps.images ? await this.deps.images.resolve(image, tenant) : null;
     const engineRef = resolved?.engineRef ?? image;
-    const [info, imageConfig] = await Promise.all([runtime.info(), runtime.inspectImage(engineRef)]);
+    const [info, imageConfig] = await Promise.all([this.readEngineInfo(), runtime.inspectImage(engineRef)]);
     const toolUser = await this.toolUser(policy, engineRef, imageConfig);
     const dirs = leaseDirs(this.options.dataDir, id);
     const spec = compileSandboxSpec({
@@ -196,6 +212,20 @@ export class LeasePlanner {
       throw new AppError('policy.unenforceable', 'this control plane offers no persistent volumes', { details: { field: 'volumes' } });
     const taken = [...policy.filesystem.writableRoots.map((r) => r.path), ...policy.filesystem.readOnlyMounts.map((m) => m.containerPath)];
     return this.deps.volumes.resolveMounts(tenant, requests, taken);
+  }
+
+  /** The engine's info, read again once it is ENGINE_INFO_TTL_MS old; a failed read is not kept. */
+  private readEngineInfo(): Promise<RuntimeInfo> {
+    const now = Date.now();
+    if (this.engineInfo === null || now - this.engineInfo.readAt > ENGINE_INFO_TTL_MS) {
+      const info = this.deps.runtime.info();
+      const entry = { readAt: now, info };
+      this.engineInfo = entry;
+      info.catch(() => {
+        if (this.engineInfo === entry) this.engineInfo = null;
+      });
+    }
+    return this.engineInfo.info;
   }
 
   /**
