@@ -134,7 +134,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     keys,
     secrets,
     tools,
-    returns: new ReturnChannel(returnStream),
+    returns: new ReturnChannel(returnStream, (err) => log.warn({ err }, 'an append to the return stream was refused; trying again')),
     log,
     beginAttempt: redisBeginAttempt((script, numKeys, ...args) => redis.eval(script, numKeys, ...args), keys),
   });
@@ -172,7 +172,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
   // A reply lost with a dropped connection leaves its entries handed over and unread: read them again.
   let inboxConnected = false;
   inboxReader.on('ready', () => {
-    if (inboxConnected) void inbox.recover().catch((err: unknown) => log.warn({ err }, 'reading unacknowledged inbox entries failed'));
+    if (inboxConnected) inbox.requestRecovery();
     inboxConnected = true;
   });
   inboxReader.on('error', (err) => log.warn({ err }, 'inbox connection error'));

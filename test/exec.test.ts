@@ -122,6 +122,21 @@ describe('exec', () => {
     expect(await processesInSandbox().then((l) => l.filter((x) => x.includes('sleep 777')))).toEqual([]);
   });
 
+  it('argv runs its program as a shell would have: PATH lookup, PWD, oom_score_adj 1000, a script without #! in the sandbox shell, 127 and 126 with the name', async () => {
+    const env = await exec({ argv: ['sh', '-c', 'echo "$PWD $(cat /proc/self/oom_score_adj)"'], cwd: '/tmp' });
+    expect(env.stdout).toBe('/tmp 1000\n');
+    await exec({ cmd: 'printf \'[[ 1 == 1 ]] && echo bash-only syntax "$@"\\n\' > /workspace/noshebang && chmod +x /workspace/noshebang' });
+    const script = await exec({ argv: ['/workspace/noshebang', 'arg'] });
+    expect(script).toMatchObject({ exitCode: 0, stdout: 'bash-only syntax arg\n' });
+    await exec({ cmd: "printf '#!/nonexistent\\n' > /workspace/badinterp && chmod +x /workspace/badinterp" });
+    const bad = await exec({ argv: ['/workspace/badinterp'] });
+    expect(bad.exitCode).toBe(126);
+    expect(bad.stderr).toMatch(/badinterp: bad interpreter/);
+    const missing = await exec({ argv: ['no-such-program'] });
+    expect(missing.exitCode).toBe(127);
+    expect(missing.stderr).toMatch(/no-such-program: command not found/);
+  });
+
   it('a memory hog is OOM-killed, not the agent: the call reports the signal and the sandbox keeps working', async () => {
     const adj = await exec({ cmd: 'cat /proc/self/oom_score_adj' });
     expect(adj.stdout.trim()).toBe('1000');

@@ -56,10 +56,10 @@ function controlledCalls(): InboxHandlers & { started: string[]; bound: unknown[
     started,
     bound,
     call: (message) =>
-      new Promise<void>((resolve, reject) => {
+      new Promise<boolean>((resolve, reject) => {
         const { callId } = message as CallJob;
         started.push(callId);
-        pending.set(callId, { resolve, reject });
+        pending.set(callId, { resolve: () => resolve(true), reject });
       }),
     bind: async (message) => void bound.push(message),
     finish(id, fail = false) {
@@ -69,6 +69,14 @@ function controlledCalls(): InboxHandlers & { started: string[]; bound: unknown[
       else p.resolve();
     },
   };
+}
+
+/** Resolves once `calls` was handed `count` calls. */
+async function untilStarted(calls: { started: string[] }, count: number): Promise<void> {
+  await eventually(
+    () => calls.started.length,
+    (n) => n === count,
+  );
 }
 
 /** An agent's inbox on `leaseId` with its own blocking connection, and its stop (also run when the test finishes). */
@@ -101,10 +109,7 @@ describe('the inbox: calls from the control plane to the agent', () => {
     expect(await redis.xlen(leaseKeys(prefix, lease).inbox)).toBe(1);
     const calls = controlledCalls();
     await agentInbox(lease, calls);
-    await eventually(
-      () => calls.started.length,
-      (n) => n === 1,
-    );
+    await untilStarted(calls, 1);
     expect(await out.depth([lease])).toEqual({ waiting: 0, active: 1 });
     calls.finish('call_a');
     await eventually(
@@ -141,23 +146,14 @@ describe('the inbox: calls from the control plane to the agent', () => {
     for (const id of ['c1', 'c2', 'c3', 'c4', 'c5']) await out.enqueue(lease, job(id));
     const calls = controlledCalls();
     await agentInbox(lease, calls, 2);
-    await eventually(
-      () => calls.started.length,
-      (n) => n === 2,
-    );
+    await untilStarted(calls, 2);
     expect(calls.started).toEqual(['c1', 'c2']);
     expect(await out.depth([lease])).toEqual({ waiting: 3, active: 2 });
     calls.finish('c2');
-    await eventually(
-      () => calls.started.length,
-      (n) => n === 3,
-    );
+    await untilStarted(calls, 3);
     expect(calls.started).toEqual(['c1', 'c2', 'c3']);
     for (const id of ['c1', 'c3']) calls.finish(id);
-    await eventually(
-      () => calls.started.length,
-      (n) => n === 5,
-    );
+    await untilStarted(calls, 5);
     expect(calls.started).toEqual(['c1', 'c2', 'c3', 'c4', 'c5']);
     for (const id of ['c4', 'c5']) calls.finish(id);
     await eventually(
@@ -171,10 +167,7 @@ describe('the inbox: calls from the control plane to the agent', () => {
     for (const id of ['f1', 'f2']) await out.enqueue(lease, job(id));
     const first = controlledCalls();
     const stopFirst = await agentInbox(lease, first);
-    await eventually(
-      () => first.started.length,
-      (n) => n === 2,
-    );
+    await untilStarted(first, 2);
     // f1's result could not be sent; f2 is still running when its agent goes away.
     first.finish('f1', true);
     const stopping = stopFirst();
@@ -184,12 +177,64 @@ describe('the inbox: calls from the control plane to the agent', () => {
 
     const next = controlledCalls();
     await agentInbox(lease, next);
+    await untilStarted(next, 2);
     expect(next.started).toEqual(['f1', 'f2']);
     for (const id of ['f1', 'f2']) next.finish(id);
     await eventually(
       () => redis.xlen(leaseKeys(prefix, lease).inbox),
       (n) => n === 0,
     );
+  });
+
+  it('an entry whose handler failed is read again by the same agent after a pause, with no reconnect', async () => {
+    const lease = newLease();
+    await out.enqueue(lease, job('again'));
+    const calls = controlledCalls();
+    await agentInbox(lease, calls);
+    await untilStarted(calls, 1);
+    calls.finish('again', true);
+    await untilStarted(calls, 2);
+    calls.finish('again');
+    await eventually(
+      () => redis.xlen(leaseKeys(prefix, lease).inbox),
+      (n) => n === 0,
+    );
+    expect(calls.started).toEqual(['again', 'again']);
+  });
+
+  it('entries an earlier agent left wait for a free slot like new ones', async () => {
+    const lease = newLease();
+    for (const id of ['l1', 'l2', 'l3', 'l4']) await out.enqueue(lease, job(id));
+    const first = controlledCalls();
+    const stopFirst = await agentInbox(lease, first);
+    await untilStarted(first, 4);
+    const stopping = stopFirst();
+    for (const id of ['l1', 'l2', 'l3', 'l4']) first.finish(id, true);
+    await stopping;
+
+    const next = controlledCalls();
+    await agentInbox(lease, next, 2);
+    await untilStarted(next, 2);
+    expect(await out.depth([lease])).toEqual({ waiting: 0, active: 4 });
+    expect(next.started).toEqual(['l1', 'l2']);
+    next.finish('l1');
+    await untilStarted(next, 3);
+    expect(next.started).toEqual(['l1', 'l2', 'l3']);
+    for (const id of ['l2', 'l3']) next.finish(id);
+    await untilStarted(next, 4);
+    next.finish('l4');
+  });
+
+  it('a consumer group that disappeared is made again and its calls still arrive', async () => {
+    const lease = newLease();
+    const inbox = leaseKeys(prefix, lease).inbox;
+    const calls = controlledCalls();
+    await agentInbox(lease, calls);
+    // As a Redis that lost the group would have it (the blocked read is answered with NOGROUP).
+    await redis.xgroup('DESTROY', inbox, 'agent');
+    await out.enqueue(lease, job('regrouped'));
+    await untilStarted(calls, 1);
+    calls.finish('regrouped');
   });
 
   it('a binding is handled before the calls after it; an entry that is neither is dropped and the next runs', async () => {
@@ -207,10 +252,7 @@ describe('the inbox: calls from the control plane to the agent', () => {
       return originalCall(message);
     };
     await agentInbox(lease, calls);
-    await eventually(
-      () => calls.started.length,
-      (n) => n === 1,
-    );
+    await untilStarted(calls, 1);
     expect(calls.bound).toEqual([{ env: { A: '1' }, secrets: { grants: [], deliveryKey: null } }]);
     expect(boundWhenCalled).toBe(1);
     calls.finish('after_bind');
@@ -225,10 +267,7 @@ describe('the inbox: calls from the control plane to the agent', () => {
     const calls = controlledCalls();
     await agentInbox(lease, calls);
     await out.enqueue(lease, job('late'));
-    await eventually(
-      () => calls.started.length,
-      (n) => n === 1,
-    );
+    await untilStarted(calls, 1);
     calls.finish('late');
   });
 });

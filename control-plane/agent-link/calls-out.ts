@@ -9,12 +9,14 @@
 import type { Redis } from 'ioredis';
 import { INBOX_FIELDS, INBOX_GROUP, leaseKeys, type CallJob, type ControlMessage, type LeaseBinding } from '../../contract/queue.js';
 
-/** How long a call's `queued` marker lives, s: far past any call's timeout, so a late attempt still reads it. */
-const QUEUED_TTL_SECONDS = 24 * 3600;
-
-/** KEYS[1] the inbox, KEYS[2] the call's queued marker; ARGV[1] the CallJob JSON, ARGV[2] the marker's TTL (s). 1: added, 0: added before. */
+/**
+ * KEYS[1] the inbox, KEYS[2] the call's queued marker; ARGV[1] the CallJob JSON. 1: added, 0:
+ * added before. The marker has no expiry, like the attempt marker: an entry may wait unread
+ * behind long calls for any time, and its take-back must hold until it is read; the lease's
+ * keys go with the lease.
+ */
 const ENQUEUE = `
-if not redis.call('SET', KEYS[2], 'waiting', 'NX', 'EX', ARGV[2]) then return 0 end
+if not redis.call('SET', KEYS[2], 'waiting', 'NX') then return 0 end
 redis.call('XADD', KEYS[1], '*', '${INBOX_FIELDS.kind}', 'call', '${INBOX_FIELDS.message}', ARGV[1])
 return 1`;
 
@@ -27,7 +29,7 @@ local state = redis.call('GET', KEYS[1])
 if not state then return 'absent' end
 if state == 'removed' then return 'removed' end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'taken' end
-redis.call('SET', KEYS[1], 'removed', 'KEEPTTL')
+redis.call('SET', KEYS[1], 'removed')
 return 'removed'`;
 
 export class CallsOut {
@@ -39,7 +41,7 @@ export class CallsOut {
   /** Adds a call to the lease's inbox, once per callId: a second add is a no-op. */
   async enqueue(leaseId: string, job: CallJob): Promise<void> {
     const keys = leaseKeys(this.rootPrefix, leaseId);
-    await this.redis.eval(ENQUEUE, 2, keys.inbox, keys.queued(job.callId), JSON.stringify(job), String(QUEUED_TTL_SECONDS));
+    await this.redis.eval(ENQUEUE, 2, keys.inbox, keys.queued(job.callId), JSON.stringify(job));
   }
 
   /** Adds a pooled sandbox's binding to its inbox (before any call: nothing is submitted before the lease exists). */

@@ -207,6 +207,26 @@ describe('CallRunner', () => {
     expect(returns.results().map((m) => [m.result.status, m.result.receipt?.commitState])).toEqual([['effect_unknown', 'unknown']]);
   });
 
+  it('a failed attempt start (Redis refused it) rejects and leaves the call not running, so the re-read call runs', async () => {
+    let refused = false;
+    const runner = await makeRunner({
+      beginAttempt: async (callId, attemptId) => {
+        if (!refused) {
+          refused = true;
+          throw new Error('LOADING Redis is loading the dataset in memory');
+        }
+        return redis.beginAttempt(callId, attemptId);
+      },
+    });
+    await expect(runner.run(job())).rejects.toThrow(/LOADING/);
+    expect(runner.activeCount).toBe(0);
+    expect(tool.runs).toBe(0);
+
+    expect(await runner.run(job())).toBe(true);
+    expect(tool.runs).toBe(1);
+    expect(returns.results().map((m) => m.result.status)).toEqual(['succeeded']);
+  });
+
   it('neither runs nor answers a call the control plane took back before its attempt began (it answered the call itself)', async () => {
     const runner = await makeRunner({ beginAttempt: async () => 'removed' });
     await runner.run(job());

@@ -45,6 +45,17 @@ export interface CallRunnerDeps {
   log: Logger;
 }
 
+/** What `run` prepared for an attempt: its id, logger, return channel, start time, tool, parsed args and cancel controller. */
+interface AttemptParts {
+  attemptId: string;
+  log: Logger;
+  channel: ReturnType<CallRunnerDeps['returns']['forAttempt']>;
+  now: Date;
+  tool: AgentTool<unknown>;
+  args: unknown;
+  controller: AbortController;
+}
+
 export class CallRunner {
   private readonly running = new Map<string, AbortController>();
   private readonly spoolBudget: SpoolBudget;
@@ -85,11 +96,13 @@ export class CallRunner {
   }
 
   /**
-   * Runs one call of the inbox (a `CallJob`). Throws only when the return path is down. Its place
-   * in the scheduler is taken before the first await, so calls queue in the order the inbox
-   * handed them over.
+   * Runs one call of the inbox (a `CallJob`) and resolves true once its result is sent; false,
+   * at once, for a copy of a call this agent is running now (that run answers). Throws when the
+   * job cannot be read or the attempt start failed (Redis refused it): nothing ran, and the
+   * entry is read again. Its place in the scheduler is taken before the first await, so calls
+   * queue in the order the inbox handed them over.
    */
-  async run(data: unknown): Promise<void> {
+  async run(data: unknown): Promise<boolean> {
     const job = CallJob.parse(data);
     // No accesses (the process tools): nothing to resolve, so nothing to wait for before it may run.
     const slot =
@@ -97,13 +110,13 @@ export class CallRunner {
         ? this.deps.scheduler.acquire([])
         : this.deps.scheduler.acquire(job.accesses, () => resolveAccesses(job.accesses));
     try {
-      await this.runScheduled(job, slot);
+      return await this.runScheduled(job, slot);
     } finally {
       (await slot)();
     }
   }
 
-  private async runScheduled(job: CallJob, slot: Promise<unknown>): Promise<void> {
+  private async runScheduled(job: CallJob, slot: Promise<unknown>): Promise<boolean> {
     const attemptId = `att_${randomUUID()}`;
     const log = this.deps.log.child({ callId: job.callId, attemptId });
     const channel = this.deps.returns.forAttempt(job.callId, attemptId);
@@ -113,7 +126,7 @@ export class CallRunner {
     if (!tool) {
       const error = errorInfo('input.unknown_tool', `this agent has no tool ${job.tool}`);
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('failed', 'not_started', error, now)));
-      return;
+      return true;
     }
 
     let args: unknown;
@@ -122,32 +135,38 @@ export class CallRunner {
     } catch (err) {
       const error = errorInfo('input.invalid', `arguments the agent cannot read: ${(err as Error).message}`);
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('failed', 'not_started', error, now)));
-      return;
+      return true;
     }
-    // A copy of a call this agent is running now (a redelivery after a stalled lock): the
-    // running attempt will answer.
-    if (this.running.has(job.callId)) return;
+    // A copy of a call this agent is running now: the running attempt will answer.
+    if (this.running.has(job.callId)) return false;
     const controller = new AbortController();
     this.running.set(job.callId, controller);
+    try {
+      await this.attempt(job, { attemptId, log, channel, now, tool, args, controller }, slot);
+      return true;
+    } finally {
+      // Also when the attempt start failed: a re-read of the call must find it not running.
+      this.running.delete(job.callId);
+    }
+  }
+
+  /** Claims the attempt once the call's turn came, runs the tool and sends the result. */
+  private async attempt(job: CallJob, a: AttemptParts, slot: Promise<unknown>): Promise<void> {
+    const { attemptId, log, channel, now, tool, args, controller } = a;
     await slot;
     // One round trip, in this order: an attempt that began before (a redelivery after a crash)
     // decides first (not re-run, and not "nothing ran"); then a durable cancel; then the claim.
     // The marker says "an attempt began": set right before the tool runs, so a call that waited
     // for its turn and was lost with the agent is not taken for one that ran.
     const start = await this.deps.beginAttempt(job.callId, attemptId);
-    if (start === 'removed') {
-      // Taken back before it began; the control plane answered it (cancelled, nothing ran).
-      this.running.delete(job.callId);
-      return;
-    }
+    // Taken back before it began; the control plane answered it (cancelled, nothing ran).
+    if (start === 'removed') return;
     if (start === 'cancelled') {
-      this.running.delete(job.callId);
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('cancelled', 'not_started', error, new Date())));
       return;
     }
     if (start !== 'claimed') {
-      this.running.delete(job.callId);
       const error = errorInfo('execution.effect_unknown', 'an earlier attempt of this call started and its outcome was lost; not re-run');
       log.warn('redelivered call: an earlier attempt started, so it is not run again');
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('effect_unknown', 'unknown', error, now)));
@@ -203,7 +222,6 @@ export class CallRunner {
       log.error({ err }, 'the tool threw');
       outcome = outcomeWithoutRun('effect_unknown', 'unknown', error, now);
     } finally {
-      this.running.delete(job.callId);
       if (backgroundGroup !== null) this.deps.processTrees.release(backgroundGroup);
     }
     log.info(

@@ -25,11 +25,18 @@ export interface ReturnStream {
   backlog(): Promise<number>;
 }
 
+/** First and longest pause before a refused append is tried again, ms. */
+const APPEND_RETRY_FIRST_MS = 50;
+const APPEND_RETRY_MAX_MS = 2000;
+
 export class ReturnChannel {
   private tail: Promise<unknown> = Promise.resolve();
-  private failure: unknown = null;
 
-  constructor(private readonly stream: ReturnStream) {}
+  /** `onRetry`: told of each append Redis refused (LOADING after a restart, OOM), before it is tried again. */
+  constructor(
+    private readonly stream: ReturnStream,
+    private readonly onRetry: (err: unknown) => void = () => undefined,
+  ) {}
 
   /** Opens the event sequence of one attempt. */
   forAttempt(callId: string, attemptId: string): AttemptChannel {
@@ -91,20 +98,31 @@ export class ReturnChannel {
     return { size, sha256 };
   }
 
-  /** Resolves once everything sent so far is in Redis; rejects with the first send failure. */
+  /** Resolves once everything sent so far is in Redis. */
   async settled(): Promise<void> {
     await this.tail;
-    if (this.failure) throw this.failure;
   }
 
+  /**
+   * Chained, not pipelined: each append waits for the previous one, so the stream's order is the
+   * production order also when ioredis resends a command after a reconnect. An append Redis
+   * refuses (an error reply: the connection itself waits out a disconnect) is tried again until
+   * taken, later ones waiting: a message is never skipped, and a passing refusal does not stop
+   * the agent's return path for good.
+   */
   private send(message: ReturnMessage): void {
-    // Chained, not pipelined: each append waits for the previous one, so the stream's order is
-    // the production order also when ioredis resends a command after a reconnect.
-    this.tail = this.tail.then(() =>
-      this.stream.append(encodeReturn(message)).catch((err: unknown) => {
-        this.failure ??= err;
-      }),
-    );
+    const fields = encodeReturn(message);
+    this.tail = this.tail.then(async () => {
+      for (let pauseMs = APPEND_RETRY_FIRST_MS; ; pauseMs = Math.min(pauseMs * 2, APPEND_RETRY_MAX_MS)) {
+        try {
+          await this.stream.append(fields);
+          return;
+        } catch (err) {
+          this.onRetry(err);
+          await new Promise((r) => setTimeout(r, pauseMs));
+        }
+      }
+    });
   }
 
   private async sendAndWait(message: ReturnMessage): Promise<void> {

@@ -137,10 +137,11 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   // copy of stdout's pipe so both land in one stream in write order. argv is exec'd directly (a
   // missing program: 127); `cmd` runs in the image's bash, else its sh, else the runtime's
   // busybox sh (ctx.shell; the manifest's `shell` says which).
-  const launcherArgs = [...(args.combinedOutput ? ['--stderr-to-stdout'] : []), '--'];
+  // A script without `#!` runs in the sandbox's shell, as it did when a shell exec'd the program.
+  const launcherArgs = [...(args.combinedOutput ? ['--stderr-to-stdout'] : []), '--shell', ctx.shell, '--'];
   const programArgs = args.cmd !== undefined ? [ctx.shell, '-c', '--', args.cmd] : args.argv!;
 
-  // Read while the program starts (it is not awaited before the spawn): only a failure needs it.
+  // Before the program starts, so that what it causes is counted after it; read again only for a failure.
   const countersBefore = readCgroupCounters();
   let child: ChildProcessWithoutNullStreams;
   try {
@@ -264,9 +265,9 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
   // A clean exit needs no explanation: the cgroup's counters are read only for a failure.
   if (exit.code === 0) return exited();
   // Why a command failed, when the cgroup or the OS says more than its exit status does.
-  const [before, countersAfter] = await Promise.all([countersBefore, readCgroupCounters()]);
+  const countersAfter = readCgroupCounters();
   // A shell (a `cmd`) reports a child killed by SIGKILL as exit 128+9 = 137.
-  if ((exit.signal === 'SIGKILL' || exit.code === 137) && rose(before, countersAfter, 'oomKills')) {
+  if ((exit.signal === 'SIGKILL' || exit.code === 137) && rose(countersBefore, countersAfter, 'oomKills')) {
     return {
       ...base,
       status: 'failed',
@@ -275,7 +276,7 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
       modelText: modelText('killed for memory (out of memory in the sandbox)'),
     };
   }
-  if (exit.code !== 0 && rose(before, countersAfter, 'pidsRefused')) {
+  if (exit.code !== 0 && rose(countersBefore, countersAfter, 'pidsRefused')) {
     return {
       ...base,
       status: 'failed',
