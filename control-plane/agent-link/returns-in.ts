@@ -60,9 +60,13 @@ export class ReturnsIn {
   private reader: Redis | null = null;
   private readerLoop: Promise<void> | null = null;
   private closed = false;
-  /** Resolves when close() begins: a read pending on a connection that cannot reconnect never settles by itself. */
-  private readonly closing: Promise<null>;
-  private signalClosing!: () => void;
+  /**
+   * Ends the read under way with null (close() begins: a read pending on a connection that
+   * cannot reconnect never settles by itself). One per read, not one promise raced by every
+   * read: a long-lived promise in Promise.race keeps each read's reply (its chunks' bytes)
+   * reachable until it settles, which a run of artifacts showed as memory growing without end.
+   */
+  private endRead: (() => void) | null = null;
   /**
    * This process's wake-up stream: the reader also waits on it, so an entry appended there (a
    * lease to consume, a lease whose handler caught up) ends its blocking read at once — also
@@ -83,7 +87,6 @@ export class ReturnsIn {
     private readonly tuning: { blockMs: number } = { blockMs: BLOCK_MS },
   ) {
     this.wakeKey = `${rootPrefix}returns-wake:${liveness.processId}`;
-    this.closing = new Promise((resolve) => (this.signalClosing = () => resolve(null)));
   }
 
   /**
@@ -173,7 +176,7 @@ export class ReturnsIn {
   /** Stops every consumer, the reader and the lock renewal. */
   async close(): Promise<void> {
     this.closed = true;
-    this.signalClosing();
+    this.endRead?.();
     if (this.renewer) clearInterval(this.renewer);
     this.renewer = null;
     this.reader?.disconnect();
@@ -208,7 +211,8 @@ export class ReturnsIn {
         >;
         // Left behind when close() wins the race; its rejection then is expected.
         pending.catch(() => undefined);
-        reply = await Promise.race([pending, this.closing]);
+        reply = this.closed ? null : await Promise.race([pending, new Promise<null>((resolve) => (this.endRead = () => resolve(null)))]);
+        this.endRead = null;
         failures = 0;
       } catch (err) {
         if (this.closed) break;

@@ -61,8 +61,12 @@ export class Inbox {
   private readonly running = new Set<Promise<void>>();
   private freed: (() => void) | null = null;
   private stopped = false;
-  private stopRequested: () => void = () => undefined;
-  private readonly stopping = new Promise<void>((resolve) => (this.stopRequested = resolve));
+  /**
+   * Ends the blocking read under way with no entries (stop() begins: a read pending on a
+   * connection that cannot reconnect never settles by itself). One per read: a long-lived
+   * promise raced by every read would keep each read's entries reachable until it settles.
+   */
+  private endRead: (() => void) | null = null;
   private loop: Promise<void> | null = null;
   /** Whether the unacknowledged entries are to be read again: at start, and after a reconnect. */
   private recoveryDue = true;
@@ -92,7 +96,7 @@ export class Inbox {
   /** Stops reading (the caller closes the blocking connection) and waits for the calls handed over to end. */
   async stop(): Promise<void> {
     this.stopped = true;
-    this.stopRequested();
+    this.endRead?.();
     this.freed?.();
     await this.loop;
     await Promise.allSettled([...this.running]);
@@ -114,7 +118,11 @@ export class Inbox {
           const read = this.connection.readNew(this.capacity - this.running.size, READ_BLOCK_MS);
           // Left behind when stop() wins the race; its rejection (the closed connection) is expected.
           read.catch(() => undefined);
-          const entries = await Promise.race([read, this.stopping.then(() => [])]);
+          const entries = this.stopped
+            ? []
+            : await Promise.race([read, new Promise<InboxEntry[]>((resolve) => (this.endRead = () => resolve([])))]);
+          this.endRead = null;
+          if (this.stopped) return;
           this.take(entries);
         }
         for (const [id, entry] of this.backlog) {
