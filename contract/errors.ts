@@ -408,7 +408,19 @@ export const ERROR_CODES = {
   'files.transfer_failed': {
     status: 422,
     retryability: 'after_fix',
-    summary: 'tar inside the sandbox failed for another reason; `details.stderr` has its message.',
+    summary: 'tar inside the sandbox failed for another reason, or could not start; `details.stderr` or `details.reason` has its message.',
+  },
+  'files.agent_unreachable': {
+    status: 504,
+    retryability: 'safe',
+    summary:
+      "The sandbox's agent did not start the transfer in time (`SBX_PREVIEW_DIAL_TIMEOUT_MS`, default 10 s): its agent is stopped, hung or gone, or it predates transfers through the agent.",
+  },
+  'files.transfer_broken': {
+    status: 502,
+    retryability: 'safe',
+    summary:
+      "The transfer's stream from the sandbox's agent broke before the agent said how it ended (the tunnel closed, or a frame was malformed); an upload kept nothing.",
   },
   'watch.limit_exceeded': {
     status: 429,

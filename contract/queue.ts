@@ -35,6 +35,7 @@
 import { z } from 'zod';
 import { EventBody } from './events.js';
 import { PreviewOpen } from './previews.js';
+import { TransferOpen } from './transfers.js';
 import { ImageFacts, SandboxFacts, ToolResult } from './objects.js';
 import { SecretFilePath, SecretName } from './secrets.js';
 import { Access, EnvMap, EnvName } from './tools.js';
@@ -277,8 +278,12 @@ export type LiveOutput = z.infer<typeof LiveOutput>;
 /** The field of an input stream entry that holds the `InputMessage` JSON. */
 export const INPUT_FIELD = 'm';
 
-/** Control plane → agent over the `control` channel: cancel a call; open a port preview connection (contract/previews.ts). */
-export const ControlMessage = z.discriminatedUnion('type', [z.object({ type: z.literal('cancel'), callId: z.string() }), PreviewOpen]);
+/** Control plane → agent over the `control` channel: cancel a call; open a port preview connection (contract/previews.ts); run a file transfer (contract/transfers.ts). */
+export const ControlMessage = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('cancel'), callId: z.string() }),
+  PreviewOpen,
+  TransferOpen,
+]);
 export type ControlMessage = z.infer<typeof ControlMessage>;
 
 /** The consumer group (and its one consumer) the agent reads its inbox through. */

@@ -22,6 +22,7 @@ import { CONSOLE_ROUTES, consoleRoutes } from './console/routes.js';
 import { egressRoutes } from './egress/routes.js';
 import type { EgressLog } from './egress/store.js';
 import { filesRoutes } from './files/routes.js';
+import type { TransferTunnels } from './files/transfers.js';
 import { apiKeyAuthenticator, installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
 import { installUpgradeSocketTracking } from './http/upgrade.js';
 import { imagesRoutes } from './images/routes.js';
@@ -97,6 +98,8 @@ export interface AppDeps {
   pingRedis: () => Promise<unknown>;
   spoolDir: string;
   maxUploadBytes: number;
+  /** The agent tunnels file transfers go through. */
+  transfers: TransferTunnels;
   /** The lease file change logs (file watch). */
   changeLog: RedisChangeLog;
   /** Largest JSON body, bytes. Default 1 MiB. */
@@ -208,7 +211,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     maxContextBytes: deps.maxImageContextBytes,
     egressLog: deps.egressLog,
   });
-  await app.register(filesRoutes, { runtime: deps.runtime, spoolDir: deps.spoolDir, maxUploadBytes: deps.maxUploadBytes });
+  await app.register(filesRoutes, { tunnels: deps.transfers, maxUploadBytes: deps.maxUploadBytes });
   await app.register(watchRoutes, {
     watch: new WatchService({ log: deps.changeLog, paths: deps.runtime }),
     log: deps.changeLog,

@@ -45,7 +45,7 @@ import { readPolicyFiles } from './policies/files.js';
 import { PolicyService } from './policies/service.js';
 import { PreviewService } from './previews/service.js';
 import { PreviewLog } from './previews/store.js';
-import { PreviewTunnels } from './previews/tunnel.js';
+import { AgentTunnels } from './agent-link/tunnels.js';
 import { urlSigningKey } from './http/signed-urls.js';
 import { leaseDirs } from './leases/plan.js';
 import { RedisPolicyStore } from './policies/store.js';
@@ -281,7 +281,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     now,
     log,
   });
-  const tunnels = new PreviewTunnels({
+  const tunnels = new AgentTunnels({
     dirOf: (leaseId) => leaseDirs(config.dataDir, leaseId).previews, // previews: the agent brings each connection to a socket there
     signal: (leaseId, message) => link.calls.signal(leaseId, message),
     log,
@@ -329,6 +329,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     pingRedis: () => redis.ping(),
     spoolDir: join(config.dataDir, 'spool'),
     maxUploadBytes: config.maxUploadBytes,
+    transfers: tunnels,
     changeLog: new RedisChangeLog(redis, config.redisPrefix),
     consoleDir: config.consoleDir,
     version: SBX_VERSION,

@@ -22,6 +22,7 @@ import { CallRunner } from './execution/call-runner.js';
 import { startEgressForwarder } from './host/egress-forwarder.js';
 import { measureFacts } from './host/facts.js';
 import { dialPreview } from './host/preview-dialer.js';
+import { runTransfer } from './host/transfer-runner.js';
 import { detectShell } from './host/image-probe.js';
 import { redisInput, type StreamEntry } from './link/input-stream.js';
 import { Inbox, redisInboxConnection } from './link/inbox.js';
@@ -144,6 +145,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     const parsed = ControlMessage.safeParse(safeJson(text));
     if (!parsed.success) return;
     if (parsed.data.type === 'cancel') runner.cancel(parsed.data.callId);
+    else if (parsed.data.type === 'transfer_open') runTransfer(parsed.data, { toolUser: config.toolUser, log });
     else dialPreview(parsed.data, { reservedPorts: previewPorts, log });
   });
 

@@ -15,6 +15,7 @@ import {
   useHarness,
   execIn,
   bridgeHostAddress,
+  tarBytes,
 } from './fixtures/index.js';
 
 const h = useHarness();
@@ -182,6 +183,12 @@ describe('lease lifecycle', () => {
     expect(r.stdout).toContain('gVisor');
     expect(r.stdout).toContain('1000');
     expect(JSON.parse(await docker('inspect', '--format', '{{json .HostConfig.Runtime}}', `sbx-${lease.id}`))).toBe('runsc');
+    // Files travel through the agent's tunnel, a host Unix socket gVisor must let it reach.
+    await h.client.uploadTar(lease.id, '/workspace/under-gvisor', await tarBytes([{ name: 'f.txt', content: 'through the tunnel' }]));
+    expect((await exec(lease.id, { cmd: 'cat /workspace/under-gvisor/f.txt' })).stdout).toBe('through the tunnel');
+    const download = await h.client.raw('GET', `/v1/sandboxes/${lease.id}/files?path=/workspace/under-gvisor/f.txt`);
+    expect(download.status).toBe(200);
+    expect(Buffer.from(await download.arrayBuffer()).toString('latin1')).toContain('through the tunnel');
   });
 
   it('an agent that dies before it is ready fails the lease with its last words, and leaves nothing', async () => {

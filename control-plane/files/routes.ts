@@ -2,18 +2,17 @@
  * File transfer: `PUT /v1/sandboxes/:id/files?path=DIR` unpacks a tar body into DIR;
  * `GET /v1/sandboxes/:id/files?path=PATH` returns PATH as a tar. Both run tar inside the
  * sandbox as the tool user (so they can do no more than its own code could) and only reach
- * the policy's volume-backed writable roots (e.g. /workspace).
+ * the policy's volume-backed writable roots (e.g. /workspace). The bytes go through the
+ * sandbox's agent on a tunnel of their own (transfers.ts), in one pass.
  *
- * An upload is spooled to disk and checked whole (tar-guard) before anything is written into
- * the sandbox, so a rejected archive leaves the sandbox untouched; the sandbox side then writes
- * every entry or none (runtime/upload-script.ts).
+ * An upload is checked entry by entry as it arrives (tar-guard): an entry reaches the sandbox
+ * only after it passed, and the sandbox side keeps nothing unless the whole archive arrived
+ * checked (its completion mark) and fits what is there (type conflicts), so a rejected archive
+ * leaves the sandbox as it was (contract/transfers.ts, UPLOAD_SCRIPT).
  */
-import { randomUUID } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rm } from 'node:fs/promises';
-import { join, posix } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { posix } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
@@ -22,13 +21,12 @@ import { SandboxPath } from '../../contract/tools.js';
 import { LeaseParams } from '../leases/schema.js';
 import { toolUserOf } from '../leases/store.js';
 import type { Policy } from '../policies/schema.js';
-import type { SandboxRuntime } from '../runtime/runtime.js';
-import { guardArchive } from './tar-guard.js';
+import { guardStream } from './tar-guard.js';
+import { tarError, uploadConflict } from '../runtime/transfer-errors.js';
+import { packThroughAgent, unpackThroughAgent, type TransferTunnels } from './transfers.js';
 
 export interface FilesRoutesOptions {
-  runtime: SandboxRuntime;
-  /** Directory for upload spool files. */
-  spoolDir: string;
+  tunnels: TransferTunnels;
   /** Largest accepted tar body, bytes. */
   maxUploadBytes: number;
 }
@@ -63,7 +61,7 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (plugin
     tags,
     summary: 'Upload a tar archive into a directory',
     description:
-      'The body is a tar archive (any Content-Type). It is checked whole before anything is written (`files.unsafe_entry`, `files.invalid_archive` naming the entry and byte offset), then unpacked by tar inside the sandbox as the tool user, all or nothing: a type clash with what is there (`files.type_conflict`) or any other failure leaves the sandbox as it was.',
+      'The body is a tar archive (any Content-Type). Each entry is checked before it reaches the sandbox (`files.unsafe_entry`, `files.invalid_archive` naming the entry and byte offset) and unpacked by tar inside the sandbox as the tool user, all or nothing: a refused entry, a type clash with what is there (`files.type_conflict`) or any other failure leaves the sandbox as it was.',
     params: LeaseParams,
     querystring: FilesQuery,
   };
@@ -75,18 +73,16 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (plugin
     if (!request.body || typeof (request.body as Readable).pipe !== 'function') {
       throw new AppError('input.unsupported_media_type', 'send the archive as Content-Type: application/x-tar');
     }
-    await mkdir(opts.spoolDir, { recursive: true, mode: 0o700 });
-    const raw = join(opts.spoolDir, `${randomUUID()}.tar`);
-    const guarded = `${raw}.guarded`;
-    try {
-      await pipeline(request.body as Readable, byteLimit(opts.maxUploadBytes), createWriteStream(raw));
-      const user = toolUserOf(lease);
-      const summary = await guardArchive(raw, guarded, { uid: user.uid, gid: user.gid, uname: user.name, gname: user.name });
-      await opts.runtime.extractTar(id, posix.join(root, relative), root, createReadStream(guarded), user);
-      return { path: posix.join(root, relative), entries: summary.entries, bytes: summary.bytes };
-    } finally {
-      await Promise.all([rm(raw, { force: true }), rm(guarded, { force: true })]);
-    }
+    const user = toolUserOf(lease);
+    const dir = posix.join(root, relative);
+    const mark = `.sbx-upload-complete.${randomBytes(16).toString('base64url')}`;
+    const limited = (request.body as Readable).pipe(byteLimit(opts.maxUploadBytes));
+    (request.body as Readable).on('error', (err) => limited.destroy(err));
+    const { archive, summary } = guardStream(limited, { uid: user.uid, gid: user.gid, uname: user.name, gname: user.name }, { mark });
+    const end = await unpackThroughAgent(opts.tunnels, id, { kind: 'unpack', dir, root, relative, mark }, archive);
+    if (end.exitCode !== 0) throw uploadConflict(end.stderr, dir) ?? tarError(end.stderr, dir);
+    const { entries, bytes } = await summary;
+    return { path: dir, entries, bytes };
   });
 
   const downloadSchema = { tags, summary: 'Download a path as a tar archive', params: LeaseParams, querystring: FilesQuery };
@@ -95,8 +91,8 @@ export const filesRoutes: FastifyPluginAsync<FilesRoutesOptions> = async (plugin
     const { path } = request.query;
     const lease = request.lease;
     const { root, relative } = locateInVolume(lease.policySnapshot, path);
-    const user = toolUserOf(lease);
-    const stream = await opts.runtime.createTar(id, posix.join(root, relative), root, user);
+    const full = posix.join(root, relative);
+    const stream = await packThroughAgent(opts.tunnels, id, { kind: 'pack', path: full, root }, (end) => tarError(end.stderr, full));
     return reply.type('application/x-tar').send(stream);
   });
 };

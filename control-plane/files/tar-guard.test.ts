@@ -1,11 +1,14 @@
+import { createWriteStream } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
 import * as tar from 'tar-stream';
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../contract/errors.js';
 import { scratchDir } from '../../test/fixtures/scratch.js';
 import { tarBytes, type FixtureEntry } from '../../test/fixtures/tar.js';
-import { guardArchive, unsafeReason } from './tar-guard.js';
+import { guardArchive, guardStream, unsafeReason } from './tar-guard.js';
 
 const owner = { uid: 1000, gid: 1000, uname: 'sandbox', gname: 'sandbox' };
 
@@ -58,6 +61,39 @@ describe("unsafeReason with the archive's own symlinks", () => {
     expect(unsafeReason('symlink', 'esc', 'x/..', links)).toContain('passes through the symlink x');
     expect(unsafeReason('file', 'a/l2', undefined, links)).toBeNull();
     expect(unsafeReason('symlink', 'a/m', 'l', links)).toContain('passes through the symlink a/l');
+  });
+});
+
+describe('guardStream', () => {
+  const mark = `.sbx-upload-complete.${'B'.repeat(22)}`;
+
+  it('ends a whole archive with the completion mark: an empty file of the tool user, after every entry', async () => {
+    const { archive, summary } = guardStream(Readable.from([await tarBytes([{ name: 'a.txt', content: 'a' }])]), owner, { mark });
+    const out = join(await scratchDir('sbx-tar-'), 'out.tar');
+    await pipeline(archive, createWriteStream(out));
+    expect(await summary).toEqual({ entries: 1, bytes: 1 });
+    const headers = await readEntries(out);
+    expect(headers.map((h) => [h.name, h.size, h.uid])).toEqual([
+      ['a.txt', 1, 1000],
+      [mark, 0, 1000],
+    ]);
+  });
+
+  it('stops at a refused entry: the archive fails with the refusal, the mark never comes, nothing after the entry is emitted', async () => {
+    const input = await tarBytes([
+      { name: 'first.txt', content: 'x'.repeat(2000) },
+      { name: '../out.txt', content: 'x' },
+      { name: 'after.txt', content: 'x' },
+    ]);
+    const { archive, summary } = guardStream(Readable.from([input]), owner, { mark });
+    const emitted: Buffer[] = [];
+    archive.on('data', (chunk: Buffer) => emitted.push(chunk));
+    const failure = await new Promise<unknown>((resolve) => archive.once('error', resolve));
+    expect(failure).toMatchObject({ code: 'files.unsafe_entry', details: { entry: '../out.txt' } });
+    await expect(summary).rejects.toBe(failure);
+    const text = Buffer.concat(emitted).toString('latin1');
+    expect(text).not.toContain('after.txt');
+    expect(text).not.toContain(mark);
   });
 });
 

@@ -1,13 +1,13 @@
 /**
- * Checks an uploaded tar archive before any byte reaches the sandbox, and rewrites it for the
- * sandbox: entries are rejected when their name is absolute, contains a `..` segment or NUL,
+ * Checks an uploaded tar archive entry by entry before it reaches the sandbox, and rewrites it
+ * for the sandbox: entries are rejected when their name is absolute, contains a `..` segment or NUL,
  * when a link points outside the upload's target directory, or when they are devices or FIFOs.
  * Accepted entries are re-emitted owned by the tool user, without setuid/setgid bits.
  *
  * Throws AppError `files.unsafe_entry` (details.entry names it) or `files.invalid_archive`.
  */
 import { createReadStream, createWriteStream } from 'node:fs';
-import { open, stat } from 'node:fs/promises';
+import { PassThrough, Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import * as tar from 'tar-stream';
 import { AppError } from '../../contract/errors.js';
@@ -83,12 +83,100 @@ interface Position {
 /** The part of a tar-stream entry stream the guard uses: `header.byteOffset` is where its data starts. */
 type EntryStream = NodeJS.ReadableStream & { header: tar.Header & { byteOffset?: number } };
 
+/** What `guardStream` does besides checking: report each entry, end the archive with a completion mark. */
+export interface GuardOptions {
+  /** Called with each accepted entry's normalized name and type (e.g. to find a build's Dockerfile). */
+  onEntry?: (name: string, type: string) => void;
+  /** Name of an empty regular file added after the last entry checked (contract/transfers.ts `TransferMark`). */
+  mark?: string;
+}
+
 /**
- * Reads the tar at `inputPath`, checks every entry, writes the rewritten archive to `outputPath`.
- * Every stream has its errors observed, so no archive, however broken, escapes as an uncaught
- * error. A parse failure is `files.invalid_archive` with `details`: `entry` (the entry cut short,
- * or the name field of the header that failed; null when there is none), `offset` (byte offset
- * in the body where it went wrong) and `reason` (the parser's words).
+ * Checks the tar arriving on `input` entry by entry and emits it rewritten on `archive`: each
+ * entry leaves only after it passed, so a refused entry, and everything after it, never does.
+ * On a refusal or a parse failure `archive` is destroyed with the error and `summary` rejects
+ * with it: `files.unsafe_entry` (details.entry names it) or `files.invalid_archive` with
+ * `details`: `entry` (the entry cut short, or the name field of the header that failed; null
+ * when there is none), `offset` (byte offset in the body where it went wrong) and `reason` (the
+ * parser's words); an AppError from `input` itself (a byte limit) as it is. Every stream has its
+ * errors observed, so no archive, however broken, escapes as an uncaught error. One pass, in
+ * memory bounded by the streams' buffers.
+ */
+export function guardStream(
+  input: Readable,
+  owner: Owner,
+  options: GuardOptions = {},
+): { archive: Readable; summary: Promise<GuardSummary> } {
+  const extract = tar.extract();
+  const pack = tar.pack();
+  // A Node stream for the consumer (tar-stream's are streamx streams). Only the pack's bytes and
+  // its end pass: its own error may be a parser's raw one, and the consumer is to get the
+  // guard's verdict (the catch below destroys `archive` with it).
+  const archive = new PassThrough({ highWaterMark: ARCHIVE_HIGH_WATER_MARK_BYTES });
+  pack.on('data', (chunk) => {
+    if (!archive.write(chunk as Buffer)) {
+      pack.pause();
+      archive.once('drain', () => pack.resume());
+    }
+  });
+  pack.on('end', () => archive.end());
+  pack.on('error', () => undefined);
+  // The consumer gone: nothing more is packed.
+  archive.once('close', () => pack.destroy());
+  const recent = new RecentBytes();
+  const reading = pipeline(input, recent.tap(), extract);
+  // Observed from the start: it may fail while the loop below is still awaiting an entry, and a
+  // rejection nobody listens to yet would end the process.
+  const settled = reading.catch(() => undefined);
+  const summary = (async (): Promise<GuardSummary> => {
+    const done: GuardSummary = { entries: 0, bytes: 0 };
+    const links = new Set<string>();
+    const position: Position = { current: null, nextHeaderOffset: 0, previous: null };
+    try {
+      for await (const entry of extract as AsyncIterable<EntryStream>) {
+        const { header } = entry;
+        const reason = unsafeReason(header.type ?? 'file', header.name, header.linkname, links);
+        if (reason)
+          throw new AppError('files.unsafe_entry', `unsafe entry ${JSON.stringify(header.name)}: ${reason}`, {
+            details: { entry: header.name, reason },
+          });
+        const sizeBytes = header.size ?? 0;
+        const dataOffset = header.byteOffset ?? position.nextHeaderOffset + BLOCK;
+        position.current = { name: header.name, dataOffset, sizeBytes };
+        done.entries += 1;
+        const normalized = header.name
+          .split('/')
+          .filter((p) => p !== '' && p !== '.')
+          .join('/');
+        options.onEntry?.(normalized, header.type ?? 'file');
+        if (header.type === 'symlink') links.add(normalized);
+        if (header.type === 'file' || header.type === 'contiguous-file') done.bytes += sizeBytes;
+        await copyEntry(entry, pack, rewrite(header, owner));
+        position.current = null;
+        position.previous = header.name;
+        position.nextHeaderOffset = dataOffset + Math.ceil(sizeBytes / BLOCK) * BLOCK;
+      }
+      await reading;
+      if (options.mark !== undefined) pack.entry(markHeader(options.mark, owner), '');
+      pack.finalize();
+      return done;
+    } catch (err) {
+      extract.destroy();
+      await settled;
+      const failure = err instanceof AppError ? err : invalidArchive(err, position, recent);
+      pack.destroy();
+      archive.destroy(failure);
+      throw failure;
+    }
+  })();
+  // The consumer learns of a failure from `archive`; `summary` is observed so it never goes unhandled.
+  summary.catch(() => undefined);
+  return { archive, summary };
+}
+
+/**
+ * Reads the tar at `inputPath`, checks every entry, writes the rewritten archive to
+ * `outputPath`. Throws as `guardStream`.
  */
 export async function guardArchive(
   inputPath: string,
@@ -97,63 +185,16 @@ export async function guardArchive(
   /** Called with each accepted entry's normalized name and type (e.g. to find a build's Dockerfile). */
   onEntry?: (name: string, type: string) => void,
 ): Promise<GuardSummary> {
-  const bodyBytes = (await stat(inputPath)).size;
-  const extract = tar.extract();
-  const pack = tar.pack();
-  const summary: GuardSummary = { entries: 0, bytes: 0 };
-  const links = new Set<string>();
-  const position: Position = { current: null, nextHeaderOffset: 0, previous: null };
-  const reading = pipeline(createReadStream(inputPath), extract);
-  const writing = pipeline(pack, createWriteStream(outputPath));
-  // Observed from the start: either may fail while the loop below is still awaiting an entry,
-  // and a rejection nobody listens to yet would end the process.
-  const settled = Promise.allSettled([reading, writing]);
-  try {
-    for await (const entry of extract as AsyncIterable<EntryStream>) {
-      const { header } = entry;
-      const reason = unsafeReason(header.type ?? 'file', header.name, header.linkname, links);
-      if (reason)
-        throw new AppError('files.unsafe_entry', `unsafe entry ${JSON.stringify(header.name)}: ${reason}`, {
-          details: { entry: header.name, reason },
-        });
-      const sizeBytes = header.size ?? 0;
-      const dataOffset = header.byteOffset ?? position.nextHeaderOffset + BLOCK;
-      position.current = { name: header.name, dataOffset, sizeBytes };
-      summary.entries += 1;
-      onEntry?.(
-        header.name
-          .split('/')
-          .filter((p) => p !== '' && p !== '.')
-          .join('/'),
-        header.type ?? 'file',
-      );
-      if (header.type === 'symlink')
-        links.add(
-          header.name
-            .split('/')
-            .filter((p) => p !== '' && p !== '.')
-            .join('/'),
-        );
-      if (header.type === 'file' || header.type === 'contiguous-file') summary.bytes += sizeBytes;
-      await copyEntry(entry, pack, rewrite(header, owner));
-      position.current = null;
-      position.previous = header.name;
-      position.nextHeaderOffset = dataOffset + Math.ceil(sizeBytes / BLOCK) * BLOCK;
-    }
-    await reading;
-    pack.finalize();
-    await writing;
-    return summary;
-  } catch (err) {
-    extract.destroy();
-    pack.destroy();
-    await settled;
-    if (err instanceof AppError) throw err;
-    throw await invalidArchive(err, position, inputPath, bodyBytes);
-  }
+  const { archive, summary } = guardStream(createReadStream(inputPath), owner, { onEntry });
+  const [written] = await Promise.allSettled([pipeline(archive, createWriteStream(outputPath)), summary]);
+  const result = await summary;
+  if (written.status === 'rejected') throw written.reason;
+  return result;
 }
 
 const BLOCK = 512;
+/** What the rewritten archive may hold before the pack waits: a few of its 64 KiB reads, not one each. */
+const ARCHIVE_HIGH_WATER_MARK_BYTES = 256 * 1024;
 
 /** The header as the sandbox gets it: owned by the tool user, no setuid/setgid, no contiguous files. */
 function rewrite(header: tar.Header, owner: Owner): tar.Header {
@@ -166,6 +207,11 @@ function rewrite(header: tar.Header, owner: Owner): tar.Header {
     uname: owner.uname,
     gname: owner.gname,
   };
+}
+
+/** The completion mark's header: an empty regular file of the tool user. */
+function markHeader(name: string, owner: Owner): tar.Header {
+  return { name, size: 0, mode: 0o600, mtime: new Date(), type: 'file', linkname: '', devmajor: 0, devminor: 0, ...owner };
 }
 
 /** Copies one entry's data into a new entry of `pack`; settles once the pack took it whole or either side failed. */
@@ -181,9 +227,11 @@ function copyEntry(entry: EntryStream, pack: tar.Pack, header: tar.Header): Prom
 }
 
 /** `files.invalid_archive` naming where the archive broke. */
-async function invalidArchive(cause: unknown, position: Position, inputPath: string, bodyBytes: number): Promise<AppError> {
+function invalidArchive(cause: unknown, position: Position, recent: RecentBytes): AppError {
   const reason = cause instanceof Error ? cause.message : String(cause);
   const truncated = /unexpected end/i.test(reason);
+  // Truncated: the parser saw the whole body, so its end is the bytes read.
+  const bodyBytes = recent.total;
   let entry: string | null;
   let offset: number;
   if (position.current) {
@@ -191,7 +239,7 @@ async function invalidArchive(cause: unknown, position: Position, inputPath: str
     offset = truncated ? bodyBytes : position.current.dataOffset;
   } else {
     offset = truncated ? bodyBytes : position.nextHeaderOffset;
-    entry = (await headerName(inputPath, position.nextHeaderOffset)) ?? position.previous;
+    entry = recent.nameFieldAt(position.nextHeaderOffset) ?? position.previous;
   }
   const where = entry === null ? `at byte ${offset}` : `at entry ${JSON.stringify(entry)}, byte ${offset}`;
   const why =
@@ -204,19 +252,47 @@ async function invalidArchive(cause: unknown, position: Position, inputPath: str
   });
 }
 
-/** The name field of the header block at `offset` (up to its first NUL), or null when there is none. */
-async function headerName(inputPath: string, offset: number): Promise<string | null> {
-  const file = await open(inputPath, 'r');
-  try {
+/**
+ * The body's bytes as they pass to the parser: how many so far, and the last RECENT_BYTES of
+ * them, where the header a parse failed on is (the parser holds at most a block or two past it),
+ * so its name can be named without keeping the body.
+ */
+class RecentBytes {
+  total = 0;
+  private chunks: Array<{ offset: number; bytes: Buffer }> = [];
+  private kept = 0;
+
+  tap(): Transform {
+    return new Transform({
+      transform: (chunk: Buffer, _enc, cb) => {
+        this.chunks.push({ offset: this.total, bytes: chunk });
+        this.total += chunk.length;
+        this.kept += chunk.length;
+        while (this.chunks.length > 1 && this.kept - this.chunks[0]!.bytes.length >= RECENT_BYTES)
+          this.kept -= this.chunks.shift()!.bytes.length;
+        cb(null, chunk);
+      },
+    });
+  }
+
+  /** The name field (up to its first NUL) of the header block at `offset`, or null when it is empty or no longer kept. */
+  nameFieldAt(offset: number): string | null {
     const field = Buffer.alloc(100);
-    const { bytesRead } = await file.read(field, 0, field.length, offset);
-    const end = field.subarray(0, bytesRead).indexOf(0);
-    const name = field.subarray(0, end === -1 ? bytesRead : end).toString('utf8');
+    let got = 0;
+    for (const { offset: at, bytes } of this.chunks) {
+      const from = offset + got - at;
+      if (from < 0 || from >= bytes.length) continue;
+      got += bytes.copy(field, got, from, Math.min(bytes.length, from + field.length - got));
+      if (got === field.length) break;
+    }
+    const end = field.subarray(0, got).indexOf(0);
+    const name = field.subarray(0, end === -1 ? got : end).toString('utf8');
     return name === '' ? null : name;
-  } finally {
-    await file.close();
   }
 }
+
+/** Bytes of the body RecentBytes keeps: far more than the parser reads ahead (64 KiB stream chunks). */
+const RECENT_BYTES = 1024 * 1024;
 
 /**
  * The content of regular file `name` (normalized, as `guardArchive` reports names) in the tar at

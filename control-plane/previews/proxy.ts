@@ -16,7 +16,7 @@ import http from 'node:http';
 import { Duplex } from 'node:stream';
 import { AppError } from '../../contract/errors.js';
 import { rewriteResponseHeaders } from './rewrite.js';
-import type { EarlyTunnel, Tunnel } from './tunnel.js';
+import type { EarlyTunnel, Tunnel } from '../agent-link/tunnels.js';
 
 /** How long one side of an upgraded connection may stay open after the other closed cleanly, ms. */
 const LINGER_MS = 30_000;
@@ -88,7 +88,7 @@ export function forwardedHeaders(raw: readonly string[], fwd: Forwarding, upgrad
 /**
  * Sends `req` (its body streamed) as `target` over the tunnel and, once the server's response
  * head arrives, writes it to `res` and streams the body. Resolves when the exchange ends.
- * On an early tunnel (PreviewTunnels.openEarly) the request goes out before the agent answered,
+ * On an early tunnel (AgentTunnels.openEarly) the request goes out before the agent answered,
  * and the tunnel's own errors are thrown as they are (`preview.port_closed`...). A client that
  * left (before or during the exchange) ends it as `aborted`, nothing thrown. Throws AppError
  * `preview.upstream_failed` (before anything was written to `res`) when the server closes

@@ -18,7 +18,7 @@ import { useScratchDirs } from '../../test/fixtures/scratch.js';
 import type { LeaseRecord } from '../leases/store.js';
 import { servePreview } from './serve.js';
 import { PreviewService } from './service.js';
-import { PreviewTunnels } from './tunnel.js';
+import { AgentTunnels } from '../agent-link/tunnels.js';
 
 /** Temporary directories of this file, removed after its tests. */
 const scratch = useScratchDirs();
@@ -26,7 +26,7 @@ const PORT = 8000;
 const PREFIX = `/v1/sandboxes/sbx_test/ports/${PORT}`;
 let dir: string;
 let server: http.Server;
-let tunnels: PreviewTunnels;
+let tunnels: AgentTunnels;
 let base: string;
 /** Request lines the agent received on a pooled connection it then closed unanswered. */
 const dropped: string[] = [];
@@ -60,9 +60,11 @@ function agentOpen(open: PreviewOpen): void {
 
 beforeAll(async () => {
   dir = await scratch('sbx-serve-test-');
-  tunnels = new PreviewTunnels({
+  tunnels = new AgentTunnels({
     dirOf: () => dir,
-    signal: async (_leaseId, message) => agentOpen(message),
+    signal: async (_leaseId, message) => {
+      if (message.type === 'preview_open') agentOpen(message);
+    },
     log: { warn: () => undefined },
     dialTimeoutMs: 5000,
   });

@@ -10,7 +10,7 @@ import { upgradeHead } from '../http/upgrade.js';
 import type { LeaseRecord } from '../leases/store.js';
 import { loggedPath, upstreamTarget } from './paths.js';
 import { replayable, spliceHttp, spliceUpgrade, type Forwarding, type Spliced } from './proxy.js';
-import { closedBeforeAnswer, type EarlyTunnel, type Tunnel } from './tunnel.js';
+import { closedBeforeAnswer, type EarlyTunnel, type Tunnel } from '../agent-link/tunnels.js';
 import type { PreviewService } from './service.js';
 
 /** Error codes that end a preview before or instead of the server's answer, as log outcomes. */

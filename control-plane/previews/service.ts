@@ -11,7 +11,7 @@ import type { LeaseRecord } from '../leases/store.js';
 import type { PortRule } from '../policies/schema.js';
 import type { PreviewLog } from './store.js';
 import { signPreviewToken, verifyPreviewToken, type PreviewGrant } from './tokens.js';
-import type { EarlyTunnel, PreviewTunnels, Tunnel } from './tunnel.js';
+import type { EarlyTunnel, AgentTunnels, Tunnel } from '../agent-link/tunnels.js';
 
 /** Default and largest lifetime of a signed preview URL, seconds. */
 export const PREVIEW_URL_DEFAULT_SECONDS = 3600;
@@ -31,7 +31,7 @@ export function parseHostLabel(label: string): { port: number; sandboxId: string
 }
 
 export interface PreviewServiceDeps {
-  tunnels: Pick<PreviewTunnels, 'open' | 'openEarly'>;
+  tunnels: Pick<AgentTunnels, 'open' | 'openEarly'>;
   log: Pick<PreviewLog, 'append' | 'read'>;
   /** The lease if `by` may see it (`lease.not_found` otherwise), and whether it may be used now. */
   leases: { visible(id: string, by: Principal): Promise<LeaseRecord>; usable(lease: LeaseRecord): LeaseRecord };

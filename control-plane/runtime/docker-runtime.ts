@@ -6,10 +6,10 @@
  * with zod at this boundary; Docker errors are translated once here into AppErrors, keeping the
  * original as `cause`.
  */
-import { PassThrough, type Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { z } from 'zod';
-import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_TOOLS } from '../../contract/agent-runtime.js';
+import { AGENT_RUNTIME_BUSYBOX } from '../../contract/agent-runtime.js';
+import { TRANSFER_PATH } from '../../contract/transfers.js';
 import { AppError } from '../../contract/errors.js';
 import { messageOf, statusOf, unavailable } from './docker-errors.js';
 import { execInContainer, type ExecRun } from './docker-exec.js';
@@ -20,7 +20,7 @@ import { mountTargetsOf, refuseSymlinkedMountTargets } from './mount-targets.js'
 import { seedWritableRoots } from './seed-roots.js';
 import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
 import { rootsBytesInUse } from './snapshot-roots.js';
-import { DOWNLOAD_SCRIPT, tarError, UPLOAD_SCRIPT, uploadConflict } from './upload-script.js';
+import { tarError } from './transfer-errors.js';
 import {
   LABEL,
   ownershipLabels,
@@ -248,46 +248,8 @@ export class DockerRuntime implements SandboxRuntime {
   checkpoint = (leaseId: string, id: string): Promise<void> => checkpointSandbox(this.docker, leaseId, id);
   checkpointSupport = (): Promise<CheckpointSupport> => checkpointSupport(this.docker, this.local);
 
-  async extractTar(leaseId: string, dir: string, root: string, tar: Readable, user: RunAs): Promise<void> {
-    const relative = dir === root ? '' : dir.slice(root.length + 1);
-    const run = await this.execTar(leaseId, [...IMAGE_SHELL_FIRST, UPLOAD_SCRIPT, 'sbx-upload', dir, root, relative], user, tar);
-    run.stdout.resume();
-    const { exitCode, stderr } = await run.done;
-    if (exitCode !== 0) throw uploadConflict(stderr, dir) ?? tarError(stderr, dir);
-  }
-
-  async createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable> {
-    const run = await this.execTar(leaseId, [...IMAGE_SHELL_FIRST, DOWNLOAD_SCRIPT, 'sbx-download', path, root], user, null);
-    // The script checks the path before tar writes anything, so a missing or unreadable path
-    // ends with no output and becomes an HTTP error instead of a broken archive.
-    const first = await new Promise<Buffer | null>((resolve) => {
-      run.stdout.once('data', (chunk: Buffer) => {
-        // Paused in the handler itself: the 'data' listener put the stream in flowing mode, and
-        // chunks written before a later pause() would be emitted to no listener and lost.
-        run.stdout.pause();
-        resolve(chunk);
-      });
-      run.stdout.once('end', () => resolve(null));
-      // A connection lost before the first byte ends the wait too (run.done then says why).
-      run.stdout.once('close', () => resolve(null));
-    });
-    if (first === null) {
-      const { exitCode, stderr } = await run.done;
-      throw tarError(exitCode === 0 ? 'tar produced no archive' : stderr, path);
-    }
-    const out = new PassThrough();
-    out.write(first);
-    run.stdout.pipe(out);
-    // A failure part-way (an unreadable file deeper down) must not pass for a complete archive.
-    run.done.then(
-      ({ exitCode, stderr }) => exitCode !== 0 && out.destroy(tarError(stderr, path)),
-      (err: unknown) => out.destroy(err as Error),
-    );
-    return out;
-  }
-
   async realpath(leaseId: string, path: string, user: RunAs): Promise<string> {
-    const run = await this.execTar(leaseId, [AGENT_RUNTIME_BUSYBOX, 'sh', '-c', REALPATH_SCRIPT, 'sbx-realpath', path], user, null);
+    const run = await this.execIn(leaseId, [AGENT_RUNTIME_BUSYBOX, 'sh', '-c', REALPATH_SCRIPT, 'sbx-realpath', path], user);
     const out: Buffer[] = [];
     run.stdout.on('data', (chunk: Buffer) => out.push(chunk));
     const { exitCode, stderr } = await run.done;
@@ -296,14 +258,14 @@ export class DockerRuntime implements SandboxRuntime {
   }
 
   /**
-   * Runs `cmd` in the lease's container as `user` (docker exec), feeding `stdin` when given.
-   * Resolves once started: `stdout` streams the demultiplexed output, `done` the exit code and stderr.
+   * Runs `cmd` in the lease's container as `user` (docker exec). Resolves once started: `stdout`
+   * streams the demultiplexed output, `done` the exit code and stderr.
    */
-  private async execTar(leaseId: string, cmd: string[], user: RunAs, stdin: Readable | null): Promise<ExecRun> {
+  private async execIn(leaseId: string, cmd: string[], user: RunAs): Promise<ExecRun> {
     let run: ExecRun;
     try {
-      // The image's tools first, the runtime's (busybox applets, GNU tar) where the image has none.
-      run = await execInContainer(this.docker, { container: `sbx-${leaseId}`, cmd, user, env: [`PATH=${TRANSFER_PATH}`], stdin });
+      // The image's tools first, the runtime's (busybox applets) where the image has none.
+      run = await execInContainer(this.docker, { container: `sbx-${leaseId}`, cmd, user, env: [`PATH=${TRANSFER_PATH}`], stdin: null });
     } catch (err) {
       if (statusOf(err) === 404) throw new AppError('lease.not_ready', `sandbox ${leaseId} has no running container`, { cause: err });
       throw unavailable('exec', err);
@@ -338,28 +300,10 @@ export class DockerRuntime implements SandboxRuntime {
   }
 }
 
-/**
- * Runs a transfer script (the next argument, then its own `$0` and arguments) with the image's
- * `/bin/sh` when it has one, else the runtime's busybox sh: an image without a shell still
- * transfers files. The image's shell and tools first because with busybox sh and the runtime's
- * tools alone the upload fuzz (test/files-fuzz.test.ts) saw an archive accepted that the image's
- * dash and tar refused (which of the two differs is not pinned down yet).
- */
-const IMAGE_SHELL_FIRST = [
-  AGENT_RUNTIME_BUSYBOX,
-  'sh',
-  '-c',
-  `if [ -x /bin/sh ]; then exec /bin/sh -c "$@"; fi; exec ${AGENT_RUNTIME_BUSYBOX} sh -c "$@"`,
-  'sbx-transfer',
-];
-
 /** Prints `$1` with symlinks resolved on its longest existing prefix, the missing rest appended. */
 const REALPATH_SCRIPT =
   'p="$1"; rest=""; until r="$(readlink -f -- "$p" 2>/dev/null)" && [ -n "$r" ]; do ' +
   'rest="/$(basename -- "$p")$rest"; p="$(dirname -- "$p")"; done; r="${r%/}"; printf %s "${r:-/}$rest"';
-
-/** The PATH of a transfer: the image's usual directories, then the runtime's tools. */
-const TRANSFER_PATH = `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:${AGENT_RUNTIME_TOOLS}`;
 
 /** Docker label filters matching `ownership` (each `key=value` must match). */
 function ownershipFilter(ownership: Ownership): string[] {

@@ -3,7 +3,6 @@
  * implements it now (docker-runtime.ts); a Kubernetes driver can later. Specs are compiled from
  * policies by policies/compiler.ts.
  */
-import type { Readable } from 'node:stream';
 
 /**
  * A per-lease volume: a writable root (size-limited tmpfs, counted as the sandbox's memory) or
@@ -194,24 +193,9 @@ export interface SandboxRuntime {
   /** Checkpoints the running container's memory as `checkpointId` (only when supported). Throws as `pause`. */
   checkpoint(leaseId: string, checkpointId: string): Promise<void>;
   /**
-   * Unpacks a tar stream into `dir` inside the sandbox, as `user`: `tar -x` runs in the sandbox,
-   * so its mounts and permissions apply (read-only root, symlinks resolved inside the sandbox)
-   * and an upload can do no more than the tool user's own code could. All or nothing: every
-   * entry is written or none (a staging directory on the same filesystem, checked, then renamed
-   * into place). Throws AppError `files.type_conflict` (a file over a directory or the reverse;
-   * `details.entry`), `files.not_found` (no `dir`), `files.permission_denied`, `files.no_space`,
-   * `files.transfer_failed`.
-   */
-  extractTar(leaseId: string, dir: string, root: string, tar: Readable, user: RunAs): Promise<void>;
-  /**
-   * A tar stream of `path`, made inside the sandbox as `user` (`tar -c`). Both refuse a path
-   * that, symlinks resolved inside the sandbox, lies outside `root` (`input.path_outside_workspace`).
-   * Throws as `extractTar`.
-   */
-  createTar(leaseId: string, path: string, root: string, user: RunAs): Promise<Readable>;
-  /**
    * `path` resolved inside the sandbox as `user`: symlinks followed (`readlink -f`) on its longest
-   * existing prefix, the missing rest appended (the file watch's path check). Throws as `extractTar`.
+   * existing prefix, the missing rest appended (the file watch's path check). Throws
+   * `input.path_outside_workspace`, `files.not_found`, `files.permission_denied` (runtime/transfer-errors.ts), `lease.not_ready`.
    */
   realpath(leaseId: string, path: string, user: RunAs): Promise<string>;
   /**

@@ -1,6 +1,7 @@
 /**
- * The control plane's end of preview tunnels (contract/previews.ts): a rendezvous where the
- * agent of a sandbox brings the connection the control plane asked for.
+ * The control plane's end of agent tunnels (contract/previews.ts): a rendezvous where the
+ * agent of a sandbox brings the connection the control plane asked for: a port preview's, or a
+ * file transfer's (contract/transfers.ts), the byte channel that keeps bulk bytes off Redis.
  *
  * Each process listens, per lease it opened previews of, on its own Unix socket
  * `<lease dir>/<16 hex>.sock` (the lease dir is mounted into that lease's sandbox alone, mode
@@ -33,6 +34,8 @@ import {
   type PreviewAssign,
   type PreviewOpen,
 } from '../../contract/previews.js';
+import type { TransferOp, TransferOpen } from '../../contract/transfers.js';
+import { ConnIds } from './conn-ids.js';
 
 /** A lease's listener with no connection pending for this long is closed, ms. */
 const LISTENER_IDLE_MS = 60_000;
@@ -43,7 +46,7 @@ export interface PreviewTunnelDeps {
   /** Host directory of a lease's tunnel sockets (mounted into its sandbox at PREVIEW_SOCKET_DIR). */
   dirOf(leaseId: string): string;
   /** Delivers `message` to the lease's agent (its `control` channel). */
-  signal(leaseId: string, message: PreviewOpen): Promise<void>;
+  signal(leaseId: string, message: PreviewOpen | TransferOpen): Promise<void>;
   log: Pick<Logger, 'warn'>;
   /** How long the agent has to bring a connection, ms (`SBX_PREVIEW_DIAL_TIMEOUT_MS`). */
   dialTimeoutMs: number;
@@ -70,7 +73,7 @@ export interface Tunnel {
   headerBytesWritten: number;
 }
 
-/** A pipelined open (PreviewTunnels.openEarly): the connection to write to now, and its tunnel once the agent answered. */
+/** A pipelined open (AgentTunnels.openEarly): the connection to write to now, and its tunnel once the agent answered. */
 export interface EarlyTunnel {
   socket: net.Socket;
   answered: Promise<Tunnel>;
@@ -95,7 +98,7 @@ interface Listener {
   closed: boolean;
 }
 
-export class PreviewTunnels {
+export class AgentTunnels {
   /** Names this process's sockets: one per process, so peers never take each other's path. */
   private readonly instance = randomBytes(8).toString('hex');
   private readonly listeners = new Map<string, Listener>();
@@ -145,23 +148,58 @@ export class PreviewTunnels {
     return { socket, answered: arrived };
   }
 
-  /** A new connection id of `listener` and the tunnel it will be, failing after the dial timeout. */
-  private expect(leaseId: string, listener: Listener, port: number): { connId: string; arrived: Promise<Tunnel> } {
+  /**
+   * A connection on which the sandbox's agent runs file transfer `op` (contract/transfers.ts),
+   * resolved once its script started (the agent's `PreviewDialed` line read). Throws AppError
+   * `files.agent_unreachable` (504: no connection within the dial timeout; an agent older than
+   * transfers never brings one) and `files.transfer_failed` (the script could not start).
+   */
+  async openTransfer(leaseId: string, op: TransferOp): Promise<Tunnel> {
+    const listener = this.listenerOf(leaseId);
+    await listener.ready;
+    const { connId, arrived } = this.expect(
+      leaseId,
+      listener,
+      0,
+      (timeoutMs) =>
+        new AppError('files.agent_unreachable', `the sandbox's agent did not start the ${op.kind} within ${timeoutMs} ms`, {
+          details: { timeoutMs },
+        }),
+    );
+    const open: TransferOpen = { type: 'transfer_open', connId, socket: listener.socketName, op };
+    await this.deps.signal(leaseId, open).catch((err: unknown) => listener.pending.get(connId)?.reject(err as Error));
+    return arrived.catch((err: unknown) => {
+      if (!(err instanceof AppError)) throw err;
+      if (err.code === 'preview.upstream_failed')
+        throw new AppError('files.transfer_failed', `the sandbox's agent could not start the ${op.kind}: ${String(err.details?.message)}`, {
+          details: { reason: err.details?.message },
+        });
+      // The listener closed under it (this process stopping, the lease's sandbox gone).
+      if (err.code === 'preview.agent_unreachable') throw new AppError('files.agent_unreachable', err.message);
+      throw err;
+    });
+  }
+
+  /**
+   * A new connection id of `listener` and the tunnel it will be, failing after the dial timeout
+   * with `unreachable(timeoutMs)` (default: preview.agent_unreachable naming `port`).
+   */
+  private expect(
+    leaseId: string,
+    listener: Listener,
+    port: number,
+    unreachable = (timeoutMs: number): AppError =>
+      new AppError('preview.agent_unreachable', `the sandbox's agent did not open a connection to port ${port} within ${timeoutMs} ms`, {
+        details: { port, timeoutMs },
+      }),
+  ): { connId: string; arrived: Promise<Tunnel> } {
     const connId = this.ids.next();
     const timeoutMs = this.deps.dialTimeoutMs;
     const arrived = new Promise<Tunnel>((resolve, reject) => {
       const timer = setTimeout(() => {
         listener.pending.delete(connId);
         this.touch(leaseId, listener);
-        reject(
-          new AppError(
-            'preview.agent_unreachable',
-            `the sandbox's agent did not open a connection to port ${port} within ${timeoutMs} ms`,
-            {
-              details: { port, timeoutMs },
-            },
-          ),
-        );
+        reject(unreachable(timeoutMs));
       }, timeoutMs);
       const settle = (): void => {
         clearTimeout(timer);
@@ -331,26 +369,6 @@ export class PreviewTunnels {
           ? new AppError('preview.port_denied', 'this port is served by the sandbox agent and is never exposed', { details: { message } })
           : new AppError('preview.upstream_failed', `connecting to the port in the sandbox failed: ${message}`, { details: { message } }),
     );
-  }
-}
-
-/**
- * Connection ids (contract `PreviewConnId`: 128 random bits, base64url), drawn from random bytes
- * fetched ConnIds.BATCH ids at a time: one call into the CSPRNG per batch instead of per request.
- */
-class ConnIds {
-  private static readonly BATCH = 256;
-  private pool = Buffer.alloc(0);
-  private at = 0;
-
-  next(): string {
-    if (this.at >= this.pool.length) {
-      this.pool = randomBytes(16 * ConnIds.BATCH);
-      this.at = 0;
-    }
-    const id = this.pool.toString('base64url', this.at, this.at + 16);
-    this.at += 16;
-    return id;
   }
 }
 

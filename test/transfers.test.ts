@@ -1,0 +1,145 @@
+/**
+ * File transfers through the sandbox's agent (contract/transfers.ts, issue 14): the archive is
+ * checked entry by entry while it streams into the sandbox, yet nothing of a refused or cut
+ * upload is kept; bulk bytes cross the agent tunnel, not Redis.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { UPLOAD_SCRIPT } from '../contract/transfers.js';
+import { SbxError } from '../sdk/index.js';
+import { eventually, rawExchange, tarBytes, useLeasedSandbox, type Harness } from './fixtures/index.js';
+
+let h: Harness;
+let leaseId: string;
+
+const { exec } = useLeasedSandbox((harness, id) => {
+  h = harness;
+  leaseId = id;
+});
+
+/** Entries named `.sbx-upload.*` in /workspace: staging directories an upload left behind. */
+async function stagingLeft(): Promise<string> {
+  return (await exec('ls -A /workspace | grep "^\\.sbx-upload" || true')).stdout.trim();
+}
+
+/** Bytes Redis read and wrote on the network so far (INFO stats). */
+async function redisNetBytes(): Promise<number> {
+  const info = await h.redis.info('stats');
+  const field = (name: string): number => Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(info)?.[1] ?? NaN);
+  return field('total_net_input_bytes') + field('total_net_output_bytes');
+}
+
+describe('file transfers through the agent', () => {
+  it('an unsafe entry after 8 MB of accepted ones is files.unsafe_entry, and none of the accepted entries is kept', async () => {
+    const archive = await tarBytes([
+      { name: 'big-1.bin', content: randomBytes(4 * 1024 * 1024) },
+      { name: 'big-2.bin', content: randomBytes(4 * 1024 * 1024) },
+      { name: 'late/../../escape.txt', content: 'x' },
+    ]);
+    const error = await h.client.uploadTar(leaseId, '/workspace/late-refusal', archive).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SbxError);
+    expect((error as SbxError).code).toBe('files.unsafe_entry');
+    expect((error as SbxError).info.details?.entry).toBe('late/../../escape.txt');
+    // The accepted entries reached the sandbox's tar before the refusal; the script kept none of them.
+    expect((await exec('ls /workspace/late-refusal 2>&1 || true')).stdout).toMatch(/No such file/);
+    expect((await exec('ls /workspace/escape.txt 2>&1 || true')).stdout).toMatch(/No such file/);
+    expect(await stagingLeft()).toBe('');
+  });
+
+  it.each(['reset', 'half'] as const)(
+    'an upload whose client goes away (%s) right after a whole entry keeps nothing and leaves no staging directory',
+    async (close) => {
+      const first = 3 * 1024 * 1024;
+      const body = await tarBytes([
+        { name: 'first.bin', content: randomBytes(first) },
+        { name: 'second.bin', content: randomBytes(1024 * 1024) },
+      ]);
+      const head = [
+        `PUT /v1/sandboxes/${leaseId}/files?path=/workspace/cut-${close} HTTP/1.1`,
+        `host: 127.0.0.1`,
+        `authorization: Bearer ${h.apiKey}`,
+        'content-type: application/x-tar',
+        `content-length: ${body.length}`,
+        'connection: close',
+        '',
+        '',
+      ].join('\r\n');
+      // Cut at the end of the first entry's data: a tar reading this much sees a whole archive
+      // (GNU tar needs no end blocks), so only the missing completion mark keeps it from landing.
+      const cut = body.subarray(0, 512 + first);
+      await rawExchange(Number(new URL(h.url).port), Buffer.concat([Buffer.from(head), cut]), close).catch(() => null);
+      // The sandbox's side ends once the control plane has given up the stream: wait for that, bounded.
+      await eventually(stagingLeft, (left) => left === '', 15_000);
+      expect((await exec(`ls /workspace/cut-${close} 2>&1 || true`)).stdout).toMatch(/No such file/);
+    },
+  );
+
+  it.each([
+    ['without its completion mark (a stream cut at an entry boundary) keeps nothing: exit 5', false, 5],
+    ['with its completion mark lands whole, the mark itself not kept', true, 0],
+  ])('the upload script, fed a whole-looking archive %s', async (_label, withMark, exitCode) => {
+    const mark = `.sbx-upload-complete.${'A'.repeat(22)}`;
+    const dir = `/workspace/script-${withMark ? 'marked' : 'unmarked'}`;
+    await exec(`rm -rf /tmp/src && mkdir -p /tmp/src/sub && echo one > /tmp/src/sub/one.txt${withMark ? ` && : > /tmp/src/${mark}` : ''}`);
+    // tar -c ends the archive with its end blocks: to GNU tar on the other side it is whole.
+    const r = await exec({
+      argv: [
+        'sh',
+        '-c',
+        'tar -C /tmp/src -cf - . | sh -c "$0" sbx-upload "$@"',
+        UPLOAD_SCRIPT,
+        dir,
+        '/workspace',
+        dir.slice('/workspace/'.length),
+        mark,
+      ],
+    });
+    expect(r.exitCode).toBe(exitCode);
+    const listing = (await exec(`ls -A ${dir} ${dir}/sub 2>&1 || true`)).stdout;
+    if (withMark) expect(listing).toBe(`${dir}:\nsub\n\n${dir}/sub:\none.txt\n`);
+    else {
+      expect(r.stderr).toContain('archive cut short');
+      expect(listing).toMatch(/No such file/);
+    }
+    expect(await stagingLeft()).toBe('');
+  });
+
+  it('16 MB up and back down arrive byte for byte, and Redis carries under 1 MB of it', async () => {
+    const content = randomBytes(16 * 1024 * 1024);
+    const before = await redisNetBytes();
+    const summary = await h.client.uploadTar(leaseId, '/workspace/through-agent', await tarBytes([{ name: 'payload.bin', content }]));
+    expect(summary).toMatchObject({ path: '/workspace/through-agent', entries: 1, bytes: content.length });
+    const response = await h.client.raw('GET', `/v1/sandboxes/${leaseId}/files?path=/workspace/through-agent/payload.bin`);
+    expect(response.status).toBe(200);
+    const back = Buffer.from(await response.arrayBuffer());
+    const after = await redisNetBytes();
+    const inSandbox = (await exec('sha256sum /workspace/through-agent/payload.bin')).stdout.split(' ')[0];
+    const sha = createHash('sha256').update(content).digest('hex');
+    expect(inSandbox).toBe(sha);
+    expect(await entryDigest(back, 'payload.bin')).toBe(sha);
+    // 32 MB crossed the control plane; the exec above and the plane's own traffic are far under this.
+    expect(after - before).toBeLessThan(1024 * 1024);
+  });
+});
+
+/** The sha256 of entry `name` in the tar `archive`. */
+async function entryDigest(archive: Buffer, name: string): Promise<string> {
+  const tar = await import('tar-stream');
+  const extract = tar.extract();
+  let digest = '';
+  extract.on('entry', (header, stream, next) => {
+    const hash = createHash('sha256');
+    stream.on('data', (chunk) => hash.update(chunk as Buffer));
+    stream.on('end', () => {
+      if (header.name === name) digest = hash.digest('hex');
+      next();
+    });
+  });
+  const finished = new Promise<void>((resolve, reject) => {
+    extract.on('finish', () => resolve());
+    extract.on('error', reject);
+  });
+  extract.end(archive);
+  await finished;
+  return digest;
+}
