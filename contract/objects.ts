@@ -298,6 +298,9 @@ export const EffectReceipt = z.object({
 export type EffectReceipt = z.infer<typeof EffectReceipt>;
 
 /** Bytes kept outside the model's view, content-addressed and verified on arrival. */
+/** Artifact ids: safe as file names and Redis keys. */
+export const ArtifactId = z.string().regex(/^art_[a-z0-9]{8,64}$/);
+
 export const Artifact = z.object({
   id: z.string(),
   leaseId: z.string(),

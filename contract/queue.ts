@@ -36,14 +36,13 @@ import { z } from 'zod';
 import { EventBody } from './events.js';
 import { PreviewOpen } from './previews.js';
 import { TransferOpen } from './transfers.js';
-import { ImageFacts, SandboxFacts, ToolResult } from './objects.js';
+import { ArtifactId, ImageFacts, SandboxFacts, ToolResult } from './objects.js';
 import { SecretFilePath, SecretName } from './secrets.js';
 import { Access, EnvMap, EnvName } from './tools.js';
 
 /** Bytes of every artifact chunk but the last: chunk `i` starts at byte `i * ARTIFACT_CHUNK_BYTES`. */
 export const ARTIFACT_CHUNK_BYTES = 1024 * 1024;
-/** Artifact ids: safe as file names and Redis keys. */
-export const ArtifactId = z.string().regex(/^art_[a-z0-9]{8,64}$/);
+export { ArtifactId } from './objects.js';
 
 /** Names of the keys of one lease's namespace. */
 export interface LeaseKeys {
@@ -203,6 +202,21 @@ export const ReturnMessage = z.discriminatedUnion('kind', [
     sha256: z.string(),
     /** The chunk's bytes: raw in the stream entry (its `d` field), never base64 in the JSON. */
     data: z.custom<Buffer>((v) => Buffer.isBuffer(v), 'expected the chunk bytes'),
+  }),
+  /**
+   * An artifact the agent holds, whole, for the control plane to fetch over a transfer tunnel
+   * (contract/transfers.ts, op `artifact`): its bytes never enter the stream. Size (bytes) and
+   * sha256 (hex) to verify. Agents before it send `artifact_chunk`s and `artifact_end` instead,
+   * which the control plane still takes.
+   */
+  z.object({
+    kind: z.literal('artifact_ready'),
+    callId: z.string(),
+    artifactId: ArtifactId,
+    name: z.string(),
+    mediaType: z.string(),
+    size: z.number().int().nonnegative(),
+    sha256: z.string().regex(/^[a-f0-9]{64}$/),
   }),
   /** The artifact is complete: its size (bytes), chunk count and whole sha256 (hex) to verify. */
   z.object({

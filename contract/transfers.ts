@@ -12,12 +12,20 @@
  *    script's stdin is those bytes. `pack`: the script's stdout comes back in DATA frames.
  * 4. The agent ends with one END frame, the script's exit (`TransferEnd`), and closes.
  *
+ * An `artifact` op runs no script: the agent sends the file it holds in DATA frames and an END
+ * with exit code 0 (1 and the reason in `stderr` when it cannot read it; 2 when it holds no such
+ * artifact). The control plane stores and records it, then writes ARTIFACT_STORED_LINE; only
+ * then does the agent let the file go, so an artifact whose fetch is cut short is fetched again
+ * from the redelivered `artifact_ready`. With `discard` the agent sends no DATA, lets the file
+ * go and sends the END.
+ *
  * A frame is a type byte, a 32-bit big-endian payload length, then the payload; at most
  * TRANSFER_FRAME_MAX_BYTES of payload. The scripts are fixed here, chosen by the op's kind; the
  * message carries only paths, which reach the script as positional arguments.
  */
 import { z } from 'zod';
 import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_TOOLS } from './agent-runtime.js';
+import { ArtifactId } from './objects.js';
 import { PreviewConnId, PreviewSocketName } from './previews.js';
 
 /** The name of an upload's completion mark: the archive's last entry (UPLOAD_SCRIPT step 2a); 128 random bits. */
@@ -32,8 +40,9 @@ const SandboxPath = z
 
 /**
  * What a transfer does: `unpack` a tar into `dir` (under the writable root `root`; `relative` is
- * `dir` relative to it, '' for the root itself) ending with completion mark `mark`, or `pack`
- * `path` (under `root`) as a tar.
+ * `dir` relative to it, '' for the root itself) ending with completion mark `mark`; `pack`
+ * `path` (under `root`) as a tar; or send the `artifact` the agent announced with
+ * `artifact_ready` (contract/queue.ts), or, `discard`, only let it go (the control plane has it).
  */
 export const TransferOp = z.discriminatedUnion('kind', [
   z.object({
@@ -47,6 +56,7 @@ export const TransferOp = z.discriminatedUnion('kind', [
     mark: TransferMark,
   }),
   z.object({ kind: z.literal('pack'), path: SandboxPath, root: SandboxPath }),
+  z.object({ kind: z.literal('artifact'), artifactId: ArtifactId, discard: z.boolean() }),
 ]);
 export type TransferOp = z.infer<typeof TransferOp>;
 
@@ -65,6 +75,15 @@ export const TRANSFER_FRAME = { data: 1, end: 2 } as const;
 export const TRANSFER_FRAME_HEADER_BYTES = 5;
 /** Largest frame payload, bytes: a reader refuses a longer frame as a broken stream. */
 export const TRANSFER_FRAME_MAX_BYTES = 1024 * 1024;
+/**
+ * How long a transfer's bytes may stand still before the control plane gives up on it, ms
+ * (`files.transfer_broken`): a script the sandbox stopped, an agent that hangs. An upload's
+ * clock runs while its archive is sent, not while the script then moves the staged tree.
+ */
+export const TRANSFER_IDLE_TIMEOUT_MS = 60_000;
+
+/** Control plane → agent after an `artifact` op's END: the artifact is stored and recorded. */
+export const ARTIFACT_STORED_LINE = 'stored\n';
 /** Most of a script's stderr an END frame carries, bytes. */
 export const TRANSFER_STDERR_MAX_BYTES = 16 * 1024;
 
@@ -117,9 +136,13 @@ export const REFUSE_OUTSIDE = 'echo "$1: resolves outside $2" >&2; exit 3';
  *    after the last entry it checked: a stream cut anywhere before it (a refused entry, a
  *    control plane gone) leaves tar content but no mark (exit 5, nothing moved). GNU tar takes
  *    an archive ending at an entry boundary without its end blocks as whole, so the mark, not
- *    tar's exit, says the archive arrived.
- * 3. `walk check` visits every staged entry: a directory over an existing non-directory, or a
- *    non-directory over an existing directory, is a type conflict (exit 4, nothing moved); an
+ *    tar's exit, says the archive arrived. It is checked after the staged directories got u+rwx
+ *    (an archive whose root is read-only still has its mark removed). The mark guards against a
+ *    cut stream, not against the sandbox's own code: that runs as the same user as the script,
+ *    can read its arguments and the staged files, and could write the same files itself.
+ * 3. `walk check` visits every staged entry: a directory over an existing non-directory (a
+ *    symlink too, even to a directory: nothing is merged through a link the sandbox planted), or
+ *    a non-directory over an existing directory, is a type conflict (exit 4, nothing moved); an
  *    existing directory the tool user cannot write is refused before anything moves.
  * 4. `walk commit` renames each staged entry into place (`mv -T`: over an existing file or
  *    symlink, never into the directory a symlink points to), merging into directories that
@@ -128,6 +151,11 @@ export const REFUSE_OUTSIDE = 'echo "$1: resolves outside $2" >&2; exit 3';
  *    rename, and two uploads creating the same missing parent at once merge instead of failing.
  *
  * Staged directories get u+rwx so the walks can read them and move entries out of them.
+ *
+ * The staging directory goes on every exit: a signal (the agent ends a transfer the control
+ * plane gave up with SIGTERM to the script's process group) becomes `exit 129`, and the removal
+ * itself ignores signals, as its find and rm then do too: a second signal arriving while it
+ * runs (the script already exiting when the agent's comes) would otherwise cut it short.
  */
 export const UPLOAD_SCRIPT = `
 conflict() { printf 'sbx-upload: type conflict: %s: %s\\n' "$1" "$2" >&2; exit 4; }
@@ -138,7 +166,7 @@ walk() {
     [ -e "$s" ] || [ -L "$s" ] || continue
     n=\${s##*/}; d=$3/$n; r=$4$n
     if [ -d "$s" ] && [ ! -L "$s" ]; then
-      if [ -d "$d" ]; then
+      if [ -d "$d" ] && [ ! -L "$d" ]; then
         [ -w "$d" ] && [ -x "$d" ] || denied "$d"
         walk "$1" "$s" "$d" "$r/" || exit $?
         continue
@@ -166,14 +194,14 @@ unset IFS; set +f
 target=$PWD
 [ -w . ] && [ -x . ] || denied "$target"
 staging=$(mktemp -d -- "$root/.sbx-upload.XXXXXX") || exit 2
-trap 'find "$staging" -type d -exec chmod u+rwx {} + 2>/dev/null; rm -rf -- "$staging"' EXIT
+trap 'trap "" HUP INT TERM PIPE; find "$staging" -type d -exec chmod u+rwx {} + 2>/dev/null; rm -rf -- "$staging" 2>/dev/null' EXIT
 trap 'exit 129' HUP INT TERM
 mkdir -p -- "$staging/t/$rest" || exit 2
 tar -x -f - --no-same-owner -C "$staging/t/$rest" || exit 2
+find "$staging" -type d -exec chmod u+rwx {} + || exit 2
 mark="$staging/t/$rest/$4"
 if [ ! -f "$mark" ] || [ -L "$mark" ]; then echo 'sbx-upload: archive cut short' >&2; exit 5; fi
 rm -f -- "$mark" || exit 2
-find "$staging" -type d -exec chmod u+rwx {} + || exit 2
 walk check "$staging/t" "$target" ''
 walk commit "$staging/t" "$target" ''
 `;
@@ -199,8 +227,8 @@ export const DOWNLOAD_SCRIPT = [
   'exec tar -c -f - -- "$name"',
 ].join('\n');
 
-/** The argv (after TRANSFER_SHELL) that runs `op`. */
-export function transferArgv(op: TransferOp): string[] {
+/** The argv (after TRANSFER_SHELL) that runs a script op. */
+export function transferArgv(op: Extract<TransferOp, { kind: 'unpack' | 'pack' }>): string[] {
   return op.kind === 'unpack'
     ? [UPLOAD_SCRIPT, 'sbx-upload', op.dir, op.root, op.relative, op.mark]
     : [DOWNLOAD_SCRIPT, 'sbx-download', op.path, op.root];

@@ -18,6 +18,7 @@ import { SBX_VERSION } from '../contract/version.js';
 import { ApiKeyService } from './api-keys/service.js';
 import { RedisApiKeyStore } from './api-keys/store.js';
 import { AgentLink } from './agent-link/link.js';
+import { ArtifactFetcher } from './artifacts/fetch.js';
 import { ArtifactRecords, ArtifactStore } from './artifacts/store.js';
 import { AuditLog } from './audit/service.js';
 import { RedisAuditStore } from './audit/store.js';
@@ -126,6 +127,14 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const seeded = await policies.seed(await readPolicyFiles(config.policyDir));
   if (seeded.length > 0) log.info({ policies: seeded }, 'policy files imported into the policy store');
   const artifacts = new ArtifactStore(join(config.dataDir, 'artifacts'), artifactRecords);
+  // The byte channel to agents: port previews, file transfers, artifacts.
+  const tunnels = new AgentTunnels({
+    dirOf: (leaseId) => leaseDirs(config.dataDir, leaseId).previews, // previews: the agent brings each connection to a socket there
+    signal: (leaseId, message) => link.calls.signal(leaseId, message),
+    log,
+    dialTimeoutMs: config.previewDialTimeoutMs,
+  });
+  const artifactFetcher = new ArtifactFetcher({ store: artifacts, tunnels });
   const liveLeaseIds = async (): Promise<string[]> =>
     (await leaseStore.leaseStatuses()).filter((l) => l.status === 'ready').map((l) => l.id);
   const metrics = new Metrics({
@@ -136,7 +145,16 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     },
     queueDepth: async () => link.calls.depth(await liveLeaseIds()),
   });
-  const calls: CallService = new CallService({ store: callStore, artifacts, agent: link.calls, notifier, metrics, now, log });
+  const calls: CallService = new CallService({
+    store: callStore,
+    artifacts,
+    fetchArtifact: (leaseId, meta) => artifactFetcher.fetch(leaseId, meta),
+    agent: link.calls,
+    notifier,
+    metrics,
+    now,
+    log,
+  });
   const egress = new EgressProxy({
     resolve: createResolver(config.egressDnsServers),
     record: async (leaseId, event) => {
@@ -280,12 +298,6 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     settings: config.snapshots,
     now,
     log,
-  });
-  const tunnels = new AgentTunnels({
-    dirOf: (leaseId) => leaseDirs(config.dataDir, leaseId).previews, // previews: the agent brings each connection to a socket there
-    signal: (leaseId, message) => link.calls.signal(leaseId, message),
-    log,
-    dialTimeoutMs: config.previewDialTimeoutMs,
   });
   const urlKey = urlSigningKey(config.previewKey, config.secretsKey);
   const slots = new TerminalSlots(redis, config.redisPrefix);

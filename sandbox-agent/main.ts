@@ -23,6 +23,7 @@ import { startEgressForwarder } from './host/egress-forwarder.js';
 import { measureFacts } from './host/facts.js';
 import { dialPreview } from './host/preview-dialer.js';
 import { runTransfer } from './host/transfer-runner.js';
+import { ArtifactShelf } from './link/artifact-shelf.js';
 import { detectShell } from './host/image-probe.js';
 import { redisInput, type StreamEntry } from './link/input-stream.js';
 import { Inbox, redisInboxConnection } from './link/inbox.js';
@@ -77,7 +78,6 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
   // Nothing is trimmed here: an entry leaves the stream once the control plane ledgered it.
   const returnStream: ReturnStream = {
     append: (fields) => redis.xadd(keys.returns, '*', ...fields),
-    backlog: () => redis.xlen(keys.returns),
   };
   const worker = new ToolUserWorker(process.argv[1]!, {
     uid: config.toolUser.uid,
@@ -108,6 +108,8 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     log,
     writer: redisChangeLog(redis, keys.changes),
   });
+  // Artifacts offered by calls wait here until the control plane fetched them over a tunnel.
+  const shelf = new ArtifactShelf();
   const runner = new CallRunner({
     config,
     shell,
@@ -135,6 +137,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     keys,
     secrets,
     tools,
+    shelf,
     returns: new ReturnChannel(returnStream, (err) => log.warn({ err }, 'an append to the return stream was refused; trying again')),
     log,
     beginAttempt: redisBeginAttempt((script, numKeys, ...args) => redis.eval(script, numKeys, ...args), keys),
@@ -145,7 +148,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     const parsed = ControlMessage.safeParse(safeJson(text));
     if (!parsed.success) return;
     if (parsed.data.type === 'cancel') runner.cancel(parsed.data.callId);
-    else if (parsed.data.type === 'transfer_open') runTransfer(parsed.data, { toolUser: config.toolUser, log });
+    else if (parsed.data.type === 'transfer_open') runTransfer(parsed.data, { toolUser: config.toolUser, shelf, processTrees, log });
     else dialPreview(parsed.data, { reservedPorts: previewPorts, log });
   });
 

@@ -61,13 +61,14 @@ describe('files', () => {
     expect(r.stdout).not.toMatch(/ok\.txt/);
   });
 
-  it('an upload through a symlink the sandbox planted cannot write into the read-only root (EROFS, nothing written)', async () => {
+  it('an upload through a symlink the sandbox planted is refused before anything moves (409: nothing merged through a link)', async () => {
     await exec('ln -sfn /etc /workspace/planted');
     const archive = await tarBytes([{ name: 'planted/evil-from-upload', content: 'x' }]);
     const error = await h.client.uploadTar(leaseId, '/workspace', archive).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(SbxError);
-    expect((error as SbxError).code).toBe('files.permission_denied');
-    expect((error as SbxError).status).toBe(403);
+    expect((error as SbxError).code).toBe('files.type_conflict');
+    expect((error as SbxError).status).toBe(409);
+    expect((error as SbxError).info.details).toMatchObject({ entry: 'planted' });
     const r = await exec('ls /etc/evil-from-upload 2>&1 || true');
     expect(r.stdout).toMatch(/No such file/);
   });

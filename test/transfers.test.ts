@@ -7,7 +7,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { UPLOAD_SCRIPT } from '../contract/transfers.js';
 import { SbxError } from '../sdk/index.js';
-import { eventually, rawExchange, tarBytes, useLeasedSandbox, type Harness } from './fixtures/index.js';
+import { eventually, execIn, rawExchange, tarBytes, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
@@ -101,6 +101,70 @@ describe('file transfers through the agent', () => {
       expect(r.stderr).toContain('archive cut short');
       expect(listing).toMatch(/No such file/);
     }
+    expect(await stagingLeft()).toBe('');
+  });
+
+  it('an archive whose root directory is read-only (tar -C dir -c . of a 0555 dir) lands whole', async () => {
+    const archive = await tarBytes([
+      { name: './', type: 'directory', mode: 0o555 },
+      { name: './f.txt', content: 'inside a read-only root' },
+    ]);
+    expect(await h.client.uploadTar(leaseId, '/workspace/ro-root', archive)).toMatchObject({ entries: 2 });
+    expect((await exec('cat /workspace/ro-root/f.txt')).stdout).toBe('inside a read-only root');
+    expect(await stagingLeft()).toBe('');
+  });
+
+  it('a directory entry over a symlink the sandbox planted is 409 files.type_conflict: nothing is merged through the link', async () => {
+    await exec('mkdir -p /workspace/planted-dir /tmp/link-target && ln -sfn /tmp/link-target /workspace/planted-dir/link');
+    const error = await h.client
+      .uploadTar(leaseId, '/workspace/planted-dir', await tarBytes([{ name: 'link/through.txt', content: 'x' }]))
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'files.type_conflict', status: 409 });
+    expect((await exec('ls -A /tmp/link-target')).stdout).toBe('');
+    expect(await stagingLeft()).toBe('');
+  });
+
+  it('an upload past the size of its writable root is 507 files.no_space and keeps nothing', async () => {
+    const small = await h.client.createSandbox({ writableRoots: [{ path: '/testbed', sizeBytes: 2 * 1024 * 1024 }] });
+    try {
+      const error = await h.client
+        .uploadTar(small.id, '/testbed/fill', await tarBytes([{ name: 'big.bin', content: randomBytes(4 * 1024 * 1024) }]))
+        .catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: 'files.no_space', status: 507 });
+      expect((await execIn(() => h.client)(small.id, 'ls -A /testbed')).stdout).toBe('');
+    } finally {
+      await h.client.releaseSandbox(small.id);
+    }
+  });
+
+  it('a call finishing while an upload streams does not end the upload: the sweep after it spares the transfer script', async () => {
+    const archive = await tarBytes([
+      { name: 'one.bin', content: randomBytes(1024 * 1024) },
+      { name: 'two.bin', content: randomBytes(1024 * 1024) },
+    ]);
+    let sendRest: () => void = () => undefined;
+    const rest = new Promise<void>((resolve) => (sendRest = resolve));
+    const body = new ReadableStream<Uint8Array>({
+      async start(controller) {
+        controller.enqueue(archive.subarray(0, 512 * 1024));
+        await rest;
+        controller.enqueue(archive.subarray(512 * 1024));
+        controller.close();
+      },
+    });
+    const upload = fetch(`${h.url}/v1/sandboxes/${leaseId}/files?path=/workspace/during-a-call`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${h.apiKey}`, 'content-type': 'application/x-tar' },
+      body,
+      duplex: 'half',
+    } as RequestInit);
+    // The script is running (its staging directory is there): a call now ends with a sweep of the tool user's processes.
+    await eventually(stagingLeft, (left) => left !== '', 15_000);
+    expect((await exec('true')).status).toBe('succeeded');
+    sendRest();
+    const response = await upload;
+    expect(response.status).toBe(200);
+    expect((await exec('ls /workspace/during-a-call')).stdout).toBe('one.bin\ntwo.bin\n');
     expect(await stagingLeft()).toBe('');
   });
 

@@ -52,8 +52,8 @@ export const ProcessInfo = z.object({
   sid: z.number().int(),
   /** proc(5) state letter (R, S, D, Z, T, ...). */
   state: z.string(),
-  /** The call, session or terminal the process's session belongs to; null for none (init, the agent, a stray). */
-  owner: z.object({ kind: z.enum(['call', 'session', 'terminal']), id: z.string() }).nullable(),
+  /** The call, session, terminal or file transfer the process's session belongs to; null for none (init, the agent, a stray). */
+  owner: z.object({ kind: z.enum(['call', 'session', 'terminal', 'transfer']), id: z.string() }).nullable(),
   /** user + system CPU time, ms. */
   cpuTimeMs: z.number().int(),
   /** Resident set size, bytes (0 for a zombie). */

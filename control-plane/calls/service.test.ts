@@ -92,6 +92,9 @@ function fakes() {
   const service = new CallService({
     store,
     agent,
+    fetchArtifact: async () => {
+      throw new Error('no artifacts in these tests');
+    },
     notifier,
     artifacts: { writeChunk: async () => undefined, complete: async () => ({}) as never },
     metrics: { callFinished: (tool, status) => void finished.push(`${tool}:${status}`) },

@@ -15,6 +15,7 @@ import type { CallView, ToolResult } from '../../contract/objects.js';
 import type { CallJob, ReturnMessage } from '../../contract/queue.js';
 import { isOfferedAsCall } from '../../contract/tools.js';
 import type { CallsOut } from '../agent-link/calls-out.js';
+import type { ArtifactFetcher } from '../artifacts/fetch.js';
 import type { ArtifactStore } from '../artifacts/store.js';
 import type { LeaseRecord } from '../leases/store.js';
 import type { Metrics } from '../metrics/service.js';
@@ -32,6 +33,8 @@ export interface CallServiceDeps {
     'createCall' | 'getCall' | 'appendEvent' | 'finishCall' | 'markRunning' | 'detachCall' | 'openCalls' | 'notifyChannel'
   >;
   artifacts: Pick<ArtifactStore, 'writeChunk' | 'complete'>;
+  /** Fetches an artifact the agent announced (`artifact_ready`) over a transfer tunnel and stores it (artifacts/fetch.ts). */
+  fetchArtifact: ArtifactFetcher['fetch'];
   /** The calls half of the agent link: the producer, cancel markers. */
   agent: Pick<CallsOut, 'enqueue' | 'removeQueued' | 'takeBack' | 'requestCancel'>;
   notifier: Pick<Notifier, 'next' | 'nextOf'>;
@@ -232,8 +235,8 @@ export class CallService {
       await this.deps.artifacts.writeChunk(message.artifactId, message.index, message.data, message.sha256);
       return;
     }
-    if (message.kind === 'artifact_end') {
-      const artifact = await this.deps.artifacts.complete({
+    if (message.kind === 'artifact_end' || message.kind === 'artifact_ready') {
+      const meta = {
         id: message.artifactId,
         leaseId,
         callId: message.callId,
@@ -241,8 +244,11 @@ export class CallService {
         mediaType: message.mediaType,
         size: message.size,
         sha256: message.sha256,
-        chunks: message.chunks,
-      });
+      };
+      const artifact =
+        message.kind === 'artifact_ready'
+          ? await this.deps.fetchArtifact(leaseId, meta)
+          : await this.deps.artifacts.complete({ ...meta, chunks: message.chunks });
       await this.deps.store.appendEvent(
         leaseId,
         message.callId,

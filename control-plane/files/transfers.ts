@@ -5,16 +5,10 @@
  * out of DATA frames. Either ends with the END frame saying how the script exited.
  */
 import type { Socket } from 'node:net';
-import { PassThrough, Writable, type Readable } from 'node:stream';
-import { AppError } from '../../contract/errors.js';
-import {
-  TRANSFER_FRAME,
-  TRANSFER_FRAME_HEADER_BYTES,
-  TRANSFER_FRAME_MAX_BYTES,
-  TransferEnd,
-  type TransferOp,
-} from '../../contract/transfers.js';
+import { PassThrough, type Readable } from 'node:stream';
+import { TRANSFER_IDLE_TIMEOUT_MS, type TransferEnd, type TransferOp } from '../../contract/transfers.js';
 import type { Tunnel } from '../agent-link/tunnels.js';
+import { broken, FrameReader, stallAfter } from '../agent-link/frames.js';
 
 /** What file transfers need of the agent tunnels. */
 export interface TransferTunnels {
@@ -22,64 +16,10 @@ export interface TransferTunnels {
 }
 
 /**
- * Parses the agent's frames (contract/transfers.ts) from a tunnel: DATA payloads go to `onData`
- * (false: pause until `resume` is called), the END frame to `onEnd`. A frame of an unknown type,
- * over TRANSFER_FRAME_MAX_BYTES, or an END that is not a `TransferEnd` is
- * (`files.transfer_broken`: a broken stream, not the script's doing). Exported for its fuzz test.
- */
-export class FrameReader extends Writable {
-  private buffered: Buffer = Buffer.alloc(0);
-  private ended = false;
-
-  constructor(
-    private readonly onData: (payload: Buffer, resume: () => void) => boolean,
-    private readonly onEnd: (end: TransferEnd) => void,
-  ) {
-    super();
-  }
-
-  override _write(chunk: Buffer, _enc: BufferEncoding, callback: (err?: Error | null) => void): void {
-    this.buffered = this.buffered.length === 0 ? chunk : Buffer.concat([this.buffered, chunk]);
-    this.drain(callback);
-  }
-
-  /** Hands over every whole frame buffered; calls `callback` once all are taken (or one is refused). */
-  private drain(callback: (err?: Error | null) => void): void {
-    while (this.buffered.length >= TRANSFER_FRAME_HEADER_BYTES) {
-      const type = this.buffered.readUInt8(0);
-      const length = this.buffered.readUInt32BE(1);
-      if (this.ended || (type !== TRANSFER_FRAME.data && type !== TRANSFER_FRAME.end) || length > TRANSFER_FRAME_MAX_BYTES) {
-        callback(broken(this.ended ? 'bytes after the end frame' : `a frame of type ${type} and ${length} bytes`));
-        return;
-      }
-      if (this.buffered.length < TRANSFER_FRAME_HEADER_BYTES + length) break;
-      const payload = this.buffered.subarray(TRANSFER_FRAME_HEADER_BYTES, TRANSFER_FRAME_HEADER_BYTES + length);
-      this.buffered = this.buffered.subarray(TRANSFER_FRAME_HEADER_BYTES + length);
-      if (type === TRANSFER_FRAME.end) {
-        const end = TransferEnd.safeParse(parseJson(payload));
-        if (!end.success) {
-          callback(broken('an end frame that is not one'));
-          return;
-        }
-        this.ended = true;
-        this.onEnd(end.data);
-        continue;
-      }
-      if (!this.onData(payload, () => this.drain(callback))) return;
-    }
-    callback();
-  }
-
-  override _final(callback: (err?: Error | null) => void): void {
-    callback(this.ended ? null : broken('the tunnel ended before the end frame'));
-  }
-}
-
-/**
  * Unpacks `archive` into the sandbox with `op` (an `unpack`). `archive` ends with the op's
  * completion mark when whole; a failing `archive` (a refused entry) ends the stream without it,
- * so the script moves nothing. Resolves with the script's END; throws `archiveFailure(err)`'s
- * error first when `archive` failed, `files.transfer_broken` when the tunnel broke.
+ * so the script moves nothing. Resolves with the script's END; throws `archive`'s error first
+ * when it failed, `files.transfer_broken` when the tunnel broke.
  */
 export async function unpackThroughAgent(
   tunnels: TransferTunnels,
@@ -110,6 +50,9 @@ export async function unpackThroughAgent(
       });
       tunnel.pipe(reader);
     });
+    stallAfter(tunnel, TRANSFER_IDLE_TIMEOUT_MS);
+    // The script may take its time moving the staged tree once the whole archive is in.
+    archive.once('end', () => tunnel.setTimeout(0));
     if (archiveError) tunnel.end();
     else archive.pipe(tunnel);
     const end = await ended;
@@ -164,20 +107,7 @@ export async function packThroughAgent(
     socket.on('error', fail);
     // The client gone mid-download: the agent sees the tunnel close and ends the script.
     out.once('close', () => socket.destroy());
+    stallAfter(socket, TRANSFER_IDLE_TIMEOUT_MS);
     socket.pipe(reader);
   });
-}
-
-function broken(what: string): AppError {
-  return new AppError('files.transfer_broken', `the transfer stream from the sandbox's agent broke: ${what}`, {
-    details: { reason: what },
-  });
-}
-
-function parseJson(bytes: Buffer): unknown {
-  try {
-    return JSON.parse(bytes.toString('utf8'));
-  } catch {
-    return null;
-  }
 }

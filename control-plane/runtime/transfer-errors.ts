@@ -37,7 +37,8 @@ export function tarError(stderr: string, path: string): AppError {
   const details = { path, reason };
   if (/resolves outside/.test(stderr))
     return new AppError('input.path_outside_workspace', `${path} resolves outside its root in the sandbox (a symlink)`, { details });
-  if (/No space left on device/.test(stderr))
+  // A short write is how GNU tar words ENOSPC on tmpfs ("Wrote only 6656 of 10240 bytes"), with no strerror.
+  if (/No space left on device|Disk quota exceeded|Wrote only \d+ of \d+ bytes/.test(stderr))
     return new AppError('files.no_space', `no space left in the sandbox writing ${path}: ${reason}`, { details });
   if (/Permission denied|Read-only file system|Operation not permitted|cannot create directory/.test(stderr)) {
     const os = /Read-only file system/.test(stderr) ? 'EROFS' : /Operation not permitted/.test(stderr) ? 'EPERM' : 'EACCES';

@@ -8,6 +8,7 @@ import type { CommitState, EffectReceipt, ResultStatus, ToolResult } from '../..
 import type { AgentConfig } from '../../contract/queue.js';
 import type { ProcessTrees } from '../host/process-trees.js';
 import type { LeaseSecrets } from '../host/secrets.js';
+import type { HeldFile } from '../link/artifact-shelf.js';
 import type { OpenInput } from '../link/input-stream.js';
 import type { SpoolBudget } from '../output/spool.js';
 
@@ -53,8 +54,18 @@ export interface AttemptContext {
   emit(body: EventBody): void;
   /** Where output is spooled, the cap per stream (bytes) and the budget all spools share. */
   readonly spool: { dir: string; maxArtifactBytes: number; budget: SpoolBudget };
-  /** Sends the file at `path` to the control plane as an artifact (chunked, sha256-checked); resolves once it is sent. */
-  uploadArtifact(path: string, name: string, mediaType: string): Promise<{ id: string; sha256: string; size: number }>;
+  /**
+   * Hands `file` to the control plane as an artifact: announced with its size and sha256 (from
+   * `digest` when the caller has them, else read from the file), then held until the control
+   * plane fetched it over a transfer tunnel, when `file.release` runs (link/artifact-shelf.ts).
+   * Resolves once announced; on a rejection `release` has run.
+   */
+  offerArtifact(file: OfferedFile, name: string, mediaType: string): Promise<{ id: string; sha256: string; size: number }>;
+}
+
+/** A file offered as an artifact: where it is, how to let it go, and its digest when known. */
+export interface OfferedFile extends HeldFile {
+  digest?: { size: number; sha256: string };
 }
 
 export interface AttemptOutcome {

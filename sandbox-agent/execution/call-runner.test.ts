@@ -4,6 +4,7 @@ import { ERROR_CODES } from '../../contract/errors.js';
 import type { EventBody } from '../../contract/events.js';
 import { ToolResult } from '../../contract/objects.js';
 import { AgentConfig, leaseKeys, type CallJob } from '../../contract/queue.js';
+import { ArtifactShelf } from '../link/artifact-shelf.js';
 import { ProcessTrees } from '../host/process-trees.js';
 import { LeaseSecrets } from '../host/secrets.js';
 import type { ReturnChannel } from '../link/return-channel.js';
@@ -33,7 +34,7 @@ type Sent =
   | { kind: 'event'; callId: string; attemptId: string; body: EventBody };
 
 /** The return channel's public surface the runner uses, recording every message in order. */
-class FakeReturns implements Pick<ReturnChannel, 'forAttempt' | 'sendArtifact'> {
+class FakeReturns implements Pick<ReturnChannel, 'forAttempt' | 'offerArtifact'> {
   readonly sent: Sent[] = [];
 
   forAttempt(callId: string, attemptId: string): ReturnType<ReturnChannel['forAttempt']> {
@@ -45,7 +46,7 @@ class FakeReturns implements Pick<ReturnChannel, 'forAttempt' | 'sendArtifact'> 
     };
   }
 
-  sendArtifact(): Promise<{ size: number; sha256: string }> {
+  offerArtifact(): Promise<void> {
     return Promise.reject(new Error('no artifacts in these tests'));
   }
 
@@ -143,6 +144,7 @@ async function makeRunner(over: Partial<CallRunnerDeps> = {}): Promise<CallRunne
     secrets: await LeaseSecrets.load(cfg, async () => null),
     tools: new Map<string, AgentTool<unknown>>([[tool.name, tool as AgentTool<unknown>]]),
     returns,
+    shelf: new ArtifactShelf(),
     beginAttempt: redis.beginAttempt,
     log: pino({ level: 'silent' }),
     ...over,

@@ -5,7 +5,6 @@
  * and the result, and sends them back.
  */
 import { randomUUID } from 'node:crypto';
-import { rm } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import { errorInfo } from '../../contract/errors.js';
 import type { ToolResult } from '../../contract/objects.js';
@@ -13,6 +12,7 @@ import { attemptReceipt, resultWithoutRun } from '../../contract/receipts.js';
 import { CallJob, type AgentConfig, type LeaseKeys } from '../../contract/queue.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptOutcome } from './attempt.js';
 import type { ReturnChannel } from '../link/return-channel.js';
+import { digestOf, type ArtifactShelf } from '../link/artifact-shelf.js';
 import { resolveAccesses } from './accesses.js';
 import type { AccessScheduler } from './scheduler.js';
 import type { ProcessTrees } from '../host/process-trees.js';
@@ -38,7 +38,9 @@ export interface CallRunnerDeps {
   /** Absolute path of the shell `exec` runs `cmd` with (host/image-probe.ts `detectShell`). */
   shell: string;
   /** The return path: only what the runner uses of it (tests pass a fake). */
-  returns: Pick<ReturnChannel, 'forAttempt' | 'sendArtifact'>;
+  returns: Pick<ReturnChannel, 'forAttempt' | 'offerArtifact'>;
+  /** Where offered artifacts wait for the control plane to fetch them. */
+  shelf: Pick<ArtifactShelf, 'hold' | 'forget'>;
   /** The redelivery check, the cancel check and the claim of the attempt marker, one round trip (`link/attempt-start.ts`). */
   beginAttempt: BeginAttempt;
   /** The agent's logger (bound to the sandbox); each attempt logs through a child bound to its call and attempt. */
@@ -204,13 +206,17 @@ export class CallRunner {
           publishLive: (offset, data) =>
             this.deps.publish(this.deps.keys.live(job.callId), JSON.stringify({ offset, dataBase64: data.toString('base64') })),
           spool: { ...this.deps.config.spool, budget: this.spoolBudget },
-          uploadArtifact: async (path, name, mediaType) => {
+          offerArtifact: async (file, name, mediaType) => {
             const id = `art_${randomUUID().replaceAll('-', '')}`;
             try {
-              const { size, sha256 } = await this.deps.returns.sendArtifact(job.callId, id, path, name, mediaType);
+              const { size, sha256 } = file.digest ?? (await digestOf(file.path));
+              this.deps.shelf.hold(id, file);
+              await this.deps.returns.offerArtifact(job.callId, id, name, mediaType, size, sha256);
               return { id, size, sha256 };
-            } finally {
-              await rm(path, { force: true });
+            } catch (err) {
+              this.deps.shelf.forget(id);
+              await file.release();
+              throw err;
             }
           },
         },

@@ -1,6 +1,7 @@
 /**
  * The process trees that outlive the call that started them: background tasks today, and
- * whatever else keeps tool-user processes running between calls (shell sessions, terminals).
+ * whatever else keeps tool-user processes running between calls (shell sessions, terminals,
+ * the scripts of file transfers).
  * Each is registered under its session id (setsid(2): the leader's pid), so every process it
  * starts — also one that moved to a process group of its own, as a job of an interactive shell
  * does — is recognised by the session id in /proc/<pid>/stat.
@@ -9,9 +10,12 @@
  * process belongs to what.
  */
 
-/** What a kept process tree belongs to: a background call, a shell session or a terminal, by id. */
+/**
+ * What a kept process tree belongs to: a background call, a shell session, a terminal, or a file
+ * transfer of the files API (host/transfer-runner.ts, by its connection id), by id.
+ */
 export interface ProcessTreeOwner {
-  readonly kind: 'call' | 'session' | 'terminal';
+  readonly kind: 'call' | 'session' | 'terminal' | 'transfer';
   readonly id: string;
 }
 

@@ -1,8 +1,9 @@
 /**
  * File transfers, the sandbox's side (contract/transfers.ts): for each `TransferOpen` the
  * control plane sends, connect to the tunnel socket, start the op's script as the tool user and
- * carry its bytes: the tunnel is its stdin (`unpack`), its stdout goes onto the tunnel in DATA
- * frames (`pack`); then one END frame with how it exited. The agent decides nothing about which
+ * carry its bytes: the tunnel into its stdin (`unpack`), its stdout onto the tunnel in DATA
+ * frames (`pack`); then one END frame with how it exited. An `artifact` op is the shelf's
+ * (link/artifact-shelf.ts). The agent decides nothing about which
  * paths may be transferred (the control plane checked the policy; the scripts check where each
  * path resolves inside the sandbox); it only runs them as the tool user, never as itself.
  */
@@ -13,14 +14,17 @@ import type { Logger } from 'pino';
 import { PREVIEW_SOCKET_DIR, type PreviewDialed } from '../../contract/previews.js';
 import {
   TRANSFER_FRAME,
-  TRANSFER_FRAME_HEADER_BYTES,
   TRANSFER_PATH,
   TRANSFER_SHELL,
   TRANSFER_STDERR_MAX_BYTES,
   transferArgv,
   type TransferEnd,
+  type TransferOp,
   type TransferOpen,
 } from '../../contract/transfers.js';
+import type { ArtifactShelf } from '../link/artifact-shelf.js';
+import type { ProcessTrees } from './process-trees.js';
+import { writeFrame } from '../link/frames.js';
 
 /**
  * What the tunnel may hold before the script's stdout is paused, bytes: a pipe read is up to
@@ -31,6 +35,10 @@ const TUNNEL_HIGH_WATER_MARK_BYTES = 256 * 1024;
 export interface TransferRunnerOptions {
   /** Who the scripts run as: the lease's tool user (the agent's config). */
   toolUser: { uid: number; gid: number };
+  /** The artifacts the agent holds (op `artifact`). */
+  shelf: ArtifactShelf;
+  /** Where a running script's tree is kept, so the sweep after a call spares it and it cannot be signalled as the tool user's own. */
+  processTrees: Pick<ProcessTrees, 'keep' | 'release'>;
   /** Directory of the tunnel sockets. Default PREVIEW_SOCKET_DIR. */
   socketDir?: string;
   log: Pick<Logger, 'warn'>;
@@ -49,14 +57,28 @@ export function runTransfer(open: TransferOpen, options: TransferRunnerOptions):
     options.log.warn({ err, kind: open.op.kind }, 'transfer tunnel failed');
     tunnel.destroy();
   });
-  tunnel.once('connect', () => start(tunnel, open, options));
+  tunnel.once('connect', () => {
+    const { op } = open;
+    if (op.kind !== 'artifact') {
+      start(tunnel, open.connId, op, options);
+      return;
+    }
+    const dialed: PreviewDialed = { id: open.connId, ok: true };
+    tunnel.write(`${JSON.stringify(dialed)}\n`);
+    void options.shelf.serve(tunnel, op.artifactId, op.discard);
+  });
 }
 
-function start(tunnel: net.Socket, open: TransferOpen, options: TransferRunnerOptions): void {
-  const unpack = open.op.kind === 'unpack';
+function start(
+  tunnel: net.Socket,
+  connId: string,
+  op: Extract<TransferOp, { kind: 'unpack' | 'pack' }>,
+  options: TransferRunnerOptions,
+): void {
+  const unpack = op.kind === 'unpack';
   let child: ChildProcess;
   try {
-    child = spawn(TRANSFER_SHELL[0]!, [...TRANSFER_SHELL.slice(1), ...transferArgv(open.op)], {
+    child = spawn(TRANSFER_SHELL[0]!, [...TRANSFER_SHELL.slice(1), ...transferArgv(op)], {
       cwd: '/',
       // LC_ALL=C: tar's complaints are read by their English words (control-plane/files/transfer-errors.ts).
       env: { PATH: TRANSFER_PATH, LC_ALL: 'C' },
@@ -64,21 +86,25 @@ function start(tunnel: net.Socket, open: TransferOpen, options: TransferRunnerOp
       gid: options.toolUser.gid,
       // Its own process group: a transfer the control plane abandons is ended whole.
       detached: true,
-      // An unpack's stdin is the tunnel itself (its descriptor shared): the archive goes from the
-      // control plane to tar with no copy through the agent, which reads nothing from it.
-      stdio: [unpack ? tunnel : 'ignore', unpack ? 'ignore' : 'pipe', 'pipe'],
+      // A pipe of its own, never the tunnel's descriptor: the script (and a tar the sandbox may
+      // have put first on PATH) can only read the archive, never write to the control plane.
+      stdio: [unpack ? 'pipe' : 'ignore', unpack ? 'ignore' : 'pipe', 'pipe'],
     });
   } catch (err) {
-    refuse(tunnel, open.connId, (err as Error).message);
+    refuse(tunnel, connId, (err as Error).message);
     return;
   }
   let started = false;
   child.once('error', (err) => {
-    if (!started) refuse(tunnel, open.connId, err.message);
+    if (!started) refuse(tunnel, connId, err.message);
   });
   child.once('spawn', () => {
     started = true;
-    const dialed: PreviewDialed = { id: open.connId, ok: true };
+    // detached: setsid(2), so its session id is its pid.
+    const sid = child.pid!;
+    options.processTrees.keep(sid, { kind: 'transfer', id: connId });
+    child.once('close', () => options.processTrees.release(sid));
+    const dialed: PreviewDialed = { id: connId, ok: true };
     tunnel.write(`${JSON.stringify(dialed)}\n`);
     carry(tunnel, child, unpack);
   });
@@ -99,7 +125,11 @@ function carry(tunnel: net.Socket, child: ChildProcess, unpack: boolean): void {
     stderr.push(kept);
     stderrBytes += kept.length;
   });
-  if (!unpack) {
+  if (unpack) {
+    // A script that stops reading early (tar failed) must not fail the agent with EPIPE.
+    child.stdin!.on('error', () => undefined);
+    tunnel.pipe(child.stdin!);
+  } else {
     const stdout = child.stdout!;
     stdout.on('data', (chunk: Buffer) => {
       if (!writeFrame(tunnel, TRANSFER_FRAME.data, chunk)) {
@@ -114,8 +144,10 @@ function carry(tunnel: net.Socket, child: ChildProcess, unpack: boolean): void {
     if (tunnel.destroyed) return;
     const end: TransferEnd = { exitCode, signal, stderr: Buffer.concat(stderr).toString('utf8') };
     writeFrame(tunnel, TRANSFER_FRAME.end, Buffer.from(JSON.stringify(end)));
-    // Closed once the frame is flushed: whatever the control plane still sends is not read.
-    tunnel.end(() => tunnel.destroy());
+    tunnel.end();
+    // Whatever the control plane still sends is read to nothing, so its end is seen and the tunnel closes.
+    tunnel.unpipe();
+    tunnel.resume();
   });
   // The control plane gone or done with it before the script ended: the script ends too (its
   // traps clean up what it staged).
@@ -128,16 +160,4 @@ function carry(tunnel: net.Socket, child: ChildProcess, unpack: boolean): void {
       }
     }
   });
-}
-
-/** Writes one frame (header and payload in one write); false: the tunnel is full, wait for 'drain'. */
-function writeFrame(tunnel: net.Socket, type: number, payload: Buffer): boolean {
-  const header = Buffer.allocUnsafe(TRANSFER_FRAME_HEADER_BYTES);
-  header.writeUInt8(type, 0);
-  header.writeUInt32BE(payload.length, 1);
-  tunnel.cork();
-  tunnel.write(header);
-  const room = tunnel.write(payload);
-  tunnel.uncork();
-  return room;
 }

@@ -1,28 +1,19 @@
 /**
- * The agent's half of the return path: appends events, results and artifact chunks to the
+ * The agent's half of the return path: appends events, results and artifact announcements to the
  * lease's return stream (`LeaseKeys.returns`, one entry per message, contract/queue.ts) in the
  * order they were produced. Each message carries its deterministic identity (an event's
- * attempt and number, a result's call, a chunk's artifact and index), so one appended twice —
+ * attempt and number, a result's call, an artifact's id), so one appended twice —
  * ioredis resends a command whose answer a reconnect lost — is ledgered once (docs/DESIGN.md §5).
  */
-import { createHash } from 'node:crypto';
-import { open } from 'node:fs/promises';
-import { ARTIFACT_CHUNK_BYTES, encodeReturn } from '../../contract/queue.js';
+import { encodeReturn } from '../../contract/queue.js';
 import type { EventBody } from '../../contract/events.js';
 import type { ToolResult } from '../../contract/objects.js';
 import type { ReturnMessage } from '../../contract/queue.js';
-
-/** Entries allowed to wait in the return stream before an artifact's sender pauses. */
-const MAX_WAITING_ENTRIES = 8;
-/** How often a paused artifact sender looks at the stream again, ms. */
-const BACKLOG_POLL_MS = 20;
 
 /** Where return messages go: the lease's return stream (main.ts binds it to Redis). */
 export interface ReturnStream {
   /** Appends one entry (XADD) with these fields; resolves once Redis has it. */
   append(fields: (string | Buffer)[]): Promise<unknown>;
-  /** Entries not yet ledgered by the control plane (XLEN: it deletes what it ledgered). */
-  backlog(): Promise<number>;
 }
 
 /** First and longest pause before a refused append is tried again, ms. */
@@ -52,50 +43,12 @@ export class ReturnChannel {
   }
 
   /**
-   * Sends the file at `path` as artifact `artifactId` in ARTIFACT_CHUNK_BYTES chunks, each with
-   * its sha256, then the end message with the whole sha256. Reads one chunk at a time and, when
-   * the control plane falls behind, waits for the stream to shrink, so neither the agent's memory
-   * nor Redis holds more than a few chunks. Returns the artifact's size and sha256 (hex).
+   * Announces artifact `artifactId` (`artifact_ready`: its size in bytes and sha256, hex), held
+   * by the agent for the control plane to fetch over a transfer tunnel (link/artifact-shelf.ts);
+   * resolves once the announcement is in Redis. The bytes never enter the stream.
    */
-  async sendArtifact(
-    callId: string,
-    artifactId: string,
-    path: string,
-    name: string,
-    mediaType: string,
-  ): Promise<{ size: number; sha256: string }> {
-    const whole = createHash('sha256');
-    let size = 0;
-    let index = 0;
-    const file = await open(path, 'r');
-    try {
-      const buffer = Buffer.alloc(ARTIFACT_CHUNK_BYTES);
-      for (;;) {
-        const { bytesRead } = await file.read(buffer, 0, ARTIFACT_CHUNK_BYTES, size);
-        if (bytesRead === 0) break;
-        const chunk = buffer.subarray(0, bytesRead);
-        whole.update(chunk);
-        // Not copied: the buffer is read into again only once this entry is in Redis (settled).
-        this.send({
-          kind: 'artifact_chunk',
-          callId,
-          artifactId,
-          index,
-          sha256: createHash('sha256').update(chunk).digest('hex'),
-          data: chunk,
-        });
-        await this.settled();
-        size += bytesRead;
-        index += 1;
-        while ((await this.stream.backlog()) > MAX_WAITING_ENTRIES) await new Promise((r) => setTimeout(r, BACKLOG_POLL_MS));
-      }
-    } finally {
-      await file.close();
-    }
-    const sha256 = whole.digest('hex');
-    this.send({ kind: 'artifact_end', callId, artifactId, name, mediaType, size, chunks: index, sha256 });
-    await this.settled();
-    return { size, sha256 };
+  async offerArtifact(callId: string, artifactId: string, name: string, mediaType: string, size: number, sha256: string): Promise<void> {
+    await this.sendAndWait({ kind: 'artifact_ready', callId, artifactId, name, mediaType, size, sha256 });
   }
 
   /** Resolves once everything sent so far is in Redis. */

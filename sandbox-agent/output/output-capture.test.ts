@@ -13,7 +13,11 @@ afterEach(async () => {
   await Promise.all(dirs.splice(0).map((dir) => rm(dir, { recursive: true, force: true })));
 });
 
-/** A context whose uploads are read back at once (name, bytes), and whose events are collected. */
+/**
+ * A context whose offered artifacts are read back at once (name, bytes) and then released, as
+ * the shelf does once the control plane fetched them; the digest offered with a file must be the
+ * file's own. Events are collected.
+ */
 async function fakeContext(maxOutputBytes: number, maxArtifactBytes = 1024, secret?: string) {
   const dir = await mkdtemp(join(tmpdir(), 'sbx-capture-'));
   dirs.push(dir);
@@ -26,10 +30,13 @@ async function fakeContext(maxOutputBytes: number, maxArtifactBytes = 1024, secr
     spool: { dir, maxArtifactBytes, budget },
     secrets: { redaction: new Redaction(secret ? [{ name: 'TOKEN', value: Buffer.from(secret) }] : []) } as CaptureContext['secrets'],
     emit: (body) => events.push(body),
-    uploadArtifact: async (path, name) => {
-      const bytes = await readFile(path);
+    offerArtifact: async (file, name) => {
+      const bytes = await readFile(file.path);
+      const sha256 = createHash('sha256').update(bytes).digest('hex');
+      if (file.digest) expect(file.digest).toEqual({ size: bytes.length, sha256 });
       uploads.push({ name, bytes });
-      return { id: `art_${uploads.length}`, sha256: createHash('sha256').update(bytes).digest('hex'), size: bytes.length };
+      await file.release();
+      return { id: `art_${uploads.length}`, sha256, size: bytes.length };
     },
   };
   return { ctx, dir, events, uploads, budget };

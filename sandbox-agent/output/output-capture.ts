@@ -7,7 +7,8 @@
  *
  * When the program is done, `finish` turns each spool into the outcome's fields: a stream the
  * result holds whole leaves no artifact (unless `keepArtifact: 'always'`), a stream cut at the
- * bound goes whole (up to the spool cap) to an artifact with sha256, and the result says so
+ * bound goes whole (up to the spool cap) to an artifact with sha256 (the spool file itself is
+ * offered, hashed as it was written: no copy, no second read), and the result says so
  * explicitly (`truncation`: `originalBytes`, `keptBytes`, `fullArtifact`, `artifactTruncated`).
  */
 import type { OutputStream } from '../../contract/events.js';
@@ -18,7 +19,7 @@ import { OutputPipeline, type OutputPipelineOptions, type StreamSummary } from '
 import { StreamSpool } from './spool.js';
 
 /** What a capture takes of the attempt's context. */
-export type CaptureContext = Pick<AttemptContext, 'attemptId' | 'maxOutputBytes' | 'spool' | 'secrets' | 'emit' | 'uploadArtifact'>;
+export type CaptureContext = Pick<AttemptContext, 'attemptId' | 'maxOutputBytes' | 'spool' | 'secrets' | 'emit' | 'offerArtifact'>;
 
 export interface OutputCaptureOptions {
   /** The streams the program writes (a terminal writes stdout only; the other is reported empty). */
@@ -65,6 +66,8 @@ export class OutputCapture {
   private readonly pipeline: OutputPipeline;
   private readonly spools: Partial<Record<OutputStream, StreamSpool>> = {};
   private readonly redactors: Partial<Record<OutputStream, StreamRedactor>> = {};
+  /** Streams whose spool was offered as an artifact: the shelf, not `discard`, removes it. */
+  private readonly offered = new Set<OutputStream>();
 
   /** Opens the spool file of every stream: call `finish` or `discard` once, or the files stay. */
   constructor(
@@ -129,8 +132,11 @@ export class OutputCapture {
         const cut = summary.keptBytes < summary.bytes;
         if (!cut && this.options.keepArtifact !== 'always') continue;
         const spool = this.spools[stream]!;
+        // The spool is the artifact's file now: the shelf removes it once the control plane has it.
+        this.offered.add(stream);
+        const file = { path: spool.path, release: () => spool.remove(), digest: { size: spool.bytes, sha256: spool.sha256 } };
         const kept = {
-          artifact: await this.ctx.uploadArtifact(spool.path, `${this.nameOf(stream)}.log`, 'application/octet-stream'),
+          artifact: await this.ctx.offerArtifact(file, `${this.nameOf(stream)}.log`, 'application/octet-stream'),
           spoolTruncated: spool.truncated,
         };
         artifactOf[stream] = kept;
@@ -157,9 +163,12 @@ export class OutputCapture {
     };
   }
 
-  /** Removes every spool file and gives its bytes back to the budget (a program that never ran; the end of `finish`). */
+  /**
+   * Removes every spool file not offered as an artifact and gives its bytes back to the budget (a
+   * program that never ran; the end of `finish`).
+   */
   async discard(): Promise<void> {
-    await Promise.all(this.options.streams.map((stream) => this.spools[stream]!.remove()));
+    await Promise.all(this.options.streams.filter((stream) => !this.offered.has(stream)).map((stream) => this.spools[stream]!.remove()));
   }
 
   /** Passes redacted bytes on; false when the spool wants its source paused. */

@@ -4,6 +4,7 @@
  * stream; `write` returns false when its buffer is full, and the caller pauses the pipe it
  * reads until `drain` (bounded memory at any output rate).
  */
+import { createHash } from 'node:crypto';
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -27,10 +28,20 @@ export class SpoolBudget {
   }
 }
 
+/**
+ * What a spool's file stream may hold before its source is paused, bytes. With the default
+ * 16 KiB every 64 KiB pipe read paused the program until a thread-pool write came back (200 MB
+ * of stdout: 3,200 stalls); a few reads' worth keeps the disk busy while the pipe is read.
+ */
+const SPOOL_BUFFER_BYTES = 1024 * 1024;
+
 export class StreamSpool {
   private readonly file: WriteStream;
   private written = 0;
   private capped = false;
+  /** Of the bytes spooled, as they are written: the artifact's digest with no second read. */
+  private readonly hash = createHash('sha256');
+  private digest: string | null = null;
 
   /** `dir`: the spool directory; `name`: a file name unique to the attempt and stream; `maxBytes`: the cap; `budget`: shared with the sandbox's other spools. */
   constructor(
@@ -40,7 +51,7 @@ export class StreamSpool {
     private readonly budget: SpoolBudget,
   ) {
     this.path = join(dir, name);
-    this.file = createWriteStream(this.path, { mode: 0o600 });
+    this.file = createWriteStream(this.path, { mode: 0o600, highWaterMark: SPOOL_BUFFER_BYTES });
   }
 
   readonly path: string;
@@ -67,7 +78,14 @@ export class StreamSpool {
     if (part.length < data.length) this.capped = true;
     if (part.length === 0) return true;
     this.written += part.length;
+    this.hash.update(part);
     return this.file.write(part);
+  }
+
+  /** The sha256 (hex) of the bytes spooled; read it after `close` (the hash ends when it is read). */
+  get sha256(): string {
+    this.digest ??= this.hash.digest('hex');
+    return this.digest;
   }
 
   onDrain(fn: () => void): void {

@@ -7,7 +7,7 @@
  */
 import { errorInfo } from '../../contract/errors.js';
 import { runsCode, TOOL_SPEC, writesFiles } from '../../contract/tools.js';
-import { writeFile } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { AgentTool, AttemptContext, AttemptOutcome } from '../execution/attempt.js';
 import { ToolCancelled, ToolTimeout, type ToolUserWorker } from '../tool-user/client.js';
@@ -172,16 +172,22 @@ async function diffToArtifact(
     };
   }
   const path = join(ctx.spool.dir, `${ctx.attemptId}.diff`);
+  // The file and its spool room go once the control plane has fetched the artifact (or now, when it cannot be offered).
+  const release = async (): Promise<void> => {
+    await rm(path, { force: true });
+    ctx.spool.budget.give(bytes);
+  };
   try {
     await writeFile(path, diff, { mode: 0o600 });
-    const artifact = await ctx.uploadArtifact(path, 'diff.patch', 'text/x-diff');
-    const note = `[diff truncated: ${bytes} bytes in all, whole diff in artifact ${artifact.id}]`;
-    return {
-      data: { ...data, diff: head, diffTruncated: true, diffBytes: bytes, diffArtifact: artifact.id },
-      artifacts: [artifact],
-      modelText: modelText === diff ? `${head}\n${note}` : `${modelText}\n${note}`,
-    };
-  } finally {
-    ctx.spool.budget.give(bytes);
+  } catch (err) {
+    await release();
+    throw err;
   }
+  const artifact = await ctx.offerArtifact({ path, release }, 'diff.patch', 'text/x-diff');
+  const note = `[diff truncated: ${bytes} bytes in all, whole diff in artifact ${artifact.id}]`;
+  return {
+    data: { ...data, diff: head, diffTruncated: true, diffBytes: bytes, diffArtifact: artifact.id },
+    artifacts: [artifact],
+    modelText: modelText === diff ? `${head}\n${note}` : `${modelText}\n${note}`,
+  };
 }

@@ -24,7 +24,8 @@ function refusal(entry: ProcessEntry, ctx: AttemptContext, byPid: ReadonlyMap<nu
   if (ctx.agentPids().has(entry.pid))
     return /(^|\/)sbx-inotify(\s|$)/.test(entry.command) ? "the agent's file-watch helper (sbx-inotify)" : "the agent's tool-user worker";
   if (entry.uid !== ctx.toolUser.uid) return `a process of ${entry.user}, not of the tool user ${ctx.toolUser.name}`;
-  if (startedFromOutside(entry.pid, byPid)) return 'a transfer of the files API (started from outside the sandbox)';
+  if (ctx.processTrees.belongsTo(entry.sid)?.kind === 'transfer') return 'a transfer of the files API';
+  if (startedFromOutside(entry.pid, byPid)) return 'a process started from outside the sandbox (docker exec)';
   return null;
 }
 

@@ -6,8 +6,8 @@ import { pipeline } from 'node:stream/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../contract/errors.js';
 import { TRANSFER_FRAME, TRANSFER_FRAME_MAX_BYTES, type TransferEnd } from '../../contract/transfers.js';
-import { AgentTunnels } from '../agent-link/tunnels.js';
-import { FrameReader } from './transfers.js';
+import { AgentTunnels } from './tunnels.js';
+import { FrameReader } from './frames.js';
 
 function frame(type: number, payload: Buffer): Buffer {
   const header = Buffer.alloc(5);
