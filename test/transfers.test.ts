@@ -6,8 +6,9 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { UPLOAD_SCRIPT } from '../contract/transfers.js';
+import { AGENT_SPOOL_DIR } from '../control-plane/policies/compiler.js';
 import { SbxError } from '../sdk/index.js';
-import { eventually, execIn, rawExchange, tarBytes, useLeasedSandbox, type Harness } from './fixtures/index.js';
+import { docker, eventually, execIn, rawExchange, tarBytes, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
@@ -183,6 +184,27 @@ describe('file transfers through the agent', () => {
     expect(await entryDigest(back, 'payload.bin')).toBe(sha);
     // 32 MB crossed the control plane; the exec above and the plane's own traffic are far under this.
     expect(after - before).toBeLessThan(1024 * 1024);
+  });
+
+  it("a stdout's artifact comes over the tunnel, not Redis: 32 MB of stdout moves no more Redis bytes than 5 MB; whole; no copy left at the agent", async () => {
+    /** Redis bytes moved by an exec of `bytes` of stdout, and its result. */
+    const measured = async (bytes: number): Promise<{ redisBytes: number; result: Awaited<ReturnType<typeof exec>> }> => {
+      const before = await redisNetBytes();
+      const result = await exec({ argv: ['head', '-c', String(bytes), '/dev/zero'] });
+      return { redisBytes: (await redisNetBytes()) - before, result };
+    };
+    // Both keep the same 4 MiB in events and the result (which do cross Redis); only the artifacts differ, by 27 MB.
+    const small = await measured(5_000_000);
+    const big = await measured(32_000_000);
+    expect(big.redisBytes - small.redisBytes).toBeLessThan(4_000_000);
+    const artifactId = big.result.truncation?.stdout?.fullArtifact;
+    expect(artifactId).toMatch(/^art_/);
+    const response = await h.client.raw('GET', `/v1/sandboxes/${leaseId}/artifacts/${artifactId}`);
+    const body = Buffer.from(await response.arrayBuffer());
+    expect(body.length).toBe(32_000_000);
+    expect(createHash('sha256').update(body).digest('hex')).toBe(big.result.receipt?.outputs?.stdout.sha256);
+    // Released once stored: the agent's spool directory is empty again.
+    expect((await docker('exec', `sbx-${leaseId}`, 'ls', '-A', AGENT_SPOOL_DIR)).trim()).toBe('');
   });
 });
 
