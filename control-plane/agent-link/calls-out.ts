@@ -50,11 +50,6 @@ export class CallsOut {
     await this.redis.xadd(keys.inbox, '*', INBOX_FIELDS.kind, 'bind', INBOX_FIELDS.message, JSON.stringify(binding));
   }
 
-  /** Takes back a call no attempt began (the agent then skips it). True when it will not run. */
-  async removeQueued(leaseId: string, callId: string): Promise<boolean> {
-    return (await this.takeBack(leaseId, callId)) === 'removed';
-  }
-
   /**
    * Takes a call back unless an attempt of it began: `absent` (the add never reached Redis),
    * `removed` (no attempt began and none will: the agent skips its entry), `taken` (it runs).

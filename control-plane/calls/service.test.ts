@@ -84,7 +84,6 @@ function fakes() {
       sent.enqueued.push(job);
       sent.queued.add(job.callId);
     },
-    removeQueued: async (_leaseId, callId) => sent.queued.delete(callId),
     takeBack: async (_leaseId, callId) => (sent.queued.delete(callId) ? 'removed' : 'absent'),
     requestCancel: async (_leaseId, callId) => void sent.cancels.push(callId),
   };

@@ -36,7 +36,7 @@ export interface CallServiceDeps {
   /** Fetches an artifact the agent announced (`artifact_ready`) over a transfer tunnel and stores it (artifacts/fetch.ts). */
   fetchArtifact: ArtifactFetcher['fetch'];
   /** The calls half of the agent link: the producer, cancel markers. */
-  agent: Pick<CallsOut, 'enqueue' | 'removeQueued' | 'takeBack' | 'requestCancel'>;
+  agent: Pick<CallsOut, 'enqueue' | 'takeBack' | 'requestCancel'>;
   notifier: Pick<Notifier, 'next' | 'nextOf'>;
   /** Counts calls reaching a terminal result, and how long they took from submission. */
   metrics: Pick<Metrics, 'callFinished'>;
@@ -176,7 +176,8 @@ export class CallService {
       unlessFinished: true,
     });
     if (requested === null) return { call: await this.get(lease.id, callId), changed: true };
-    if (await agent.removeQueued(lease.id, callId)) {
+    // Taken back before an attempt began: it never runs, and ends here.
+    if ((await agent.takeBack(lease.id, callId)) === 'removed') {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
       const result = emptyResult(callId, 'cancelled', error);
       if (await this.finish(lease.id, callId, result, now())) return { call: { ...call, status: 'finished', result }, changed: true };
