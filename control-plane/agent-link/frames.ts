@@ -3,9 +3,15 @@
  * a tunnel: a type byte, a 32-bit big-endian payload length, the payload.
  */
 import type { Socket } from 'node:net';
-import { Writable } from 'node:stream';
+import { PassThrough, Writable } from 'node:stream';
 import { AppError } from '../../contract/errors.js';
-import { TRANSFER_FRAME, TRANSFER_FRAME_HEADER_BYTES, TRANSFER_FRAME_MAX_BYTES, TransferEnd } from '../../contract/transfers.js';
+import {
+  TRANSFER_FRAME,
+  TRANSFER_FRAME_HEADER_BYTES,
+  TRANSFER_FRAME_MAX_BYTES,
+  TRANSFER_IDLE_TIMEOUT_MS,
+  TransferEnd,
+} from '../../contract/transfers.js';
 
 /**
  * Parses the agent's frames (contract/transfers.ts) from a tunnel: DATA payloads go to `onData`
@@ -82,6 +88,61 @@ export class FrameReader extends Writable {
   override _final(callback: (err?: Error | null) => void): void {
     callback(this.ended ? null : broken('the tunnel ended before the end frame'));
   }
+}
+
+/** The DATA of a tunnel's frames as one stream (framedData). */
+export interface FramedData {
+  /** The DATA payloads in order; ends after an END `failureOf` accepts, else destroyed with an error. */
+  data: PassThrough;
+  /** Resolves at the first DATA byte or at the stream's end; rejects when it failed before either. */
+  started: Promise<void>;
+}
+
+/**
+ * The DATA payloads the agent sends on `socket` as a stream whose reader's pace holds the tunnel
+ * (backpressure pauses the socket). It ends after the END frame when `failureOf(end, dataBytes)`
+ * says null, and is destroyed with its error otherwise, with `files.transfer_broken` when the
+ * frames break, with the socket's error, or after TRANSFER_IDLE_TIMEOUT_MS without a byte. The
+ * socket is destroyed on any failure and when the stream closes before its end was read (its
+ * reader went away); after a clean end it is the caller's.
+ */
+export function framedData(socket: Socket, failureOf: (end: TransferEnd, dataBytes: number) => Error | null): FramedData {
+  const data = new PassThrough();
+  let dataBytes = 0;
+  let start!: { resolve: () => void; reject: (err: Error) => void };
+  const started = new Promise<void>((resolve, reject) => (start = { resolve, reject }));
+  // Only some callers wait for the start, and a stream may fail before its reader listens:
+  // the failure stays on both (an errored stream fails a later pipeline), never unhandled.
+  started.catch(() => undefined);
+  data.on('error', () => undefined);
+  const fail = (err: Error): void => {
+    socket.destroy();
+    start.reject(err);
+    data.destroy(err);
+  };
+  const reader = new FrameReader(
+    (payload, resume) => {
+      dataBytes += payload.length;
+      start.resolve();
+      const room = data.write(payload);
+      if (!room) data.once('drain', resume);
+      return room;
+    },
+    (end) => {
+      const failure = failureOf(end, dataBytes);
+      if (failure) return fail(failure);
+      start.resolve();
+      data.end();
+    },
+  );
+  reader.on('error', fail);
+  socket.on('error', fail);
+  data.once('close', () => {
+    if (!data.readableEnded) socket.destroy();
+  });
+  stallAfter(socket, TRANSFER_IDLE_TIMEOUT_MS);
+  socket.pipe(reader);
+  return { data, started };
 }
 
 /** Destroys `socket` with `files.transfer_broken` once no byte moved either way for `idleMs`. */

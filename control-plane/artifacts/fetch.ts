@@ -5,11 +5,10 @@
  * agent lets its file go only once this side wrote ARTIFACT_STORED_LINE, so a fetch cut short
  * is made again from the redelivered announcement; one already stored is only discarded there.
  */
-import { PassThrough } from 'node:stream';
 import { AppError } from '../../contract/errors.js';
 import type { Artifact } from '../../contract/objects.js';
-import { ARTIFACT_STORED_LINE, TRANSFER_IDLE_TIMEOUT_MS, type TransferOp } from '../../contract/transfers.js';
-import { FrameReader, stallAfter } from '../agent-link/frames.js';
+import { ARTIFACT_STORED_LINE, type TransferOp } from '../../contract/transfers.js';
+import { framedData } from '../agent-link/frames.js';
 import type { Tunnel } from '../agent-link/tunnels.js';
 import type { ArtifactStore } from './store.js';
 
@@ -46,28 +45,14 @@ export class ArtifactFetcher {
     }
     const { socket } = await this.deps.tunnels.openTransfer(leaseId, { kind: 'artifact', artifactId: meta.id, discard: false });
     try {
-      const bytes = new PassThrough();
-      const reader = new FrameReader(
-        (payload, resume) => {
-          const room = bytes.write(payload);
-          if (!room) bytes.once('drain', resume);
-          return room;
-        },
-        (end) => {
-          if (end.exitCode === 0) bytes.end();
-          else
-            bytes.destroy(
-              new AppError('artifact.incomplete', `the sandbox's agent could not send artifact ${meta.id}: ${end.stderr}`, {
-                details: { artifactId: meta.id, reason: end.stderr },
-              }),
-            );
-        },
+      const { data } = framedData(socket, (end) =>
+        end.exitCode === 0
+          ? null
+          : new AppError('artifact.incomplete', `the sandbox's agent could not send artifact ${meta.id}: ${end.stderr}`, {
+              details: { artifactId: meta.id, reason: end.stderr },
+            }),
       );
-      reader.on('error', (err) => bytes.destroy(err));
-      socket.on('error', (err) => bytes.destroy(err));
-      stallAfter(socket, TRANSFER_IDLE_TIMEOUT_MS);
-      socket.pipe(reader);
-      const artifact = await this.deps.store.receive(meta, bytes);
+      const artifact = await this.deps.store.receive(meta, data);
       socket.end(ARTIFACT_STORED_LINE);
       return artifact;
     } finally {

@@ -117,12 +117,11 @@ export class ArtifactStore {
 
   /**
    * Stores artifact `meta` from `source` (its bytes, in order), checking size and sha256 as they
-   * arrive, then records it; returns the record. A recorded artifact is returned as it is, its
-   * source left unread. Throws AppError `artifact.corrupt` (discarded), or what `source` fails with.
+   * arrive, then records it; returns the record. The caller asks `recorded` first: what is
+   * stored is not received again. Throws AppError `artifact.corrupt` (discarded), or what
+   * `source` fails with.
    */
   async receive(meta: Omit<Artifact, 'createdAt' | 'expiresAt'>, source: Readable): Promise<Artifact> {
-    const existing = await this.records.get(meta.id);
-    if (existing) return existing;
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
     const hash = createHash('sha256');
     let size = 0;
@@ -136,23 +135,11 @@ export class ArtifactStore {
     });
     try {
       await pipeline(source, counted, createWriteStream(this.partPath(meta.id), { mode: 0o600, highWaterMark: FILE_BUFFER_BYTES }));
-      const digest = hash.digest('hex');
-      if (size !== meta.size || digest !== meta.sha256)
-        throw new AppError(
-          'artifact.corrupt',
-          `${meta.id} arrived as ${size} bytes with sha256 ${digest}; announced ${meta.size} and ${meta.sha256}`,
-          {
-            details: { artifactId: meta.id },
-          },
-        );
     } catch (err) {
       await rm(this.partPath(meta.id), { force: true });
       throw err;
     }
-    await rename(this.partPath(meta.id), this.finalPath(meta.id));
-    const artifact: Artifact = { ...meta, createdAt: new Date().toISOString(), expiresAt: null };
-    await this.records.put(artifact);
-    return artifact;
+    return this.commit(meta, size, hash.digest('hex'));
   }
 
   /** Completes the artifact once every chunk is in and the whole matches; returns its record. */
@@ -169,19 +156,25 @@ export class ArtifactStore {
           details: { artifactId: meta.id },
         });
     }
-    const size = (await stat(this.partPath(meta.id))).size;
-    const digest = await sha256File(this.partPath(meta.id));
+    const { chunks: _chunks, ...rest } = meta;
+    return this.commit(rest, (await stat(this.partPath(meta.id))).size, await sha256File(this.partPath(meta.id)));
+  }
+
+  /**
+   * Moves the part file of `meta` (`size` bytes with sha256 `digest`) into place and records it,
+   * when it is what `meta` announced; else removes it and throws AppError `artifact.corrupt`.
+   */
+  private async commit(meta: Omit<Artifact, 'createdAt' | 'expiresAt'>, size: number, digest: string): Promise<Artifact> {
     if (size !== meta.size || digest !== meta.sha256) {
       await rm(this.partPath(meta.id), { force: true });
       throw new AppError(
         'artifact.corrupt',
-        `${meta.id} is ${size} bytes with sha256 ${digest}; announced ${meta.size} and ${meta.sha256}`,
+        `${meta.id} arrived as ${size} bytes with sha256 ${digest}; announced ${meta.size} and ${meta.sha256}`,
         { details: { artifactId: meta.id } },
       );
     }
     await rename(this.partPath(meta.id), this.finalPath(meta.id));
-    const { chunks: _chunks, ...rest } = meta;
-    const artifact: Artifact = { ...rest, createdAt: new Date().toISOString(), expiresAt: null };
+    const artifact: Artifact = { ...meta, createdAt: new Date().toISOString(), expiresAt: null };
     await this.records.put(artifact);
     return artifact;
   }

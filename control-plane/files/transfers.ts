@@ -5,10 +5,10 @@
  * out of DATA frames. Either ends with the END frame saying how the script exited.
  */
 import type { Socket } from 'node:net';
-import { PassThrough, type Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 import { TRANSFER_IDLE_TIMEOUT_MS, type TransferEnd, type TransferOp } from '../../contract/transfers.js';
 import type { Tunnel } from '../agent-link/tunnels.js';
-import { broken, FrameReader, stallAfter } from '../agent-link/frames.js';
+import { broken, FrameReader, framedData, stallAfter } from '../agent-link/frames.js';
 
 /** What file transfers need of the agent tunnels. */
 export interface TransferTunnels {
@@ -79,35 +79,12 @@ export async function packThroughAgent(
   onFailure: (end: TransferEnd) => Error,
 ): Promise<Readable> {
   const { socket } = await tunnels.openTransfer(leaseId, op);
-  const out = new PassThrough();
-  return new Promise<Readable>((resolve, reject) => {
-    let first = true;
-    const fail = (err: Error): void => {
-      socket.destroy();
-      if (first) reject(err);
-      else out.destroy(err);
-    };
-    const reader = new FrameReader(
-      (payload, resume) => {
-        const room = out.write(payload);
-        if (first) {
-          first = false;
-          resolve(out);
-        }
-        if (!room) out.once('drain', resume);
-        return room;
-      },
-      (end) => {
-        if (end.exitCode !== 0) fail(onFailure(end));
-        else if (first) fail(onFailure({ ...end, stderr: 'tar produced no archive' }));
-        else out.end();
-      },
-    );
-    reader.on('error', fail);
-    socket.on('error', fail);
-    // The client gone mid-download: the agent sees the tunnel close and ends the script.
-    out.once('close', () => socket.destroy());
-    stallAfter(socket, TRANSFER_IDLE_TIMEOUT_MS);
-    socket.pipe(reader);
+  const { data, started } = framedData(socket, (end, dataBytes) => {
+    if (end.exitCode !== 0) return onFailure(end);
+    return dataBytes === 0 ? onFailure({ ...end, stderr: 'tar produced no archive' }) : null;
   });
+  // The client gone mid-download: the agent sees the tunnel close and ends the script.
+  data.once('close', () => socket.destroy());
+  await started;
+  return data;
 }
