@@ -232,37 +232,65 @@ export const ReturnMessage = z.discriminatedUnion('kind', [
 ]);
 export type ReturnMessage = z.infer<typeof ReturnMessage>;
 
-/** The fields of a return stream entry: `m` the message as JSON, `d` an artifact chunk's raw bytes. */
+/**
+ * The fields of a return stream entry: `m` the message as JSON; `d` an artifact chunk's raw
+ * bytes; `o` and `e` a result's `stdout` and `stderr` as UTF-8 bytes. Kept output may be up to
+ * `maxOutputBytes` per stream, and inside the JSON every control character of it would take six
+ * bytes (`\u0000`): binary output would travel, and be held in the agent's memory, six times.
+ */
 export const RETURN_FIELD = 'm';
 export const RETURN_DATA_FIELD = 'd';
+export const RETURN_STDOUT_FIELD = 'o';
+export const RETURN_STDERR_FIELD = 'e';
 
-/** A `ReturnMessage` as the field/value list of its stream entry (XADD): the JSON, and a chunk's bytes beside it. */
+/** A `ReturnMessage` as the field/value list of its stream entry (XADD): the JSON, and bytes beside it. */
 export function encodeReturn(message: ReturnMessage): (string | Buffer)[] {
-  if (message.kind !== 'artifact_chunk') return [RETURN_FIELD, JSON.stringify(message)];
-  const { data, ...rest } = message;
-  return [RETURN_FIELD, JSON.stringify(rest), RETURN_DATA_FIELD, data];
+  if (message.kind === 'artifact_chunk') {
+    const { data, ...rest } = message;
+    return [RETURN_FIELD, JSON.stringify(rest), RETURN_DATA_FIELD, data];
+  }
+  if (message.kind === 'result' || message.kind === 'detached') {
+    const { stdout, stderr, ...result } = message.result;
+    return [RETURN_FIELD, JSON.stringify({ ...message, result }), RETURN_STDOUT_FIELD, stdout, RETURN_STDERR_FIELD, stderr];
+  }
+  return [RETURN_FIELD, JSON.stringify(message)];
 }
 
 /**
  * A return stream entry's field/value list (as XREAD returns it, in Buffers) back into the
  * message it encodes, unvalidated: the caller parses it with `ReturnMessage` (an agent is not
- * trusted to send well-formed entries). Returns null when there is no JSON `m` field.
+ * trusted to send well-formed entries). A result's output fields go back into its `result`
+ * (agents before them sent the output inside the JSON, which decodes as it is). Returns null
+ * when there is no JSON `m` field.
  */
 export function decodeReturn(fields: readonly Buffer[]): unknown {
   let json: unknown = null;
   let data: Buffer | undefined;
+  const output: { stdout?: string; stderr?: string } = {};
   for (let i = 0; i + 1 < fields.length; i += 2) {
     const name = fields[i]!.toString();
+    const value = fields[i + 1]!;
     if (name === RETURN_FIELD) {
       try {
-        json = JSON.parse(fields[i + 1]!.toString());
+        json = JSON.parse(value.toString());
       } catch {
         return null;
       }
-    } else if (name === RETURN_DATA_FIELD) data = fields[i + 1]!;
+    } else if (name === RETURN_DATA_FIELD) data = value;
+    else if (name === RETURN_STDOUT_FIELD) output.stdout = value.toString('utf8');
+    else if (name === RETURN_STDERR_FIELD) output.stderr = value.toString('utf8');
   }
-  if (json === null || typeof json !== 'object' || Array.isArray(json)) return null;
-  return data === undefined ? json : { ...json, data };
+  if (!isRecord(json)) return null;
+  if (data !== undefined) return { ...json, data };
+  // Output fields beside anything but a result object are left out: the parse then finds what is missing.
+  if ((output.stdout !== undefined || output.stderr !== undefined) && isRecord(json.result)) {
+    return { ...json, result: { ...json.result, ...output } };
+  }
+  return json;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
 /** What the agent pushes to `hello` once connected: the facts the manifest is built from. */

@@ -68,9 +68,9 @@ return 1`;
 const FINISH_CALL = `
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status or status == 'finished' then return 0 end
-redis.call('HSET', KEYS[1], 'status', 'finished', 'result', ARGV[1])
-if ARGV[2] ~= '' then redis.call('SET', KEYS[4], ARGV[2]) end
-for i = 3, #ARGV - 1 do
+redis.call('HSET', KEYS[1], 'status', 'finished', 'result', ARGV[1], 'stdout', ARGV[2], 'stderr', ARGV[3])
+if ARGV[4] ~= '' then redis.call('SET', KEYS[4], ARGV[4]) end
+for i = 5, #ARGV - 1 do
   local seq = redis.call('LLEN', KEYS[2]) + 1
   redis.call('RPUSH', KEYS[2], '{"seq":' .. seq .. ',' .. string.sub(ARGV[i], 2))
 end
@@ -138,7 +138,7 @@ export class CallStore {
       ...intent,
       status: CallStatus.parse(h.status),
       detached: h.detached ? ToolResult.parse(JSON.parse(h.detached)) : null,
-      result: h.result ? ToolResult.parse(JSON.parse(h.result)) : null,
+      result: h.result ? ToolResult.parse(withOutput(JSON.parse(h.result), h)) : null,
     };
   }
 
@@ -223,7 +223,9 @@ export class CallStore {
       this.k.events(leaseId, callId),
       this.k.eventKeys(leaseId, callId),
       this.k.receipt(result.receipt?.receiptId ?? 'none'),
-      JSON.stringify(result),
+      JSON.stringify(withoutOutput(result)),
+      result.stdout,
+      result.stderr,
       result.receipt ? JSON.stringify(result.receipt) : '',
       ...events.map((e) => eventJson(callId, e, at)),
       this.notifyChannel(leaseId, callId),
@@ -259,6 +261,22 @@ export class CallStore {
     }
     await multi.exec();
   }
+}
+
+/**
+ * A final result without its kept output, which the call's hash holds beside it (fields `stdout`
+ * and `stderr`): up to `maxOutputBytes` per stream, and JSON would write each control
+ * character of it as six bytes.
+ */
+function withoutOutput(result: ToolResult): Omit<ToolResult, 'stdout' | 'stderr'> {
+  const { stdout: _stdout, stderr: _stderr, ...rest } = result;
+  return rest;
+}
+
+/** A stored result with its output back from the hash (records from before the fields hold it in the JSON). */
+function withOutput(json: unknown, hash: Record<string, string>): unknown {
+  if (hash.stdout === undefined || json === null || typeof json !== 'object') return json;
+  return { ...json, stdout: hash.stdout, stderr: hash.stderr ?? '' };
 }
 
 function eventJson(callId: string, body: EventBody, at: Date): string {
