@@ -7,6 +7,12 @@ import type { StreamSummary } from './output-pipeline.js';
 /** Characters of each stream's head and of its tail in the model text. */
 const MODEL_TEXT_HEAD_CHARS = 2000;
 const MODEL_TEXT_TAIL_CHARS = 2000;
+/**
+ * Bytes decoded for a head: a character is at most 4 bytes of UTF-8, so this many hold the
+ * head's characters whole (a character cut at the end lands past them); kept output up to
+ * it is decoded whole. More is never decoded: the kept bytes may be megabytes.
+ */
+const MODEL_TEXT_DECODE_BYTES = 4 * (MODEL_TEXT_HEAD_CHARS + MODEL_TEXT_TAIL_CHARS);
 
 /**
  * The text a model reads: a headline, then each stream whole when short, else its head, how
@@ -20,8 +26,8 @@ export function modelTextOf(headline: string, out: StreamSummary, err: StreamSum
     ['stderr', err],
   ] as const) {
     if (s.bytes === 0) continue;
-    const whole = s.kept.toString('utf8');
-    if (s.keptBytes === s.bytes && whole.length <= MODEL_TEXT_HEAD_CHARS + MODEL_TEXT_TAIL_CHARS) {
+    const whole = s.kept.subarray(0, MODEL_TEXT_DECODE_BYTES).toString('utf8');
+    if (s.keptBytes === s.bytes && s.kept.length <= MODEL_TEXT_DECODE_BYTES && whole.length <= MODEL_TEXT_HEAD_CHARS + MODEL_TEXT_TAIL_CHARS) {
       parts.push(`${name}:\n${whole}`);
       continue;
     }
