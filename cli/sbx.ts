@@ -44,6 +44,7 @@ import { addImageCommands } from './image.js';
 import { addShellCommand } from './shell.js';
 import { runMcpServer } from './mcp.js';
 import { DEFAULT_DATA_DIR } from '../contract/data-dir.js';
+import { SBX_VERSION } from '../contract/version.js';
 import { describeDown, down, downSucceeded } from './down.js';
 import { addVolumeCommands, parseSize, volumeMounts } from './volumes.js';
 import { addFileCommands, HintedError } from './files.js';
@@ -206,6 +207,7 @@ const program = new Command('sbx')
   .option('--url <url>', 'control plane URL (env SBX_URL)')
   .option('--api-key <key>', 'API key (env SBX_API_KEY)')
   .option('--json', 'machine-readable output on stdout')
+  .version(SBX_VERSION, '--version', "print sbx's version")
   // A bad argument or flag fails like anything else (below): with --json as one JSON document,
   // with 125 as `docker run` does; commander would print its own line and exit 1. Help exits 0.
   .exitOverride()
@@ -481,7 +483,9 @@ program
     if (global.json) process.stdout.write(`${JSON.stringify(leases, null, 2)}\n`);
     else
       for (const l of leases)
-        process.stdout.write(`${l.id}  ${l.status.padEnd(9)} ${l.policy.name}@${l.policy.version}  expires ${l.expiresAt}\n`);
+        process.stdout.write(
+          `${l.id}  ${l.status.padEnd(9)} ${l.policy.name}@${l.policy.version}  ${l.endedAt ? `ended ${l.endedAt}` : `expires ${l.expiresAt}`}\n`,
+        );
   });
 
 const secretCommand = program.command('secret').description('store, list and delete secrets (admin API key)');

@@ -41,6 +41,19 @@ describe('authentication by matched route', () => {
     }
   });
 
+  it('`Bearer` with nothing after it (a key variable left unset) is 401 auth.missing_api_key, not invalid_api_key', async () => {
+    for (const authorization of ['Bearer ', 'Bearer', 'bearer   ']) {
+      const res = await fetch(`${h.url}/v1/sandboxes`, { headers: { authorization } });
+      expect([authorization, res.status, ((await res.json()) as { error: { code: string } }).error.code]).toEqual([
+        authorization,
+        401,
+        'auth.missing_api_key',
+      ]);
+    }
+    const wrong = await fetch(`${h.url}/v1/sandboxes`, { headers: { authorization: 'Bearer not-a-key' } });
+    expect(((await wrong.json()) as { error: { code: string } }).error.code).toBe('auth.invalid_api_key');
+  });
+
   it('without a key, an existing sandbox cannot be told from a missing one', async () => {
     const existing = await call('GET', `/%761/sandboxes/${leaseId}/egress`);
     const missing = await call('GET', '/%761/sandboxes/sbx_00000000000000000000/egress');

@@ -57,7 +57,7 @@ export interface ApiKeyAuthOptions {
 
 /**
  * The principal an `Authorization` header names. Throws AppError `auth.missing_api_key` (401)
- * without a header and `auth.invalid_api_key` (401) for anything but `Bearer <a live key>`.
+ * without a header (or `Bearer` with no key after it) and `auth.invalid_api_key` (401) for anything but `Bearer <a live key>`.
  */
 export type Authenticate = (authorization: string | undefined) => Promise<Principal>;
 
@@ -65,7 +65,8 @@ export type Authenticate = (authorization: string | undefined) => Promise<Princi
 export function apiKeyAuthenticator(options: ApiKeyAuthOptions): Authenticate {
   const bootstrap = createHash('sha256').update(options.bootstrapKey).digest();
   return async (header) => {
-    if (!header) throw new AppError('auth.missing_api_key', 'send Authorization: Bearer <api key>');
+    // `Bearer ` with nothing after it is a key variable left unset: missing, not a wrong key.
+    if (!header || /^\s*Bearer\s*$/i.test(header)) throw new AppError('auth.missing_api_key', 'send Authorization: Bearer <api key>');
     const match = /^Bearer\s+(\S+)$/i.exec(header);
     if (!match) throw new AppError('auth.invalid_api_key', 'the API key is not valid');
     const given = createHash('sha256').update(match[1]!).digest();
