@@ -27,7 +27,11 @@ export function modelTextOf(headline: string, out: StreamSummary, err: StreamSum
   ] as const) {
     if (s.bytes === 0) continue;
     const whole = s.kept.subarray(0, MODEL_TEXT_DECODE_BYTES).toString('utf8');
-    if (s.keptBytes === s.bytes && s.kept.length <= MODEL_TEXT_DECODE_BYTES && whole.length <= MODEL_TEXT_HEAD_CHARS + MODEL_TEXT_TAIL_CHARS) {
+    if (
+      s.keptBytes === s.bytes &&
+      s.kept.length <= MODEL_TEXT_DECODE_BYTES &&
+      whole.length <= MODEL_TEXT_HEAD_CHARS + MODEL_TEXT_TAIL_CHARS
+    ) {
       parts.push(`${name}:\n${whole}`);
       continue;
     }
