@@ -127,14 +127,19 @@ export class BenchContext {
     return r;
   }
 
-  /** Memory of the agent of lease `id` (from the host's /proc). */
-  async agentMemory(id: string): Promise<Memory> {
+  /** Host pid of the agent of lease `id` (looked up once). */
+  async agentPidOf(id: string): Promise<number> {
     let pid = this.agentPids.get(id);
     if (pid === undefined) {
       pid = await agentPid(this.docker, this.container(id));
       this.agentPids.set(id, pid);
     }
-    return memoryOf(pid);
+    return pid;
+  }
+
+  /** Memory of the agent of lease `id` (from the host's /proc). */
+  async agentMemory(id: string): Promise<Memory> {
+    return memoryOf(await this.agentPidOf(id));
   }
 
   /** A Redis connection to the plane's server (opened on first use, closed by `close`). */

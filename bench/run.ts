@@ -146,6 +146,32 @@ export async function runBench(
   const failures: Array<{ id: string; message: string }> = [];
   let otherContainers = 0;
   let dockerVersion = 'unknown';
+  // Each step runs whatever the one before did: a plane that failed to stop still leaves no container.
+  const cleanUp = async (): Promise<void> => {
+    const failed = (step: string) => (err: unknown) => log(`bench: ${step} failed: ${err instanceof Error ? err.message : String(err)}`);
+    await ctx.close().catch(failed('closing the bench context'));
+    await plane.stop().catch(failed('stopping the control plane'));
+    await removeOwned(ctx.docker, plane.config.owner).catch(failed('removing the containers'));
+    await dropKeys(ctx, plane.config.redisPrefix).catch(failed('dropping the Redis keys'));
+  };
+  // Interrupted (Ctrl-C, a timeout's TERM), the run still removes what it made before it exits:
+  // the plane stops at once, so the figure under way fails soon; no other figure starts; the
+  // cleanup below then runs after the figure's own, when nothing is being made any more. A second
+  // signal removes what exists now and exits at once.
+  let interrupted: NodeJS.Signals | null = null;
+  const exitCode = (signal: NodeJS.Signals): number => (signal === 'SIGINT' ? 130 : 143);
+  const onSignal = (signal: NodeJS.Signals): void => {
+    if (interrupted !== null) {
+      void removeOwned(ctx.docker, plane.config.owner)
+        .catch(() => undefined)
+        .finally(() => process.exit(exitCode(signal)));
+      return;
+    }
+    interrupted = signal;
+    log(`bench: ${signal}: stopping, then removing what the run made (another signal: at once)`);
+    void plane.stop().catch(() => undefined);
+  };
+  process.on('SIGINT', onSignal).on('SIGTERM', onSignal);
   try {
     dockerVersion = ((await ctx.docker.version()) as { Version: string }).Version;
     const running = await ctx.docker.listContainers();
@@ -160,6 +186,7 @@ export async function runBench(
         .catch((err: unknown) => log(`bench: preparing ${f.id} failed: ${err instanceof Error ? err.message : String(err)}`));
     };
     for (const f of selected) {
+      if (interrupted !== null) break;
       const t0 = Date.now();
       log(`bench: ${f.id} ...`);
       try {
@@ -176,10 +203,9 @@ export async function runBench(
       for (const later of selected) if (later.prepare?.after === f.id) await prepare(later);
     }
   } finally {
-    await ctx.close().catch(() => undefined);
-    await plane.stop();
-    await removeOwned(ctx.docker, plane.config.owner).catch(() => undefined);
-    await dropKeys(ctx, plane.config.redisPrefix).catch(() => undefined);
+    await cleanUp();
+    process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
+    if (interrupted !== null) process.exit(exitCode(interrupted));
   }
   const cpus = os.cpus();
   const results = Results.parse({
@@ -228,6 +254,9 @@ async function dropKeys(ctx: BenchContext, prefix: string): Promise<void> {
 }
 
 async function main(): Promise<void> {
+  // A reader that went away (`| head`) must not end the run before it removed what it made: an
+  // unhandled EPIPE on stdout or stderr would. What it no longer reads is lost, nothing else.
+  for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined);
   const settings = readSettings(process.env);
   const { results, path } = await runBench(settings, repoRootOf(import.meta.url));
   process.stdout.write(`${renderTable(results)}\n\nwritten to ${path}\n`);

@@ -39,6 +39,9 @@ server.listen(0, '127.0.0.1', () => console.log(server.address().port));`;
 /** A running bare chain: its base URL, and how to remove it (the proxy by pid, the container, the socket dir). */
 export interface BareChain {
   url: string;
+  /** Host pids of the proxy and of the relay (the container's process), for their CPU time. */
+  proxyPid: number;
+  relayPid: number;
   stop(): Promise<void>;
 }
 
@@ -80,7 +83,8 @@ export async function startBareChain(ctx: BenchContext, setup: string, port: num
       proxy.once('exit', (code) => reject(new Error(`the bare proxy exited ${code} before it listened`)));
     });
     lines.close();
-    return { url: `http://127.0.0.1:${Number(first)}`, stop };
+    const relayPid = (await container.inspect()).State.Pid;
+    return { url: `http://127.0.0.1:${Number(first)}`, proxyPid: proxy.pid!, relayPid, stop };
   } catch (err) {
     await stop();
     throw err;

@@ -118,13 +118,22 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
   const oursFirst: number[] = [];
   const baseFirst: number[] = [];
   const oursBig: number[] = [];
-  let planeCpuMs = 0;
+  /** CPU ms over the measured loop: the control plane and the agent, the bare chain's proxy and relay. */
+  const cpuMs = { plane: 0, agent: 0, proxy: 0, relay: 0 };
+  let agentPid = 0;
+  const cpuPids = (): Array<[keyof typeof cpuMs, number]> => [
+    ['plane', ctx.plane.pid],
+    ['agent', agentPid],
+    ['proxy', bare!.proxyPid],
+    ['relay', bare!.relayPid],
+  ];
   const baseBig: number[] = [];
   try {
     await direct.start();
     const address = (await direct.inspect()).NetworkSettings.Networks['bridge']?.IPAddress ?? '';
     if (!address) throw new Error('the direct container has no bridge address');
     const { preview, auth } = await startPreviewServer(ctx, id);
+    agentPid = await ctx.agentPidOf(id);
     const plain = `http://${address}:${PORT}`;
     await until('the direct server', async () => (await get(`${plain}/small.txt`, {})).status === 200);
     bare = await startBareChain(ctx, SETUP, PORT);
@@ -133,8 +142,9 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
     // A smoke run (a handful of GETs) warms up no more than three times what it measures.
     const warmUp = Math.min(WARM_UP_GETS, 3 * count);
     for (let i = -warmUp; i < count; i += 1) {
-      // The direct GETs do not reach the control plane: its CPU over the loop is the previews'.
-      if (i === 0) planeCpuMs = -(await cpuTimeMsOf(ctx.plane.pid));
+      // The direct GETs do not reach the control plane: its CPU over the loop is the previews'
+      // (and the agent's, the bare chain's its own).
+      if (i === 0) for (const [k, pid] of cpuPids()) cpuMs[k] = -(await cpuTimeMsOf(pid));
       const t = await timeMs(() => getSmall(preview, auth));
       const b = await timeMs(async () => {
         const r = await get(`${plain}/small.txt`, {});
@@ -153,7 +163,7 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
       ours.push(t);
       base.push(b);
     }
-    planeCpuMs += await cpuTimeMsOf(ctx.plane.pid);
+    for (const [k, pid] of cpuPids()) cpuMs[k] += await cpuTimeMsOf(pid);
     for (let i = 0; i < BIG_RUNS; i += 1) {
       oursBig.push(
         await timeMs(async () => {
@@ -191,7 +201,7 @@ export async function previewRoundTrip(ctx: BenchContext): Promise<Figure> {
     notes: [
       `floor of the design (preview-floor.ts: a bare Node proxy → Unix socket → a bare Node relay in a network-none container → the same server), sampled between the two: p50 ${summarize(bareSamples).p50.toFixed(2)} ms, ${(summarize(base).p50 / summarize(bareSamples).p50).toFixed(2)}× direct; the preview's p50 is ${(summarize(bareSamples).p50 / summarize(ours).p50).toFixed(2)}× the floor's speed`,
       `the first ${oursFirst.length} GETs of each side, from the first preview request the control plane served: p50 ${summarize(oursFirst).p50.toFixed(2)} ms through the preview, ${summarize(baseFirst).p50.toFixed(2)} ms direct (${(summarize(baseFirst).p50 / summarize(oursFirst).p50).toFixed(2)}×)`,
-      `control-plane CPU per preview GET: ${(planeCpuMs / count).toFixed(2)} ms (/proc, user + system; it includes ledgering the server's access-log line, an output event of its background call)`,
+      `CPU per GET (/proc, user + system): control plane ${(cpuMs.plane / count).toFixed(2)} ms against the bare proxy's ${(cpuMs.proxy / count).toFixed(2)} ms, agent ${(cpuMs.agent / count).toFixed(2)} ms against the bare relay's ${(cpuMs.relay / count).toFixed(2)} ms; sbx's two include the server's access-log line, an output event of its background call (the bare chain's server writes to the container log)`,
       'rates are MB/s of the 16 MiB file; each preview request takes one of the agent’s pooled tunnel connections (the first: control message → agent → Unix socket) and opens a loopback connection in the sandbox',
     ],
   });
