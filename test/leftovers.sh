@@ -19,9 +19,11 @@ run="${1:-}"
 [[ "$run" =~ ^[0-9a-f]{8}$ ]] || { echo "usage: $0 [--remove] RUN (8 hex characters, the run's SBX_TEST_RUN)" >&2; exit 2; }
 prefix="sbx-test-$run-"
 
-# kind: container | volume | network | image. Prints "ID OWNER" of each object of this run (an
-# image has no label filter in `docker image ls` output: a test image is named after its owner,
-# `sbx-test-<run>-<name>:<tag>`, test/fixtures/images.ts), or an image sbx built for one of its owners (`POST /v1/images` labels it `sbx.owner`).
+# kind: container | volume | network | image. Prints "ID OWNER" of each object of this run. An
+# image by its name (a test image is named after its owner, `sbx-test-<run>-<name>:<tag>`,
+# test/fixtures/images.ts) or by its `sbx.owner` label: test images carry it too, so one that lost
+# its name (untagged while a container still used it) is found, and so is an image sbx built for
+# one of its owners (`POST /v1/images` labels it `sbx.owner`).
 objects() {
   local kind="$1" format
   case "$kind" in
