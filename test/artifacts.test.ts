@@ -1,7 +1,7 @@
 /**
- * Output past the result's limit becomes an artifact: spooled by the agent, sent through the
- * queue in sha256-checked chunks, verified and stored by the control plane, served with its
- * digest, kept after release. Real sandbox, real Redis.
+ * Output past the result's limit becomes an artifact: spooled and hashed by the agent, fetched by
+ * the control plane over a transfer tunnel (never through Redis), verified against the announced
+ * size and sha256 and stored, served with its digest, kept after release. Real sandbox, real Redis.
  */
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';

@@ -10,7 +10,7 @@
  * Throws AppError `artifact.corrupt` (a chunk or the whole does not match its digest) and
  * `artifact.incomplete` (the end came before every chunk: a chunk was refused or dropped; the end is then dropped and logged, returns-in.ts).
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { constants, createReadStream, createWriteStream } from 'node:fs';
 import { mkdir, open, readdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -86,8 +86,14 @@ export class ArtifactStore {
     private readonly records: Pick<ArtifactRecords, 'chunkStored' | 'put' | 'get'>,
   ) {}
 
+  /** The part file of an artifact made of chunks (older agents): one per artifact, chunks written in place. */
   private partPath(id: string): string {
     return join(this.dir, `${id}.part`);
+  }
+
+  /** A part file of one receive of `id`'s stream: its own, so two receives of one artifact never write into each other. */
+  private receivePath(id: string): string {
+    return join(this.dir, `${id}.${randomBytes(6).toString('hex')}.part`);
   }
 
   private finalPath(id: string): string {
@@ -133,13 +139,14 @@ export class ArtifactStore {
         callback(null, chunk);
       },
     });
+    const part = this.receivePath(meta.id);
     try {
-      await pipeline(source, counted, createWriteStream(this.partPath(meta.id), { mode: 0o600, highWaterMark: FILE_BUFFER_BYTES }));
+      await pipeline(source, counted, createWriteStream(part, { mode: 0o600, highWaterMark: FILE_BUFFER_BYTES }));
     } catch (err) {
-      await rm(this.partPath(meta.id), { force: true });
+      await rm(part, { force: true });
       throw err;
     }
-    return this.commit(meta, size, hash.digest('hex'));
+    return this.commit(meta, part, size, hash.digest('hex'));
   }
 
   /** Completes the artifact once every chunk is in and the whole matches; returns its record. */
@@ -157,23 +164,25 @@ export class ArtifactStore {
         });
     }
     const { chunks: _chunks, ...rest } = meta;
-    return this.commit(rest, (await stat(this.partPath(meta.id))).size, await sha256File(this.partPath(meta.id)));
+    const part = this.partPath(meta.id);
+    return this.commit(rest, part, (await stat(part)).size, await sha256File(part));
   }
 
   /**
-   * Moves the part file of `meta` (`size` bytes with sha256 `digest`) into place and records it,
-   * when it is what `meta` announced; else removes it and throws AppError `artifact.corrupt`.
+   * Moves `part` (`size` bytes with sha256 `digest`) into place as artifact `meta` and records
+   * it, when it is what `meta` announced; else removes it and throws AppError `artifact.corrupt`.
+   * The rename is atomic: of two whole copies, either one is the artifact.
    */
-  private async commit(meta: Omit<Artifact, 'createdAt' | 'expiresAt'>, size: number, digest: string): Promise<Artifact> {
+  private async commit(meta: Omit<Artifact, 'createdAt' | 'expiresAt'>, part: string, size: number, digest: string): Promise<Artifact> {
     if (size !== meta.size || digest !== meta.sha256) {
-      await rm(this.partPath(meta.id), { force: true });
+      await rm(part, { force: true });
       throw new AppError(
         'artifact.corrupt',
         `${meta.id} arrived as ${size} bytes with sha256 ${digest}; announced ${meta.size} and ${meta.sha256}`,
         { details: { artifactId: meta.id } },
       );
     }
-    await rename(this.partPath(meta.id), this.finalPath(meta.id));
+    await rename(part, this.finalPath(meta.id));
     const artifact: Artifact = { ...meta, createdAt: new Date().toISOString(), expiresAt: null };
     await this.records.put(artifact);
     return artifact;
