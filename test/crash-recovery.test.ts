@@ -10,7 +10,7 @@
  * call with exactly one terminal status. Each test prints one `[crash]` line with what it saw
  * (states and timings).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createHash, randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
@@ -19,6 +19,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SbxClient } from '../sdk/index.js';
 import type { CallView, ToolResult } from '../contract/objects.js';
 import { loadConfig } from '../control-plane/config.js';
+import { leaseKeys } from '../contract/queue.js';
 import { CallStore } from '../control-plane/calls/store.js';
 import { LeaseStore } from '../control-plane/leases/store.js';
 import { connectRedis, redisOptions, type Redis } from '../control-plane/redis/connections.js';
@@ -112,6 +113,15 @@ beforeAll(() => {
   shared = connectRedis(redisOptions(loadConfig(process.env, REPO_ROOT).redis));
 });
 afterAll(() => shared?.disconnect());
+
+/** The last 30 lines a container wrote, stdout and stderr, or what failed to read them. */
+function dockerLogs(container: string): Promise<string> {
+  return new Promise((resolve) => {
+    execFile('docker', ['logs', '--tail', '30', container], { maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) =>
+      resolve(err ? String(err) : `${stdout}${stderr}`),
+    );
+  });
+}
 
 describe('kill -9 of the control plane', () => {
   it(
@@ -498,15 +508,21 @@ describe('Redis killed and restarted under load (AOF, ACL file)', () => {
             (c) => c.status === 'finished',
             30_000,
           ).catch(async (err: unknown) => {
-            // What a stuck call looked like: its events, its job's state in the lease's call queue, the agent's last words.
-            const ns = `${h.config.redisPrefix}lease:${entry.leaseId}:calls`;
-            const [events, wait, active, agentLog] = await Promise.all([
+            // What a stuck call looked like: its events, its inbox entries and markers (contract/queue.ts),
+            // how its submission ended, and the agent's last words (the agent logs on stderr).
+            const keys = leaseKeys(h.config.redisPrefix, entry.leaseId);
+            const [events, inbox, queued, attempt, agentLog] = await Promise.all([
               h.redis.lrange(`${h.config.redisPrefix}events:${entry.leaseId}:${entry.callId}`, 0, -1),
-              h.redis.lrange(`${ns}:wait`, 0, -1),
-              h.redis.lrange(`${ns}:active`, 0, -1),
-              docker('logs', '--tail', '30', `sbx-${entry.leaseId}`).catch((e: unknown) => String(e)),
+              h.redis.xrange(keys.inbox, '-', '+').then((all) => all.filter(([, fields]) => fields.join(' ').includes(entry.callId))),
+              h.redis.get(keys.queued(entry.callId)),
+              h.redis.get(keys.attempt(entry.callId)),
+              dockerLogs(`sbx-${entry.leaseId}`),
             ]);
-            console.info('[crash] stuck call:', JSON.stringify({ callId: entry.callId, events, wait, active, agentLog }));
+            const submission = entry.answered ? 'answered' : String(entry.error);
+            console.info(
+              '[crash] stuck call:',
+              JSON.stringify({ callId: entry.callId, submission, events, inbox, queued, attempt, agentLog }),
+            );
             throw err;
           });
           await expectOneTerminal(h.client, finished);
