@@ -518,6 +518,17 @@ export const ERROR_CODES = {
   },
   'artifact.incomplete': { status: 409, retryability: 'safe', summary: 'An artifact was closed before all its chunks arrived.' },
   'runtime.unavailable': { status: 503, retryability: 'safe', summary: 'The container runtime (Docker engine) does not answer.' },
+  'capacity.exhausted': {
+    status: 503,
+    retryability: 'safe',
+    summary: "No node of the cluster can take the sandbox now (`details.reason`: the scheduler's message); nothing was left behind.",
+  },
+  'runtime.unsupported': {
+    status: 501,
+    retryability: 'no',
+    summary:
+      'The runtime driver this control plane runs (`SBX_RUNTIME`) cannot do this (`details.feature` names it, `details.runtime` the driver); nothing was changed.',
+  },
   'image.not_found': {
     status: 404,
     retryability: 'after_fix',

@@ -9,6 +9,7 @@ import { DEFAULT_DATA_DIR, dataDirLayout } from '../contract/data-dir.js';
 import { BuildPolicy } from './images/schema.js';
 import { PoolSpec } from './pools/schema.js';
 import { QuotaLimits } from './quotas/schema.js';
+import { KubernetesEnv, RuntimeKind, kubernetesSettings, type KubernetesSettings } from './runtime/schema.js';
 
 /** A setting holding JSON (default `fallback`), parsed before its schema checks it. */
 function jsonSetting(fallback: string, what: string) {
@@ -38,7 +39,9 @@ function listSetting(lowerCase = false) {
     );
 }
 
-const Env = z.object({
+const Env = KubernetesEnv.extend({
+  /** Which runtime driver runs the sandboxes: `docker` (default) or `kubernetes` (the `SBX_K8S_*` settings). */
+  SBX_RUNTIME: RuntimeKind.default('docker'),
   /** Default and largest retention of a snapshot, seconds. Default 604 800 (7 days). */
   SBX_SNAPSHOT_TTL_SECONDS: z.coerce.number().int().positive().default(604_800),
   /** Bytes of snapshots one tenant may keep (sum of their `sizeBytes`). Default 21 474 836 480 (20 GiB). */
@@ -204,6 +207,8 @@ export interface Config {
   agentRuntimeDir: string;
   policyDir: string;
   dockerSocket: string;
+  /** The runtime driver: Docker (`dockerSocket`), or Kubernetes with its settings. */
+  runtime: { kind: 'docker' } | ({ kind: 'kubernetes' } & KubernetesSettings);
   maxUploadBytes: number;
   /** Largest persistent volume, bytes (default 64 GiB). */
   volumeMaxBytes?: number;
@@ -260,6 +265,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     policyDir: e.SBX_POLICY_DIR ?? join(repoRoot, 'policies'),
     dockerSocket:
       e.SBX_DOCKER_SOCKET ?? (e.DOCKER_HOST?.startsWith('unix://') ? e.DOCKER_HOST.slice('unix://'.length) : '/var/run/docker.sock'),
+    runtime: e.SBX_RUNTIME === 'kubernetes' ? { kind: 'kubernetes', ...kubernetesSettings(e) } : { kind: 'docker' },
     maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,
     volumeMaxBytes: e.SBX_VOLUME_MAX_BYTES,
     ledgerRetentionSeconds: e.SBX_LEDGER_RETENTION_SECONDS,

@@ -57,7 +57,7 @@ import { connectRedis, redisOptions } from './redis/connections.js';
 import { Notifier } from './redis/notifier.js';
 import { DurableTimers } from './redis/timers.js';
 import { DockerImages } from './runtime/docker-image-engine.js';
-import { DockerRuntime } from './runtime/docker-runtime.js';
+import { createRuntime } from './runtime/drivers.js';
 import type { Ownership } from './runtime/runtime.js';
 import { LoopVolumeDisks } from './runtime/volume-disks.js';
 import { RedisChangeLog } from './watch/store.js';
@@ -107,8 +107,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   for (const conn of [redis, subscriber])
     conn.on('error', (err: Error) => log.warn({ err: err.message }, 'redis connection error; reconnecting'));
   const ownership = { owner: config.owner, installation: await installationId(redis, config.redisPrefix) };
-  // One directory per installation, as for volumes: snapshots' roots (runtime/snapshot-roots.ts).
-  const runtime = new DockerRuntime(config.dockerSocket, { snapshotDir: join(config.dataDir, 'snapshots', ownership.installation) });
+  const runtime = createRuntime(config, ownership, log);
   const leaseStore = await LeaseStore.tracked(redis, config.redisPrefix, log);
   const callStore = new CallStore(redis, config.redisPrefix);
   const artifactRecords = new ArtifactRecords(redis, config.redisPrefix);
@@ -258,7 +257,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       secrets,
       quotas,
       metrics,
-      images,
+      // A cluster's sandboxes run images by registry reference (the Kubernetes driver reads them there), not the engine's.
+      ...(config.runtime.kind === 'docker' ? { images } : {}),
       ...(pools ? { pools } : {}),
       volumes,
       // Resolved late: the snapshot service needs the lease service it is made after.
@@ -392,6 +392,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       await previewLog.close();
       await notifier.close();
       leaseStore.close();
+      await runtime.close?.();
       redis.disconnect();
     },
   };

@@ -1,7 +1,7 @@
 /**
- * The runtime driver interface: what the lease service needs from a container runtime. Docker
- * implements it now (docker-runtime.ts); a Kubernetes driver can later. Specs are compiled from
- * policies by policies/compiler.ts.
+ * The runtime driver interface (the port): what the lease service needs from a container runtime.
+ * Docker implements it (docker-runtime.ts), and Kubernetes (kubernetes-runtime.ts); drivers.ts
+ * picks one by `SBX_RUNTIME`. Specs are compiled from policies by policies/compiler.ts.
  */
 
 /**
@@ -210,6 +210,8 @@ export interface SandboxRuntime {
   snapshotBytesEstimate(leaseId: string, paths: readonly string[]): Promise<number>;
   /** Removes a snapshot image by its ref; absence is success. Throws `snapshot.in_use` while a container uses it. */
   removeSnapshot(ref: string): Promise<void>;
+  /** Stops what the driver keeps open (a watch); absent when it keeps nothing. */
+  close?(): Promise<void>;
 }
 
 /**

@@ -1,0 +1,26 @@
+/**
+ * The runtime driver a control plane runs, chosen by `SBX_RUNTIME` (runtime/schema.ts): Docker
+ * on one engine, or Kubernetes. Everything above the port (runtime.ts) is the same for both.
+ */
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { DockerRuntime } from './docker-runtime.js';
+import { KubernetesRuntime } from './kubernetes-runtime.js';
+import type { Ownership, SandboxRuntime } from './runtime.js';
+import type { KubernetesSettings } from './schema.js';
+
+export interface DriverSettings {
+  runtime: { kind: 'docker' } | ({ kind: 'kubernetes' } & KubernetesSettings);
+  dockerSocket: string;
+  dataDir: string;
+}
+
+/** The driver of `settings.runtime`, for `ownership`'s sandboxes. */
+export function createRuntime(settings: DriverSettings, ownership: Ownership, log: Logger): SandboxRuntime {
+  if (settings.runtime.kind === 'kubernetes') {
+    const { kind: _, plainHttpRegistries, ...k8s } = settings.runtime;
+    return new KubernetesRuntime({ ...k8s, plainHttpRegistries: new Set(plainHttpRegistries), log });
+  }
+  // One directory per installation, as for volumes: snapshots' roots (snapshot-roots.ts).
+  return new DockerRuntime(settings.dockerSocket, { snapshotDir: join(settings.dataDir, 'snapshots', ownership.installation) });
+}

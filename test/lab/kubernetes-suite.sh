@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# kubernetes-suite.sh: the Kubernetes driver's suite on the lab cluster, from nothing to nothing.
+# Builds the Kubernetes binaries once per machine (k8s-build.sh, cached), brings the 3-node lab
+# up (k8s-lab.sh), pushes the sandbox image into the lab's registry, runs the `kubernetes`
+# vitest project (test/kubernetes/) inside the lab's hub network namespace (where the API server
+# and the registry listen), and takes the lab down, also when a step failed, checking that none
+# of it is left. Extra arguments go to vitest (e.g. one test file). Needs root, and
+# deploy/local/setup.sh run before (Docker engine, Redis, the sandbox image and agent runtime).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+lab="${SBX_LAB_DIR:-/var/tmp/${SBX_LAB_NAME:-sbxk}-lab}"
+export SBX_TEST_RUN="${SBX_TEST_RUN:-$(od -An -tx1 -N4 /dev/urandom | tr -d ' \n')}"
+
+bash "$here/k8s-build.sh"
+status=0
+down() { bash "$here/k8s-lab.sh" down || status=1; }
+trap down EXIT
+bash "$here/k8s-lab.sh" up
+bash "$here/k8s-lab.sh" push "$(cat "$repo/dist/.sbx-image")"
+# shellcheck disable=SC1091
+source "$lab/env"
+export SBX_K8S_KUBECONFIG SBX_LAB_REGISTRY
+(cd "$repo" && nsenter --net="$SBX_LAB_HUB" npx vitest run --project kubernetes "$@") || status=$?
+trap - EXIT
+down
+bash "$repo/test/leftovers.sh" "$SBX_TEST_RUN" || status=1
+exit "$status"
