@@ -57,6 +57,7 @@ const options: PodOptions = {
   nodeSelector: { 'sbx.network': 'none' },
   nodeLostAfterSeconds: 10,
   cpuRequestFraction: 0.25,
+  nodePidsLimit: null,
 };
 
 function codeOf(fn: () => unknown): string {
@@ -144,7 +145,7 @@ describe('a sandbox as a Kubernetes Pod', () => {
       capabilities: { drop: ['ALL'], add: ['CHOWN', 'FOWNER', 'DAC_OVERRIDE'] },
     });
     const args = prepare.command!.slice(3);
-    expect(args[1]).toBe('128'); // the pids limit it checks the node against
+    expect(args[1]).toBe('128:-'); // the pids limit it checks the node against; none declared for nodes
     expect(args[2]).toBe('1000:1000'); // who owns what is copied from the image
     // Each root starts with the image's content there (fromImage); /tmp stays root's and sticky.
     expect(args.slice(3, 9)).toEqual(['/workspace', '1000', '1000', '0755', String(256 * 1024 ** 2), '/workspace']);

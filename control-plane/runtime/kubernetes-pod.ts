@@ -14,7 +14,9 @@
  *   refuses a Pod with any route, IPv4 or IPv6, but on loopback.
  * - **Open files.** No Pod field: the agent starts under `ulimit -n` (busybox sh), which every tool inherits.
  * - **Processes.** No per-Pod field in 1.20 (the kubelet's `--pod-max-pids` is per node). The
- *   prepare step reads the Pod's pids cgroup limit and refuses one above the policy's.
+ *   prepare step reads the Pod's pids cgroup limit and refuses one above the policy's. Where no
+ *   pids cgroup is visible (gVisor shows none), it takes the limit the admin declares the nodes
+ *   enforce (`nodePidsLimit`), and refuses when there is none or it is above the policy's.
  * - **Network `bridge`** (policy mode `open`): refused here, `policy.unenforceable`.
  * - **Persistent volumes**: `runtime.unsupported`.
  *
@@ -49,6 +51,8 @@ export interface PodOptions {
   nodeLostAfterSeconds: number;
   /** The share of the CPU limit a Pod requests (0 < x ≤ 1); memory is requested whole. */
   cpuRequestFraction: number;
+  /** The pids limit the admin declares the nodes enforce per container, for sandboxes that cannot see theirs (gVisor); null: none declared. */
+  nodePidsLimit: number | null;
 }
 
 /** A Pod's name from a lease id (`sbx_` + hex): DNS-1123, lowercase, `_` turned into `-`. */
@@ -118,7 +122,7 @@ export function podOf(spec: SandboxSpec, options: PodOptions): V1Pod {
       'sh',
       '-c',
       PREPARE_SCRIPT,
-      String(spec.pidsLimit),
+      `${spec.pidsLimit}:${options.nodePidsLimit ?? '-'}`,
       `${spec.seedUser.uid}:${spec.seedUser.gid}`,
       ...roots.flatMap(prepareArgs),
     ],
@@ -129,6 +133,8 @@ export function podOf(spec: SandboxSpec, options: PodOptions): V1Pod {
     resources: resourcesOf(spec, options.cpuRequestFraction),
     // A failed check's stderr line becomes the status's termination message, which the driver reports.
     terminationMessagePolicy: 'FallbackToLogsOnError',
+    // The Pod's own address: the one host route the network check accepts (gVisor lists it in the main table).
+    env: [{ name: 'SBX_POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }],
     securityContext: {
       runAsUser: 0,
       runAsGroup: 0,
@@ -249,19 +255,26 @@ function prepareArgs(r: Root): string[] {
 }
 
 /**
- * `$0` the pids limit, `$1` who owns content copied from the image (`uid:gid`, the tool user),
+ * `$0` the policy's pids limit and the one the nodes are declared to enforce (`512:512`; `-`: none
+ * declared), `$1` who owns content copied from the image (`uid:gid`, the tool user),
  * then per root: its path, the uid, gid and mode of its top directory, its size (`-`: not
  * checked), and the image path of its content (`-`: none); root `i` is mounted at PREPARE_MOUNT/i. Exits with a
  * PREPARE_EXIT code and a line on stderr (the Pod's log) when a check fails.
  */
 const PREPARE_SCRIPT = [
   // Only the runtime's busybox: the image may have no utilities (or other ones).
-  `set -u; pids="$0"; seeder="$1"; shift; i=0; bb=${AGENT_RUNTIME_BUSYBOX}`,
+  `set -u; pids="\${0%%:*}"; declared="\${0#*:}"; seeder="$1"; shift; i=0; bb=${AGENT_RUNTIME_BUSYBOX}`,
   // Network none: no route, IPv4 or IPv6, but on loopback (an interface with no route reaches nothing: Kubernetes wants a Pod IP).
-  '[ "$("$bb" tail -n +2 /proc/net/route)" = "" ] || { echo "the pod has IPv4 routes: the node gives pods a network" >&2; exit 92; }',
+  'own=""; case "${SBX_POD_IP:-}" in *.*.*.*) IFS=. read -r a b c d <<EOF',
+  '$SBX_POD_IP',
+  'EOF',
+  '  own="$(printf "%02X%02X%02X%02X" "$d" "$c" "$b" "$a")" ;; esac',
+  'routes="$("$bb" awk -v own="$own" \'NR > 1 && !($2 == own && $3 == "00000000" && $8 == "FFFFFFFF")\' /proc/net/route)"',
+  '[ "$routes" = "" ] || { echo "the pod has IPv4 routes: the node gives pods a network" >&2; exit 92; }',
   '[ "$("$bb" awk \'$10 != "lo"\' /proc/net/ipv6_route 2>/dev/null)" = "" ] || { echo "the pod has IPv6 routes: the node gives pods a network" >&2; exit 92; }',
   'max="$("$bb" cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || "$bb" cat /sys/fs/cgroup/pids.max 2>/dev/null || echo unknown)"',
-  'case "$max" in max|unknown) echo "pids limit $max: the node sets none of $pids" >&2; exit 93 ;; esac',
+  '[ "$max" = unknown ] && max="$declared"',
+  'case "$max" in max|-) echo "pids limit: the node sets none (the policy says $pids)" >&2; exit 93 ;; esac',
   '[ "$max" -le "$pids" ] || { echo "pids limit $max is above the policy\'s $pids" >&2; exit 93; }',
   'while [ $# -ge 6 ]; do',
   `  path="$1"; uid="$2"; gid="$3"; mode="$4"; size="$5"; from="$6"; shift 6; dir="${PREPARE_MOUNT}/$i"; i=$((i + 1))`,

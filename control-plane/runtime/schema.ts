@@ -55,6 +55,12 @@ export const KubernetesEnv = z.object({
    * reserved. Memory is requested whole: it cannot be taken back without killing.
    */
   SBX_K8S_CPU_REQUEST_FRACTION: z.coerce.number().gt(0).max(1).default(0.25),
+  /**
+   * The pids limit per container the sandbox nodes enforce (their runtime's or kubelet's
+   * setting), declared by the admin: what the driver takes where a sandbox cannot see its own
+   * limit (gVisor shows no cgroups). Unset: such sandboxes are refused (`policy.unenforceable`).
+   */
+  SBX_K8S_NODE_PIDS_LIMIT: z.coerce.number().int().positive().optional(),
   /** How long a sandbox Pod may take from create to a running agent, ms. Default 120 000. */
   SBX_K8S_START_TIMEOUT_MS: z.coerce.number().int().positive().default(120_000),
   /** How long a sandbox stays on a node that stopped answering before Kubernetes evicts it, s. Default 10. */
@@ -71,6 +77,7 @@ export interface KubernetesSettings {
   startTimeoutMs: number;
   nodeLostAfterSeconds: number;
   cpuRequestFraction: number;
+  nodePidsLimit: number | null;
 }
 
 /** KubernetesEnv's result as settings. */
@@ -84,5 +91,6 @@ export function kubernetesSettings(e: z.infer<typeof KubernetesEnv>): Kubernetes
     startTimeoutMs: e.SBX_K8S_START_TIMEOUT_MS,
     nodeLostAfterSeconds: e.SBX_K8S_NODE_LOST_AFTER_SECONDS,
     cpuRequestFraction: e.SBX_K8S_CPU_REQUEST_FRACTION,
+    nodePidsLimit: e.SBX_K8S_NODE_PIDS_LIMIT ?? null,
   };
 }

@@ -1,0 +1,116 @@
+/**
+ * What a sandbox on Kubernetes can and cannot reach, what runs where, and what the driver
+ * refuses: the lab's own servers on the hub and a node see nothing from a sandbox; gVisor
+ * policies land on gVisor nodes; a policy with a network of its own is refused before any Pod
+ * exists; files move through the agent's byte tunnel as on Docker.
+ */
+import { once } from 'node:events';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { apiAs, execIn, putPolicyVariant, tarBytes, useHarness } from '../fixtures/index.js';
+import { useKubernetesLab } from '../fixtures/kubernetes.js';
+
+const lab = useKubernetesLab('isolation');
+const h = useHarness(() => lab.settings());
+const exec = execIn(() => h.client);
+
+describe('a sandbox on Kubernetes', () => {
+  it("reaches nothing: a server of the test's own on the hub (API server, registry, Redis side) receives no connection", async () => {
+    // The test runs in the lab's hub namespace: the hub's bridge address is where the API server and the registry listen.
+    const hubAddress = lab.registry.split(':')[0]!;
+    const accepted: string[] = [];
+    const server = net.createServer((socket) => {
+      accepted.push(String(socket.remoteAddress));
+      socket.destroy();
+    });
+    server.listen(0, hubAddress);
+    await once(server, 'listening');
+    const port = (server.address() as net.AddressInfo).port;
+    try {
+      const lease = await h.client.createSandbox();
+      const probe = (host: string, p: number): string =>
+        `(exec 3<>/dev/tcp/${host}/${p}) 2>/dev/null && echo "open ${host}:${p}" || echo "closed ${host}:${p}"`;
+      const result = await exec(lease.id, [probe(hubAddress, port), probe(hubAddress, 6443), probe(hubAddress, 5000)].join('; '));
+      expect(result.stdout.trim().split('\n')).toEqual([
+        `closed ${hubAddress}:${port}`,
+        `closed ${hubAddress}:6443`,
+        `closed ${hubAddress}:5000`,
+      ]);
+      expect(accepted).toEqual([]);
+      await h.client.releaseSandbox(lease.id);
+    } finally {
+      server.close();
+    }
+  });
+
+  it('runs a gVisor policy on a gVisor node (its kernel is gVisor’s)', async () => {
+    const lease = await h.client.createSandbox({ policy: 'hardened' });
+    const [pod] = await lab.pods(`sbx.lease=${lease.id}`);
+    const node = await lab.core.readNode({ name: pod!.spec!.nodeName! });
+    expect(node.metadata!.labels!['sbx.runtime']).toBe('runsc');
+    const result = await exec(lease.id, 'uname -r');
+    expect(result.stdout.trim()).toBe('4.4.0');
+    await h.client.releaseSandbox(lease.id);
+  });
+
+  it('refuses a policy with a network of its own (422 policy.unenforceable) and makes no Pod', async () => {
+    await putPolicyVariant(h, 'k8s-open', (p) => {
+      p.network = { mode: 'open' };
+    });
+    try {
+      const api = apiAs(() => h.url);
+      const answer = await api(h.apiKey, 'POST', '/v1/sandboxes', { policy: 'k8s-open' });
+      expect(answer.status).toBe(422);
+      expect(answer.body.error.code).toBe('policy.unenforceable');
+      expect(answer.body.error.details).toMatchObject({ field: 'network.mode', runtime: 'kubernetes' });
+      expect(await lab.pods(`sbx.owner=${h.config.owner}`)).toEqual([]);
+    } finally {
+      await apiAs(() => h.url)(h.apiKey, 'DELETE', '/v1/policies/k8s-open');
+    }
+  });
+
+  it('refuses, and removes the Pod, when its node cannot enforce the policy: a pids limit of 256 on nodes that give 512', async () => {
+    await putPolicyVariant(h, 'k8s-pids', (p) => {
+      p.resources.pids = 256;
+    });
+    try {
+      const answer = await apiAs(() => h.url)(h.apiKey, 'POST', '/v1/sandboxes', { policy: 'k8s-pids' });
+      expect(answer.status).toBe(422);
+      expect(answer.body.error.code).toBe('policy.unenforceable');
+      expect(answer.body.error.message).toContain('pids limit 512 is above the policy');
+      expect(await lab.pods(`sbx.owner=${h.config.owner}`)).toEqual([]);
+    } finally {
+      await apiAs(() => h.url)(h.apiKey, 'DELETE', '/v1/policies/k8s-pids');
+    }
+  });
+
+  it('answers what the driver cannot do with 501 runtime.unsupported naming it', async () => {
+    const lease = await h.client.createSandbox();
+    const api = apiAs(() => h.url);
+    const pause = await api(h.apiKey, 'POST', `/v1/sandboxes/${lease.id}/pause`);
+    expect(pause.status).toBe(501);
+    expect(pause.body.error).toMatchObject({ code: 'runtime.unsupported', details: { feature: 'pause', runtime: 'kubernetes' } });
+    expect((await h.client.getSandbox(lease.id)).status).toBe('ready');
+    expect((await exec(lease.id, 'true')).status).toBe('succeeded');
+    await h.client.releaseSandbox(lease.id);
+  });
+
+  it('moves files in and out through the agent, byte for byte', async () => {
+    const lease = await h.client.createSandbox();
+    const content = Buffer.from(Array.from({ length: 300_000 }, (_, i) => i % 251));
+    await h.client.uploadTar(lease.id, '/workspace', await tarBytes([{ name: 'data/blob.bin', content }]));
+    const sum = await exec(lease.id, 'sha256sum /workspace/data/blob.bin');
+    expect(sum.stdout.split(' ')[0]).toBe((await import('node:crypto')).createHash('sha256').update(content).digest('hex'));
+    const dir = await mkdtemp(join(tmpdir(), 'sbx-k8s-download-'));
+    try {
+      await h.client.download(lease.id, '/workspace/data', dir);
+      expect((await readFile(join(dir, 'data', 'blob.bin'))).equals(content)).toBe(true);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    await h.client.releaseSandbox(lease.id);
+  });
+});
