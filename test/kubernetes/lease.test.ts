@@ -19,7 +19,7 @@ describe('a lease on Kubernetes', () => {
     expect(pods).toHaveLength(1);
     const pod = pods[0]!;
     expect(pod.spec).toMatchObject({ automountServiceAccountToken: false, enableServiceLinks: false, restartPolicy: 'Never' });
-    expect(pod.spec!.nodeName).toMatch(/^sbxk[0-9]$/);
+    expect(pod.spec!.nodeName).toMatch(new RegExp(`^${lab.nodePrefix}[0-9]$`));
     // The image ran by the digest the control plane read from the registry.
     expect(pod.spec!.containers[0]!.image).toMatch(new RegExp(`^${lab.registry}/sbx-sandbox@sha256:[0-9a-f]{64}$`));
 

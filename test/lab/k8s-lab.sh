@@ -242,6 +242,7 @@ export SBX_K8S_KUBECONFIG=$K/admin.kubeconfig
 export SBX_LAB_REGISTRY=$REGISTRY
 export SBX_LAB_NODES=$NODES
 export SBX_LAB_NODE_PREFIX=$NAME
+export SBX_LAB_DIR=$LAB
 E
   say "kubernetes with $NODES nodes Ready in $(elapsed "$t0") s; settings in $LAB/env"
 }

@@ -9,7 +9,9 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-lab="${SBX_LAB_DIR:-/var/tmp/${SBX_LAB_NAME:-sbxk}-lab}"
+# A lab of this run's own (namespace names, cgroups, directory): two checkouts may test at once.
+export SBX_LAB_NAME="${SBX_LAB_NAME:-k$(od -An -tx1 -N2 /dev/urandom | tr -d ' \n')}"
+lab="${SBX_LAB_DIR:-/var/tmp/$SBX_LAB_NAME-lab}"
 export SBX_TEST_RUN="${SBX_TEST_RUN:-$(od -An -tx1 -N4 /dev/urandom | tr -d ' \n')}"
 
 bash "$here/k8s-build.sh"
@@ -20,7 +22,7 @@ bash "$here/k8s-lab.sh" up
 bash "$here/k8s-lab.sh" push "$(cat "$repo/dist/.sbx-image")"
 # shellcheck disable=SC1091
 source "$lab/env"
-export SBX_K8S_KUBECONFIG SBX_LAB_REGISTRY
+export SBX_K8S_KUBECONFIG SBX_LAB_REGISTRY SBX_LAB_NODE_PREFIX SBX_LAB_HUB SBX_LAB_DIR
 (cd "$repo" && nsenter --net="$SBX_LAB_HUB" npx vitest run --project kubernetes "$@") || status=$?
 trap - EXIT
 down
