@@ -152,6 +152,12 @@ export const AgentConfig = z.object({
     .nullable()
     .default(null),
   /**
+   * Set where the sandbox reaches the control plane through a node relay (contract/link.ts): the
+   * relay's `link.sock` and this lease's link token. The egress proxy and byte tunnels are then
+   * dialled there (with a LinkHeader) instead of the Unix sockets of the control plane's host.
+   */
+  link: z.object({ path: z.string(), token: z.string() }).nullable().default(null),
+  /**
    * Started ahead of demand for a warm pool: `env` and `secrets` are empty until the lease that
    * claims the sandbox sends its `LeaseBinding` (a `bind` entry of the inbox).
    */

@@ -40,6 +40,20 @@ function listSetting(lowerCase = false) {
 }
 
 const Env = KubernetesEnv.extend({
+  /**
+   * Where the agent link listener listens (`host:port`): agents on other machines reach it through
+   * their node's relay (contract/link.ts). Default: off.
+   */
+  SBX_LINK_LISTEN: z
+    .string()
+    .regex(/^[^:]+:\d{1,5}$/, 'host:port')
+    .optional(),
+  /**
+   * The node relay's sockets directory on the nodes (Kubernetes driver): set, sandboxes reach
+   * Redis, the egress proxy and the byte tunnels through the relay, never through this host's
+   * sockets. Needs SBX_LINK_LISTEN. Default: off.
+   */
+  SBX_AGENT_RELAY_DIR: z.string().optional(),
   /** Which runtime driver runs the sandboxes: `docker` (default) or `kubernetes` (the `SBX_K8S_*` settings). */
   SBX_RUNTIME: RuntimeKind.default('docker'),
   /** Default and largest retention of a snapshot, seconds. Default 604 800 (7 days). */
@@ -207,6 +221,10 @@ export interface Config {
   agentRuntimeDir: string;
   policyDir: string;
   dockerSocket: string;
+  /** The agent link listener's address (`SBX_LINK_LISTEN`), or null when off. */
+  linkListen: { host: string; port: number } | null;
+  /** The node relay's sockets directory on the nodes (`SBX_AGENT_RELAY_DIR`), or null. */
+  agentRelayDir: string | null;
   /** The runtime driver: Docker (`dockerSocket`), or Kubernetes with its settings. */
   runtime: { kind: 'docker' } | ({ kind: 'kubernetes' } & KubernetesSettings);
   maxUploadBytes: number;
@@ -245,6 +263,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
   const unixPath = url.startsWith('unix://') ? url.slice('unix://'.length) : undefined;
   const agentRedisSocket = e.SBX_AGENT_REDIS_SOCKET ?? unixPath;
   if (!agentRedisSocket) throw new Error('SBX_AGENT_REDIS_SOCKET must be set when SBX_REDIS_URL is not a unix:// socket');
+  if (e.SBX_AGENT_RELAY_DIR !== undefined && e.SBX_LINK_LISTEN === undefined)
+    throw new Error('SBX_AGENT_RELAY_DIR needs SBX_LINK_LISTEN: the node relays forward the agents to the link listener');
   const redis: Config['redis'] = unixPath ? { path: unixPath } : { url };
   if (password !== undefined) redis.password = password;
   return {
@@ -265,6 +285,11 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     policyDir: e.SBX_POLICY_DIR ?? join(repoRoot, 'policies'),
     dockerSocket:
       e.SBX_DOCKER_SOCKET ?? (e.DOCKER_HOST?.startsWith('unix://') ? e.DOCKER_HOST.slice('unix://'.length) : '/var/run/docker.sock'),
+    linkListen:
+      e.SBX_LINK_LISTEN === undefined
+        ? null
+        : { host: e.SBX_LINK_LISTEN.slice(0, e.SBX_LINK_LISTEN.lastIndexOf(':')), port: Number(e.SBX_LINK_LISTEN.split(':').pop()) },
+    agentRelayDir: e.SBX_AGENT_RELAY_DIR ?? null,
     runtime: e.SBX_RUNTIME === 'kubernetes' ? { kind: 'kubernetes', ...kubernetesSettings(e) } : { kind: 'docker' },
     maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,
     volumeMaxBytes: e.SBX_VOLUME_MAX_BYTES,

@@ -1,9 +1,7 @@
 /**
- * Wires a whole control plane from its config: Redis connections, the Docker runtime, the
- * domains' stores, the agent link, the services and the HTTP app, plus background work (expiry
- * timers, reconcile). The one place that knows every part: the return path (agent link →
- * calls) is joined here, not inside a domain. Used by main.ts and by the integration tests, so
- * both run the same assembly.
+ * Wires a whole control plane from its config: Redis, the runtime driver, the domains' stores, the
+ * agent link, the services, the HTTP app and background work. The one place that knows every part:
+ * the return path (agent link → calls) is joined here. main.ts and the tests run this same assembly.
  */
 import { existsSync } from 'node:fs';
 import { SnapshotService } from './snapshots/service.js';
@@ -58,6 +56,7 @@ import { Notifier } from './redis/notifier.js';
 import { DurableTimers } from './redis/timers.js';
 import { DockerImages } from './runtime/docker-image-engine.js';
 import { createRuntime } from './runtime/drivers.js';
+import { agentLinkKey, startLinkListener } from './agent-link/link-listener.js';
 import type { Ownership } from './runtime/runtime.js';
 import { LoopVolumeDisks } from './runtime/volume-disks.js';
 import { RedisChangeLog } from './watch/store.js';
@@ -77,12 +76,9 @@ export interface ControlPlane {
   /** This control plane's metrics (its own registry); warm pools report to it. */
   metrics: Metrics;
   /**
-   * Reconciles with the runtime, starts this process's worker of the durable expiry timers
-   * (leases expire on time whichever process made them), then reconciles every
-   * `reconcileIntervalMs` (default 5000: a sandbox whose container died is `lost` and its open
-   * calls finished within that time; work of a dead process is taken over) and keeps the warm
-   * pools filled with a round every `poolIntervalMs` (default 1000; one sandbox started per
-   * pool and round).
+   * Reconciles with the runtime, starts this process's worker of the durable expiry timers, then
+   * reconciles every `reconcileIntervalMs` (default 5000: a dead sandbox is `lost` and its open calls
+   * finished within it; a dead process's work is taken over) and fills warm pools every `poolIntervalMs` (1000).
    */
   startBackground(options?: { reconcileIntervalMs?: number; poolIntervalMs?: number }): Promise<ReconcileOutcome>;
   /** Stops background work, closes the app and every connection. Sandboxes keep running. */
@@ -162,6 +158,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     },
     log,
   });
+  const linkKey = agentLinkKey(config.secretsKey);
+  const links = config.linkListen && (await startLinkListener(config.linkListen, { key: linkKey, egress, tunnels, log }));
   const quotas = new QuotaService({
     store: new RedisQuotaStore(redis, config.redisPrefix),
     audit,
@@ -278,6 +276,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       retentionSeconds: config.ledgerRetentionSeconds,
       mountAllowlist: config.mountAllowlist,
       protectedHostPaths: [config.dataDir, config.dockerSocket, dirname(config.agentRedisSocket)],
+      ...(config.agentRelayDir ? { agentRelay: { dir: config.agentRelayDir, key: linkKey } } : {}),
     },
   );
   const snapshots: SnapshotService = new SnapshotService({
@@ -389,6 +388,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       await link.close();
       await egress.close();
       await tunnels.close();
+      if (links) await links.close();
       await previewLog.close();
       await notifier.close();
       leaseStore.close();

@@ -51,6 +51,8 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
   const configPath = process.env.SBX_AGENT_CONFIG ?? '/run/sbx/agent/agent.json';
   const config = AgentConfig.parse(JSON.parse(readFileSync(configPath, 'utf8')));
   const keys = leaseKeys(config.rootPrefix, config.leaseId);
+  // How the egress proxy and byte tunnels are reached: on this host, or through the node relay.
+  const route = { leaseId: config.leaseId, link: config.link };
   // Measured while the agent connects: the hello that makes the lease ready waits for it.
   const facts = measureFacts(config).finally(() => mark('facts'));
   // Synchronous writes: the lines before a crash are the ones worth having.
@@ -148,8 +150,8 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     const parsed = ControlMessage.safeParse(safeJson(text));
     if (!parsed.success) return;
     if (parsed.data.type === 'cancel') runner.cancel(parsed.data.callId);
-    else if (parsed.data.type === 'transfer_open') runTransfer(parsed.data, { toolUser: config.toolUser, shelf, processTrees, log });
-    else dialPreview(parsed.data, { reservedPorts: previewPorts, log });
+    else if (parsed.data.type === 'transfer_open') runTransfer(parsed.data, { toolUser: config.toolUser, shelf, processTrees, route, log });
+    else dialPreview(parsed.data, { reservedPorts: previewPorts, route, log });
   });
 
   const concurrency = Number(process.env.SBX_AGENT_CONCURRENCY ?? 16);
@@ -185,7 +187,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
   await Promise.all([
     subscriber.subscribe(keys.control).then(() => mark('subscribed')),
     inbox.start().then(() => mark('inbox')),
-    config.egress ? startEgressForwarder(config.egress.port, config.egress.socketPath) : undefined,
+    config.egress ? startEgressForwarder(config.egress.port, config.egress.socketPath, route) : undefined,
     // Watching before the lease is ready, so that changes made once it is are all in the log.
     fileWatch.start(2000).then(() => mark('watch')),
   ]);

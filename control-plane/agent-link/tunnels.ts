@@ -36,6 +36,7 @@ import {
 } from '../../contract/previews.js';
 import type { TransferOp, TransferOpen } from '../../contract/transfers.js';
 import { ConnIds } from './conn-ids.js';
+import { readLine } from './read-line.js';
 
 /** A lease's listener with no connection pending for this long is closed, ms. */
 const LISTENER_IDLE_MS = 60_000;
@@ -257,7 +258,7 @@ export class AgentTunnels {
     socket.once('close', fallBack);
     const assign: PreviewAssign = early ? { id: connId, port, early: true } : { id: connId, port };
     const line = `${JSON.stringify(assign)}\n`;
-    readLine(socket, (answer, rest) => {
+    readLine(socket, PREVIEW_HEADER_MAX_BYTES, (answer, rest) => {
       socket.off('close', fallBack);
       this.dialed(socket, answer, rest, listener.pending, Buffer.byteLength(line));
     });
@@ -267,6 +268,17 @@ export class AgentTunnels {
   /** Closes every listener of this process (pending opens fail as unreachable). */
   async close(): Promise<void> {
     await Promise.all([...this.listeners.keys()].map((id) => this.stop(id)));
+  }
+
+  /**
+   * Takes a tunnel connection that came through the node relay (agent-link/link-listener.ts) as
+   * one made to this process's socket `socketName` of `leaseId`; destroys it when this process has
+   * no such listener.
+   */
+  adopt(leaseId: string, socketName: string | undefined, socket: net.Socket): void {
+    const listener = this.listeners.get(leaseId);
+    if (listener === undefined || listener.closed || listener.socketName !== socketName) socket.destroy();
+    else this.accept(socket, listener);
   }
 
   /** Closes this process's listener of `leaseId` (idempotent); open tunnels are left to their ends. */
@@ -323,7 +335,7 @@ export class AgentTunnels {
   private accept(socket: net.Socket, listener: Listener): void {
     socket.on('error', () => socket.destroy());
     socket.setTimeout(HEADER_TIMEOUT_MS, () => socket.destroy());
-    readLine(socket, (line, rest) => {
+    readLine(socket, PREVIEW_HEADER_MAX_BYTES, (line, rest) => {
       socket.setTimeout(0);
       const hello = PreviewPoolHello.safeParse(parseTunnelLine(line));
       if (!hello.success) {
@@ -370,25 +382,4 @@ export class AgentTunnels {
           : new AppError('preview.upstream_failed', `connecting to the port in the sandbox failed: ${message}`, { details: { message } }),
     );
   }
-}
-
-/**
- * Reads one line (at most PREVIEW_HEADER_MAX_BYTES, else the socket is destroyed) and calls
- * `onLine` with it and the bytes after it, the socket paused.
- */
-function readLine(socket: net.Socket, onLine: (line: string, rest: Buffer) => void): void {
-  let buffered: Buffer = Buffer.alloc(0);
-  const onData = (chunk: Buffer): void => {
-    buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
-    const end = buffered.indexOf(0x0a);
-    if (end < 0) {
-      if (buffered.length >= PREVIEW_HEADER_MAX_BYTES) socket.destroy();
-      return;
-    }
-    socket.off('data', onData);
-    socket.pause();
-    onLine(buffered.subarray(0, end).toString('utf8'), buffered.subarray(end + 1));
-  };
-  socket.on('data', onData);
-  socket.resume();
 }

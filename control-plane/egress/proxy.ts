@@ -108,6 +108,20 @@ export class EgressProxy {
     this.served.set(leaseId, { server, sockets });
   }
 
+  /**
+   * Takes a connection that came through the node relay (agent-link/link-listener.ts) as one to
+   * `leaseId`'s socket; destroys it when this process does not serve the lease.
+   */
+  adopt(leaseId: string, socket: net.Socket): void {
+    const served = this.served.get(leaseId);
+    if (served === undefined) socket.destroy();
+    else {
+      served.server.emit('connection', socket);
+      // The link listener paused it to read the header; the HTTP parser now reads it.
+      socket.resume();
+    }
+  }
+
   /** Stops serving `leaseId` and cuts its open connections (idempotent). */
   async stop(leaseId: string): Promise<void> {
     const served = this.served.get(leaseId);

@@ -77,6 +77,12 @@ export interface PlannerDeps {
   images?: Pick<ImageService, 'resolve'>;
 }
 
+/** The node relay's sockets directory on the nodes, and the link key (`SBX_AGENT_RELAY_DIR`, `SBX_LINK_KEY`). */
+export interface AgentRelay {
+  dir: string;
+  key: Buffer;
+}
+
 export interface PlannerOptions {
   /**
    * `SBX_OWNER` and this installation's id: written on everything the leases create, and the
@@ -90,6 +96,12 @@ export interface PlannerOptions {
   agentRuntimeDir: string;
   /** Host path of the Redis unix socket agents connect to. */
   agentRedisSocket: string;
+  /**
+   * The node relay (contract/link.ts), where sandboxes run on other machines: its sockets'
+   * directory on the nodes, and the key of the leases' link tokens. Unset: agents use the
+   * control plane's host sockets.
+   */
+  agentRelay?: AgentRelay;
   /** Host directories read-only mounts may come from (`SBX_MOUNT_ALLOWLIST`). */
   mountAllowlist: readonly string[];
   /** Host paths no read-only mount may contain: the data dir, the Docker and Redis sockets. */
@@ -175,6 +187,7 @@ export class LeasePlanner {
       agentRuntimeDir: this.options.agentRuntimeDir,
       toolUser,
       agentRedisSocketDir: dirname(this.options.agentRedisSocket),
+      ...(this.options.agentRelay ? { agentRelayDir: this.options.agentRelay.dir } : {}),
       egressSocketHostDir: dirs.egress,
       previewSocketHostDir: dirs.previews,
       mounts: await resolveMounts(policy, this.options.mountAllowlist, this.options.protectedHostPaths),

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { AppError } from '../../contract/errors.js';
+import { LINK_REDIS_SOCKET, LINK_SOCKET, linkToken } from '../../contract/link.js';
 import type { AgentConfig, SecretGrant } from '../../contract/queue.js';
 import { deliveryAad, seal, type SecretDelivery } from '../../contract/secrets.js';
 import type { AgentAcl } from '../agent-link/acl.js';
@@ -19,7 +20,7 @@ import { agentEgress, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } fro
 import type { Policy } from '../policies/schema.js';
 import type { Launched } from '../pools/schema.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
-import { leaseDirs, type LeasePlan } from './plan.js';
+import { leaseDirs, type AgentRelay, type LeasePlan } from './plan.js';
 
 /** The tools' default cwd when the image sets no `WorkingDir`. */
 const DEFAULT_WORKDIR = '/workspace';
@@ -43,6 +44,8 @@ export interface ProvisionerOptions {
   redisPrefix: string;
   /** How long a new sandbox's agent has to report ready, ms. Default 30 000. */
   helloTimeoutMs?: number;
+  /** The node relay, where sandboxes reach the control plane through one (plan.ts). */
+  agentRelay?: AgentRelay;
 }
 
 export class Provisioner {
@@ -64,10 +67,12 @@ export class Provisioner {
     const deliveryKey = !pooled && plan.grants.length > 0 ? await this.deliverSecrets(id, plan.grants, plan.values) : null;
     const factsScope = imageFactsScope(plan);
     const imageFacts = factsScope === null ? null : await this.deps.handshake.knownImageFacts(factsScope);
+    const relay = this.options.agentRelay;
     const agentConfig: AgentConfig = {
       leaseId: id,
       rootPrefix: this.options.redisPrefix,
-      redis: { path: `${AGENT_REDIS_DIR}/${this.options.agentRedisSocket.split('/').pop()}`, ...creds },
+      redis: { path: relay ? LINK_REDIS_SOCKET : `${AGENT_REDIS_DIR}/${this.options.agentRedisSocket.split('/').pop()}`, ...creds },
+      link: relay ? { path: LINK_SOCKET, token: linkToken(relay.key, id) } : null,
       toolUser: plan.toolUser,
       workdir: plan.imageConfig.workingDir ?? DEFAULT_WORKDIR,
       imageEnv: plan.imageConfig.env,

@@ -13,6 +13,7 @@ import {
   AGENT_RUNTIME_NODE,
 } from '../../contract/agent-runtime.js';
 import { AppError } from '../../contract/errors.js';
+import { LINK_SOCKET_DIR } from '../../contract/link.js';
 import { PREVIEW_SOCKET_DIR } from '../../contract/previews.js';
 import type { PolicyRef } from '../../contract/objects.js';
 import type { AgentConfig, ToolUser } from '../../contract/queue.js';
@@ -55,6 +56,11 @@ export interface CompileInput {
   agentRedisSocketDir: string;
   /** Host directory where the control plane serves this lease's egress proxy socket. */
   egressSocketHostDir: string;
+  /**
+   * The node relay's sockets directory (contract/link.ts): mounted at LINK_SOCKET_DIR in place of
+   * the Redis, egress and preview directories of the control plane's host.
+   */
+  agentRelayDir?: string;
   /** Host directory of this lease's port preview tunnel sockets (contract/previews.ts); mounted for every network mode. */
   previewSocketHostDir?: string;
   /**
@@ -185,12 +191,9 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     readOnlyBinds: [
       { hostPath: input.agentRuntimeDir, containerPath: AGENT_RUNTIME_DIR },
       { hostPath: input.agentConfigHostDir, containerPath: AGENT_CONFIG_DIR },
-      { hostPath: input.agentRedisSocketDir, containerPath: AGENT_REDIS_DIR },
-      // A directory, not the socket file: a peer control plane that takes the proxy over binds a
-      // new socket at the same path, and the sandbox sees it.
-      ...(policy.network.mode === 'allowlist' ? [{ hostPath: input.egressSocketHostDir, containerPath: EGRESS_SOCKET_DIR }] : []),
-      // Previews: a directory too, where each control-plane process serving the lease binds a socket of its own.
-      ...(input.previewSocketHostDir === undefined ? [] : [{ hostPath: input.previewSocketHostDir, containerPath: PREVIEW_SOCKET_DIR }]),
+      ...(input.agentRelayDir === undefined
+        ? hostSocketBinds(input, policy)
+        : [{ hostPath: input.agentRelayDir, containerPath: LINK_SOCKET_DIR }]),
       ...mountBinds,
     ],
     volumeBinds: (input.volumeMounts ?? []).map((m) => ({ hostPath: m.hostPath, containerPath: m.containerPath, readOnly: m.readOnly })),
@@ -208,6 +211,18 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     }),
     seedUser: { uid: user.uid, gid: user.gid },
   };
+}
+
+/** The control plane's host socket directories a sandbox on its machine reaches the agent channel through. */
+function hostSocketBinds(input: CompileInput, policy: Policy): SandboxSpec['readOnlyBinds'] {
+  return [
+    { hostPath: input.agentRedisSocketDir, containerPath: AGENT_REDIS_DIR },
+    // A directory, not the socket file: a peer control plane that takes the proxy over binds a
+    // new socket at the same path, and the sandbox sees it.
+    ...(policy.network.mode === 'allowlist' ? [{ hostPath: input.egressSocketHostDir, containerPath: EGRESS_SOCKET_DIR }] : []),
+    // Previews: a directory too, where each control-plane process serving the lease binds a socket of its own.
+    ...(input.previewSocketHostDir === undefined ? [] : [{ hostPath: input.previewSocketHostDir, containerPath: PREVIEW_SOCKET_DIR }]),
+  ];
 }
 
 function volumeSlug(path: string): string {

@@ -4,6 +4,7 @@
  */
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { AGENT_CONFIG_DIR } from '../policies/compiler.js';
 import { DockerRuntime } from './docker-runtime.js';
 import { KubernetesRuntime } from './kubernetes-runtime.js';
 import type { Ownership, SandboxRuntime } from './runtime.js';
@@ -19,7 +20,7 @@ export interface DriverSettings {
 export function createRuntime(settings: DriverSettings, ownership: Ownership, log: Logger): SandboxRuntime {
   if (settings.runtime.kind === 'kubernetes') {
     const { kind: _, plainHttpRegistries, ...k8s } = settings.runtime;
-    return new KubernetesRuntime({ ...k8s, plainHttpRegistries: new Set(plainHttpRegistries), log });
+    return new KubernetesRuntime({ ...k8s, plainHttpRegistries: new Set(plainHttpRegistries), agentConfigDir: AGENT_CONFIG_DIR, log });
   }
   // One directory per installation, as for volumes: snapshots' roots (snapshot-roots.ts).
   return new DockerRuntime(settings.dockerSocket, { snapshotDir: join(settings.dataDir, 'snapshots', ownership.installation) });

@@ -53,6 +53,11 @@ export interface PodOptions {
   cpuRequestFraction: number;
   /** The pids limit the admin declares the nodes enforce per container, for sandboxes that cannot see theirs (gVisor); null: none declared. */
   nodePidsLimit: number | null;
+  /**
+   * The agent's config directory as a Secret instead of its host directory (a node has not got
+   * the control plane's files): the Secret's name and the directory's path in the sandbox.
+   */
+  configSecret?: { name: string; mountPath: string };
 }
 
 /** A Pod's name from a lease id (`sbx_` + hex): DNS-1123, lowercase, `_` turned into `-`. */
@@ -105,7 +110,11 @@ export function podOf(spec: SandboxSpec, options: PodOptions): V1Pod {
       name: r.volume,
       emptyDir: r.sizeBytes === null ? {} : { medium: 'Memory', sizeLimit: String(r.sizeBytes) },
     })),
-    ...spec.readOnlyBinds.map((b, i): V1Volume => ({ name: `bind-${i}`, hostPath: { path: b.hostPath, type: 'Directory' } })),
+    ...spec.readOnlyBinds.map((b, i): V1Volume =>
+      b.containerPath === options.configSecret?.mountPath
+        ? { name: `bind-${i}`, secret: { secretName: options.configSecret.name, defaultMode: 0o400 } }
+        : { name: `bind-${i}`, hostPath: { path: b.hostPath, type: 'Directory' } },
+    ),
   ];
   const runtimeVolume = `bind-${spec.readOnlyBinds.findIndex((b) => b.containerPath === AGENT_RUNTIME_DIR)}`;
   if (runtimeVolume === 'bind--1') throw new Error('the sandbox spec mounts no agent runtime');

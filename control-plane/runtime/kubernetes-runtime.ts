@@ -11,6 +11,8 @@
  * what a policy asks and a node cannot enforce fails the create as `policy.unenforceable`.
  */
 import { ApiException, CoreV1Api, KubeConfig, VersionApi, type V1ContainerStatus, type V1Pod } from '@kubernetes/client-node';
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AppError } from '../../contract/errors.js';
 import { PodWatch } from './kubernetes-watch.js';
@@ -44,6 +46,8 @@ export interface KubernetesRuntimeOptions extends Omit<PodOptions, 'namespace'> 
   plainHttpRegistries: ReadonlySet<string>;
   /** How long a Pod may take from create to its agent's process running, ms. */
   startTimeoutMs: number;
+  /** Where the agent's config directory is in a sandbox: its file is given to the Pod as a Secret. */
+  agentConfigDir: string;
   log: Pick<Logger, 'warn'>;
 }
 
@@ -88,9 +92,11 @@ export class KubernetesRuntime implements SandboxRuntime {
 
   async start(spec: SandboxSpec): Promise<Started> {
     // The image by the digest inspectImage read: a tag moved since then does not change what runs.
-    const pod = podOf({ ...spec, image: this.pinned.get(spec.image) ?? spec.image }, { ...this.options });
     const name = podName(spec.leaseId);
+    const configSecret = { name: `${name}-agent`, mountPath: this.options.agentConfigDir };
+    const pod = podOf({ ...spec, image: this.pinned.get(spec.image) ?? spec.image }, { ...this.options, configSecret });
     try {
+      await this.createConfigSecret(spec, configSecret.name);
       await this.call('create pod', () => this.core.createNamespacedPod({ namespace: this.options.namespace, body: pod }));
       // The watch may see the Pod after the create returns: absent counts as deleted only once it was seen.
       let seen = false;
@@ -103,6 +109,8 @@ export class KubernetesRuntime implements SandboxRuntime {
         this.options.startTimeoutMs,
       );
       if (running instanceof AppError) throw running;
+      // The agent has read its config (its process runs): the Secret goes, as the host's file does after the hello.
+      await this.deleteSecrets([`${LABEL.lease}=${spec.leaseId}`, ...ownershipSelector(spec.ownership)]);
       return { containerId: running.metadata?.uid ?? name, seededPaths: await this.seededPaths(name) };
     } catch (err) {
       await this.remove(spec.leaseId, spec.ownership).catch(() => undefined);
@@ -133,6 +141,7 @@ export class KubernetesRuntime implements SandboxRuntime {
   }
 
   async remove(leaseId: string, ownership: Ownership): Promise<void> {
+    await this.deleteSecrets([`${LABEL.lease}=${leaseId}`, ...ownershipSelector(ownership)]);
     const pods = await this.list([`${LABEL.lease}=${leaseId}`, ...ownershipSelector(ownership)]);
     for (const pod of pods) {
       const name = pod.metadata?.name ?? '';
@@ -179,6 +188,26 @@ export class KubernetesRuntime implements SandboxRuntime {
       this.core.listNamespacedPod({ namespace: this.options.namespace, labelSelector: selector.join(',') }),
     );
     return list.items;
+  }
+
+  /** The agent's config file, from its host directory, as the Secret `name` (labelled like the Pod). */
+  private async createConfigSecret(spec: SandboxSpec, name: string): Promise<void> {
+    const dir = spec.readOnlyBinds.find((b) => b.containerPath === this.options.agentConfigDir);
+    if (dir === undefined) throw new Error('the sandbox spec mounts no agent config directory');
+    const files = await readdir(dir.hostPath);
+    const data = Object.fromEntries(
+      await Promise.all(files.map(async (f) => [f, (await readFile(join(dir.hostPath, f))).toString('base64')])),
+    );
+    const labels = { [LABEL.lease]: spec.leaseId, ...ownershipLabels(spec.ownership) };
+    await this.call('create secret', () =>
+      this.core.createNamespacedSecret({ namespace: this.options.namespace, body: { metadata: { name, labels }, type: 'Opaque', data } }),
+    );
+  }
+
+  private async deleteSecrets(selector: string[]): Promise<void> {
+    await this.call('delete secrets', () =>
+      this.core.deleteCollectionNamespacedSecret({ namespace: this.options.namespace, labelSelector: selector.join(',') }),
+    );
   }
 
   /** Writable roots the prepare step filled from the image: its `seeded <path>` lines. */

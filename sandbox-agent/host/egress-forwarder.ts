@@ -6,14 +6,15 @@
  * ignores the proxy variables simply has no network.
  */
 import net from 'node:net';
+import { dialChannel, type LinkRoute } from './link-dial.js';
 
 /**
- * Listens on 127.0.0.1:`port` and pipes each connection to `socketPath`. Resolves once
- * listening; rejects with the listen error (e.g. EADDRINUSE).
+ * Listens on 127.0.0.1:`port` and pipes each connection to `socketPath` (or through the node
+ * relay, `route`). Resolves once listening; rejects with the listen error (e.g. EADDRINUSE).
  */
-export async function startEgressForwarder(port: number, socketPath: string): Promise<net.Server> {
+export async function startEgressForwarder(port: number, socketPath: string, route: LinkRoute): Promise<net.Server> {
   const server = net.createServer((client) => {
-    const upstream = net.connect(socketPath);
+    const upstream = dialChannel({ path: socketPath }, route, { channel: 'egress' });
     client.pipe(upstream);
     upstream.pipe(client);
     client.once('error', () => upstream.destroy());

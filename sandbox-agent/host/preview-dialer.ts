@@ -11,7 +11,7 @@
  * ports it serves itself (the egress forwarder), which no preview may reach.
  */
 import net from 'node:net';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import type { Logger } from 'pino';
 import {
   PREVIEW_HEADER_MAX_BYTES,
@@ -23,6 +23,7 @@ import {
   type PreviewOpen,
   type PreviewPoolHello,
 } from '../../contract/previews.js';
+import { dialChannel, type LinkRoute } from './link-dial.js';
 
 /** How long the tunnel may stay open after the server closed cleanly (its last bytes flushing), ms. */
 const LINGER_MS = 30_000;
@@ -45,6 +46,8 @@ export interface PreviewDialerOptions {
   reservedPorts: ReadonlySet<number>;
   /** Directory of the tunnel sockets. Default PREVIEW_SOCKET_DIR. */
   socketDir?: string;
+  /** The lease and its node relay link, if any (link-dial.ts). */
+  route: LinkRoute;
   log: Pick<Logger, 'warn'>;
 }
 
@@ -65,7 +68,7 @@ const pools = new Map<string, Pool>();
  */
 export function dialPreview(open: PreviewOpen, options: PreviewDialerOptions): void {
   const path = join(options.socketDir ?? PREVIEW_SOCKET_DIR, open.socket);
-  const tunnel = connectPiped({ path });
+  const tunnel = connectPiped({ path }, options.route);
   void answer(tunnel, open.connId, open.port, options).catch((err: unknown) =>
     options.log.warn({ err, port: open.port }, 'preview connection failed'),
   );
@@ -81,7 +84,7 @@ export function dialPreview(open: PreviewOpen, options: PreviewDialerOptions): v
 function openIdle(path: string, pool: Pool, options: PreviewDialerOptions): void {
   pool.idle += 1;
   let assigned = false;
-  const tunnel = connectPiped({ path });
+  const tunnel = connectPiped({ path }, options.route);
   tunnel.on('error', () => tunnel.destroy());
   const hello: PreviewPoolHello = pool.early ? { pool: pool.key, early: true } : { pool: pool.key };
   tunnel.write(`${JSON.stringify(hello)}\n`);
@@ -215,11 +218,13 @@ function holdUntilServerSpeaks(tunnel: net.Socket, server: net.Socket): void {
 
 /**
  * net.connect with PIPE_HIGH_WATER_MARK_BYTES for writing: Node hands the option to the
- * socket's stream (Duplex), which @types/node does not declare for connect.
+ * socket's stream (Duplex), which @types/node does not declare for connect. With `route`, a tunnel
+ * socket of the control plane (through the node relay where there is one); without, the server in the sandbox.
  */
-function connectPiped(options: net.NetConnectOpts): net.Socket {
+function connectPiped(options: net.NetConnectOpts, route?: LinkRoute): net.Socket {
   const piped: net.NetConnectOpts & { writableHighWaterMark: number } = { ...options, writableHighWaterMark: PIPE_HIGH_WATER_MARK_BYTES };
-  return net.connect(piped);
+  if (route === undefined || !('path' in piped) || piped.path === undefined) return net.connect(piped);
+  return dialChannel({ ...piped, path: piped.path }, route, { channel: 'tunnel', socket: basename(piped.path) });
 }
 
 /** Connects to `port` on 127.0.0.1, else on ::1; rejects with the IPv4 error when neither answers. */

@@ -12,6 +12,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { PREVIEW_SOCKET_DIR, type PreviewDialed } from '../../contract/previews.js';
+import { dialChannel, type LinkRoute } from './link-dial.js';
 import {
   TRANSFER_FRAME,
   TRANSFER_PATH,
@@ -41,18 +42,20 @@ export interface TransferRunnerOptions {
   processTrees: Pick<ProcessTrees, 'keep' | 'release'>;
   /** Directory of the tunnel sockets. Default PREVIEW_SOCKET_DIR. */
   socketDir?: string;
+  /** The lease and its node relay link, if any (link-dial.ts). */
+  route: LinkRoute;
   log: Pick<Logger, 'warn'>;
 }
 
 /** Runs one transfer; never throws (a failure to start is reported on the tunnel, others logged). */
 export function runTransfer(open: TransferOpen, options: TransferRunnerOptions): void {
-  const connect: net.NetConnectOpts & { writableHighWaterMark: number } = {
+  const connect: net.NetConnectOpts & { path: string; writableHighWaterMark: number } = {
     path: join(options.socketDir ?? PREVIEW_SOCKET_DIR, open.socket),
     writableHighWaterMark: TUNNEL_HIGH_WATER_MARK_BYTES,
     // The control plane ends its side once the archive is sent; the END frame still goes back.
     allowHalfOpen: true,
   };
-  const tunnel = net.connect(connect);
+  const tunnel = dialChannel(connect, options.route, { channel: 'tunnel', socket: open.socket });
   tunnel.on('error', (err) => {
     options.log.warn({ err, kind: open.op.kind }, 'transfer tunnel failed');
     tunnel.destroy();

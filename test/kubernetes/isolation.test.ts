@@ -4,16 +4,22 @@
  * policies land on gVisor nodes; a policy with a network of its own is refused before any Pod
  * exists; files move through the agent's byte tunnel as on Docker.
  */
+import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
 import { apiAs, execIn, putPolicyVariant, tarBytes, useHarness } from '../fixtures/index.js';
 import { useKubernetesLab } from '../fixtures/kubernetes.js';
 
 const lab = useKubernetesLab('isolation');
+/** A TCP server on argv[1]: prints `port N`, then one line per connection. */
+const NODE_LISTENER =
+  "const s=require('net').createServer(c=>{console.log('accepted '+c.remoteAddress);c.destroy()});" +
+  "s.listen(0,process.argv[1],()=>console.log('port '+s.address().port))";
 const h = useHarness(() => lab.settings());
 const exec = execIn(() => h.client);
 
@@ -44,6 +50,40 @@ describe('a sandbox on Kubernetes', () => {
     } finally {
       server.close();
     }
+  });
+
+  it("reaches no node: a server of the test's own in a node's namespace, and the nodes' kubelets, see nothing", async () => {
+    const nodes = (await lab.core.listNode()).items;
+    const nodeIps = nodes.map((n) => n.status!.addresses!.find((a) => a.type === 'InternalIP')!.address);
+    // A listener in node 1's network namespace that prints what connects to it.
+    const listener = spawn('nsenter', [`--net=/run/netns/${lab.nodePrefix}1`, process.execPath, '-e', NODE_LISTENER, nodeIps[0]!], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    try {
+      const lines = createInterface({ input: listener.stdout! });
+      const seen: string[] = [];
+      const port = await new Promise<number>((resolve) =>
+        lines.on('line', (line) => (line.startsWith('port ') ? resolve(Number(line.slice(5))) : seen.push(line))),
+      );
+      const lease = await h.client.createSandbox();
+      const targets = [`${nodeIps[0]}:${port}`, ...nodeIps.map((ip) => `${ip}:10250`)];
+      const probes = targets.map((t) => `(exec 3<>/dev/tcp/${t.replace(':', '/')}) 2>/dev/null && echo "open ${t}" || echo "closed ${t}"`);
+      const result = await exec(lease.id, probes.join('; '));
+      expect(result.stdout.trim().split('\n')).toEqual(targets.map((t) => `closed ${t}`));
+      expect(seen).toEqual([]);
+      await h.client.releaseSandbox(lease.id);
+    } finally {
+      listener.kill();
+    }
+  });
+
+  it("cannot use the node relay's sockets as the tool user: only the agent (root) may connect", async () => {
+    const lease = await h.client.createSandbox();
+    const connect = (path: string): string =>
+      `/opt/sbx/bin/node -e 'require("net").connect(process.argv[1]).on("connect",()=>{console.log("connected");process.exit(0)}).on("error",e=>console.log(e.code))' ${path}`;
+    const result = await exec(lease.id, `id -u; ${connect('/run/sbx/link/redis.sock')}; ${connect('/run/sbx/link/link.sock')}`);
+    expect(result.stdout.trim().split('\n')).toEqual(['1000', 'EACCES', 'EACCES']);
+    await h.client.releaseSandbox(lease.id);
   });
 
   it('runs a gVisor policy on a gVisor node (its kernel is gVisor’s)', async () => {

@@ -20,6 +20,12 @@ describe('a lease on Kubernetes', () => {
     const pod = pods[0]!;
     expect(pod.spec).toMatchObject({ automountServiceAccountToken: false, enableServiceLinks: false, restartPolicy: 'Never' });
     expect(pod.spec!.nodeName).toMatch(new RegExp(`^${lab.nodePrefix}[0-9]$`));
+    // Nothing of the control plane's host is mounted: the node relay's directory (node-local) and the
+    // agent runtime are the only host paths; the agent's config came as a Secret, gone once the agent runs.
+    const hostPaths = pod.spec!.volumes!.flatMap((v) => (v.hostPath ? [v.hostPath.path] : []));
+    expect(hostPaths.sort()).toEqual([h.config.agentRuntimeDir, process.env.SBX_LAB_RELAY_DIR].sort());
+    expect(pod.spec!.volumes!.filter((v) => v.secret).map((v) => v.secret!.secretName)).toEqual([`${pod.metadata!.name}-agent`]);
+    expect((await lab.core.listNamespacedSecret({ namespace: lab.namespace, labelSelector: `sbx.lease=${lease.id}` })).items).toEqual([]);
     // The image ran by the digest the control plane read from the registry.
     expect(pod.spec!.containers[0]!.image).toMatch(new RegExp(`^${lab.registry}/sbx-sandbox@sha256:[0-9a-f]{64}$`));
 

@@ -35,6 +35,8 @@ LAB="${SBX_LAB_DIR:-/var/tmp/$NAME-lab}"
 HUB="/run/netns/${NAME}hub"
 K="$LAB/k8s"
 REGISTRY="$NET.1:5000"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+REDIS_SOCKET="${SBX_LAB_REDIS_SOCKET:-${SBX_DATA_DIR:-/var/lib/sbx}/redis-socket/redis.sock}"
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 say() { echo "k8s-lab: $*" >&2; }
 elapsed() { awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME-$1}"; }
@@ -136,8 +138,9 @@ J
   # The node's own mount namespace (a slave of the host's), which its kubelet joins: the volumes
   # kubelet mounts for a Pod (a memory emptyDir's tmpfs) must be seen by the engine that starts
   # the Pod's containers. In it: a sysfs of the node's netns with the host's cgroups back in, a
-  # private /var/log, and private copies of the global sysctls kubelet rewrites (the host keeps its own).
-  mkdir -p "$d/sysctl"
+  # private /var/log, private copies of the global sysctls kubelet rewrites (the host keeps its own),
+  # and this node's own node-relay directory at the path every node has it ($LAB/relay).
+  mkdir -p "$d/sysctl" "$d/relay" "$LAB/relay"
   spawn "engine-$i" "/run/netns/$NAME$i" unshare --uts --mount --propagation slave -- sh -c '
     set -e; hostname "$1"; mkdir -p "$2/cg"
     mount --rbind /sys/fs/cgroup "$2/cg"; mount -t sysfs sysfs /sys; mount --rbind "$2/cg" /sys/fs/cgroup; umount -l "$2/cg"
@@ -145,7 +148,23 @@ J
       f="$2/sysctl/$(echo $s | tr / _)"; cat "/proc/sys/$s" >"$f"; mount --bind "$f" "/proc/sys/$s"
     done
     mount -t tmpfs tmpfs /var/log
-    exec dockerd --config-file "$2/daemon.json"' sh "$NAME$i" "$d"
+    mount --bind "$2/relay" "$3"
+    exec dockerd --config-file "$2/daemon.json"' sh "$NAME$i" "$d" "$LAB/relay"
+}
+
+# The node relays (node-relay/main.ts), as a cluster runs them, one per node: each serves
+# redis.sock and link.sock in its node's relay directory and pipes them over the lab's network to
+# the hub, where the lab exposes the host's Redis socket on $NET.1:6390 and a control plane's link
+# listener is expected on $NET.1:7071. A sandbox then reaches nothing of the control plane's host
+# but through them.
+start_relays() {
+  local relay="$REPO/dist/node-relay/main.js" i
+  [[ -f $relay ]] || { say "$relay is missing: npm run build"; exit 1; }
+  spawn redis-forward "$HUB" node "$relay" --forward "tcp:$NET.1:6390=unix:$REDIS_SOCKET"
+  for i in $(seq 1 "$NODES"); do
+    spawn "relay-$i" "/run/netns/$NAME$i" node "$relay" \
+      --forward "unix:$LAB/n$i/relay/redis.sock=tcp:$NET.1:6390" --forward "unix:$LAB/n$i/relay/link.sock=tcp:$NET.1:7071"
+  done
 }
 
 start_kubelet() { # node
@@ -229,6 +248,7 @@ up() {
   spawn controller-manager "$HUB" "$BIN/kube-controller-manager" "${common[@]}" --service-account-private-key-file="$K/sa.key" \
     --root-ca-file="$K/certs/apiserver.crt" --use-service-account-credentials=false \
     --node-monitor-grace-period=16s --pod-eviction-timeout=10s
+  start_relays
   for i in $(seq 1 "$NODES"); do start_kubelet "$i"; done
   for _ in $(seq 1 300); do
     [[ $(kc get nodes --no-headers 2>/dev/null | grep -c ' Ready ') == "$NODES" ]] && break
@@ -243,6 +263,8 @@ export SBX_LAB_REGISTRY=$REGISTRY
 export SBX_LAB_NODES=$NODES
 export SBX_LAB_NODE_PREFIX=$NAME
 export SBX_LAB_DIR=$LAB
+export SBX_LAB_RELAY_DIR=$LAB/relay
+export SBX_LAB_LINK_LISTEN=$NET.1:7071
 E
   say "kubernetes with $NODES nodes Ready in $(elapsed "$t0") s; settings in $LAB/env"
 }
@@ -285,7 +307,7 @@ down() {
   for f in "$LAB"/kubelet-*.pid "$LAB/controller-manager.pid" "$LAB/scheduler.pid" "$LAB/apiserver.pid" "$LAB/etcd.pid"; do
     [[ -f $f ]] && stop_pid "$f"
   done
-  for f in "$LAB"/engine-*.pid; do [[ -f $f ]] && stop_pid "$f"; done
+  for f in "$LAB"/relay-*.pid "$LAB/redis-forward.pid" "$LAB"/engine-*.pid; do [[ -f $f ]] && stop_pid "$f"; done
   mapfile -t left < <(lab_processes)
   if ((${#left[@]})); then
     say "stopping ${#left[@]} leftover processes of the lab"

@@ -22,7 +22,7 @@ bash "$here/k8s-lab.sh" up
 bash "$here/k8s-lab.sh" push "$(cat "$repo/dist/.sbx-image")"
 # shellcheck disable=SC1091
 source "$lab/env"
-export SBX_K8S_KUBECONFIG SBX_LAB_REGISTRY SBX_LAB_NODE_PREFIX SBX_LAB_HUB SBX_LAB_DIR
+export SBX_K8S_KUBECONFIG SBX_LAB_REGISTRY SBX_LAB_NODE_PREFIX SBX_LAB_HUB SBX_LAB_DIR SBX_LAB_RELAY_DIR SBX_LAB_LINK_LISTEN
 (cd "$repo" && nsenter --net="$SBX_LAB_HUB" npx vitest run --project kubernetes "$@") || status=$?
 trap - EXIT
 down

@@ -1,0 +1,89 @@
+/**
+ * The control plane's end of the node relay (contract/link.ts): a TCP listener that agents on
+ * other machines reach through their node's relay. Each connection begins with a LinkHeader
+ * line; its lease's link token is checked, then the rest of the connection is served exactly as
+ * a connection to that lease's Unix socket on this host: the egress proxy (`egress`), or this
+ * process's byte-tunnel socket (`tunnel`). A bad, late or oversized header, a wrong token, or a
+ * lease or socket this process does not serve closes the connection with nothing written.
+ */
+import { hkdfSync } from 'node:crypto';
+import net from 'node:net';
+import type { Logger } from 'pino';
+import { LINK_HEADER_MAX_BYTES, LinkHeader, validLinkToken } from '../../contract/link.js';
+import { readLine } from './read-line.js';
+
+/** How long a connection may take to send its header, ms. */
+const HEADER_TIMEOUT_MS = 10_000;
+
+export interface LinkListenerDeps {
+  /** The link tokens' key (shared by every control plane of the installation). */
+  key: Buffer;
+  egress: { adopt(leaseId: string, socket: net.Socket): void };
+  tunnels: { adopt(leaseId: string, socketName: string | undefined, socket: net.Socket): void };
+  log: Pick<Logger, 'warn'>;
+}
+
+export class LinkListener {
+  private readonly server: net.Server;
+
+  constructor(private readonly deps: LinkListenerDeps) {
+    this.server = net.createServer((socket) => this.accept(socket));
+    this.server.on('error', (err) => deps.log.warn({ err }, 'agent link listener error'));
+  }
+
+  /** Listens on `host`:`port` (0: any free port); resolves with the port. */
+  async listen(host: string, port: number): Promise<number> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(port, host, () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
+    return (this.server.address() as net.AddressInfo).port;
+  }
+
+  /** Stops listening; connections already handed over stay with their owners. */
+  close(): Promise<void> {
+    return new Promise((resolve) => this.server.close(() => resolve()));
+  }
+
+  private accept(socket: net.Socket): void {
+    socket.on('error', () => socket.destroy());
+    socket.setNoDelay(true);
+    socket.setTimeout(HEADER_TIMEOUT_MS, () => socket.destroy());
+    readLine(socket, LINK_HEADER_MAX_BYTES, (line, rest) => {
+      socket.setTimeout(0);
+      const header = LinkHeader.safeParse(parseJson(line));
+      if (!header.success || !validLinkToken(this.deps.key, header.data.lease, header.data.token)) {
+        this.deps.log.warn({ lease: header.success ? header.data.lease : null }, 'agent link connection refused: bad header or token');
+        socket.destroy();
+        return;
+      }
+      if (rest.length > 0) socket.unshift(rest);
+      const { lease, channel } = header.data;
+      if (channel === 'egress') this.deps.egress.adopt(lease, socket);
+      else this.deps.tunnels.adopt(lease, header.data.socket, socket);
+    });
+  }
+}
+
+function parseJson(line: string): unknown {
+  try {
+    return JSON.parse(line) as unknown;
+  } catch {
+    return null;
+  }
+}
+
+/** The link tokens' key, derived from the secrets key every control plane of an installation shares. */
+export function agentLinkKey(secretsKey: Buffer): Buffer {
+  return Buffer.from(hkdfSync('sha256', secretsKey, Buffer.alloc(0), 'sbx agent link', 32));
+}
+
+/** A link listener on `address`, listening. */
+export async function startLinkListener(address: { host: string; port: number }, deps: LinkListenerDeps): Promise<LinkListener> {
+  const listener = new LinkListener(deps);
+  await listener.listen(address.host, address.port);
+  return listener;
+}
