@@ -9,7 +9,7 @@ import { DEFAULT_DATA_DIR, dataDirLayout } from '../contract/data-dir.js';
 import { BuildPolicy } from './images/schema.js';
 import { PoolSpec } from './pools/schema.js';
 import { QuotaLimits } from './quotas/schema.js';
-import { KubernetesEnv, RuntimeKind, kubernetesSettings, type KubernetesSettings } from './runtime/schema.js';
+import { KubernetesEnv, RuntimeKind, isLabelValue, kubernetesSettings, type KubernetesSettings } from './runtime/schema.js';
 
 /** A setting holding JSON (default `fallback`), parsed before its schema checks it. */
 function jsonSetting(fallback: string, what: string) {
@@ -263,6 +263,10 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
   const unixPath = url.startsWith('unix://') ? url.slice('unix://'.length) : undefined;
   const agentRedisSocket = e.SBX_AGENT_REDIS_SOCKET ?? unixPath;
   if (!agentRedisSocket) throw new Error('SBX_AGENT_REDIS_SOCKET must be set when SBX_REDIS_URL is not a unix:// socket');
+  if (e.SBX_RUNTIME === 'kubernetes' && !isLabelValue(e.SBX_OWNER))
+    throw new Error(
+      `SBX_OWNER ${JSON.stringify(e.SBX_OWNER)} is not a Kubernetes label value (at most 63 of A-Z a-z 0-9 - _ ., alphanumeric at both ends)`,
+    );
   if (e.SBX_AGENT_RELAY_DIR !== undefined && e.SBX_LINK_LISTEN === undefined)
     throw new Error('SBX_AGENT_RELAY_DIR needs SBX_LINK_LISTEN: the node relays forward the agents to the link listener');
   const redis: Config['redis'] = unixPath ? { path: unixPath } : { url };

@@ -34,6 +34,7 @@ import { createResolver } from './egress/resolver.js';
 import { EgressLog } from './egress/store.js';
 import { ImageService } from './images/service.js';
 import { ImageStore } from './images/store.js';
+import { registryImages } from './images/registry-images.js';
 import { LEASE_EXPIRY_QUEUE } from './leases/expiry.js';
 import { LeaseService, type ReconcileOutcome } from './leases/service.js';
 import { LeaseStore } from './leases/store.js';
@@ -255,8 +256,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       secrets,
       quotas,
       metrics,
-      // A cluster's sandboxes run images by registry reference (the Kubernetes driver reads them there), not the engine's.
-      ...(config.runtime.kind === 'docker' ? { images } : {}),
+      images: config.runtime.kind === 'docker' ? images : registryImages(config.imageRegistries, config.image), // a cluster: by registry reference
       ...(pools ? { pools } : {}),
       volumes,
       // Resolved late: the snapshot service needs the lease service it is made after.

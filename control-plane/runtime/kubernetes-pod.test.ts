@@ -115,11 +115,16 @@ describe('a sandbox as a Kubernetes Pod', () => {
       'sbx.lease': 'sbx_00ab12CD',
       'sbx.owner': 'team-ci',
       'sbx.installation': 'inst_1',
-      team: 'a',
     });
+    // A tenant's label could put the sandbox under a Service's or a NetworkPolicy's selector: annotation only.
+    expect(pod.metadata!.labels!.team).toBeUndefined();
     expect(pod.metadata!.labels!['sbx.policy']).toBeUndefined(); // `p@3`: `@` is no label character
     expect(pod.metadata!.labels!['odd key/with slash']).toBeUndefined();
-    expect(JSON.parse(pod.metadata!.annotations![LABELS_ANNOTATION]!)).toMatchObject({ 'sbx.policy': 'p@3', 'odd key/with slash': 'x' });
+    expect(JSON.parse(pod.metadata!.annotations![LABELS_ANNOTATION]!)).toMatchObject({
+      'sbx.policy': 'p@3',
+      team: 'a',
+      'odd key/with slash': 'x',
+    });
     expect(codeOf(() => podOf(specOf(policy, 'an owner with spaces'), options))).toBe('policy.unenforceable');
   });
 
@@ -200,6 +205,20 @@ describe('a starting Pod, read from its status', () => {
     expect(outcome({ initContainerStatuses: [terminated(0)] })).toBe('waiting');
   });
 
+  it("answers a Pod failed or stuck as it starts at once, not after the start timeout; the prepare step's own answer first", () => {
+    expect(outcome({ phase: 'Failed', reason: 'OutOfmemory' })).toBe('lease.create_failed');
+    expect(outcome({ phase: 'Failed', initContainerStatuses: [terminated(PREPARE_EXIT.networkOpen)] })).toBe('policy.unenforceable');
+    const stuck = {
+      name: SANDBOX_CONTAINER,
+      ready: false,
+      restartCount: 0,
+      image,
+      imageID: '',
+      state: { waiting: { reason: 'CreateContainerConfigError' } },
+    };
+    expect(outcome({ phase: 'Pending', containerStatuses: [stuck] })).toBe('lease.create_failed');
+  });
+
   it('answers an image no node can pull, a cluster with no room, a deleted Pod', () => {
     const waiting = {
       name: PREPARE_CONTAINER,
@@ -226,6 +245,11 @@ describe('registry references', () => {
     });
     expect(parseRegistryRef('reg.example/img')).toEqual({ registry: 'reg.example', repository: 'img', reference: 'latest' });
     expect(parseRegistryRef('localhost/i@sha256:00')).toEqual({ registry: 'localhost', repository: 'i', reference: 'sha256:00' });
+    expect(parseRegistryRef('r.example:5000/app:v1@sha256:00')).toEqual({
+      registry: 'r.example:5000',
+      repository: 'app',
+      reference: 'sha256:00',
+    });
     expect(codeOf(() => parseRegistryRef('ubuntu:22.04'))).toBe('image.invalid_reference');
     expect(codeOf(() => parseRegistryRef('library/ubuntu'))).toBe('image.invalid_reference');
   });

@@ -30,6 +30,7 @@ import type { V1Container, V1Pod, V1Volume, V1VolumeMount } from '@kubernetes/cl
 import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_DIR } from '../../contract/agent-runtime.js';
 import { AppError } from '../../contract/errors.js';
 import { LABEL, type SandboxSpec } from './runtime.js';
+import { isLabelValue } from './schema.js';
 
 /** Exit codes of the prepare step, read back by the driver. */
 export const PREPARE_EXIT = { sizeUnenforced: 90, rootFull: 91, networkOpen: 92, pidsUnenforced: 93 } as const;
@@ -63,11 +64,6 @@ export interface PodOptions {
 /** A Pod's name from a lease id (`sbx_` + hex): DNS-1123, lowercase, `_` turned into `-`. */
 export function podName(leaseId: string): string {
   return `sbx-${leaseId.toLowerCase().replace(/[^a-z0-9-]/g, '-')}`;
-}
-
-/** Whether `value` may be a Kubernetes label value (RFC 1123-like, at most 63 characters). */
-export function isLabelValue(value: string): boolean {
-  return value.length <= 63 && /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/.test(value);
 }
 
 /** Whether `key` may be a Kubernetes label key without a prefix (what sbx's `sbx.*` keys are). */
@@ -207,10 +203,15 @@ export function podOf(spec: SandboxSpec, options: PodOptions): V1Pod {
   };
 }
 
-/** The spec's labels that Kubernetes can hold; those sbx selects by must be among them. */
+/**
+ * The spec's `sbx.*` labels that Kubernetes can hold (those sbx selects by must be among them).
+ * A tenant's own labels stay in the annotation only: as Pod labels they could put the sandbox
+ * under a Service's, a NetworkPolicy's or a disruption budget's selector.
+ */
 function podLabels(spec: SandboxSpec): Record<string, string> {
   const labels: Record<string, string> = {};
-  for (const [key, value] of Object.entries(spec.labels)) if (isLabelKey(key) && isLabelValue(value)) labels[key] = value;
+  for (const [key, value] of Object.entries(spec.labels))
+    if (key.startsWith('sbx.') && isLabelKey(key) && isLabelValue(value)) labels[key] = value;
   for (const key of [LABEL.lease, LABEL.owner, LABEL.installation])
     if (labels[key] === undefined)
       throw new AppError('policy.unenforceable', `label ${key}=${spec.labels[key] ?? ''} is not a valid Kubernetes label value`, {
@@ -278,8 +279,18 @@ const PREPARE_SCRIPT = [
   '$SBX_POD_IP',
   'EOF',
   '  own="$(printf "%02X%02X%02X%02X" "$d" "$c" "$b" "$a")" ;; esac',
-  'routes="$("$bb" awk -v own="$own" \'NR > 1 && !($2 == own && $3 == "00000000" && $8 == "FFFFFFFF")\' /proc/net/route)"',
-  '[ "$routes" = "" ] || { echo "the pod has IPv4 routes: the node gives pods a network" >&2; exit 92; }',
+  // Every table, not only main (a route in another table with a rule to it reaches as far): the
+  // kernel's own routing dump where the sandbox has one, else /proc (gVisor serves no dump).
+  'if all="$("$bb" ip -4 route show table all 2>/dev/null)"; then',
+  // Local delivery only: the local table (gVisor lists it without naming it), and loopback's broadcast.
+  '  routes="$(echo "$all" | "$bb" grep -v -e "table local" -e "^local " -e "^broadcast .* dev lo " -e "^$")"',
+  'else',
+  '  [ -r /proc/net/route ] || { echo "the pod has no readable routing table" >&2; exit 92; }',
+  '  routes="$("$bb" awk -v own="$own" \'NR > 1 && !($2 == own && $3 == "00000000" && $8 == "FFFFFFFF")\' /proc/net/route)"',
+  'fi',
+  '[ "$routes" = "" ] || { echo "the pod has IPv4 routes: the node gives pods a network ($routes)" >&2; exit 92; }',
+  // IPv6: no address but on loopback (gVisor serves an empty ipv6_route, but a true if_inet6).
+  '[ "$("$bb" awk \'$6 != "lo"\' /proc/net/if_inet6 2>/dev/null)" = "" ] || { echo "the pod has IPv6 addresses: the node gives pods a network" >&2; exit 92; }',
   '[ "$("$bb" awk \'$10 != "lo"\' /proc/net/ipv6_route 2>/dev/null)" = "" ] || { echo "the pod has IPv6 routes: the node gives pods a network" >&2; exit 92; }',
   'max="$("$bb" cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || "$bb" cat /sys/fs/cgroup/pids.max 2>/dev/null || echo unknown)"',
   '[ "$max" = unknown ] && max="$declared"',
@@ -288,7 +299,9 @@ const PREPARE_SCRIPT = [
   'while [ $# -ge 6 ]; do',
   `  path="$1"; uid="$2"; gid="$3"; mode="$4"; size="$5"; from="$6"; shift 6; dir="${PREPARE_MOUNT}/$i"; i=$((i + 1))`,
   '  if [ "$size" != - ]; then',
-  '    kib="$("$bb" df -k "$dir" | "$bb" awk \'NR==2 {print $2}\')"',
+  // -P: one line per filesystem, however long its name. 0 KiB is a tmpfs of no size limit (size=0).
+  '    kib="$("$bb" df -Pk "$dir" | "$bb" awk \'NR==2 {print $2}\')"',
+  '    case "$kib" in ""|*[!0-9]*|0) echo "writable root $path has no size the pod can read ($kib)" >&2; exit 90 ;; esac',
   '    [ "$kib" -le $(( (size + 4095) / 4096 * 4 )) ] || { echo "writable root $path is $kib KiB where the policy says $size bytes" >&2; exit 90; }',
   '  fi',
   '  if [ "$from" != - ] && [ -d "$from" ]; then',

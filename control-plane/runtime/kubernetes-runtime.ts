@@ -34,6 +34,8 @@ import {
 
 /** Waiting-state reasons that mean the image cannot be had. */
 const IMAGE_FAILURES = new Set(['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull']);
+/** Waiting-state reasons that mean a container of the Pod cannot be made at all. */
+const CREATE_FAILURES = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
 /** How many pinned references are remembered (image ref → `repo@sha256:…` read by inspectImage). */
 const PINNED_MAX = 256;
 
@@ -241,11 +243,20 @@ export class KubernetesRuntime implements SandboxRuntime {
  * undefined while it is on its way.
  */
 export function startOutcome(pod: V1Pod | undefined, image: string): V1Pod | AppError | undefined {
-  if (pod === undefined) return new AppError('lease.create_failed', 'the sandbox pod was deleted while it started');
+  if (pod === undefined || pod.metadata?.deletionTimestamp !== undefined)
+    return new AppError('lease.create_failed', 'the sandbox pod was deleted while it started');
   const prepared = containerStatus(pod, PREPARE_CONTAINER, true)?.state?.terminated;
   if (prepared && prepared.exitCode !== 0) return prepareFailure(prepared.exitCode, prepared.message ?? '');
+  // After the prepare step's own answer: it fails the Pod too.
+  if (pod.status?.phase === 'Failed')
+    return new AppError(
+      'lease.create_failed',
+      `the sandbox pod failed as it started: ${pod.status.reason ?? ''} ${pod.status.message ?? ''}`.trim(),
+    );
   for (const status of [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])]) {
     const reason = status.state?.waiting?.reason;
+    if (reason !== undefined && CREATE_FAILURES.has(reason))
+      return new AppError('lease.create_failed', `the sandbox's container cannot be made: ${status.state?.waiting?.message ?? reason}`);
     if (reason !== undefined && IMAGE_FAILURES.has(reason))
       return new AppError(
         'image.not_found',

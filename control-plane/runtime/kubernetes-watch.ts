@@ -71,7 +71,16 @@ export class PodWatch {
    * undefined; rejects with `timeoutError()` after `timeoutMs`, or with the signal's reason.
    */
   async until<T>(name: string, test: (pod: V1Pod | undefined) => T | undefined, timeoutMs: number, signal?: AbortSignal): Promise<T> {
-    await this.start();
+    // The first list counts against the timeout too: an API server that never answers must not hang the caller.
+    const deadline = Date.now() + timeoutMs;
+    let listTimer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.start(),
+      new Promise<never>((_, reject) => {
+        listTimer = setTimeout(() => reject(new Error(`pod ${name}: the pod list did not answer within ${timeoutMs} ms`)), timeoutMs);
+      }),
+    ]).finally(() => clearTimeout(listTimer));
+    timeoutMs = Math.max(0, deadline - Date.now());
     return new Promise<T>((resolve, reject) => {
       let set = this.waiters.get(name);
       if (!set) this.waiters.set(name, (set = new Set()));

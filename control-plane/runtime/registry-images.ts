@@ -5,9 +5,11 @@
  * machine's platform), then its config blob. Anonymous reads only: a registry that asks for a
  * token answers `image.pull_failed` naming that.
  *
- * Each answer carries the manifest's digest, so the driver can run exactly the image it read
- * (`repo@sha256:…`), never what a moved tag points at later.
+ * Each answer carries the manifest's digest (the sha256 of its bytes), so the driver can run
+ * exactly the image it read (`repo@sha256:…`), never what a moved tag points at later. An index
+ * is resolved to the platform `arch` (the nodes'; default this machine's).
  */
+import { createHash } from 'node:crypto';
 import { AppError } from '../../contract/errors.js';
 import type { ImageConfig } from './runtime.js';
 
@@ -45,15 +47,15 @@ export function parseRegistryRef(ref: string): RegistryRef {
   let rest = ref.slice(slash + 1);
   let reference = 'latest';
   const at = rest.indexOf('@');
+  // A digest wins over a tag (`repo:tag@sha256:…` names the digest; the tag is a label for people).
   if (at >= 0) {
     reference = rest.slice(at + 1);
     rest = rest.slice(0, at);
-  } else {
-    const colon = rest.lastIndexOf(':');
-    if (colon >= 0) {
-      reference = rest.slice(colon + 1);
-      rest = rest.slice(0, colon);
-    }
+  }
+  const colon = rest.lastIndexOf(':');
+  if (colon >= 0) {
+    if (at < 0) reference = rest.slice(colon + 1);
+    rest = rest.slice(0, colon);
   }
   return { registry: host, repository: rest, reference };
 }
@@ -82,7 +84,7 @@ export class RegistryImages {
     const configDigest = (body as { config?: { digest?: unknown } }).config?.digest;
     if (typeof configDigest !== 'string') throw pullFailed(ref, `manifest of type ${type} has no config`);
     const blob = await this.get(parsed, `blobs/${configDigest}`, 'application/json', ref);
-    const image = ((await blob.json()) as { config?: Record<string, unknown> }).config ?? {};
+    const image = (jsonOf(Buffer.from(await blob.arrayBuffer()), ref, 'config') as { config?: Record<string, unknown> }).config ?? {};
     const env: Record<string, string> = {};
     for (const entry of stringArray(image.Env) ?? []) {
       const eq = entry.indexOf('=');
@@ -102,12 +104,20 @@ export class RegistryImages {
     return { config, pinned: `${repo}@${digest}` };
   }
 
+  /**
+   * A manifest and its digest, the sha256 of the bytes received (what a digest reference names):
+   * a registry's header is not taken on trust, and one asked for by digest must match it.
+   */
   private async manifest(ref: RegistryRef, reference: string, asked: string): Promise<{ body: unknown; type: string; digest: string }> {
     const res = await this.get(ref, `manifests/${reference}`, MANIFEST_TYPES, asked);
-    const type = (res.headers.get('content-type') ?? '').split(';')[0]!.trim();
-    const digest = res.headers.get('docker-content-digest') ?? (reference.startsWith('sha256:') ? reference : null);
-    if (digest === null) throw pullFailed(asked, 'the registry gave no Docker-Content-Digest');
-    return { body: await res.json(), type, digest };
+    const bytes = Buffer.from(await res.arrayBuffer());
+    const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+    if (reference.startsWith('sha256:') && reference !== digest)
+      throw pullFailed(asked, `the registry answered ${digest} for ${reference}`);
+    const body = jsonOf(bytes, asked, 'manifest');
+    const header = (res.headers.get('content-type') ?? '').split(';')[0]!.trim();
+    const mediaType = (body as { mediaType?: unknown }).mediaType;
+    return { body, type: typeof mediaType === 'string' ? mediaType : header, digest };
   }
 
   private async get(ref: RegistryRef, path: string, accept: string, asked: string): Promise<Response> {
@@ -140,6 +150,15 @@ function platformEntry(index: unknown, ref: string): string {
   if (typeof entry?.digest !== 'string')
     throw new AppError('image.not_found', `image ${ref} has no linux/${arch} manifest`, { details: { image: ref } });
   return entry.digest;
+}
+
+/** `bytes` as JSON; throws `image.pull_failed` naming `what` when they are not. */
+function jsonOf(bytes: Buffer, image: string, what: string): unknown {
+  try {
+    return JSON.parse(bytes.toString('utf8')) as unknown;
+  } catch {
+    throw pullFailed(image, `the registry's ${what} is not JSON`);
+  }
 }
 
 function stringArray(value: unknown): string[] | null {

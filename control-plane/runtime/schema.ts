@@ -94,3 +94,8 @@ export function kubernetesSettings(e: z.infer<typeof KubernetesEnv>): Kubernetes
     nodePidsLimit: e.SBX_K8S_NODE_PIDS_LIMIT ?? null,
   };
 }
+
+/** Whether `value` may be a Kubernetes label value (at most 63 characters, alphanumeric at both ends). */
+export function isLabelValue(value: string): boolean {
+  return value.length <= 63 && /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/.test(value);
+}

@@ -127,6 +127,16 @@ describe('a sandbox on Kubernetes', () => {
     }
   });
 
+  it("checks a lease's image as on Docker before any registry is asked: no registry, or one off the allowlist, is 400", async () => {
+    const api = apiAs(() => h.url);
+    for (const image of ['ubuntu:22.04', '127.0.0.1:9/anything:1', `${lab.registry}/../../v2/_catalog`]) {
+      const answer = await api(h.apiKey, 'POST', '/v1/sandboxes', { image });
+      expect([image, answer.status]).toEqual([image, 400]);
+      expect(['image.registry_not_allowed', 'image.invalid_reference']).toContain(answer.body.error.code);
+    }
+    expect(await lab.pods(`sbx.owner=${h.config.owner}`)).toEqual([]);
+  });
+
   it('answers what the driver cannot do with 501 runtime.unsupported naming it', async () => {
     const lease = await h.client.createSandbox();
     const api = apiAs(() => h.url);
