@@ -196,6 +196,7 @@ export class LeasePlanner {
       volumeMounts: volumes,
       ...(from ? { seedFrom: { prefix: SNAPSHOT_ROOTS_PREFIX, paths: from.capturedRoots } } : {}),
     });
+    if (imageConfig.repoDigests[0] !== undefined) spec.pinnedImage = imageConfig.repoDigests[0];
     const imageDigest = resolved?.digest ?? null;
     return {
       policy,

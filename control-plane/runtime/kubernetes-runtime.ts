@@ -36,8 +36,6 @@ import {
 const IMAGE_FAILURES = new Set(['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull']);
 /** Waiting-state reasons that mean a container of the Pod cannot be made at all. */
 const CREATE_FAILURES = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
-/** How many pinned references are remembered (image ref → `repo@sha256:…` read by inspectImage). */
-const PINNED_MAX = 256;
 
 export interface KubernetesRuntimeOptions extends Omit<PodOptions, 'namespace'> {
   /** A kubeconfig file; null: the Pod's own service account (in-cluster). */
@@ -58,7 +56,8 @@ export class KubernetesRuntime implements SandboxRuntime {
   private readonly version: VersionApi;
   private readonly pods: PodWatch;
   private readonly registry: RegistryImages;
-  private readonly pinned = new Map<string, string>();
+  /** The nodes' architecture (`kubernetes.io/arch`), read with the nodes; until then this machine's. */
+  private nodeArch = process.arch === 'x64' ? 'amd64' : process.arch;
 
   constructor(private readonly options: KubernetesRuntimeOptions) {
     const kubeConfig = new KubeConfig();
@@ -78,14 +77,13 @@ export class KubernetesRuntime implements SandboxRuntime {
     ]);
     const ready = nodes.items.filter((n) => n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'));
     const runtimes = new Set(ready.map((n) => n.metadata?.labels?.['sbx.runtime']).filter((r): r is string => r !== undefined));
+    // The sandbox nodes' architecture, for image indexes (the kubelet's own label); a lease plans after this read.
+    this.nodeArch = ready.map((n) => n.metadata?.labels?.['kubernetes.io/arch']).find((a) => a !== undefined) ?? this.nodeArch;
     return { engineVersion: `kubernetes ${version.gitVersion}`, ociRuntimes: [...runtimes] };
   }
 
   async inspectImage(ref: string): Promise<ImageConfig> {
-    const { config, pinned } = await this.registry.inspect(ref);
-    if (this.pinned.size >= PINNED_MAX) this.pinned.delete(this.pinned.keys().next().value!);
-    this.pinned.set(ref, pinned);
-    return config;
+    return (await this.registry.inspect(ref, this.nodeArch)).config;
   }
 
   readImageFiles(): Promise<Array<string | null>> {
@@ -93,10 +91,10 @@ export class KubernetesRuntime implements SandboxRuntime {
   }
 
   async start(spec: SandboxSpec): Promise<Started> {
-    // The image by the digest inspectImage read: a tag moved since then does not change what runs.
+    // The image by the digest inspectImage read (the plan's pinnedImage): a tag moved since then does not change what runs.
     const name = podName(spec.leaseId);
     const configSecret = { name: `${name}-agent`, mountPath: this.options.agentConfigDir };
-    const pod = podOf({ ...spec, image: this.pinned.get(spec.image) ?? spec.image }, { ...this.options, configSecret });
+    const pod = podOf({ ...spec, image: spec.pinnedImage ?? spec.image }, { ...this.options, configSecret });
     try {
       await this.createConfigSecret(spec, configSecret.name);
       await this.call('create pod', () => this.core.createNamespacedPod({ namespace: this.options.namespace, body: pod }));

@@ -74,11 +74,11 @@ export class RegistryImages {
    * AppError `image.invalid_reference`, `image.not_found` (the registry has no such manifest),
    * `image.pull_failed` (the registry did not answer, refused, or asks for credentials).
    */
-  async inspect(ref: string): Promise<{ config: ImageConfig; pinned: string }> {
+  async inspect(ref: string, arch = process.arch === 'x64' ? 'amd64' : process.arch): Promise<{ config: ImageConfig; pinned: string }> {
     const parsed = parseRegistryRef(ref);
     let { body, type, digest } = await this.manifest(parsed, parsed.reference, ref);
     if (INDEX_TYPES.has(type)) {
-      const entry = platformEntry(body, ref);
+      const entry = platformEntry(body, ref, arch);
       ({ body, type, digest } = await this.manifest(parsed, entry, ref));
     }
     const configDigest = (body as { config?: { digest?: unknown } }).config?.digest;
@@ -141,9 +141,8 @@ export class RegistryImages {
   }
 }
 
-/** The digest of the manifest for this machine's platform in an index. */
-function platformEntry(index: unknown, ref: string): string {
-  const arch = process.arch === 'x64' ? 'amd64' : process.arch;
+/** The digest of the manifest for linux/`arch` (the nodes' architecture, Kubernetes' naming) in an index. */
+function platformEntry(index: unknown, ref: string, arch: string): string {
   const manifests =
     (index as { manifests?: Array<{ digest?: string; platform?: { os?: string; architecture?: string } }> }).manifests ?? [];
   const entry = manifests.find((m) => m.platform?.os === 'linux' && m.platform.architecture === arch);

@@ -21,6 +21,12 @@ export interface SandboxSpec {
   leaseId: string;
   name: string;
   image: string;
+  /**
+   * The image by the digest `inspectImage` read its config at (its first `repoDigests` entry),
+   * when it has one: a driver that pulls by reference runs this, so a tag moved meanwhile cannot
+   * change what runs (the Kubernetes driver; Docker runs its local image).
+   */
+  pinnedImage?: string;
   /** Whose sandbox this is; its labels are in `labels` and on the volumes and network too. */
   ownership: Ownership;
   labels: Record<string, string>;
