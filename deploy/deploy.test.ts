@@ -135,18 +135,26 @@ describe('deploy/kubernetes', () => {
     expect(pod.nodeSelector).toEqual(find('Deployment', 'sbx-control-plane').spec.template.spec.nodeSelector);
   });
 
-  it("prepares the Kubernetes driver: a namespaced Role for Pods, Secrets and NetworkPolicies bound to the control plane's account, a deny-by-default NetworkPolicy, a gVisor RuntimeClass", () => {
+  it("prepares the Kubernetes driver: a namespaced Role for what the driver calls (Pods, their logs, Secrets), node reads cluster-wide, bound to the control plane's account, a deny-all NetworkPolicy, a gVisor RuntimeClass", () => {
     const rules = find('Role', 'sbx-sandbox-driver').rules as Array<{ resources: string[]; verbs: string[] }>;
-    expect(rules.flatMap((r) => r.resources).sort()).toEqual(['networkpolicies', 'pods', 'pods/log', 'secrets']);
-    expect(rules.flatMap((r) => r.resources)).not.toContain('pods/exec');
+    expect(Object.fromEntries(rules.map((r) => [r.resources.join(','), r.verbs]))).toEqual({
+      pods: ['create', 'delete', 'list', 'watch'],
+      'pods/log': ['get'],
+      secrets: ['create', 'deletecollection'],
+    });
+    expect(find('ClusterRole', 'sbx-sandbox-nodes').rules).toEqual([{ apiGroups: [''], resources: ['nodes'], verbs: ['list'] }]);
+    expect(find('ClusterRoleBinding', 'sbx-sandbox-nodes').subjects).toEqual([
+      { kind: 'ServiceAccount', name: 'sbx-control-plane', namespace: 'sbx-system' },
+    ]);
     expect(find('RoleBinding', 'sbx-sandbox-driver').subjects).toEqual([
       { kind: 'ServiceAccount', name: 'sbx-control-plane', namespace: 'sbx-system' },
     ]);
     expect(find('ServiceAccount', 'sbx-control-plane').metadata.namespace).toBe('sbx-system');
     const baseline = find('NetworkPolicy', 'sbx-sandbox-baseline').spec;
+    expect(baseline.podSelector).toEqual({});
     expect(baseline.policyTypes).toEqual(['Ingress', 'Egress']);
     expect(baseline.ingress).toEqual([]);
-    expect(baseline.egress.flatMap((e: any) => e.ports)).toEqual([{ protocol: 'TCP', port: 6379 }]);
+    expect(baseline.egress).toEqual([]);
     expect(find('RuntimeClass', 'gvisor').handler).toBe('runsc');
   });
 });
