@@ -24,6 +24,7 @@ import { tarError } from './transfer-errors.js';
 import {
   LABEL,
   ownershipLabels,
+  ownershipSelectors,
   type CheckpointSupport,
   type OwnedSandbox,
   type ImageConfig,
@@ -185,7 +186,7 @@ export class DockerRuntime implements SandboxRuntime {
 
   async remove(leaseId: string, ownership: Ownership): Promise<void> {
     const failures: unknown[] = [];
-    const filters = JSON.stringify({ label: [`${LABEL.lease}=${leaseId}`, ...ownershipFilter(ownership)] });
+    const filters = JSON.stringify({ label: [`${LABEL.lease}=${leaseId}`, ...ownershipSelectors(ownership)] });
     const containers = z
       .array(ContainerSummary)
       .parse(await this.call('list containers', () => this.docker.listContainers({ all: true, filters })));
@@ -219,7 +220,7 @@ export class DockerRuntime implements SandboxRuntime {
 
   async listOwned(ownership: Ownership): Promise<OwnedSandbox[]> {
     // Docker ANDs label filters: only what carries both this owner and this installation id.
-    const filters = JSON.stringify({ label: ownershipFilter(ownership) });
+    const filters = JSON.stringify({ label: ownershipSelectors(ownership) });
     const [containers, volumes, networks] = await Promise.all([
       this.call('list containers', () => this.docker.listContainers({ all: true, filters })).then((r) =>
         z.array(ContainerSummary).parse(r),
@@ -304,8 +305,3 @@ export class DockerRuntime implements SandboxRuntime {
 const REALPATH_SCRIPT =
   'p="$1"; rest=""; until r="$(readlink -f -- "$p" 2>/dev/null)" && [ -n "$r" ]; do ' +
   'rest="/$(basename -- "$p")$rest"; p="$(dirname -- "$p")"; done; r="${r%/}"; printf %s "${r:-/}$rest"';
-
-/** Docker label filters matching `ownership` (each `key=value` must match). */
-function ownershipFilter(ownership: Ownership): string[] {
-  return Object.entries(ownershipLabels(ownership)).map(([key, value]) => `${key}=${value}`);
-}

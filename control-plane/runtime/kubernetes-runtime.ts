@@ -21,6 +21,7 @@ import { RegistryImages } from './registry-images.js';
 import {
   LABEL,
   ownershipLabels,
+  ownershipSelectors,
   type CapturedImage,
   type CheckpointSupport,
   type ImageConfig,
@@ -110,7 +111,7 @@ export class KubernetesRuntime implements SandboxRuntime {
       );
       if (running instanceof AppError) throw running;
       // The agent has read its config (its process runs): the Secret goes, as the host's file does after the hello.
-      await this.deleteSecrets([`${LABEL.lease}=${spec.leaseId}`, ...ownershipSelector(spec.ownership)]);
+      await this.deleteSecrets([`${LABEL.lease}=${spec.leaseId}`, ...ownershipSelectors(spec.ownership)]);
       return { containerId: running.metadata?.uid ?? name, seededPaths: await this.seededPaths(name) };
     } catch (err) {
       await this.remove(spec.leaseId, spec.ownership).catch(() => undefined);
@@ -141,8 +142,9 @@ export class KubernetesRuntime implements SandboxRuntime {
   }
 
   async remove(leaseId: string, ownership: Ownership): Promise<void> {
-    await this.deleteSecrets([`${LABEL.lease}=${leaseId}`, ...ownershipSelector(ownership)]);
-    const pods = await this.list([`${LABEL.lease}=${leaseId}`, ...ownershipSelector(ownership)]);
+    const selector = [`${LABEL.lease}=${leaseId}`, ...ownershipSelectors(ownership)];
+    await this.deleteSecrets(selector);
+    const pods = await this.list(selector);
     for (const pod of pods) {
       const name = pod.metadata?.name ?? '';
       await this.call('delete pod', () =>
@@ -159,7 +161,7 @@ export class KubernetesRuntime implements SandboxRuntime {
   }
 
   async listOwned(ownership: Ownership): Promise<OwnedSandbox[]> {
-    const pods = await this.list(ownershipSelector(ownership));
+    const pods = await this.list(ownershipSelectors(ownership));
     return pods.flatMap((pod): OwnedSandbox[] => {
       const leaseId = pod.metadata?.labels?.[LABEL.lease];
       if (leaseId === undefined) return [];
@@ -295,10 +297,6 @@ function prepareFailure(exitCode: number, message: string): AppError {
 
 function containerStatus(pod: V1Pod, name: string, init = false): V1ContainerStatus | undefined {
   return (init ? pod.status?.initContainerStatuses : pod.status?.containerStatuses)?.find((s) => s.name === name);
-}
-
-function ownershipSelector(ownership: Ownership): string[] {
-  return Object.entries(ownershipLabels(ownership)).map(([key, value]) => `${key}=${value}`);
 }
 
 function unsupported(feature: string): AppError {

@@ -255,3 +255,8 @@ export interface Ownership {
 export function ownershipLabels(ownership: Ownership): Record<string, string> {
   return { [LABEL.owner]: ownership.owner, [LABEL.installation]: ownership.installation };
 }
+
+/** `ownership`'s labels as `key=value` selectors (Docker label filters, Kubernetes label selectors: each must match). */
+export function ownershipSelectors(ownership: Ownership): string[] {
+  return Object.entries(ownershipLabels(ownership)).map(([key, value]) => `${key}=${value}`);
+}
