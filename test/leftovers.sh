@@ -18,6 +18,8 @@ if [[ "${1:-}" == --remove ]]; then remove=1; shift; fi
 run="${1:-}"
 [[ "$run" =~ ^[0-9a-f]{8}$ ]] || { echo "usage: $0 [--remove] RUN (8 hex characters, the run's SBX_TEST_RUN)" >&2; exit 2; }
 prefix="sbx-test-$run-"
+# An engine that does not answer would make every list below empty: that is no proof of a clean run.
+docker info >/dev/null 2>&1 || { echo "leftovers.sh: the Docker engine does not answer; cannot check run $run" >&2; exit 1; }
 
 # kind: container | volume | network | image. Prints "ID OWNER" of each object of this run. An
 # image by its name (a test image is named after its owner, `sbx-test-<run>-<name>:<tag>`,

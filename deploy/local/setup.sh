@@ -16,6 +16,10 @@ trap '[[ $BASH_SUBSHELL -gt 0 ]] || echo "sbx-setup: setup.sh failed at line $LI
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# The engine and the Redis started here serve the machine, not one test run: they must not carry
+# the run id that test/leftovers.sh reaps by (a fresh CI machine's dockerd was SIGKILLed by the
+# suite's own teardown when it did).
+unset SBX_TEST_RUN
 data="${SBX_DATA_DIR:-/var/lib/sbx}"
 is_root=0; [[ $EUID -eq 0 ]] && is_root=1
 
