@@ -33,6 +33,12 @@ export const LinkHeader = z.object({
     .regex(/^[A-Za-z0-9_.-]{1,100}$/)
     .optional(),
   token: z.string().min(1).max(100),
+  /**
+   * Set by a control-plane replica that passed the connection on to the replica serving its
+   * channel (the one whose tunnel socket it names, or the one consuming the lease's returns):
+   * such a connection is served where it arrives or closed, never passed on again.
+   */
+  forwarded: z.literal(true).optional(),
 });
 export type LinkHeader = z.infer<typeof LinkHeader>;
 

@@ -42,3 +42,20 @@ describe('comma-separated list settings', () => {
     expect(() => loadConfig({ ...base, SBX_MOUNT_ALLOWLIST: 'relative/path' }, repoRoot)).toThrow(/absolute paths/);
   });
 });
+
+describe('the link address other replicas reach', () => {
+  it('is SBX_LINK_ADVERTISE, else SBX_LINK_LISTEN; listening on 0.0.0.0 without it is refused, naming both', () => {
+    expect(loadConfig(base, repoRoot).linkAdvertise).toBeNull();
+    expect(loadConfig({ ...base, SBX_LINK_LISTEN: '10.0.0.5:7071' }, repoRoot).linkAdvertise).toBe('10.0.0.5:7071');
+    expect(loadConfig({ ...base, SBX_LINK_LISTEN: '0.0.0.0:7071', SBX_LINK_ADVERTISE: 'cp-0.sbx:7071' }, repoRoot).linkAdvertise).toBe(
+      'cp-0.sbx:7071',
+    );
+    expect(() => loadConfig({ ...base, SBX_LINK_LISTEN: '0.0.0.0:7071' }, repoRoot)).toThrow(/SBX_LINK_LISTEN.*SBX_LINK_ADVERTISE/);
+    expect(() => loadConfig({ ...base, SBX_LINK_ADVERTISE: 'no-port' }, repoRoot)).toThrow(/SBX_LINK_ADVERTISE/);
+  });
+
+  it('artifacts live in SBX_ARTIFACT_DIR, by default under the data dir', () => {
+    expect(loadConfig({ ...base, SBX_DATA_DIR: '/srv/sbx' }, repoRoot).artifactDir).toBe('/srv/sbx/artifacts');
+    expect(loadConfig({ ...base, SBX_ARTIFACT_DIR: '/shared/artifacts' }, repoRoot).artifactDir).toBe('/shared/artifacts');
+  });
+});

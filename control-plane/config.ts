@@ -49,6 +49,21 @@ const Env = KubernetesEnv.extend({
     .regex(/^[^:]+:\d{1,5}$/, 'host:port')
     .optional(),
   /**
+   * The address (`host:port`) at which the other control-plane replicas reach this process's link
+   * listener, to pass on agent connections it serves (agent-link/link-peers.ts). Default: SBX_LINK_LISTEN,
+   * which must then name an address, not all of them (0.0.0.0).
+   */
+  SBX_LINK_ADVERTISE: z
+    .string()
+    .regex(/^[^:]+:\d{1,5}$/, 'host:port')
+    .optional(),
+  /**
+   * Where artifacts are kept. Replicas must share it (one volume mounted by each), as they share
+   * Redis: an artifact is written by the replica its agent brought it to and read by any.
+   * Default: `<SBX_DATA_DIR>/artifacts`.
+   */
+  SBX_ARTIFACT_DIR: z.string().min(1).optional(),
+  /**
    * The node relay's sockets directory on the nodes (Kubernetes driver): set, sandboxes reach
    * Redis, the egress proxy and the byte tunnels through the relay, never through this host's
    * sockets. Needs SBX_LINK_LISTEN. Default: off.
@@ -223,6 +238,10 @@ export interface Config {
   dockerSocket: string;
   /** The agent link listener's address (`SBX_LINK_LISTEN`), or null when off. */
   linkListen: { host: string; port: number } | null;
+  /** Where other replicas reach the link listener (`SBX_LINK_ADVERTISE`, else SBX_LINK_LISTEN), or null when off. */
+  linkAdvertise: string | null;
+  /** Artifact files (`SBX_ARTIFACT_DIR`, default `<data dir>/artifacts`); shared by replicas. */
+  artifactDir: string;
   /** The node relay's sockets directory on the nodes (`SBX_AGENT_RELAY_DIR`), or null. */
   agentRelayDir: string | null;
   /** The runtime driver: Docker (`dockerSocket`), or Kubernetes with its settings. */
@@ -269,6 +288,11 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     );
   if (e.SBX_AGENT_RELAY_DIR !== undefined && e.SBX_LINK_LISTEN === undefined)
     throw new Error('SBX_AGENT_RELAY_DIR needs SBX_LINK_LISTEN: the node relays forward the agents to the link listener');
+  const wildcard = e.SBX_LINK_LISTEN !== undefined && /^0\.0\.0\.0:/.test(e.SBX_LINK_LISTEN);
+  if (wildcard && e.SBX_LINK_ADVERTISE === undefined)
+    throw new Error(
+      `SBX_LINK_LISTEN ${e.SBX_LINK_LISTEN} listens on every address: set SBX_LINK_ADVERTISE to the one the other control planes reach it at`,
+    );
   const redis: Config['redis'] = unixPath ? { path: unixPath } : { url };
   if (password !== undefined) redis.password = password;
   return {
@@ -293,6 +317,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
       e.SBX_LINK_LISTEN === undefined
         ? null
         : { host: e.SBX_LINK_LISTEN.slice(0, e.SBX_LINK_LISTEN.lastIndexOf(':')), port: Number(e.SBX_LINK_LISTEN.split(':').pop()) },
+    linkAdvertise: e.SBX_LINK_ADVERTISE ?? e.SBX_LINK_LISTEN ?? null,
+    artifactDir: e.SBX_ARTIFACT_DIR ?? join(e.SBX_DATA_DIR, 'artifacts'),
     agentRelayDir: e.SBX_AGENT_RELAY_DIR ?? null,
     runtime: e.SBX_RUNTIME === 'kubernetes' ? { kind: 'kubernetes', ...kubernetesSettings(e) } : { kind: 'docker' },
     maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,

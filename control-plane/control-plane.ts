@@ -114,7 +114,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   // The return path: what agents send back is the call service's to ledger (made below, before any lease consumes returns).
   const link = new AgentLink(redis, options, config.redisPrefix, log, (leaseId, message) => calls.ingest(leaseId, message));
   // Before any lease work: other processes tell by this key that this one's creates and releases are alive.
-  await link.liveness.start();
+  await link.liveness.start(config.linkAdvertise ?? undefined);
   const expiry = new DurableTimers(redis, options, config.redisPrefix, LEASE_EXPIRY_QUEUE, log);
   const now = (): Date => new Date();
   const audit = new AuditLog(new RedisAuditStore(redis, config.redisPrefix), now);
@@ -122,9 +122,10 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const policies = new PolicyService({ store: new RedisPolicyStore(redis, config.redisPrefix), audit, now });
   const seeded = await policies.seed(await readPolicyFiles(config.policyDir));
   if (seeded.length > 0) log.info({ policies: seeded }, 'policy files imported into the policy store');
-  const artifacts = new ArtifactStore(join(config.dataDir, 'artifacts'), artifactRecords);
+  const artifacts = new ArtifactStore(config.artifactDir, artifactRecords);
   // The byte channel to agents: port previews, file transfers, artifacts.
   const tunnels = new AgentTunnels({
+    processId: link.liveness.processId,
     dirOf: (leaseId) => leaseDirs(config.dataDir, leaseId).previews, // previews: the agent brings each connection to a socket there
     signal: (leaseId, message) => link.calls.signal(leaseId, message),
     log,
@@ -160,7 +161,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     log,
   });
   const linkKey = agentLinkKey(config.secretsKey);
-  const links = config.linkListen && (await startLinkListener(config.linkListen, { key: linkKey, egress, tunnels, log }));
+  const links = await startLinkListener(config.linkListen, { key: linkKey, egress, tunnels, peers: link.peers, log });
   const quotas = new QuotaService({
     store: new RedisQuotaStore(redis, config.redisPrefix),
     audit,

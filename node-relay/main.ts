@@ -14,6 +14,7 @@
 import { chmod, mkdir, rm } from 'node:fs/promises';
 import net from 'node:net';
 import { dirname } from 'node:path';
+import { spliceSockets } from '../contract/splice.js';
 
 type Address = { path: string } | { host: string; port: number };
 
@@ -27,22 +28,11 @@ export function parseAddress(text: string): Address {
 
 /** Listens on `from` and pipes each connection to `to`; resolves once listening. */
 export async function relay(from: Address, to: Address, log: (line: string) => void): Promise<net.Server> {
-  // Half-open both ways: a side that ends its writing (a transfer's sender, done) may still be
-  // read from (the receiver's end frame comes back); each end is passed on by the pipes, after
-  // what is buffered. An error on either side cuts both.
   const server = net.createServer({ allowHalfOpen: true }, (client) => {
     client.setNoDelay?.(true);
     const upstream = net.connect({ ...to, allowHalfOpen: true });
     upstream.setNoDelay?.(true);
-    client.pipe(upstream);
-    upstream.pipe(client);
-    client.on('error', () => upstream.destroy());
-    upstream.on('error', (err) => {
-      log(`relay ${describe(from)} -> ${describe(to)}: ${err.message}`);
-      client.destroy();
-    });
-    client.once('close', (hadError) => hadError && upstream.destroy());
-    upstream.once('close', (hadError) => hadError && client.destroy());
+    spliceSockets(client, upstream, (err, side) => side === 'b' && log(`relay ${describe(from)} -> ${describe(to)}: ${err.message}`));
   });
   if ('path' in from) {
     await mkdir(dirname(from.path), { recursive: true, mode: 0o700 });

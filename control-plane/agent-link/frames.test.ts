@@ -123,6 +123,7 @@ describe('AgentTunnels.openTransfer', () => {
     dirs.push(dir);
     const signalled: unknown[] = [];
     const tunnels = new AgentTunnels({
+      processId: '0123456789abcdef',
       dirOf: () => dir,
       signal: async (_id, message) => void signalled.push(message),
       log: { warn: () => undefined },

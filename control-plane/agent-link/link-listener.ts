@@ -3,13 +3,15 @@
  * other machines reach through their node's relay. Each connection begins with a LinkHeader
  * line; its lease's link token is checked, then the rest of the connection is served exactly as
  * a connection to that lease's Unix socket on this host: the egress proxy (`egress`), or this
- * process's byte-tunnel socket (`tunnel`). A bad, late or oversized header, a wrong token, or a
- * lease or socket this process does not serve closes the connection with nothing written.
+ * process's byte-tunnel socket (`tunnel`). A connection whose channel another replica serves is
+ * passed on to it (link-peers.ts). A bad, late or oversized header, a wrong token, or a lease or
+ * socket no live process serves closes the connection with nothing written.
  */
 import { hkdfSync } from 'node:crypto';
 import net from 'node:net';
 import type { Logger } from 'pino';
 import { LINK_HEADER_MAX_BYTES, LinkHeader, validLinkToken } from '../../contract/link.js';
+import type { LinkPeers } from './link-peers.js';
 import { readLine } from './read-line.js';
 
 /** How long a connection may take to send its header, ms. */
@@ -18,8 +20,13 @@ const HEADER_TIMEOUT_MS = 10_000;
 export interface LinkListenerDeps {
   /** The link tokens' key (shared by every control plane of the installation). */
   key: Buffer;
-  egress: { adopt(leaseId: string, socket: net.Socket): void };
-  tunnels: { adopt(leaseId: string, socketName: string | undefined, socket: net.Socket): void };
+  egress: { serves(leaseId: string): boolean; adopt(leaseId: string, socket: net.Socket): void };
+  tunnels: {
+    serves(leaseId: string, socketName: string | undefined): boolean;
+    adopt(leaseId: string, socketName: string | undefined, socket: net.Socket): void;
+  };
+  /** The other replicas, to pass on what this process does not serve. */
+  peers: Pick<LinkPeers, 'forward'>;
   log: Pick<Logger, 'warn'>;
 }
 
@@ -60,10 +67,21 @@ export class LinkListener {
         socket.destroy();
         return;
       }
-      if (rest.length > 0) socket.unshift(rest);
-      const { lease, channel } = header.data;
-      if (channel === 'egress') this.deps.egress.adopt(lease, socket);
-      else this.deps.tunnels.adopt(lease, header.data.socket, socket);
+      const { lease, channel, socket: socketName } = header.data;
+      const { egress, tunnels } = this.deps;
+      if (channel === 'egress' ? egress.serves(lease) : tunnels.serves(lease, socketName)) {
+        if (rest.length > 0) socket.unshift(rest);
+        if (channel === 'egress') egress.adopt(lease, socket);
+        else tunnels.adopt(lease, socketName, socket);
+        return;
+      }
+      void this.deps.peers.forward(header.data, rest, socket).then(
+        (passed) => passed || socket.destroy(),
+        (err: unknown) => {
+          this.deps.log.warn({ err, lease }, 'agent link connection dropped: finding the replica that serves it failed');
+          socket.destroy();
+        },
+      );
     });
   }
 }
@@ -81,8 +99,12 @@ export function agentLinkKey(secretsKey: Buffer): Buffer {
   return Buffer.from(hkdfSync('sha256', secretsKey, Buffer.alloc(0), 'sbx agent link', 32));
 }
 
-/** A link listener on `address`, listening. */
-export async function startLinkListener(address: { host: string; port: number }, deps: LinkListenerDeps): Promise<LinkListener> {
+/** A link listener on `address`, listening; null when there is no address (`SBX_LINK_LISTEN` unset). */
+export async function startLinkListener(
+  address: { host: string; port: number } | null,
+  deps: LinkListenerDeps,
+): Promise<LinkListener | null> {
+  if (address === null) return null;
   const listener = new LinkListener(deps);
   await listener.listen(address.host, address.port);
   return listener;

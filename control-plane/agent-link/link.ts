@@ -1,8 +1,8 @@
 /**
  * The control plane's side of each sandbox's channel (docs/DESIGN.md §5), one part a file: the
  * agent's ACL user (`acl.ts`), calls out (`calls-out.ts`), returns in with the consumer lock
- * (`returns-in.ts`), the hello and bind handshake (`handshake.ts`) and this process's liveness
- * (`liveness.ts`). `AgentLink` builds them and does what spans them: stop and destroy a lease's
+ * (`returns-in.ts`), the hello and bind handshake (`handshake.ts`), this process's liveness
+ * (`liveness.ts`) and the replicas it passes link connections on to (`link-peers.ts`). `AgentLink` builds them and does what spans them: stop and destroy a lease's
  * channel, close everything. Consumers take the part (or the `Pick<>`) they use.
  */
 import type { Redis, RedisOptions } from 'ioredis';
@@ -14,6 +14,7 @@ import { CallsOut } from './calls-out.js';
 import { Handshake } from './handshake.js';
 import { InputOut } from './input-out.js';
 import { LiveIn } from './live-in.js';
+import { LinkPeers } from './link-peers.js';
 import { Liveness } from './liveness.js';
 import { ReturnsIn, type ReturnHandler } from './returns-in.js';
 
@@ -25,6 +26,7 @@ export class AgentLink {
   readonly handshake: Handshake;
   readonly input: InputOut;
   readonly live: LiveIn;
+  readonly peers: LinkPeers;
 
   /** `onReturn` receives every message an agent sends back (the composition root hands it to calls). */
   constructor(
@@ -41,6 +43,12 @@ export class AgentLink {
     this.handshake = new Handshake(redis, rootPrefix, this.calls);
     this.input = new InputOut(redis, rootPrefix);
     this.live = new LiveIn(redis, rootPrefix);
+    this.peers = new LinkPeers({
+      processId: this.liveness.processId,
+      consumerOf: (leaseId) => this.returns.consumerOf(leaseId),
+      linkAddressOf: (processId) => this.liveness.linkAddressOf(processId),
+      log,
+    });
   }
 
   /** Stops consuming the lease's returns, giving up the consumer lock (idempotent). */

@@ -1,7 +1,8 @@
 /**
  * This control-plane process's liveness key (`<prefix>process:<processId>`), by which other
  * processes tell that work it started (a create, a release, a consumer lock) has no one left to
- * finish it.
+ * finish it. Its value is the address of the process's agent link listener (`host:port`, where
+ * other replicas pass agent connections for this process on: link-peers.ts), or `1` without one.
  */
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
@@ -26,10 +27,13 @@ export class Liveness {
     private readonly log: Logger,
   ) {}
 
-  /** Starts renewing this process's liveness key (LIVENESS_MS, renewed every HEARTBEAT_MS). Idempotent. */
-  async start(): Promise<void> {
+  /**
+   * Starts renewing this process's liveness key (LIVENESS_MS, renewed every HEARTBEAT_MS), holding
+   * `linkAddress` (`host:port`) when the process has an agent link listener. Idempotent.
+   */
+  async start(linkAddress?: string): Promise<void> {
     if (this.heartbeat) return;
-    const beat = (): Promise<unknown> => this.redis.set(this.key(this.processId), '1', 'PX', LIVENESS_MS);
+    const beat = (): Promise<unknown> => this.redis.set(this.key(this.processId), linkAddress ?? '1', 'PX', LIVENESS_MS);
     await beat();
     this.heartbeat = setInterval(
       () => void beat().catch((err: unknown) => this.log.warn({ err }, 'liveness heartbeat failed')),
@@ -40,6 +44,12 @@ export class Liveness {
   /** Whether the control-plane process `processId` renewed its liveness key within LIVENESS_MS. */
   async isAlive(processId: string): Promise<boolean> {
     return processId === this.processId || (await this.redis.exists(this.key(processId))) === 1;
+  }
+
+  /** The link listener address (`host:port`) of the live process `processId`; null when it is gone or has none. */
+  async linkAddressOf(processId: string): Promise<string | null> {
+    const value = await this.redis.get(this.key(processId));
+    return value === null || value === '1' ? null : value;
   }
 
   /** Stops the heartbeat and deletes the key (a clean shutdown: others take over at once). */

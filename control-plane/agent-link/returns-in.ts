@@ -168,6 +168,11 @@ export class ReturnsIn {
     }
   }
 
+  /** The process (`Liveness.processId`) holding the lease's consumer lock, which serves its egress too; null when none does. */
+  consumerOf(leaseId: string): Promise<string | null> {
+    return this.lock.holder(this.lockKey(leaseId));
+  }
+
   /** Lease ids this process consumes returns for. */
   active(): string[] {
     return [...this.consumed.keys()];

@@ -36,6 +36,7 @@ import {
 } from '../../contract/previews.js';
 import type { TransferOp, TransferOpen } from '../../contract/transfers.js';
 import { ConnIds } from './conn-ids.js';
+import { tunnelSocketName } from './link-peers.js';
 import { readLine } from './read-line.js';
 
 /** A lease's listener with no connection pending for this long is closed, ms. */
@@ -44,6 +45,8 @@ const LISTENER_IDLE_MS = 60_000;
 const HEADER_TIMEOUT_MS = 5000;
 
 export interface PreviewTunnelDeps {
+  /** This process's id (`Liveness.processId`): it names the process's sockets (`tunnelSocketName`). */
+  processId: string;
   /** Host directory of a lease's tunnel sockets (mounted into its sandbox at PREVIEW_SOCKET_DIR). */
   dirOf(leaseId: string): string;
   /** Delivers `message` to the lease's agent (its `control` channel). */
@@ -100,8 +103,6 @@ interface Listener {
 }
 
 export class AgentTunnels {
-  /** Names this process's sockets: one per process, so peers never take each other's path. */
-  private readonly instance = randomBytes(8).toString('hex');
   private readonly listeners = new Map<string, Listener>();
   private readonly ids = new ConnIds();
 
@@ -277,8 +278,14 @@ export class AgentTunnels {
    */
   adopt(leaseId: string, socketName: string | undefined, socket: net.Socket): void {
     const listener = this.listeners.get(leaseId);
-    if (listener === undefined || listener.closed || listener.socketName !== socketName) socket.destroy();
-    else this.accept(socket, listener);
+    if (listener !== undefined && this.serves(leaseId, socketName)) this.accept(socket, listener);
+    else socket.destroy();
+  }
+
+  /** Whether this process listens on socket `socketName` of `leaseId`. */
+  serves(leaseId: string, socketName: string | undefined): boolean {
+    const listener = this.listeners.get(leaseId);
+    return listener !== undefined && !listener.closed && listener.socketName === socketName;
   }
 
   /** Closes this process's listener of `leaseId` (idempotent); open tunnels are left to their ends. */
@@ -304,7 +311,7 @@ export class AgentTunnels {
   private listenerOf(leaseId: string): Listener {
     const existing = this.listeners.get(leaseId);
     if (existing) return existing;
-    const socketName = `${this.instance}.sock`;
+    const socketName = tunnelSocketName(this.deps.processId);
     const pending = new Map<string, Pending>();
     const server = net.createServer((socket) => this.accept(socket, listener));
     const dir = this.deps.dirOf(leaseId);

@@ -61,6 +61,7 @@ function agentOpen(open: PreviewOpen): void {
 beforeAll(async () => {
   dir = await scratch('sbx-serve-test-');
   tunnels = new AgentTunnels({
+    processId: '0123456789abcdef',
     dirOf: () => dir,
     signal: async (_leaseId, message) => {
       if (message.type === 'preview_open') agentOpen(message);

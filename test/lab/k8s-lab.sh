@@ -7,6 +7,10 @@
 #
 #   up        brings the lab up (binaries from k8s-build.sh's cache), prints the nodes, writes
 #             $SBX_LAB_DIR/env (KUBECONFIG, the registry, the hub namespace).
+#             Also the namespaces of control-plane replicas (${NAME}cp1.., at $NET.21..; a test starts
+#             the control planes in them) and, in the hub, one address in front of them (haproxy):
+#             $NET.1:7071 for the agents' link (the node relays pipe there; also to a control plane
+#             the tests run in the hub, on $NET.1:7170) and $NET.1:8080 for the API.
 #   push IMG  copies an image of the host engine into the lab's registry as <registry>/IMG.
 #   kubectl   kubectl against the lab, run in the hub namespace.
 #   down      stops exactly what `up` started, by pid, removes its namespaces, mounts, cgroups and
@@ -14,7 +18,7 @@
 #
 # Settings: SBX_LAB_NAME (namespace prefix, default sbxk; two checkouts on one machine pick two
 # names), SBX_LAB_NET (the hub's /24, default 10.231.0), SBX_LAB_NODES (3), SBX_LAB_RUNSC_NODES
-# (nodes whose engine runs gVisor by default, "3"), SBX_LAB_CONTAINER_PIDS (512; the wrapper below),
+# (nodes whose engine runs gVisor by default, "3"), SBX_LAB_CP_REPLICAS (2), SBX_LAB_CONTAINER_PIDS (512; the wrapper below),
 # SBX_K8S_CACHE (k8s-build.sh's cache).
 #
 # Facts this relies on, each found on this kind of machine: `ip netns exec` remounts /sys and
@@ -30,6 +34,7 @@ NAME="${SBX_LAB_NAME:-sbxk}"
 NET="${SBX_LAB_NET:-10.231.0}"
 NODES="${SBX_LAB_NODES:-3}"
 RUNSC_NODES=" ${SBX_LAB_RUNSC_NODES-3} "
+REPLICAS="${SBX_LAB_CP_REPLICAS:-2}"
 BIN="${SBX_K8S_CACHE:-/var/cache/sbx/k8s-1.20.2}"
 LAB="${SBX_LAB_DIR:-/var/tmp/$NAME-lab}"
 HUB="/run/netns/${NAME}hub"
@@ -58,7 +63,7 @@ wait_for() { # what tries command...: up to 60 s
 
 packages() {
   local want=() p
-  for p in etcd-server containernetworking-plugins docker-registry docker.io jq iproute2 util-linux openssl; do
+  for p in etcd-server containernetworking-plugins docker-registry docker.io jq iproute2 util-linux openssl haproxy; do
     dpkg -s "$p" >/dev/null 2>&1 || want+=("$p")
   done
   ((${#want[@]} == 0)) || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${want[@]}" >/dev/null
@@ -167,6 +172,53 @@ start_relays() {
   done
 }
 
+# A network namespace on the hub's bridge: name, address.
+join_bridge() {
+  local ns=$1 address=$2 veth="v$1"
+  ip netns add "$ns"
+  ip link add "$veth" type veth peer name eth0 netns "$ns"
+  ip link set "$veth" netns "${NAME}hub"
+  ip -n "${NAME}hub" link set "$veth" master br0 up
+  ip -n "$ns" addr add "$address/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" route add default via "$NET.1"
+}
+
+# One address in front of the control planes, as a Service or a load balancer would be: TCP,
+# round robin over those that accept connections (checked every 500 ms; a connection refused is
+# tried on another). The link's backends are the replicas and a control plane in the hub itself.
+start_front() {
+  local j link="    server hub $NET.1:7170 check inter 500 fall 1 rise 1" api=""
+  for j in $(seq 1 "$REPLICAS"); do
+    link+=$'\n'"    server cp$j $NET.$((20 + j)):7071 check inter 500 fall 1 rise 1"
+    api+=$'\n'"    server cp$j $NET.$((20 + j)):8080 check inter 500 fall 1 rise 1"
+  done
+  cat >"$LAB/front.cfg" <<F
+global
+    maxconn 4096
+defaults
+    mode tcp
+    timeout connect 2s
+    timeout client 1h
+    timeout server 1h
+    retries 3
+    option redispatch
+frontend link
+    bind $NET.1:7071
+    default_backend link
+backend link
+    balance roundrobin
+$link
+frontend api
+    bind $NET.1:8080
+    default_backend api
+backend api
+    balance roundrobin$api
+F
+  spawn front "$HUB" haproxy -db -f "$LAB/front.cfg"
+}
+
 start_kubelet() { # node
   local i=$1 d=$K/n$i rt=runc
   [[ $RUNSC_NODES == *" $i "* ]] && rt=runsc
@@ -208,16 +260,12 @@ up() {
     "$LAB/registry-data" "$REGISTRY" >"$LAB/registry.yml"
   spawn registry "$HUB" docker-registry serve "$LAB/registry.yml"
   for i in $(seq 1 "$NODES"); do
-    ip netns add "$NAME$i"
-    ip link add "v$NAME$i" type veth peer name eth0 netns "$NAME$i"
-    ip link set "v$NAME$i" netns "${NAME}hub"
-    ip -n "${NAME}hub" link set "v$NAME$i" master br0 up
-    ip -n "$NAME$i" addr add "$NET.$((10 + i))/24" dev eth0
-    ip -n "$NAME$i" link set eth0 up
-    ip -n "$NAME$i" link set lo up
-    ip -n "$NAME$i" route add default via "$NET.1"
+    join_bridge "$NAME$i" "$NET.$((10 + i))"
     start_engine "$i"
   done
+  for i in $(seq 1 "$REPLICAS"); do join_bridge "${NAME}cp$i" "$NET.$((20 + i))"; done
+  echo "$REPLICAS" >"$LAB/replicas"
+  start_front
   for i in $(seq 1 "$NODES"); do wait_for "engine $i" 300 engine "$i" version; done
   say "$NODES engines up in $(elapsed "$t0") s"
 
@@ -264,7 +312,10 @@ export SBX_LAB_NODES=$NODES
 export SBX_LAB_NODE_PREFIX=$NAME
 export SBX_LAB_DIR=$LAB
 export SBX_LAB_RELAY_DIR=$LAB/relay
-export SBX_LAB_LINK_LISTEN=$NET.1:7071
+export SBX_LAB_LINK_LISTEN=$NET.1:7170
+export SBX_LAB_REDIS_URL=redis://$NET.1:6390
+export SBX_LAB_API=$NET.1:8080
+export SBX_LAB_REPLICAS="$(for i in $(seq 1 "$REPLICAS"); do printf '/run/netns/%scp%s=%s.%s ' "$NAME" "$i" "$NET" $((20 + i)); done)"
 E
   say "kubernetes with $NODES nodes Ready in $(elapsed "$t0") s; settings in $LAB/env"
 }
@@ -307,7 +358,7 @@ down() {
   for f in "$LAB"/kubelet-*.pid "$LAB/controller-manager.pid" "$LAB/scheduler.pid" "$LAB/apiserver.pid" "$LAB/etcd.pid"; do
     [[ -f $f ]] && stop_pid "$f"
   done
-  for f in "$LAB"/relay-*.pid "$LAB/redis-forward.pid" "$LAB"/engine-*.pid; do [[ -f $f ]] && stop_pid "$f"; done
+  for f in "$LAB"/relay-*.pid "$LAB/redis-forward.pid" "$LAB/front.pid" "$LAB"/engine-*.pid; do [[ -f $f ]] && stop_pid "$f"; done
   mapfile -t left < <(lab_processes)
   if ((${#left[@]})); then
     say "stopping ${#left[@]} leftover processes of the lab"
@@ -316,6 +367,7 @@ down() {
   fi
   [[ -f $LAB/registry.pid ]] && stop_pid "$LAB/registry.pid"
   for i in $(seq 1 "$n"); do ip netns del "$NAME$i" 2>/dev/null || true; done
+  for i in $(seq 1 "$(cat "$LAB/replicas" 2>/dev/null || echo "$REPLICAS")"); do ip netns del "${NAME}cp$i" 2>/dev/null || true; done
   ip netns del "${NAME}hub" 2>/dev/null || true
   # Mounts under the lab (a node engine's overlays, kubelet's volumes) that outlived their namespace.
   { grep -F " $LAB/" /proc/self/mountinfo || true; } | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
@@ -326,7 +378,7 @@ down() {
 
 check_gone() {
   local problems=()
-  [[ -z $(ip netns list | grep -E "^${NAME}(hub|[0-9]+)( |$)" || true) ]] || problems+=("network namespaces: $(ip netns list | grep -E "^${NAME}(hub|[0-9]+)( |$)" | tr '\n' ' ')")
+  [[ -z $(ip netns list | grep -E "^${NAME}(hub|[0-9]+|cp[0-9]+)( |$)" || true) ]] || problems+=("network namespaces: $(ip netns list | grep -E "^${NAME}(hub|[0-9]+|cp[0-9]+)( |$)" | tr '\n' ' ')")
   [[ -z $(lab_processes) ]] || problems+=("processes: $(lab_processes | tr '\n' ' ')")
   ! grep -qF " $LAB/" /proc/self/mountinfo || problems+=("mounts under $LAB")
   [[ -z $(lab_cgroups) ]] || problems+=("cgroups: $(lab_cgroups | tr '\n' ' ')")

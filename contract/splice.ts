@@ -1,0 +1,27 @@
+/**
+ * Byte pipes between two sockets, as the node relay (node-relay/main.ts) and a control-plane
+ * replica passing an agent's link connection on (control-plane/agent-link/link-peers.ts) use them.
+ * No dependency but node: the node relay runs with nothing else.
+ */
+import type net from 'node:net';
+
+/**
+ * Pipes `a` and `b` into each other, half-open both ways: a side that ends its writing (a
+ * transfer's sender, done) may still be read from (the receiver's end frame comes back); each end
+ * is passed on after what is buffered. An error on either side cuts both; `onError` hears of it.
+ * Both sockets must allow half-open connections (`allowHalfOpen: true`) for the ends to pass.
+ */
+export function spliceSockets(a: net.Socket, b: net.Socket, onError: (err: Error, side: 'a' | 'b') => void = () => undefined): void {
+  a.pipe(b);
+  b.pipe(a);
+  a.on('error', (err) => {
+    onError(err, 'a');
+    b.destroy();
+  });
+  b.on('error', (err) => {
+    onError(err, 'b');
+    a.destroy();
+  });
+  a.once('close', (hadError) => hadError && b.destroy());
+  b.once('close', (hadError) => hadError && a.destroy());
+}
