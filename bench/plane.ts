@@ -19,6 +19,8 @@ export interface PlaneOptions {
   repoRoot: string;
   /** `SBX_WARM_POOLS` of the plane (JSON). */
   warmPools: unknown[];
+  /** Settings on top of the bench's own (bench/kubernetes.ts: the Kubernetes driver's). */
+  env?: Record<string, string>;
   /** Directory for a `--cpu-prof` profile of the plane, written when it stops. */
   cpuProfDir?: string | undefined;
 }
@@ -66,6 +68,7 @@ export async function startPlane(options: PlaneOptions): Promise<RunningPlane> {
     SBX_IMAGE: shared.image,
     SBX_LOG_LEVEL: 'warn',
     SBX_WARM_POOLS: JSON.stringify(options.warmPools),
+    ...options.env,
   };
   if (shared.redis.password !== undefined) env.SBX_REDIS_PASSWORD = shared.redis.password;
   const config = loadConfig(env, options.repoRoot);

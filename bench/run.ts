@@ -14,6 +14,7 @@ import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { removeOwned } from './baseline.js';
+import { dropPrefix } from '../control-plane/redis/drop-prefix.js';
 import { BenchContext } from './context.js';
 import { burstCold, burstPool, burstWarm, BURST_POLICY, primeBurstPool } from './figures/burst.js';
 import { controlPlaneCpu } from './figures/cp-cpu.js';
@@ -152,7 +153,9 @@ export async function runBench(
     await ctx.close().catch(failed('closing the bench context'));
     await plane.stop().catch(failed('stopping the control plane'));
     await removeOwned(ctx.docker, plane.config.owner).catch(failed('removing the containers'));
-    await dropKeys(ctx, plane.config.redisPrefix).catch(failed('dropping the Redis keys'));
+    const redis = ctx.redis();
+    await dropPrefix(redis, plane.config.redisPrefix).catch(failed('dropping the Redis keys'));
+    redis.disconnect();
   };
   // Interrupted (Ctrl-C, a timeout's TERM), the run still removes what it made before it exits:
   // the plane stops at once, so the figure under way fails soon; no other figure starts; the
@@ -242,17 +245,6 @@ export async function runBench(
 }
 
 /** Removes the plane's Redis keys (its prefix only): ledger, queues, pools. */
-async function dropKeys(ctx: BenchContext, prefix: string): Promise<void> {
-  const redis = ctx.redis();
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-    if (keys.length > 0) await redis.unlink(...keys);
-    cursor = next;
-  } while (cursor !== '0');
-  redis.disconnect();
-}
-
 async function main(): Promise<void> {
   // A reader that went away (`| head`) must not end the run before it removed what it made: an
   // unhandled EPIPE on stdout or stderr would. What it no longer reads is lost, nothing else.

@@ -20,8 +20,7 @@ import { EgressProxy } from '../control-plane/egress/proxy.js';
 import { loadConfig } from '../control-plane/config.js';
 import { EgressLog, EGRESS_LOG_MAX } from '../control-plane/egress/store.js';
 import { connectRedis, redisOptions } from '../control-plane/redis/connections.js';
-import { randomBytes } from 'node:crypto';
-import { REPO_ROOT, eventually } from './fixtures/index.js';
+import { REPO_ROOT, eventually, testIdentity } from './fixtures/index.js';
 
 const run = promisify(execFile);
 
@@ -163,7 +162,8 @@ describe('the egress log under a flood', () => {
     async () => {
       const config = loadConfig(process.env, REPO_ROOT);
       const redis = connectRedis(redisOptions(config.redis));
-      const prefix = `sbxtest:egress-flood-${randomBytes(4).toString('hex')}:`;
+      // Under the run's prefix: the global teardown removes its keys.
+      const { prefix } = testIdentity('egress-flood');
       const ledger = new EgressLog(redis, prefix);
       const flooded = new EgressProxy({
         resolve: async () => ['127.0.0.2'],

@@ -7,7 +7,7 @@
  * installation ids made (no `sbx.installation` label) is touched by neither, and
  * deploy/local/remove-legacy.sh removes it.
  *
- * The owner is one of this test's (`test-installations-…`), not the literal default `sbx`: on a
+ * The owner is one of this test's (`sbx-test-<run>-installations-…`), not the literal default `sbx`: on a
  * control plane without installation ids, reconcile with owner `sbx` would reap every sandbox of
  * every other sbx on this shared engine — the defect itself.
  */
@@ -20,13 +20,12 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
 import { processIdentity } from '../contract/data-dir.js';
-import { REPO_ROOT, containersOf, docker, startHarness, type Harness } from './fixtures/index.js';
+import { REPO_ROOT, containersOf, docker, startHarness, testIdentity, type Harness } from './fixtures/index.js';
 
 const run = promisify(execFile);
-const tag = randomBytes(4).toString('hex');
-const owner = `test-installations-${tag}`;
 // The same prefix on both Redis servers too: only the Redis tells the two installations apart.
-const prefix = `sbxtest:installations-${tag}:`;
+// Both under the run's own (test/fixtures/run.ts), so what a failed run leaves is found and removed.
+const { owner, prefix } = testIdentity('installations');
 
 let dataDirB: string;
 let redisPidB: number | undefined;
@@ -75,7 +74,7 @@ async function running(leaseId: string): Promise<boolean> {
   return (await docker('inspect', '-f', '{{.State.Running}}', `sbx-${leaseId}`).catch(() => 'gone')).trim() === 'true';
 }
 
-const legacyLease = `sbx_legacy${tag}`;
+const legacyLease = `sbx_legacy${randomBytes(4).toString('hex')}`;
 const legacyLabels = ['--label', `sbx.owner=${owner}`, '--label', `sbx.lease=${legacyLease}`];
 
 async function removeLegacy(): Promise<void> {

@@ -4,8 +4,9 @@
 # up (k8s-lab.sh), pushes the sandbox image into the lab's registry, runs the `kubernetes`
 # vitest project (test/kubernetes/) inside the lab's hub network namespace (where the API server
 # and the registry listen), and takes the lab down, also when a step failed, checking that none
-# of it is left. Extra arguments go to vitest (e.g. one test file). Needs root, and
-# deploy/local/setup.sh run before (Docker engine, Redis, the sandbox image and agent runtime).
+# of it is left. Extra arguments go to vitest (e.g. one test file); `kubernetes-suite.sh bench`
+# runs the Kubernetes-against-Docker benchmark (bench/kubernetes.ts) there instead. Needs root,
+# and deploy/local/setup.sh run before (Docker engine, Redis, the sandbox image and agent runtime).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -23,7 +24,11 @@ bash "$here/k8s-lab.sh" push "$(cat "$repo/dist/.sbx-image")"
 # shellcheck disable=SC1091
 source "$lab/env"
 export SBX_K8S_KUBECONFIG SBX_LAB_REGISTRY SBX_LAB_NODE_PREFIX SBX_LAB_HUB SBX_LAB_DIR SBX_LAB_RELAY_DIR SBX_LAB_LINK_LISTEN
-(cd "$repo" && nsenter --net="$SBX_LAB_HUB" npx vitest run --project kubernetes "$@") || status=$?
+if [[ ${1:-} == bench ]]; then
+  (cd "$repo" && nsenter --net="$SBX_LAB_HUB" node dist/bench/kubernetes.js) || status=$?
+else
+  (cd "$repo" && nsenter --net="$SBX_LAB_HUB" npx vitest run --project kubernetes "$@") || status=$?
+fi
 trap - EXIT
 down
 bash "$repo/test/leftovers.sh" "$SBX_TEST_RUN" || status=1
