@@ -15,7 +15,7 @@
  *   all answered, the lease latency under that load, and host memory per sandbox (the drop of
  *   MemAvailable, /proc/meminfo, over the N; the lab's nodes run on this host too).
  *
- * Settings: SBX_BENCH_K8S_LEASES (8), SBX_BENCH_K8S_CALLS (50), SBX_BENCH_K8S_DENSITY (24),
+ * Settings: SBX_BENCH_K8S_LEASES (8), SBX_BENCH_K8S_CALLS (50), SBX_BENCH_K8S_DENSITY (16),
  * SBX_BENCH_K8S_CONCURRENCY (8). Writes bench/results/kubernetes.json.
  */
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
@@ -60,7 +60,7 @@ function setting(name: string, fallback: number): number {
 const settings = {
   leases: setting('SBX_BENCH_K8S_LEASES', 8),
   calls: setting('SBX_BENCH_K8S_CALLS', 50),
-  density: setting('SBX_BENCH_K8S_DENSITY', 24),
+  density: setting('SBX_BENCH_K8S_DENSITY', 16),
   concurrency: setting('SBX_BENCH_K8S_CONCURRENCY', 8),
 };
 
@@ -68,7 +68,14 @@ const log = (line: string): void => void process.stderr.write(`bench:kubernetes:
 
 /** The lab's settings, as test/lab/k8s-lab.sh wrote them into the environment. */
 function labEnv(namespace: string): Record<string, string> {
-  const need = ['SBX_K8S_KUBECONFIG', 'SBX_LAB_REGISTRY', 'SBX_LAB_RELAY_DIR', 'SBX_LAB_LINK_LISTEN'];
+  const need = [
+    'SBX_K8S_KUBECONFIG',
+    'SBX_LAB_REGISTRY',
+    'SBX_LAB_RELAY_DIR',
+    'SBX_LAB_LINK_LISTEN',
+    'SBX_LAB_TLS_CERT',
+    'SBX_LAB_TLS_KEY',
+  ];
   const missing = need.filter((name) => !process.env[name]);
   if (missing.length > 0) throw new Error(`no lab cluster (${missing.join(', ')} unset): run test/lab/kubernetes-suite.sh bench`);
   const image = readFileSync(join(REPO_ROOT, 'dist', '.sbx-image'), 'utf8').trim();
@@ -81,6 +88,11 @@ function labEnv(namespace: string): Record<string, string> {
     SBX_K8S_NODE_PIDS_LIMIT: '512',
     SBX_AGENT_RELAY_DIR: process.env.SBX_LAB_RELAY_DIR!,
     SBX_LINK_LISTEN: process.env.SBX_LAB_LINK_LISTEN!,
+    SBX_LINK_TLS_CERT: process.env.SBX_LAB_TLS_CERT!,
+    SBX_LINK_TLS_KEY: process.env.SBX_LAB_TLS_KEY!,
+    // A tenth of a CPU requested per sandbox (default: a quarter of the policy's 2): the lab's two
+    // runc nodes, 2 CPUs each, would hold 8 default sandboxes; density measures memory, not requests.
+    SBX_K8S_CPU_REQUEST_FRACTION: '0.05',
   };
 }
 

@@ -58,6 +58,14 @@ const Env = KubernetesEnv.extend({
     .regex(/^[^:]+:\d{1,5}$/, 'host:port')
     .optional(),
   /**
+   * PEM files of the certificate and key the link listener serves TLS with (both or neither). Set,
+   * node relays dial it with `tls:` and replicas pass connections on over TLS; every replica of an
+   * installation sets them, and trusts the others' issuer (`NODE_EXTRA_CA_CERTS` for a private
+   * CA). Default: plain TCP, for links inside one machine or a network of their own.
+   */
+  SBX_LINK_TLS_CERT: z.string().min(1).optional(),
+  SBX_LINK_TLS_KEY: z.string().min(1).optional(),
+  /**
    * Where artifacts are kept. Replicas must share it (one volume mounted by each), as they share
    * Redis: an artifact is written by the replica its agent brought it to and read by any.
    * Default: `<SBX_DATA_DIR>/artifacts`.
@@ -240,6 +248,8 @@ export interface Config {
   linkListen: { host: string; port: number } | null;
   /** Where other replicas reach the link listener (`SBX_LINK_ADVERTISE`, else SBX_LINK_LISTEN), or null when off. */
   linkAdvertise: string | null;
+  /** The link listener's TLS certificate and key files, or null: plain TCP. */
+  linkTls: { certFile: string; keyFile: string } | null;
   /** Artifact files (`SBX_ARTIFACT_DIR`, default `<data dir>/artifacts`); shared by replicas. */
   artifactDir: string;
   /** The node relay's sockets directory on the nodes (`SBX_AGENT_RELAY_DIR`), or null. */
@@ -293,6 +303,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     throw new Error(
       `SBX_LINK_LISTEN ${e.SBX_LINK_LISTEN} listens on every address: set SBX_LINK_ADVERTISE to the one the other control planes reach it at`,
     );
+  if ((e.SBX_LINK_TLS_CERT === undefined) !== (e.SBX_LINK_TLS_KEY === undefined))
+    throw new Error('SBX_LINK_TLS_CERT and SBX_LINK_TLS_KEY go together: the link listener serves TLS with both');
   const redis: Config['redis'] = unixPath ? { path: unixPath } : { url };
   if (password !== undefined) redis.password = password;
   return {
@@ -318,6 +330,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
         ? null
         : { host: e.SBX_LINK_LISTEN.slice(0, e.SBX_LINK_LISTEN.lastIndexOf(':')), port: Number(e.SBX_LINK_LISTEN.split(':').pop()) },
     linkAdvertise: e.SBX_LINK_ADVERTISE ?? e.SBX_LINK_LISTEN ?? null,
+    linkTls: e.SBX_LINK_TLS_CERT && e.SBX_LINK_TLS_KEY ? { certFile: e.SBX_LINK_TLS_CERT, keyFile: e.SBX_LINK_TLS_KEY } : null,
     artifactDir: e.SBX_ARTIFACT_DIR ?? join(e.SBX_DATA_DIR, 'artifacts'),
     agentRelayDir: e.SBX_AGENT_RELAY_DIR ?? null,
     runtime: e.SBX_RUNTIME === 'kubernetes' ? { kind: 'kubernetes', ...kubernetesSettings(e) } : { kind: 'docker' },

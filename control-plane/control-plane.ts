@@ -161,7 +161,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     log,
   });
   const linkKey = agentLinkKey(config.secretsKey);
-  const links = await startLinkListener(config.linkListen, { key: linkKey, egress, tunnels, peers: link.peers, log });
+  const links = await startLinkListener(config.linkListen, { key: linkKey, egress, tunnels, peers: link.peers, tls: config.linkTls, log });
   const quotas = new QuotaService({
     store: new RedisQuotaStore(redis, config.redisPrefix),
     audit,

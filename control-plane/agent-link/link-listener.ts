@@ -8,7 +8,9 @@
  * socket no live process serves closes the connection with nothing written.
  */
 import { hkdfSync } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import net from 'node:net';
+import tls from 'node:tls';
 import type { Logger } from 'pino';
 import { LINK_HEADER_MAX_BYTES, LinkHeader, validLinkToken } from '../../contract/link.js';
 import type { LinkPeers } from './link-peers.js';
@@ -25,6 +27,8 @@ export interface LinkListenerDeps {
     serves(leaseId: string, socketName: string | undefined): boolean;
     adopt(leaseId: string, socketName: string | undefined, socket: net.Socket): void;
   };
+  /** PEM files of the certificate and key it serves TLS with (`SBX_LINK_TLS_CERT`, `SBX_LINK_TLS_KEY`); null: plain TCP. */
+  tls: { certFile: string; keyFile: string } | null;
   /** The other replicas, to pass on what this process does not serve. */
   peers: Pick<LinkPeers, 'forward'>;
   log: Pick<Logger, 'warn'>;
@@ -34,7 +38,14 @@ export class LinkListener {
   private readonly server: net.Server;
 
   constructor(private readonly deps: LinkListenerDeps) {
-    this.server = net.createServer((socket) => this.accept(socket));
+    const accept = (socket: net.Socket): void => this.accept(socket);
+    this.server = deps.tls
+      ? tls.createServer({ cert: readFileSync(deps.tls.certFile), key: readFileSync(deps.tls.keyFile) }, accept)
+      : net.createServer(accept);
+    // A TLS handshake that fails (a plaintext client, a wrong CA) ends that connection only.
+    this.server.on('tlsClientError', (err: Error) =>
+      deps.log.warn({ err: err.message }, 'agent link connection refused: TLS handshake failed'),
+    );
     this.server.on('error', (err) => deps.log.warn({ err }, 'agent link listener error'));
   }
 
@@ -75,7 +86,7 @@ export class LinkListener {
         else tunnels.adopt(lease, socketName, socket);
         return;
       }
-      void this.deps.peers.forward(header.data, rest, socket).then(
+      void this.deps.peers.forward(header.data, rest, socket, this.deps.tls !== null).then(
         (passed) => passed || socket.destroy(),
         (err: unknown) => {
           this.deps.log.warn({ err, lease }, 'agent link connection dropped: finding the replica that serves it failed');

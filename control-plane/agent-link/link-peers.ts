@@ -9,6 +9,7 @@
  * again there; the bytes are piped both ways, half-open (contract/splice.ts).
  */
 import net from 'node:net';
+import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { LinkHeader } from '../../contract/link.js';
 import { spliceSockets } from '../../contract/splice.js';
@@ -55,14 +56,17 @@ export class LinkPeers {
 
   /**
    * Passes `socket` (its header line read, `rest` what came after it) on to the process that
-   * serves `header`'s channel. Resolves false, leaving the socket alone, when no other live
-   * process does, or the connection was passed on already; true once it is piped there.
+   * serves `header`'s channel; with `secure`, over TLS, the peer's certificate checked against
+   * the address it advertises (the replicas' link listeners all serve TLS, or none does).
+   * Resolves false, leaving the socket alone, when no other live process does, or the
+   * connection was passed on already; true once it is piped there.
    */
-  async forward(header: LinkHeader, rest: Buffer, socket: net.Socket): Promise<boolean> {
+  async forward(header: LinkHeader, rest: Buffer, socket: net.Socket, secure = false): Promise<boolean> {
     if (header.forwarded) return false;
     const peer = await this.addressOf(header);
     if (peer === null) return false;
-    const upstream = net.connect({ host: peer.host, port: peer.port, allowHalfOpen: true });
+    const tcp = net.connect({ host: peer.host, port: peer.port, allowHalfOpen: true });
+    const upstream = secure ? tls.connect({ socket: tcp, host: peer.host, servername: net.isIP(peer.host) ? undefined : peer.host }) : tcp;
     upstream.setNoDelay(true);
     upstream.setTimeout(CONNECT_TIMEOUT_MS, () => upstream.destroy(new Error(`no answer in ${CONNECT_TIMEOUT_MS} ms`)));
     upstream.once('connect', () => upstream.setTimeout(0));

@@ -159,17 +159,32 @@ J
 
 # The node relays (node-relay/main.ts), as a cluster runs them, one per node: each serves
 # redis.sock and link.sock in its node's relay directory and pipes them over the lab's network to
-# the hub, where the lab exposes the host's Redis socket on $NET.1:6390 and a control plane's link
-# listener is expected on $NET.1:7071. A sandbox then reaches nothing of the control plane's host
+# the hub, where the lab exposes the host's Redis socket on $NET.1:6390 and the front of the control
+# planes' link listeners is on $NET.1:7071, both TLS (make_tls). A sandbox then reaches nothing of the control plane's host
 # but through them.
 start_relays() {
   local relay="$REPO/dist/node-relay/main.js" i
   [[ -f $relay ]] || { say "$relay is missing: npm run build"; exit 1; }
-  spawn redis-forward "$HUB" node "$relay" --forward "tcp:$NET.1:6390=unix:$REDIS_SOCKET"
+  spawn redis-forward "$HUB" node "$relay" --forward "tls:$NET.1:6390=unix:$REDIS_SOCKET" --cert "$LAB/tls/link.pem" --key "$LAB/tls/link.key"
   for i in $(seq 1 "$NODES"); do
-    spawn "relay-$i" "/run/netns/$NAME$i" node "$relay" \
-      --forward "unix:$LAB/n$i/relay/redis.sock=tcp:$NET.1:6390" --forward "unix:$LAB/n$i/relay/link.sock=tcp:$NET.1:7071"
+    spawn "relay-$i" "/run/netns/$NAME$i" env NODE_EXTRA_CA_CERTS="$LAB/tls/ca.pem" node "$relay" \
+      --forward "unix:$LAB/n$i/relay/redis.sock=tls:$NET.1:6390" --forward "unix:$LAB/n$i/relay/link.sock=tls:$NET.1:7071"
   done
+}
+
+# The links between nodes and the hub are TLS, as across machines: a CA of the lab's own and one
+# certificate for every address a node dials (the hub's Redis and link front, the replicas',
+# whose listeners a replica passing a connection on dials). Valid 2 days; the lab is torn down first.
+make_tls() {
+  local d=$LAB/tls sans="IP:$NET.1" j
+  for j in $(seq 1 "$REPLICAS"); do sans+=",IP:$NET.$((20 + j))"; done
+  mkdir -p "$d"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=sbx lab CA" \
+    -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=sbx lab link" -keyout "$d/link.key" -out "$d/link.csr" 2>/dev/null
+  printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$sans" >"$d/link.ext"
+  openssl x509 -req -in "$d/link.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 2 -extfile "$d/link.ext" \
+    -out "$d/link.pem" 2>/dev/null
 }
 
 # A network namespace on the hub's bridge: name, address.
@@ -189,9 +204,11 @@ join_bridge() {
 # round robin over those that accept connections (checked every 500 ms; a connection refused is
 # tried on another). The link's backends are the replicas and a control plane in the hub itself.
 start_front() {
-  local j link="    server hub $NET.1:7170 check inter 500 fall 1 rise 1" api=""
+  # The link's checks complete a TLS handshake (a bare connect would log a failed one each time).
+  local j check="check check-ssl verify none inter 500 fall 1 rise 1"
+  local link="    server hub $NET.1:7170 $check" api=""
   for j in $(seq 1 "$REPLICAS"); do
-    link+=$'\n'"    server cp$j $NET.$((20 + j)):7071 check inter 500 fall 1 rise 1"
+    link+=$'\n'"    server cp$j $NET.$((20 + j)):7071 $check"
     api+=$'\n'"    server cp$j $NET.$((20 + j)):8080 check inter 500 fall 1 rise 1"
   done
   cat >"$LAB/front.cfg" <<F
@@ -250,6 +267,7 @@ up() {
   echo "$NODES" >"$LAB/nodes"
   write_oci_wrapper
   write_cni_plugin
+  make_tls
   ip netns add "${NAME}hub"
   ip -n "${NAME}hub" link add br0 type bridge
   ip -n "${NAME}hub" addr add "$NET.1/24" dev br0
@@ -313,7 +331,10 @@ export SBX_LAB_NODE_PREFIX=$NAME
 export SBX_LAB_DIR=$LAB
 export SBX_LAB_RELAY_DIR=$LAB/relay
 export SBX_LAB_LINK_LISTEN=$NET.1:7170
-export SBX_LAB_REDIS_URL=redis://$NET.1:6390
+export SBX_LAB_REDIS_URL=rediss://$NET.1:6390
+export SBX_LAB_TLS_CA=$LAB/tls/ca.pem
+export SBX_LAB_TLS_CERT=$LAB/tls/link.pem
+export SBX_LAB_TLS_KEY=$LAB/tls/link.key
 export SBX_LAB_API=$NET.1:8080
 export SBX_LAB_REPLICAS="$(for i in $(seq 1 "$REPLICAS"); do printf '/run/netns/%scp%s=%s.%s ' "$NAME" "$i" "$NET" $((20 + i)); done)"
 E

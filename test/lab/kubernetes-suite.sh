@@ -23,7 +23,8 @@ bash "$here/k8s-lab.sh" up
 bash "$here/k8s-lab.sh" push "$(cat "$repo/dist/.sbx-image")"
 # shellcheck disable=SC1091
 source "$lab/env"
-export SBX_K8S_KUBECONFIG SBX_LAB_REGISTRY SBX_LAB_NODE_PREFIX SBX_LAB_HUB SBX_LAB_DIR SBX_LAB_RELAY_DIR SBX_LAB_LINK_LISTEN
+# Node's own setting for a private CA, read at start: the tests' control planes trust the lab's.
+export NODE_EXTRA_CA_CERTS="$SBX_LAB_TLS_CA"
 if [[ ${1:-} == bench ]]; then
   (cd "$repo" && nsenter --net="$SBX_LAB_HUB" node dist/bench/kubernetes.js) || status=$?
 else
