@@ -135,12 +135,9 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const liveLeaseIds = async (): Promise<string[]> =>
     (await leaseStore.leaseStatuses()).filter((l) => l.status === 'ready').map((l) => l.id);
   const metrics = new Metrics({
-    leaseStates: async () => {
-      const counts: Record<string, number> = {};
-      for (const { status } of await leaseStore.leaseStatuses()) counts[status] = (counts[status] ?? 0) + 1;
-      return counts;
-    },
+    leaseStates: () => leaseStore.statusCounts(),
     queueDepth: async () => link.calls.depth(await liveLeaseIds()),
+    sandboxNodes: async () => (await runtime.listOwned(ownership)).filter((s) => s.running).map((s) => s.node),
   });
   const calls: CallService = new CallService({
     store: callStore,

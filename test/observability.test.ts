@@ -99,6 +99,8 @@ describe('GET /metrics', () => {
     expect(
       (during.get('sbx_call_queue_jobs{state="active"}') ?? 0) + (during.get('sbx_call_queue_jobs{state="waiting"}') ?? 0),
     ).toBeGreaterThanOrEqual(1);
+    // The one Docker engine is node `local`; this file's owner has the one sandbox.
+    expect(during.get('sbx_sandboxes{node="local"}')).toBe(1);
     await eventually(
       () => h.client.getCall(lease.id, running.callId),
       (c) => c.status === 'finished',

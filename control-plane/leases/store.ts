@@ -218,6 +218,13 @@ export class LeaseStore {
    * status. Reads the status index `createLease` and `transitionLease` keep, not the records; entries of expired records
    * are dropped from it here, and leases written before the index existed are added to it.
    */
+  /** How many leases are in each state (states with none left out). */
+  async statusCounts(): Promise<Record<string, number>> {
+    const counts: Record<string, number> = {};
+    for (const { status } of await this.leaseStatuses()) counts[status] = (counts[status] ?? 0) + 1;
+    return counts;
+  }
+
   async leaseStatuses(): Promise<Array<{ id: string; status: string }>> {
     const [indexed, total] = await Promise.all([this.redis.hlen(this.k.statuses()), this.redis.zcard(this.k.leases())]);
     if (indexed < total) await this.indexStatuses();

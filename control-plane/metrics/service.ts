@@ -36,6 +36,8 @@ export interface MetricsSources {
   leaseStates: () => Promise<Record<string, number>>;
   /** Jobs on the call queues of live leases, summed over leases. */
   queueDepth: () => Promise<QueueDepth>;
+  /** The node of each live sandbox, leased or pooled (`OwnedSandbox.node`: null on the one Docker engine). */
+  sandboxNodes: () => Promise<Array<string | null>>;
 }
 
 /** The part of `Metrics` the lease lifecycle and warm pools report to. */
@@ -69,6 +71,18 @@ export class Metrics {
         this.reset();
         // Every known state is reported, 0 included, so a state that empties is seen to.
         for (const state of new Set([...LeaseStatus.options, ...Object.keys(counts)])) this.set({ state }, counts[state] ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'sbx_sandboxes',
+      help: 'Live sandboxes, leased or pooled, by the node they run on (`local`: the one Docker engine; listed from the runtime at scrape time).',
+      labelNames: ['node'],
+      registers,
+      async collect() {
+        const counts = new Map<string, number>();
+        for (const node of await sources.sandboxNodes()) counts.set(node ?? 'local', (counts.get(node ?? 'local') ?? 0) + 1);
+        this.reset();
+        for (const [node, count] of counts) this.set({ node }, count);
       },
     });
     new Gauge({

@@ -71,7 +71,8 @@ function world(options: { latest?: PolicyRef; lockHeld?: boolean } = {}) {
         },
       },
       runtime: {
-        listOwned: async () => [...running].map((leaseId) => ({ leaseId, containerId: `ctr_${leaseId}`, running: true, paused: false })),
+        listOwned: async () =>
+          [...running].map((leaseId) => ({ leaseId, containerId: `ctr_${leaseId}`, running: true, paused: false, node: null })),
       },
       latestPolicy: async () => options.latest ?? v1,
       log: pino({ level: 'silent' }),

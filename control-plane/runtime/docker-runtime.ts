@@ -233,13 +233,19 @@ export class DockerRuntime implements SandboxRuntime {
       const leaseId = c.Labels?.[LABEL.lease];
       // A helper container (a create's seed source, a snapshot's staging; never started) counts like a volume.
       if (leaseId && c.Labels?.[LABEL.role]) {
-        if (!owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false, paused: false });
+        if (!owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false, paused: false, node: null });
       } else if (leaseId)
-        owned.set(leaseId, { leaseId, containerId: c.Id, running: ['running', 'paused'].includes(c.State), paused: c.State === 'paused' });
+        owned.set(leaseId, {
+          leaseId,
+          containerId: c.Id,
+          running: ['running', 'paused'].includes(c.State),
+          paused: c.State === 'paused',
+          node: null,
+        });
     }
     for (const r of [...volumes, ...networks]) {
       const leaseId = r.Labels?.[LABEL.lease];
-      if (leaseId && !owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false, paused: false });
+      if (leaseId && !owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false, paused: false, node: null });
     }
     return [...owned.values()];
   }

@@ -166,7 +166,7 @@ export class KubernetesRuntime implements SandboxRuntime {
       const leaseId = pod.metadata?.labels?.[LABEL.lease];
       if (leaseId === undefined) return [];
       const alive = pod.metadata?.deletionTimestamp === undefined && (pod.status?.phase === 'Running' || pod.status?.phase === 'Pending');
-      return [{ leaseId, containerId: pod.metadata?.uid ?? null, running: alive, paused: false }];
+      return [{ leaseId, containerId: pod.metadata?.uid ?? null, running: alive, paused: false, node: pod.spec?.nodeName ?? null }];
     });
   }
 

@@ -121,6 +121,8 @@ export interface OwnedSandbox {
   running: boolean;
   /** Running with every process frozen (`docker pause`). */
   paused: boolean;
+  /** The node it runs on (the Kubernetes driver's Pod's `spec.nodeName`); null when not placed yet, or on the one Docker engine. */
+  node: string | null;
 }
 
 /** Whether the runtime can checkpoint a sandbox's memory, and if not, what it lacks (one line each). */
