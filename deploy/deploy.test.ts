@@ -157,4 +157,42 @@ describe('deploy/kubernetes', () => {
     expect(baseline.egress).toEqual([]);
     expect(find('RuntimeClass', 'gvisor').handler).toBe('runsc');
   });
+
+  it("runs the Kubernetes driver's control plane as replicas whose settings load: keys from Secrets, the link with TLS at each Pod's address, one Service each for the API and the link", () => {
+    const deployment = find('Deployment', 'sbx-control-plane-cluster');
+    expect(deployment.spec.replicas).toBeGreaterThanOrEqual(2);
+    const pod = deployment.spec.template.spec;
+    expect(pod.serviceAccountName).toBe('sbx-control-plane');
+    const env = pod.containers[0].env as Array<{ name: string; value?: string; valueFrom?: any }>;
+    // Besides sbx's settings: the Pod's address (for SBX_LINK_ADVERTISE) and Node's trust of a private CA.
+    expect(env.map((e) => e.name).filter((name) => !SETTING_NAMES.includes(name))).toEqual(['POD_IP', 'NODE_EXTRA_CA_CERTS']);
+    for (const secret of ['SBX_API_KEY', 'SBX_SECRETS_KEY', 'SBX_PREVIEW_KEY', 'SBX_REDIS_PASSWORD'])
+      expect(env.find((e) => e.name === secret)?.valueFrom?.secretKeyRef, secret).toBeDefined();
+    const values = Object.fromEntries(env.map((e) => [e.name, e.value ?? 'a-value-from-a-secret']));
+    const config = loadConfig(
+      { ...values, SBX_LINK_ADVERTISE: '10.0.0.7:7071', SBX_SECRETS_KEY: undefined, SBX_PREVIEW_KEY: undefined },
+      here,
+    );
+    expect(config.runtime.kind).toBe('kubernetes');
+    expect(config.linkTls).not.toBeNull();
+    expect(values.SBX_LINK_ADVERTISE).toBe('$(POD_IP):7071');
+    const mounted = (pod.containers[0].volumeMounts as Array<{ mountPath: string }>).map((m) => m.mountPath);
+    for (const path of [
+      config.artifactDir,
+      config.linkTls!.certFile.slice(0, config.linkTls!.certFile.lastIndexOf('/')),
+      config.agentRuntimeDir,
+    ])
+      expect(mounted, path).toContain(path);
+    expect(find('Service', 'sbx-api').spec.ports[0].port).toBe(config.port);
+    expect(find('Service', 'sbx-link').spec.ports[0].port).toBe(config.linkListen!.port);
+    // The node relay serves its sockets where the driver mounts them from, and dials the link Service and Redis's TLS port.
+    const relay = find('DaemonSet', 'sbx-node-relay').spec.template.spec;
+    const forwards = (relay.containers[0].command as string[]).filter((_, i, all) => all[i - 1] === '--forward');
+    const redisUrl = new URL(values.SBX_REDIS_URL!);
+    expect(forwards).toEqual([
+      `unix:${config.agentRelayDir}/redis.sock=tls:${redisUrl.hostname}:${redisUrl.port}`,
+      `unix:${config.agentRelayDir}/link.sock=tls:sbx-link.sbx-system.svc:${config.linkListen!.port}`,
+    ]);
+    expect(relay.volumes.find((v: any) => v.name === 'relay').hostPath.path).toBe(config.agentRelayDir);
+  });
 });

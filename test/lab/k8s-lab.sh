@@ -8,7 +8,8 @@
 #   up        brings the lab up (binaries from k8s-build.sh's cache), prints the nodes, writes
 #             $SBX_LAB_DIR/env (KUBECONFIG, the registry, the hub namespace).
 #             Also the namespaces of control-plane replicas (${NAME}cp1.., at $NET.21..; a test starts
-#             the control planes in them) and, in the hub, one address in front of them (haproxy):
+#             the control planes in them) and, in the hub, one address in front of them and of
+#             control planes deployed into the cluster as host-network Pods (haproxy):
 #             $NET.1:7071 for the agents' link (the node relays pipe there; also to a control plane
 #             the tests run in the hub, on $NET.1:7170) and $NET.1:8080 for the API.
 #   push IMG  copies an image of the host engine into the lab's registry as <registry>/IMG.
@@ -178,6 +179,8 @@ start_relays() {
 make_tls() {
   local d=$LAB/tls sans="IP:$NET.1" j
   for j in $(seq 1 "$REPLICAS"); do sans+=",IP:$NET.$((20 + j))"; done
+  # And the nodes: a control plane deployed as host-network Pods listens at its node's address.
+  for j in $(seq 1 "$NODES"); do sans+=",IP:$NET.$((10 + j))"; done
   mkdir -p "$d"
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=sbx lab CA" \
     -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
@@ -210,6 +213,11 @@ start_front() {
   for j in $(seq 1 "$REPLICAS"); do
     link+=$'\n'"    server cp$j $NET.$((20 + j)):7071 $check"
     api+=$'\n'"    server cp$j $NET.$((20 + j)):8080 check inter 500 fall 1 rise 1"
+  done
+  # Control planes deployed into the cluster (deploy/kubernetes/kubernetes-driver/), as host-network Pods.
+  for j in $(seq 1 "$NODES"); do
+    link+=$'\n'"    server n$j $NET.$((10 + j)):7071 $check"
+    api+=$'\n'"    server n$j $NET.$((10 + j)):7070 check inter 500 fall 1 rise 1"
   done
   cat >"$LAB/front.cfg" <<F
 global
