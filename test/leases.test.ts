@@ -16,6 +16,8 @@ import {
   execIn,
   bridgeHostAddress,
   tarBytes,
+  putPolicyVariant,
+  apiAs,
 } from './fixtures/index.js';
 
 const h = useHarness();
@@ -169,6 +171,26 @@ describe('lease lifecycle', () => {
       10_000,
     );
     expect(await docker('ps', '-a', '--filter', `label=sbx.lease=${lease.id}`, '--format', '{{.Names}}')).toBe('');
+  });
+
+  it('a policy asking for node labels is refused as unenforceable on the one Docker engine, and leaves nothing', async () => {
+    await putPolicyVariant(h, 'zoned', (p) => {
+      p.runtime.nodeLabels = { 'topology.kubernetes.io/zone': 'b' };
+    });
+    const owned = async (): Promise<string> =>
+      (await docker('ps', '-a', '-q', '--filter', `label=sbx.owner=${h.config.owner}`)) +
+      (await docker('volume', 'ls', '-q', '--filter', `label=sbx.owner=${h.config.owner}`));
+    try {
+      const before = await owned();
+      await expect(h.client.createSandbox({ policy: 'zoned' })).rejects.toMatchObject({
+        status: 422,
+        code: 'policy.unenforceable',
+        details: { field: 'runtime.nodeLabels' },
+      });
+      expect(await owned()).toBe(before);
+    } finally {
+      await apiAs(() => h.url)(h.apiKey, 'DELETE', '/v1/policies/zoned');
+    }
   });
 
   it('the hardened policy runs the sandbox under gVisor, or is refused as unenforceable where the engine lacks runsc', async () => {

@@ -198,6 +198,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     ],
     volumeBinds: (input.volumeMounts ?? []).map((m) => ({ hostPath: m.hostPath, containerPath: m.containerPath, readOnly: m.readOnly })),
     ociRuntime: policy.runtime.oci,
+    nodeLabels: { ...policy.runtime.nodeLabels },
     capAdd: [...policy.runtime.capabilities],
     noNewPrivileges: policy.runtime.noNewPrivileges,
     nanoCpus: Math.round(policy.resources.cpus * 1e9),

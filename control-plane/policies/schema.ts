@@ -13,6 +13,11 @@ import { EnvName } from '../../contract/tools.js';
 import { EgressRuleSchema } from '../egress/schema.js';
 
 const MiB = 1024 * 1024;
+/** A Kubernetes label key (an optional DNS-subdomain prefix and `/`, a name of at most 63 characters), not the driver's own. */
+const NodeLabelKey = z
+  .string()
+  .regex(/^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/, 'a Kubernetes label key')
+  .refine((k) => k !== 'sbx.runtime', 'sbx.runtime is set by runtime.oci');
 
 export { EgressRuleSchema };
 
@@ -214,6 +219,10 @@ export const PolicyShape = z
           .object({ name: z.string(), uid: z.number().int().min(1), gid: z.number().int().min(1), home: z.string() })
           .strict()
           .optional(),
+        /** Labels the node must carry: the Kubernetes driver's nodeSelector; the Docker driver refuses any (`policy.unenforceable`). */
+        nodeLabels: z
+          .record(NodeLabelKey, z.string().regex(/^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$/, 'a Kubernetes label value'))
+          .default({}),
       })
       .strict(),
     tools: z

@@ -86,6 +86,15 @@ export class DockerRuntime implements SandboxRuntime {
 
   async start(spec: SandboxSpec): Promise<Started> {
     const { ownership } = spec;
+    // One engine, one machine, no node labels: placement the policy asks for cannot be given.
+    if (Object.keys(spec.nodeLabels).length > 0)
+      throw new AppError(
+        'policy.unenforceable',
+        'the Docker driver runs every sandbox on its one engine: the policy asks for node labels',
+        {
+          details: { field: 'runtime.nodeLabels', runtime: 'docker', nodeLabels: spec.nodeLabels },
+        },
+      );
     try {
       for (const v of spec.volumes) {
         await this.docker.createVolume({

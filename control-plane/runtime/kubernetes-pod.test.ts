@@ -163,6 +163,18 @@ describe('a sandbox as a Kubernetes Pod', () => {
     expect(podOf(specOf(gvisor), options).spec!.nodeSelector).toEqual({ 'sbx.network': 'none', 'sbx.runtime': 'runsc' });
   });
 
+  it("places by the policy's node labels besides the runtime's; the policy cannot name sbx.runtime, nor bad keys or values", () => {
+    const zoned = Policy.parse({ ...policy, runtime: { ...policy.runtime, nodeLabels: { 'topology.kubernetes.io/zone': 'b', gpu: '' } } });
+    expect(podOf(specOf(zoned), options).spec!.nodeSelector).toEqual({
+      'sbx.network': 'none',
+      'topology.kubernetes.io/zone': 'b',
+      gpu: '',
+      'sbx.runtime': 'runc',
+    });
+    for (const nodeLabels of [{ 'sbx.runtime': 'runsc' }, { 'Bad Key': 'x' }, { zone: 'not a value' }, { zone: 'x'.repeat(64) }])
+      expect(Policy.safeParse({ ...policy, runtime: { ...policy.runtime, nodeLabels } }).success, JSON.stringify(nodeLabels)).toBe(false);
+  });
+
   it('refuses what it cannot give: a network of its own (policy.unenforceable), persistent volumes (runtime.unsupported)', () => {
     const open = Policy.parse({ ...policy, network: { mode: 'open' } });
     expect(codeOf(() => podOf(specOf(open), options))).toBe('policy.unenforceable');

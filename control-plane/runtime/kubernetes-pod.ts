@@ -187,7 +187,7 @@ export function podOf(spec: SandboxSpec, options: PodOptions): V1Pod {
       hostIPC: false,
       shareProcessNamespace: false,
       terminationGracePeriodSeconds: 5,
-      nodeSelector: { ...options.nodeSelector, 'sbx.runtime': spec.ociRuntime },
+      nodeSelector: { ...options.nodeSelector, ...spec.nodeLabels, 'sbx.runtime': spec.ociRuntime },
       // A node lost or not ready evicts its sandboxes after this long, where Kubernetes' default is 300 s.
       tolerations: ['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready'].map((key) => ({
         key,

@@ -52,6 +52,8 @@ export interface SandboxSpec {
   /** Persistent volumes: a host directory (a volume's mounted filesystem) → container path, read-only or not. */
   volumeBinds?: Array<{ hostPath: string; containerPath: string; readOnly: boolean }>;
   ociRuntime: 'runc' | 'runsc';
+  /** Labels the node must carry (policy `runtime.nodeLabels`); only a driver with nodes can honour them. */
+  nodeLabels: Record<string, string>;
   capAdd: string[];
   noNewPrivileges: boolean;
   nanoCpus: number;

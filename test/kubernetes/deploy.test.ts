@@ -7,11 +7,9 @@
  * Then `control-plane.yaml` itself: two replicas as Pods of the cluster, leasing through the one
  * address, with the lab's substitutions (`labDeployment`) for what the lab lacks.
  */
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments, stringify } from 'yaml';
 import { loadConfig } from '../../control-plane/config.js';
@@ -19,17 +17,16 @@ import { SbxClient } from '../../sdk/index.js';
 import { eventually, execIn, planeIdentity, REPO_ROOT, tarBytes, useHarness, useScratchDirs } from '../fixtures/index.js';
 import { useKubernetesLab } from '../fixtures/kubernetes.js';
 
-const run = promisify(execFile);
 const lab = useKubernetesLab('deploy');
 const scratch = useScratchDirs();
 const MANIFESTS = ['namespace.yaml', 'networkpolicy.yaml', 'rbac.yaml'].map((f) =>
   join(REPO_ROOT, 'deploy/kubernetes/kubernetes-driver', f),
 );
-const kubectlBin = join(process.env.SBX_K8S_CACHE ?? '/var/cache/sbx/k8s-1.20.2', 'kubectl');
 let accountKubeconfig = '';
 
-async function kubectl(kubeconfig: string, ...args: string[]): Promise<string> {
-  return (await run(kubectlBin, ['--kubeconfig', kubeconfig, ...args])).stdout;
+/** kubectl with `kubeconfig`: the admin's (`lab.kubeconfig`) or the ServiceAccount's. */
+function kubectl(kubeconfig: string, ...args: string[]): Promise<string> {
+  return lab.kubectl(args, kubeconfig);
 }
 
 beforeAll(async () => {
