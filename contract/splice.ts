@@ -9,6 +9,8 @@ import type net from 'node:net';
  * Pipes `a` and `b` into each other, half-open both ways: a side that ends its writing (a
  * transfer's sender, done) may still be read from (the receiver's end frame comes back); each end
  * is passed on after what is buffered. An error on either side cuts both; `onError` hears of it.
+ * A side that closes without an error (destroyed, or both its directions done) ends the other's
+ * writing, which then closes once its peer has ended too; a side closed already ends the other at once.
  * Both sockets must allow half-open connections (`allowHalfOpen: true`) for the ends to pass.
  */
 export function spliceSockets(a: net.Socket, b: net.Socket, onError: (err: Error, side: 'a' | 'b') => void = () => undefined): void {
@@ -22,6 +24,15 @@ export function spliceSockets(a: net.Socket, b: net.Socket, onError: (err: Error
     onError(err, 'b');
     a.destroy();
   });
-  a.once('close', (hadError) => hadError && b.destroy());
-  b.once('close', (hadError) => hadError && a.destroy());
+  const passClose = (to: net.Socket) => (hadError: boolean) => {
+    if (hadError) to.destroy();
+    else if (!to.writableEnded) to.end();
+  };
+  for (const [from, to] of [
+    [a, b],
+    [b, a],
+  ] as const) {
+    if (from.destroyed) passClose(to)(false);
+    else from.once('close', passClose(to));
+  }
 }

@@ -52,6 +52,16 @@ describe('the link address other replicas reach', () => {
     );
     expect(() => loadConfig({ ...base, SBX_LINK_LISTEN: '0.0.0.0:7071' }, repoRoot)).toThrow(/SBX_LINK_LISTEN.*SBX_LINK_ADVERTISE/);
     expect(() => loadConfig({ ...base, SBX_LINK_ADVERTISE: 'no-port' }, repoRoot)).toThrow(/SBX_LINK_ADVERTISE/);
+    // Node binds these to every address too.
+    for (const listen of ['0:7071', '0.0.0.00:7071'])
+      expect(() => loadConfig({ ...base, SBX_LINK_LISTEN: listen }, repoRoot), listen).toThrow(/SBX_LINK_ADVERTISE/);
+    expect(() => loadConfig({ ...base, SBX_LINK_LISTEN: '0.0.0.0:7071', SBX_LINK_ADVERTISE: '0.0.0.0:7071' }, repoRoot)).toThrow(
+      /names no address/,
+    );
+    expect(() => loadConfig({ ...base, SBX_LINK_LISTEN: '10.0.0.5:99999' }, repoRoot)).toThrow(/65535/);
+    for (const alone of [{ SBX_LINK_ADVERTISE: '10.0.0.5:7071' }, { SBX_LINK_TLS_CERT: '/c', SBX_LINK_TLS_KEY: '/k' }])
+      expect(() => loadConfig({ ...base, ...alone }, repoRoot), JSON.stringify(alone)).toThrow(/need SBX_LINK_LISTEN/);
+    expect(() => loadConfig({ ...base, SBX_LINK_LISTEN: '10.0.0.5:7071', SBX_LINK_TLS_CERT: '/c' }, repoRoot)).toThrow(/go together/);
   });
 
   it('artifacts live in SBX_ARTIFACT_DIR, by default under the data dir', () => {

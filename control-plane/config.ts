@@ -39,24 +39,24 @@ function listSetting(lowerCase = false) {
     );
 }
 
+/** `host:port`, the port 1–65535 (0 for a listener: any free port). */
+const HostPort = z
+  .string()
+  .regex(/^[^:]+:\d{1,5}$/, 'host:port')
+  .refine((a) => Number(a.slice(a.lastIndexOf(':') + 1)) <= 65535, 'a port of at most 65535');
+
 const Env = KubernetesEnv.extend({
   /**
    * Where the agent link listener listens (`host:port`): agents on other machines reach it through
    * their node's relay (contract/link.ts). Default: off.
    */
-  SBX_LINK_LISTEN: z
-    .string()
-    .regex(/^[^:]+:\d{1,5}$/, 'host:port')
-    .optional(),
+  SBX_LINK_LISTEN: HostPort.optional(),
   /**
    * The address (`host:port`) at which the other control-plane replicas reach this process's link
    * listener, to pass on agent connections it serves (agent-link/link-peers.ts). Default: SBX_LINK_LISTEN,
    * which must then name an address, not all of them (0.0.0.0).
    */
-  SBX_LINK_ADVERTISE: z
-    .string()
-    .regex(/^[^:]+:\d{1,5}$/, 'host:port')
-    .optional(),
+  SBX_LINK_ADVERTISE: HostPort.optional(),
   /**
    * PEM files of the certificate and key the link listener serves TLS with (both or neither). Set,
    * node relays dial it with `tls:` and replicas pass connections on over TLS; every replica of an
@@ -65,6 +65,12 @@ const Env = KubernetesEnv.extend({
    */
   SBX_LINK_TLS_CERT: z.string().min(1).optional(),
   SBX_LINK_TLS_KEY: z.string().min(1).optional(),
+  /**
+   * The name (DNS name or address) every replica's link certificate carries, checked when a
+   * replica passes a connection on to another at its advertised address: where those are Pod IPs,
+   * which no certificate can list ahead, the link Service's name. Default: the advertised host.
+   */
+  SBX_LINK_TLS_PEER_NAME: z.string().min(1).optional(),
   /**
    * Where artifacts are kept. Replicas must share it (one volume mounted by each), as they share
    * Redis: an artifact is written by the replica its agent brought it to and read by any.
@@ -248,8 +254,8 @@ export interface Config {
   linkListen: { host: string; port: number } | null;
   /** Where other replicas reach the link listener (`SBX_LINK_ADVERTISE`, else SBX_LINK_LISTEN), or null when off. */
   linkAdvertise: string | null;
-  /** The link listener's TLS certificate and key files, or null: plain TCP. */
-  linkTls: { certFile: string; keyFile: string } | null;
+  /** The link listener's TLS certificate and key files and the replicas' certificate name, or null: plain TCP. */
+  linkTls: { certFile: string; keyFile: string; peerName: string | null } | null;
   /** Artifact files (`SBX_ARTIFACT_DIR`, default `<data dir>/artifacts`); shared by replicas. */
   artifactDir: string;
   /** The node relay's sockets directory on the nodes (`SBX_AGENT_RELAY_DIR`), or null. */
@@ -298,11 +304,17 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     );
   if (e.SBX_AGENT_RELAY_DIR !== undefined && e.SBX_LINK_LISTEN === undefined)
     throw new Error('SBX_AGENT_RELAY_DIR needs SBX_LINK_LISTEN: the node relays forward the agents to the link listener');
-  const wildcard = e.SBX_LINK_LISTEN !== undefined && /^0\.0\.0\.0:/.test(e.SBX_LINK_LISTEN);
-  if (wildcard && e.SBX_LINK_ADVERTISE === undefined)
+  // Node binds 0, 0.0.0.0 and 0.0.0.00 alike to every address: none can be advertised.
+  const unspecified = (address: string | undefined): boolean => address !== undefined && /^0+(\.0+)*:/.test(address);
+  if (unspecified(e.SBX_LINK_LISTEN) && e.SBX_LINK_ADVERTISE === undefined)
     throw new Error(
       `SBX_LINK_LISTEN ${e.SBX_LINK_LISTEN} listens on every address: set SBX_LINK_ADVERTISE to the one the other control planes reach it at`,
     );
+  if (unspecified(e.SBX_LINK_ADVERTISE))
+    throw new Error(`SBX_LINK_ADVERTISE ${e.SBX_LINK_ADVERTISE} names no address another process can reach`);
+  const linkOnly = ['SBX_LINK_ADVERTISE', 'SBX_LINK_TLS_CERT', 'SBX_LINK_TLS_PEER_NAME'] as const;
+  const withoutListener = linkOnly.filter((name) => e[name] !== undefined && e.SBX_LINK_LISTEN === undefined);
+  if (withoutListener.length > 0) throw new Error(`${withoutListener.join(', ')} need SBX_LINK_LISTEN: they are the link listener's`);
   if ((e.SBX_LINK_TLS_CERT === undefined) !== (e.SBX_LINK_TLS_KEY === undefined))
     throw new Error('SBX_LINK_TLS_CERT and SBX_LINK_TLS_KEY go together: the link listener serves TLS with both');
   const redis: Config['redis'] = unixPath ? { path: unixPath } : { url };
@@ -330,7 +342,10 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
         ? null
         : { host: e.SBX_LINK_LISTEN.slice(0, e.SBX_LINK_LISTEN.lastIndexOf(':')), port: Number(e.SBX_LINK_LISTEN.split(':').pop()) },
     linkAdvertise: e.SBX_LINK_ADVERTISE ?? e.SBX_LINK_LISTEN ?? null,
-    linkTls: e.SBX_LINK_TLS_CERT && e.SBX_LINK_TLS_KEY ? { certFile: e.SBX_LINK_TLS_CERT, keyFile: e.SBX_LINK_TLS_KEY } : null,
+    linkTls:
+      e.SBX_LINK_TLS_CERT && e.SBX_LINK_TLS_KEY
+        ? { certFile: e.SBX_LINK_TLS_CERT, keyFile: e.SBX_LINK_TLS_KEY, peerName: e.SBX_LINK_TLS_PEER_NAME ?? null }
+        : null,
     artifactDir: e.SBX_ARTIFACT_DIR ?? join(e.SBX_DATA_DIR, 'artifacts'),
     agentRelayDir: e.SBX_AGENT_RELAY_DIR ?? null,
     runtime: e.SBX_RUNTIME === 'kubernetes' ? { kind: 'kubernetes', ...kubernetesSettings(e) } : { kind: 'docker' },

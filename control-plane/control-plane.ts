@@ -157,6 +157,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     },
     log,
   });
+  // The egress proxy of a lease goes with its consumer lock: the replica that holds it serves it.
+  link.returns.onLockLost((leaseId) => void egress.stop(leaseId));
   const linkKey = agentLinkKey(config.secretsKey);
   const links = await startLinkListener(config.linkListen, { key: linkKey, egress, tunnels, peers: link.peers, tls: config.linkTls, log });
   const quotas = new QuotaService({

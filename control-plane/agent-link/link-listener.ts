@@ -16,8 +16,13 @@ import { LINK_HEADER_MAX_BYTES, LinkHeader, validLinkToken } from '../../contrac
 import type { LinkPeers } from './link-peers.js';
 import { readLine } from './read-line.js';
 
-/** How long a connection may take to send its header, ms. */
+/**
+ * How long a connection has, from its accept, for its TLS handshake, its header and finding the
+ * replica it goes to, ms: one deadline, not an idle timer, so a byte now and then does not hold it.
+ */
 const HEADER_TIMEOUT_MS = 10_000;
+/** Connections one listener holds at most (each a sandbox's egress connection or tunnel). */
+const MAX_CONNECTIONS = 8192;
 
 export interface LinkListenerDeps {
   /** The link tokens' key (shared by every control plane of the installation). */
@@ -27,8 +32,12 @@ export interface LinkListenerDeps {
     serves(leaseId: string, socketName: string | undefined): boolean;
     adopt(leaseId: string, socketName: string | undefined, socket: net.Socket): void;
   };
-  /** PEM files of the certificate and key it serves TLS with (`SBX_LINK_TLS_CERT`, `SBX_LINK_TLS_KEY`); null: plain TCP. */
-  tls: { certFile: string; keyFile: string } | null;
+  /**
+   * PEM files of the certificate and key it serves TLS with (`SBX_LINK_TLS_CERT`, `SBX_LINK_TLS_KEY`),
+   * and the name the other replicas' certificates are checked against (`SBX_LINK_TLS_PEER_NAME`;
+   * null: their advertised addresses); null: plain TCP.
+   */
+  tls: { certFile: string; keyFile: string; peerName: string | null } | null;
   /** The other replicas, to pass on what this process does not serve. */
   peers: Pick<LinkPeers, 'forward'>;
   log: Pick<Logger, 'warn'>;
@@ -40,8 +49,12 @@ export class LinkListener {
   constructor(private readonly deps: LinkListenerDeps) {
     const accept = (socket: net.Socket): void => this.accept(socket);
     this.server = deps.tls
-      ? tls.createServer({ cert: readFileSync(deps.tls.certFile), key: readFileSync(deps.tls.keyFile) }, accept)
+      ? tls.createServer(
+          { cert: readFileSync(deps.tls.certFile), key: readFileSync(deps.tls.keyFile), handshakeTimeout: HEADER_TIMEOUT_MS },
+          accept,
+        )
       : net.createServer(accept);
+    this.server.maxConnections = MAX_CONNECTIONS;
     // A TLS handshake that fails (a plaintext client, a wrong CA) ends that connection only.
     this.server.on('tlsClientError', (err: Error) =>
       deps.log.warn({ err: err.message }, 'agent link connection refused: TLS handshake failed'),
@@ -69,9 +82,10 @@ export class LinkListener {
   private accept(socket: net.Socket): void {
     socket.on('error', () => socket.destroy());
     socket.setNoDelay(true);
-    socket.setTimeout(HEADER_TIMEOUT_MS, () => socket.destroy());
+    // From the accept of the TCP connection (the TLS handshake came before this): the remaining time.
+    const deadline = setTimeout(() => socket.destroy(), HEADER_TIMEOUT_MS);
+    socket.once('close', () => clearTimeout(deadline));
     readLine(socket, LINK_HEADER_MAX_BYTES, (line, rest) => {
-      socket.setTimeout(0);
       const header = LinkHeader.safeParse(parseJson(line));
       if (!header.success || !validLinkToken(this.deps.key, header.data.lease, header.data.token)) {
         this.deps.log.warn({ lease: header.success ? header.data.lease : null }, 'agent link connection refused: bad header or token');
@@ -81,13 +95,14 @@ export class LinkListener {
       const { lease, channel, socket: socketName } = header.data;
       const { egress, tunnels } = this.deps;
       if (channel === 'egress' ? egress.serves(lease) : tunnels.serves(lease, socketName)) {
+        clearTimeout(deadline);
         if (rest.length > 0) socket.unshift(rest);
         if (channel === 'egress') egress.adopt(lease, socket);
         else tunnels.adopt(lease, socketName, socket);
         return;
       }
-      void this.deps.peers.forward(header.data, rest, socket, this.deps.tls !== null).then(
-        (passed) => passed || socket.destroy(),
+      void this.deps.peers.forward(header.data, rest, socket, this.deps.tls).then(
+        (passed) => (passed ? clearTimeout(deadline) : socket.destroy()),
         (err: unknown) => {
           this.deps.log.warn({ err, lease }, 'agent link connection dropped: finding the replica that serves it failed');
           socket.destroy();

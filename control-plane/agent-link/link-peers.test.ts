@@ -40,6 +40,8 @@ async function socketPair(): Promise<{ agent: net.Socket; arrived: net.Socket }>
   const agent = net.connect({ port: (server.address() as net.AddressInfo).port, host: '127.0.0.1', allowHalfOpen: true });
   const [arrived] = await accepted;
   arrived.pause();
+  // As the link listener does: a reset costs the connection, not the process.
+  for (const socket of [agent, arrived]) socket.on('error', () => undefined);
   return { agent, arrived };
 }
 
@@ -77,6 +79,32 @@ describe('LinkPeers', () => {
     expect(await peers({ [PEER]: `127.0.0.1:${peer.port}` }).forward(header, Buffer.alloc(0), arrived)).toBe(true);
     agent.end();
     expect(JSON.parse((await peer.received).split('\n')[0]!)).toMatchObject({ channel: 'egress', forwarded: true });
+  });
+
+  it('passes nothing on for an agent gone while the replica serving it was looked up', async () => {
+    let connections = 0;
+    const server = net.createServer((s) => {
+      connections += 1;
+      s.destroy();
+    });
+    servers.push(server);
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const { agent, arrived } = await socketPair();
+    let answer: (id: string) => void = () => undefined;
+    const slow = new LinkPeers({
+      processId: ME,
+      consumerOf: () => new Promise((r) => (answer = r)),
+      linkAddressOf: async () => `127.0.0.1:${(server.address() as net.AddressInfo).port}`,
+      log: { warn: () => undefined },
+    });
+    const passing = slow.forward({ v: 1, lease: 'sbx_1', channel: 'egress', token: 't' }, Buffer.alloc(0), arrived);
+    agent.resetAndDestroy();
+    // events.once would reject on the reset's 'error'; the close is what counts.
+    await new Promise((r) => arrived.once('close', r));
+    answer(PEER);
+    expect(await passing).toBe(false);
+    expect(connections).toBe(0);
   });
 
   it('passes nothing on twice, nor to itself, a replica gone or without an address, or an unknown socket name', async () => {

@@ -51,25 +51,41 @@ export class LinkPeers {
     const address = await this.deps.linkAddressOf(owner);
     const split = address?.lastIndexOf(':') ?? -1;
     if (!address || split <= 0) return null;
-    return { processId: owner, host: address.slice(0, split).replace(/^\[(.*)\]$/, '$1'), port: Number(address.slice(split + 1)) };
+    return { processId: owner, host: address.slice(0, split), port: Number(address.slice(split + 1)) };
   }
 
   /**
    * Passes `socket` (its header line read, `rest` what came after it) on to the process that
-   * serves `header`'s channel; with `secure`, over TLS, the peer's certificate checked against
-   * the address it advertises (the replicas' link listeners all serve TLS, or none does).
-   * Resolves false, leaving the socket alone, when no other live process does, or the
-   * connection was passed on already; true once it is piped there.
+   * serves `header`'s channel; with `tlsPeer`, over TLS, the peer's certificate checked against
+   * `tlsPeer.peerName` (the name every replica's certificate carries: Pod IPs come and go) or, when
+   * null, the address it advertises. Resolves false, leaving the socket alone, when no other live
+   * process does, the connection was passed on already, or the agent went meanwhile; true once it
+   * is piped there. The peer has CONNECT_TIMEOUT_MS to accept (its TLS handshake included).
    */
-  async forward(header: LinkHeader, rest: Buffer, socket: net.Socket, secure = false): Promise<boolean> {
+  async forward(
+    header: LinkHeader,
+    rest: Buffer,
+    socket: net.Socket,
+    tlsPeer: { peerName: string | null } | null = null,
+  ): Promise<boolean> {
     if (header.forwarded) return false;
     const peer = await this.addressOf(header);
-    if (peer === null) return false;
+    if (peer === null || socket.destroyed) return false;
     const tcp = net.connect({ host: peer.host, port: peer.port, allowHalfOpen: true });
-    const upstream = secure ? tls.connect({ socket: tcp, host: peer.host, servername: net.isIP(peer.host) ? undefined : peer.host }) : tcp;
+    const name = tlsPeer?.peerName ?? peer.host;
+    const upstream = tlsPeer
+      ? tls.connect({
+          socket: tcp,
+          servername: net.isIP(name) ? undefined : name,
+          checkServerIdentity: (_host, cert) => tls.checkServerIdentity(name, cert),
+        })
+      : tcp;
     upstream.setNoDelay(true);
+    tcp.setKeepAlive(true);
+    socket.setKeepAlive(true);
     upstream.setTimeout(CONNECT_TIMEOUT_MS, () => upstream.destroy(new Error(`no answer in ${CONNECT_TIMEOUT_MS} ms`)));
-    upstream.once('connect', () => upstream.setTimeout(0));
+    // A TLS socket says 'connect' once TCP is up; the peer has answered only after the handshake.
+    upstream.once(tlsPeer ? 'secureConnect' : 'connect', () => upstream.setTimeout(0));
     upstream.write(`${JSON.stringify({ ...header, forwarded: true })}\n`);
     if (rest.length > 0) upstream.write(rest);
     // Half-open as the node relay is (net.Socket reads the flag when the agent's end arrives):

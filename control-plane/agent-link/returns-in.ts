@@ -74,6 +74,7 @@ export class ReturnsIn {
    */
   private readonly wakeKey: string;
   private wakeId = '0-0';
+  private readonly lockLostListeners: Array<(leaseId: string) => void> = [];
 
   constructor(
     private readonly redis: Redis,
@@ -138,8 +139,17 @@ export class ReturnsIn {
       if (held === false) {
         this.log.warn({ sandboxId: leaseId }, 'lost the consumer lock of a lease; another process consumes its returns now');
         await this.stop(leaseId);
+        for (const listener of this.lockLostListeners) listener(leaseId);
       }
     }
+  }
+
+  /**
+   * Calls `listener` with a lease whose consumer lock this process found lost (another process
+   * consumes its returns now): what this process served for it (its egress proxy) is the other's.
+   */
+  onLockLost(listener: (leaseId: string) => void): void {
+    this.lockLostListeners.push(listener);
   }
 
   /** Stops consuming (after the message in hand is handled) and gives up the consumer lock (idempotent). */

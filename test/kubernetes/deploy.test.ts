@@ -137,6 +137,8 @@ async function labDeployment(identity: ReturnType<typeof planeIdentity>, artifac
     SBX_AGENT_RELAY_DIR: process.env.SBX_LAB_RELAY_DIR!,
     SBX_AGENT_RUNTIME: runtimeDir,
     SBX_LOG_LEVEL: 'warn',
+    // The link Service's name in the manifest; here the front's address, which the lab's certificate carries.
+    SBX_LINK_TLS_PEER_NAME: hub,
   };
   container.env = [
     ...container.env.filter((e: { name: string }) => !(e.name in overrides)),
