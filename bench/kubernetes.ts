@@ -90,7 +90,7 @@ function labEnv(namespace: string): Record<string, string> {
     SBX_LINK_LISTEN: process.env.SBX_LAB_LINK_LISTEN!,
     SBX_LINK_TLS_CERT: process.env.SBX_LAB_TLS_CERT!,
     SBX_LINK_TLS_KEY: process.env.SBX_LAB_TLS_KEY!,
-    // A tenth of a CPU requested per sandbox (default: a quarter of the policy's 2): the lab's two
+    // A twentieth of a policy's CPUs requested per sandbox (0.1 CPU for `default`'s 2) (default: a quarter of the policy's 2): the lab's two
     // runc nodes, 2 CPUs each, would hold 8 default sandboxes; density measures memory, not requests.
     SBX_K8S_CPU_REQUEST_FRACTION: '0.05',
   };

@@ -69,6 +69,7 @@ describe('deploy/compose', () => {
       'node images/agent-bundle.mjs',
       'node console/build.mjs',
       'COPY policies ./policies',
+      'COPY node-relay node-relay',
       'CMD ["node", "dist/control-plane/main.js"]',
     ]) {
       expect(dockerfile).toContain(step);

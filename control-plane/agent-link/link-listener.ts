@@ -17,8 +17,9 @@ import type { LinkPeers } from './link-peers.js';
 import { readLine } from './read-line.js';
 
 /**
- * How long a connection has, from its accept, for its TLS handshake, its header and finding the
- * replica it goes to, ms: one deadline, not an idle timer, so a byte now and then does not hold it.
+ * How long a connection has for its TLS handshake (the TLS server's own timeout), and then again,
+ * from the handshake's end, for its header and finding the replica it goes to, ms: deadlines, not
+ * idle timers, so a byte now and then does not hold it.
  */
 const HEADER_TIMEOUT_MS = 10_000;
 /** Connections one listener holds at most (each a sandbox's egress connection or tunnel). */
@@ -82,7 +83,7 @@ export class LinkListener {
   private accept(socket: net.Socket): void {
     socket.on('error', () => socket.destroy());
     socket.setNoDelay(true);
-    // From the accept of the TCP connection (the TLS handshake came before this): the remaining time.
+    // From the handshake's end (or the TCP accept, without TLS).
     const deadline = setTimeout(() => socket.destroy(), HEADER_TIMEOUT_MS);
     socket.once('close', () => clearTimeout(deadline));
     readLine(socket, LINK_HEADER_MAX_BYTES, (line, rest) => {

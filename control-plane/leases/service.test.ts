@@ -95,7 +95,7 @@ function world(over: { start?: () => Promise<{ containerId: string; seededPaths:
         over.start ??
         (async (spec) => {
           const leaseId = spec.labels['sbx.lease']!;
-          containers.set(leaseId, { leaseId, containerId: `ctr_${leaseId}`, running: true, paused: false, node: null });
+          containers.set(leaseId, { leaseId, containerId: `ctr_${leaseId}`, running: true, paused: false, node: 'local' });
           log.push('runtime.start');
           return { containerId: `ctr_${leaseId}`, seededPaths: [] };
         }),
@@ -280,7 +280,7 @@ describe('LeaseService: expiry and reconcile', () => {
     const { lease: kept } = await service.create({}, alice);
     const { lease: vanished } = await service.create({}, alice);
     containers.delete(vanished.id);
-    containers.set('sbx_orphan', { leaseId: 'sbx_orphan', containerId: 'ctr_orphan', running: true, paused: false, node: null });
+    containers.set('sbx_orphan', { leaseId: 'sbx_orphan', containerId: 'ctr_orphan', running: true, paused: false, node: 'local' });
     const outcome = await service.reconcile();
     expect(outcome).toEqual({ adopted: [kept.id], removed: ['sbx_orphan'], lost: [vanished.id], failed: [], resumed: [] });
     expect((await service.get(vanished.id, alice)).status).toBe('lost');

@@ -36,7 +36,7 @@ export interface MetricsSources {
   leaseStates: () => Promise<Record<string, number>>;
   /** Jobs on the call queues of live leases, summed over leases. */
   queueDepth: () => Promise<QueueDepth>;
-  /** The node of each live sandbox, leased or pooled (`OwnedSandbox.node`: null on the one Docker engine). */
+  /** The node of each live sandbox, leased or pooled (`OwnedSandbox.node`: null while not scheduled). */
   sandboxNodes: () => Promise<Array<string | null>>;
 }
 
@@ -75,12 +75,12 @@ export class Metrics {
     });
     new Gauge({
       name: 'sbx_sandboxes',
-      help: 'Live sandboxes, leased or pooled, by the node they run on (`local`: the one Docker engine; listed from the runtime at scrape time).',
+      help: 'Live sandboxes, leased or pooled, by the node they run on (`local`: the one Docker engine; `unscheduled`: a Pod no node took yet; listed from the runtime at scrape time).',
       labelNames: ['node'],
       registers,
       async collect() {
         const counts = new Map<string, number>();
-        for (const node of await sources.sandboxNodes()) counts.set(node ?? 'local', (counts.get(node ?? 'local') ?? 0) + 1);
+        for (const node of (await sources.sandboxNodes()).map((n) => n ?? 'unscheduled')) counts.set(node, (counts.get(node) ?? 0) + 1);
         this.reset();
         for (const [node, count] of counts) this.set({ node }, count);
       },

@@ -72,7 +72,7 @@ function world(options: { latest?: PolicyRef; lockHeld?: boolean } = {}) {
       },
       runtime: {
         listOwned: async () =>
-          [...running].map((leaseId) => ({ leaseId, containerId: `ctr_${leaseId}`, running: true, paused: false, node: null })),
+          [...running].map((leaseId) => ({ leaseId, containerId: `ctr_${leaseId}`, running: true, paused: false, node: 'local' })),
       },
       latestPolicy: async () => options.latest ?? v1,
       log: pino({ level: 'silent' }),

@@ -242,19 +242,19 @@ export class DockerRuntime implements SandboxRuntime {
       const leaseId = c.Labels?.[LABEL.lease];
       // A helper container (a create's seed source, a snapshot's staging; never started) counts like a volume.
       if (leaseId && c.Labels?.[LABEL.role]) {
-        if (!owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false, paused: false, node: null });
+        if (!owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false, paused: false, node: 'local' });
       } else if (leaseId)
         owned.set(leaseId, {
           leaseId,
           containerId: c.Id,
           running: ['running', 'paused'].includes(c.State),
           paused: c.State === 'paused',
-          node: null,
+          node: 'local',
         });
     }
     for (const r of [...volumes, ...networks]) {
       const leaseId = r.Labels?.[LABEL.lease];
-      if (leaseId && !owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false, paused: false, node: null });
+      if (leaseId && !owned.has(leaseId)) owned.set(leaseId, { leaseId, containerId: null, running: false, paused: false, node: 'local' });
     }
     return [...owned.values()];
   }

@@ -171,6 +171,11 @@ describe('a sandbox as a Kubernetes Pod', () => {
       gpu: '',
       'sbx.runtime': 'runc',
     });
+    // The admin's selector is not the policy's to move: the same value narrows nothing, another is refused.
+    const same = Policy.parse({ ...policy, runtime: { ...policy.runtime, nodeLabels: { 'sbx.network': 'none' } } });
+    expect(podOf(specOf(same), options).spec!.nodeSelector).toEqual({ 'sbx.network': 'none', 'sbx.runtime': 'runc' });
+    const moved = Policy.parse({ ...policy, runtime: { ...policy.runtime, nodeLabels: { 'sbx.network': 'open' } } });
+    expect(codeOf(() => podOf(specOf(moved), options))).toBe('policy.unenforceable');
     for (const nodeLabels of [{ 'sbx.runtime': 'runsc' }, { 'Bad Key': 'x' }, { zone: 'not a value' }, { zone: 'x'.repeat(64) }])
       expect(Policy.safeParse({ ...policy, runtime: { ...policy.runtime, nodeLabels } }).success, JSON.stringify(nodeLabels)).toBe(false);
   });

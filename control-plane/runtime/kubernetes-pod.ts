@@ -96,6 +96,12 @@ export function podOf(spec: SandboxSpec, options: PodOptions): V1Pod {
       'the Kubernetes driver runs sandboxes with network none only: a network of its own per sandbox (policy network mode open) is not made',
       { details: { field: 'network.mode', runtime: 'kubernetes' } },
     );
+  // The admin's node selector says where sandboxes may run at all (e.g. the nodes whose CNI gives no route): a policy narrows it, never moves it.
+  const clash = Object.keys(spec.nodeLabels).filter((k) => k in options.nodeSelector && options.nodeSelector[k] !== spec.nodeLabels[k]);
+  if (clash.length > 0)
+    throw new AppError('policy.unenforceable', `the policy's node labels contradict SBX_K8S_NODE_SELECTOR on ${clash.join(', ')}`, {
+      details: { field: 'runtime.nodeLabels', runtime: 'kubernetes', labels: clash },
+    });
   if ((spec.volumeBinds ?? []).length > 0)
     throw new AppError('runtime.unsupported', 'the Kubernetes driver has no persistent volumes', {
       details: { feature: 'volumes', runtime: 'kubernetes' },
@@ -187,7 +193,7 @@ export function podOf(spec: SandboxSpec, options: PodOptions): V1Pod {
       hostIPC: false,
       shareProcessNamespace: false,
       terminationGracePeriodSeconds: 5,
-      nodeSelector: { ...options.nodeSelector, ...spec.nodeLabels, 'sbx.runtime': spec.ociRuntime },
+      nodeSelector: { ...spec.nodeLabels, ...options.nodeSelector, 'sbx.runtime': spec.ociRuntime },
       // A node lost or not ready evicts its sandboxes after this long, where Kubernetes' default is 300 s.
       tolerations: ['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready'].map((key) => ({
         key,

@@ -123,7 +123,7 @@ export interface OwnedSandbox {
   running: boolean;
   /** Running with every process frozen (`docker pause`). */
   paused: boolean;
-  /** The node it runs on (the Kubernetes driver's Pod's `spec.nodeName`); null when not placed yet, or on the one Docker engine. */
+  /** The node it runs on: the Kubernetes driver's Pod's `spec.nodeName` (null while not scheduled), `local` for the one Docker engine. */
   node: string | null;
 }
 
