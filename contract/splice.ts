@@ -3,7 +3,20 @@
  * replica passing an agent's link connection on (control-plane/agent-link/link-peers.ts) use them.
  * No dependency but node: the node relay runs with nothing else.
  */
-import type net from 'node:net';
+import net from 'node:net';
+import tls from 'node:tls';
+
+/**
+ * TLS over `socket` (a TCP connection, half-open allowed), the server's certificate checked against
+ * `name` (a DNS name, sent as SNI, or an address, which SNI cannot carry).
+ */
+export function tlsOver(socket: net.Socket, name: string): tls.TLSSocket {
+  return tls.connect({
+    socket,
+    servername: net.isIP(name) ? undefined : name,
+    checkServerIdentity: (_host, cert) => tls.checkServerIdentity(name, cert),
+  });
+}
 
 /**
  * Pipes `a` and `b` into each other, half-open both ways: a side that ends its writing (a

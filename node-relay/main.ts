@@ -19,7 +19,7 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { dirname } from 'node:path';
 import tls from 'node:tls';
-import { spliceSockets } from '../contract/splice.js';
+import { spliceSockets, tlsOver } from '../contract/splice.js';
 
 type Address = { path: string } | { host: string; port: number; tls: boolean };
 
@@ -43,7 +43,7 @@ function dial(to: Address): net.Socket {
   const socket = net.connect({ host: to.host, port: to.port, allowHalfOpen: true });
   if (!to.tls) return socket;
   // Over a half-open TCP socket: TLS 1.3 lets each side close its writing alone (close_notify).
-  return tls.connect({ socket, host: to.host, servername: net.isIP(to.host) ? undefined : to.host });
+  return tlsOver(socket, to.host);
 }
 
 /** Listens on `from` and pipes each connection to `to`; resolves once listening. */

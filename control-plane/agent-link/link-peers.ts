@@ -9,10 +9,9 @@
  * again there; the bytes are piped both ways, half-open (contract/splice.ts).
  */
 import net from 'node:net';
-import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { LinkHeader } from '../../contract/link.js';
-import { spliceSockets } from '../../contract/splice.js';
+import { spliceSockets, tlsOver } from '../../contract/splice.js';
 
 /**
  * The name of process `processId`'s tunnel socket in every lease directory: one per process, so
@@ -72,14 +71,7 @@ export class LinkPeers {
     const peer = await this.addressOf(header);
     if (peer === null || socket.destroyed) return false;
     const tcp = net.connect({ host: peer.host, port: peer.port, allowHalfOpen: true });
-    const name = tlsPeer?.peerName ?? peer.host;
-    const upstream = tlsPeer
-      ? tls.connect({
-          socket: tcp,
-          servername: net.isIP(name) ? undefined : name,
-          checkServerIdentity: (_host, cert) => tls.checkServerIdentity(name, cert),
-        })
-      : tcp;
+    const upstream = tlsPeer ? tlsOver(tcp, tlsPeer.peerName ?? peer.host) : tcp;
     upstream.setNoDelay(true);
     tcp.setKeepAlive(true);
     socket.setKeepAlive(true);
