@@ -42,7 +42,8 @@ const SandboxPath = z
  * What a transfer does: `unpack` a tar into `dir` (under the writable root `root`; `relative` is
  * `dir` relative to it, '' for the root itself) ending with completion mark `mark`; `pack`
  * `path` (under `root`) as a tar; or send the `artifact` the agent announced with
- * `artifact_ready` (contract/queue.ts), or, `discard`, only let it go (the control plane has it).
+ * `artifact_ready` (contract/queue.ts), or, `discard`, only let it go (the control plane has it);
+ * or print the canonical form of `path` (`realpath`: REALPATH_SCRIPT).
  */
 export const TransferOp = z.discriminatedUnion('kind', [
   z.object({
@@ -56,6 +57,7 @@ export const TransferOp = z.discriminatedUnion('kind', [
     mark: TransferMark,
   }),
   z.object({ kind: z.literal('pack'), path: SandboxPath, root: SandboxPath }),
+  z.object({ kind: z.literal('realpath'), path: SandboxPath }),
   z.object({ kind: z.literal('artifact'), artifactId: ArtifactId, discard: z.boolean() }),
 ]);
 export type TransferOp = z.infer<typeof TransferOp>;
@@ -227,9 +229,21 @@ export const DOWNLOAD_SCRIPT = [
   'exec tar -c -f - -- "$name"',
 ].join('\n');
 
+/**
+ * Prints `$1` with symlinks resolved on its longest existing prefix and the missing rest
+ * appended (what a file watch of a path not made yet watches), with no newline. Run as the tool
+ * user: it resolves what that user can see.
+ */
+export const REALPATH_SCRIPT =
+  'p="$1"; rest=""; until r="$(readlink -f -- "$p" 2>/dev/null)" && [ -n "$r" ]; do ' +
+  'rest="/$(basename -- "$p")$rest"; p="$(dirname -- "$p")"; done; r="${r%/}"; printf %s "${r:-/}$rest"';
+
+/** A transfer op that runs a script. */
+export type ScriptOp = Extract<TransferOp, { kind: 'unpack' | 'pack' | 'realpath' }>;
+
 /** The argv (after TRANSFER_SHELL) that runs a script op. */
-export function transferArgv(op: Extract<TransferOp, { kind: 'unpack' | 'pack' }>): string[] {
-  return op.kind === 'unpack'
-    ? [UPLOAD_SCRIPT, 'sbx-upload', op.dir, op.root, op.relative, op.mark]
-    : [DOWNLOAD_SCRIPT, 'sbx-download', op.path, op.root];
+export function transferArgv(op: ScriptOp): string[] {
+  if (op.kind === 'unpack') return [UPLOAD_SCRIPT, 'sbx-upload', op.dir, op.root, op.relative, op.mark];
+  if (op.kind === 'pack') return [DOWNLOAD_SCRIPT, 'sbx-download', op.path, op.root];
+  return [REALPATH_SCRIPT, 'sbx-realpath', op.path];
 }

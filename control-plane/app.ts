@@ -22,7 +22,8 @@ import { CONSOLE_ROUTES, consoleRoutes } from './console/routes.js';
 import { egressRoutes } from './egress/routes.js';
 import type { EgressLog } from './egress/store.js';
 import { filesRoutes } from './files/routes.js';
-import type { TransferTunnels } from './files/transfers.js';
+import { realpathThroughAgent, type TransferTunnels } from './files/transfers.js';
+import { tarError } from './runtime/transfer-errors.js';
 import { apiKeyAuthenticator, installApiKeyAuth, type PrincipalLookup } from './http/auth.js';
 import { installUpgradeSocketTracking } from './http/upgrade.js';
 import { imagesRoutes } from './images/routes.js';
@@ -213,7 +214,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   await app.register(filesRoutes, { tunnels: deps.transfers, maxUploadBytes: deps.maxUploadBytes });
   await app.register(watchRoutes, {
-    watch: new WatchService({ log: deps.changeLog, paths: deps.runtime }),
+    watch: new WatchService({
+      log: deps.changeLog,
+      paths: { realpath: (id, path) => realpathThroughAgent(deps.transfers, id, path, (end) => tarError(end.stderr, path)) },
+    }),
     log: deps.changeLog,
     active: (id, by) => deps.leases.active(id, by),
   });

@@ -82,14 +82,18 @@ describe('deploy/kubernetes', () => {
     readdirSync(dir)
       .filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml')
       .map((f) => join(dir, f));
-  const docs = [...files(join(here, 'kubernetes')), ...files(join(here, 'kubernetes', 'kubernetes-driver'))].flatMap((file) =>
+  type Doc = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string }; [key: string]: any };
+  const read = (file: string): Doc[] =>
     parseAllDocuments(readFileSync(file, 'utf8')).map((doc) => {
       expect(doc.errors, file).toEqual([]);
-      return doc.toJS() as { apiVersion: string; kind: string; metadata: { name: string; namespace?: string }; [key: string]: any };
-    }),
-  );
-  const find = (kind: string, name: string) => {
-    const doc = docs.find((d) => d.kind === kind && d.metadata.name === name);
+      return doc.toJS() as Doc;
+    });
+  const dockerDocs = files(join(here, 'kubernetes')).flatMap(read);
+  const driverDocs = files(join(here, 'kubernetes', 'kubernetes-driver')).flatMap(read);
+  const docs = [...dockerDocs, ...driverDocs];
+  /** The one `kind` named `name`: of the Docker driver's manifests, or with `driver`, of kubernetes-driver/. */
+  const find = (kind: string, name: string, driver = false) => {
+    const doc = (driver ? driverDocs : dockerDocs.concat(driverDocs)).find((d) => d.kind === kind && d.metadata.name === name);
     if (!doc) throw new Error(`no ${kind} ${name}`);
     return doc;
   };
@@ -195,5 +199,27 @@ describe('deploy/kubernetes', () => {
       `unix:${config.agentRelayDir}/link.sock=tls:sbx-link.sbx-system.svc:${config.linkListen!.port}`,
     ]);
     expect(relay.volumes.find((v: any) => v.name === 'relay').hostPath.path).toBe(config.agentRelayDir);
+    // Its init container installs the agent runtime where the control plane names it: the runtime root, the version.
+    const installer = relay.initContainers[0];
+    const version = installer.env.find((e: { name: string }) => e.name === 'RUNTIME_VERSION').value;
+    const root = relay.volumes.find((v: any) => v.name === 'runtime').hostPath.path;
+    expect(installer.volumeMounts).toEqual([{ name: 'runtime', mountPath: '/host' }]);
+    expect(config.agentRuntimeDir).toBe(`${root}/${version}`);
+    expect(installer.image.endsWith(`:${version}`)).toBe(true);
+    // Redis serves TLS only, at the port the control plane and the relays dial, and keeps the agents' users in an ACL file on its volume.
+    const conf = redisSettings(find('ConfigMap', 'sbx-redis-config', true).data['redis.conf']);
+    expect([conf.get('port'), conf.get('tls-port'), conf.get('appendonly'), conf.get('maxmemory-policy')]).toEqual([
+      '0',
+      redisUrl.port,
+      'yes',
+      'noeviction',
+    ]);
+    expect(redisUrl.protocol).toBe('rediss:');
+    expect(conf.get('aclfile')?.startsWith('/data/')).toBe(true);
+    const redis = find('StatefulSet', 'sbx-redis', true);
+    expect(redis.spec.volumeClaimTemplates[0].metadata.name).toBe('data');
+    expect(redis.spec.template.spec.volumes.find((v: any) => v.name === 'tls').secret.secretName).toBe('sbx-redis-tls');
+    expect(find('Service', 'sbx-redis', true).spec.ports[0].port).toBe(Number(redisUrl.port));
+    expect(`${find('Service', 'sbx-redis', true).metadata.name}.sbx-system.svc`).toBe(redisUrl.hostname);
   });
 });

@@ -2,7 +2,8 @@
  * Uploads and downloads through the sandbox's agent (contract/transfers.ts): the bytes go over
  * an agent tunnel (agent-link/tunnels.ts), never through Redis or the container engine's exec.
  * `unpack` writes a checked archive into the script's stdin; `pack` reads the script's tar back
- * out of DATA frames. Either ends with the END frame saying how the script exited.
+ * out of DATA frames, `realpath` a canonical path. Each ends with the END frame saying how the
+ * script exited.
  */
 import type { Socket } from 'node:net';
 import type { Readable } from 'node:stream';
@@ -87,4 +88,35 @@ export async function packThroughAgent(
   data.once('close', () => socket.destroy());
   await started;
   return data;
+}
+
+/** Most bytes a canonical path may take (SandboxPath's 4096 and room for the resolved symlinks). */
+const REALPATH_MAX_BYTES = 16 * 1024;
+
+/**
+ * The canonical form of `path` in the sandbox as its tool user sees it (the agent runs
+ * REALPATH_SCRIPT: symlinks of the longest existing prefix resolved, the missing rest kept).
+ * Throws what `onFailure` makes of a failed script, `files.transfer_broken` for a broken stream
+ * or an answer over REALPATH_MAX_BYTES.
+ */
+export async function realpathThroughAgent(
+  tunnels: TransferTunnels,
+  leaseId: string,
+  path: string,
+  onFailure: (end: TransferEnd) => Error,
+): Promise<string> {
+  const { socket } = await tunnels.openTransfer(leaseId, { kind: 'realpath', path });
+  const { data } = framedData(socket, (end) => (end.exitCode === 0 ? null : onFailure(end)));
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  try {
+    for await (const chunk of data as AsyncIterable<Buffer>) {
+      bytes += chunk.length;
+      if (bytes > REALPATH_MAX_BYTES) throw broken(`a canonical path over ${REALPATH_MAX_BYTES} bytes`);
+      chunks.push(chunk);
+    }
+  } finally {
+    socket.destroy();
+  }
+  return Buffer.concat(chunks).toString('utf8');
 }

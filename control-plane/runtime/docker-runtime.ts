@@ -8,11 +8,8 @@
  */
 import Docker from 'dockerode';
 import { z } from 'zod';
-import { AGENT_RUNTIME_BUSYBOX } from '../../contract/agent-runtime.js';
-import { TRANSFER_PATH } from '../../contract/transfers.js';
 import { AppError } from '../../contract/errors.js';
 import { messageOf, statusOf, unavailable } from './docker-errors.js';
-import { execInContainer, type ExecRun } from './docker-exec.js';
 import { inspectImage, readImageFiles } from './docker-images.js';
 import { checkpointSandbox, checkpointSupport, freezeSandbox, thawSandbox } from './docker-freezer.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
@@ -20,7 +17,6 @@ import { mountTargetsOf, refuseSymlinkedMountTargets } from './mount-targets.js'
 import { seedWritableRoots } from './seed-roots.js';
 import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
 import { rootsBytesInUse } from './snapshot-roots.js';
-import { tarError } from './transfer-errors.js';
 import {
   LABEL,
   ownershipLabels,
@@ -29,7 +25,6 @@ import {
   type OwnedSandbox,
   type ImageConfig,
   type Ownership,
-  type RunAs,
   type RuntimeInfo,
   type SandboxRuntime,
   type CapturedImage,
@@ -264,36 +259,6 @@ export class DockerRuntime implements SandboxRuntime {
   checkpoint = (leaseId: string, id: string): Promise<void> => checkpointSandbox(this.docker, leaseId, id);
   checkpointSupport = (): Promise<CheckpointSupport> => checkpointSupport(this.docker, this.local);
 
-  async realpath(leaseId: string, path: string, user: RunAs): Promise<string> {
-    const run = await this.execIn(leaseId, [AGENT_RUNTIME_BUSYBOX, 'sh', '-c', REALPATH_SCRIPT, 'sbx-realpath', path], user);
-    const out: Buffer[] = [];
-    run.stdout.on('data', (chunk: Buffer) => out.push(chunk));
-    const { exitCode, stderr } = await run.done;
-    if (exitCode !== 0) throw tarError(stderr, path);
-    return Buffer.concat(out).toString('utf8');
-  }
-
-  /**
-   * Runs `cmd` in the lease's container as `user` (docker exec). Resolves once started: `stdout`
-   * streams the demultiplexed output, `done` the exit code and stderr.
-   */
-  private async execIn(leaseId: string, cmd: string[], user: RunAs): Promise<ExecRun> {
-    let run: ExecRun;
-    try {
-      // The image's tools first, the runtime's (busybox applets) where the image has none.
-      run = await execInContainer(this.docker, { container: `sbx-${leaseId}`, cmd, user, env: [`PATH=${TRANSFER_PATH}`], stdin: null });
-    } catch (err) {
-      if (statusOf(err) === 404) throw new AppError('lease.not_ready', `sandbox ${leaseId} has no running container`, { cause: err });
-      throw unavailable('exec', err);
-    }
-    return {
-      stdout: run.stdout,
-      done: run.done.catch((err: unknown) => {
-        throw unavailable('exec stream', err);
-      }),
-    };
-  }
-
   snapshot(capture: SnapshotCapture): Promise<CapturedImage> {
     return captureSnapshot(this.docker, this.snapshotDir, capture);
   }
@@ -315,8 +280,3 @@ export class DockerRuntime implements SandboxRuntime {
     }
   }
 }
-
-/** Prints `$1` with symlinks resolved on its longest existing prefix, the missing rest appended. */
-const REALPATH_SCRIPT =
-  'p="$1"; rest=""; until r="$(readlink -f -- "$p" 2>/dev/null)" && [ -n "$r" ]; do ' +
-  'rest="/$(basename -- "$p")$rest"; p="$(dirname -- "$p")"; done; r="${r%/}"; printf %s "${r:-/}$rest"';

@@ -13,7 +13,7 @@ import {
   podOf,
   type PodOptions,
 } from './kubernetes-pod.js';
-import { startOutcome } from './kubernetes-runtime.js';
+import { refusedByNode, startOutcome } from './kubernetes-runtime.js';
 import { parseRegistryRef } from './registry-images.js';
 import type { SandboxSpec } from './runtime.js';
 
@@ -250,6 +250,20 @@ describe('a starting Pod, read from its status', () => {
       outcome({ conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/3 nodes are available' }] }),
     ).toBe('capacity.exhausted');
     expect((startOutcome(undefined, image) as AppError).code).toBe('lease.create_failed');
+  });
+
+  it("tells a node's refusal before any container (made again) from a Pod that failed once started", () => {
+    // As kubelet's rejectPod leaves it: the node's own affinity check ran on a label it had not seen yet.
+    const refused: V1Pod = {
+      metadata: { name: 'x' },
+      spec: { nodeName: 'n2', containers: [] },
+      status: { phase: 'Failed', reason: 'NodeAffinity', message: 'Pod Predicate NodeAffinity failed' },
+    };
+    expect(refusedByNode(refused)).toBe(true);
+    const running = { name: SANDBOX_CONTAINER, ready: false, restartCount: 0, image, imageID: '', state: { terminated: { exitCode: 1 } } };
+    expect(refusedByNode({ ...refused, status: { ...refused.status, containerStatuses: [running] } })).toBe(false);
+    expect(refusedByNode({ ...refused, spec: { containers: [] } })).toBe(false);
+    expect(refusedByNode({ ...refused, status: { phase: 'Pending' } })).toBe(false);
   });
 });
 

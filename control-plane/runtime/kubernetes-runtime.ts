@@ -7,7 +7,7 @@
  * image by the digest that was read.
  *
  * What it cannot do answers `runtime.unsupported` naming the feature (pause, memory checkpoints,
- * snapshots, file watch, persistent volumes, an image's own `User` looked up in its files);
+ * snapshots, persistent volumes, an image's own `User` looked up in its files);
  * what a policy asks and a node cannot enforce fails the create as `policy.unenforceable`.
  */
 import { ApiException, CoreV1Api, KubeConfig, VersionApi, type V1ContainerStatus, type V1Pod } from '@kubernetes/client-node';
@@ -98,17 +98,33 @@ export class KubernetesRuntime implements SandboxRuntime {
     const pod = podOf({ ...spec, image: spec.pinnedImage ?? spec.image }, { ...this.options, configSecret });
     try {
       await this.createConfigSecret(spec, configSecret.name);
-      await this.call('create pod', () => this.core.createNamespacedPod({ namespace: this.options.namespace, body: pod }));
-      // The watch may see the Pod after the create returns: absent counts as deleted only once it was seen.
-      let seen = false;
-      const running = await this.pods.until(
-        name,
-        (p) => {
-          seen ||= p !== undefined;
-          return p === undefined && !seen ? undefined : startOutcome(p, spec.image);
-        },
-        this.options.startTimeoutMs,
-      );
+      const deadline = Date.now() + this.options.startTimeoutMs;
+      let running: V1Pod | AppError;
+      for (let attempt = 1; ; attempt++) {
+        const created = await this.call('create pod', () =>
+          this.core.createNamespacedPod({ namespace: this.options.namespace, body: pod }),
+        );
+        // The watch may see the Pod after the create returns: absent counts as deleted only once it was seen.
+        let seen = false;
+        running = await this.pods.until(
+          name,
+          (p) => {
+            seen ||= p !== undefined;
+            if (p === undefined && !seen) return undefined;
+            return p !== undefined && refusedByNode(p) && attempt < NODE_REFUSALS_RETRIED ? p : startOutcome(p, spec.image);
+          },
+          Math.max(1, deadline - Date.now()),
+        );
+        // The node's kubelet refused what the scheduler gave it (its view of the node lagged, e.g.
+        // a label just added): the Pod is made again, for the scheduler to place anew, as a
+        // ReplicaSet would. Only refusals before any container; at most NODE_REFUSALS_RETRIED tries.
+        if (running instanceof AppError || !refusedByNode(running)) break;
+        this.options.log.warn(
+          { leaseId: spec.leaseId, node: running.spec?.nodeName, reason: running.status?.reason, attempt },
+          'node refused the sandbox pod; making it again',
+        );
+        await this.deletePod(name, created.metadata?.uid);
+      }
       if (running instanceof AppError) throw running;
       // The agent has read its config (its process runs): the Secret goes, as the host's file does after the hello.
       await this.deleteSecrets([`${LABEL.lease}=${spec.leaseId}`, ...ownershipSelectors(spec.ownership)]);
@@ -145,19 +161,21 @@ export class KubernetesRuntime implements SandboxRuntime {
     const selector = [`${LABEL.lease}=${leaseId}`, ...ownershipSelectors(ownership)];
     await this.deleteSecrets(selector);
     const pods = await this.list(selector);
-    for (const pod of pods) {
-      const name = pod.metadata?.name ?? '';
-      await this.call('delete pod', () =>
-        this.core.deleteNamespacedPod({ name, namespace: this.options.namespace, gracePeriodSeconds: 0 }).catch((err: unknown) => {
-          if (!(err instanceof ApiException && err.code === 404)) throw err;
-        }),
-      );
-      await this.pods
-        .until(name, (p) => (p === undefined || p.metadata?.uid !== pod.metadata?.uid ? true : undefined), 60_000)
-        .catch((err) => {
-          throw new AppError('runtime.unavailable', `pod ${name} was not gone within a minute: ${messageOf(err)}`, { cause: err });
-        });
-    }
+    for (const pod of pods) await this.deletePod(pod.metadata?.name ?? '', pod.metadata?.uid);
+  }
+
+  /** Deletes Pod `name` (the one of `uid`) at once and waits until it is gone. Throws `runtime.unavailable`. */
+  private async deletePod(name: string, uid: string | undefined): Promise<void> {
+    await this.call('delete pod', () =>
+      this.core.deleteNamespacedPod({ name, namespace: this.options.namespace, gracePeriodSeconds: 0 }).catch((err: unknown) => {
+        if (!(err instanceof ApiException && err.code === 404)) throw err;
+      }),
+    );
+    await this.pods
+      .until(name, (p) => (p === undefined || p.metadata?.uid !== uid ? true : undefined), 60_000)
+      .catch((err) => {
+        throw new AppError('runtime.unavailable', `pod ${name} was not gone within a minute: ${messageOf(err)}`, { cause: err });
+      });
   }
 
   async listOwned(ownership: Ownership): Promise<OwnedSandbox[]> {
@@ -180,7 +198,6 @@ export class KubernetesRuntime implements SandboxRuntime {
   checkpoint = (): Promise<void> => Promise.reject(unsupported('memory checkpoints'));
   checkpointSupport = (): Promise<CheckpointSupport> =>
     Promise.resolve({ supported: false, missing: ['the Kubernetes driver has no memory checkpoints'] });
-  realpath = (): Promise<string> => Promise.reject(unsupported('file watch'));
   snapshot = (): Promise<CapturedImage> => Promise.reject(unsupported('snapshots'));
   snapshotBytesEstimate = (): Promise<number> => Promise.reject(unsupported('snapshots'));
   removeSnapshot = (): Promise<void> => Promise.reject(unsupported('snapshots'));
@@ -235,6 +252,24 @@ export class KubernetesRuntime implements SandboxRuntime {
       throw new AppError('runtime.unavailable', `Kubernetes ${what} failed: ${messageOf(err)}`, { cause: err });
     }
   }
+}
+
+/** How many times a lease's Pod is made when nodes refuse it before it starts (refusedByNode). */
+const NODE_REFUSALS_RETRIED = 3;
+
+/**
+ * Whether the Pod's node refused it before starting any container: the kubelet's admission
+ * (its own check of node affinity, resources, pods per node) failed the Pod the scheduler had
+ * placed, with no container status (kubelet `rejectPod`).
+ */
+export function refusedByNode(pod: V1Pod): boolean {
+  const status = pod.status;
+  return (
+    status?.phase === 'Failed' &&
+    pod.spec?.nodeName !== undefined &&
+    (status.initContainerStatuses ?? []).length === 0 &&
+    (status.containerStatuses ?? []).length === 0
+  );
 }
 
 /**

@@ -203,12 +203,6 @@ export interface SandboxRuntime {
   /** Checkpoints the running container's memory as `checkpointId` (only when supported). Throws as `pause`. */
   checkpoint(leaseId: string, checkpointId: string): Promise<void>;
   /**
-   * `path` resolved inside the sandbox as `user`: symlinks followed (`readlink -f`) on its longest
-   * existing prefix, the missing rest appended (the file watch's path check). Throws
-   * `input.path_outside_workspace`, `files.not_found`, `files.permission_denied` (runtime/transfer-errors.ts), `lease.not_ready`.
-   */
-  realpath(leaseId: string, path: string, user: RunAs): Promise<string>;
-  /**
    * Captures the lease's sandbox as a snapshot image (its changed files and every writable root;
    * see snapshot-image.ts), while it keeps running. Throws `snapshot.capture_failed`, `lease.not_ready`.
    */

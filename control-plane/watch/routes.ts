@@ -12,7 +12,7 @@ import { AppError } from '../../contract/errors.js';
 import type { Principal } from '../http/auth.js';
 import { openSseSession } from '../http/sse.js';
 import { LeaseParams } from '../leases/schema.js';
-import { toolUserOf, type LeaseRecord } from '../leases/store.js';
+import type { LeaseRecord } from '../leases/store.js';
 import { ChangesQuery, WatchHeaders, WatchQuery } from './schema.js';
 import { checkCursor, inScope, type WatchScope, type WatchService } from './service.js';
 import type { RedisChangeLog } from './store.js';
@@ -50,7 +50,7 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
   app.get('/v1/sandboxes/:id/files/watch', { schema: watchSchema, config: { lease: 'active' } }, async (request, reply) => {
     const { id } = request.params;
     const lease = request.lease;
-    const scope = await opts.watch.scope(id, request.query.path, request.query.recursive ?? true, roots(lease), toolUserOf(lease));
+    const scope = await opts.watch.scope(id, request.query.path, request.query.recursive ?? true, roots(lease));
     const header = request.headers['last-event-id'];
     const resume = header !== undefined ? Number(header) : request.query.since;
     const first = await opts.log.read(id, resume ?? 0, 1);
@@ -146,7 +146,7 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
         ? { path: '/', recursive: true }
         : await (async () => {
             const lease = await opts.active(id, request.principal);
-            return opts.watch.scope(id, path, recursive, roots(lease), toolUserOf(lease));
+            return opts.watch.scope(id, path, recursive, roots(lease));
           })();
     return opts.watch.changes(id, since, scope, limit ?? 1000);
   });

@@ -6,7 +6,6 @@
  */
 import { posix } from 'node:path';
 import { AppError } from '../../contract/errors.js';
-import type { ToolUser } from '../../contract/queue.js';
 import type { ChangeEntry } from '../../contract/watch.js';
 import type { LogRead } from './store.js';
 
@@ -15,9 +14,9 @@ export interface ChangeLogReader {
   read(leaseId: string, afterSeq: number, count: number): Promise<LogRead>;
 }
 
-/** What the service needs of the sandbox: canonical paths (runtime `realpath`). */
+/** What the service needs of the sandbox: canonical paths as its tool user sees them (the agent's `realpath`, files/transfers.ts). */
 export interface PathResolver {
-  realpath(leaseId: string, path: string, user: ToolUser): Promise<string>;
+  realpath(leaseId: string, path: string): Promise<string>;
 }
 
 /** What a reader watches: `path` (canonical) and, with `recursive`, everything under it; else its direct children. */
@@ -63,14 +62,14 @@ export class WatchService {
    * then resolved inside the sandbox (symlinks followed, as the file tools do) and checked
    * again. Throws `input.path_outside_workspace` (details: path, resolved, roots).
    */
-  async scope(leaseId: string, path: string, recursive: boolean, roots: readonly string[], user: ToolUser): Promise<WatchScope> {
+  async scope(leaseId: string, path: string, recursive: boolean, roots: readonly string[]): Promise<WatchScope> {
     const normalized = posix.normalize(path).replace(/(.)\/+$/, '$1');
     const outside = (resolved: string): AppError =>
       new AppError('input.path_outside_workspace', `${path} is outside the sandbox's file roots (${roots.join(', ')})`, {
         details: { field: 'path', path, resolved, roots: [...roots] },
       });
     if (!normalized.startsWith('/') || !insideRoots(normalized, roots)) throw outside(normalized);
-    const resolved = posix.normalize(await this.deps.paths.realpath(leaseId, normalized, user)).replace(/(.)\/+$/, '$1');
+    const resolved = posix.normalize(await this.deps.paths.realpath(leaseId, normalized)).replace(/(.)\/+$/, '$1');
     if (!insideRoots(resolved, roots)) throw outside(resolved);
     return { path: resolved, recursive };
   }

@@ -2,7 +2,7 @@
  * File transfers, the sandbox's side (contract/transfers.ts): for each `TransferOpen` the
  * control plane sends, connect to the tunnel socket, start the op's script as the tool user and
  * carry its bytes: the tunnel into its stdin (`unpack`), its stdout onto the tunnel in DATA
- * frames (`pack`); then one END frame with how it exited. An `artifact` op is the shelf's
+ * frames (`pack`, `realpath`); then one END frame with how it exited. An `artifact` op is the shelf's
  * (link/artifact-shelf.ts). The agent decides nothing about which
  * paths may be transferred (the control plane checked the policy; the scripts check where each
  * path resolves inside the sandbox); it only runs them as the tool user, never as itself.
@@ -19,8 +19,8 @@ import {
   TRANSFER_SHELL,
   TRANSFER_STDERR_MAX_BYTES,
   transferArgv,
+  type ScriptOp,
   type TransferEnd,
-  type TransferOp,
   type TransferOpen,
 } from '../../contract/transfers.js';
 import type { ArtifactShelf } from '../link/artifact-shelf.js';
@@ -72,12 +72,7 @@ export function runTransfer(open: TransferOpen, options: TransferRunnerOptions):
   });
 }
 
-function start(
-  tunnel: net.Socket,
-  connId: string,
-  op: Extract<TransferOp, { kind: 'unpack' | 'pack' }>,
-  options: TransferRunnerOptions,
-): void {
+function start(tunnel: net.Socket, connId: string, op: ScriptOp, options: TransferRunnerOptions): void {
   const unpack = op.kind === 'unpack';
   let child: ChildProcess;
   try {

@@ -4,18 +4,19 @@
  * ServiceAccount (`sbx-system/sbx-control-plane`). A control plane authenticated by that account's
  * token alone then does the driver's whole job in `sbx-sandboxes` — a lease, a call, files, a
  * restart that adopts the lease, a warm pool, release — and the account may do nothing else.
- * Then `control-plane.yaml` itself: two replicas as Pods of the cluster, leasing through the one
- * address, with the lab's substitutions (`labDeployment`) for what the lab lacks.
+ * Then the cluster side itself: Redis (`redis.yaml`), the node relays (`node-relay.yaml`) and two
+ * control-plane replicas (`control-plane.yaml`) as Pods of the cluster, leasing through the one
+ * address, with the lab's substitutions for what the lab lacks (lab-deployment.ts).
  */
 import { randomBytes } from 'node:crypto';
-import { readFile, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseAllDocuments, stringify } from 'yaml';
-import { loadConfig } from '../../control-plane/config.js';
+import { stringify } from 'yaml';
 import { SbxClient } from '../../sdk/index.js';
 import { eventually, execIn, planeIdentity, REPO_ROOT, tarBytes, useHarness, useScratchDirs } from '../fixtures/index.js';
 import { useKubernetesLab } from '../fixtures/kubernetes.js';
+import { deployedRelayDir, deployedRuntimeRoot, labDeployment } from './lab-deployment.js';
 
 const lab = useKubernetesLab('deploy');
 const scratch = useScratchDirs();
@@ -52,9 +53,10 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await kubectl(lab.kubeconfig, 'delete', '--wait=false', ...MANIFESTS.flatMap((f) => ['-f', f])).catch(() => undefined);
-  await kubectl(lab.kubeconfig, 'delete', 'namespace', 'sbx-system', '--wait=false').catch(() => undefined);
-});
+  // Waited for: the namespaces are gone, with everything in them, when the file ends.
+  await kubectl(lab.kubeconfig, 'delete', '--timeout=120s', ...MANIFESTS.flatMap((f) => ['-f', f])).catch(() => undefined);
+  await kubectl(lab.kubeconfig, 'delete', 'namespace', 'sbx-system', '--timeout=120s').catch(() => undefined);
+}, 260_000);
 
 const h = useHarness(() => ({
   ...lab.settings(),
@@ -110,60 +112,8 @@ describe('the driver deployed with its least-privilege RBAC', () => {
   });
 });
 
-/**
- * `control-plane.yaml` as the lab can run it. The lab has no Pod network, cluster DNS, kube-proxy,
- * volume provisioner or control-plane image: the replicas run on their nodes' network (host
- * network, on the runc nodes), reach the API server, Redis (TLS, set-up's, through the hub) and
- * the registry by address, keep artifacts in a host directory, and run the checkout's build on
- * the sandbox image (which has node). Everything else is the manifest's.
- */
-async function labDeployment(identity: ReturnType<typeof planeIdentity>, artifactDir: string): Promise<unknown[]> {
-  const file = join(REPO_ROOT, 'deploy/kubernetes/kubernetes-driver/control-plane.yaml');
-  const docs = parseAllDocuments(await readFile(file, 'utf8')).map((d) => d.toJS() as any);
-  const deployment = docs.find((d) => d.kind === 'Deployment');
-  const pod = deployment.spec.template.spec;
-  const container = pod.containers[0];
-  const hub = lab.registry.split(':')[0]!;
-  const runtimeDir = loadConfig(process.env, REPO_ROOT).agentRuntimeDir;
-  const overrides: Record<string, string> = {
-    KUBERNETES_SERVICE_HOST: hub,
-    KUBERNETES_SERVICE_PORT: '6443',
-    SBX_REDIS_URL: process.env.SBX_LAB_REDIS_URL!,
-    SBX_REDIS_PREFIX: identity.prefix,
-    SBX_OWNER: identity.owner,
-    SBX_IMAGE: lab.image,
-    SBX_K8S_PLAIN_HTTP_REGISTRIES: lab.registry,
-    SBX_K8S_NODE_PIDS_LIMIT: '512',
-    SBX_AGENT_RELAY_DIR: process.env.SBX_LAB_RELAY_DIR!,
-    SBX_AGENT_RUNTIME: runtimeDir,
-    SBX_LOG_LEVEL: 'warn',
-    // The link Service's name in the manifest; here the front's address, which the lab's certificate carries.
-    SBX_LINK_TLS_PEER_NAME: hub,
-  };
-  container.env = [
-    ...container.env.filter((e: { name: string }) => !(e.name in overrides)),
-    ...Object.entries(overrides).map(([name, value]) => ({ name, value })),
-  ];
-  container.image = lab.image;
-  container.command = ['node', join(REPO_ROOT, 'dist/control-plane/main.js')];
-  container.volumeMounts = [
-    ...container.volumeMounts.filter((m: { name: string }) => m.name !== 'runtime'),
-    { name: 'runtime', mountPath: runtimeDir, readOnly: true },
-    { name: 'checkout', mountPath: REPO_ROOT, readOnly: true },
-  ];
-  pod.hostNetwork = true;
-  pod.nodeSelector = { 'sbx.runtime': 'runc' };
-  pod.volumes = [
-    ...pod.volumes.filter((v: { name: string }) => !['artifacts', 'runtime'].includes(v.name)),
-    { name: 'artifacts', hostPath: { path: artifactDir, type: 'Directory' } },
-    { name: 'runtime', hostPath: { path: runtimeDir, type: 'Directory' } },
-    { name: 'checkout', hostPath: { path: REPO_ROOT, type: 'Directory' } },
-  ];
-  return docs.filter((d) => d.kind !== 'PersistentVolumeClaim');
-}
-
-describe('the control plane deployed into the cluster', () => {
-  it('control-plane.yaml runs two replicas on two nodes; a lease made through the one address is served by both', async () => {
+describe('the control plane, Redis and node relays deployed into the cluster', () => {
+  it('redis.yaml, node-relay.yaml and control-plane.yaml run there; a lease made through the one address is served by both replicas', async () => {
     // One installation behind the lab's link front at a time: the account's control plane (above)
     // would be handed the deployed replicas' agent connections, and refuse their tokens.
     await h.close();
@@ -178,28 +128,59 @@ describe('the control plane deployed into the cluster', () => {
       `--from-literal=secrets-key=${identity.secretsKey}`,
       `--from-literal=preview-key=${randomBytes(32).toString('base64')}`,
     );
-    await secret('sbx-redis', `--from-literal=password=${loadConfig(process.env, REPO_ROOT).redis.password ?? ''}`);
+    await secret('sbx-redis', `--from-literal=password=${randomBytes(16).toString('hex')}`);
+    // The lab's one certificate names every node's address, Redis's among them.
+    await secret('sbx-redis-tls', `--from-file=tls.crt=${tlsDir}/link.pem`, `--from-file=tls.key=${tlsDir}/link.key`);
     await secret(
       'sbx-link-tls',
       `--from-file=tls.crt=${tlsDir}/link.pem`,
       `--from-file=tls.key=${tlsDir}/link.key`,
       `--from-file=ca.crt=${tlsDir}/ca.pem`,
     );
-    const manifest = join(await scratch('deployed-'), 'control-plane.yaml');
-    await writeFile(manifest, (await labDeployment(identity, await scratch('deployed-artifacts-'))).map((d) => stringify(d)).join('---\n'));
+    const runcNodes = JSON.parse(await kubectl(lab.kubeconfig, 'get', 'nodes', '-l', 'sbx.runtime=runc', '-o', 'json')).items as any[];
+    const redisNode = {
+      name: runcNodes[0].metadata.name as string,
+      address: runcNodes[0].status.addresses.find((a: { type: string }) => a.type === 'InternalIP').address as string,
+    };
+    const docs = await labDeployment({
+      lab,
+      redisNode,
+      identity,
+      artifactDir: await scratch('deployed-artifacts-'),
+      redisDataDir: await scratch('deployed-redis-'),
+    });
+    const manifest = join(await scratch('deployed-'), 'deployment.yaml');
+    await writeFile(manifest, docs.map((d) => stringify(d)).join('---\n'));
     await kubectl(lab.kubeconfig, 'apply', '-f', manifest);
     try {
-      const selector = 'app.kubernetes.io/name=sbx-control-plane-cluster';
-      const ready = await eventually(
-        async () => JSON.parse(await kubectl(lab.kubeconfig, ...ns, 'get', 'pods', '-l', selector, '-o', 'json')).items as any[],
-        (pods) => pods.length === 2 && pods.every((p) => p.status.conditions?.some((c: any) => c.type === 'Ready' && c.status === 'True')),
-        120_000,
-        500,
-      );
+      const readyPods = (selector: string, count: number): Promise<any[]> =>
+        eventually(
+          async () => JSON.parse(await kubectl(lab.kubeconfig, ...ns, 'get', 'pods', '-l', selector, '-o', 'json')).items as any[],
+          (pods) =>
+            pods.length === count && pods.every((p) => p.status.conditions?.some((c: any) => c.type === 'Ready' && c.status === 'True')),
+          120_000,
+          500,
+        );
+      await readyPods('app.kubernetes.io/name=sbx-redis', 1);
+      const relays = await readyPods('app.kubernetes.io/name=sbx-node-relay', runcNodes.length);
+      const ready = await readyPods('app.kubernetes.io/name=sbx-control-plane-cluster', 2);
       const nodes = ready.map((p) => p.spec.nodeName as string).sort();
       expect(new Set(nodes).size).toBe(2);
       const front = new SbxClient(`http://${process.env.SBX_LAB_API}`, identity.apiKey);
       const lease = await front.createSandbox();
+      // The sandbox's agent came in through its node's deployed relay, not the lab's own.
+      const [sandboxPod] = JSON.parse(
+        await kubectl(lab.kubeconfig, '-n', 'sbx-sandboxes', 'get', 'pods', '-l', `sbx.lease=${lease.id}`, '-o', 'json'),
+      ).items as any[];
+      const hostPaths = sandboxPod.spec.volumes.map((v: any) => v.hostPath?.path as string | undefined);
+      expect(hostPaths).toContain(deployedRelayDir());
+      expect(relays.map((p) => p.spec.nodeName)).toContain(sandboxPod.spec.nodeName);
+      // Its agent runtime is the one the relay's init container installed on each node.
+      expect(hostPaths).toContain(join(deployedRuntimeRoot(), '0.1.0'));
+      for (const relay of relays)
+        expect(await kubectl(lab.kubeconfig, ...ns, 'logs', relay.metadata.name, '-c', 'install-agent-runtime')).toMatch(
+          /^agent runtime 0\.1\.0 (is )?installed$/m,
+        );
       expect((await execIn(() => front)(lease.id, 'echo deployed')).stdout).toBe('deployed\n');
       // Each replica, at its own address, answers for the lease and reaches its agent's tunnel.
       for (const pod of ready) {
@@ -212,6 +193,17 @@ describe('the control plane deployed into the cluster', () => {
         );
       }
       expect((await execIn(() => front)(lease.id, 'cat /workspace/from-*')).stdout).toBe(nodes.join(''));
+      // Redis's Pod replaced: its data and the agents' ACL users (the ACL file) are on its volume,
+      // so the agent logs in again and the lease goes on.
+      const [redisPod] = await readyPods('app.kubernetes.io/name=sbx-redis', 1);
+      await kubectl(lab.kubeconfig, ...ns, 'delete', 'pod', redisPod.metadata.name);
+      await eventually(
+        async () => (await readyPods('app.kubernetes.io/name=sbx-redis', 1))[0].metadata.uid as string,
+        (uid) => uid !== redisPod.metadata.uid,
+        120_000,
+        500,
+      );
+      expect((await execIn(() => front)(lease.id, 'echo after the restart')).stdout).toBe('after the restart\n');
       await front.releaseSandbox(lease.id);
     } finally {
       await kubectl(lab.kubeconfig, 'delete', '-f', manifest, '--wait=true').catch(() => undefined);

@@ -1,7 +1,8 @@
 /**
- * Port previews and terminals on Kubernetes: a server in the sandbox (network `none`) answers
- * through the control plane, its bytes carried by the agent's byte tunnel over the node relay; a
- * terminal's program runs on a pseudo-terminal.
+ * Port previews, terminals and file watch on Kubernetes: a server in the sandbox (network `none`)
+ * answers through the control plane, its bytes carried by the agent's byte tunnel over the node
+ * relay; a terminal's program runs on a pseudo-terminal; the agent's change log answers a watch,
+ * whose path the agent resolves in the sandbox.
  */
 import { describe, expect, it } from 'vitest';
 import { apiAs, eventually, execIn, putPolicyVariant, useHarness } from '../fixtures/index.js';
@@ -43,5 +44,22 @@ describe('interactive execution on Kubernetes', () => {
     } finally {
       await api(h.apiKey, 'DELETE', '/v1/policies/k8s-preview');
     }
+  });
+
+  it('watches files: a change made in the sandbox is read after a cursor, and a path whose symlink leaves the roots is refused', async () => {
+    const lease = await h.client.createSandbox();
+    await exec(lease.id, 'mkdir -p /workspace/w && ln -s /etc /workspace/out');
+    const now = await h.client.fileChanges(lease.id, { path: '/workspace/w' });
+    await exec(lease.id, 'echo hi > /workspace/w/new.txt');
+    const page = await eventually(
+      () => h.client.fileChanges(lease.id, { since: now.cursor, path: '/workspace/w' }),
+      (p) => p.changes.some((c) => 'path' in c && c.path === '/workspace/w/new.txt'),
+    );
+    expect(page.changes.filter((c) => 'path' in c && !c.path?.startsWith('/workspace/w/'))).toEqual([]);
+    await expect(h.client.fileChanges(lease.id, { path: '/workspace/out/passwd' })).rejects.toMatchObject({
+      status: 400,
+      code: 'input.path_outside_workspace',
+    });
+    await h.client.releaseSandbox(lease.id);
   });
 });

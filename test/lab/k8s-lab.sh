@@ -145,8 +145,9 @@ J
   # kubelet mounts for a Pod (a memory emptyDir's tmpfs) must be seen by the engine that starts
   # the Pod's containers. In it: a sysfs of the node's netns with the host's cgroups back in, a
   # private /var/log, private copies of the global sysctls kubelet rewrites (the host keeps its own),
-  # and this node's own node-relay directory at the path every node has it ($LAB/relay).
-  mkdir -p "$d/sysctl" "$d/relay" "$LAB/relay"
+  # and a directory of this node's own at the path every node has it ($LAB/node: host paths of
+  # Pods, such as the node relay's directory, $LAB/node/relay, are per node as on machines).
+  mkdir -p "$d/sysctl" "$d/local/relay" "$LAB/node"
   spawn "engine-$i" "/run/netns/$NAME$i" unshare --uts --mount --propagation slave -- sh -c '
     set -e; hostname "$1"; mkdir -p "$2/cg"
     mount --rbind /sys/fs/cgroup "$2/cg"; mount -t sysfs sysfs /sys; mount --rbind "$2/cg" /sys/fs/cgroup; umount -l "$2/cg"
@@ -154,8 +155,8 @@ J
       f="$2/sysctl/$(echo $s | tr / _)"; cat "/proc/sys/$s" >"$f"; mount --bind "$f" "/proc/sys/$s"
     done
     mount -t tmpfs tmpfs /var/log
-    mount --bind "$2/relay" "$3"
-    exec dockerd --config-file "$2/daemon.json"' sh "$NAME$i" "$d" "$LAB/relay"
+    mount --bind "$2/local" "$3"
+    exec dockerd --config-file "$2/daemon.json"' sh "$NAME$i" "$d" "$LAB/node"
 }
 
 # The node relays (node-relay/main.ts), as a cluster runs them, one per node: each serves
@@ -169,7 +170,7 @@ start_relays() {
   spawn redis-forward "$HUB" node "$relay" --forward "tls:$NET.1:6390=unix:$REDIS_SOCKET" --cert "$LAB/tls/link.pem" --key "$LAB/tls/link.key"
   for i in $(seq 1 "$NODES"); do
     spawn "relay-$i" "/run/netns/$NAME$i" env NODE_EXTRA_CA_CERTS="$LAB/tls/ca.pem" node "$relay" \
-      --forward "unix:$LAB/n$i/relay/redis.sock=tls:$NET.1:6390" --forward "unix:$LAB/n$i/relay/link.sock=tls:$NET.1:7071"
+      --forward "unix:$LAB/n$i/local/relay/redis.sock=tls:$NET.1:6390" --forward "unix:$LAB/n$i/local/relay/link.sock=tls:$NET.1:7071"
   done
 }
 
@@ -337,7 +338,8 @@ export SBX_LAB_REGISTRY=$REGISTRY
 export SBX_LAB_NODES=$NODES
 export SBX_LAB_NODE_PREFIX=$NAME
 export SBX_LAB_DIR=$LAB
-export SBX_LAB_RELAY_DIR=$LAB/relay
+export SBX_LAB_NODE_DIR=$LAB/node
+export SBX_LAB_RELAY_DIR=$LAB/node/relay
 export SBX_LAB_LINK_LISTEN=$NET.1:7170
 export SBX_LAB_REDIS_URL=rediss://$NET.1:6390
 export SBX_LAB_TLS_CA=$LAB/tls/ca.pem
