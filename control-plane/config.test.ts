@@ -69,3 +69,20 @@ describe('the link address other replicas reach', () => {
     expect(loadConfig({ ...base, SBX_ARTIFACT_DIR: '/shared/artifacts' }, repoRoot).artifactDir).toBe('/shared/artifacts');
   });
 });
+
+describe('SBX_K8S_RUNTIME_CLASSES', () => {
+  const k8s = { ...base, SBX_RUNTIME: 'kubernetes', SBX_OWNER: 'sbx' };
+  it('maps an OCI runtime to the RuntimeClass a sandbox of it names; none by default', () => {
+    const runtimeOf = (env: Record<string, string>) => loadConfig(env, repoRoot).runtime as { runtimeClasses: Record<string, string> };
+    expect(runtimeOf(k8s).runtimeClasses).toEqual({});
+    expect(runtimeOf({ ...k8s, SBX_K8S_RUNTIME_CLASSES: 'runsc=gvisor, runc=runc-hardened' }).runtimeClasses).toEqual({
+      runsc: 'gvisor',
+      runc: 'runc-hardened',
+    });
+  });
+
+  it('refuses a runtime sbx does not know and a name Kubernetes would not take, naming the variable', () => {
+    for (const bad of ['kata=kata', 'runsc=GVisor', 'runsc=', 'runsc'])
+      expect(() => loadConfig({ ...k8s, SBX_K8S_RUNTIME_CLASSES: bad }, repoRoot), bad).toThrow(/SBX_K8S_RUNTIME_CLASSES/);
+  });
+});

@@ -55,6 +55,7 @@ const options: PodOptions = {
   namespace: 'sbx-sandboxes',
   imagePullPolicy: 'IfNotPresent',
   nodeSelector: { 'sbx.network': 'none' },
+  runtimeClasses: {},
   nodeLostAfterSeconds: 10,
   cpuRequestFraction: 0.25,
   nodePidsLimit: null,
@@ -161,6 +162,13 @@ describe('a sandbox as a Kubernetes Pod', () => {
   it('runs gVisor policies on gVisor nodes', () => {
     const gvisor = Policy.parse({ ...policy, runtime: { ...policy.runtime, oci: 'runsc' } });
     expect(podOf(specOf(gvisor), options).spec!.nodeSelector).toEqual({ 'sbx.network': 'none', 'sbx.runtime': 'runsc' });
+    expect(podOf(specOf(gvisor), options).spec!.runtimeClassName).toBeUndefined();
+    // A RuntimeClass named for the runtime places it instead of the node label; other runtimes keep theirs.
+    const withClass = { ...options, runtimeClasses: { runsc: 'gvisor' } };
+    expect(podOf(specOf(gvisor), withClass).spec).toMatchObject({ runtimeClassName: 'gvisor', nodeSelector: { 'sbx.network': 'none' } });
+    expect(podOf(specOf(gvisor), withClass).spec!.nodeSelector!['sbx.runtime']).toBeUndefined();
+    expect(podOf(specOf(), withClass).spec).toMatchObject({ nodeSelector: { 'sbx.runtime': 'runc' } });
+    expect(podOf(specOf(), withClass).spec!.runtimeClassName).toBeUndefined();
   });
 
   it("places by the policy's node labels besides the runtime's; the policy cannot name sbx.runtime, nor bad keys or values", () => {

@@ -48,6 +48,8 @@ export interface PodOptions {
   imagePullPolicy: 'IfNotPresent' | 'Always' | 'Never';
   /** Node labels every sandbox Pod requires (e.g. the loopback-only CNI's), besides `sbx.runtime`. */
   nodeSelector: Record<string, string>;
+  /** The RuntimeClass a sandbox of an OCI runtime names (SBX_K8S_RUNTIME_CLASSES); without one, nodes labelled `sbx.runtime` run it. */
+  runtimeClasses: Partial<Record<'runc' | 'runsc', string>>;
   /** How long a sandbox stays bound to a node that stopped answering before Kubernetes evicts it, s. */
   nodeLostAfterSeconds: number;
   /** The share of the CPU limit a Pod requests (0 < x ≤ 1); memory is requested whole. */
@@ -96,6 +98,7 @@ export function podOf(spec: SandboxSpec, options: PodOptions): V1Pod {
       'the Kubernetes driver runs sandboxes with network none only: a network of its own per sandbox (policy network mode open) is not made',
       { details: { field: 'network.mode', runtime: 'kubernetes' } },
     );
+  const runtimeClass = options.runtimeClasses[spec.ociRuntime];
   // The admin's node selector says where sandboxes may run at all (e.g. the nodes whose CNI gives no route): a policy narrows it, never moves it.
   const clash = Object.keys(spec.nodeLabels).filter((k) => k in options.nodeSelector && options.nodeSelector[k] !== spec.nodeLabels[k]);
   if (clash.length > 0)
@@ -193,7 +196,13 @@ export function podOf(spec: SandboxSpec, options: PodOptions): V1Pod {
       hostIPC: false,
       shareProcessNamespace: false,
       terminationGracePeriodSeconds: 5,
-      nodeSelector: { ...spec.nodeLabels, ...options.nodeSelector, 'sbx.runtime': spec.ociRuntime },
+      // A RuntimeClass places and runs the sandbox by its own handler and scheduling; else the nodes labelled for the runtime do.
+      ...(runtimeClass === undefined ? {} : { runtimeClassName: runtimeClass }),
+      nodeSelector: {
+        ...spec.nodeLabels,
+        ...options.nodeSelector,
+        ...(runtimeClass === undefined ? { 'sbx.runtime': spec.ociRuntime } : {}),
+      },
       // A node lost or not ready evicts its sandboxes after this long, where Kubernetes' default is 300 s.
       tolerations: ['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready'].map((key) => ({
         key,

@@ -70,7 +70,7 @@ export class KubernetesRuntime implements SandboxRuntime {
     this.registry = new RegistryImages({ plainHttp: options.plainHttpRegistries });
   }
 
-  /** The cluster's version, and the OCI runtimes of its Ready nodes (their `sbx.runtime` label). */
+  /** The cluster's version, and the OCI runtimes of its Ready nodes (their `sbx.runtime` label) and of the RuntimeClasses named (SBX_K8S_RUNTIME_CLASSES). */
   async info(): Promise<RuntimeInfo> {
     const [version, nodes] = await Promise.all([
       this.call('version', () => this.version.getCode()),
@@ -78,6 +78,7 @@ export class KubernetesRuntime implements SandboxRuntime {
     ]);
     const ready = nodes.items.filter((n) => n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'));
     const runtimes = new Set(ready.map((n) => n.metadata?.labels?.['sbx.runtime']).filter((r): r is string => r !== undefined));
+    for (const oci of Object.keys(this.options.runtimeClasses)) runtimes.add(oci);
     // The sandbox nodes' architecture, for image indexes (the kubelet's own label); a lease plans after this read.
     this.nodeArch = ready.map((n) => n.metadata?.labels?.['kubernetes.io/arch']).find((a) => a !== undefined) ?? this.nodeArch;
     return { engineVersion: `kubernetes ${version.gitVersion}`, ociRuntimes: [...runtimes] };

@@ -39,6 +39,17 @@ export const KubernetesEnv = z.object({
   SBX_K8S_IMAGE_PULL_POLICY: z.enum(['IfNotPresent', 'Always', 'Never']).default('IfNotPresent'),
   /** Node labels (`k=v,…`) every sandbox Pod requires besides `sbx.runtime`: e.g. the label of the nodes with a loopback-only CNI. */
   SBX_K8S_NODE_SELECTOR: LabelPairs,
+  /**
+   * RuntimeClasses the cluster offers for a policy's `runtime.oci` (`runsc=gvisor`): a sandbox of
+   * that runtime names the class (`runtimeClassName`), whose handler and scheduling then place and
+   * run it, instead of being placed on nodes labelled `sbx.runtime=<oci>`. Unset: node labels.
+   */
+  SBX_K8S_RUNTIME_CLASSES: LabelPairs.pipe(
+    z.partialRecord(
+      z.enum(['runc', 'runsc']),
+      z.string().regex(/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/, 'a RuntimeClass name (DNS subdomain)'),
+    ),
+  ),
   /** Registries (`host:port`, comma-separated) whose image configs are read over plain HTTP (a lab's). */
   SBX_K8S_PLAIN_HTTP_REGISTRIES: z
     .string()
@@ -73,6 +84,7 @@ export interface KubernetesSettings {
   namespace: string;
   imagePullPolicy: 'IfNotPresent' | 'Always' | 'Never';
   nodeSelector: Record<string, string>;
+  runtimeClasses: Partial<Record<'runc' | 'runsc', string>>;
   plainHttpRegistries: string[];
   startTimeoutMs: number;
   nodeLostAfterSeconds: number;
@@ -87,6 +99,7 @@ export function kubernetesSettings(e: z.infer<typeof KubernetesEnv>): Kubernetes
     namespace: e.SBX_K8S_NAMESPACE,
     imagePullPolicy: e.SBX_K8S_IMAGE_PULL_POLICY,
     nodeSelector: e.SBX_K8S_NODE_SELECTOR,
+    runtimeClasses: e.SBX_K8S_RUNTIME_CLASSES,
     plainHttpRegistries: e.SBX_K8S_PLAIN_HTTP_REGISTRIES,
     startTimeoutMs: e.SBX_K8S_START_TIMEOUT_MS,
     nodeLostAfterSeconds: e.SBX_K8S_NODE_LOST_AFTER_SECONDS,
