@@ -1,6 +1,7 @@
 /**
  * What a sandbox on Kubernetes can and cannot reach, what runs where, and what the driver
- * refuses: the lab's own servers on the hub and a node see nothing from a sandbox; gVisor
+ * refuses: the lab's own servers on the hub and a node see nothing from a sandbox; a node whose
+ * Pods get a route fails the sandbox's network check; gVisor
  * policies land on gVisor nodes; a policy with a network of its own is refused before any Pod
  * exists; files move through the agent's byte tunnel as on Docker.
  */
@@ -12,7 +13,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
-import { apiAs, execIn, putPolicyVariant, tarBytes, useHarness } from '../fixtures/index.js';
+import { AGENT_RUNTIME_BUSYBOX } from '../../contract/agent-runtime.js';
+import { PREPARE_CONTAINER, PREPARE_EXIT } from '../../control-plane/runtime/kubernetes-pod.js';
+import { apiAs, eventually, execIn, putPolicyVariant, tarBytes, testRunId, useHarness } from '../fixtures/index.js';
 import { useKubernetesLab } from '../fixtures/kubernetes.js';
 
 const lab = useKubernetesLab('isolation');
@@ -84,6 +87,53 @@ describe('a sandbox on Kubernetes', () => {
     const result = await exec(lease.id, `id -u; ${connect('/run/sbx/link/redis.sock')}; ${connect('/run/sbx/link/link.sock')}`);
     expect(result.stdout.trim().split('\n')).toEqual(['1000', 'EACCES', 'EACCES']);
     await h.client.releaseSandbox(lease.id);
+  });
+
+  it("fails closed where a node gives Pods a route: the sandbox Pod's own network check, run with its node's network, exits networkOpen", async () => {
+    // The lab's CNI gives Pods none; host networking stands in for a node whose CNI gives one.
+    // The check is the sandbox Pod's own prepare step, copied with its volumes into a Pod of the
+    // test's that carries no lease label (the control plane never sees it).
+    const lease = await h.client.createSandbox();
+    const [pod] = await lab.pods(`sbx.lease=${lease.id}`);
+    const prepare = pod!.spec!.initContainers!.find((c) => c.name === PREPARE_CONTAINER)!;
+    const used = new Set(prepare.volumeMounts!.map((m) => m.name));
+    // The same copy on the Pod network (none) passes: the route alone makes the difference.
+    const checks: Record<string, number | undefined> = {};
+    try {
+      for (const hostNetwork of [true, false]) {
+        const name = `route-check-${hostNetwork ? 'host' : 'pod'}-${testRunId()}`;
+        await lab.core.createNamespacedPod({
+          namespace: lab.namespace,
+          body: {
+            metadata: { name, labels: { 'sbx.test-run': testRunId() } },
+            spec: {
+              ...pod!.spec!,
+              hostNetwork,
+              nodeName: pod!.spec!.nodeName!,
+              initContainers: [prepare],
+              containers: [
+                { name: 'after', image: prepare.image!, command: [AGENT_RUNTIME_BUSYBOX, 'true'], volumeMounts: prepare.volumeMounts! },
+              ],
+              volumes: pod!.spec!.volumes!.filter((v) => used.has(v.name)),
+            },
+          },
+        });
+        const terminated = await eventually(
+          async () => (await lab.pods()).find((p) => p.metadata!.name === name)?.status?.initContainerStatuses?.[0]?.state?.terminated,
+          (t) => t !== undefined,
+          60_000,
+          250,
+        );
+        checks[hostNetwork ? 'host network' : 'pod network'] = terminated!.exitCode;
+        if (hostNetwork) expect(terminated!.message).toMatch(/route/);
+      }
+      expect(checks).toEqual({ 'host network': PREPARE_EXIT.networkOpen, 'pod network': 0 });
+    } finally {
+      for (const p of await lab.pods('sbx.test-run'))
+        if (p.metadata!.name!.startsWith('route-check-'))
+          await lab.core.deleteNamespacedPod({ name: p.metadata!.name!, namespace: lab.namespace, gracePeriodSeconds: 0 });
+      await h.client.releaseSandbox(lease.id);
+    }
   });
 
   it('runs a gVisor policy on a gVisor node (its kernel is gVisor’s)', async () => {
