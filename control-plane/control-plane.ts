@@ -55,8 +55,7 @@ import { installationId } from './installation/store.js';
 import { connectRedis, redisOptions } from './redis/connections.js';
 import { Notifier } from './redis/notifier.js';
 import { DurableTimers } from './redis/timers.js';
-import { DockerImages } from './runtime/docker-image-engine.js';
-import { createRuntime } from './runtime/drivers.js';
+import { createImageEngine, createRuntime } from './runtime/drivers.js';
 import { agentLinkKey, startLinkListener } from './agent-link/link-listener.js';
 import type { Ownership } from './runtime/runtime.js';
 import { LoopVolumeDisks } from './runtime/volume-disks.js';
@@ -195,7 +194,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const imageStore = new ImageStore(redis, config.redisPrefix);
   const images = new ImageService({
     store: imageStore,
-    engine: new DockerImages(config.dockerSocket, { helperImage: config.image, agentRuntimeDir: config.agentRuntimeDir }),
+    engine: createImageEngine(config, { helperImage: config.image, agentRuntimeDir: config.agentRuntimeDir }),
     audit,
     ownership,
     registries: config.imageRegistries,

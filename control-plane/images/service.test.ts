@@ -1,11 +1,11 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../contract/errors.js';
 import type { Principal } from '../http/auth.js';
-import type { EngineBuild, EngineImage, ImageEngine } from '../runtime/image-engine.js';
+import { noImageEngine, type EngineBuild, type EngineImage, type ImageEngine } from '../runtime/image-engine.js';
 import { BuildPolicy, type ImageEvent, type ImageEventBody, type ImageRecord } from './schema.js';
 import { IMAGE_LABEL, ImageService } from './service.js';
 import type { ImageStore } from './store.js';
@@ -65,6 +65,7 @@ function fakeEngine(images: Map<string, EngineImage>, pullable: Map<string, Engi
   const calls = { builds: 0, pulls: 0, networks: [] as EngineBuild['network'][] };
   const engine: ImageEngine = {
     buildProxy: true,
+    buildsUnsupported: null,
     inspect: async (ref) => images.get(ref) ?? null,
     async pull(ref) {
       calls.pulls += 1;
@@ -247,6 +248,13 @@ describe('ImageService', () => {
     await expect(strict.build({ ...input, contextPath: await contextFile() }, alice)).rejects.toMatchObject({
       code: 'policy.unenforceable',
     });
+    // A control plane with no engine of its own (the Kubernetes driver) builds nothing, and says why by name.
+    const none = service(noImageEngine('kubernetes', 'use a registry'), fakeStore(), {}, egress).images;
+    const unsupported = { code: 'runtime.unsupported', details: { feature: 'image builds', runtime: 'kubernetes' } };
+    expect(() => none.checkBuildPolicy()).toThrow(expect.objectContaining(unsupported));
+    const context = await contextFile();
+    await expect(none.build({ ...input, contextPath: context }, alice)).rejects.toMatchObject(unsupported);
+    await expect(stat(context)).rejects.toMatchObject({ code: 'ENOENT' });
     expect(egress.calls).toEqual([]);
   });
 });

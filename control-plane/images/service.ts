@@ -161,11 +161,16 @@ export class ImageService {
   }
 
   /**
-   * Throws `policy.unenforceable` (422) when the build policy asks for what this engine cannot
-   * enforce: network hosts (`{allow}`) with an engine on another host, where the egress proxy's
+   * Throws `runtime.unsupported` (501) when this control plane builds no images (noImageEngine),
+   * `policy.unenforceable` (422) when the build policy asks for what this engine cannot enforce: network hosts (`{allow}`) with an engine on another host, where the egress proxy's
    * socket cannot reach the build.
    */
   checkBuildPolicy(): void {
+    const unsupported = this.deps.engine.buildsUnsupported;
+    if (unsupported !== null)
+      throw new AppError('runtime.unsupported', `the ${unsupported.runtime} driver has no image builds: ${unsupported.reason}`, {
+        details: { feature: 'image builds', runtime: unsupported.runtime },
+      });
     const { network } = this.deps.buildPolicy;
     if (network !== 'none' && !this.deps.engine.buildProxy)
       throw new AppError(

@@ -43,6 +43,7 @@ export class DockerImages implements ImageEngine {
   /** Pulls in progress in this process, by reference: concurrent creates of one image pull it once. */
   private readonly pulls = new Map<string, Promise<void>>();
   readonly buildProxy: boolean;
+  readonly buildsUnsupported = null;
 
   /**
    * `socketPath`: the Docker engine's API socket. `proxy`: what builds with network `proxy`

@@ -5,7 +5,9 @@
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AGENT_CONFIG_DIR } from '../policies/compiler.js';
+import { DockerImages } from './docker-image-engine.js';
 import { DockerRuntime } from './docker-runtime.js';
+import { noImageEngine, type ImageEngine } from './image-engine.js';
 import { KubernetesRuntime } from './kubernetes-runtime.js';
 import type { Ownership, SandboxRuntime } from './runtime.js';
 import type { KubernetesSettings } from './schema.js';
@@ -24,4 +26,14 @@ export function createRuntime(settings: DriverSettings, ownership: Ownership, lo
   }
   // One directory per installation, as for volumes: snapshots' roots (snapshot-roots.ts).
   return new DockerRuntime(settings.dockerSocket, { snapshotDir: join(settings.dataDir, 'snapshots', ownership.installation) });
+}
+
+/**
+ * The engine image builds run on: the Docker engine's; none with the Kubernetes driver, whose
+ * sandboxes run images from registries (builds are `501 runtime.unsupported`).
+ */
+export function createImageEngine(settings: DriverSettings, builds: { helperImage: string; agentRuntimeDir: string }): ImageEngine {
+  if (settings.runtime.kind === 'kubernetes')
+    return noImageEngine('kubernetes', 'sandbox images come from a registry the nodes pull from: build and push them there');
+  return new DockerImages(settings.dockerSocket, builds);
 }

@@ -3,6 +3,7 @@
  * Docker implements it (docker-image-engine.ts).
  */
 import type { Readable } from 'node:stream';
+import { AppError } from '../../contract/errors.js';
 import type { Ownership } from './runtime.js';
 
 /** An image on the engine: its id (`sha256:…`) and its registry digests (`repo@sha256:…`). */
@@ -61,8 +62,34 @@ export interface ImageEngine {
    * proxy's Unix socket is bind-mounted into the build's network namespace).
    */
   readonly buildProxy: boolean;
+  /** Why this control plane builds no images, and under which runtime driver (noImageEngine); null when it builds. */
+  readonly buildsUnsupported: { runtime: string; reason: string } | null;
   /** Removes the tag `ref` (and the image when nothing else holds it). Absence is success. Throws `image.in_use`. */
   remove(ref: string): Promise<void>;
   /** Lease ids of `ownership`'s containers (running or not) made from image `imageId`. */
   usedBy(imageId: string, ownership: Ownership): Promise<string[]>;
+}
+
+/**
+ * The image engine of a control plane whose sandboxes run on no engine of its own (the
+ * Kubernetes driver: sandbox images come from registries the nodes pull). It builds nothing:
+ * `POST /v1/images` is `runtime.unsupported` naming `image builds` (ImageService.checkBuildPolicy),
+ * and every call rejects with that error too.
+ */
+export function noImageEngine(runtime: string, reason: string): ImageEngine {
+  const refuse = (): Promise<never> =>
+    Promise.reject(
+      new AppError('runtime.unsupported', `the ${runtime} driver has no image builds: ${reason}`, {
+        details: { feature: 'image builds', runtime },
+      }),
+    );
+  return {
+    buildProxy: false,
+    buildsUnsupported: { runtime, reason },
+    inspect: refuse,
+    pull: refuse,
+    build: refuse,
+    remove: refuse,
+    usedBy: refuse,
+  };
 }

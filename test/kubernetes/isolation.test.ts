@@ -187,7 +187,7 @@ describe('a sandbox on Kubernetes', () => {
     expect(await lab.pods(`sbx.owner=${h.config.owner}`)).toEqual([]);
   });
 
-  it('answers what the driver cannot do with 501 runtime.unsupported naming it', async () => {
+  it('answers what the driver cannot do with 501 runtime.unsupported naming it: pause, image builds', async () => {
     const lease = await h.client.createSandbox();
     const api = apiAs(() => h.url);
     const pause = await api(h.apiKey, 'POST', `/v1/sandboxes/${lease.id}/pause`);
@@ -196,6 +196,11 @@ describe('a sandbox on Kubernetes', () => {
     expect((await h.client.getSandbox(lease.id)).status).toBe('ready');
     expect((await exec(lease.id, 'true')).status).toBe('succeeded');
     await h.client.releaseSandbox(lease.id);
+    // Image builds: sandbox images come from registries; no build starts and no record is made.
+    const build = await api(h.apiKey, 'POST', '/v1/images', await tarBytes([{ name: 'Dockerfile', content: 'FROM scratch\n' }]));
+    expect(build.status).toBe(501);
+    expect(build.body.error).toMatchObject({ code: 'runtime.unsupported', details: { feature: 'image builds', runtime: 'kubernetes' } });
+    expect((await api(h.apiKey, 'GET', '/v1/images')).body.images).toEqual([]);
   });
 
   it('moves files in and out through the agent, byte for byte', async () => {
