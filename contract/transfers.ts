@@ -232,11 +232,14 @@ export const DOWNLOAD_SCRIPT = [
 /**
  * Prints `$1` with symlinks resolved on its longest existing prefix and the missing rest
  * appended (what a file watch of a path not made yet watches), with no newline. Run as the tool
- * user: it resolves what that user can see.
+ * user: it resolves what that user can see. The runtime's busybox applets, whatever the image's
+ * tools are (one without `readlink -f` would never resolve); exits 2 when not even `/` resolves.
  */
 export const REALPATH_SCRIPT =
-  'p="$1"; rest=""; until r="$(readlink -f -- "$p" 2>/dev/null)" && [ -n "$r" ]; do ' +
-  'rest="/$(basename -- "$p")$rest"; p="$(dirname -- "$p")"; done; r="${r%/}"; printf %s "${r:-/}$rest"';
+  `bb=${AGENT_RUNTIME_BUSYBOX}; p="$1"; rest=""; ` +
+  'until r="$("$bb" readlink -f -- "$p" 2>/dev/null)" && [ -n "$r" ]; do ' +
+  '[ "$p" = / ] && { echo "$1: cannot resolve" >&2; exit 2; }; ' +
+  'rest="/$("$bb" basename -- "$p")$rest"; p="$("$bb" dirname -- "$p")"; done; r="${r%/}"; printf %s "${r:-/}$rest"';
 
 /** A transfer op that runs a script. */
 export type ScriptOp = Extract<TransferOp, { kind: 'unpack' | 'pack' | 'realpath' }>;

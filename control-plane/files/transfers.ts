@@ -92,21 +92,25 @@ export async function packThroughAgent(
 
 /** Most bytes a canonical path may take (SandboxPath's 4096 and room for the resolved symlinks). */
 const REALPATH_MAX_BYTES = 16 * 1024;
+/** Longest a path's resolution may take in all, ms: a sandbox that trickles its answer holds no socket longer. */
+const REALPATH_TIMEOUT_MS = 10_000;
 
 /**
  * The canonical form of `path` in the sandbox as its tool user sees it (the agent runs
  * REALPATH_SCRIPT: symlinks of the longest existing prefix resolved, the missing rest kept).
- * Throws what `onFailure` makes of a failed script, `files.transfer_broken` for a broken stream
- * or an answer over REALPATH_MAX_BYTES.
+ * Throws what `onFailure` makes of a failed script, `files.transfer_broken` for a broken stream,
+ * an answer over REALPATH_MAX_BYTES or none whole within `timeoutMs` (default REALPATH_TIMEOUT_MS).
  */
 export async function realpathThroughAgent(
   tunnels: TransferTunnels,
   leaseId: string,
   path: string,
   onFailure: (end: TransferEnd) => Error,
+  timeoutMs = REALPATH_TIMEOUT_MS,
 ): Promise<string> {
   const { socket } = await tunnels.openTransfer(leaseId, { kind: 'realpath', path });
   const { data } = framedData(socket, (end) => (end.exitCode === 0 ? null : onFailure(end)));
+  const timer = setTimeout(() => data.destroy(broken(`no whole answer within ${timeoutMs} ms`)), timeoutMs);
   const chunks: Buffer[] = [];
   let bytes = 0;
   try {
@@ -116,6 +120,7 @@ export async function realpathThroughAgent(
       chunks.push(chunk);
     }
   } finally {
+    clearTimeout(timer);
     socket.destroy();
   }
   return Buffer.concat(chunks).toString('utf8');

@@ -153,8 +153,9 @@ describe('a sandbox as a Kubernetes Pod', () => {
     const args = prepare.command!.slice(3);
     expect(args[1]).toBe('128:-'); // the pids limit it checks the node against; none declared for nodes
     expect(args[2]).toBe('1000:1000'); // who owns what is copied from the image
+    expect(args[3]).toBe('runc'); // the runtime it checks the kernel against (gVisor for runsc)
     // Each root starts with the image's content there (fromImage); /tmp stays root's and sticky.
-    expect(args.slice(3, 9)).toEqual(['/workspace', '1000', '1000', '0755', String(256 * 1024 ** 2), '/workspace']);
+    expect(args.slice(4, 10)).toEqual(['/workspace', '1000', '1000', '0755', String(256 * 1024 ** 2), '/workspace']);
     expect(args).toContain('/tmp');
     expect(args.slice(args.indexOf('/tmp'), args.indexOf('/tmp') + 6)).toEqual(['/tmp', '0', '0', '1777', String(64 * 1024 ** 2), '/tmp']);
   });
@@ -225,6 +226,7 @@ describe('a starting Pod, read from its status', () => {
     expect(outcome({ initContainerStatuses: [terminated(PREPARE_EXIT.sizeUnenforced)] })).toBe('policy.unenforceable');
     expect(outcome({ initContainerStatuses: [terminated(PREPARE_EXIT.networkOpen)] })).toBe('policy.unenforceable');
     expect(outcome({ initContainerStatuses: [terminated(PREPARE_EXIT.pidsUnenforced)] })).toBe('policy.unenforceable');
+    expect(outcome({ initContainerStatuses: [terminated(PREPARE_EXIT.runtimeUnenforced)] })).toBe('policy.unenforceable');
     expect(outcome({ initContainerStatuses: [terminated(PREPARE_EXIT.rootFull)] })).toBe('lease.writable_root_full');
     expect(outcome({ initContainerStatuses: [terminated(1)] })).toBe('lease.create_failed');
     expect(outcome({ initContainerStatuses: [terminated(0)] })).toBe('waiting');

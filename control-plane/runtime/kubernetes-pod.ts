@@ -17,6 +17,10 @@
  *   prepare step reads the Pod's pids cgroup limit and refuses one above the policy's. Where no
  *   pids cgroup is visible (gVisor shows none), it takes the limit the admin declares the nodes
  *   enforce (`nodePidsLimit`), and refuses when there is none or it is above the policy's.
+ * - **gVisor.** A node label or a RuntimeClass only says where and how a Pod should run: for a
+ *   `runsc` policy the prepare step checks that its kernel is gVisor's (the first line of the
+ *   kernel log gVisor serves any process, which a Linux kernel refuses without CAP_SYSLOG) and
+ *   refuses the Pod otherwise.
  * - **Network `bridge`** (policy mode `open`): refused here, `policy.unenforceable`.
  * - **Persistent volumes**: `runtime.unsupported`.
  *
@@ -33,7 +37,7 @@ import { LABEL, type SandboxSpec } from './runtime.js';
 import { isLabelValue } from './schema.js';
 
 /** Exit codes of the prepare step, read back by the driver. */
-export const PREPARE_EXIT = { sizeUnenforced: 90, rootFull: 91, networkOpen: 92, pidsUnenforced: 93 } as const;
+export const PREPARE_EXIT = { sizeUnenforced: 90, rootFull: 91, networkOpen: 92, pidsUnenforced: 93, runtimeUnenforced: 94 } as const;
 /** The init container's name, and the sandbox container's. */
 export const PREPARE_CONTAINER = 'sbx-prepare';
 export const SANDBOX_CONTAINER = 'sandbox';
@@ -138,6 +142,7 @@ export function podOf(spec: SandboxSpec, options: PodOptions): V1Pod {
       PREPARE_SCRIPT,
       `${spec.pidsLimit}:${options.nodePidsLimit ?? '-'}`,
       `${spec.seedUser.uid}:${spec.seedUser.gid}`,
+      spec.ociRuntime,
       ...roots.flatMap(prepareArgs),
     ],
     volumeMounts: [
@@ -288,7 +293,14 @@ function prepareArgs(r: Root): string[] {
  */
 const PREPARE_SCRIPT = [
   // Only the runtime's busybox: the image may have no utilities (or other ones).
-  `set -u; pids="\${0%%:*}"; declared="\${0#*:}"; seeder="$1"; shift; i=0; bb=${AGENT_RUNTIME_BUSYBOX}`,
+  `set -u; pids="\${0%%:*}"; declared="\${0#*:}"; seeder="$1"; oci="$2"; shift 2; i=0; bb=${AGENT_RUNTIME_BUSYBOX}`,
+  // gVisor, where the policy asks for it: its kernel log starts so for any process (Linux refuses the read without CAP_SYSLOG).
+  'if [ "$oci" = runsc ]; then',
+  '  case "$("$bb" dmesg 2>/dev/null | "$bb" head -n 1)" in',
+  '    *"Starting gVisor..."*) ;;',
+  '    *) echo "the policy asks for gVisor and this pod runs without it (its node or RuntimeClass gives another runtime)" >&2; exit 94 ;;',
+  '  esac',
+  'fi',
   // Network none: no route, IPv4 or IPv6, but on loopback (an interface with no route reaches nothing: Kubernetes wants a Pod IP).
   'own=""; case "${SBX_POD_IP:-}" in *.*.*.*) IFS=. read -r a b c d <<EOF',
   '$SBX_POD_IP',

@@ -13,6 +13,7 @@
 import { ApiException, CoreV1Api, KubeConfig, VersionApi, type V1ContainerStatus, type V1Pod } from '@kubernetes/client-node';
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { AppError } from '../../contract/errors.js';
 import { PodWatch } from './kubernetes-watch.js';
@@ -118,13 +119,15 @@ export class KubernetesRuntime implements SandboxRuntime {
         );
         // The node's kubelet refused what the scheduler gave it (its view of the node lagged, e.g.
         // a label just added): the Pod is made again, for the scheduler to place anew, as a
-        // ReplicaSet would. Only refusals before any container; at most NODE_REFUSALS_RETRIED tries.
+        // ReplicaSet would, after a pause that grows (the kubelet's view catches up). Only
+        // refusals before any container; NODE_REFUSALS_RETRIED Pods in all.
         if (running instanceof AppError || !refusedByNode(running)) break;
         this.options.log.warn(
           { leaseId: spec.leaseId, node: running.spec?.nodeName, reason: running.status?.reason, attempt },
           'node refused the sandbox pod; making it again',
         );
         await this.deletePod(name, created.metadata?.uid);
+        await delay(Math.min(REFUSAL_PAUSE_MS * attempt, Math.max(0, deadline - Date.now())));
       }
       if (running instanceof AppError) throw running;
       // The agent has read its config (its process runs): the Secret goes, as the host's file does after the hello.
@@ -255,8 +258,10 @@ export class KubernetesRuntime implements SandboxRuntime {
   }
 }
 
-/** How many times a lease's Pod is made when nodes refuse it before it starts (refusedByNode). */
+/** How many Pods in all a lease's start makes when nodes refuse them before they start (refusedByNode). */
 const NODE_REFUSALS_RETRIED = 3;
+/** The pause before the next Pod after a node's refusal, times the attempt number, ms. */
+const REFUSAL_PAUSE_MS = 1000;
 
 /**
  * Whether the Pod's node refused it before starting any container: the kubelet's admission
@@ -321,6 +326,7 @@ function prepareFailure(exitCode: number, message: string): AppError {
     case PREPARE_EXIT.sizeUnenforced:
     case PREPARE_EXIT.networkOpen:
     case PREPARE_EXIT.pidsUnenforced:
+    case PREPARE_EXIT.runtimeUnenforced:
       return new AppError('policy.unenforceable', `the node cannot enforce the policy: ${said}`, {
         details: { runtime: 'kubernetes', reason: said },
       });

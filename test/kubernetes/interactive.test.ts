@@ -48,18 +48,21 @@ describe('interactive execution on Kubernetes', () => {
 
   it('watches files: a change made in the sandbox is read after a cursor, and a path whose symlink leaves the roots is refused', async () => {
     const lease = await h.client.createSandbox();
-    await exec(lease.id, 'mkdir -p /workspace/w && ln -s /etc /workspace/out');
-    const now = await h.client.fileChanges(lease.id, { path: '/workspace/w' });
-    await exec(lease.id, 'echo hi > /workspace/w/new.txt');
-    const page = await eventually(
-      () => h.client.fileChanges(lease.id, { since: now.cursor, path: '/workspace/w' }),
-      (p) => p.changes.some((c) => 'path' in c && c.path === '/workspace/w/new.txt'),
-    );
-    expect(page.changes.filter((c) => 'path' in c && !c.path?.startsWith('/workspace/w/'))).toEqual([]);
-    await expect(h.client.fileChanges(lease.id, { path: '/workspace/out/passwd' })).rejects.toMatchObject({
-      status: 400,
-      code: 'input.path_outside_workspace',
-    });
-    await h.client.releaseSandbox(lease.id);
+    try {
+      await exec(lease.id, 'mkdir -p /workspace/w && ln -s /etc /workspace/out');
+      const now = await h.client.fileChanges(lease.id, { path: '/workspace/w' });
+      await exec(lease.id, 'echo hi > /workspace/w/new.txt');
+      const page = await eventually(
+        () => h.client.fileChanges(lease.id, { since: now.cursor, path: '/workspace/w' }),
+        (p) => p.changes.some((c) => 'path' in c && c.path === '/workspace/w/new.txt'),
+      );
+      expect(page.changes.filter((c) => 'path' in c && !c.path?.startsWith('/workspace/w/'))).toEqual([]);
+      await expect(h.client.fileChanges(lease.id, { path: '/workspace/out/passwd' })).rejects.toMatchObject({
+        status: 400,
+        code: 'input.path_outside_workspace',
+      });
+    } finally {
+      await h.client.releaseSandbox(lease.id);
+    }
   });
 });

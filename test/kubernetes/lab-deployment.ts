@@ -11,11 +11,14 @@
  * - Redis runs the lab's image of Debian's redis-server (test/lab/redis-image.sh), the control
  *   plane and relay the checkout's build (`dist/`) on the sandbox image, which has node; the
  *   agent runtime's image is the checkout's runtime (images/runtime/image.sh);
- * - the artifact volume and Redis's data are host directories; the node directories of the
- *   relay and the agent runtime are under the lab's directory of each node's own.
- * Everything else — commands, settings, Secrets, probes, mounts, RBAC — is the manifests'.
+ * - the artifact volume and Redis's data are host directories (Redis's owned by the user the
+ *   manifest runs it as: a host path gets no `fsGroup`); the node directories of the relay and
+ *   the agent runtime are under the lab's directory of each node's own;
+ * - the control plane's command names the build's entry point, where the image's CMD would.
+ * Everything else — the relay's and Redis's commands, settings, Secrets, probes, security
+ * contexts, mounts, RBAC — is the manifests'.
  */
-import { readFile } from 'node:fs/promises';
+import { chown, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { REPO_ROOT } from '../fixtures/index.js';
@@ -86,6 +89,7 @@ export async function labDeployment(input: LabDeploymentInput): Promise<Doc[]> {
   redisPod.containers[0].image = process.env.SBX_LAB_REDIS_IMAGE;
   delete set.spec.volumeClaimTemplates;
   redisPod.volumes.push({ name: 'data', hostPath: { path: input.redisDataDir, type: 'Directory' } });
+  await chown(input.redisDataDir, redisPod.securityContext.runAsUser, redisPod.securityContext.runAsGroup);
 
   const relays = await manifest('node-relay.yaml');
   const relayPod = relays.find((d) => d.kind === 'DaemonSet').spec.template.spec;
