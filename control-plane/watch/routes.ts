@@ -42,7 +42,7 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
     tags,
     summary: 'Watch file changes as Server-Sent Events',
     description:
-      "Streams changes under `path` (created, modified, deleted, renamed with `oldPath`; `kind`, `sizeBytes`) from the sandbox's change log. First event `watch.ready` (`cursor`, the canonical `path`). Every change has `id:` = its `seq` (gap-free over the log; a narrower path sees the subsequence under it); reconnect with `Last-Event-ID` (or `since=`) to get every later change exactly once. Lost changes are a `watch.overflow` event (`reason`), never silence. A cursor older than the log keeps is `410 watch.resync_required`; a path outside the file roots (symlinks resolved) `400 input.path_outside_workspace`; more than the policy's `watch.maxConcurrent` open watches `429 watch.limit_exceeded`. Ends when the client disconnects, or with `watch.ended` when the sandbox ends.",
+      "Streams changes under `path` (created, modified, deleted, renamed with `oldPath`; `kind`, `sizeBytes`) from the sandbox's change log. First event `watch.ready` (`cursor`, the canonical `path`). Every change has `id:` = its `seq` (gap-free over the log; a narrower path sees the subsequence under it); reconnect with `Last-Event-ID` (or `since=`) to get every later change exactly once. Lost changes are a `watch.overflow` event (`reason`), never silence. A cursor older than the log keeps is `410 watch.resync_required`; a path outside the file roots (symlinks resolved) `400 input.path_outside_workspace`; more than the policy's `watch.maxConcurrent` open watches `429 watch.limit_exceeded`; the path resolved by the sandbox's agent (as its tool user), whose broken or late answer (10 s in all) is `502 files.transfer_broken`. Ends when the client disconnects, or with `watch.ended` when the sandbox ends.",
     params: LeaseParams,
     querystring: WatchQuery,
     headers: WatchHeaders,
@@ -131,7 +131,7 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
     tags,
     summary: 'File changes since a cursor (polling)',
     description:
-      "What changed in the sandbox's file roots after `since` (a cursor from the previous answer), in order, at most `limit` entries of the change log looked at (`more`: ask again at once). Without `since`: no changes and the cursor of now. `410 watch.resync_required` when the cursor is older than the log keeps (list the tree again, continue from `details.cursor`). The agent keeps the log from the sandbox's start, whether or not anyone watches. Without `path` it answers also while the sandbox is paused (and after it ended, while its log is kept); a `path` is resolved in the running sandbox, so then a paused one is `409 lease.paused`.",
+      "What changed in the sandbox's file roots after `since` (a cursor from the previous answer), in order, at most `limit` entries of the change log looked at (`more`: ask again at once). Without `since`: no changes and the cursor of now. `410 watch.resync_required` when the cursor is older than the log keeps (list the tree again, continue from `details.cursor`). The agent keeps the log from the sandbox's start, whether or not anyone watches. Without `path` it answers also while the sandbox is paused (and after it ended, while its log is kept); a `path` is resolved in the running sandbox by its agent, so then a paused one is `409 lease.paused`, and an answer broken or later than 10 s `502 files.transfer_broken`.",
     params: LeaseParams,
     querystring: ChangesQuery,
   };
