@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, symlink } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -64,6 +65,8 @@ describe('realpathThroughAgent', () => {
     await expect(realpathThroughAgent(big.tunnels, 'sbx_1', '/x', failure)).rejects.toMatchObject({ code: 'files.transfer_broken' });
     // A byte at a time and never an END: the idle timer alone would never fire.
     const slow = await tunnelsAnswering((s) => {
+      // The reader hangs up at its deadline: a write after that is expected to fail.
+      s.on('error', () => undefined);
       s.write(frame(TRANSFER_FRAME.data, Buffer.from('/')));
       const drip = setInterval(() => s.writable && s.write(Buffer.from([TRANSFER_FRAME.data, 0, 0, 0, 1, 0x61])), 20);
       s.once('close', () => clearInterval(drip));
@@ -76,17 +79,18 @@ describe('realpathThroughAgent', () => {
 });
 
 describe('REALPATH_SCRIPT', () => {
-  /** The script run by this machine's busybox where the runtime's would be. */
+  /**
+   * A busybox to run it with: the runtime's where this runs in a sandbox (the demo runs the unit
+   * tests in one), else this machine's (set-up builds the runtime from it).
+   */
+  const busybox = [AGENT_RUNTIME_BUSYBOX, '/bin/busybox', '/usr/bin/busybox'].find((path) => existsSync(path));
   const resolve = async (path: string): Promise<string> =>
-    (
-      await promisify(execFile)('/bin/busybox', [
-        'sh',
-        '-c',
-        REALPATH_SCRIPT.replace(AGENT_RUNTIME_BUSYBOX, '/bin/busybox'),
-        'sbx-realpath',
-        path,
-      ])
-    ).stdout;
+    (await promisify(execFile)(busybox!, ['sh', '-c', REALPATH_SCRIPT.replace(AGENT_RUNTIME_BUSYBOX, busybox!), 'sbx-realpath', path]))
+      .stdout;
+
+  it('finds a busybox to run the script with', () => {
+    expect(busybox).toBeDefined();
+  });
 
   it('follows symlinks on the longest existing prefix and keeps the missing rest; / is itself', async () => {
     const root = await mkdtemp(join(tmpdir(), 'sbx-realpath-tree-'));
