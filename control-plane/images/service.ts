@@ -16,7 +16,7 @@ import { actorOf, type AuditLog } from '../audit/service.js';
 import { seesTenant, type Principal } from '../http/auth.js';
 import { allowlistDigest } from '../egress/rules.js';
 import type { EgressLog } from '../egress/store.js';
-import type { ImageEngine } from '../runtime/image-engine.js';
+import { buildsUnsupportedError, type ImageEngine } from '../runtime/image-engine.js';
 import { ownershipLabels, type Ownership } from '../runtime/runtime.js';
 import { closeBuildNetwork, openBuildNetwork, type BuildNetworkDeps } from './build-network.js';
 import { baseImages } from './dockerfile.js';
@@ -167,10 +167,7 @@ export class ImageService {
    */
   checkBuildPolicy(): void {
     const unsupported = this.deps.engine.buildsUnsupported;
-    if (unsupported !== null)
-      throw new AppError('runtime.unsupported', `the ${unsupported.runtime} driver has no image builds: ${unsupported.reason}`, {
-        details: { feature: 'image builds', runtime: unsupported.runtime },
-      });
+    if (unsupported !== null) throw buildsUnsupportedError(unsupported);
     const { network } = this.deps.buildPolicy;
     if (network !== 'none' && !this.deps.engine.buildProxy)
       throw new AppError(

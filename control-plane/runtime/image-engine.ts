@@ -77,12 +77,7 @@ export interface ImageEngine {
  * and every call rejects with that error too.
  */
 export function noImageEngine(runtime: string, reason: string): ImageEngine {
-  const refuse = (): Promise<never> =>
-    Promise.reject(
-      new AppError('runtime.unsupported', `the ${runtime} driver has no image builds: ${reason}`, {
-        details: { feature: 'image builds', runtime },
-      }),
-    );
+  const refuse = (): Promise<never> => Promise.reject(buildsUnsupportedError({ runtime, reason }));
   return {
     buildProxy: false,
     buildsUnsupported: { runtime, reason },
@@ -92,4 +87,11 @@ export function noImageEngine(runtime: string, reason: string): ImageEngine {
     remove: refuse,
     usedBy: refuse,
   };
+}
+
+/** `runtime.unsupported` naming `image builds`, for an engine's `buildsUnsupported`. */
+export function buildsUnsupportedError(unsupported: { runtime: string; reason: string }): AppError {
+  return new AppError('runtime.unsupported', `the ${unsupported.runtime} driver has no image builds: ${unsupported.reason}`, {
+    details: { feature: 'image builds', runtime: unsupported.runtime },
+  });
 }
