@@ -10,7 +10,8 @@
  *   handed to it again; the agent acknowledges and deletes an entry once the call's result is on
  *   `returns`. A call is added once: `queued:<callId>` (`waiting`, set with the entry) is the
  *   duplicate check, and the control plane takes back a call no attempt began by setting it to
- *   `removed`, which the agent's attempt start reads (the entry itself then goes unanswered).
+ *   `removed`, which the agent's attempt start reads (the entry itself then goes unanswered);
+ *   taking back a call never added sets it too, so its add is a no-op if it comes later.
  * - stream `returns` (agent → control plane): events, results and artifact chunks, one entry each
  *   (`encodeReturn`), in the order the agent produced them; the control plane deletes an entry
  *   once it is ledgered. Every message carries its deterministic identity (an event's
@@ -59,7 +60,7 @@ export interface LeaseKeys {
   readonly returns: string;
   /** The inbox stream (control plane → agent): calls and a pooled sandbox's binding, `INBOX_FIELDS`. */
   readonly inbox: string;
-  /** Whether the call's inbox entry still waits (`waiting`) or was taken back (`removed`); absent: never added. */
+  /** Whether the call's inbox entry still waits (`waiting`) or was taken back (`removed`, also before any add); absent: neither added nor taken back. */
   queued(callId: string): string;
   attempt(callId: string): string;
   cancel(callId: string): string;

@@ -138,7 +138,12 @@ describe('the inbox: calls from the control plane to the agent', () => {
     expect(await out.takeBack(lease, 'call_run')).toBe('taken');
     expect(await begin('call_run', 'att_3')).toBe('attempted');
 
+    // Taking back a call never added answers `absent` and keeps its add from coming later.
     expect(await out.takeBack(lease, 'call_never_added')).toBe('absent');
+    await out.enqueue(lease, job('call_never_added'));
+    expect(await redis.get(keys.queued('call_never_added'))).toBe('removed');
+    const entries = await redis.xrange(keys.inbox, '-', '+');
+    expect(entries.filter(([, fields]) => fields.join(' ').includes('call_never_added'))).toEqual([]);
   });
 
   it('at most `capacity` calls are handed over at once, in stream order', async () => {

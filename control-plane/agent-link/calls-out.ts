@@ -21,12 +21,16 @@ redis.call('XADD', KEYS[1], '*', '${INBOX_FIELDS.kind}', 'call', '${INBOX_FIELDS
 return 1`;
 
 /**
- * KEYS[1] the call's queued marker, KEYS[2] its attempt marker. `absent` (never added),
- * `removed` (taken back now or before), `taken` (an attempt began: it runs).
+ * KEYS[1] the call's queued marker, KEYS[2] its attempt marker. `absent` (never added; the
+ * marker is set to `removed`, so an add that comes later is a no-op), `removed` (taken back now
+ * or before), `taken` (an attempt began: it runs).
  */
 const TAKE_BACK = `
 local state = redis.call('GET', KEYS[1])
-if not state then return 'absent' end
+if not state then
+  redis.call('SET', KEYS[1], 'removed')
+  return 'absent'
+end
 if state == 'removed' then return 'removed' end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'taken' end
 redis.call('SET', KEYS[1], 'removed')
@@ -51,8 +55,9 @@ export class CallsOut {
   }
 
   /**
-   * Takes a call back unless an attempt of it began: `absent` (the add never reached Redis),
-   * `removed` (no attempt began and none will: the agent skips its entry), `taken` (it runs).
+   * Takes a call back unless an attempt of it began: `absent` (the add had not reached Redis,
+   * and a later add of it is a no-op: a submission still on its way cannot queue it), `removed`
+   * (no attempt began and none will: the agent skips its entry), `taken` (it runs).
    */
   async takeBack(leaseId: string, callId: string): Promise<'absent' | 'removed' | 'taken'> {
     const keys = leaseKeys(this.rootPrefix, leaseId);

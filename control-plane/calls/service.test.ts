@@ -78,13 +78,29 @@ function fakes() {
         signal?.addEventListener('abort', done, { once: true });
       }),
   };
-  const sent = { enqueued: [] as CallJob[], cancels: [] as string[], queued: new Set<string>() };
+  // `markers` is the queued marker of contract/queue.ts: set by the first add, or by a take-back
+  // before any; `attempted` are the calls whose attempt began (the agent's attempt marker).
+  const sent = {
+    enqueued: [] as CallJob[],
+    cancels: [] as string[],
+    queued: new Set<string>(),
+    markers: new Map<string, 'waiting' | 'removed'>(),
+    attempted: new Set<string>(),
+  };
   const agent: CallServiceDeps['agent'] = {
     enqueue: async (_leaseId, job) => {
+      if (sent.markers.has(job.callId)) return;
+      sent.markers.set(job.callId, 'waiting');
       sent.enqueued.push(job);
       sent.queued.add(job.callId);
     },
-    takeBack: async (_leaseId, callId) => (sent.queued.delete(callId) ? 'removed' : 'absent'),
+    takeBack: async (_leaseId, callId) => {
+      if (sent.attempted.has(callId)) return 'taken';
+      const marker = sent.markers.get(callId);
+      sent.markers.set(callId, 'removed');
+      sent.queued.delete(callId);
+      return marker ? 'removed' : 'absent';
+    },
     requestCancel: async (_leaseId, callId) => void sent.cancels.push(callId),
   };
   const finished: string[] = [];
@@ -169,6 +185,41 @@ describe('CallService.submit', () => {
   });
 });
 
+/** A submission of `callId` whose record is written and whose answer is lost (it throws): no job is added. */
+async function submitRecordOnly(service: CallService, store: CallServiceDeps['store'], callId: string): Promise<void> {
+  const createCall = store.createCall.bind(store);
+  store.createCall = async (...args) => {
+    await createCall(...args);
+    throw new Error('connection lost');
+  };
+  await expect(service.submit(lease, exec(callId))).rejects.toThrow('connection lost');
+  store.createCall = createCall;
+}
+
+describe('CallService.submit after a submission stopped between its record and its job', () => {
+  it('a repeat of the submission (a client retry, or a Redis client resending the record whose answer was lost) queues the job, once', async () => {
+    const { service, calls, sent, store } = fakes();
+    await submitRecordOnly(service, store, 'c1');
+    expect([calls.get('c1')?.status, sent.enqueued.length]).toEqual(['queued', 0]);
+
+    expect(await service.submit(lease, exec('c1'))).toMatchObject({ created: false, call: { callId: 'c1', status: 'queued' } });
+    expect(await service.submit(lease, exec('c1'))).toMatchObject({ created: false });
+    expect(sent.enqueued.map((j) => j.callId)).toEqual(['c1']);
+    expect(calls.get('c1')!.events.map((e) => e.type)).toEqual(['call.accepted', 'call.queued']);
+  });
+
+  it('a call cancelled before its job was added ends cancelled, and a submission arriving later adds no job', async () => {
+    const { service, calls, sent, store } = fakes();
+    await submitRecordOnly(service, store, 'c1');
+
+    const { call } = await service.cancel(lease, 'c1');
+    expect(call).toMatchObject({ status: 'finished', result: { status: 'cancelled', error: { code: 'execution.cancelled' } } });
+    expect(await service.submit(lease, exec('c1'))).toMatchObject({ created: false, call: { status: 'finished' } });
+    expect(sent.enqueued).toEqual([]);
+    expect(calls.get('c1')!.events.map((e) => e.type)).toEqual(['call.accepted', 'call.cancel_requested']);
+  });
+});
+
 describe('CallService.waitFinished', () => {
   it('wakes on the call’s end, not on each event before it: two reads of the call whatever the events', async () => {
     const { service, store, reads } = fakes();
@@ -208,7 +259,7 @@ describe('CallService.cancel', () => {
   it('a running call is signalled to the agent and stays as it is until the agent reports', async () => {
     const { service, sent, reads, store } = fakes();
     await service.submit(lease, exec('c1'));
-    sent.queued.clear();
+    sent.attempted.add('c1');
     await store.markRunning(lease.id, 'c1');
     reads.getCall = 0;
     const { call, changed } = await service.cancel(lease, 'c1');

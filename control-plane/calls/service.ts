@@ -6,7 +6,6 @@
  */
 import { lostReceipt, resultWithoutRun } from '../../contract/receipts.js';
 import { randomUUID } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { ZodError } from 'zod';
 import { digestOf } from '../../contract/digest.js';
@@ -21,6 +20,7 @@ import type { LeaseRecord } from '../leases/store.js';
 import type { Metrics } from '../metrics/service.js';
 import type { Notifier } from '../redis/notifier.js';
 import type { SubmitCallBody } from './schema.js';
+import { settleBehindAnswer } from './settle.js';
 import { CALL_SETTLED, type CallStore } from './store.js';
 import { TOOLS } from './tools.js';
 
@@ -44,9 +44,6 @@ export interface CallServiceDeps {
   log: Logger;
 }
 
-/** How long a call recorded during a Redis outage is tried again to be settled, ms. */
-const SETTLE_RETRY_FOR_MS = 10 * 60_000;
-
 /** The names `input.unknown_tool` lists: the tools a client may submit (not the `internal` ones). */
 const OFFERED_TOOLS = [...TOOLS.values()].filter((t) => isOfferedAsCall(t.spec)).map((t) => t.name);
 
@@ -62,7 +59,7 @@ export class CallService {
    * shell, a terminal) is submitted here by its own service; the calls route refuses it.
    */
   async submit(lease: CallLease, body: SubmitCallBody): Promise<{ call: CallView; created: boolean }> {
-    const { store, agent, now } = this.deps;
+    const { store, now } = this.deps;
     const tool = TOOLS.get(body.tool);
     if (!tool) throw new AppError('input.unknown_tool', `no tool named ${body.tool}`, { details: { field: 'tool', known: OFFERED_TOOLS } });
     const callId = body.callId ?? `call_${randomUUID().replaceAll('-', '')}`;
@@ -85,6 +82,19 @@ export class CallService {
     const fingerprint = digestOf({ tool: tool.name, version: tool.version, args: normalizedArgs });
     const createdAt = now();
     const intent = { callId, leaseId: lease.id, tool: tool.name, args: normalizedArgs, fingerprint, createdAt: createdAt.toISOString() };
+    const job: CallJob | null = resolved
+      ? {
+          callId,
+          tool: tool.name,
+          toolVersion: tool.version,
+          args: normalizedArgs,
+          fingerprint,
+          manifestDigest: lease.manifest!.digest,
+          timeoutMs: resolved.timeoutMs,
+          maxOutputBytes: resolved.maxOutputBytes,
+          accesses: resolved.accesses,
+        }
+      : null;
     // The intent and its call.accepted event are written in one round trip.
     const existing = await store.createCall(intent, [{ type: 'call.accepted', tool: tool.name, fingerprint }], createdAt);
     if (existing) {
@@ -93,41 +103,50 @@ export class CallService {
           details: { callId, fingerprint: existing.fingerprint },
         });
       }
-      return { call: await this.get(lease.id, callId), created: false };
+      const call = await this.get(lease.id, callId);
+      // The first submission may have stopped between its record and its job: its answer lost
+      // in a Redis outage (the client's retry, or the Redis client's own resend of the record,
+      // lands here) or its control plane gone. The repeat finishes it. The add is once per
+      // callId and a taken-back call stays taken back, so nothing runs twice.
+      if (call.status === 'queued' && job && !denial) await this.queue(lease.id, job);
+      return { call, created: false };
     }
-    if (denial || !resolved) {
+    if (denial || !job) {
       const error = denial!.toInfo();
-      await this.settle(lease.id, callId, async () => {
+      await settleBehindAnswer(this.deps.log, { sandboxId: lease.id, callId }, async () => {
         await store.appendEvent(lease.id, callId, { type: 'call.denied', error }, createdAt, 'denied');
         await this.finish(lease.id, callId, emptyResult(callId, 'denied', error), createdAt);
       });
       throw new AppError(denial!.code, denial!.message, { details: { ...denial!.details, callId } });
     }
-    const job: CallJob = {
-      callId,
-      tool: tool.name,
-      toolVersion: tool.version,
-      args: normalizedArgs,
-      fingerprint,
-      manifestDigest: lease.manifest!.digest,
-      timeoutMs: resolved.timeoutMs,
-      maxOutputBytes: resolved.maxOutputBytes,
-      accesses: resolved.accesses,
-    };
     // The intent is in the store before the job exists: a crash here leaves a queued call that
-    // release finishes as `cancelled` (no attempt marker), never a job without a record.
-    try {
-      await agent.enqueue(lease.id, job);
-    } catch (err) {
-      // Not queued means never run: the call ends here rather than waiting forever.
-      const error = errorInfo('queue.unavailable', `the call could not be queued: ${(err as Error).message}`);
-      const taken = await this.settle(lease.id, callId, () => this.abandonUnqueued(lease.id, callId, error));
-      if (taken !== true) throw new AppError('queue.unavailable', error.message, { details: { callId }, cause: err });
-    }
-    await store.appendEvent(lease.id, callId, { type: 'call.queued' }, now());
+    // a repeat of the submission queues and a release finishes as `cancelled` (no attempt
+    // marker), never a job without a record.
+    await this.queue(lease.id, job);
     this.deps.log.debug({ sandboxId: lease.id, callId, tool: tool.name }, 'call queued');
     // As it was when queued, not read again: a caller that waits (`waitFinished`) reads it anyway.
     return { call: { ...intent, status: 'queued', detached: null, result: null }, created: true };
+  }
+
+  /**
+   * Adds a recorded call's job to the lease's inbox (a no-op when it was added or taken back
+   * before) and appends its `call.queued` event once. Throws `queue.unavailable` when the add
+   * failed and the call was ended for it (abandonUnqueued); resolves when the job reached an
+   * agent after all.
+   */
+  private async queue(leaseId: string, job: CallJob): Promise<void> {
+    const { store, agent, now } = this.deps;
+    try {
+      await agent.enqueue(leaseId, job);
+    } catch (err) {
+      // Not queued means never run: the call ends here rather than waiting forever.
+      const error = errorInfo('queue.unavailable', `the call could not be queued: ${(err as Error).message}`);
+      const taken = await settleBehindAnswer(this.deps.log, { sandboxId: leaseId, callId: job.callId }, () =>
+        this.abandonUnqueued(leaseId, job.callId, error),
+      );
+      if (taken !== true) throw new AppError('queue.unavailable', error.message, { details: { callId: job.callId }, cause: err });
+    }
+    await store.appendEvent(leaseId, job.callId, { type: 'call.queued' }, now(), 'queued', { unlessFinished: true });
   }
 
   /** Throws `call.not_found`. */
@@ -176,8 +195,8 @@ export class CallService {
       unlessFinished: true,
     });
     if (requested === null) return { call: await this.get(lease.id, callId), changed: true };
-    // Taken back before an attempt began: it never runs, and ends here.
-    if ((await agent.takeBack(lease.id, callId)) === 'removed') {
+    // Taken back before an attempt began (or before its job was added): it never runs, and ends here.
+    if ((await agent.takeBack(lease.id, callId)) !== 'taken') {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
       const result = emptyResult(callId, 'cancelled', error);
       if (await this.finish(lease.id, callId, result, now())) return { call: { ...call, status: 'finished', result }, changed: true };
@@ -273,11 +292,6 @@ export class CallService {
   }
 
   /**
-   * Stores a call's terminal result (CallStore.finishCall) and, when this was the one that
-   * finished it, counts it and logs it with the sandbox, call and attempt ids. Returns whether
-   * it was stored (false: the call had finished before).
-   */
-  /**
    * Ends a call whose enqueue failed, as `failed` (`queue.unavailable`) — unless the add reached
    * Redis though its answer was lost (a connection cut mid-command): a job no agent has taken
    * yet is taken back first; one already taken runs and reports like any call (true: the
@@ -290,35 +304,10 @@ export class CallService {
   }
 
   /**
-   * Runs `settleCall`, which brings a just-recorded call to its end state. When Redis fails it
-   * too (an outage: why the submission failed), it is tried again behind the client's answer
-   * until it succeeds or `SETTLE_RETRY_FOR_MS` passed, so the record does not stay `queued` with
-   * no job (a release would still end it, as `cancelled`). `settleCall` must be safe to repeat.
-   * Never throws; resolves with what the first try returned, or undefined when it failed (the
-   * tries behind the answer go on).
+   * Stores a call's terminal result (CallStore.finishCall) and, when this was the one that
+   * finished it, counts it and logs it with the sandbox, call and attempt ids. Returns whether
+   * it was stored (false: the call had finished before).
    */
-  private async settle<T>(leaseId: string, callId: string, settleCall: () => Promise<T>): Promise<T | undefined> {
-    try {
-      return await settleCall();
-    } catch (err) {
-      this.deps.log.warn({ err, sandboxId: leaseId, callId }, 'settling a call failed; trying again in the background');
-    }
-    void (async () => {
-      const deadline = Date.now() + SETTLE_RETRY_FOR_MS;
-      for (let delayMs = 250; Date.now() < deadline; delayMs = Math.min(delayMs * 2, 5000)) {
-        await sleep(delayMs, undefined, { ref: false });
-        try {
-          await settleCall();
-          return;
-        } catch (err) {
-          this.deps.log.warn({ err, sandboxId: leaseId, callId }, 'settling a call failed; trying again');
-        }
-      }
-      this.deps.log.error({ sandboxId: leaseId, callId }, 'a call recorded during an outage could not be settled; its release will end it');
-    })();
-    return undefined;
-  }
-
   private async finish(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<boolean> {
     // The store hands back the intent it finished (null: finished before), so no second read.
     const call = await this.deps.store.finishCall(leaseId, callId, result, at);
