@@ -37,6 +37,8 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   ioredis: ['control-plane/redis/', 'control-plane/agent-link/', DOMAIN_STORE, 'sandbox-agent/main.ts', 'sandbox-agent/link/'],
   fastify: ['control-plane/app.ts', 'control-plane/control-plane.ts', 'control-plane/http/', DOMAIN_ROUTES],
   'better-sse': ['control-plane/http/sse.ts'],
+  // Certificates of the lease CAs of credential injection.
+  'node-forge': ['control-plane/egress/ca.ts'],
   'prom-client': ['control-plane/metrics/service.ts'],
   '@fastify/static': ['control-plane/console/routes.ts'],
   '@fastify/swagger': ['control-plane/http/openapi.ts'],

@@ -234,6 +234,12 @@ export const EgressEvent = z.object({
   durationMs: z.number().nonnegative(),
   /** For an allowed connection that failed: the reason (`ECONNREFUSED`, `no address` …). */
   error: z.string().nullable(),
+  /** An HTTPS request the proxy opened (credential injection): its path, without the query. */
+  path: z.string().optional(),
+  /** Secrets whose values the proxy put into this request, by name (never values), and how often. */
+  credentialsInjected: z.array(z.object({ secret: z.string(), count: z.number().int().positive() })).optional(),
+  /** Secrets whose placeholder this request carried where no rule puts the value: left as it was. */
+  strayPlaceholders: z.array(z.string()).optional(),
 });
 export type EgressEvent = z.infer<typeof EgressEvent>;
 

@@ -149,7 +149,12 @@ export const AgentConfig = z.object({
    * Null for mode `none`.
    */
   egress: z
-    .object({ port: z.number().int().min(1).max(65535), socketPath: z.string() })
+    .object({
+      port: z.number().int().min(1).max(65535),
+      socketPath: z.string(),
+      /** Credential injection: tool processes also get the lease CA's variables (secrets.ts `credentialTrustEnv`). */
+      trust: z.boolean().optional(),
+    })
     .nullable()
     .default(null),
   /**

@@ -92,3 +92,32 @@ export function deliveryAad(leaseId: string, name: string): string {
  */
 export const SecretDelivery = z.object({ items: z.array(z.object({ name: SecretName, sealed: Sealed }).strict()) }).strict();
 export type SecretDelivery = z.infer<typeof SecretDelivery>;
+
+/**
+ * Credential injection (policy `secrets.inject`): the lease CA's files in the sandbox. The
+ * directory holds the CA alone and a bundle of the public roots plus the CA; the bundle is also
+ * mounted over the system bundle (Debian's path, the default of OpenSSL, curl, git and Python).
+ */
+export const CREDENTIAL_TRUST = {
+  dir: '/etc/sbx/trust',
+  files: { ca: 'egress-ca.pem', bundle: 'ca-bundle.pem' },
+  systemBundle: '/etc/ssl/certs/ca-certificates.crt',
+} as const;
+
+/**
+ * The variables that point the usual clients at the lease CA's files: OpenSSL-based tools and
+ * Python (`SSL_CERT_FILE`), curl, requests, git, pip and npm (their own variables, which replace
+ * the roots, hence the bundle) and Node (`NODE_EXTRA_CA_CERTS`, which adds to its roots).
+ */
+export function credentialTrustEnv(): Record<string, string> {
+  const bundle = `${CREDENTIAL_TRUST.dir}/${CREDENTIAL_TRUST.files.bundle}`;
+  return {
+    SSL_CERT_FILE: bundle,
+    CURL_CA_BUNDLE: bundle,
+    REQUESTS_CA_BUNDLE: bundle,
+    GIT_SSL_CAINFO: bundle,
+    PIP_CERT: bundle,
+    NPM_CONFIG_CAFILE: bundle,
+    NODE_EXTRA_CA_CERTS: `${CREDENTIAL_TRUST.dir}/${CREDENTIAL_TRUST.files.ca}`,
+  };
+}

@@ -188,6 +188,11 @@ const Env = KubernetesEnv.extend({
    */
   SBX_EGRESS_DNS_SERVERS: listSetting(),
   /**
+   * A PEM file of CA certificates the egress proxy also trusts when it verifies the servers of
+   * intercepted hosts (credential injection), besides the public roots Node carries.
+   */
+  SBX_EGRESS_UPSTREAM_CA: z.string().regex(/^\//, 'an absolute path').optional(),
+  /**
    * Host directories (comma-separated absolute paths) that policies' read-only mounts may come
    * from. Default none: a policy with a read-only mount is refused.
    */
@@ -275,6 +280,8 @@ export interface Config {
   warmPools: PoolSpec[];
   /** DNS servers of the egress proxy (`ip` or `ip:port`); empty = the host's. */
   egressDnsServers: string[];
+  /** `SBX_EGRESS_UPSTREAM_CA`: extra roots for verifying intercepted hosts' servers, or null. */
+  egressUpstreamCaFile: string | null;
   /** Quota of tenants without one of their own. */
   defaultTenantQuota: QuotaLimits;
   /** Built admin console served at `/console`. */
@@ -355,6 +362,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     snapshots: { ttlSeconds: e.SBX_SNAPSHOT_TTL_SECONDS, quotaBytes: e.SBX_SNAPSHOT_QUOTA_BYTES, forkMax: e.SBX_FORK_MAX },
     logLevel: e.SBX_LOG_LEVEL,
     egressDnsServers: e.SBX_EGRESS_DNS_SERVERS,
+    egressUpstreamCaFile: e.SBX_EGRESS_UPSTREAM_CA ?? null,
     mountAllowlist: e.SBX_MOUNT_ALLOWLIST,
     warmPools: e.SBX_WARM_POOLS,
     defaultTenantQuota: e.SBX_DEFAULT_TENANT_QUOTA,

@@ -29,6 +29,7 @@ import { CallStore } from './calls/store.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
 import { BackgroundTasks } from './background.js';
+import { CredentialInjection } from './egress/credentials.js';
 import { EgressProxy } from './egress/proxy.js';
 import { createResolver } from './egress/resolver.js';
 import { EgressLog } from './egress/store.js';
@@ -155,6 +156,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       await egressLog.append(leaseId, event);
     },
     log,
+    upstreamCaFile: config.egressUpstreamCaFile,
   });
   // The egress proxy of a lease goes with its consumer lock: the replica that holds it serves it.
   link.returns.onLockLost((leaseId) => void egress.stop(leaseId));
@@ -205,6 +207,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     log,
   });
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
+  const credentials = new CredentialInjection({ secretsKey: config.secretsKey, secrets });
   // Pools start sandboxes through the lease service, which claims from them: the launcher reaches `leases` once both exist.
   const pools =
     config.warmPools.length === 0
@@ -253,6 +256,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       calls,
       egress,
       secrets,
+      credentials,
       quotas,
       metrics,
       images: config.runtime.kind === 'docker' ? images : registryImages(config.imageRegistries, config.image), // a cluster: by registry reference
@@ -374,10 +378,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       every(reconcileIntervalMs, 'reconcile', reconcile);
       every(reconcileIntervalMs, 'quota reconcile', reconcileQuotas);
       if (pools) every(poolIntervalMs, 'warm pools', () => pools.maintain());
-      // Artifact files whose records expired, and parts abandoned for a day.
-      every(10 * 60_000, 'artifact sweep', () => artifacts.sweep(24 * 3600_000));
-      // Snapshots past their retention, unless a sandbox started from one still runs.
-      every(60_000, 'snapshot expiry', () => snapshots.sweep());
+      every(10 * 60_000, 'artifact sweep', () => artifacts.sweep(24 * 3600_000)); // expired records' files, parts abandoned for a day
+      every(60_000, 'snapshot expiry', () => snapshots.sweep()); // past retention, unless a sandbox started from one runs
       return outcome;
     },
     async close() {

@@ -19,7 +19,10 @@ import { dirname } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import type { EgressEvent } from '../../contract/objects.js';
+import { upstreamRoots } from './ca.js';
+import { Interceptor, intercepts, type LeaseInterception } from './intercept.js';
 import { EgressAllowlist, type EgressDecision, type EgressRule } from './rules.js';
+import { asciiHeader, forwardHeaders, parseAuthority, refusalResponse, stripBrackets, unmapped } from './wire.js';
 
 /** Resolves a host name to its addresses (IPv4 and IPv6), in the order to try them. */
 export type Resolve = (host: string) => Promise<string[]>;
@@ -33,21 +36,9 @@ export interface EgressProxyDeps {
   connectTimeoutMs?: number;
   /** A request's headers must be complete within this long, ms, so a slow client cannot hold a socket. Default 20 000. */
   headersTimeoutMs?: number;
+  /** A PEM file of roots intercepted hosts' servers are verified against besides Node's public ones (`SBX_EGRESS_UPSTREAM_CA`). */
+  upstreamCaFile?: string | null;
 }
-
-/** Headers that belong to one hop (RFC 9110 §7.6.1) or to the proxy, never forwarded. */
-const HOP_HEADERS = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authorization',
-  'proxy-authenticate',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'host',
-]);
 
 /** A tunnel or connection with no bytes either way for this long is closed, ms. */
 const IDLE_TIMEOUT_MS = 10 * 60_000;
@@ -61,14 +52,26 @@ interface Served {
 
 export class EgressProxy {
   private readonly served = new Map<string, Served>();
+  private readonly interceptor: Interceptor;
 
-  constructor(private readonly deps: EgressProxyDeps) {}
+  constructor(private readonly deps: EgressProxyDeps) {
+    const upstreamCa = upstreamRoots(deps.upstreamCaFile ?? null);
+    // Unreadable: said now; each intercepted request then fails (502), never verified against less.
+    upstreamCa.catch((err: unknown) => deps.log.error({ err, file: deps.upstreamCaFile }, 'SBX_EGRESS_UPSTREAM_CA is unreadable'));
+    this.interceptor = new Interceptor({
+      upstreamCa,
+      record: deps.record,
+      log: deps.log,
+      connectTimeoutMs: deps.connectTimeoutMs ?? 10_000,
+    });
+  }
 
   /**
    * Starts serving `leaseId` on the Unix socket `socketPath` (its directory is created with mode
-   * 0700; a stale socket there is replaced). Idempotent per lease.
+   * 0700; a stale socket there is replaced). With `interception`, CONNECTs to the hosts of its
+   * injections are intercepted (intercept.ts). Idempotent per lease.
    */
-  async serve(leaseId: string, rules: readonly EgressRule[], socketPath: string): Promise<void> {
+  async serve(leaseId: string, rules: readonly EgressRule[], socketPath: string, interception?: LeaseInterception): Promise<void> {
     if (this.served.has(leaseId)) return;
     const allowlist = new EgressAllowlist(rules);
     const headersTimeout = this.deps.headersTimeoutMs ?? 20_000;
@@ -90,7 +93,7 @@ export class EgressProxy {
       // node:http hands the socket over without its own 'error' listener (http docs, event
       // 'connect'); this one must be in place before anything is written or awaited.
       socket.on('error', () => socket.destroy());
-      void this.tunnel(leaseId, allowlist, req, socket, head);
+      void this.tunnel(leaseId, allowlist, req, socket, head, interception);
     });
     server.on('clientError', (_err, socket) => socket.destroy());
     await mkdir(dirname(socketPath), { recursive: true, mode: 0o700 });
@@ -175,6 +178,7 @@ export class EgressProxy {
     req: http.IncomingMessage,
     client: Duplex,
     head: Buffer,
+    interception: LeaseInterception | undefined,
   ): Promise<void> {
     const started = Date.now();
     const target = parseAuthority(req.url ?? '');
@@ -188,6 +192,16 @@ export class EgressProxy {
     if (!decision.allowed || !address) {
       client.end(refusalResponse(decision, target, error));
       await this.finish(leaseId, event, started);
+      return;
+    }
+    if (intercepts(interception, target.host)) {
+      client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      await this.interceptor.serve(
+        client,
+        head,
+        { leaseId, host: target.host, port: target.port, address, rule: decision.rule },
+        interception!,
+      );
       return;
     }
     const upstream = net.connect({ host: address, port: target.port });
@@ -334,50 +348,4 @@ export class EgressProxy {
       .record(leaseId, event)
       .catch((err: unknown) => this.deps.log.warn({ leaseId, err }, 'could not record an egress event'));
   }
-}
-
-/**
- * `headers` without hop-by-hop ones: the fixed list, and every header the `Connection` header
- * names (RFC 9110 §7.6.1). `host` is left out too; the caller sets it.
- */
-function forwardHeaders(headers: http.IncomingHttpHeaders): http.OutgoingHttpHeaders {
-  const named = new Set(
-    String(headers.connection ?? '')
-      .split(',')
-      .map((t) => t.trim().toLowerCase())
-      .filter(Boolean),
-  );
-  const out: http.OutgoingHttpHeaders = {};
-  for (const [name, value] of Object.entries(headers))
-    if (!HOP_HEADERS.has(name) && !named.has(name) && value !== undefined) out[name] = value;
-  return out;
-}
-
-/** `host:port` or `[v6]:port` of a CONNECT request target (RFC 9110 §9.3.6 authority-form). */
-function parseAuthority(text: string): { host: string; port: number } | undefined {
-  const match = /^(\[[0-9a-fA-F:.]+\]|[^:\[\]\s]+):(\d{1,5})$/.exec(text);
-  if (!match) return undefined;
-  const port = Number(match[2]);
-  if (port < 1 || port > 65535) return undefined;
-  return { host: stripBrackets(match[1]!), port };
-}
-
-function stripBrackets(host: string): string {
-  return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
-}
-
-/** `::ffff:a.b.c.d` dials as the IPv4 address it names (the allowlist judged it as that). */
-function unmapped(address: string): string {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  return mapped ? mapped[1]! : address;
-}
-
-function refusalResponse(decision: EgressDecision, target: { host: string; port: number }, error: string | null): string {
-  const status = decision.allowed ? '502 Bad Gateway' : '403 Forbidden';
-  const why = error ?? decision.rule;
-  return `HTTP/1.1 ${status}\r\nContent-Type: text/plain\r\nX-Sbx-Egress-Rule: ${asciiHeader(decision.rule)}\r\n\r\nsbx egress: ${decision.allowed ? 'failed' : 'denied'} ${target.host}:${target.port}: ${why}\n`;
-}
-
-function asciiHeader(text: string): string {
-  return text.replace(/[^\x20-\x7e]/g, '?');
 }

@@ -15,6 +15,7 @@
  */
 import ipaddr from 'ipaddr.js';
 import { digestOf } from '../../contract/digest.js';
+import { hostPatternMatches } from './schema.js';
 
 /** One allowlist rule of a policy (`network.allow[]`). */
 export type EgressRule = { host: string; ports: number[] } | { cidr: string; ports: number[] };
@@ -57,7 +58,7 @@ export class EgressAllowlist {
     if (literal) return this.checkAddress(literal.toString(), port, { literal: true });
     const name = host.toLowerCase().replace(/\.$/, '');
     for (const [index, rule] of this.rules.entries()) {
-      if (!('host' in rule) || !hostMatches(rule.host, name)) continue;
+      if (!('host' in rule) || !hostPatternMatches(rule.host, name)) continue;
       if (rule.ports.includes(port)) return { allowed: true, rule: `allow[${index}] host ${rule.host}:${rule.ports.join(',')}` };
     }
     return { allowed: false, rule: `no rule allows ${name}:${port}` };
@@ -83,12 +84,6 @@ export class EgressAllowlist {
       return { allowed: true, rule: 'public unicast address' };
     return { allowed: false, rule: `${RANGE_NAMES[range] ?? range} address ${parsed.toString()} needs a cidr rule` };
   }
-}
-
-/** `*.example.com` matches `a.example.com` and `a.b.example.com`, not `example.com`. */
-function hostMatches(pattern: string, name: string): boolean {
-  if (pattern.startsWith('*.')) return name.endsWith(pattern.slice(1)) && name.length > pattern.length - 1;
-  return pattern === name;
 }
 
 /** An IP literal as an address object; IPv4-mapped IPv6 becomes the IPv4 address it carries. */

@@ -20,3 +20,74 @@ export const EgressRuleSchema = z.union([
     .strict(),
   z.object({ cidr: z.string().refine((c) => ipaddr.isValidCIDR(c), 'an IPv4 or IPv6 CIDR block like 10.0.0.0/8'), ports: Ports }).strict(),
 ]);
+
+/** HTTP header names (RFC 9110 §5.1 token), and query parameter names as they appear unescaped. */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$/;
+const QUERY_NAME = /^[A-Za-z0-9_.~-]{1,128}$/;
+
+/**
+ * One credential injection rule (`secrets.inject[]`): the egress proxy puts the value of
+ * `secret` into requests to `hosts` (patterns as in `network.allow`), in place of the lease's
+ * placeholder for it (control-plane/egress/inject.ts): in header `name`, in query parameter
+ * `name`, or in a JSON or form body. `template` is the header a request without header `name`
+ * gets (`{value}` stands for the value); without it, such a request is left as it is.
+ */
+export const InjectRuleSchema = z
+  .object({
+    secret: z.string().regex(/^[A-Za-z0-9_.-]{1,128}$/, 'a secret name'),
+    hosts: z.array(z.string().max(253).regex(HOST_PATTERN, 'a lower-case DNS name, optionally starting with "*."')).min(1).max(32),
+    in: z.enum(['header', 'query', 'body']),
+    name: z.string().optional(),
+    template: z
+      .string()
+      .max(1024)
+      .refine((t) => t.includes('{value}'), 'must contain {value}')
+      .optional(),
+  })
+  .strict()
+  .superRefine((rule, ctx) => {
+    if (rule.in === 'body' && rule.name !== undefined) ctx.addIssue({ code: 'custom', path: ['name'], message: 'a body rule has no name' });
+    if (rule.in !== 'body' && (rule.name === undefined || !(rule.in === 'header' ? HEADER_NAME : QUERY_NAME).test(rule.name)))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['name'],
+        message: `a ${rule.in} rule needs the ${rule.in === 'header' ? 'header' : 'parameter'} name`,
+      });
+    if (rule.template !== undefined && rule.in !== 'header')
+      ctx.addIssue({ code: 'custom', path: ['template'], message: 'only a header rule has a template' });
+  });
+export type InjectRule = z.infer<typeof InjectRuleSchema>;
+
+/** Whether host pattern `pattern` covers `name` (lower case): `*.example.com` matches `a.example.com` and `a.b.example.com`, not `example.com`. */
+export function hostPatternMatches(pattern: string, name: string): boolean {
+  if (pattern.startsWith('*.')) return name.endsWith(pattern.slice(1)) && name.length > pattern.length - 1;
+  return pattern === name;
+}
+
+/**
+ * Cross-field rules of injection: the secret is one the policy allows, the network mode is
+ * `allowlist` (the proxy is the only way out), and each host is one a `network.allow` host rule
+ * lets through (an injection never widens the allowlist). Returns issues as `{path, message}`.
+ */
+export function injectIssues(inject: unknown, allowedSecrets: unknown, network: unknown): Array<{ path: string; message: string }> {
+  if (!Array.isArray(inject) || inject.length === 0) return [];
+  const issues: Array<{ path: string; message: string }> = [];
+  const net = (network ?? {}) as { mode?: unknown; allow?: unknown };
+  if (net.mode !== 'allowlist') issues.push({ path: 'secrets.inject', message: 'credential injection needs network.mode "allowlist"' });
+  const hostRules = Array.isArray(net.allow)
+    ? net.allow.filter((r): r is { host: string } => typeof (r as { host?: unknown })?.host === 'string')
+    : [];
+  inject.forEach((rule: { secret?: unknown; hosts?: unknown }, i) => {
+    if (Array.isArray(allowedSecrets) && typeof rule?.secret === 'string' && !allowedSecrets.includes(rule.secret))
+      issues.push({ path: `secrets.inject.${i}.secret`, message: `${rule.secret} is not in secrets.allowed` });
+    if (!Array.isArray(rule?.hosts)) return;
+    rule.hosts.forEach((host: unknown, j: number) => {
+      if (typeof host !== 'string') return;
+      // A wildcard host is covered by a wildcard rule of the same or a shorter suffix.
+      const probe = host.startsWith('*.') ? `x${host.slice(1)}` : host;
+      if (!hostRules.some((r) => hostPatternMatches(r.host, probe) && (!host.startsWith('*.') || r.host.startsWith('*.'))))
+        issues.push({ path: `secrets.inject.${i}.hosts.${j}`, message: `${host} is not let through by a network.allow host rule` });
+    });
+  });
+  return issues;
+}

@@ -158,7 +158,7 @@ export class LeaseEnder {
    */
   private async settleCalls(lease: LeaseRecord): Promise<void> {
     const { calls, log, now } = this.deps;
-    await this.deps.provisioner.attach(lease.id, lease.policySnapshot);
+    await this.deps.provisioner.attach(lease.id, lease.policySnapshot, lease.secrets);
     await calls.waitAllFinished(lease.id, Date.parse(lease.releaseGraceUntil ?? now().toISOString()));
     const open = await calls.openCalls(lease.id);
     if (open.length === 0) return;

@@ -21,6 +21,7 @@ import {
   type SandboxSpec,
 } from '../runtime/runtime.js';
 import type { SnapshotSource } from '../snapshots/schema.js';
+import { CredentialInjection } from '../egress/credentials.js';
 import type { SecretService } from '../secrets/service.js';
 import type { ResolvedVolumeMount } from '../volumes/schema.js';
 import type { VolumeService } from '../volumes/service.js';
@@ -59,8 +60,18 @@ export interface LeasePlan {
  * Host directories of a lease under the data dir: its agent credentials file (until the agent
  * read it), its egress proxy socket and its port preview tunnel sockets.
  */
-export function leaseDirs(dataDir: string, id: string): { credentials: string; egress: string; previews: string } {
-  return { credentials: join(dataDir, 'leases', id), egress: join(dataDir, 'egress', id), previews: join(dataDir, 'previews', id) };
+export function leaseDirs(
+  dataDir: string,
+  id: string,
+): { credentials: string; egress: string; previews: string; trust: string; egressCa: string } {
+  return {
+    credentials: join(dataDir, 'leases', id),
+    egress: join(dataDir, 'egress', id),
+    previews: join(dataDir, 'previews', id),
+    // Credential injection: the lease CA's certificate for the sandbox, and its keys for this side alone.
+    trust: join(dataDir, 'trust', id),
+    egressCa: join(dataDir, 'egress-ca', id),
+  };
 }
 
 export interface PlannerDeps {
@@ -68,6 +79,8 @@ export interface PlannerDeps {
   policies: Pick<PolicyService, 'resolve'>;
   /** Values of the secrets a lease is granted, for its agent only. */
   secrets: Pick<SecretService, 'reveal'>;
+  /** Placeholders of the granted secrets its policy injects (egress/credentials.ts): the agent gets those instead of values. */
+  credentials: Pick<CredentialInjection, 'placeholder'>;
   /** Persistent volumes (none: a lease asking for one is refused as `policy.unenforceable`). */
   volumes?: Pick<VolumeService, 'resolveMounts'>;
   /**
@@ -167,7 +180,13 @@ export class LeasePlanner {
         details: { name: denied.name, policy: ref.name, field: 'secrets' },
       });
     }
-    const values = await this.deps.secrets.reveal(grants.map((g) => g.name));
+    // A secret the egress proxy injects never goes to the sandbox: its agent gets the placeholder.
+    const injected = CredentialInjection.injected(
+      policy,
+      grants.map((g) => g.name),
+    );
+    const values = await this.deps.secrets.reveal(grants.map((g) => g.name).filter((name) => !injected.includes(name)));
+    for (const name of injected) values.set(name, Buffer.from(this.deps.credentials.placeholder(id, name)));
     const volumes = await this.planVolumes(policy, body, tenant);
     const image = body.image ?? this.options.defaultImage;
     // A tenant's built image, an engine image, or one pulled now from an allowlisted registry (images/).
@@ -190,6 +209,7 @@ export class LeasePlanner {
       ...(this.options.agentRelay ? { agentRelayDir: this.options.agentRelay.dir } : {}),
       egressSocketHostDir: dirs.egress,
       previewSocketHostDir: dirs.previews,
+      trustHostDir: dirs.trust,
       mounts: await resolveMounts(policy, this.options.mountAllowlist, this.options.protectedHostPaths),
       ociRuntimes: info.ociRuntimes,
       labels: body.labels ?? {},

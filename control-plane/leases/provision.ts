@@ -14,6 +14,7 @@ import { deliveryAad, seal, type SecretDelivery } from '../../contract/secrets.j
 import type { AgentAcl } from '../agent-link/acl.js';
 import type { Handshake, ImageFactsScope } from '../agent-link/handshake.js';
 import type { ReturnsIn } from '../agent-link/returns-in.js';
+import type { CredentialInjection } from '../egress/credentials.js';
 import type { EgressProxy } from '../egress/proxy.js';
 import { AGENT_RUNTIME_DIR } from '../../contract/agent-runtime.js';
 import { agentEgress, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } from '../policies/compiler.js';
@@ -35,6 +36,8 @@ export interface ProvisionerDeps {
   returns: Pick<ReturnsIn, 'start'>;
   /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
   egress: Pick<EgressProxy, 'serve'>;
+  /** The lease CA before the sandbox starts, and what its egress proxy intercepts (policy `secrets.inject`). */
+  credentials: Pick<CredentialInjection, 'prepare' | 'interception'>;
 }
 
 export interface ProvisionerOptions {
@@ -92,7 +95,9 @@ export class Provisioner {
     // Mounted into the sandbox (a bind source must exist); the control planes bind their preview sockets there.
     await mkdir(leaseDirs(this.options.dataDir, id).previews, { recursive: true, mode: 0o700 });
     await writeFile(credsPath, JSON.stringify(agentConfig), { mode: 0o400 });
-    await this.attach(id, plan.policy);
+    // The CA's trust files are mounted into the sandbox: they exist before it starts.
+    await this.deps.credentials.prepare(id, plan.policy, leaseDirs(this.options.dataDir, id));
+    await this.attach(id, plan.policy, pooled ? [] : plan.grants);
     const { containerId, seededPaths } = await runtime.start(plan.spec);
     // The agent says hello, or its container stops first (a crashed agent: fail now, with its
     // last words, rather than after the hello timeout).
@@ -122,7 +127,7 @@ export class Provisioner {
    */
   async bind(id: string, plan: LeasePlan): Promise<void> {
     // The process that filled the pool may be gone: whoever consumes the returns serves egress.
-    await this.attach(id, plan.policy);
+    await this.attach(id, plan.policy, plan.grants);
     const deliveryKey = plan.grants.length > 0 ? await this.deliverSecrets(id, plan.grants, plan.values) : null;
     // A ready agent takes its binding in milliseconds; one that does not in time is not waited
     // for longer (the lease starts cold instead).
@@ -133,12 +138,15 @@ export class Provisioner {
 
   /**
    * Consumes the lease's returns in this process unless a live one does (the consumer lock);
-   * the process that consumes them also serves the lease's egress proxy.
+   * the process that consumes them also serves the lease's egress proxy, intercepting what
+   * the policy injects of `grants` (the lease's granted secrets).
    */
-  async attach(id: string, policy: Policy): Promise<void> {
+  async attach(id: string, policy: Policy, grants: readonly SecretGrant[]): Promise<void> {
     if (!(await this.deps.returns.start(id))) return;
     if (policy.network.mode !== 'allowlist') return;
-    await this.deps.egress.serve(id, policy.network.allow, join(leaseDirs(this.options.dataDir, id).egress, EGRESS_SOCKET_NAME));
+    const dirs = leaseDirs(this.options.dataDir, id);
+    const interception = await this.deps.credentials.interception(id, policy, grants, dirs);
+    await this.deps.egress.serve(id, policy.network.allow, join(dirs.egress, EGRESS_SOCKET_NAME), interception);
   }
 
   private get helloTimeoutMs(): number {

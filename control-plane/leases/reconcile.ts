@@ -141,7 +141,7 @@ export class Reconciler {
           // A paused lease's container stays frozen; a ready one's runs. Never lost for being frozen.
           if (lease.status === 'paused' && !sandbox.paused) await this.deps.runtime.pause(lease.id);
           if (lease.status === 'ready' && sandbox.paused) await this.deps.runtime.unpause(lease.id);
-          await this.deps.provisioner.attach(lease.id, lease.policySnapshot);
+          await this.deps.provisioner.attach(lease.id, lease.policySnapshot, lease.secrets);
           await this.deps.expiry.ensure(lease.id, Date.parse(lease.expiresAt));
           result.adopted.push(lease.id);
           return;

@@ -3,6 +3,7 @@
  * runtime that starts nothing, an agent link that says hello at once): the lifecycle's use
  * cases and the order of their effects, without Docker or Redis.
  */
+import { CredentialInjection } from '../egress/credentials.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -142,6 +143,7 @@ function world(over: { start?: () => Promise<{ containerId: string; seededPaths:
     },
     egress: { serve: async () => undefined, stop: async () => undefined },
     secrets: { reveal: async () => new Map() },
+    credentials: new CredentialInjection({ secretsKey: Buffer.alloc(32), secrets: { reveal: async () => new Map() } }),
     quotas: { reserve: async () => void log.push('quota.reserve'), release: async () => void log.push('quota.release') },
     metrics: { leaseCreated: () => undefined, setPoolSize: () => undefined },
     now: () => new Date(),

@@ -14,6 +14,7 @@ import type { Logger } from 'pino';
 import { AppError } from '../../contract/errors.js';
 import { TERMINAL_LEASE_STATUSES, type Lease, type LeaseEvent, type PolicyRef } from '../../contract/objects.js';
 import { actorOf, type AuditLog } from '../audit/service.js';
+import type { CredentialInjection } from '../egress/credentials.js';
 import type { EgressProxy } from '../egress/proxy.js';
 import { seesTenant, type Principal } from '../http/auth.js';
 import type { LeaseMetrics } from '../metrics/service.js';
@@ -93,6 +94,8 @@ export interface LeaseServiceDeps {
   calls: LeaseCalls;
   /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
   egress: Pick<EgressProxy, 'serve' | 'stop'>;
+  /** Credential injection: placeholders, the lease CA, what the egress proxy intercepts. */
+  credentials: Pick<CredentialInjection, 'placeholder' | 'prepare' | 'interception'>;
   /** Values of the secrets a lease is granted, for its agent only. */
   secrets: Pick<SecretService, 'reveal'>;
   /** Resolves (and pulls) the image a lease names; without it, only images on the engine are used. */
@@ -131,7 +134,7 @@ export class LeaseService {
     this.transitions = new LeaseTransitions(store, link.liveness.processId, now);
     this.planner = new LeasePlanner(deps, options);
     this.provisioner = new Provisioner(
-      { runtime, acl: link.acl, handshake: link.handshake, returns: link.returns, egress: deps.egress },
+      { runtime, acl: link.acl, handshake: link.handshake, returns: link.returns, egress: deps.egress, credentials: deps.credentials },
       options,
     );
     this.teardown = new Teardown(

@@ -64,6 +64,8 @@ export class Teardown {
     await step(() => rm(dirs.egress, { recursive: true, force: true }));
     await step(() => rm(dirs.previews, { recursive: true, force: true }));
     await step(() => rm(dirs.credentials, { recursive: true, force: true }));
+    await step(() => rm(dirs.trust, { recursive: true, force: true }));
+    await step(() => rm(dirs.egressCa, { recursive: true, force: true }));
     return failures;
   }
 

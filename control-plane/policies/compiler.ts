@@ -12,13 +12,14 @@ import {
   AGENT_RUNTIME_INIT,
   AGENT_RUNTIME_NODE,
 } from '../../contract/agent-runtime.js';
+import { posix } from 'node:path';
 import { AppError } from '../../contract/errors.js';
 import { LINK_SOCKET_DIR } from '../../contract/link.js';
 import { PREVIEW_SOCKET_DIR } from '../../contract/previews.js';
 import type { PolicyRef } from '../../contract/objects.js';
 import type { AgentConfig, ToolUser } from '../../contract/queue.js';
 import { SBX_BRIDGE_PREFIX } from '../runtime/link-local-guard.js';
-import { SECRET_FILES_DIR, SECRET_MAX_BYTES } from '../../contract/secrets.js';
+import { CREDENTIAL_TRUST, SECRET_FILES_DIR, SECRET_MAX_BYTES } from '../../contract/secrets.js';
 import { LABEL, ownershipLabels, type Ownership, type SandboxSpec } from '../runtime/runtime.js';
 import type { Policy } from './schema.js';
 
@@ -63,6 +64,8 @@ export interface CompileInput {
   agentRelayDir?: string;
   /** Host directory of this lease's port preview tunnel sockets (contract/previews.ts); mounted for every network mode. */
   previewSocketHostDir?: string;
+  /** Host directory of the lease's trust files (egress/ca.ts), for a policy with `secrets.inject`. */
+  trustHostDir?: string;
   /**
    * Read-only mounts: the host directories the control plane allows (`SBX_MOUNT_ALLOWLIST`,
    * symlinks resolved), each policy `hostPath` with symlinks resolved (null: it does not exist),
@@ -88,6 +91,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
       details: { field: 'runtime.oci', available: [...input.ociRuntimes] },
     });
   }
+  const trustBinds = credentialTrustBinds(input);
   const mountBinds = policy.filesystem.readOnlyMounts.map((mount, i) => {
     const real = input.mounts.realpaths.get(mount.hostPath) ?? null;
     const field = `filesystem.readOnlyMounts.${i}.hostPath`;
@@ -195,6 +199,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
         ? hostSocketBinds(input, policy)
         : [{ hostPath: input.agentRelayDir, containerPath: LINK_SOCKET_DIR }]),
       ...mountBinds,
+      ...trustBinds,
     ],
     volumeBinds: (input.volumeMounts ?? []).map((m) => ({ hostPath: m.hostPath, containerPath: m.containerPath, readOnly: m.readOnly })),
     ociRuntime: policy.runtime.oci,
@@ -212,6 +217,28 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
     }),
     seedUser: { uid: user.uid, gid: user.gid },
   };
+}
+
+/**
+ * The lease CA's trust files (egress/ca.ts) for a policy with `secrets.inject`: the directory at
+ * CREDENTIAL_TRUST.dir, and its bundle over the system bundle (Debian's path, which OpenSSL,
+ * curl, git, Python and pip read by default). Throws `policy.unenforceable` where the sandbox
+ * does not run beside the control plane (a node relay: the files would not be on its node).
+ */
+function credentialTrustBinds(input: CompileInput): SandboxSpec['readOnlyBinds'] {
+  if ((input.policy.secrets.inject ?? []).length === 0) return [];
+  if (input.agentRelayDir !== undefined || input.trustHostDir === undefined)
+    throw new AppError(
+      'policy.unenforceable',
+      'credential injection (secrets.inject) needs sandboxes on the control plane’s machine (the Docker driver)',
+      {
+        details: { field: 'secrets.inject' },
+      },
+    );
+  return [
+    { hostPath: input.trustHostDir, containerPath: CREDENTIAL_TRUST.dir },
+    { hostPath: posix.join(input.trustHostDir, CREDENTIAL_TRUST.files.bundle), containerPath: CREDENTIAL_TRUST.systemBundle },
+  ];
 }
 
 /** The control plane's host socket directories a sandbox on its machine reaches the agent channel through. */
@@ -235,7 +262,9 @@ function volumeSlug(path: string): string {
   );
 }
 
-/** The agent's egress settings for `policy`: its proxy listener and the socket it forwards to. */
+/** The agent's egress settings for `policy`: its proxy listener, the socket it forwards to, and whether tools get the lease CA's variables. */
 export function agentEgress(policy: Policy): AgentConfig['egress'] {
-  return policy.network.mode === 'allowlist' ? { port: EGRESS_PROXY_PORT, socketPath: `${EGRESS_SOCKET_DIR}/${EGRESS_SOCKET_NAME}` } : null;
+  if (policy.network.mode !== 'allowlist') return null;
+  const trust = (policy.secrets.inject ?? []).length > 0;
+  return { port: EGRESS_PROXY_PORT, socketPath: `${EGRESS_SOCKET_DIR}/${EGRESS_SOCKET_NAME}`, ...(trust ? { trust } : {}) };
 }

@@ -10,7 +10,7 @@ import { digestOf } from '../../contract/digest.js';
 import { Digest, Timestamp, type PolicyRef } from '../../contract/objects.js';
 import { SecretName } from '../../contract/secrets.js';
 import { EnvName } from '../../contract/tools.js';
-import { EgressRuleSchema } from '../egress/schema.js';
+import { EgressRuleSchema, InjectRuleSchema, injectIssues } from '../egress/schema.js';
 
 const MiB = 1024 * 1024;
 /** A Kubernetes label key (an optional DNS-subdomain prefix and `/`, a name of at most 63 characters), not the driver's own. */
@@ -18,8 +18,6 @@ const NodeLabelKey = z
   .string()
   .regex(/^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/, 'a Kubernetes label key')
   .refine((k) => k !== 'sbx.runtime', 'sbx.runtime is set by runtime.oci');
-
-export { EgressRuleSchema };
 
 /**
  * A port, or a range of ports `{from, to}` (both included), a sandbox may expose as a preview
@@ -172,6 +170,8 @@ export const PolicyShape = z
           .array(SecretName)
           .refine((names) => new Set(names).size === names.length, 'names must be distinct')
           .default([]),
+        /** Credentials the egress proxy puts into requests; the sandbox holds placeholders (egress/schema.ts `InjectRuleSchema`). Optional, so the digests of policies without it stay as they were. */
+        inject: z.array(InjectRuleSchema).max(32).optional(),
       })
       .strict()
       .default({ allowed: [] }),
@@ -330,6 +330,7 @@ export function crossFieldIssues(p: unknown): PolicyIssue[] {
     }
   }
   const network = field(p, 'network');
+  issues.push(...injectIssues(field(field(p, 'secrets'), 'inject'), field(field(p, 'secrets'), 'allowed'), network));
   const allow = field(network, 'allow');
   if (Array.isArray(allow) && allow.length > 0 && field(network, 'mode') !== 'allowlist') {
     issues.push({ path: 'network.allow', message: 'allow rules need network.mode "allowlist"' });
@@ -338,10 +339,7 @@ export function crossFieldIssues(p: unknown): PolicyIssue[] {
 }
 
 /** True when `path` is `dir` or below it (both absolute, normalised). */
-function within(path: string, dir: string): boolean {
-  const d = dir.replace(/\/+$/, '');
-  return path === d || path.startsWith(`${d}/`);
-}
+const within = (path: string, dir: string): boolean => path === dir.replace(/\/+$/, '') || path.startsWith(`${dir.replace(/\/+$/, '')}/`);
 
 /** A policy as loaded from a file or a PUT: the shape plus its cross-field rules. */
 export const Policy = PolicyShape.superRefine((p, ctx) => {

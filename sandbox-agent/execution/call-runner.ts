@@ -10,6 +10,7 @@ import { errorInfo } from '../../contract/errors.js';
 import type { ToolResult } from '../../contract/objects.js';
 import { attemptReceipt, resultWithoutRun } from '../../contract/receipts.js';
 import { CallJob, type AgentConfig, type LeaseKeys } from '../../contract/queue.js';
+import { credentialTrustEnv } from '../../contract/secrets.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptOutcome } from './attempt.js';
 import type { ReturnChannel } from '../link/return-channel.js';
 import { digestOf, type ArtifactShelf } from '../link/artifact-shelf.js';
@@ -278,11 +279,13 @@ function detachedResult(callId: string, pgid: number): ToolResult {
 
 /**
  * The proxy variables tools honour (curl, git, pip, npm via HTTP(S)_PROXY; lower-case too, since
- * some read only those) for the agent's egress listener; loopback stays direct.
+ * some read only those) for the agent's egress listener; loopback stays direct. With credential
+ * injection, also the variables of the lease CA's files.
  */
 function proxyEnv(egress: AgentConfig['egress']): Record<string, string> {
   if (!egress) return {};
   const url = `http://127.0.0.1:${egress.port}`;
   const noProxy = 'localhost,127.0.0.1,::1';
-  return { HTTP_PROXY: url, HTTPS_PROXY: url, http_proxy: url, https_proxy: url, NO_PROXY: noProxy, no_proxy: noProxy };
+  const trust = egress.trust === true ? credentialTrustEnv() : {};
+  return { HTTP_PROXY: url, HTTPS_PROXY: url, http_proxy: url, https_proxy: url, NO_PROXY: noProxy, no_proxy: noProxy, ...trust };
 }

@@ -1,0 +1,235 @@
+/**
+ * The egress proxy's TLS interception, for the hosts of a lease's `secrets.inject` rules only
+ * (issue 16 part 1): after the CONNECT is allowed, the proxy ends the sandbox's TLS with a
+ * certificate of the lease's own CA (ca.ts), reads each HTTP/1.1 request, puts the secret values
+ * in place of their placeholders where a rule says (inject.ts), and sends the request on over a
+ * new TLS connection to the address the allowlist check resolved, verifying the server against
+ * the public roots (or the admin's `SBX_EGRESS_UPSTREAM_CA`). Every request is an egress event
+ * with its method, path and the secrets injected (names and counts, never values).
+ *
+ * What it refuses, documented in policies/README.md: HTTP/2 (only `http/1.1` is offered by
+ * ALPN, so clients fall back), upgrades such as WebSocket (`501`), and a client that does not
+ * trust the lease CA (certificate pinning): its handshake fails, nothing reaches the server, and
+ * the event records why.
+ */
+import http from 'node:http';
+import https from 'node:https';
+import net from 'node:net';
+import type { Duplex } from 'node:stream';
+import tls from 'node:tls';
+import type { Logger } from 'pino';
+import type { EgressEvent } from '../../contract/objects.js';
+import type { LeaseCa } from './ca.js';
+import { HOP_HEADERS } from './wire.js';
+
+/** Whether a header is of one hop (`Host` is not: the server gets the sandbox's). */
+const oneHop = (name: string): boolean => name !== 'host' && HOP_HEADERS.has(name);
+import { bodyInjector, injectHead, injectionsFor, type InjectedCounts, type Injection } from './inject.js';
+
+/** What a lease's proxy needs to intercept: its CA and its injections (placeholders and values). */
+export interface LeaseInterception {
+  ca: LeaseCa;
+  injections: readonly Injection[];
+}
+
+/** An allowed CONNECT being intercepted: where it goes, and the event fields of its allow decision. */
+export interface InterceptTarget {
+  leaseId: string;
+  host: string;
+  port: number;
+  address: string;
+  rule: string;
+}
+
+export interface InterceptorDeps {
+  /** PEM certificates the upstream servers are verified against (read once, when the proxy starts). */
+  upstreamCa: Promise<readonly string[]>;
+  record: (leaseId: string, event: EgressEvent) => Promise<void>;
+  log: Logger;
+  connectTimeoutMs: number;
+}
+
+/** True when some injection of the lease names `host` (a DNS name; an IP literal never is intercepted). */
+export function intercepts(interception: LeaseInterception | undefined, host: string): boolean {
+  return interception !== undefined && net.isIP(host) === 0 && injectionsFor(host.toLowerCase(), interception.injections).length > 0;
+}
+
+export class Interceptor {
+  /** Parses the decrypted requests of every intercepted connection; each socket carries its target. */
+  private readonly server = http.createServer({ requestTimeout: 0 });
+  private readonly targets = new WeakMap<object, { target: InterceptTarget; interception: LeaseInterception }>();
+
+  constructor(private readonly deps: InterceptorDeps) {
+    this.server.on('request', (req, res) => void this.forward(req, res));
+    this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex) => {
+      socket.on('error', () => socket.destroy());
+      const found = this.targets.get(req.socket);
+      socket.end(
+        'HTTP/1.1 501 Not Implemented\r\ncontent-type: text/plain\r\n\r\nsbx egress: upgrades (WebSocket) are not offered on a host with credential injection\n',
+      );
+      if (found) void this.record(found.target, eventOf(found.target, req.method ?? 'GET', pathOf(req.url), Date.now(), 'upgrade refused'));
+    });
+    this.server.on('clientError', (_err, socket) => socket.destroy());
+  }
+
+  /**
+   * Takes over `client` (the sandbox's side of an allowed CONNECT, `200` already written;
+   * `head` the bytes that came with the CONNECT) and ends its TLS as the target host. Resolves
+   * when the connection closed.
+   */
+  async serve(client: Duplex, head: Buffer, target: InterceptTarget, interception: LeaseInterception): Promise<void> {
+    const started = Date.now();
+    if (head.length > 0) client.unshift(head);
+    let context: tls.SecureContext;
+    try {
+      context = interception.ca.contextFor(target.host.toLowerCase());
+    } catch (err) {
+      client.destroy();
+      await this.record(target, eventOf(target, 'CONNECT', null, started, `could not issue a certificate: ${(err as Error).message}`));
+      return;
+    }
+    const secure = new tls.TLSSocket(client as net.Socket, { isServer: true, secureContext: context, ALPNProtocols: ['http/1.1'] });
+    let handshaken = false;
+    secure.once('secure', () => {
+      handshaken = true;
+      this.targets.set(secure, { target, interception });
+      this.server.emit('connection', secure);
+    });
+    await new Promise<void>((resolve) => {
+      secure.on('error', (err: Error) => {
+        // A client that does not trust the lease CA (pinning) ends here: nothing went upstream.
+        if (!handshaken)
+          void this.record(
+            target,
+            eventOf(target, 'CONNECT', null, started, `tls: the sandbox's client refused the interception: ${err.message}`),
+          );
+        secure.destroy();
+      });
+      secure.once('close', () => resolve());
+    });
+  }
+
+  private async forward(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const found = this.targets.get(req.socket);
+    if (!found) {
+      res.destroy();
+      return;
+    }
+    const { target, interception } = found;
+    const started = Date.now();
+    const all = interception.injections;
+    const applicable = injectionsFor(target.host.toLowerCase(), all);
+    const raw: string[] = [];
+    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2)
+      if (!oneHop(req.rawHeaders[i]!.toLowerCase())) raw.push(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
+    const head = injectHead(req.url ?? '/', raw, applicable, all);
+    const event = eventOf(target, req.method ?? 'GET', pathOf(req.url), started, null);
+    const injected: InjectedCounts = head.injected;
+    const swap = bodyInjector(req.headers['content-type'], applicable, (secret) => injected.set(secret, (injected.get(secret) ?? 0) + 1));
+    const chunked = swap !== null || req.headers['transfer-encoding'] !== undefined;
+    const headers = chunked ? withoutContentLength(head.headers).concat('Transfer-Encoding', 'chunked') : head.headers;
+    const hasBody = chunked || Number(req.headers['content-length'] ?? 0) > 0;
+    if (head.stray.length > 0) {
+      event.strayPlaceholders = head.stray;
+      this.deps.log.warn(
+        { sandboxId: target.leaseId, host: target.host, secrets: head.stray },
+        'a placeholder was sent where no rule puts its value',
+      );
+    }
+    const ca = await this.deps.upstreamCa.then(
+      (roots) => [...roots],
+      (err: Error) => err,
+    );
+    if (ca instanceof Error) {
+      event.error = `the upstream roots are unreadable: ${ca.message}`;
+      res.writeHead(502, { 'content-type': 'text/plain' }).end(`sbx egress: ${event.error}\n`);
+      req.resume();
+      return this.record(target, event);
+    }
+    await new Promise<void>((resolve) => {
+      const upstream = https.request({
+        host: target.address,
+        port: target.port,
+        servername: target.host,
+        method: req.method,
+        path: head.path,
+        headers,
+        setHost: false,
+        // A connection of this request alone: nothing pooled is shared with another lease.
+        agent: false,
+        ca,
+        timeout: this.deps.connectTimeoutMs,
+      });
+      upstream.once('timeout', () => upstream.destroy(new Error('timeout')));
+      upstream.once('response', (answer) => {
+        upstream.setTimeout(0);
+        const out: string[] = [];
+        for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2)
+          if (!oneHop(answer.rawHeaders[i]!.toLowerCase())) out.push(answer.rawHeaders[i]!, answer.rawHeaders[i + 1]!);
+        res.writeHead(answer.statusCode ?? 502, out);
+        answer.on('data', (chunk: Buffer) => (event.bytesIn += chunk.length));
+        answer.pipe(res);
+        answer.once('end', resolve);
+        answer.once('error', resolve);
+      });
+      upstream.once('error', (err: NodeJS.ErrnoException) => {
+        event.error = err.code ?? err.message;
+        if (!res.headersSent)
+          res
+            .writeHead(502, { 'content-type': 'text/plain' })
+            .end(`sbx egress: ${target.host}:${target.port} (${target.address}): ${event.error}\n`);
+        else res.destroy();
+        resolve();
+      });
+      res.once('close', () => {
+        upstream.destroy();
+        resolve();
+      });
+      req.on('data', (chunk: Buffer) => (event.bytesOut += chunk.length));
+      if (!hasBody) {
+        req.resume();
+        upstream.end();
+      } else if (swap) req.pipe(swap).pipe(upstream);
+      else req.pipe(upstream);
+    });
+    if (injected.size > 0) event.credentialsInjected = [...injected].map(([secret, count]) => ({ secret, count }));
+    event.durationMs = Date.now() - started;
+    await this.record(target, event);
+  }
+
+  private async record(target: InterceptTarget, event: EgressEvent): Promise<void> {
+    await this.deps
+      .record(target.leaseId, event)
+      .catch((err: unknown) => this.deps.log.warn({ leaseId: target.leaseId, err }, 'could not record an egress event'));
+  }
+}
+
+function eventOf(target: InterceptTarget, method: string, path: string | null, started: number, error: string | null): EgressEvent {
+  return {
+    at: new Date(started).toISOString(),
+    host: target.host,
+    port: target.port,
+    method,
+    decision: 'allowed',
+    rule: target.rule,
+    address: target.address,
+    bytesOut: 0,
+    bytesIn: 0,
+    durationMs: Date.now() - started,
+    error,
+    ...(path === null ? {} : { path }),
+  };
+}
+
+/** The path of a request target, without its query (a query may carry a credential). */
+function pathOf(url: string | undefined): string {
+  const target = url ?? '/';
+  const q = target.indexOf('?');
+  return (q < 0 ? target : target.slice(0, q)).slice(0, 1024);
+}
+
+function withoutContentLength(raw: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) if (raw[i]!.toLowerCase() !== 'content-length') out.push(raw[i]!, raw[i + 1]!);
+  return out;
+}

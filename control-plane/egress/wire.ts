@@ -1,0 +1,66 @@
+/**
+ * The egress proxy's HTTP wire parts (RFC 9110, RFC 9112): hop-by-hop headers, CONNECT targets,
+ * addresses as dialled, and its refusals.
+ */
+import type http from 'node:http';
+import type { EgressDecision } from './rules.js';
+
+/** Headers that belong to one hop (RFC 9110 §7.6.1) or to the proxy, never forwarded. */
+export const HOP_HEADERS = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+]);
+
+/**
+ * `headers` without hop-by-hop ones: the fixed list, and every header the `Connection` header
+ * names (RFC 9110 §7.6.1). `host` is left out too; the caller sets it.
+ */
+export function forwardHeaders(headers: http.IncomingHttpHeaders): http.OutgoingHttpHeaders {
+  const named = new Set(
+    String(headers.connection ?? '')
+      .split(',')
+      .map((t) => t.trim().toLowerCase())
+      .filter(Boolean),
+  );
+  const out: http.OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(headers))
+    if (!HOP_HEADERS.has(name) && !named.has(name) && value !== undefined) out[name] = value;
+  return out;
+}
+
+/** `host:port` or `[v6]:port` of a CONNECT request target (RFC 9110 §9.3.6 authority-form). */
+export function parseAuthority(text: string): { host: string; port: number } | undefined {
+  const match = /^(\[[0-9a-fA-F:.]+\]|[^:\[\]\s]+):(\d{1,5})$/.exec(text);
+  if (!match) return undefined;
+  const port = Number(match[2]);
+  if (port < 1 || port > 65535) return undefined;
+  return { host: stripBrackets(match[1]!), port };
+}
+
+export function stripBrackets(host: string): string {
+  return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+}
+
+/** `::ffff:a.b.c.d` dials as the IPv4 address it names (the allowlist judged it as that). */
+export function unmapped(address: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  return mapped ? mapped[1]! : address;
+}
+
+export function refusalResponse(decision: EgressDecision, target: { host: string; port: number }, error: string | null): string {
+  const status = decision.allowed ? '502 Bad Gateway' : '403 Forbidden';
+  const why = error ?? decision.rule;
+  return `HTTP/1.1 ${status}\r\nContent-Type: text/plain\r\nX-Sbx-Egress-Rule: ${asciiHeader(decision.rule)}\r\n\r\nsbx egress: ${decision.allowed ? 'failed' : 'denied'} ${target.host}:${target.port}: ${why}\n`;
+}
+
+export function asciiHeader(text: string): string {
+  return text.replace(/[^\x20-\x7e]/g, '?');
+}
