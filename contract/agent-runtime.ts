@@ -20,6 +20,8 @@ export const AGENT_RUNTIME_INOTIFY = `${AGENT_RUNTIME_DIR}/bin/sbx-inotify`;
 export const AGENT_RUNTIME_EXEC = `${AGENT_RUNTIME_DIR}/bin/sbx-exec`;
 /** The agent bundle. */
 export const AGENT_RUNTIME_AGENT = `${AGENT_RUNTIME_DIR}/agent/sbx-agent.cjs`;
+/** Preloaded into tool processes' Node in network mode `allowlist`, so `fetch` goes through the egress proxy (sandbox-agent/egress/). */
+export const AGENT_RUNTIME_FETCH_PROXY = `${AGENT_RUNTIME_DIR}/agent/sbx-fetch-proxy-loader.cjs`;
 /** The directory of the runtime's own tools (busybox applets, GNU tar): the fallback of file transfers in an image without them. */
 export const AGENT_RUNTIME_TOOLS = `${AGENT_RUNTIME_DIR}/tools`;
 /** GNU tar of the runtime: transfers, seeding of writable roots and snapshots run it, never the image's. */

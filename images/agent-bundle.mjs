@@ -29,3 +29,13 @@ await build({
 });
 
 await build({ ...common, entryPoints: ['sandbox-agent/boot.ts'], outfile: 'dist/agent/sbx-agent.cjs' });
+
+// Node's fetch through the egress proxy, for tool processes (sandbox-agent/egress/): the loader in
+// the oldest syntax any image's Node parses, and undici beside it.
+await build({ ...common, entryPoints: ['sandbox-agent/egress/fetch-proxy.ts'], outfile: 'dist/agent/sbx-fetch-proxy.cjs' });
+await build({
+  ...common,
+  target: 'es2015',
+  entryPoints: ['sandbox-agent/egress/fetch-proxy-loader.ts'],
+  outfile: 'dist/agent/sbx-fetch-proxy-loader.cjs',
+});

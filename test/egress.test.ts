@@ -10,9 +10,18 @@ import { copyFile, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import dns2 from 'dns2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_ROOT, docker, startHarness, type Harness, execIn, bridgeHostAddress, useScratchDirs } from './fixtures/index.js';
+import {
+  REPO_ROOT,
+  docker,
+  startHarness,
+  type Harness,
+  execIn,
+  bridgeHostAddress,
+  useScratchDirs,
+  startTestDns,
+  type TestDns,
+} from './fixtures/index.js';
 
 /** Temporary directories of this file, removed after its tests. */
 const scratch = useScratchDirs();
@@ -38,8 +47,7 @@ let h: Harness;
 let allowed: Destination;
 let otherPort: Destination;
 let internal: Destination;
-let dnsServer: ReturnType<typeof dns2.createServer>;
-const dnsQueries: string[] = [];
+let dns: TestDns;
 
 const RECORDS: Record<string, string> = {
   'api.allowed.test': '127.0.0.2',
@@ -52,24 +60,7 @@ beforeAll(async () => {
   allowed = await destination('127.0.0.2');
   otherPort = await destination('127.0.0.2');
   internal = await destination('127.0.0.3', allowed.port);
-  dnsServer = dns2.createServer({
-    udp: true,
-    handle: (request, send) => {
-      const response = dns2.Packet.createResponseFromRequest(request);
-      for (const question of request.questions) {
-        dnsQueries.push(question.name);
-        const address = RECORDS[question.name];
-        if (address && question.type === dns2.Packet.TYPE.A) {
-          response.answers.push(
-            new dns2.Packet.Resource({ name: question.name, type: dns2.Packet.TYPE.A, class: dns2.Packet.CLASS.IN, ttl: 1, address }),
-          );
-        }
-      }
-      send(response);
-    },
-  });
-  const listening = await dnsServer.listen({ udp: { port: 0, address: '127.0.0.1' } });
-  const dnsPort = (listening.udp as AddressInfo).port;
+  dns = await startTestDns(RECORDS);
 
   const policyDir = await scratch('sbx-egress-policies-');
   await copyFile(join(REPO_ROOT, 'policies', 'default.yaml'), join(policyDir, 'default.yaml'));
@@ -95,13 +86,13 @@ beforeAll(async () => {
     join(policyDir, 'open-test.yaml'),
     JSON.stringify({ ...defaults, name: 'open-test', version: 1, network: { mode: 'open' } }),
   );
-  h = await startHarness({ SBX_POLICY_DIR: policyDir, SBX_EGRESS_DNS_SERVERS: `127.0.0.1:${dnsPort}` });
+  h = await startHarness({ SBX_POLICY_DIR: policyDir, SBX_EGRESS_DNS_SERVERS: dns.address });
 });
 
 afterAll(async () => {
   await h?.close();
   for (const d of [allowed, otherPort, internal]) d?.server.close();
-  await dnsServer?.close();
+  await dns?.close();
 });
 
 const exec = execIn(() => h.client, { args: { timeoutMs: 30_000 } });
@@ -199,7 +190,7 @@ describe('network mode allowlist: the egress proxy is the only way out', () => {
   });
 
   it('the sandbox cannot resolve names itself, has no interface but loopback, no routes, no raw sockets', async () => {
-    const queriesBefore = dnsQueries.length;
+    const queriesBefore = dns.queries.length;
     const r = await exec(
       leaseId,
       [
@@ -213,7 +204,7 @@ describe('network mode allowlist: the egress proxy is the only way out', () => {
     expect(r.stdout).toContain('\nlo,\n');
     expect(r.stdout).toContain('routes4=[] routes6=[]');
     expect(r.stdout).toMatch(/PermissionError|Operation not permitted/);
-    expect(dnsQueries.length).toBe(queriesBefore);
+    expect(dns.queries.length).toBe(queriesBefore);
   });
 
   it('a tool that ignores the proxy has no network: a server on the host bridge address, reachable from an ordinary container, gets nothing', async () => {

@@ -12,10 +12,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import dns2 from 'dns2';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { ImageEvent } from '../contract/images.js';
-import { apiAs, bridgeHostAddress, docker, runCli, testRunId, useHarness } from './fixtures/index.js';
+import { apiAs, bridgeHostAddress, docker, runCli, startTestDns, testRunId, useHarness, type TestDns } from './fixtures/index.js';
 
 /** An HTTP server of this test that records every request it gets. */
 interface Destination {
@@ -39,7 +38,7 @@ const run = testRunId();
 let mirror: Destination;
 let other: Destination;
 let gateway: string;
-let dnsServer: ReturnType<typeof dns2.createServer>;
+let dns: TestDns;
 const scratch = mkdtemp(join(tmpdir(), 'sbx-build-net-'));
 
 const h = useHarness(async () => {
@@ -47,23 +46,9 @@ const h = useHarness(async () => {
   mirror = await destination('127.0.0.2', (url) => `mirror-${run} ${url}\n`);
   other = await destination(gateway, (url) => `other ${url}\n`);
   const records: Record<string, string> = { 'mirror.build.test': '127.0.0.2', 'other.build.test': gateway };
-  dnsServer = dns2.createServer({
-    udp: true,
-    handle: (request, send) => {
-      const response = dns2.Packet.createResponseFromRequest(request);
-      for (const q of request.questions) {
-        const address = records[q.name];
-        if (address && q.type === dns2.Packet.TYPE.A)
-          response.answers.push(
-            new dns2.Packet.Resource({ name: q.name, type: dns2.Packet.TYPE.A, class: dns2.Packet.CLASS.IN, ttl: 1, address }),
-          );
-      }
-      send(response);
-    },
-  });
-  const listening = await dnsServer.listen({ udp: { port: 0, address: '127.0.0.1' } });
+  dns = await startTestDns(records);
   return {
-    SBX_EGRESS_DNS_SERVERS: `127.0.0.1:${(listening.udp as AddressInfo).port}`,
+    SBX_EGRESS_DNS_SERVERS: dns.address,
     // The mirror by name (shorthand) and its loopback address by cidr (a host rule alone reaches only public addresses).
     SBX_IMAGE_BUILD_POLICY: JSON.stringify({
       network: { allow: [`mirror.build.test:${mirror.port}`, { cidr: '127.0.0.2/32', ports: [mirror.port] }] },
@@ -80,7 +65,7 @@ afterAll(async () => {
   if (built.length > 0) await docker('rmi', '-f', ...new Set(built)).catch(() => undefined);
   mirror?.server.close();
   other?.server.close();
-  await dnsServer?.close();
+  await dns?.close();
   await rm(await scratch, { recursive: true, force: true });
 });
 

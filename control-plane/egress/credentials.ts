@@ -8,6 +8,7 @@ import type { SecretGrant } from '../../contract/queue.js';
 import type { Policy } from '../policies/schema.js';
 import type { SecretService } from '../secrets/service.js';
 import { LeaseCa, writeTrustFiles } from './ca.js';
+import { policyIntercepts } from './schema.js';
 import { placeholderKey, placeholderOf, type Injection } from './inject.js';
 import type { LeaseInterception } from './intercept.js';
 
@@ -41,16 +42,16 @@ export class CredentialInjection {
     return placeholderOf(this.placeholderKey, leaseId, secret);
   }
 
-  /** Makes the lease CA (or reopens it) and writes the sandbox's trust files, when `policy` injects anything. */
+  /** Makes the lease CA (or reopens it) and writes the sandbox's trust files, when `policy`'s proxy intercepts anything (schema.ts `policyIntercepts`). */
   async prepare(leaseId: string, policy: Policy, dirs: CaDirs): Promise<void> {
-    if ((policy.secrets.inject ?? []).length === 0) return;
+    if (!policyIntercepts(policy)) return;
     await writeTrustFiles(dirs.trust, await LeaseCa.open(dirs.egressCa, leaseId));
   }
 
   /**
-   * What the lease's egress proxy intercepts: the rules of `policy` whose secret was granted,
-   * each with its placeholder and value; undefined when there are none. Throws the secret
-   * store's `secret.not_found` and `secret.unreadable`.
+   * What the lease's egress proxy intercepts with: the lease CA, and the rules of `policy` whose
+   * secret was granted, each with its placeholder and value; undefined when the policy
+   * intercepts nothing. Throws the secret store's `secret.not_found` and `secret.unreadable`.
    */
   async interception(
     leaseId: string,
@@ -58,10 +59,11 @@ export class CredentialInjection {
     grants: readonly SecretGrant[],
     dirs: CaDirs,
   ): Promise<LeaseInterception | undefined> {
+    if (!policyIntercepts(policy)) return undefined;
     const granted = new Set(grants.map((g) => g.name));
     const rules = (policy.secrets.inject ?? []).filter((r) => granted.has(r.secret));
-    if (rules.length === 0) return undefined;
-    const values = await this.deps.secrets.reveal([...new Set(rules.map((r) => r.secret))]);
+    const values =
+      rules.length === 0 ? new Map<string, Buffer>() : await this.deps.secrets.reveal([...new Set(rules.map((r) => r.secret))]);
     const injections: Injection[] = rules.map((rule) => ({
       rule,
       placeholder: this.placeholder(leaseId, rule.secret),

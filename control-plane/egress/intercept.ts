@@ -20,7 +20,9 @@ import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { EgressEvent } from '../../contract/objects.js';
 import type { LeaseCa } from './ca.js';
-import { HOP_HEADERS } from './wire.js';
+import { decideHttp } from './http-rules.js';
+import type { HttpRules } from './schema.js';
+import { asciiHeader, HOP_HEADERS } from './wire.js';
 
 /** Whether a header is of one hop (`Host` is not: the server gets the sandbox's). */
 const oneHop = (name: string): boolean => name !== 'host' && HOP_HEADERS.has(name);
@@ -32,13 +34,15 @@ export interface LeaseInterception {
   injections: readonly Injection[];
 }
 
-/** An allowed CONNECT being intercepted: where it goes, and the event fields of its allow decision. */
+/** An allowed CONNECT being intercepted: where it goes, the event fields of its allow decision, and the host rule's L7 rules. */
 export interface InterceptTarget {
   leaseId: string;
   host: string;
   port: number;
   address: string;
   rule: string;
+  /** The host rule's `http` section and its text (http-rules.ts), or null. */
+  http: { http: HttpRules; rule: string } | null;
 }
 
 export interface InterceptorDeps {
@@ -122,8 +126,19 @@ export class Interceptor {
     const raw: string[] = [];
     for (let i = 0; i + 1 < req.rawHeaders.length; i += 2)
       if (!oneHop(req.rawHeaders[i]!.toLowerCase())) raw.push(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
-    const head = injectHead(req.url ?? '/', raw, applicable, all);
     const event = eventOf(target, req.method ?? 'GET', pathOf(req.url), started, null);
+    if (target.http) {
+      const decision = decideHttp(target.http.http, target.http.rule, req.method ?? 'GET', req.url ?? '/');
+      event.rule = decision.rule;
+      if (!decision.allowed) {
+        event.decision = 'denied';
+        res.writeHead(403, { 'content-type': 'text/plain', 'x-sbx-egress-rule': asciiHeader(decision.rule) });
+        res.end(`sbx egress: denied ${req.method} ${pathOf(req.url)}: ${decision.rule}\n`);
+        req.resume();
+        return this.record(target, event);
+      }
+    }
+    const head = injectHead(req.url ?? '/', raw, applicable, all);
     const injected: InjectedCounts = head.injected;
     const swap = bodyInjector(req.headers['content-type'], applicable, (secret) => injected.set(secret, (injected.get(secret) ?? 0) + 1));
     const chunked = swap !== null || req.headers['transfer-encoding'] !== undefined;

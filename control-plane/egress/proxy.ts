@@ -20,6 +20,7 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import type { EgressEvent } from '../../contract/objects.js';
 import { upstreamRoots } from './ca.js';
+import { decideHttp } from './http-rules.js';
 import { Interceptor, intercepts, type LeaseInterception } from './intercept.js';
 import { EgressAllowlist, type EgressDecision, type EgressRule } from './rules.js';
 import { asciiHeader, forwardHeaders, parseAuthority, refusalResponse, stripBrackets, unmapped } from './wire.js';
@@ -187,21 +188,21 @@ export class EgressProxy {
       return;
     }
     const event = this.eventFor(target.host, target.port, 'CONNECT', started);
-    const { decision, address, error } = await this.decide(allowlist, target.host, target.port);
+    let { decision, address, error } = await this.decide(allowlist, target.host, target.port);
+    const l7 = decision.allowed ? allowlist.httpOf(target.host, target.port) : null;
+    // Rules on method and path hold only where the proxy reads the requests: never tunnelled past.
+    if (l7 && interception === undefined)
+      decision = { allowed: false, rule: `${l7.rule} has http rules, which this proxy cannot see through` };
     Object.assign(event, { decision: decision.allowed ? 'allowed' : 'denied', rule: decision.rule, address, error });
     if (!decision.allowed || !address) {
       client.end(refusalResponse(decision, target, error));
       await this.finish(leaseId, event, started);
       return;
     }
-    if (intercepts(interception, target.host)) {
+    if (l7 || intercepts(interception, target.host)) {
       client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-      await this.interceptor.serve(
-        client,
-        head,
-        { leaseId, host: target.host, port: target.port, address, rule: decision.rule },
-        interception!,
-      );
+      const to = { leaseId, host: target.host, port: target.port, address, rule: decision.rule, http: l7 };
+      await this.interceptor.serve(client, head, to, interception!);
       return;
     }
     const upstream = net.connect({ host: address, port: target.port });
@@ -261,8 +262,11 @@ export class EgressProxy {
     const port = url.port === '' ? 80 : Number(url.port);
     const host = stripBrackets(url.hostname);
     const event = this.eventFor(host, port, req.method ?? 'GET', started);
-    const { decision, address, error } = await this.decide(allowlist, host, port);
+    let { decision, address, error } = await this.decide(allowlist, host, port);
+    const l7 = decision.allowed ? allowlist.httpOf(host, port) : null;
+    if (l7) decision = decideHttp(l7.http, l7.rule, req.method ?? 'GET', `${url.pathname}${url.search}`);
     Object.assign(event, { decision: decision.allowed ? 'allowed' : 'denied', rule: decision.rule, address, error });
+    if (l7) event.path = url.pathname.slice(0, 1024);
     if (!decision.allowed || !address) {
       res.writeHead(decision.allowed ? 502 : 403, { 'content-type': 'text/plain', 'x-sbx-egress-rule': asciiHeader(decision.rule) });
       res.end(`sbx egress: ${decision.allowed ? 'failed' : 'denied'} ${host}:${port}: ${error ?? decision.rule}\n`);

@@ -15,10 +15,10 @@
  */
 import ipaddr from 'ipaddr.js';
 import { digestOf } from '../../contract/digest.js';
-import { hostPatternMatches } from './schema.js';
+import { hostPatternMatches, type HttpRules } from './schema.js';
 
 /** One allowlist rule of a policy (`network.allow[]`). */
-export type EgressRule = { host: string; ports: number[] } | { cidr: string; ports: number[] };
+export type EgressRule = { host: string; ports: number[]; http?: HttpRules } | { cidr: string; ports: number[] };
 
 /** Why a connection was allowed or denied: the rule index and text, or the refusal's reason. */
 export interface EgressDecision {
@@ -62,6 +62,16 @@ export class EgressAllowlist {
       if (rule.ports.includes(port)) return { allowed: true, rule: `allow[${index}] host ${rule.host}:${rule.ports.join(',')}` };
     }
     return { allowed: false, rule: `no rule allows ${name}:${port}` };
+  }
+
+  /** The `http` section of the host rule that allows `host`:`port` (the one matchDestination picks), and its text; null when it has none. */
+  httpOf(host: string, port: number): { http: HttpRules; rule: string } | null {
+    const name = host.toLowerCase().replace(/\.$/, '');
+    for (const [index, rule] of this.rules.entries()) {
+      if (!('host' in rule) || !hostPatternMatches(rule.host, name) || !rule.ports.includes(port)) continue;
+      return rule.http ? { http: rule.http, rule: `allow[${index}] host ${rule.host}:${rule.ports.join(',')}` } : null;
+    }
+    return null;
   }
 
   /**

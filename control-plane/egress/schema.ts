@@ -10,13 +10,47 @@ export const HOST_PATTERN = /^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z
 
 const Ports = z.array(z.number().int().min(1).max(65535)).min(1).max(64);
 
+/** One entry of a host rule's `http` section (L7 rules, semantics in http-rules.ts): methods (upper case) and path patterns (from `/`). */
+export const HttpMatchSchema = z
+  .object({
+    methods: z
+      .array(z.string().regex(/^[A-Z]{1,20}$/, 'an upper-case HTTP method'))
+      .min(1)
+      .max(16)
+      .optional(),
+    paths: z
+      .array(
+        z
+          .string()
+          .max(512)
+          .regex(/^\/[^\s?#]*$/, 'a path pattern from /, without a query'),
+      )
+      .min(1)
+      .max(64)
+      .optional(),
+  })
+  .strict();
+export type HttpMatch = z.infer<typeof HttpMatchSchema>;
+
+/** A host rule's `http` section. */
+export const HttpRulesSchema = z
+  .object({ allow: z.array(HttpMatchSchema).max(64).optional(), deny: z.array(HttpMatchSchema).max(64).optional() })
+  .strict()
+  .refine((r) => (r.allow?.length ?? 0) + (r.deny?.length ?? 0) > 0, 'needs an allow or a deny entry');
+export type HttpRules = z.infer<typeof HttpRulesSchema>;
+
 /**
  * One egress allowlist rule: a host (`api.example.com`, or `*.example.com` for names below it)
  * or a CIDR block (`10.0.0.0/8`, `fd00::/8`), each with the ports it may use.
  */
 export const EgressRuleSchema = z.union([
   z
-    .object({ host: z.string().max(253).regex(HOST_PATTERN, 'a lower-case DNS name, optionally starting with "*."'), ports: Ports })
+    .object({
+      host: z.string().max(253).regex(HOST_PATTERN, 'a lower-case DNS name, optionally starting with "*."'),
+      ports: Ports,
+      /** L7 rules on method and path (http-rules.ts); an HTTPS host with them is intercepted. */
+      http: HttpRulesSchema.optional(),
+    })
     .strict(),
   z.object({ cidr: z.string().refine((c) => ipaddr.isValidCIDR(c), 'an IPv4 or IPv6 CIDR block like 10.0.0.0/8'), ports: Ports }).strict(),
 ]);
@@ -90,4 +124,12 @@ export function injectIssues(inject: unknown, allowedSecrets: unknown, network: 
     });
   });
   return issues;
+}
+
+/**
+ * Whether a policy's egress proxy ends TLS for some host (intercept.ts): a credential injection
+ * rule, or a host rule with `http` rules. Its sandboxes then trust a lease CA (ca.ts).
+ */
+export function policyIntercepts(policy: { network: { allow: readonly object[] }; secrets: { inject?: readonly unknown[] } }): boolean {
+  return (policy.secrets.inject ?? []).length > 0 || policy.network.allow.some((rule) => 'http' in rule && rule.http !== undefined);
 }

@@ -41,7 +41,7 @@ export interface LeasePlan {
   ttlSeconds: number;
   env: Record<string, string>;
   grants: SecretGrant[];
-  /** Secret values in clear, zeroed when the create ends. */
+  /** Secret values in clear, zeroed when the create ends (none of those the egress proxy injects). */
   values: Map<string, Buffer>;
   image: string;
   /** The image as the engine has it: its id, and the config the sandbox honours or records. */
@@ -79,8 +79,6 @@ export interface PlannerDeps {
   policies: Pick<PolicyService, 'resolve'>;
   /** Values of the secrets a lease is granted, for its agent only. */
   secrets: Pick<SecretService, 'reveal'>;
-  /** Placeholders of the granted secrets its policy injects (egress/credentials.ts): the agent gets those instead of values. */
-  credentials: Pick<CredentialInjection, 'placeholder'>;
   /** Persistent volumes (none: a lease asking for one is refused as `policy.unenforceable`). */
   volumes?: Pick<VolumeService, 'resolveMounts'>;
   /**
@@ -180,13 +178,10 @@ export class LeasePlanner {
         details: { name: denied.name, policy: ref.name, field: 'secrets' },
       });
     }
-    // A secret the egress proxy injects never goes to the sandbox: its agent gets the placeholder.
-    const injected = CredentialInjection.injected(
-      policy,
-      grants.map((g) => g.name),
-    );
-    const values = await this.deps.secrets.reveal(grants.map((g) => g.name).filter((name) => !injected.includes(name)));
-    for (const name of injected) values.set(name, Buffer.from(this.deps.credentials.placeholder(id, name)));
+    // A secret the egress proxy injects is not revealed: its agent gets the placeholder (provision.ts).
+    const names = grants.map((g) => g.name);
+    const injected = CredentialInjection.injected(policy, names);
+    const values = await this.deps.secrets.reveal(names.filter((name) => !injected.includes(name)));
     const volumes = await this.planVolumes(policy, body, tenant);
     const image = body.image ?? this.options.defaultImage;
     // A tenant's built image, an engine image, or one pulled now from an allowlisted registry (images/).

@@ -37,7 +37,7 @@ export interface ProvisionerDeps {
   /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
   egress: Pick<EgressProxy, 'serve'>;
   /** The lease CA before the sandbox starts, and what its egress proxy intercepts (policy `secrets.inject`). */
-  credentials: Pick<CredentialInjection, 'prepare' | 'interception'>;
+  credentials: Pick<CredentialInjection, 'prepare' | 'interception' | 'placeholder'>;
 }
 
 export interface ProvisionerOptions {
@@ -165,7 +165,15 @@ export class Provisioner {
     const key = randomBytes(32);
     try {
       const delivery: SecretDelivery = {
-        items: grants.map((g) => ({ name: g.name, sealed: seal(key, deliveryAad(leaseId, g.name), values.get(g.name)!) })),
+        // A granted secret with no value is one the egress proxy injects: the sandbox holds its placeholder.
+        items: grants.map((g) => ({
+          name: g.name,
+          sealed: seal(
+            key,
+            deliveryAad(leaseId, g.name),
+            values.get(g.name) ?? Buffer.from(this.deps.credentials.placeholder(leaseId, g.name)),
+          ),
+        })),
       };
       await this.deps.handshake.leaveSecretDelivery(leaseId, delivery, this.helloTimeoutMs + 30_000);
       return key.toString('base64');

@@ -22,6 +22,7 @@ import { SBX_BRIDGE_PREFIX } from '../runtime/link-local-guard.js';
 import { CREDENTIAL_TRUST, SECRET_FILES_DIR, SECRET_MAX_BYTES } from '../../contract/secrets.js';
 import { LABEL, ownershipLabels, type Ownership, type SandboxSpec } from '../runtime/runtime.js';
 import type { Policy } from './schema.js';
+import { policyIntercepts } from '../egress/schema.js';
 
 /**
  * Where the agent's credentials directory (holding `agent.json` until the agent has read it)
@@ -226,15 +227,17 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
  * does not run beside the control plane (a node relay: the files would not be on its node).
  */
 function credentialTrustBinds(input: CompileInput): SandboxSpec['readOnlyBinds'] {
-  if ((input.policy.secrets.inject ?? []).length === 0) return [];
-  if (input.agentRelayDir !== undefined || input.trustHostDir === undefined)
+  if (!policyIntercepts(input.policy)) return [];
+  if (input.agentRelayDir !== undefined || input.trustHostDir === undefined) {
+    const field = (input.policy.secrets.inject ?? []).length > 0 ? 'secrets.inject' : 'network.allow';
     throw new AppError(
       'policy.unenforceable',
-      'credential injection (secrets.inject) needs sandboxes on the control plane’s machine (the Docker driver)',
+      'TLS interception (secrets.inject, network.allow[].http) needs sandboxes on the control plane’s machine (the Docker driver)',
       {
-        details: { field: 'secrets.inject' },
+        details: { field },
       },
     );
+  }
   return [
     { hostPath: input.trustHostDir, containerPath: CREDENTIAL_TRUST.dir },
     { hostPath: posix.join(input.trustHostDir, CREDENTIAL_TRUST.files.bundle), containerPath: CREDENTIAL_TRUST.systemBundle },
@@ -265,6 +268,6 @@ function volumeSlug(path: string): string {
 /** The agent's egress settings for `policy`: its proxy listener, the socket it forwards to, and whether tools get the lease CA's variables. */
 export function agentEgress(policy: Policy): AgentConfig['egress'] {
   if (policy.network.mode !== 'allowlist') return null;
-  const trust = (policy.secrets.inject ?? []).length > 0;
+  const trust = policyIntercepts(policy);
   return { port: EGRESS_PROXY_PORT, socketPath: `${EGRESS_SOCKET_DIR}/${EGRESS_SOCKET_NAME}`, ...(trust ? { trust } : {}) };
 }

@@ -20,9 +20,11 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 bundle="$repo/dist/agent/sbx-agent-main.cjs"
 boot="$repo/dist/agent/sbx-agent.cjs"
+fetch_proxy="$repo/dist/agent/sbx-fetch-proxy.cjs"
+fetch_proxy_loader="$repo/dist/agent/sbx-fetch-proxy-loader.cjs"
 out_root="$repo/dist/sbx-runtime"
 
-for f in "$bundle" "$boot"; do [[ -f "$f" ]] || die "agent bundle $f is missing; run 'npm run build' first"; done
+for f in "$bundle" "$boot" "$fetch_proxy" "$fetch_proxy_loader"; do [[ -f "$f" ]] || die "agent bundle $f is missing; run 'npm run build' first"; done
 # The terminals' pty (node-pty, a native addon built against this node): built here when npm did
 # not run its install script.
 pty_dir="$repo/node_modules/node-pty"
@@ -49,7 +51,7 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 # The libraries a binary loads (ldd's resolved paths, the loader included), one a line.
 libs_of() { ldd "$1" | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }'; }
 inputs="$( {
-  for f in "$node_bin" "$tar_bin" "$tini_bin" "$busybox_bin" "$inotify_src" "$exec_src" "$bundle" "$boot" "$pty_node" "$pty_dir/package.json" "${BASH_SOURCE[0]}" $(libs_of "$node_bin") $(libs_of "$tar_bin"); do
+  for f in "$node_bin" "$tar_bin" "$tini_bin" "$busybox_bin" "$inotify_src" "$exec_src" "$bundle" "$boot" "$fetch_proxy" "$fetch_proxy_loader" "$pty_node" "$pty_dir/package.json" "${BASH_SOURCE[0]}" $(libs_of "$node_bin") $(libs_of "$tar_bin"); do
     printf '%s %s\n' "$(sha "$(readlink -f "$f")")" "$f"
   done
 } | sort -u)"
@@ -82,6 +84,8 @@ if [[ ! -f "$dir/.complete" ]]; then
   done
   cp "$bundle" "$stage/agent/sbx-agent-main.cjs"
   cp "$boot" "$stage/agent/sbx-agent.cjs"
+  cp "$fetch_proxy" "$stage/agent/sbx-fetch-proxy.cjs"
+  cp "$fetch_proxy_loader" "$stage/agent/sbx-fetch-proxy-loader.cjs"
   # node-pty beside the bundle (require('node-pty') from agent/ finds it): its JS and its addon.
   mkdir -p "$stage/agent/node_modules/node-pty/build/Release"
   cp "$pty_dir/package.json" "$stage/agent/node_modules/node-pty/"

@@ -11,6 +11,7 @@ import type { ToolResult } from '../../contract/objects.js';
 import { attemptReceipt, resultWithoutRun } from '../../contract/receipts.js';
 import { CallJob, type AgentConfig, type LeaseKeys } from '../../contract/queue.js';
 import { credentialTrustEnv } from '../../contract/secrets.js';
+import { AGENT_RUNTIME_FETCH_PROXY } from '../../contract/agent-runtime.js';
 import { outcomeWithoutRun, type AgentTool, type AttemptOutcome } from './attempt.js';
 import type { ReturnChannel } from '../link/return-channel.js';
 import { digestOf, type ArtifactShelf } from '../link/artifact-shelf.js';
@@ -287,5 +288,16 @@ function proxyEnv(egress: AgentConfig['egress']): Record<string, string> {
   const url = `http://127.0.0.1:${egress.port}`;
   const noProxy = 'localhost,127.0.0.1,::1';
   const trust = egress.trust === true ? credentialTrustEnv() : {};
-  return { HTTP_PROXY: url, HTTPS_PROXY: url, http_proxy: url, https_proxy: url, NO_PROXY: noProxy, no_proxy: noProxy, ...trust };
+  // Node's fetch honours none of the above by itself (sandbox-agent/egress/fetch-proxy.ts).
+  const nodeOptions = `--require ${AGENT_RUNTIME_FETCH_PROXY}`;
+  return {
+    HTTP_PROXY: url,
+    HTTPS_PROXY: url,
+    http_proxy: url,
+    https_proxy: url,
+    NO_PROXY: noProxy,
+    no_proxy: noProxy,
+    NODE_OPTIONS: nodeOptions,
+    ...trust,
+  };
 }
