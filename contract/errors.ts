@@ -130,6 +130,16 @@ export const ERROR_CODES = {
     summary:
       "`ttlSeconds` is above the policy's `maxTtlSeconds`, or a renewal would take the lease's whole life (from `createdAt`) past it (`details.maxExpiresAt`).",
   },
+  'lease.phase_unknown': {
+    status: 400,
+    retryability: 'after_fix',
+    summary: "The sandbox's policy has no phase of this name (`details.phases` lists them; none: the policy is not phased).",
+  },
+  'lease.phase_behind': {
+    status: 409,
+    retryability: 'no',
+    summary: 'The sandbox is in this phase or past it (`details.current`): phases move forward only.',
+  },
   'lease.idempotency_conflict': {
     status: 409,
     retryability: 'after_fix',
@@ -338,6 +348,12 @@ export const ERROR_CODES = {
     retryability: 'after_fix',
     summary: 'The policy asks for isolation this runtime cannot enforce; the sandbox is not started with less.',
   },
+  'policy.not_live_changeable': {
+    status: 409,
+    retryability: 'no',
+    summary:
+      'The policy version differs from the one the sandbox runs in sections that cannot change while it runs (`details.sections`: e.g. `resources`, `filesystem`, `phases`, or interception the sandbox was made without); only `network` and `secrets` change live. Nothing changed.',
+  },
   'policy.pause_denied': {
     status: 403,
     retryability: 'no',
@@ -354,7 +370,7 @@ export const ERROR_CODES = {
     status: 403,
     retryability: 'after_fix',
     summary:
-      'The policy does not allow this secret for the lease, or the call asks for a secret its lease was not granted (`details.name`).',
+      'The policy does not allow this secret for the lease, or the call asks for a secret its lease was not granted or that its current phase or policy version withdrew (`details.name`, `details.withdrawn`).',
   },
   'secret.not_found': {
     status: 404,

@@ -134,10 +134,23 @@ export const EnvironmentManifest = SandboxFacts.extend({
   snapshot: z.object({ id: z.string(), digest: z.string(), parentLeaseId: z.string() }).nullable().default(null),
   /** Every writable root, in mount order; manifests stored before this field existed read as []. */
   writableRoots: z.array(WritableRootEntry).default([]),
+  /** The policy phase the sandbox is in (a phased policy only; absent otherwise). */
+  phase: z.string().optional(),
   createdAt: Timestamp,
   digest: Digest,
 });
 export type EnvironmentManifest = z.infer<typeof EnvironmentManifest>;
+
+/** An earlier manifest of a lease whose policy or phase changed while it ran: its digest, policy and phase, and until when it held. */
+export const ManifestHistoryEntry = z.object({
+  digest: Digest,
+  policy: PolicyRef,
+  phase: z.string().nullable(),
+  until: Timestamp,
+  /** `policy_changed` (`POST /v1/sandboxes/:id/policy`) or `phase_moved` (`POST /v1/sandboxes/:id/phase`). */
+  reason: z.enum(['policy_changed', 'phase_moved']),
+});
+export type ManifestHistoryEntry = z.infer<typeof ManifestHistoryEntry>;
 
 /**
  * Where a lease is in its life: `pending` (recorded, nothing created yet) → `starting` (its
@@ -186,6 +199,10 @@ export const Lease = z.object({
    * see it. Records from before tenants existed read as `default`.
    */
   tenant: z.string().default('default'),
+  /** The policy phase it is in (a phased policy), else null. */
+  phase: z.string().nullable().default(null),
+  /** The manifests it had before its policy or phase changed, oldest first; the current one is `manifest`. */
+  manifestHistory: z.array(ManifestHistoryEntry).default([]),
 });
 export type Lease = z.infer<typeof Lease>;
 

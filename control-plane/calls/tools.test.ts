@@ -34,9 +34,14 @@ describe('tool resolution', () => {
     expect(resolve('read_file', { path: '/workspace/x' }, noExec).accesses).toHaveLength(1);
   });
 
-  it('exec may ask only for secrets its lease was granted (policy.secret_denied naming the secret)', () => {
+  it('exec may ask only for secrets its lease was granted and its current policy allows (policy.secret_denied naming the secret)', () => {
     const grants: SecretGrant[] = [{ name: 'NPM_TOKEN', env: 'NPM_TOKEN', file: null }];
-    expect(resolve('exec', { argv: ['true'], secrets: ['NPM_TOKEN'] }, base, grants).args.secrets).toEqual(['NPM_TOKEN']);
+    const allowing = { ...base, secrets: { ...base.secrets, allowed: ['NPM_TOKEN'] } };
+    expect(resolve('exec', { argv: ['true'], secrets: ['NPM_TOKEN'] }, allowing, grants).args.secrets).toEqual(['NPM_TOKEN']);
+    // Granted, then withdrawn by the policy the sandbox runs now (a phase, a later version).
+    expect(() => resolve('exec', { argv: ['true'], secrets: ['NPM_TOKEN'] }, base, grants)).toThrow(
+      expect.objectContaining({ code: 'policy.secret_denied', details: expect.objectContaining({ name: 'NPM_TOKEN', withdrawn: true }) }),
+    );
     expect(() => resolve('exec', { argv: ['true'], secrets: ['NPM_TOKEN', 'GH_TOKEN'] }, base, grants)).toThrow(
       expect.objectContaining({ code: 'policy.secret_denied', details: expect.objectContaining({ name: 'GH_TOKEN' }) }),
     );

@@ -51,6 +51,17 @@ function resolveExec(raw: unknown, policy: Policy, grants: readonly SecretGrant[
       details: { tool: 'exec', field: 'args.secrets', name: ungranted },
     });
   }
+  // Granted, but withdrawn since: the sandbox moved to a phase, or its policy to a version, without it.
+  const withdrawn = (args.secrets ?? []).find((name) => !policy.secrets.allowed.includes(name));
+  if (withdrawn !== undefined) {
+    throw new AppError(
+      'policy.secret_denied',
+      `secret ${withdrawn} is withdrawn: the sandbox's current policy or phase does not allow it`,
+      {
+        details: { tool: 'exec', field: 'args.secrets', name: withdrawn, withdrawn: true },
+      },
+    );
+  }
   return { args: { ...args, timeoutMs }, accesses: [{ kind: 'all' }], timeoutMs, maxOutputBytes: rules.maxOutputBytes };
 }
 

@@ -49,6 +49,11 @@ const MAX_CONNECTIONS_PER_LEASE = 256;
 interface Served {
   server: http.Server;
   sockets: Set<Duplex>;
+  /** What a new connection is decided by: replaced by `update` (a live policy change, a phase move). */
+  allowlist: EgressAllowlist;
+  interception: LeaseInterception | undefined;
+  /** The caller's digest of what the rules and interception were made from (`basisOf`). */
+  basis: string;
 }
 
 export class EgressProxy {
@@ -72,15 +77,21 @@ export class EgressProxy {
    * 0700; a stale socket there is replaced). With `interception`, CONNECTs to the hosts of its
    * injections are intercepted (intercept.ts). Idempotent per lease.
    */
-  async serve(leaseId: string, rules: readonly EgressRule[], socketPath: string, interception?: LeaseInterception): Promise<void> {
+  async serve(
+    leaseId: string,
+    rules: readonly EgressRule[],
+    socketPath: string,
+    interception?: LeaseInterception,
+    basis = '',
+  ): Promise<void> {
     if (this.served.has(leaseId)) return;
-    const allowlist = new EgressAllowlist(rules);
     const headersTimeout = this.deps.headersTimeoutMs ?? 20_000;
     // requestTimeout stays off (a large upload through the proxy may take long; idle sockets are
     // closed by their own timeout); node checks headersTimeout every connectionsCheckingInterval.
     const server = http.createServer({ headersTimeout, requestTimeout: 0, connectionsCheckingInterval: Math.min(headersTimeout, 5000) });
     server.maxConnections = MAX_CONNECTIONS_PER_LEASE;
-    const sockets = new Set<Duplex>();
+    const served: Served = { server, sockets: new Set(), allowlist: new EgressAllowlist(rules), interception, basis };
+    const { sockets } = served;
     server.on('connection', (socket: net.Socket) => {
       sockets.add(socket);
       socket.once('close', () => sockets.delete(socket));
@@ -89,12 +100,12 @@ export class EgressProxy {
       socket.on('error', () => socket.destroy());
       socket.setTimeout(IDLE_TIMEOUT_MS, () => socket.destroy());
     });
-    server.on('request', (req, res) => void this.forward(leaseId, allowlist, req, res));
+    server.on('request', (req, res) => void this.forward(leaseId, served.allowlist, req, res));
     server.on('connect', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
       // node:http hands the socket over without its own 'error' listener (http docs, event
       // 'connect'); this one must be in place before anything is written or awaited.
       socket.on('error', () => socket.destroy());
-      void this.tunnel(leaseId, allowlist, req, socket, head, interception);
+      void this.tunnel(leaseId, served.allowlist, req, socket, head, served.interception);
     });
     server.on('clientError', (_err, socket) => socket.destroy());
     await mkdir(dirname(socketPath), { recursive: true, mode: 0o700 });
@@ -109,7 +120,7 @@ export class EgressProxy {
     // Only root may connect (inside the sandbox: the agent, not the tool user, who goes through
     // the agent's loopback listener like every client).
     await chmod(socketPath, 0o600);
-    this.served.set(leaseId, { server, sockets });
+    this.served.set(leaseId, served);
   }
 
   /**
@@ -126,6 +137,19 @@ export class EgressProxy {
     }
   }
 
+  /**
+   * Decides `leaseId`'s connections by `rules` and `interception` from now on, and cuts every
+   * connection open through its proxy (those the old rules let through). False when this
+   * process does not serve the lease.
+   */
+  update(leaseId: string, rules: readonly EgressRule[], interception: LeaseInterception | undefined, basis: string): boolean {
+    const served = this.served.get(leaseId);
+    if (!served) return false;
+    Object.assign(served, { allowlist: new EgressAllowlist(rules), interception, basis });
+    for (const socket of served.sockets) socket.destroy();
+    return true;
+  }
+
   /** Stops serving `leaseId` and cuts its open connections (idempotent). */
   async stop(leaseId: string): Promise<void> {
     const served = this.served.get(leaseId);
@@ -138,6 +162,11 @@ export class EgressProxy {
   /** Stops every lease this process serves. */
   async close(): Promise<void> {
     await Promise.all([...this.served.keys()].map((id) => this.stop(id)));
+  }
+
+  /** The basis `serve` or `update` last got for the lease, or null when this process does not serve it. */
+  basisOf(leaseId: string): string | null {
+    return this.served.get(leaseId)?.basis ?? null;
   }
 
   /** True while this process serves the lease's proxy. */

@@ -130,6 +130,12 @@ export function injectIssues(inject: unknown, allowedSecrets: unknown, network: 
  * Whether a policy's egress proxy ends TLS for some host (intercept.ts): a credential injection
  * rule, or a host rule with `http` rules. Its sandboxes then trust a lease CA (ca.ts).
  */
-export function policyIntercepts(policy: { network: { allow: readonly object[] }; secrets: { inject?: readonly unknown[] } }): boolean {
-  return (policy.secrets.inject ?? []).length > 0 || policy.network.allow.some((rule) => 'http' in rule && rule.http !== undefined);
+export function policyIntercepts(policy: {
+  network: { allow: readonly object[] };
+  secrets: { inject?: readonly unknown[] };
+  phases?: ReadonlyArray<{ network: { allow: readonly object[] } }>;
+}): boolean {
+  const l7 = (allow: readonly object[]): boolean => allow.some((rule) => 'http' in rule && rule.http !== undefined);
+  // A phased policy's sandbox is made once, for every phase it may move to.
+  return (policy.secrets.inject ?? []).length > 0 || l7(policy.network.allow) || (policy.phases ?? []).some((p) => l7(p.network.allow));
 }

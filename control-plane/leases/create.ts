@@ -168,6 +168,8 @@ export class LeaseCreator {
       policySnapshot: plan.policy,
       toolUser: plan.toolUser,
       secrets: plan.grants,
+      phase: plan.policy.phases?.[0]?.name ?? null,
+      manifestHistory: [],
       containerId: warm?.containerId ?? null,
       inProgressBy: this.deps.processId,
       releaseGraceUntil: null,
@@ -211,6 +213,7 @@ export class LeaseCreator {
         env: plan.env,
         secretRefs: plan.grants.map((g) => g.name),
         snapshot: plan.snapshot ?? null,
+        ...(plan.policy.phases?.[0] ? { phase: plan.policy.phases[0].name } : {}),
         writableRoots: plan.roots.map((r) => ({ ...r, fromImage: r.fromImage && (launched.seededPaths ?? []).includes(r.path) })),
         createdAt,
       });

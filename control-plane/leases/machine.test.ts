@@ -28,6 +28,8 @@ function lease(status: LeaseStatus, over: Partial<LeaseRecord> = {}): LeaseRecor
     createdAt: new Date(CREATED_MS).toISOString(),
     expiresAt: new Date(CREATED_MS + 3600_000).toISOString(),
     endedAt: null,
+    phase: null,
+    manifestHistory: [],
     endReason: status === 'releasing' ? 'released' : null,
     image: 'img',
     policy: { name: 'default', version: 1, digest: 'sha256:p' },

@@ -68,7 +68,22 @@ export type LeaseMachineEvent =
    * A paused lease runs again: `paused` → `ready` (its kept TTL from now). `undo`: the freeze
    * itself failed, so the pause is taken back (reason `pause_undone`).
    */
-  | { type: 'resume'; undo?: boolean };
+  | { type: 'resume'; undo?: boolean }
+  /**
+   * A running (`ready` or `paused`) lease's policy changes in place: another version of it
+   * (`policy_changed`) or its next phase (`phase_moved`), with the manifest that results, both
+   * worked out from the record whose manifest digest is `basisDigest` (else refused `changed`:
+   * read again). The manifest it had goes into `manifestHistory`.
+   */
+  | {
+      type: 'change_policy';
+      reason: 'policy_changed' | 'phase_moved';
+      basisDigest: string;
+      policy: LeaseRecord['policySnapshot'];
+      ref: LeaseRecord['policy'];
+      phase: string | null;
+      manifest: EnvironmentManifest;
+    };
 
 /** Facts a decision needs from outside: the time and who decides. */
 export interface MachineContext {
@@ -83,6 +98,8 @@ export type Refusal =
   | { reason: 'wrong_state'; status: LeaseStatus }
   /** The work is held by another process than the one the event expects. */
   | { reason: 'not_holder'; status: LeaseStatus; holder: string | null }
+  /** A policy change worked out from another record than the one stored now (another change came first). */
+  | { reason: 'changed'; status: LeaseStatus }
   /** An expiry of a lease not due yet (a renewal came first). */
   | { reason: 'not_due'; status: LeaseStatus; expiresAt: string }
   /** A renewal of a lease already past its expiry (its timer is about to end it). */
@@ -152,6 +169,21 @@ export function decide(lease: LeaseRecord, event: LeaseMachineEvent, ctx: Machin
       }
       const expiresAt = new Date(expiresAtMs).toISOString();
       return to({ ...l, expiresAt }, 'renewed', { ttlSeconds: event.ttlSeconds, expiresAt });
+    }
+    case 'change_policy': {
+      if (l.status !== 'ready' && l.status !== 'paused') return wrong();
+      if (l.manifest?.digest !== event.basisDigest) return { ok: false, refusal: { reason: 'changed', status: l.status } };
+      const before = { digest: l.manifest.digest, policy: l.policy, phase: l.phase };
+      const history = [...l.manifestHistory, { ...before, until: now, reason: event.reason }];
+      const record = {
+        ...l,
+        policy: event.ref,
+        policySnapshot: event.policy,
+        phase: event.phase,
+        manifest: event.manifest,
+        manifestHistory: history,
+      };
+      return to(record, event.reason, { from: before, to: { digest: event.manifest.digest, policy: event.ref, phase: event.phase } });
     }
     case 'begin_end': {
       if (!ENDABLE.includes(l.status)) return wrong();

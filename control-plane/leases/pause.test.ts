@@ -22,6 +22,8 @@ function record(status: LeaseStatus, over: Partial<LeaseRecord> = {}): LeaseReco
     createdAt: new Date(NOW_MS - 600_000).toISOString(),
     expiresAt: new Date(NOW_MS + 600_000).toISOString(),
     endedAt: null,
+    phase: null,
+    manifestHistory: [],
     endReason: null,
     image: 'img',
     policy: { name: 'default', version: 1, digest: 'sha256:p' },

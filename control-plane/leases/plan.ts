@@ -22,6 +22,7 @@ import {
 } from '../runtime/runtime.js';
 import type { SnapshotSource } from '../snapshots/schema.js';
 import { CredentialInjection } from '../egress/credentials.js';
+import { firstPhase } from '../policies/phases.js';
 import type { SecretService } from '../secrets/service.js';
 import type { ResolvedVolumeMount } from '../volumes/schema.js';
 import type { VolumeService } from '../volumes/service.js';
@@ -153,7 +154,9 @@ export class LeasePlanner {
     // The version and its snapshot are fixed here: a later PUT or DELETE of the policy never reaches this lease.
     const bound = await policies.resolve(policyName, policyVersion);
     const ref = bound.ref;
-    const { policy, roots } = withLeaseRoots(bound.policy, body.writableRoots ?? []);
+    const { policy: unphased, roots } = withLeaseRoots(bound.policy, body.writableRoots ?? []);
+    // A phased policy holds in its first phase (policies/phases.ts); the secrets it may grant are all the policy's.
+    const policy = firstPhase(unphased);
     const ttlSeconds = body.ttlSeconds ?? policy.resources.ttlSeconds;
     if (ttlSeconds > policy.resources.maxTtlSeconds) {
       throw new AppError(
@@ -172,7 +175,7 @@ export class LeasePlanner {
       });
     }
     const grants = (body.secrets ?? []).map(grantOf);
-    const denied = grants.find((g) => !policy.secrets.allowed.includes(g.name));
+    const denied = grants.find((g) => !unphased.secrets.allowed.includes(g.name));
     if (denied) {
       throw new AppError('policy.secret_denied', `policy ${ref.name} does not allow secret ${denied.name}`, {
         details: { name: denied.name, policy: ref.name, field: 'secrets' },

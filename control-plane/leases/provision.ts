@@ -10,6 +10,7 @@ import { dirname, join } from 'node:path';
 import { AppError } from '../../contract/errors.js';
 import { LINK_REDIS_SOCKET, LINK_SOCKET, linkToken } from '../../contract/link.js';
 import type { AgentConfig, SecretGrant } from '../../contract/queue.js';
+import { digestOf } from '../../contract/digest.js';
 import { deliveryAad, seal, type SecretDelivery } from '../../contract/secrets.js';
 import type { AgentAcl } from '../agent-link/acl.js';
 import type { Handshake, ImageFactsScope } from '../agent-link/handshake.js';
@@ -35,7 +36,7 @@ export interface ProvisionerDeps {
   handshake: Pick<Handshake, 'awaitHello' | 'bind' | 'leaveSecretDelivery' | 'knownImageFacts' | 'keepImageFacts'>;
   returns: Pick<ReturnsIn, 'start'>;
   /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
-  egress: Pick<EgressProxy, 'serve'>;
+  egress: Pick<EgressProxy, 'serve' | 'update' | 'basisOf'>;
   /** The lease CA before the sandbox starts, and what its egress proxy intercepts (policy `secrets.inject`). */
   credentials: Pick<CredentialInjection, 'prepare' | 'interception' | 'placeholder'>;
 }
@@ -144,9 +145,15 @@ export class Provisioner {
   async attach(id: string, policy: Policy, grants: readonly SecretGrant[]): Promise<void> {
     if (!(await this.deps.returns.start(id))) return;
     if (policy.network.mode !== 'allowlist') return;
+    // What the proxy is made from: when the record changed (a live policy change, a phase move,
+    // a pooled sandbox bound, on this process or another), the proxy follows, cutting what it let through.
+    const basis = digestOf({ network: policy.network, secrets: policy.secrets, grants: grants.map((g) => g.name) });
+    const served = this.deps.egress.basisOf(id);
+    if (served === basis) return;
     const dirs = leaseDirs(this.options.dataDir, id);
     const interception = await this.deps.credentials.interception(id, policy, grants, dirs);
-    await this.deps.egress.serve(id, policy.network.allow, join(dirs.egress, EGRESS_SOCKET_NAME), interception);
+    if (served === null) await this.deps.egress.serve(id, policy.network.allow, join(dirs.egress, EGRESS_SOCKET_NAME), interception, basis);
+    else this.deps.egress.update(id, policy.network.allow, interception, basis);
   }
 
   private get helloTimeoutMs(): number {

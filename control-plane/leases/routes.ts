@@ -1,21 +1,23 @@
 /**
- * Lease routes: create, read, list, lease events, renew, pause, resume, checkpoint, release. Each passes the caller's
+ * Lease routes: create, read, list, lease events, renew, pause, resume, phase and policy moves, checkpoint, release. Each passes the caller's
  * principal to the lease service, which scopes every lookup to the caller's tenant (user keys)
  * in one place. Inputs are validated from the `schema:` of each route (see http/openapi.ts).
  */
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import {
+  ChangePolicyBody,
   CheckpointBody,
   CreateSandboxBody,
   CreateSandboxHeaders,
   LeaseParams,
   ListSandboxesQuery,
+  MovePhaseBody,
   ReleaseQuery,
   RenewSandboxBody,
   matchesListQuery,
 } from './schema.js';
-import type { Principal } from '../http/auth.js';
+import { requireAdmin, type Principal } from '../http/auth.js';
 import type { Lease } from '../../contract/objects.js';
 import type { LeaseService } from './service.js';
 
@@ -125,6 +127,37 @@ export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService; startMany:
       },
     },
     async (request) => leases.resume(request.params.id, request.principal),
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/phase',
+    {
+      schema: {
+        tags,
+        summary: 'Move a sandbox to the next phase of its policy (forward only): its network and secrets change now',
+        description:
+          'Open connections through the egress proxy are cut; later calls are decided by the new phase (a withdrawn secret is `403 policy.secret_denied`); the manifest gets a new digest, the old one kept in `manifestHistory`. `400 lease.phase_unknown`, `409 lease.phase_behind`.',
+        params: LeaseParams,
+        body: MovePhaseBody,
+      },
+    },
+    async (request) => leases.movePhase(request.params.id, request.principal, request.body.name),
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/policy',
+    {
+      preValidation: requireAdmin,
+      schema: {
+        tags,
+        summary: 'Move a running sandbox to another version of its policy (admin): network and secrets change now',
+        description:
+          'Only the `network` and `secrets` sections may differ from the version it runs; any other is `409 policy.not_live_changeable` naming it, and nothing changes. Audited; the manifest history is kept.',
+        params: LeaseParams,
+        body: ChangePolicyBody,
+      },
+    },
+    async (request) => leases.changePolicy(request.params.id, request.principal, request.body.version),
   );
 
   app.post(

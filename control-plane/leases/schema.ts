@@ -146,6 +146,12 @@ export const RenewSandboxBody = z
   .strict();
 export type RenewSandboxBody = z.infer<typeof RenewSandboxBody>;
 
+/** `POST /v1/sandboxes/:id/phase`: the phase of the sandbox's policy to move to (forward only). */
+export const MovePhaseBody = z.object({ name: z.string().min(1).max(64) }).strict();
+
+/** `POST /v1/sandboxes/:id/policy`: the version of the sandbox's policy to move to while it runs (admin). */
+export const ChangePolicyBody = z.object({ version: z.number().int().positive() }).strict();
+
 /**
  * `POST /v1/sandboxes/:id/checkpoints`: a checkpoint of the running sandbox's memory and
  * processes. `includeMemory` must be true (a filesystem snapshot is `POST

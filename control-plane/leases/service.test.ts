@@ -141,7 +141,7 @@ function world(over: { start?: () => Promise<{ containerId: string; seededPaths:
       cancel: async () => undefined,
       abandonOpenCalls: async () => void log.push('calls.abandon'),
     },
-    egress: { serve: async () => undefined, stop: async () => undefined },
+    egress: { serve: async () => undefined, stop: async () => undefined, update: () => true, basisOf: () => null },
     secrets: { reveal: async () => new Map() },
     credentials: new CredentialInjection({ secretsKey: Buffer.alloc(32), secrets: { reveal: async () => new Map() } }),
     quotas: { reserve: async () => void log.push('quota.reserve'), release: async () => void log.push('quota.release') },

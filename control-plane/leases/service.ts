@@ -32,6 +32,7 @@ import { LeaseCreator } from './create.js';
 import { LeaseEnder } from './ending.js';
 import { checkUsable } from './machine.js';
 import { LeaseExpiry } from './expiry.js';
+import { LeasePolicyChanger } from './policy-change.js';
 import { LeasePauser, type Checkpoint } from './pause.js';
 import { LeasePlanner, type PlannerOptions } from './plan.js';
 import type { LeaseCalls, LeaseLink } from './ports.js';
@@ -93,7 +94,7 @@ export interface LeaseServiceDeps {
   audit: Pick<AuditLog, 'record'>;
   calls: LeaseCalls;
   /** Serves the egress proxy of leases whose policy network mode is `allowlist`. */
-  egress: Pick<EgressProxy, 'serve' | 'stop'>;
+  egress: Pick<EgressProxy, 'serve' | 'stop' | 'update' | 'basisOf'>;
   /** Credential injection: placeholders, the lease CA, what the egress proxy intercepts. */
   credentials: Pick<CredentialInjection, 'placeholder' | 'prepare' | 'interception'>;
   /** Values of the secrets a lease is granted, for its agent only. */
@@ -125,6 +126,7 @@ export class LeaseService {
   private readonly expiry: LeaseExpiry;
   private readonly creator: LeaseCreator;
   private readonly pauser: LeasePauser;
+  private readonly policyChanger: LeasePolicyChanger;
 
   constructor(
     private readonly deps: LeaseServiceDeps,
@@ -170,6 +172,12 @@ export class LeaseService {
     );
     this.expiry = new LeaseExpiry({ store, ender: this.ender, now });
     this.pauser = new LeasePauser({ ...deps, transitions: this.transitions });
+    this.policyChanger = new LeasePolicyChanger({
+      ...deps,
+      transitions: this.transitions,
+      provisioner: this.provisioner,
+      usable: (l) => this.usable(l),
+    });
     this.creator = new LeaseCreator(
       {
         ...deps,
@@ -362,6 +370,16 @@ export class LeaseService {
    */
   async checkpoint(id: string, by: Principal): Promise<Checkpoint> {
     return this.pauser.checkpoint(await this.visible(id, by), by);
+  }
+
+  /** Moves a sandbox to its policy's phase `name` (leases/policy-change.ts; its codes, and the `active` ones). */
+  async movePhase(id: string, by: Principal, name: string): Promise<Lease> {
+    return this.policyChanger.movePhase(await this.visible(id, by), name, by);
+  }
+
+  /** Moves a running sandbox to `version` of its policy (leases/policy-change.ts; its codes, and the `active` ones). */
+  async changePolicy(id: string, by: Principal, version: number): Promise<Lease> {
+    return this.policyChanger.changePolicy(await this.visible(id, by), version, by);
   }
 
   /** Handles the lease's expiry timer when it falls due (leases/expiry.ts). */

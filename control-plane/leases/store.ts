@@ -330,6 +330,8 @@ export function toView(r: LeaseRecord): Lease {
     manifest: r.manifest,
     labels: r.labels,
     pausedAt: r.pausedAt,
+    phase: r.phase,
+    manifestHistory: r.manifestHistory,
     tenant: r.tenant,
   };
 }

@@ -21,6 +21,8 @@ export interface ManifestInput {
   writableRoots?: WritableRootEntry[];
   /** The snapshot the sandbox started from. */
   snapshot?: { id: string; digest: string; parentLeaseId: string } | null;
+  /** The policy phase it starts in (a phased policy only). */
+  phase?: string;
   createdAt: Date;
 }
 
@@ -36,6 +38,7 @@ export function buildManifest(input: ManifestInput): EnvironmentManifest {
     secretRefs: [...input.secretRefs].sort(),
     snapshot: input.snapshot ?? null,
     writableRoots: input.writableRoots ?? [],
+    ...(input.phase === undefined ? {} : { phase: input.phase }),
     createdAt: input.createdAt.toISOString(),
   };
   return { ...body, digest: digestOf(body) };

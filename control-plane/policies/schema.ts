@@ -5,6 +5,8 @@
  */
 import { z } from 'zod';
 import { SessionsPolicy, TerminalsPolicy, WatchPolicy } from './interactive.js';
+import { PhaseSchema, phaseIssues } from './phases.js';
+import { PortRule } from './ports.js';
 import { posix } from 'node:path';
 import { digestOf } from '../../contract/digest.js';
 import { Digest, Timestamp, type PolicyRef } from '../../contract/objects.js';
@@ -18,19 +20,6 @@ const NodeLabelKey = z
   .string()
   .regex(/^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/, 'a Kubernetes label key')
   .refine((k) => k !== 'sbx.runtime', 'sbx.runtime is set by runtime.oci');
-
-/**
- * A port, or a range of ports `{from, to}` (both included), a sandbox may expose as a preview
- * (`ports.allowed`).
- */
-export const PortRule = z.union([
-  z.number().int().min(1).max(65535),
-  z
-    .object({ from: z.number().int().min(1).max(65535), to: z.number().int().min(1).max(65535) })
-    .strict()
-    .refine((r) => r.from <= r.to, 'from must be ≤ to'),
-]);
-export type PortRule = z.infer<typeof PortRule>;
 
 /**
  * An absolute path in normal form (`path.posix.normalize`): no `//`, `.` or `..` segments, no
@@ -175,6 +164,8 @@ export const PolicyShape = z
       })
       .strict()
       .default({ allowed: [] }),
+    /** Phases a lease moves through, forward only (phases.ts); optional, so other policies' digests stay as they were. */
+    phases: z.array(PhaseSchema).min(1).max(16).optional(),
     resources: z
       .object({
         /** CPU count (fractions allowed), enforced as CFS quota. */
@@ -330,7 +321,7 @@ export function crossFieldIssues(p: unknown): PolicyIssue[] {
     }
   }
   const network = field(p, 'network');
-  issues.push(...injectIssues(field(field(p, 'secrets'), 'inject'), field(field(p, 'secrets'), 'allowed'), network));
+  issues.push(...injectIssues(field(field(p, 'secrets'), 'inject'), field(field(p, 'secrets'), 'allowed'), network), ...phaseIssues(p));
   const allow = field(network, 'allow');
   if (Array.isArray(allow) && allow.length > 0 && field(network, 'mode') !== 'allowlist') {
     issues.push({ path: 'network.allow', message: 'allow rules need network.mode "allowlist"' });

@@ -8,7 +8,7 @@ import type { PreviewEvent, PreviewUrl } from '../../contract/previews.js';
 import type { Principal } from '../http/auth.js';
 import { SIGNED_URL_PRINCIPAL } from '../http/signed-urls.js';
 import type { LeaseRecord } from '../leases/store.js';
-import type { PortRule } from '../policies/schema.js';
+import type { PortRule } from '../policies/ports.js';
 import type { PreviewLog } from './store.js';
 import { signPreviewToken, verifyPreviewToken, type PreviewGrant } from './tokens.js';
 import type { EarlyTunnel, AgentTunnels, Tunnel } from '../agent-link/tunnels.js';
