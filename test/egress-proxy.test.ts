@@ -224,6 +224,16 @@ describe('the egress log under a flood', () => {
 });
 
 describe('request smuggling', () => {
+  it("a Connection header naming Content-Length does not strip the body's framing: the upstream sees one request", async () => {
+    const before = seen.length;
+    const inner = `DELETE /smuggled HTTP/1.1\r\nHost: api.allowed.test\r\n\r\n`;
+    const answer = await raw(
+      `GET http://api.allowed.test:${port}/open HTTP/1.1\r\nHost: api.allowed.test\r\nConnection: content-length\r\nContent-Length: ${inner.length}\r\n\r\n${inner}`,
+    );
+    expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    expect(seen.slice(before).map((s) => s.url)).toEqual(['/open']);
+  });
+
   // A chunked body on a GET, forwarded without framing, would reach the upstream as a second
   // request; on a pooled upstream connection its answer would go to the next lease's request.
   it(

@@ -21,12 +21,18 @@ const generateRsa = promisify(generateKeyPair);
 
 /** How long a lease CA and its leaf certificates are valid: longer than any lease may live. */
 const VALIDITY_MS = 400 * 24 * 3600 * 1000;
+/** Certificates (TLS contexts) a lease CA keeps, and how many new names it issues for within a window. */
+const CONTEXTS_KEPT = 256;
+const ISSUE_MAX = 64;
+const ISSUE_WINDOW_MS = 10_000;
 /** Backdating of notBefore, so a sandbox clock a little behind still accepts a new certificate. */
 const BACKDATE_MS = 3600 * 1000;
 
 /** A lease's CA in memory: its certificate, and the TLS context of each host it issued for. */
 export class LeaseCa {
+  /** Issued contexts by host, oldest used first. */
   private readonly contexts = new Map<string, tls.SecureContext>();
+  private issuedAtMs: number[] = [];
 
   private constructor(
     readonly certPem: string,
@@ -79,10 +85,23 @@ export class LeaseCa {
     return new LeaseCa(certPem, ca.privateKey, leaf.privateKey, leaf.publicKey);
   }
 
-  /** The TLS context that presents a certificate for `host` (a DNS name, lower case), issued once per host and kept. */
+  /**
+   * The TLS context that presents a certificate for `host` (a DNS name, lower case), issued once
+   * per host and kept (the newest CONTEXTS_KEPT). Throws Error when more than ISSUE_MAX names
+   * were issued for within ISSUE_WINDOW_MS: a wildcard rule would let a sandbox make the control
+   * plane sign one certificate per name it makes up.
+   */
   contextFor(host: string): tls.SecureContext {
     let context = this.contexts.get(host);
-    if (context === undefined) {
+    if (context !== undefined) {
+      // Kept as the newest.
+      this.contexts.delete(host);
+      this.contexts.set(host, context);
+    } else {
+      const now = Date.now();
+      this.issuedAtMs = this.issuedAtMs.filter((t) => t > now - ISSUE_WINDOW_MS);
+      if (this.issuedAtMs.length >= ISSUE_MAX) throw new Error(`more than ${ISSUE_MAX} new host names within ${ISSUE_WINDOW_MS / 1000} s`);
+      this.issuedAtMs.push(now);
       const cert = forge.pki.createCertificate();
       cert.publicKey = forge.pki.publicKeyFromPem(this.leafPublicPem);
       fill(cert, [{ name: 'commonName', value: host.slice(0, 64) }]);
@@ -96,6 +115,7 @@ export class LeaseCa {
       signWith(cert, this.keyPem);
       context = tls.createSecureContext({ key: this.leafKeyPem, cert: forge.pki.certificateToPem(cert), minVersion: 'TLSv1.2' });
       this.contexts.set(host, context);
+      if (this.contexts.size > CONTEXTS_KEPT) this.contexts.delete(this.contexts.keys().next().value!);
     }
     return context;
   }

@@ -25,13 +25,19 @@ describe('decideHttp', () => {
     expect(decide('DELETE', '/repos/acme/app/pulls').allowed).toBe(false);
   });
 
-  it('a deny entry wins over the allow entries; ** crosses segments', () => {
+  it('a deny entry wins over the allow entries; ** crosses segments, and a trailing /** matches the path without it', () => {
     expect(decide('GET', '/admin/users/1')).toMatchObject({ allowed: false, rule: expect.stringContaining('http.deny[0]') });
+    expect(decide('GET', '/admin')).toMatchObject({ allowed: false, rule: expect.stringContaining('http.deny[0]') });
     expect(decide('GET', '/administrator').allowed).toBe(true);
+    // Escapes of characters that need one stay allowed.
+    expect(decide('GET', '/files/a%20b%3A').allowed).toBe(true);
   });
 
-  it('a path not in normal form is denied, whatever the rules: dot segments, empty segments, escaped / . %', () => {
-    for (const target of ['/repos/acme/x/../../admin/pulls', '/./a', '//admin/x', '/admin%2fx', '/a/%2e%2e/admin', '/a%25']) {
+  it('a path not in normal form is denied, whatever the rules: dot segments, empty segments, escaped / . %, escapes of plain characters, \\ and ;', () => {
+    const forms = ['/repos/acme/x/../../admin/pulls', '/./a', '//admin/x', '/admin%2fx', '/a/%2e%2e/admin', '/a%25', '/a%zz'];
+    // Ways servers read another path than the pattern saw (found by review): %61 is `a`, `..;` Tomcat's, `\\` IIS's.
+    const tricks = ['/%61dmin/users', '/x/..;/admin/users', '/x/..\\admin', '/x/%5c..%5cadmin', '/admin;jsessionid=x/users'];
+    for (const target of [...forms, ...tricks]) {
       expect(decide('GET', target)).toMatchObject({ allowed: false, rule: expect.stringContaining('not in normal form') });
     }
   });

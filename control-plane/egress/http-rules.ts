@@ -6,16 +6,17 @@
  * Semantics: a request matching any `deny` entry is denied; else, when `allow` has entries, it
  * must match one; an entry matches when its `methods` (absent: any) hold the method and one of
  * its `paths` (absent: any) matches the path. Path patterns: `*` stands for any characters but
- * `/`, `**` for any characters; the query is not part of the path. A path not in normal form (a
- * `.` or `..` segment, `//`, or a percent-escape of `/`, `.` or `%`) is denied, since a server
- * may read it as another path than the pattern saw.
+ * `/`, `**` for any characters (a trailing `/**` also matches the path without it); the query is
+ * not part of the path; matching is case-sensitive. A path not in normal form (normalPath) is
+ * denied, since a server may read it as another path than the pattern saw.
  */
 import type { EgressDecision } from './rules.js';
 import type { HttpMatch, HttpRules } from './schema.js';
 
-/** A path pattern as a regular expression over the whole path. */
+/** A path pattern as a regular expression over the whole path; a trailing `/**` also matches the path without it. */
 function patternRegex(pattern: string): RegExp {
-  const body = pattern
+  const tail = pattern.endsWith('/**');
+  const body = (tail ? pattern.slice(0, -3) : pattern)
     .split('**')
     .map((part) =>
       part
@@ -24,13 +25,22 @@ function patternRegex(pattern: string): RegExp {
         .join('[^/]*'),
     )
     .join('.*');
-  return new RegExp(`^${body}$`);
+  return new RegExp(`^${body}${tail ? '(/.*)?' : ''}$`);
 }
 
-/** Whether `path` (no query) is in normal form: no dot segments, no empty segment, no escaped `/`, `.` or `%`. */
+/**
+ * Whether `path` (no query) is in a form every server reads as the pattern does: no dot or empty
+ * segments, no `\` (IIS reads it as `/`), no `;` (path parameters, and Tomcat's `..;`), and no
+ * percent-escape of a character that needs none or of `/`, `\`, `%`, `;` (servers that decode
+ * `%61` to `a` would see another path).
+ */
 function normalPath(path: string): boolean {
-  if (!path.startsWith('/') || path.includes('//')) return false;
-  if (/%(2f|2e|25)/i.test(path)) return false;
+  if (!path.startsWith('/') || path.includes('//') || /[\\;]/.test(path)) return false;
+  for (const m of path.matchAll(/%([0-9a-f]{2})/gi)) {
+    const c = String.fromCharCode(parseInt(m[1]!, 16));
+    if (/[A-Za-z0-9\-._~/\\%;]/.test(c)) return false;
+  }
+  if (/%(?![0-9a-f]{2})/i.test(path)) return false;
   return !path.split('/').some((segment) => segment === '.' || segment === '..');
 }
 

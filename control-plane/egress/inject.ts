@@ -51,9 +51,11 @@ export interface InjectedHead {
   stray: string[];
 }
 
-/** The lease's injections whose rule names `host` (lower case). */
+/** The lease's injections whose rule names `host`. */
 export function injectionsFor(host: string, injections: readonly Injection[]): Injection[] {
-  return injections.filter((i) => i.rule.hosts.some((pattern) => hostPatternMatches(pattern, host)));
+  // As the allowlist compares names: lower case, a trailing dot dropped.
+  const name = host.toLowerCase().replace(/\.$/, '');
+  return injections.filter((i) => i.rule.hosts.some((pattern) => hostPatternMatches(pattern, name)));
 }
 
 const add = (counts: InjectedCounts, secret: string, n: number): void => {

@@ -22,10 +22,8 @@ import type { EgressEvent } from '../../contract/objects.js';
 import type { LeaseCa } from './ca.js';
 import { decideHttp } from './http-rules.js';
 import type { HttpRules } from './schema.js';
-import { asciiHeader, HOP_HEADERS } from './wire.js';
+import { asciiHeader, connectionNamed, HOP_HEADERS } from './wire.js';
 
-/** Whether a header is of one hop (`Host` is not: the server gets the sandbox's). */
-const oneHop = (name: string): boolean => name !== 'host' && HOP_HEADERS.has(name);
 import { bodyInjector, injectHead, injectionsFor, type InjectedCounts, type Injection } from './inject.js';
 
 /** What a lease's proxy needs to intercept: its CA and its injections (placeholders and values). */
@@ -55,16 +53,39 @@ export interface InterceptorDeps {
 
 /** True when some injection of the lease names `host` (a DNS name; an IP literal never is intercepted). */
 export function intercepts(interception: LeaseInterception | undefined, host: string): boolean {
-  return interception !== undefined && net.isIP(host) === 0 && injectionsFor(host.toLowerCase(), interception.injections).length > 0;
+  return interception !== undefined && net.isIP(host) === 0 && injectionsFor(host, interception.injections).length > 0;
 }
+
+/** How long a sandbox's TLS handshake may take, and an intercepted connection may idle, ms. */
+const HANDSHAKE_TIMEOUT_MS = 20_000;
+const IDLE_TIMEOUT_MS = 120_000;
 
 export class Interceptor {
   /** Parses the decrypted requests of every intercepted connection; each socket carries its target. */
   private readonly server = http.createServer({ requestTimeout: 0 });
   private readonly targets = new WeakMap<object, { target: InterceptTarget; interception: LeaseInterception }>();
+  /** The last request of each connection in flight (see the 'request' listener). */
+  private readonly turns = new WeakMap<object, Promise<void>>();
+  /** The upstream roots as one TLS context, made once: a context per request costs tens of milliseconds. */
+  private readonly upstreamContext: Promise<tls.SecureContext | Error>;
 
   constructor(private readonly deps: InterceptorDeps) {
-    this.server.on('request', (req, res) => void this.forward(req, res));
+    this.upstreamContext = deps.upstreamCa.then(
+      (ca) => tls.createSecureContext({ ca: [...ca], minVersion: 'TLSv1.2' }),
+      (err: Error) => err,
+    );
+    // One request of a connection at a time: pipelined requests wait their turn (unread), so a
+    // connection holds at most one upstream connection. A failure answers 502, never throws.
+    this.server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+      const turn = (this.turns.get(req.socket) ?? Promise.resolve())
+        .then(() => this.forward(req, res))
+        .catch((err: unknown) => {
+          this.deps.log.warn({ err }, 'an intercepted request failed');
+          if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' }).end('sbx egress: the request could not be sent on\n');
+          else res.destroy();
+        });
+      this.turns.set(req.socket, turn);
+    });
     this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex) => {
       socket.on('error', () => socket.destroy());
       const found = this.targets.get(req.socket);
@@ -94,7 +115,16 @@ export class Interceptor {
     }
     const secure = new tls.TLSSocket(client as net.Socket, { isServer: true, secureContext: context, ALPNProtocols: ['http/1.1'] });
     let handshaken = false;
+    // A handshake must end in time, and a connection may not idle for ever (the HTTP server here
+    // never listens, so its own header timeout does not run).
+    const handshake = setTimeout(
+      () => secure.destroy(new Error(`no TLS handshake within ${HANDSHAKE_TIMEOUT_MS / 1000} s`)),
+      HANDSHAKE_TIMEOUT_MS,
+    );
+    secure.setTimeout(IDLE_TIMEOUT_MS, () => secure.destroy());
+    secure.once('close', () => clearTimeout(handshake));
     secure.once('secure', () => {
+      clearTimeout(handshake);
       handshaken = true;
       this.targets.set(secure, { target, interception });
       this.server.emit('connection', secure);
@@ -122,11 +152,24 @@ export class Interceptor {
     const { target, interception } = found;
     const started = Date.now();
     const all = interception.injections;
-    const applicable = injectionsFor(target.host.toLowerCase(), all);
-    const raw: string[] = [];
-    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2)
-      if (!oneHop(req.rawHeaders[i]!.toLowerCase())) raw.push(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
+    const applicable = injectionsFor(target.host, all);
     const event = eventOf(target, req.method ?? 'GET', pathOf(req.url), started, null);
+    // Everything is decided for the CONNECT's host: a request naming another (an absolute-form
+    // target) is refused, and the Host the server gets is that host, whatever the sandbox wrote.
+    if (!(req.url ?? '').startsWith('/')) {
+      event.decision = 'denied';
+      event.rule = 'an intercepted request must name a path (origin-form), not another target';
+      res.writeHead(400, { 'content-type': 'text/plain' }).end(`sbx egress: ${event.rule}\n`);
+      req.resume();
+      return this.record(target, event);
+    }
+    const named = connectionNamed(req.headers.connection);
+    const raw: string[] = [];
+    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) {
+      const name = req.rawHeaders[i]!.toLowerCase();
+      if (!HOP_HEADERS.has(name) && !named.has(name)) raw.push(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
+    }
+    raw.push('Host', target.port === 443 ? target.host : `${target.host}:${target.port}`);
     if (target.http) {
       const decision = decideHttp(target.http.http, target.http.rule, req.method ?? 'GET', req.url ?? '/');
       event.rule = decision.rule;
@@ -139,11 +182,25 @@ export class Interceptor {
       }
     }
     const head = injectHead(req.url ?? '/', raw, applicable, all);
+    // A value that cannot be a header value (a stored secret ending in a newline, say) is not sent.
+    if (head.headers.some((value, i) => i % 2 === 1 && /[\r\n\0]|[^\x00-\xff]/.test(value))) {
+      event.error = 'an injected value cannot go in a header (it holds CR, LF, NUL or a character beyond Latin-1)';
+      res.writeHead(502, { 'content-type': 'text/plain' }).end(`sbx egress: ${event.error}\n`);
+      req.resume();
+      return this.record(target, event);
+    }
     const injected: InjectedCounts = head.injected;
-    const swap = bodyInjector(req.headers['content-type'], applicable, (secret) => injected.set(secret, (injected.get(secret) ?? 0) + 1));
+    const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+    const count = (secret: string): void => void injected.set(secret, (injected.get(secret) ?? 0) + 1);
+    const swap = hasBody ? bodyInjector(req.headers['content-type'], applicable, count) : null;
+    // The client's framing, or chunked when the body is rewritten (its length changes) or came chunked.
     const chunked = swap !== null || req.headers['transfer-encoding'] !== undefined;
-    const headers = chunked ? withoutContentLength(head.headers).concat('Transfer-Encoding', 'chunked') : head.headers;
-    const hasBody = chunked || Number(req.headers['content-length'] ?? 0) > 0;
+    const framed = withoutContentLength(head.headers);
+    const headers = chunked
+      ? framed.concat('Transfer-Encoding', 'chunked')
+      : hasBody
+        ? framed.concat('Content-Length', String(req.headers['content-length']))
+        : framed;
     if (head.stray.length > 0) {
       event.strayPlaceholders = head.stray;
       this.deps.log.warn(
@@ -151,18 +208,16 @@ export class Interceptor {
         'a placeholder was sent where no rule puts its value',
       );
     }
-    const ca = await this.deps.upstreamCa.then(
-      (roots) => [...roots],
-      (err: Error) => err,
-    );
-    if (ca instanceof Error) {
-      event.error = `the upstream roots are unreadable: ${ca.message}`;
+    const secureContext = await this.upstreamContext;
+    if (secureContext instanceof Error) {
+      event.error = `the upstream roots are unreadable: ${secureContext.message}`;
       res.writeHead(502, { 'content-type': 'text/plain' }).end(`sbx egress: ${event.error}\n`);
       req.resume();
       return this.record(target, event);
     }
     await new Promise<void>((resolve) => {
-      const upstream = https.request({
+      // `secureContext` goes on to tls.connect (which takes it), though https' types leave it out.
+      const options: https.RequestOptions & { secureContext: tls.SecureContext } = {
         host: target.address,
         port: target.port,
         servername: target.host,
@@ -172,15 +227,16 @@ export class Interceptor {
         setHost: false,
         // A connection of this request alone: nothing pooled is shared with another lease.
         agent: false,
-        ca,
+        secureContext,
         timeout: this.deps.connectTimeoutMs,
-      });
+      };
+      const upstream = https.request(options);
       upstream.once('timeout', () => upstream.destroy(new Error('timeout')));
       upstream.once('response', (answer) => {
         upstream.setTimeout(0);
         const out: string[] = [];
         for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2)
-          if (!oneHop(answer.rawHeaders[i]!.toLowerCase())) out.push(answer.rawHeaders[i]!, answer.rawHeaders[i + 1]!);
+          if (!HOP_HEADERS.has(answer.rawHeaders[i]!.toLowerCase())) out.push(answer.rawHeaders[i]!, answer.rawHeaders[i + 1]!);
         res.writeHead(answer.statusCode ?? 502, out);
         answer.on('data', (chunk: Buffer) => (event.bytesIn += chunk.length));
         answer.pipe(res);

@@ -24,12 +24,7 @@ export const HOP_HEADERS = new Set([
  * names (RFC 9110 §7.6.1). `host` is left out too; the caller sets it.
  */
 export function forwardHeaders(headers: http.IncomingHttpHeaders): http.OutgoingHttpHeaders {
-  const named = new Set(
-    String(headers.connection ?? '')
-      .split(',')
-      .map((t) => t.trim().toLowerCase())
-      .filter(Boolean),
-  );
+  const named = connectionNamed(headers.connection);
   const out: http.OutgoingHttpHeaders = {};
   for (const [name, value] of Object.entries(headers))
     if (!HOP_HEADERS.has(name) && !named.has(name) && value !== undefined) out[name] = value;
@@ -63,4 +58,19 @@ export function refusalResponse(decision: EgressDecision, target: { host: string
 
 export function asciiHeader(text: string): string {
   return text.replace(/[^\x20-\x7e]/g, '?');
+}
+
+/**
+ * The headers a `Connection` header names (RFC 9110 §7.6.1), to be dropped with it — never the
+ * message's framing (`Content-Length`, `Transfer-Encoding`) nor `Host`: naming them would strip
+ * a body's length and let it through as a second request.
+ */
+export function connectionNamed(connection: string | string[] | undefined): Set<string> {
+  const framing = new Set(['content-length', 'transfer-encoding', 'host']);
+  return new Set(
+    String(connection ?? '')
+      .split(',')
+      .map((t) => t.trim().toLowerCase())
+      .filter((t) => t !== '' && !framing.has(t)),
+  );
 }
