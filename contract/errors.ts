@@ -348,6 +348,12 @@ export const ERROR_CODES = {
     retryability: 'after_fix',
     summary: 'The policy asks for isolation this runtime cannot enforce; the sandbox is not started with less.',
   },
+  'policy.nothing_proposed': {
+    status: 409,
+    retryability: 'no',
+    summary:
+      "No denied egress of the policy's leases calls for a change (`POST /v1/policies/:name/proposals/accept`): nothing was written.",
+  },
   'policy.not_live_changeable': {
     status: 409,
     retryability: 'no',

@@ -42,6 +42,7 @@ import { previewFastPath, type RequestListener } from './previews/fast-path.js';
 import { previewHostRewrite, previewRoutes } from './previews/routes.js';
 import type { PreviewService } from './previews/service.js';
 import type { PolicyService } from './policies/service.js';
+import type { ProposalService } from './policies/proposal-service.js';
 import { quotasRoutes } from './quotas/routes.js';
 import type { QuotaService } from './quotas/service.js';
 import type { Notifier } from './redis/notifier.js';
@@ -68,6 +69,8 @@ export interface AppDeps {
   lookupPrincipal: PrincipalLookup;
   apiKeys: ApiKeyService;
   policies: PolicyService;
+  /** Allowlist proposals from denied egress (policies/proposal-service.ts). */
+  proposals: ProposalService;
   audit: AuditLog;
   leases: LeaseService;
   calls: CallService;
@@ -195,7 +198,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(artifactsRoutes, { artifacts: deps.artifacts });
   await app.register(egressRoutes, { egressLog: deps.egressLog });
   await app.register(apiKeysRoutes, { apiKeys: deps.apiKeys });
-  await app.register(policiesRoutes, { policies: deps.policies });
+  await app.register(policiesRoutes, { policies: deps.policies, proposals: deps.proposals });
   await app.register(auditRoutes, { audit: deps.audit });
   await app.register(secretsRoutes, { secrets: deps.secrets });
   await app.register(quotasRoutes, { quotas: deps.quotas });

@@ -44,6 +44,7 @@ import { PoolStore } from './pools/store.js';
 import { WarmPools } from './pools/warm-pools.js';
 import { readPolicyFiles } from './policies/files.js';
 import { PolicyService } from './policies/service.js';
+import { ProposalService } from './policies/proposal-service.js';
 import { PreviewService } from './previews/service.js';
 import { PreviewLog } from './previews/store.js';
 import { AgentTunnels } from './agent-link/tunnels.js';
@@ -151,10 +152,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   });
   const egress = new EgressProxy({
     resolve: createResolver(config.egressDnsServers),
-    record: async (leaseId, event) => {
-      metrics.egressDecided(event.decision);
-      await egressLog.append(leaseId, event);
-    },
+    record: (leaseId, event) => (metrics.egressDecided(event.decision), egressLog.append(leaseId, event)),
     log,
     upstreamCaFile: config.egressUpstreamCaFile,
   });
@@ -322,6 +320,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     lookupPrincipal: (sha256) => apiKeys.lookup(sha256),
     apiKeys,
     policies,
+    proposals: new ProposalService({ policies, leases: leaseStore, egress: egressLog, audit }),
     audit,
     leases,
     calls,

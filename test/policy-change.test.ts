@@ -65,6 +65,14 @@ beforeAll(async () => {
     network: { mode: 'allowlist', allow: allow('a.phase.test') },
     resources: { ...defaults.resources, pids: 300 },
   });
+  await write('learn.yaml', {
+    name: 'learn',
+    version: 1,
+    network: {
+      mode: 'allowlist',
+      allow: [{ host: 'a.phase.test', ports: [port], http: { allow: [{ methods: ['GET'] }] } }, loopback],
+    },
+  });
   h = await startHarness({ SBX_POLICY_DIR: dir, SBX_EGRESS_DNS_SERVERS: dns.address });
   await h.client.putSecret('NPM_TOKEN', 'npm-phase-value');
 }, 120_000);
@@ -175,5 +183,43 @@ describe('live policy change: an admin moves a running lease to another version'
     const audit = (await api(h.apiKey, 'GET', `/v1/audit?action=lease.policy_change&target=lease:${lease.id}`)).body.entries;
     expect(audit).toHaveLength(1);
     await h.client.releaseSandbox(lease.id);
+  });
+});
+
+describe('from denial to proposal to a new version', () => {
+  it('denied egress becomes the smallest allowlist change with its evidence; accepting writes the next version (compare-and-swap), audited', async () => {
+    const lease = await h.client.createSandbox({ policy: 'learn' });
+    expect(await curl(lease.id, 'b.phase.test')).toBe('403');
+    const post = await exec(lease.id, `curl -s -o /dev/null -w '%{http_code}' -X POST http://a.phase.test:${port}/submit`);
+    expect(post.stdout).toBe('403');
+    expect((await exec(lease.id, `curl -s -o /dev/null -w '%{http_code}' http://127.0.0.3:${port}/`)).stdout).toBe('403');
+
+    const proposal = (await api(h.apiKey, 'GET', '/v1/policies/learn/proposals')).body;
+    expect(proposal).toMatchObject({
+      policy: { name: 'learn', version: 1 },
+      changes: [
+        { kind: 'add_host', host: 'b.phase.test', ports: [port], denials: 1, evidence: [{ leaseId: lease.id, method: 'GET' }] },
+        { kind: 'add_http_allow', ruleIndex: 0, host: 'a.phase.test', methods: ['POST'], paths: ['/submit'], denials: 1 },
+      ],
+      notProposed: [{ reason: expect.stringContaining('IP address'), denials: 1 }],
+    });
+    expect((await api(h.apiKey, 'POST', '/v1/policies/learn/proposals/accept', { version: 2 })).body.error.code).toBe(
+      'policy.version_conflict',
+    );
+    const accepted = await api(h.apiKey, 'POST', '/v1/policies/learn/proposals/accept', { version: 1 });
+    expect([accepted.status, accepted.body.version]).toEqual([201, 2]);
+
+    // The next lease runs version 2: what was denied goes through, and nothing is left to propose.
+    const next = await h.client.createSandbox({ policy: 'learn' });
+    expect(next.policy.version).toBe(2);
+    expect(await curl(next.id, 'b.phase.test')).toBe('200');
+    expect((await exec(next.id, `curl -s -o /dev/null -w '%{http_code}' -X POST http://a.phase.test:${port}/submit`)).stdout).toBe('200');
+    expect((await api(h.apiKey, 'GET', '/v1/policies/learn/proposals')).body.changes).toEqual([]);
+    expect((await api(h.apiKey, 'POST', '/v1/policies/learn/proposals/accept', { version: 2 })).body.error.code).toBe(
+      'policy.nothing_proposed',
+    );
+    const audit = (await api(h.apiKey, 'GET', '/v1/audit?action=policy.proposal_accept&target=policy:learn')).body.entries;
+    expect(audit).toMatchObject([{ afterDigest: accepted.body.digest, details: { version: 2 } }]);
+    await Promise.all([h.client.releaseSandbox(lease.id), h.client.releaseSandbox(next.id)]);
   });
 });

@@ -11,6 +11,8 @@
  * deliberate `cidr` rule, and paths not in normal form. Those are listed as `notProposed`.
  */
 import type { EgressEvent } from '../../contract/objects.js';
+import { decideHttp } from '../egress/http-rules.js';
+import { EgressAllowlist } from '../egress/rules.js';
 import type { Policy } from './schema.js';
 
 /** One denied event and the lease it happened in. */
@@ -76,8 +78,9 @@ export function propose(policy: Policy, denials: readonly Denial[]): Proposal {
   const noRule: Denial[] = [];
   const l7: Denial[] = [];
   const other = new Map<string, Denial[]>();
+  const current = new EgressAllowlist(rules);
   for (const d of denials) {
-    if (d.event.decision !== 'denied') continue;
+    if (d.event.decision !== 'denied' || stillAllowedNow(current, d.event)) continue;
     const literal = IP_LITERAL.test(d.event.host);
     if (NO_RULE.test(d.event.rule) && !literal) noRule.push(d);
     else if (L7_NO_ALLOW.test(d.event.rule) && RULE_INDEX.test(d.event.rule)) l7.push(d);
@@ -112,6 +115,15 @@ export function propose(policy: Policy, denials: readonly Denial[]): Proposal {
   }
   for (const [reason, ds] of other) notProposed.push({ reason, evidence: newest(ds), denials: ds.length });
   return { changes, notProposed, proposed: applyChanges(policy, changes) };
+}
+
+/** Whether the policy as it is now lets `event` through (a version after the denial allowed it): nothing to propose then. */
+function stillAllowedNow(allowlist: EgressAllowlist, event: EgressEvent): boolean {
+  if (!allowlist.matchDestination(event.host, event.port).allowed) return false;
+  // An address check is not redone (it needs the resolution of then); only a name the rules now allow, with its L7 rules.
+  if (!NO_RULE.test(event.rule) && !L7_NO_ALLOW.test(event.rule)) return false;
+  const l7 = allowlist.httpOf(event.host, event.port);
+  return l7 === null || event.path === undefined || decideHttp(l7.http, l7.rule, event.method, event.path).allowed;
 }
 
 /** `policy` with `changes` made: the smallest additions to `network.allow`. */

@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { requireAdmin } from '../http/auth.js';
 import { validatedByHandler } from '../http/openapi.js';
 import { PolicyShape } from './schema.js';
+import type { ProposalService } from './proposal-service.js';
 import type { PolicyService } from './service.js';
 
 const NameParams = z.object({ name: PolicyShape.shape.name });
@@ -21,7 +22,10 @@ const VersionParams = NameParams.extend({ version: z.coerce.number().int().posit
  */
 const PutPolicyBody = validatedByHandler(PolicyShape.partial({ name: true, version: true }));
 
-export const policiesRoutes: FastifyPluginAsync<{ policies: PolicyService }> = async (plugin, { policies }) => {
+export const policiesRoutes: FastifyPluginAsync<{ policies: PolicyService; proposals: ProposalService }> = async (
+  plugin,
+  { policies, proposals },
+) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   // Encapsulated: the hook guards every route of this plugin and no other.
   app.addHook('preValidation', requireAdmin);
@@ -63,5 +67,34 @@ export const policiesRoutes: FastifyPluginAsync<{ policies: PolicyService }> = a
     '/v1/policies/:name',
     { schema: { tags, summary: 'Delete a policy (tombstone; idempotent)', params: NameParams } },
     async (request) => policies.delete(request.params.name, request.principal),
+  );
+
+  app.get(
+    '/v1/policies/:name/proposals',
+    {
+      schema: {
+        tags,
+        summary: "The smallest allowlist change that would have let the policy's leases' denied egress through, with the evidence",
+        description:
+          'Hosts no rule names (a host rule with the ports asked), ports a host rule lacks, and requests an `http` section had no allow entry for (method and exact path). Never proposed, listed in `notProposed`: addresses (a `cidr` rule is a deliberate choice) and explicit `deny` entries. `proposed` is the policy with every change made.',
+        params: NameParams,
+      },
+    },
+    async (request) => proposals.proposal(request.params.name),
+  );
+
+  app.post(
+    '/v1/policies/:name/proposals/accept',
+    {
+      schema: {
+        tags,
+        summary: 'Write the proposal as the next version of the policy (compare-and-swap on the version reviewed)',
+        description:
+          '`409 policy.version_conflict` when the policy changed since `version`; `409 policy.nothing_proposed` when there is no change. Audited (`policy.proposal_accept`).',
+        params: NameParams,
+        body: z.object({ version: z.number().int().positive() }).strict(),
+      },
+    },
+    async (request, reply) => reply.status(201).send(await proposals.accept(request.params.name, request.body.version, request.principal)),
   );
 };
