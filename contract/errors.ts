@@ -95,7 +95,12 @@ export const ERROR_CODES = {
   'auth.admin_required': {
     status: 403,
     retryability: 'after_fix',
-    summary: 'The route is for admin API keys; this key has the `user` role.',
+    summary: 'The route is for admin API keys; this key has the `user` (or `approver`) role.',
+  },
+  'auth.approver_required': {
+    status: 403,
+    retryability: 'after_fix',
+    summary: 'Approving or denying a call waiting for approval needs an `approver` or `admin` API key; this key has the `user` role.',
   },
   'key.not_found': { status: 404, retryability: 'no', summary: 'No API key with this id exists (`DELETE /v1/api-keys/:id`).' },
   'lease.not_found': {
@@ -277,6 +282,21 @@ export const ERROR_CODES = {
       "The sandbox's agent did not open the preview connection in time (10 s): the sandbox is paused, its agent is gone, or it predates previews.",
   },
   'call.not_found': { status: 404, retryability: 'no', summary: 'No call with this id exists in this sandbox.' },
+  'approval.expired': {
+    status: 409,
+    retryability: 'no',
+    summary: 'The call waited for approval past its `expiresAt` (policy `tools.approvals.timeoutSeconds`): it ended `denied` with this code, nothing ran.',
+  },
+  'approval.not_pending': {
+    status: 409,
+    retryability: 'no',
+    summary: 'The call does not wait for approval (`details.status`): it never did, or it was approved, denied or cancelled before.',
+  },
+  'approval.denied': {
+    status: 403,
+    retryability: 'no',
+    summary: 'An approver denied the call (the result of a call that waited for approval; `details.by`); nothing ran.',
+  },
   'call.finished': { status: 409, retryability: 'no', summary: 'The call has finished: it takes no more stdin.' },
   'call.stdin_not_piped': {
     status: 409,

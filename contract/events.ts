@@ -14,6 +14,10 @@ export const EventBody = z.discriminatedUnion('type', [
   z.object({ type: z.literal('call.accepted'), tool: z.string(), fingerprint: z.string() }),
   z.object({ type: z.literal('call.denied'), error: ErrorInfo }),
   z.object({ type: z.literal('call.queued') }),
+  /** The policy's tool rules say `ask`: the call waits for an approver, bound to its fingerprint, until `expiresAt`. */
+  z.object({ type: z.literal('call.pending_approval'), rule: z.string(), fingerprint: z.string(), expiresAt: z.string() }),
+  /** An approver let the call run (`by`: the key id); it is queued next. */
+  z.object({ type: z.literal('call.approved'), by: z.string() }),
   z.object({ type: z.literal('call.started'), attemptId: z.string(), pid: z.number().int().nullable() }),
   /** A background task handed back its handle; its output events go on until `call.finished`. */
   z.object({ type: z.literal('call.detached'), attemptId: z.string(), pid: z.number().int().nullable() }),

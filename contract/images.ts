@@ -27,7 +27,7 @@ export const ImageView = z.object({
   engineImageId: z.string().nullable(),
   sizeBytes: z.number().int().nonnegative().nullable(),
   /** Who built it: the API key (id, role, tenant), as the audit log records it. */
-  builder: z.union([z.object({ keyId: z.string(), role: z.enum(['admin', 'user']), tenant: z.string() }), z.literal('system')]),
+  builder: z.union([z.object({ keyId: z.string(), role: z.enum(['admin', 'approver', 'user']), tenant: z.string() }), z.literal('system')]),
   createdAt: Timestamp,
   finishedAt: Timestamp.nullable(),
   /** Why the build failed (`image.build_failed`: the builder's message). */

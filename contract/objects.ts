@@ -376,7 +376,8 @@ export const ToolResult = z.object({
 export type ToolResult = z.infer<typeof ToolResult>;
 
 /** `detached`: a background task handed back its handle and keeps running; `finished` comes when it ends. */
-export const CallStatus = z.enum(['queued', 'running', 'detached', 'finished']);
+/** `pending_approval`: the policy's tool rules ask a human first (nothing queued until approved). */
+export const CallStatus = z.enum(['pending_approval', 'queued', 'running', 'detached', 'finished']);
 export type CallStatus = z.infer<typeof CallStatus>;
 
 /** A call as the API shows it: the intent, its state and (once finished) its result. */

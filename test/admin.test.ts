@@ -72,12 +72,14 @@ describe('admin routes and API keys', () => {
       'GET /v1/audit',
       'GET /v1/policies',
       'GET /v1/policies/:name',
+      'GET /v1/policies/:name/proposals',
       'GET /v1/policies/:name/versions',
       'GET /v1/policies/:name/versions/:version',
       'GET /v1/secrets',
       'GET /v1/secrets/:name',
       'GET /v1/tenants/:tenant/quota',
       'POST /v1/api-keys',
+      'POST /v1/policies/:name/proposals/accept',
       'PUT /v1/policies/:name',
       'PUT /v1/secrets/:name',
       'PUT /v1/tenants/:tenant/quota',
@@ -214,7 +216,11 @@ describe('tenancy', () => {
                 ? { ttlSeconds: 600 }
                 : route.path.endsWith('/checkpoints')
                   ? { includeMemory: true }
-                  : (TERMINAL_BODIES.find(([suffix]) => route.path.endsWith(suffix))?.[1] ?? {})
+                  : route.path.endsWith('/phase')
+                    ? { name: 'agent' }
+                    : route.path.endsWith('/policy')
+                      ? { version: 1 }
+                      : (TERMINAL_BODIES.find(([suffix]) => route.path.endsWith(suffix))?.[1] ?? {})
             : undefined;
       // The events stream of a finished call ends by itself; ask for nothing after its last event.
       return api(

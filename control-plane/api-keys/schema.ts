@@ -12,7 +12,7 @@ export const CreateApiKeyBody = z
   .object({
     /** What the key is for, for people reading the list (`ci-bot`, `alice laptop`). */
     name: z.string().min(1).max(100),
-    role: z.enum(['admin', 'user']),
+    role: z.enum(['admin', 'approver', 'user']),
     tenant: TenantName,
   })
   .strict()
@@ -27,7 +27,7 @@ export const ApiKeyParams = z.object({ id: z.string().regex(/^[A-Za-z0-9_-]{1,12
 export const ApiKey = z.object({
   id: ApiKeyId,
   name: z.string(),
-  role: z.enum(['admin', 'user']),
+  role: z.enum(['admin', 'approver', 'user']),
   tenant: TenantName,
   createdAt: Timestamp,
   /** keyId of the admin key that created it. */

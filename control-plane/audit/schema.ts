@@ -4,7 +4,7 @@ import { Digest, Timestamp } from '../../contract/objects.js';
 
 /** Who made a change: an API key (its id, role and tenant at the time), or sbx itself (`system`: seeding, expiry, reconcile). */
 export const AuditActor = z.union([
-  z.object({ keyId: z.string(), role: z.enum(['admin', 'user']), tenant: z.string() }).strict(),
+  z.object({ keyId: z.string(), role: z.enum(['admin', 'approver', 'user']), tenant: z.string() }).strict(),
   z.literal('system'),
 ]);
 export type AuditActor = z.infer<typeof AuditActor>;

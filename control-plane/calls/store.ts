@@ -65,18 +65,31 @@ redis.call('RPUSH', KEYS[2], '{"seq":' .. seq .. ',' .. string.sub(ARGV[2], 2))
 redis.call('PUBLISH', ARGV[3], 'detached')
 return 1`;
 
+// ARGV[5] ~= '': finish only a call in that status (a call waiting for approval, which an approval may take first).
 const FINISH_CALL = `
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status or status == 'finished' then return 0 end
+if ARGV[5] ~= '' and status ~= ARGV[5] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'finished', 'result', ARGV[1], 'stdout', ARGV[2], 'stderr', ARGV[3])
 if ARGV[4] ~= '' then redis.call('SET', KEYS[4], ARGV[4]) end
-for i = 5, #ARGV - 1 do
+redis.call('ZREM', KEYS[5], ARGV[6])
+for i = 7, #ARGV - 1 do
   local seq = redis.call('LLEN', KEYS[2]) + 1
   redis.call('RPUSH', KEYS[2], '{"seq":' .. seq .. ',' .. string.sub(ARGV[i], 2))
 end
 redis.call('HSET', KEYS[3], 'finished', 1)
 redis.call('PUBLISH', ARGV[#ARGV], 'finished')
 return redis.call('HGET', KEYS[1], 'intent')`;
+
+// A call waiting for approval is queued only if it still waits and its deadline has not passed:
+// 'approved', 'expired', or its status as it is ('' when there is no call).
+const APPROVE_CALL = `
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'pending_approval' then return status or '' end
+if tonumber(redis.call('HGET', KEYS[1], 'approvalExpiresAt') or '0') < tonumber(ARGV[1]) then return 'expired' end
+redis.call('HSET', KEYS[1], 'status', 'queued')
+redis.call('ZREM', KEYS[2], ARGV[2])
+return 'approved'`;
 
 /** Notify messages of a call that settled: it finished, or detached as a background task. */
 export const CALL_SETTLED = { finished: 'finished', detached: 'detached' } as const;
@@ -89,6 +102,8 @@ export class CallStore {
 
   private k = {
     call: (leaseId: string, callId: string) => `${this.prefix}calls:${leaseId}:${callId}`,
+    /** Calls waiting for approval, every lease's, scored by their deadline (epoch ms); members `<leaseId> <callId>`. */
+    approvals: () => `${this.prefix}approvals`,
     calls: (leaseId: string) => `${this.prefix}calls:${leaseId}`,
     events: (leaseId: string, callId: string) => `${this.prefix}events:${leaseId}:${callId}`,
     eventKeys: (leaseId: string, callId: string) => `${this.prefix}eventkeys:${leaseId}:${callId}`,
@@ -113,6 +128,7 @@ export class CallStore {
     intent: CallIntent,
     events: readonly EventBody[] = [],
     at: Date = new Date(intent.createdAt),
+    status: 'queued' | 'pending_approval' = 'queued',
   ): Promise<CallIntent | null> {
     const existing = (await this.redis.eval(
       CREATE_CALL,
@@ -121,7 +137,7 @@ export class CallStore {
       this.k.calls(intent.leaseId),
       this.k.events(intent.leaseId, intent.callId),
       JSON.stringify(intent),
-      'queued',
+      status,
       Date.parse(intent.createdAt),
       intent.callId,
       this.notifyChannel(intent.leaseId, intent.callId),
@@ -212,25 +228,61 @@ export class CallStore {
    * Appends the `receipt` event (when there is a receipt) and `call.finished`, atomically, and
    * returns the call's intent read in the same script (what the caller logs and counts).
    */
-  async finishCall(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<CallIntent | null> {
+  async finishCall(
+    leaseId: string,
+    callId: string,
+    result: ToolResult,
+    at: Date,
+    onlyIf: 'pending_approval' | null = null,
+  ): Promise<CallIntent | null> {
     const events: EventBody[] = [];
     if (result.receipt) events.push({ type: 'receipt', receipt: result.receipt });
     events.push({ type: 'call.finished', status: result.status });
     const intent = (await this.redis.eval(
       FINISH_CALL,
-      4,
+      5,
       this.k.call(leaseId, callId),
       this.k.events(leaseId, callId),
       this.k.eventKeys(leaseId, callId),
       this.k.receipt(result.receipt?.receiptId ?? 'none'),
+      this.k.approvals(),
       JSON.stringify(withoutOutput(result)),
       result.stdout,
       result.stderr,
       result.receipt ? JSON.stringify(result.receipt) : '',
+      onlyIf ?? '',
+      `${leaseId} ${callId}`,
       ...events.map((e) => eventJson(callId, e, at)),
       this.notifyChannel(leaseId, callId),
     )) as string | 0 | null;
     return typeof intent === 'string' ? CallIntent.parse(JSON.parse(intent)) : null;
+  }
+
+  /** Records the deadline of a call created `pending_approval` (epoch ms), and lists it among those waiting. */
+  async holdForApproval(leaseId: string, callId: string, expiresAtMs: number): Promise<void> {
+    await this.redis
+      .multi()
+      .hset(this.k.call(leaseId, callId), 'approvalExpiresAt', expiresAtMs)
+      .zadd(this.k.approvals(), expiresAtMs, `${leaseId} ${callId}`)
+      .exec();
+  }
+
+  /** Queues a call waiting for approval (APPROVE_CALL): `approved`, `expired`, or the status it has (`''`: no call). */
+  async approveCall(leaseId: string, callId: string, nowMs: number): Promise<string> {
+    return (await this.redis.eval(
+      APPROVE_CALL,
+      2,
+      this.k.call(leaseId, callId),
+      this.k.approvals(),
+      nowMs,
+      `${leaseId} ${callId}`,
+    )) as string;
+  }
+
+  /** Calls whose approval deadline passed by `nowMs`, every lease's (at most `limit`). */
+  async dueApprovals(nowMs: number, limit = 100): Promise<Array<{ leaseId: string; callId: string }>> {
+    const members = await this.redis.zrangebyscore(this.k.approvals(), '-inf', nowMs, 'LIMIT', 0, limit);
+    return members.map((m) => ({ leaseId: m.split(' ')[0]!, callId: m.split(' ')[1]! }));
   }
 
   /** Events with `seq` > `afterSeq`, in order. */

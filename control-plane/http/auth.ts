@@ -10,7 +10,8 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError } from '../../contract/errors.js';
 
 /** `admin` manages policies, secrets, keys and sees every tenant; `user` works inside its tenant. */
-export type Role = 'admin' | 'user';
+/** `approver`: a user key that may also approve or deny calls waiting for approval (policy tool rules). */
+export type Role = 'admin' | 'approver' | 'user';
 
 /** Who is calling: the API key's id, its role and the tenant it acts for. */
 export interface Principal {

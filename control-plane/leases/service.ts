@@ -379,7 +379,13 @@ export class LeaseService {
 
   /** Moves a running sandbox to `version` of its policy (leases/policy-change.ts; its codes, and the `active` ones). */
   async changePolicy(id: string, by: Principal, version: number): Promise<Lease> {
-    return this.policyChanger.changePolicy(await this.visible(id, by), version, by);
+    // Seen first: another tenant's key learns nothing of the lease, not even that it needs an admin.
+    const lease = await this.visible(id, by);
+    if (by.role !== 'admin')
+      throw new AppError('auth.admin_required', 'moving a sandbox to another policy version needs an admin API key', {
+        details: { role: by.role },
+      });
+    return this.policyChanger.changePolicy(lease, version, by);
   }
 
   /** Handles the lease's expiry timer when it falls due (leases/expiry.ts). */

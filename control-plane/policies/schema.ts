@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { SessionsPolicy, TerminalsPolicy, WatchPolicy } from './interactive.js';
 import { PhaseSchema, phaseIssues } from './phases.js';
 import { PortRule } from './ports.js';
+import { ApprovalsSchema } from '../calls/approvals.js';
 import { posix } from 'node:path';
 import { digestOf } from '../../contract/digest.js';
 import { Digest, Timestamp, type PolicyRef } from '../../contract/objects.js';
@@ -241,6 +242,8 @@ export const PolicyShape = z
               .default(1024 * MiB),
           })
           .strict(),
+        /** Which calls run at once, wait for an approver, or are refused (calls/approvals.ts); optional, so other policies' digests stay. */
+        approvals: ApprovalsSchema.optional(),
         /** read_file, write_file, edit_file, list_files, glob, search, git_status, git_diff: within the writable roots. */
         files: z
           .object({
