@@ -285,7 +285,8 @@ export const ERROR_CODES = {
   'approval.expired': {
     status: 409,
     retryability: 'no',
-    summary: 'The call waited for approval past its `expiresAt` (policy `tools.approvals.timeoutSeconds`): it ended `denied` with this code, nothing ran.',
+    summary:
+      'The call waited for approval past its `expiresAt` (policy `tools.approvals.timeoutSeconds`): it ended `denied` with this code, nothing ran.',
   },
   'approval.not_pending': {
     status: 409,

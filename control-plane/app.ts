@@ -12,6 +12,7 @@ import type { ArtifactStore } from './artifacts/store.js';
 import { auditRoutes } from './audit/routes.js';
 import type { AuditLog } from './audit/service.js';
 import { callsRoutes } from './calls/routes.js';
+import type { ApprovalService } from './calls/approval-service.js';
 import { terminalsRoutes } from './terminals/routes.js';
 import type { TerminalService } from './terminals/service.js';
 import type { LiveIn } from './agent-link/live-in.js';
@@ -74,6 +75,8 @@ export interface AppDeps {
   audit: AuditLog;
   leases: LeaseService;
   calls: CallService;
+  /** Calls waiting for approval: approve, deny (calls/approval-service.ts). */
+  approvals: ApprovalService;
   terminals: TerminalService;
   /** Terminals' output as agents write it (the WebSocket attach). */
   live: Pick<LiveIn, 'subscribe'>;
@@ -183,6 +186,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(callsRoutes, {
     leases: deps.leases,
     calls: deps.calls,
+    approvals: deps.approvals,
     store: deps.callStore,
     notifier: deps.notifier,
     sessions: deps.sessions,

@@ -20,6 +20,7 @@ import { ArtifactFetcher } from './artifacts/fetch.js';
 import { ArtifactRecords, ArtifactStore } from './artifacts/store.js';
 import { AuditLog } from './audit/service.js';
 import { RedisAuditStore } from './audit/store.js';
+import { ApprovalService } from './calls/approval-service.js';
 import { CallService } from './calls/service.js';
 import { SessionService } from './sessions/service.js';
 import { SessionStore } from './sessions/store.js';
@@ -150,14 +151,14 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     now,
     log,
   });
+  const approvals = new ApprovalService({ calls, store: callStore, audit, now });
   const egress = new EgressProxy({
     resolve: createResolver(config.egressDnsServers),
     record: (leaseId, event) => (metrics.egressDecided(event.decision), egressLog.append(leaseId, event)),
     log,
     upstreamCaFile: config.egressUpstreamCaFile,
   });
-  // The egress proxy of a lease goes with its consumer lock: the replica that holds it serves it.
-  link.returns.onLockLost((leaseId) => void egress.stop(leaseId));
+  link.returns.onLockLost((leaseId) => void egress.stop(leaseId)); // the replica holding a lease's consumer lock serves its egress
   const linkKey = agentLinkKey(config.secretsKey);
   const links = await startLinkListener(config.linkListen, { key: linkKey, egress, tunnels, peers: link.peers, tls: config.linkTls, log });
   const quotas = new QuotaService({
@@ -205,7 +206,6 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     log,
   });
   const secrets = new SecretService({ records: new RedisSecretRecords(redis, config.redisPrefix), key: config.secretsKey, audit, now });
-  const credentials = new CredentialInjection({ secretsKey: config.secretsKey, secrets });
   // Pools start sandboxes through the lease service, which claims from them: the launcher reaches `leases` once both exist.
   const pools =
     config.warmPools.length === 0
@@ -223,10 +223,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
             latestPolicy: async (name) => (await policies.resolve(name)).ref,
             log,
             now: () => Date.now(),
-            onSizes: (pool, sizes) => {
-              metrics.setPoolSize(pool, 'starting', sizes.starting);
-              metrics.setPoolSize(pool, 'ready', sizes.ready);
-            },
+            onSizes: (pool, sizes) => metrics.setPoolSizes(pool, sizes),
           },
           config.warmPools,
         );
@@ -254,7 +251,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       calls,
       egress,
       secrets,
-      credentials,
+      credentials: new CredentialInjection({ secretsKey: config.secretsKey, secrets }),
       quotas,
       metrics,
       images: config.runtime.kind === 'docker' ? images : registryImages(config.imageRegistries, config.image), // a cluster: by registry reference
@@ -324,6 +321,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     audit,
     leases,
     calls,
+    approvals,
     terminals,
     live: link.live,
     callStore,
@@ -376,6 +374,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       expiry.start((leaseId) => leases.onExpiryTimer(leaseId));
       every(reconcileIntervalMs, 'reconcile', reconcile);
       every(reconcileIntervalMs, 'quota reconcile', reconcileQuotas);
+      every(reconcileIntervalMs, 'approval expiry', () => approvals.expireDue());
       if (pools) every(poolIntervalMs, 'warm pools', () => pools.maintain());
       every(10 * 60_000, 'artifact sweep', () => artifacts.sweep(24 * 3600_000)); // expired records' files, parts abandoned for a day
       every(60_000, 'snapshot expiry', () => snapshots.sweep()); // past retention, unless a sandbox started from one runs

@@ -12,6 +12,7 @@ import { CallEventsHeaders, CallParams, ReceiptParams, SubmitCallBody, SubmitCal
 import type { CallService } from './service.js';
 import type { SessionService } from '../sessions/service.js';
 import { streamSse } from '../http/sse.js';
+import type { ApprovalService } from './approval-service.js';
 import type { CallStore } from './store.js';
 import { describeTools, TOOLS } from './tools.js';
 
@@ -19,6 +20,7 @@ export interface CallsRoutesOptions {
   /** Who may see a receipt's lease, and whether a lease may be used now (cancel). */
   leases: Pick<LeaseService, 'canSee' | 'usable'>;
   calls: CallService;
+  approvals: Pick<ApprovalService, 'approve' | 'deny'>;
   store: Pick<CallStore, 'getReceipt' | 'notifyChannel' | 'readEvents' | 'getCall'>;
   notifier: Pick<Notifier, 'next'>;
   /** A session command (`exec` with `session`) is refused unless its session runs (`session.not_found`, `session.ended`). */
@@ -28,7 +30,10 @@ export interface CallsRoutesOptions {
 /** Largest call body, bytes. */
 const CALL_BODY_LIMIT_BYTES = 48 * 1024 * 1024;
 
-export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin, { leases, calls, store, notifier, sessions }) => {
+export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (
+  plugin,
+  { leases, calls, approvals, store, notifier, sessions },
+) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   const tags = ['calls'];
 
@@ -87,6 +92,24 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (plugin
     const { call, changed } = await calls.cancel(request.lease, request.params.callId, (lease) => leases.usable(lease));
     return reply.status(changed ? 202 : 200).send(call);
   });
+
+  for (const verdict of ['approve', 'deny'] as const) {
+    const schema = {
+      tags,
+      summary:
+        verdict === 'approve'
+          ? 'Approve a call waiting for approval: it runs (approver or admin key)'
+          : 'Deny a call waiting for approval: it ends denied (approver or admin key)',
+      description:
+        "Idempotent. `403 auth.approver_required` for a user key; `409 approval.expired` past the deadline; `409 approval.not_pending` for a call that does not wait. The approval binds the call's fingerprint: another call (other args) needs its own.",
+      params: CallParams,
+    };
+    app.post(`/v1/sandboxes/:id/calls/:callId/${verdict}`, { schema, config: { lease: 'active' } }, async (request) =>
+      verdict === 'approve'
+        ? approvals.approve(request.lease, request.params.callId, request.principal)
+        : approvals.deny(request.lease, request.params.callId, request.principal),
+    );
+  }
 
   app.get('/v1/receipts/:receiptId', { schema: { tags, summary: 'Read a receipt', params: ReceiptParams } }, async (request) => {
     const { receiptId } = request.params;

@@ -29,10 +29,10 @@ function fakes() {
   };
   const store: CallServiceDeps['store'] = {
     notifyChannel: (leaseId, callId) => `notify:${leaseId}:${callId}`,
-    createCall: async (intent, events = []) => {
+    createCall: async (intent, events = [], _at, status = 'queued') => {
       const existing = calls.get(intent.callId);
       if (existing) return existing.intent;
-      calls.set(intent.callId, { intent, status: 'queued', result: null, events: [...events] });
+      calls.set(intent.callId, { intent, status, result: null, events: [...events] });
       return null;
     },
     getCall: async (_leaseId, callId) => {
@@ -49,9 +49,9 @@ function fakes() {
       notify(`notify:${leaseId}:${callId}`);
       return c.events.length;
     },
-    finishCall: async (leaseId, callId, result) => {
+    finishCall: async (leaseId, callId, result, _at, onlyIf = null) => {
       const c = calls.get(callId)!;
-      if (c.status === 'finished') return null;
+      if (c.status === 'finished' || (onlyIf !== null && c.status !== onlyIf)) return null;
       Object.assign(c, { status: 'finished', result });
       notify(`notify:${leaseId}:${callId}`, 'finished');
       return c.intent;
@@ -61,6 +61,7 @@ function fakes() {
       if (c.status === 'queued') c.status = 'running';
     },
     detachCall: async () => false,
+    holdForApproval: async () => undefined,
     openCalls: async () => [...calls.values()].filter((c) => c.status !== 'finished').map((c) => c.intent.callId),
   };
   const notifier: CallServiceDeps['notifier'] = {

@@ -4,13 +4,14 @@
  * what the agent sends back (events, the result with its receipt) is ledgered here before the
  * queue job is acknowledged.
  */
-import { lostReceipt, resultWithoutRun } from '../../contract/receipts.js';
+import { resultWithoutRun } from '../../contract/receipts.js';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ZodError } from 'zod';
 import { digestOf } from '../../contract/digest.js';
 import { AppError, errorInfo } from '../../contract/errors.js';
 import type { CallView, ToolResult } from '../../contract/objects.js';
+import type { EventBody } from '../../contract/events.js';
 import type { CallJob, ReturnMessage } from '../../contract/queue.js';
 import { isOfferedAsCall } from '../../contract/tools.js';
 import type { CallsOut } from '../agent-link/calls-out.js';
@@ -20,8 +21,11 @@ import type { LeaseRecord } from '../leases/store.js';
 import type { Metrics } from '../metrics/service.js';
 import type { Notifier } from '../redis/notifier.js';
 import type { SubmitCallBody } from './schema.js';
+import { abandonedResult } from './abandon.js';
+import { decideApproval } from './approvals.js';
 import { settleBehindAnswer } from './settle.js';
-import { CALL_SETTLED, type CallStore } from './store.js';
+import { waitAllFinished, waitFinished } from './waiting.js';
+import type { CallStore } from './store.js';
 import { TOOLS } from './tools.js';
 
 /** What calls need of a lease: its id, policy, granted secrets and manifest. */
@@ -30,7 +34,15 @@ export type CallLease = Pick<LeaseRecord, 'id' | 'policySnapshot' | 'secrets' | 
 export interface CallServiceDeps {
   store: Pick<
     CallStore,
-    'createCall' | 'getCall' | 'appendEvent' | 'finishCall' | 'markRunning' | 'detachCall' | 'openCalls' | 'notifyChannel'
+    | 'createCall'
+    | 'getCall'
+    | 'appendEvent'
+    | 'finishCall'
+    | 'markRunning'
+    | 'detachCall'
+    | 'openCalls'
+    | 'notifyChannel'
+    | 'holdForApproval'
   >;
   artifacts: Pick<ArtifactStore, 'writeChunk' | 'complete'>;
   /** Fetches an artifact the agent announced (`artifact_ready`) over a transfer tunnel and stores it (artifacts/fetch.ts). */
@@ -78,6 +90,14 @@ export class CallService {
       if (!(err instanceof AppError)) throw err;
       denial = err;
     }
+    // The policy's tool rules on the resolved call (approvals.ts): deny it, or hold it for an approver.
+    const ruling = resolved
+      ? decideApproval(lease.policySnapshot.tools.approvals, { spec: tool.spec, args: resolved.args, accesses: resolved.accesses })
+      : null;
+    if (ruling?.decision === 'deny')
+      denial = new AppError('policy.tool_denied', `the policy's ${ruling.rule} denies this call`, {
+        details: { tool: tool.name, rule: ruling.rule },
+      });
     const normalizedArgs = resolved?.args ?? body.args;
     const fingerprint = digestOf({ tool: tool.name, version: tool.version, args: normalizedArgs });
     const createdAt = now();
@@ -96,7 +116,11 @@ export class CallService {
         }
       : null;
     // The intent and its call.accepted event are written in one round trip.
-    const existing = await store.createCall(intent, [{ type: 'call.accepted', tool: tool.name, fingerprint }], createdAt);
+    const asks = ruling?.decision === 'ask' && denial === null;
+    const approvalExpiresAt = new Date(createdAt.getTime() + (lease.policySnapshot.tools.approvals?.timeoutSeconds ?? 3600) * 1000);
+    const events: EventBody[] = [{ type: 'call.accepted', tool: tool.name, fingerprint }];
+    if (asks) events.push({ type: 'call.pending_approval', rule: ruling.rule, fingerprint, expiresAt: approvalExpiresAt.toISOString() });
+    const existing = await store.createCall(intent, events, createdAt, asks ? 'pending_approval' : 'queued');
     if (existing) {
       if (existing.fingerprint !== fingerprint) {
         throw new AppError('call.id_conflict', `callId ${callId} was used with different tool or arguments`, {
@@ -118,6 +142,12 @@ export class CallService {
         await this.finish(lease.id, callId, emptyResult(callId, 'denied', error), createdAt);
       });
       throw new AppError(denial!.code, denial!.message, { details: { ...denial!.details, callId } });
+    }
+    if (asks) {
+      // Nothing is queued until an approver says so (approval-service.ts). Lost between the two
+      // writes, the deadline reads as passed: the call can only end denied.
+      await store.holdForApproval(lease.id, callId, approvalExpiresAt.getTime());
+      return { call: { ...intent, status: 'pending_approval', detached: null, result: null }, created: true };
     }
     // The intent is in the store before the job exists: a crash here leaves a queued call that
     // a repeat of the submission queues and a release finishes as `cancelled` (no attempt
@@ -149,6 +179,43 @@ export class CallService {
     await store.appendEvent(leaseId, job.callId, { type: 'call.queued' }, now(), 'queued', { unlessFinished: true });
   }
 
+  /**
+   * Queues a call an approver let run (approval-service.ts), resolved again under the lease's
+   * policy now: a call that no longer resolves, or whose fingerprint the resolution changes, ends
+   * `denied` instead — an approval binds the effect that was approved, nothing else.
+   */
+  async runApproved(lease: CallLease, call: CallView): Promise<void> {
+    const tool = TOOLS.get(call.tool)!;
+    let job: CallJob;
+    try {
+      const resolved = tool.resolve(call.args, lease.policySnapshot, lease.secrets);
+      if (digestOf({ tool: tool.name, version: tool.version, args: resolved.args }) !== call.fingerprint)
+        throw new AppError('policy.tool_denied', 'the call resolves to another effect under the policy now than the one approved');
+      job = {
+        callId: call.callId,
+        tool: tool.name,
+        toolVersion: tool.version,
+        args: resolved.args,
+        fingerprint: call.fingerprint,
+        manifestDigest: lease.manifest!.digest,
+        timeoutMs: resolved.timeoutMs,
+        maxOutputBytes: resolved.maxOutputBytes,
+        accesses: resolved.accesses,
+      };
+    } catch (err) {
+      if (!(err instanceof AppError)) throw err;
+      await this.finish(lease.id, call.callId, emptyResult(call.callId, 'denied', err.toInfo()), this.deps.now());
+      return;
+    }
+    await this.queue(lease.id, job);
+  }
+
+  /** Ends a call still waiting for approval as `denied` with `error` (false: it no longer waited). */
+  async endWaiting(leaseId: string, callId: string, error: ReturnType<typeof errorInfo>): Promise<boolean> {
+    const at = this.deps.now();
+    return this.finish(leaseId, callId, emptyResult(callId, 'denied', error), at, 'pending_approval');
+  }
+
   /** Throws `call.not_found`. */
   async get(leaseId: string, callId: string): Promise<CallView> {
     const call = await this.deps.store.getCall(leaseId, callId);
@@ -157,22 +224,11 @@ export class CallService {
   }
 
   /**
-   * The call once finished or detached (a background task's handle; with `untilFinished`, only
-   * once finished), or as it is after `timeoutMs`.
+   * The call once finished, detached (a background task's handle; with `untilFinished`, only
+   * once finished) or waiting for approval, or as it is after `timeoutMs` (waiting.ts).
    */
-  async waitFinished(leaseId: string, callId: string, timeoutMs: number, untilFinished = false): Promise<CallView> {
-    const deadline = Date.now() + timeoutMs;
-    const channel = this.deps.store.notifyChannel(leaseId, callId);
-    // Only the end (or a detach) wakes the wait: the events before it change nothing it returns.
-    const settles = (message: string): boolean =>
-      message === CALL_SETTLED.finished || (message === CALL_SETTLED.detached && !untilFinished);
-    for (;;) {
-      // Listen before reading, so a change between the read and the wait is not missed.
-      const wake = this.deps.notifier.next(channel, Math.max(0, Math.min(1000, deadline - Date.now())), undefined, settles);
-      const call = await this.get(leaseId, callId);
-      if (call.status === 'finished' || (call.status === 'detached' && !untilFinished) || Date.now() >= deadline) return call;
-      await wake;
-    }
+  waitFinished(leaseId: string, callId: string, timeoutMs: number, untilFinished = false): Promise<CallView> {
+    return waitFinished({ ...this.deps, get: (l, c) => this.get(l, c) }, leaseId, callId, timeoutMs, untilFinished);
   }
 
   /**
@@ -214,28 +270,10 @@ export class CallService {
 
   /**
    * Resolves once none of the lease's calls is open, or at `untilMs` (epoch ms, by `now`),
-   * whichever comes first. Waits on the calls' notifications (each wait listens before it
-   * reads, so no change is missed), not on a timer.
+   * whichever comes first (waiting.ts).
    */
-  async waitAllFinished(leaseId: string, untilMs: number): Promise<void> {
-    const { store, notifier, now } = this.deps;
-    let open = await store.openCalls(leaseId);
-    while (open.length > 0 && now().getTime() < untilMs) {
-      // Listen on the open calls first, then read again: a call ending in between still wakes the wait.
-      const stop = new AbortController();
-      const channels = open.map((callId) => store.notifyChannel(leaseId, callId));
-      const wake = notifier.nextOf(
-        channels,
-        Math.max(0, Math.min(WAIT_RECHECK_MS, untilMs - now().getTime())),
-        stop.signal,
-        (message) => message === CALL_SETTLED.finished,
-      );
-      const current = await store.openCalls(leaseId);
-      const unchanged = current.length === open.length && current.every((id) => open.includes(id));
-      if (unchanged) await wake;
-      else stop.abort();
-      open = current;
-    }
+  waitAllFinished(leaseId: string, untilMs: number): Promise<void> {
+    return waitAllFinished(this.deps, leaseId, untilMs);
   }
 
   /** Ledgers one message from a sandbox agent. Idempotent: redelivered messages are stored once. */
@@ -308,9 +346,15 @@ export class CallService {
    * finished it, counts it and logs it with the sandbox, call and attempt ids. Returns whether
    * it was stored (false: the call had finished before).
    */
-  private async finish(leaseId: string, callId: string, result: ToolResult, at: Date): Promise<boolean> {
+  private async finish(
+    leaseId: string,
+    callId: string,
+    result: ToolResult,
+    at: Date,
+    onlyIf: 'pending_approval' | null = null,
+  ): Promise<boolean> {
     // The store hands back the intent it finished (null: finished before), so no second read.
-    const call = await this.deps.store.finishCall(leaseId, callId, result, at);
+    const call = await this.deps.store.finishCall(leaseId, callId, result, at, onlyIf);
     if (!call) return false;
     const seconds = Math.max(0, at.getTime() - Date.parse(call.createdAt)) / 1000;
     this.deps.metrics.callFinished(call.tool, result.status, seconds);
@@ -341,42 +385,12 @@ export class CallService {
   ): Promise<void> {
     for (const callId of await this.deps.store.openCalls(leaseId)) {
       const call = await this.get(leaseId, callId);
-      const attemptId = await attemptOf(callId);
       const now = this.deps.now();
-      const result = attemptId
-        ? emptyResult(
-            callId,
-            'effect_unknown',
-            errorInfo('execution.sandbox_lost', 'the sandbox went away while the call ran; its effects are unknown'),
-          )
-        : emptyResult(callId, 'cancelled', errorInfo('execution.cancelled', 'the sandbox went away before the call started; nothing ran'));
-      // A receipt records an attempt: none when nothing started, nor without a manifest to bind
-      // it to (a lease record lost with its sandbox).
-      if (attemptId && manifestDigest) {
-        const subject = {
-          callId,
-          attemptId,
-          leaseId,
-          tool: call.tool,
-          toolVersion: TOOLS.get(call.tool)?.version ?? 'unknown',
-          fingerprint: call.fingerprint,
-          manifestDigest,
-        };
-        // The attempt started, so its process had the secrets its call asked for.
-        result.receipt = lostReceipt(
-          subject,
-          new Date(call.createdAt),
-          now,
-          Array.isArray(call.args.secrets) ? call.args.secrets.map(String).sort() : [],
-        );
-      }
+      const result = abandonedResult(call, await attemptOf(callId), manifestDigest, now);
       await this.finish(leaseId, callId, result, now);
     }
   }
 }
-
-/** Longest single wait of `waitAllFinished` before it reads the calls again, ms (a bound, not a poll: notifications wake it sooner). */
-const WAIT_RECHECK_MS = 1000;
 
 function emptyResult(callId: string, status: ToolResult['status'], error: ToolResult['error']): ToolResult {
   return resultWithoutRun(callId, status, error);

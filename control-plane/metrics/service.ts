@@ -161,6 +161,11 @@ export class Metrics {
     this.pools.set({ pool, state }, count);
   }
 
+  /** Sets every state's size of pool `pool` at once (`sizes`: state → count), as the warm pools report them. */
+  setPoolSizes(pool: string, sizes: Readonly<Record<string, number>>): void {
+    for (const [state, count] of Object.entries(sizes)) this.setPoolSize(pool, state, count);
+  }
+
   /** Counts one reconcile run's actions. */
   reconciled(outcome: ReconcileOutcome): void {
     this.reconcileActions.inc({ action: 'adopted' }, outcome.adopted.length);

@@ -1,0 +1,118 @@
+/**
+ * Tool approvals (issue 16 part 6): a call the policy's rules `ask` about waits
+ * (`pending_approval`, nothing queued) until a key with the `approver` or `admin` role approves
+ * it — then it is queued as the effect that was approved (CallService.runApproved) — or denies
+ * it, or its deadline passes (`denied`, `approval.expired`). Each step is a compare-and-swap on
+ * the call's status, so of an approval, a denial and an expiry racing, one wins; each is audited.
+ */
+import { AppError, errorInfo } from '../../contract/errors.js';
+import type { CallView } from '../../contract/objects.js';
+import { actorOf, type AuditLog } from '../audit/service.js';
+import type { Principal } from '../http/auth.js';
+import type { CallLease, CallService } from './service.js';
+import type { CallStore } from './store.js';
+
+export interface ApprovalServiceDeps {
+  calls: Pick<CallService, 'get' | 'runApproved' | 'endWaiting'>;
+  store: Pick<CallStore, 'approveCall' | 'appendEvent' | 'readEvents' | 'dueApprovals'>;
+  audit: Pick<AuditLog, 'record'>;
+  now: () => Date;
+}
+
+export class ApprovalService {
+  constructor(private readonly deps: ApprovalServiceDeps) {}
+
+  /**
+   * Approves a waiting call; it is queued. Idempotent (a call approved before is answered as it
+   * is). Throws `auth.approver_required`, `call.not_found`, `approval.expired` (the deadline
+   * passed: the call ends denied), `approval.not_pending` (`details.status`).
+   */
+  async approve(lease: CallLease, callId: string, by: Principal): Promise<CallView> {
+    mayApprove(by);
+    const { store, calls, now } = this.deps;
+    const verdict = await store.approveCall(lease.id, callId, now().getTime());
+    if (verdict === '') throw new AppError('call.not_found', `no call ${callId} in sandbox ${lease.id}`, { details: { callId } });
+    if (verdict === 'expired') {
+      await this.expire(lease.id, callId);
+      throw new AppError('approval.expired', `call ${callId} waited for approval past its deadline; it ended denied`, {
+        details: { callId },
+      });
+    }
+    if (verdict !== 'approved') {
+      if (await this.approvedBefore(lease.id, callId)) return calls.get(lease.id, callId);
+      const ended = await calls.get(lease.id, callId);
+      if (ended.result?.error?.code === 'approval.expired')
+        throw new AppError('approval.expired', `call ${callId} waited for approval past its deadline; it ended denied`, {
+          details: { callId },
+        });
+      throw new AppError('approval.not_pending', `call ${callId} does not wait for approval (${verdict})`, {
+        details: { callId, status: verdict },
+      });
+    }
+    await store.appendEvent(lease.id, callId, { type: 'call.approved', by: by.keyId }, now(), 'approved');
+    const call = await calls.get(lease.id, callId);
+    await this.audited(by, 'call.approve', lease.id, call);
+    await calls.runApproved(lease, call);
+    return calls.get(lease.id, callId);
+  }
+
+  /**
+   * Denies a waiting call: it ends `denied` (`approval.denied`), nothing ran. Idempotent (a call
+   * denied before is answered as it is). Throws `auth.approver_required`, `call.not_found`,
+   * `approval.not_pending`.
+   */
+  async deny(lease: CallLease, callId: string, by: Principal): Promise<CallView> {
+    mayApprove(by);
+    const { calls } = this.deps;
+    const error = errorInfo('approval.denied', `an approver (${by.keyId}) denied the call; nothing ran`, { by: by.keyId });
+    if (await calls.endWaiting(lease.id, callId, error)) {
+      const call = await calls.get(lease.id, callId);
+      await this.audited(by, 'call.deny', lease.id, call);
+      return call;
+    }
+    const call = await calls.get(lease.id, callId);
+    if (call.result?.error?.code === 'approval.denied') return call;
+    throw new AppError('approval.not_pending', `call ${callId} does not wait for approval (${call.status})`, {
+      details: { callId, status: call.status },
+    });
+  }
+
+  /** Ends every call whose approval deadline passed (a background task; the expired approval of one call is also seen at once by `approve`). */
+  async expireDue(): Promise<number> {
+    let ended = 0;
+    for (const { leaseId, callId } of await this.deps.store.dueApprovals(this.deps.now().getTime()))
+      if (await this.expire(leaseId, callId)) ended += 1;
+    return ended;
+  }
+
+  private async expire(leaseId: string, callId: string): Promise<boolean> {
+    const error = errorInfo('approval.expired', 'nobody approved the call before its deadline; nothing ran');
+    if (!(await this.deps.calls.endWaiting(leaseId, callId, error))) return false;
+    const call = await this.deps.calls.get(leaseId, callId);
+    await this.audited('system', 'call.approval_expired', leaseId, call);
+    return true;
+  }
+
+  private async approvedBefore(leaseId: string, callId: string): Promise<boolean> {
+    return (await this.deps.store.readEvents(leaseId, callId)).some((e) => e.type === 'call.approved');
+  }
+
+  private async audited(by: Principal | 'system', action: string, leaseId: string, call: CallView): Promise<void> {
+    await this.deps.audit.record({
+      actor: by === 'system' ? 'system' : actorOf(by),
+      action,
+      target: `call:${call.callId}`,
+      beforeDigest: null,
+      afterDigest: null,
+      details: { sandboxId: leaseId, tool: call.tool, fingerprint: call.fingerprint, status: call.status },
+    });
+  }
+}
+
+/** Throws `auth.approver_required` unless `by` may approve (the `approver` or `admin` role). */
+function mayApprove(by: Principal): void {
+  if (by.role !== 'approver' && by.role !== 'admin')
+    throw new AppError('auth.approver_required', 'approving or denying a call needs an approver or admin API key', {
+      details: { role: by.role },
+    });
+}

@@ -1,0 +1,123 @@
+/**
+ * Tool approvals (policy `tools.approvals`, issue 16 part 6) against real sandboxes: a call the
+ * rules ask about waits with nothing run until an approver key approves it (then it runs) or
+ * denies it; an approval binds that call's fingerprint only; a user key is refused; the deadline
+ * ends an unanswered call denied; a deny rule refuses at once. Every step audited.
+ */
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import type { CallView } from '../contract/objects.js';
+import { apiAs, eventually, execIn, REPO_ROOT, startHarness, useScratchDirs, type Harness } from './fixtures/index.js';
+
+const scratch = useScratchDirs();
+let h: Harness;
+let leaseId: string;
+let approver: string;
+let user: string;
+const api = apiAs(() => h.url);
+const exec = execIn(() => h.client);
+
+beforeAll(async () => {
+  const dir = await scratch('sbx-approvals-');
+  const defaults = parseYaml(await readFile(join(REPO_ROOT, 'policies', 'default.yaml'), 'utf8'));
+  await writeFile(join(dir, 'default.yaml'), JSON.stringify(defaults));
+  const approvals = (timeoutSeconds: number) => ({
+    timeoutSeconds,
+    rules: [
+      { decision: 'ask', tools: ['exec'], argv: ['touch /workspace/approved*'] },
+      { decision: 'deny', effects: ['fs.write'], paths: ['/workspace/.github/workflows/**'] },
+    ],
+  });
+  await writeFile(
+    join(dir, 'ask.yaml'),
+    JSON.stringify({ ...defaults, name: 'ask', version: 1, tools: { ...defaults.tools, approvals: approvals(3600) } }),
+  );
+  await writeFile(
+    join(dir, 'ask-fast.yaml'),
+    JSON.stringify({ ...defaults, name: 'ask-fast', version: 1, tools: { ...defaults.tools, approvals: approvals(10) } }),
+  );
+  h = await startHarness({ SBX_POLICY_DIR: dir });
+  leaseId = (await h.client.createSandbox({ policy: 'ask' })).id;
+  approver = (await api(h.apiKey, 'POST', '/v1/api-keys', { name: 'reviewer', role: 'approver', tenant: 'default' })).body.secret;
+  user = (await api(h.apiKey, 'POST', '/v1/api-keys', { name: 'agent', role: 'user', tenant: 'default' })).body.secret;
+}, 120_000);
+
+afterAll(async () => {
+  await h?.close();
+});
+
+const submit = (lease: string, argv: string[], callId: string) =>
+  api(h.apiKey, 'POST', `/v1/sandboxes/${lease}/calls?wait=30`, { tool: 'exec', args: { argv }, callId });
+/** The call once finished (the approval's run, or the deadline's end). */
+const finished = async (lease: string, callId: string, timeoutMs: number): Promise<CallView> =>
+  (await eventually(
+    () => h.client.getCall(lease, callId),
+    (c) => c.status === 'finished',
+    timeoutMs,
+  )) as CallView;
+const exists = async (path: string): Promise<boolean> => (await exec(leaseId, `test -e ${path} && echo yes || echo no`)).stdout === 'yes\n';
+
+describe('tool approvals', () => {
+  it('an ask rule holds the call with nothing run; a user key cannot approve; an approver can, and the call runs once, bound to its fingerprint', async () => {
+    const held = await submit(leaseId, ['touch', '/workspace/approved-1'], 'ask-1');
+    expect([held.status, held.body.status]).toEqual([202, 'pending_approval']);
+    const seen: string[] = [];
+    for await (const e of h.client.events(leaseId, 'ask-1')) {
+      seen.push(e.type);
+      if (e.type === 'call.pending_approval') {
+        expect(e).toMatchObject({ rule: 'tools.approvals.rules[0]', fingerprint: expect.stringMatching(/^sha256:/) });
+        break;
+      }
+    }
+    expect(seen).toEqual(['call.accepted', 'call.pending_approval']);
+    expect(await exists('/workspace/approved-1')).toBe(false);
+
+    expect((await api(user, 'POST', `/v1/sandboxes/${leaseId}/calls/ask-1/approve`)).body.error.code).toBe('auth.approver_required');
+    const approved = await api(approver, 'POST', `/v1/sandboxes/${leaseId}/calls/ask-1/approve`);
+    expect(approved.status).toBe(200);
+    const done = await finished(leaseId, 'ask-1', 30_000);
+    expect(done.result).toMatchObject({ status: 'succeeded', receipt: { commitState: 'committed' } });
+    expect(await exists('/workspace/approved-1')).toBe(true);
+    // Twice is the same answer; nothing runs again.
+    const again = await api(approver, 'POST', `/v1/sandboxes/${leaseId}/calls/ask-1/approve`);
+    expect([again.status, again.body.status]).toEqual([200, 'finished']);
+
+    // Other args are another call with another fingerprint: it waits for its own approval.
+    const other = await submit(leaseId, ['touch', '/workspace/approved-2'], 'ask-2');
+    expect(other.body.status).toBe('pending_approval');
+    const denied = await api(approver, 'POST', `/v1/sandboxes/${leaseId}/calls/ask-2/deny`);
+    expect(denied.body).toMatchObject({ status: 'finished', result: { status: 'denied', error: { code: 'approval.denied' } } });
+    expect((await api(approver, 'POST', `/v1/sandboxes/${leaseId}/calls/ask-2/deny`)).status).toBe(200);
+    expect((await api(approver, 'POST', `/v1/sandboxes/${leaseId}/calls/ask-2/approve`)).body.error.code).toBe('approval.not_pending');
+    expect(await exists('/workspace/approved-2')).toBe(false);
+
+    const audited = async (action: string, callId: string) =>
+      (await api(h.apiKey, 'GET', `/v1/audit?action=${action}&target=call:${callId}`)).body.entries;
+    expect(await audited('call.approve', 'ask-1')).toMatchObject([{ details: { sandboxId: leaseId, fingerprint: done.fingerprint } }]);
+    expect(await audited('call.deny', 'ask-2')).toHaveLength(1);
+  });
+
+  it(
+    'a call nobody answers ends denied at its deadline (approval.expired); approving it then is 409 approval.expired',
+    { timeout: 60_000 },
+    async () => {
+      const fast = (await h.client.createSandbox({ policy: 'ask-fast' })).id;
+      expect((await submit(fast, ['touch', '/workspace/approved-late'], 'late')).body.status).toBe('pending_approval');
+      const ended = await finished(fast, 'late', 40_000);
+      expect(ended.result).toMatchObject({ status: 'denied', error: { code: 'approval.expired' } });
+      expect((await api(approver, 'POST', `/v1/sandboxes/${fast}/calls/late/approve`)).body.error.code).toBe('approval.expired');
+      await h.client.releaseSandbox(fast);
+    },
+  );
+
+  it('a deny rule on the resolved paths refuses the call at once: 403 policy.tool_denied naming the rule', async () => {
+    const r = await api(h.apiKey, 'POST', `/v1/sandboxes/${leaseId}/calls?wait=30`, {
+      tool: 'write_file',
+      args: { path: '/workspace/x/../.github/workflows/ci.yml', content: 'on: push\n' },
+    });
+    expect([r.status, r.body.error.code, r.body.error.details.rule]).toEqual([403, 'policy.tool_denied', 'tools.approvals.rules[1]']);
+    expect(await exists('/workspace/.github/workflows/ci.yml')).toBe(false);
+  });
+});
