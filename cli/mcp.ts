@@ -19,6 +19,7 @@
  *   (`POST /v1/sandboxes/:id/snapshots`) and returns the snapshot id, from which another session
  *   starts (`sbx mcp --snapshot ID`).
  */
+import { randomUUID } from 'node:crypto';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import {
@@ -153,6 +154,20 @@ function fromError(error: ErrorInfo): CallToolResult {
   };
 }
 
+/** The answer to a tool call the policy holds for approval: nothing ran; what to do next. */
+function waitingForApproval(callId: string, hold: { rule: string; expiresAt: string }, sandboxId: string): CallToolResult {
+  const text =
+    `This call waits for a person's approval (policy rule ${hold.rule}) until ${hold.expiresAt}; nothing has run yet. ` +
+    `Ask the user to approve call ${callId} in sandbox ${sandboxId} (POST /v1/sandboxes/${sandboxId}/calls/${callId}/approve, an approver key), ` +
+    'then make the same tool call again, with the same arguments, to get its result.\n' +
+    `[sbx] status=pending_approval callId=${callId} expiresAt=${hold.expiresAt}`;
+  return {
+    content: [{ type: 'text', text }],
+    structuredContent: { status: 'pending_approval', callId, sandboxId, rule: hold.rule, expiresAt: hold.expiresAt },
+    isError: true,
+  };
+}
+
 /**
  * Serves MCP on this process's stdio until the client goes; releases the sandbox (if one was
  * leased) before exiting. Resolves once serving started.
@@ -188,6 +203,8 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
     }
   });
 
+  /** Calls held for approval, by tool name and arguments: asked again, the same call answers. */
+  const awaitingApproval = new Map<string, string>();
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const { name, arguments: args = {} } = request.params;
     if (name === SNAPSHOT_TOOL.name) return snapshotTool(args);
@@ -210,7 +227,26 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
     };
     try {
       const sbx = await leased();
-      return fromResult(await sbx.call(name, args, { signal: extra.signal, onEvent }), sbx.id);
+      // A call the policy holds for a person's approval is answered as such at once; the same
+      // tool call asked again is the same call (its callId kept), so it then gets the outcome.
+      const key = `${name} ${JSON.stringify(args)}`;
+      const callId = awaitingApproval.get(key) ?? `mcp_${randomUUID().replaceAll('-', '')}`;
+      let held: (event: Extract<CallEvent, { type: 'call.pending_approval' }>) => void = () => undefined;
+      const onHold = new Promise<Extract<CallEvent, { type: 'call.pending_approval' }>>((resolve) => (held = resolve));
+      const run = sbx.call(name, args, {
+        callId,
+        signal: extra.signal,
+        onEvent: (event) => (event.type === 'call.pending_approval' ? held(event) : onEvent(event)),
+      });
+      const first = await Promise.race([run.then((result) => ({ result })), onHold.then((hold) => ({ hold }))]);
+      if ('hold' in first) {
+        awaitingApproval.set(key, callId);
+        // Followed on in the background until approved, denied or expired; the agent asks again.
+        run.catch(() => undefined);
+        return waitingForApproval(callId, first.hold, sbx.id);
+      }
+      awaitingApproval.delete(key);
+      return fromResult(first.result, sbx.id);
     } catch (err) {
       if (err instanceof SbxError) return fromError(err.info);
       throw err;

@@ -14,7 +14,7 @@ import * as tarFs from 'tar-fs';
 import { z } from 'zod';
 import { CallEvent } from '../contract/events.js';
 import { ImageEvent, ImageView } from '../contract/images.js';
-import { CallView, EgressEvent, Lease, LeaseEvent, ToolResult } from '../contract/objects.js';
+import { CallView, EgressEvent, Lease, LeaseEvent, ToolResult, CallStatus } from '../contract/objects.js';
 import { SecretMetadata } from '../contract/secrets.js';
 import { Volume, VolumeList } from '../contract/volumes.js';
 import { Snapshot } from '../contract/snapshots.js';
@@ -61,7 +61,7 @@ export interface SubmitCallOptions {
 }
 
 /** `202` answer of a submit that did not finish within `wait`. */
-export const PendingCall = z.object({ callId: z.string(), status: z.enum(['queued', 'running', 'detached', 'finished']) });
+export const PendingCall = z.object({ callId: z.string(), status: CallStatus });
 export type PendingCall = z.infer<typeof PendingCall>;
 
 /** What an upload unpacked: tar entries and their bytes. */

@@ -6,6 +6,9 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import type { CallView } from '../contract/objects.js';
@@ -120,4 +123,34 @@ describe('tool approvals', () => {
     expect([r.status, r.body.error.code, r.body.error.details.rule]).toEqual([403, 'policy.tool_denied', 'tools.approvals.rules[1]']);
     expect(await exists('/workspace/.github/workflows/ci.yml')).toBe(false);
   });
+});
+
+describe('the MCP server and approvals', () => {
+  it(
+    'a tool call held for approval is answered as waiting, nothing run; asked again after the approval, the same call gives its result',
+    { timeout: 60_000 },
+    async () => {
+      const transport = new StdioClientTransport({
+        command: process.execPath,
+        args: [join(REPO_ROOT, 'dist/cli/sbx.js'), 'mcp', '--policy', 'ask'],
+        env: { ...(process.env as Record<string, string>), SBX_URL: h.url, SBX_API_KEY: h.apiKey },
+        stderr: 'pipe',
+      });
+      const client = new Client({ name: 'sbx-test', version: '0.0.0' });
+      await client.connect(transport);
+      try {
+        const ask = { argv: ['touch', '/workspace/approved-mcp'] };
+        const first = CallToolResultSchema.parse(await client.callTool({ name: 'exec', arguments: ask }));
+        const held = first.structuredContent as { status: string; callId: string; sandboxId: string };
+        expect([first.isError, held.status]).toEqual([true, 'pending_approval']);
+        expect(first.content.map((c) => (c.type === 'text' ? c.text : '')).join('')).toContain('waits for a person');
+        expect((await api(approver, 'POST', `/v1/sandboxes/${held.sandboxId}/calls/${held.callId}/approve`)).status).toBe(200);
+        await finished(held.sandboxId, held.callId, 30_000);
+        const again = CallToolResultSchema.parse(await client.callTool({ name: 'exec', arguments: ask }));
+        expect([again.isError, (again.structuredContent as { callId: string }).callId]).toEqual([false, held.callId]);
+      } finally {
+        await client.close();
+      }
+    },
+  );
 });
