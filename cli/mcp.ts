@@ -238,14 +238,16 @@ export async function runMcpServer(options: McpServerOptions): Promise<void> {
         signal: extra.signal,
         onEvent: (event) => (event.type === 'call.pending_approval' ? held(event) : onEvent(event)),
       });
-      const first = await Promise.race([run.then((result) => ({ result })), onHold.then((hold) => ({ hold }))]);
+      const first = await Promise.race([run.then((result) => ({ result })), onHold.then((hold) => ({ hold }))]).finally(() =>
+        awaitingApproval.delete(key),
+      );
       if ('hold' in first) {
+        // Held: the same tool call asked again is this call.
         awaitingApproval.set(key, callId);
         // Followed on in the background until approved, denied or expired; the agent asks again.
         run.catch(() => undefined);
         return waitingForApproval(callId, first.hold, sbx.id);
       }
-      awaitingApproval.delete(key);
       return fromResult(first.result, sbx.id);
     } catch (err) {
       if (err instanceof SbxError) return fromError(err.info);

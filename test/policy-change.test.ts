@@ -65,6 +65,7 @@ beforeAll(async () => {
     network: { mode: 'allowlist', allow: allow('a.phase.test') },
     resources: { ...defaults.resources, pids: 300 },
   });
+  await write('live-4.yaml', { name: 'live', version: 4, network: { mode: 'none', allow: [] } });
   await write('learn.yaml', {
     name: 'learn',
     version: 1,
@@ -176,6 +177,10 @@ describe('live policy change: an admin moves a running lease to another version'
       ['resources'],
     ]);
     expect((await h.client.getSandbox(lease.id)).policy.version).toBe(2);
+    // The network's mode is made with the sandbox (found by review): from allowlist to none is refused, the proxy unchanged.
+    const mode = await api(h.apiKey, 'POST', `/v1/sandboxes/${lease.id}/policy`, { version: 4 });
+    expect([mode.status, mode.body.error.details.sections]).toEqual([409, ['network.mode']]);
+    expect(await curl(lease.id, 'b.phase.test')).toBe('200');
 
     const user = (await api(h.apiKey, 'POST', '/v1/api-keys', { name: 'phase user', role: 'user', tenant: 'default' })).body
       .secret as string;
@@ -203,10 +208,12 @@ describe('from denial to proposal to a new version', () => {
       ],
       notProposed: [{ reason: expect.stringContaining('IP address'), denials: 1 }],
     });
-    expect((await api(h.apiKey, 'POST', '/v1/policies/learn/proposals/accept', { version: 2 })).body.error.code).toBe(
-      'policy.version_conflict',
-    );
-    const accepted = await api(h.apiKey, 'POST', '/v1/policies/learn/proposals/accept', { version: 1 });
+    const accept = async (version: number, digest: string) =>
+      api(h.apiKey, 'POST', '/v1/policies/learn/proposals/accept', { version, digest });
+    expect((await accept(2, proposal.digest)).body.error.code).toBe('policy.version_conflict');
+    // What is written is what was reviewed: another digest is refused.
+    expect((await accept(1, 'sha256:0')).body.error.code).toBe('policy.version_conflict');
+    const accepted = await accept(1, proposal.digest);
     expect([accepted.status, accepted.body.version]).toEqual([201, 2]);
 
     // The next lease runs version 2: what was denied goes through, and nothing is left to propose.
@@ -215,9 +222,8 @@ describe('from denial to proposal to a new version', () => {
     expect(await curl(next.id, 'b.phase.test')).toBe('200');
     expect((await exec(next.id, `curl -s -o /dev/null -w '%{http_code}' -X POST http://a.phase.test:${port}/submit`)).stdout).toBe('200');
     expect((await api(h.apiKey, 'GET', '/v1/policies/learn/proposals')).body.changes).toEqual([]);
-    expect((await api(h.apiKey, 'POST', '/v1/policies/learn/proposals/accept', { version: 2 })).body.error.code).toBe(
-      'policy.nothing_proposed',
-    );
+    const none = (await api(h.apiKey, 'GET', '/v1/policies/learn/proposals')).body.digest as string;
+    expect((await accept(2, none)).body.error.code).toBe('policy.nothing_proposed');
     const audit = (await api(h.apiKey, 'GET', '/v1/audit?action=policy.proposal_accept&target=policy:learn')).body.entries;
     expect(audit).toMatchObject([{ afterDigest: accepted.body.digest, details: { version: 2 } }]);
     await Promise.all([h.client.releaseSandbox(lease.id), h.client.releaseSandbox(next.id)]);

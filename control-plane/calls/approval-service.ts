@@ -14,7 +14,7 @@ import type { CallStore } from './store.js';
 
 export interface ApprovalServiceDeps {
   calls: Pick<CallService, 'get' | 'runApproved' | 'endWaiting'>;
-  store: Pick<CallStore, 'approveCall' | 'appendEvent' | 'readEvents' | 'dueApprovals'>;
+  store: Pick<CallStore, 'approveCall' | 'appendEvent' | 'readEvents' | 'dueApprovals' | 'forgetApproval'>;
   audit: Pick<AuditLog, 'record'>;
   now: () => Date;
 }
@@ -39,7 +39,12 @@ export class ApprovalService {
       });
     }
     if (verdict !== 'approved') {
-      if (await this.approvedBefore(lease.id, callId)) return calls.get(lease.id, callId);
+      if (await this.approvedBefore(lease.id, callId)) {
+        // Approved, and still queued: its job may never have been added (a crash right after the
+        // approval). Adding it again is a no-op when it was (once per callId).
+        if (verdict === 'queued') await calls.runApproved(lease, await calls.get(lease.id, callId));
+        return calls.get(lease.id, callId);
+      }
       const ended = await calls.get(lease.id, callId);
       if (ended.result?.error?.code === 'approval.expired')
         throw new AppError('approval.expired', `call ${callId} waited for approval past its deadline; it ended denied`, {
@@ -80,8 +85,11 @@ export class ApprovalService {
   /** Ends every call whose approval deadline passed (a background task; the expired approval of one call is also seen at once by `approve`). */
   async expireDue(): Promise<number> {
     let ended = 0;
-    for (const { leaseId, callId } of await this.deps.store.dueApprovals(this.deps.now().getTime()))
+    for (const { leaseId, callId } of await this.deps.store.dueApprovals(this.deps.now().getTime())) {
       if (await this.expire(leaseId, callId)) ended += 1;
+      // Waiting no more (approved, denied, cancelled, gone): off the list, so it never blocks the sweep.
+      else await this.deps.store.forgetApproval(leaseId, callId);
+    }
     return ended;
   }
 

@@ -48,6 +48,16 @@ describe('decideApproval', () => {
     expect(decideApproval(undefined, call('exec', { argv: ['git', 'push'] }))).toEqual({ decision: 'allow', rule: 'default' });
   });
 
+  it('exec in tools stands for every tool that runs programs; moving or removing a parent of a denied path is denied (found by review)', () => {
+    const ask = { timeoutSeconds: 60, rules: [{ decision: 'ask' as const, tools: ['exec'] }] };
+    for (const tool of ['terminal', 'session_start', 'git_status', 'git_diff'])
+      expect(decideApproval(ask, call(tool, {})).decision).toBe('ask');
+    expect(decideApproval(ask, call('read_file', {})).decision).toBe('allow');
+    expect(decideApproval(approvals, call('move', {}, ['/workspace/.github', '/workspace/gh'])).decision).toBe('deny');
+    expect(decideApproval(approvals, call('remove', {}, ['/workspace/.github/workflows'])).decision).toBe('deny');
+    expect(decideApproval(approvals, call('remove', {}, ['/workspace/.githubx'])).decision).toBe('ask');
+  });
+
   it('argv patterns match the whole command line; * in paths stays within a segment, ** crosses them', () => {
     expect(decideApproval(approvals, call('exec', { argv: ['echo', 'git push x'] })).decision).toBe('allow');
     const one = { timeoutSeconds: 60, rules: [{ decision: 'deny' as const, paths: ['/workspace/*.lock'] }] };

@@ -5,11 +5,15 @@
  * that matches deciding, `allow` when none does. `ask` holds the call for an approver
  * (service.ts); `deny` ends it `denied` (`policy.tool_denied`).
  *
- * Patterns: in `argv`, `*` stands for any characters, matched against the argv joined by single
- * spaces (`git push *`), or against the text of a `cmd` script (a script can do anything its
- * text does not show: ask for every `cmd` where that matters, with a rule of `tools: [exec]`
- * and no argv). In `paths`, `*` is any characters but `/` and `**` any, matched against the
- * call's declared paths, normalized (`..` and `.` resolved, not symlinks).
+ * `exec` in a rule's `tools` stands for every tool that runs programs (effect class `process`:
+ * exec, terminal, session_start, git_status, git_diff). Patterns: in `argv`, `*` stands for any
+ * characters, matched against the argv joined by single spaces (`git push*`), or against the
+ * text of a `cmd` script — advisory only: `/usr/bin/git push`, a script, or input piped in later
+ * do what the text does not show, so ask for every such call where that matters (a rule of
+ * `tools: [exec]` and no argv). In `paths`, `*` is any characters but `/` and `**` any, matched
+ * against the call's declared paths, normalized (`..` and `.` resolved, not symlinks); a
+ * declared path that contains the pattern's fixed part (moving or removing a parent) matches
+ * too. `exec` declares no paths: path rules cover the file tools.
  */
 import { z } from 'zod';
 import { EffectClass, type Access, type ToolSpec } from '../../contract/tools.js';
@@ -86,10 +90,19 @@ function commandLine(args: Record<string, unknown>): string | null {
   return typeof args.cmd === 'string' ? args.cmd : null;
 }
 
+/** Every tool that runs programs (exec, terminals, shell sessions, git, which runs what a repository configures): `exec` in a rule's `tools` stands for them all. */
+const runsPrograms = (spec: Pick<ToolSpec, 'effectClasses'>): boolean => spec.effectClasses.includes('process');
+
+/** Whether `path` contains what `pattern` names: moving or removing a parent moves or removes what lies below it. */
+function holds(path: string, pattern: string): boolean {
+  const fixed = pattern.split('*')[0]!.replace(/\/+$/, '');
+  return fixed !== '' && (fixed === path || fixed.startsWith(`${path.replace(/\/+$/, '')}/`));
+}
+
 /** Decides `call` by `approvals` (absent: allow). Pure. */
 export function decideApproval(approvals: Approvals | undefined, call: RuledCall): ApprovalDecision {
   for (const [index, rule] of (approvals?.rules ?? []).entries()) {
-    if (rule.tools && !rule.tools.includes(call.spec.name)) continue;
+    if (rule.tools && !rule.tools.includes(call.spec.name) && !(rule.tools.includes('exec') && runsPrograms(call.spec))) continue;
     if (rule.effects && !rule.effects.some((e) => call.spec.effectClasses.includes(e))) continue;
     if (rule.argv) {
       const line = commandLine(call.args);
@@ -97,7 +110,7 @@ export function decideApproval(approvals: Approvals | undefined, call: RuledCall
     }
     if (rule.paths) {
       const paths = call.accesses.flatMap((a) => (a.kind === 'path' ? [a.path] : []));
-      if (!paths.some((path) => rule.paths!.some((p) => regexOf(p, '[^/]*', '.*').test(path)))) continue;
+      if (!paths.some((path) => rule.paths!.some((p) => regexOf(p, '[^/]*', '.*').test(path) || holds(path, p)))) continue;
     }
     return { decision: rule.decision, rule: `tools.approvals.rules[${index}]` };
   }

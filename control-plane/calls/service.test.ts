@@ -61,7 +61,6 @@ function fakes() {
       if (c.status === 'queued') c.status = 'running';
     },
     detachCall: async () => false,
-    holdForApproval: async () => undefined,
     openCalls: async () => [...calls.values()].filter((c) => c.status !== 'finished').map((c) => c.intent.callId),
   };
   const notifier: CallServiceDeps['notifier'] = {

@@ -34,15 +34,7 @@ export type CallLease = Pick<LeaseRecord, 'id' | 'policySnapshot' | 'secrets' | 
 export interface CallServiceDeps {
   store: Pick<
     CallStore,
-    | 'createCall'
-    | 'getCall'
-    | 'appendEvent'
-    | 'finishCall'
-    | 'markRunning'
-    | 'detachCall'
-    | 'openCalls'
-    | 'notifyChannel'
-    | 'holdForApproval'
+    'createCall' | 'getCall' | 'appendEvent' | 'finishCall' | 'markRunning' | 'detachCall' | 'openCalls' | 'notifyChannel'
   >;
   artifacts: Pick<ArtifactStore, 'writeChunk' | 'complete'>;
   /** Fetches an artifact the agent announced (`artifact_ready`) over a transfer tunnel and stores it (artifacts/fetch.ts). */
@@ -120,7 +112,7 @@ export class CallService {
     const approvalExpiresAt = new Date(createdAt.getTime() + (lease.policySnapshot.tools.approvals?.timeoutSeconds ?? 3600) * 1000);
     const events: EventBody[] = [{ type: 'call.accepted', tool: tool.name, fingerprint }];
     if (asks) events.push({ type: 'call.pending_approval', rule: ruling.rule, fingerprint, expiresAt: approvalExpiresAt.toISOString() });
-    const existing = await store.createCall(intent, events, createdAt, asks ? 'pending_approval' : 'queued');
+    const existing = await store.createCall(intent, events, createdAt, asks ? 'pending_approval' : 'queued', approvalExpiresAt.getTime());
     if (existing) {
       if (existing.fingerprint !== fingerprint) {
         throw new AppError('call.id_conflict', `callId ${callId} was used with different tool or arguments`, {
@@ -144,9 +136,7 @@ export class CallService {
       throw new AppError(denial!.code, denial!.message, { details: { ...denial!.details, callId } });
     }
     if (asks) {
-      // Nothing is queued until an approver says so (approval-service.ts). Lost between the two
-      // writes, the deadline reads as passed: the call can only end denied.
-      await store.holdForApproval(lease.id, callId, approvalExpiresAt.getTime());
+      // Nothing is queued until an approver says so (approval-service.ts).
       return { call: { ...intent, status: 'pending_approval', detached: null, result: null }, created: true };
     }
     // The intent is in the store before the job exists: a crash here leaves a queued call that

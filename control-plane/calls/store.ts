@@ -39,17 +39,23 @@ redis.call('RPUSH', KEYS[1], '{"seq":' .. seq .. ',' .. string.sub(ARGV[2], 2))
 redis.call('PUBLISH', ARGV[3], seq)
 return seq`;
 
-// The intent and its first events (e.g. call.accepted) in one round trip: ARGV[6..] are event JSONs.
+// The intent and its first events (e.g. call.accepted) in one round trip: ARGV[8..] are event
+// JSONs. A call created pending_approval gets its deadline (ARGV[6]) and its place among those
+// waiting (KEYS[4], member ARGV[7]) in the same write: none waits without a deadline.
 const CREATE_CALL = `
 local existing = redis.call('HGET', KEYS[1], 'intent')
 if existing then return existing end
 redis.call('HSET', KEYS[1], 'intent', ARGV[1], 'status', ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-for i = 6, #ARGV do
+if ARGV[2] == 'pending_approval' then
+  redis.call('HSET', KEYS[1], 'approvalExpiresAt', ARGV[6])
+  redis.call('ZADD', KEYS[4], ARGV[6], ARGV[7])
+end
+for i = 8, #ARGV do
   local seq = redis.call('LLEN', KEYS[3]) + 1
   redis.call('RPUSH', KEYS[3], '{"seq":' .. seq .. ',' .. string.sub(ARGV[i], 2))
 end
-if #ARGV >= 6 then redis.call('PUBLISH', ARGV[5], 'created') end
+if #ARGV >= 8 then redis.call('PUBLISH', ARGV[5], 'created') end
 return false`;
 
 const MARK_RUNNING = `
@@ -68,6 +74,7 @@ return 1`;
 // ARGV[5] ~= '': finish only a call in that status (a call waiting for approval, which an approval may take first).
 const FINISH_CALL = `
 local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'pending_approval' then redis.call('ZREM', KEYS[5], ARGV[6]) end
 if not status or status == 'finished' then return 0 end
 if ARGV[5] ~= '' and status ~= ARGV[5] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'finished', 'result', ARGV[1], 'stdout', ARGV[2], 'stderr', ARGV[3])
@@ -122,25 +129,30 @@ export class CallStore {
   /**
    * Records a call's intent unless the callId exists; returns the existing intent if it does.
    * `events` (stamped `at`) are appended with the intent in the same script, seq 1 onwards, so
-   * a new call and its first events are one round trip.
+   * a new call and its first events are one round trip. A call created `pending_approval` gets
+   * its deadline (`approvalExpiresAtMs`, epoch ms) in that write too.
    */
   async createCall(
     intent: CallIntent,
     events: readonly EventBody[] = [],
     at: Date = new Date(intent.createdAt),
     status: 'queued' | 'pending_approval' = 'queued',
+    approvalExpiresAtMs = 0,
   ): Promise<CallIntent | null> {
     const existing = (await this.redis.eval(
       CREATE_CALL,
-      3,
+      4,
       this.k.call(intent.leaseId, intent.callId),
       this.k.calls(intent.leaseId),
       this.k.events(intent.leaseId, intent.callId),
+      this.k.approvals(),
       JSON.stringify(intent),
       status,
       Date.parse(intent.createdAt),
       intent.callId,
       this.notifyChannel(intent.leaseId, intent.callId),
+      approvalExpiresAtMs,
+      `${intent.leaseId} ${intent.callId}`,
       ...events.map((e) => eventJson(intent.callId, e, at)),
     )) as string | null;
     return existing === null ? null : CallIntent.parse(JSON.parse(existing));
@@ -258,13 +270,9 @@ export class CallStore {
     return typeof intent === 'string' ? CallIntent.parse(JSON.parse(intent)) : null;
   }
 
-  /** Records the deadline of a call created `pending_approval` (epoch ms), and lists it among those waiting. */
-  async holdForApproval(leaseId: string, callId: string, expiresAtMs: number): Promise<void> {
-    await this.redis
-      .multi()
-      .hset(this.k.call(leaseId, callId), 'approvalExpiresAt', expiresAtMs)
-      .zadd(this.k.approvals(), expiresAtMs, `${leaseId} ${callId}`)
-      .exec();
+  /** Takes a call off the list of those waiting for approval (one the sweep found waiting no more). */
+  async forgetApproval(leaseId: string, callId: string): Promise<void> {
+    await this.redis.zrem(this.k.approvals(), `${leaseId} ${callId}`);
   }
 
   /** Queues a call waiting for approval (APPROVE_CALL): `approved`, `expired`, or the status it has (`''`: no call). */

@@ -61,7 +61,8 @@ export class CredentialInjection {
   ): Promise<LeaseInterception | undefined> {
     if (!policyIntercepts(policy)) return undefined;
     const granted = new Set(grants.map((g) => g.name));
-    const rules = (policy.secrets.inject ?? []).filter((r) => granted.has(r.secret));
+    // Granted and allowed now: a phase or policy version that withdrew a secret stops its injection too.
+    const rules = (policy.secrets.inject ?? []).filter((r) => granted.has(r.secret) && policy.secrets.allowed.includes(r.secret));
     const values =
       rules.length === 0 ? new Map<string, Buffer>() : await this.deps.secrets.reveal([...new Set(rules.map((r) => r.secret))]);
     const injections: Injection[] = rules.map((rule) => ({

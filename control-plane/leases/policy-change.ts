@@ -138,6 +138,8 @@ function fixedSectionsChanged(a: Policy, b: Policy): string[] {
   const changed = keys.filter(
     (k) => digestOf((a as Record<string, unknown>)[k] ?? null) !== digestOf((b as Record<string, unknown>)[k] ?? null),
   );
+  // The network's plumbing (no interface, the proxy's socket, a bridge) is made with the sandbox.
+  if (a.network.mode !== b.network.mode) changed.push('network.mode');
   // The lease CA's trust files are mounted when the sandbox is made.
   if (policyIntercepts(b) && !policyIntercepts(a)) changed.push('interception (secrets.inject, network.allow[].http)');
   // A phased sandbox changes by its phases only.

@@ -5,6 +5,7 @@
  * `POST .../proposals/accept {version}` writes it as the next version — a compare-and-swap on
  * the version the admin reviewed — and audits it.
  */
+import { digestOf } from '../../contract/digest.js';
 import { AppError } from '../../contract/errors.js';
 import type { EgressEvent, PolicyRef } from '../../contract/objects.js';
 import { actorOf, type AuditLog } from '../audit/service.js';
@@ -24,6 +25,8 @@ export interface ProposalDeps {
 /** A proposal as the API shows it: for which version, the changes, what is not proposed, and the next policy. */
 export interface ProposalView extends Proposal {
   policy: PolicyRef;
+  /** Digest of the changes and the proposed policy: accept names it, so what is written is what was reviewed. */
+  digest: string;
   /** Leases whose egress logs were read. */
   leasesRead: number;
 }
@@ -47,7 +50,9 @@ export class ProposalService {
         ),
       )
     ).flat();
-    return { policy: ref, leasesRead: leases.length, ...propose(policy, denials) };
+    const proposal = propose(policy, denials);
+    const digest = digestOf({ changes: proposal.changes.map(({ evidence: _e, ...c }) => c), proposed: proposal.proposed });
+    return { policy: ref, leasesRead: leases.length, digest, ...proposal };
   }
 
   /**
@@ -55,11 +60,11 @@ export class ProposalService {
    * when `reviewed` is not the latest version (the proposal the admin saw is stale),
    * `policy.nothing_proposed` when there is no change to make, `policy.not_found`.
    */
-  async accept(name: string, reviewed: number, by: Principal): Promise<PolicyVersion> {
+  async accept(name: string, reviewed: number, digest: string, by: Principal): Promise<PolicyVersion> {
     const view = await this.proposal(name);
-    if (view.policy.version !== reviewed)
-      throw new AppError('policy.version_conflict', `policy ${name} is at version ${view.policy.version}; review its proposal again`, {
-        details: { expected: view.policy.version + 1, given: reviewed + 1 },
+    if (view.policy.version !== reviewed || view.digest !== digest)
+      throw new AppError('policy.version_conflict', `policy ${name} or its proposal changed since it was reviewed; review it again`, {
+        details: { expected: view.policy.version + 1, given: reviewed + 1, digest: view.digest },
       });
     if (view.changes.length === 0)
       throw new AppError('policy.nothing_proposed', `no denied egress of policy ${name}'s leases calls for a change`);

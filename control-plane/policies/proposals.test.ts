@@ -55,6 +55,19 @@ describe('propose', () => {
     ]);
   });
 
+  it('what a sandbox asked for never becomes a pattern: a * host or path, a trailing dot; an L7 change goes to the rule of that host now (found by review)', () => {
+    const { changes, notProposed } = propose(policy, [
+      denied('*.com', 443, 'no rule allows *.com:443'),
+      denied('x.test.', 443, 'no rule allows x.test.:443'),
+      denied('api.test', 443, 'allow[7] host api.test:443 http: no allow entry matches POST /**', 'POST', '/**'),
+      denied('api.test', 443, 'allow[7] host api.test:443 http: no allow entry matches POST /new', 'POST', '/new'),
+    ]);
+    expect(changes.map(({ evidence: _e, ...c }) => c)).toEqual([
+      { kind: 'add_http_allow', ruleIndex: 0, host: 'api.test', methods: ['POST'], paths: ['/new'], denials: 1 },
+    ]);
+    expect(notProposed).toMatchObject([{ reason: expect.stringContaining('not a plain host name or path'), denials: 3 }]);
+  });
+
   it('an explicit deny entry and an address are never proposed; what the policy allows by now is not proposed again', () => {
     const { changes, notProposed } = propose(policy, [
       denied('api.test', 443, 'allow[0] host api.test:443 http.deny[0]', 'GET', '/admin/x'),

@@ -13,6 +13,7 @@
 import type { EgressEvent } from '../../contract/objects.js';
 import { decideHttp } from '../egress/http-rules.js';
 import { EgressAllowlist } from '../egress/rules.js';
+import { HOST_PATTERN } from '../egress/schema.js';
 import type { Policy } from './schema.js';
 
 /** One denied event and the lease it happened in. */
@@ -50,7 +51,6 @@ const EVIDENCE_MAX = 20;
 
 const NO_RULE = /^no rule allows /;
 const L7_NO_ALLOW = / http: no allow entry matches /;
-const RULE_INDEX = /^allow\[(\d+)\] host /;
 const IP_LITERAL = /^(\d{1,3}(\.\d{1,3}){3}|.*:.*)$/;
 
 function evidenceOf(d: Denial): Evidence {
@@ -76,18 +76,29 @@ export function propose(policy: Policy, denials: readonly Denial[]): Proposal {
   const changes: ProposalChange[] = [];
   const notProposed: Proposal['notProposed'] = [];
   const noRule: Denial[] = [];
-  const l7: Denial[] = [];
+  const l7: Array<Denial & { ruleIndex: number }> = [];
   const other = new Map<string, Denial[]>();
   const current = new EgressAllowlist(rules);
   for (const d of denials) {
     if (d.event.decision !== 'denied' || stillAllowedNow(current, d.event)) continue;
     const literal = IP_LITERAL.test(d.event.host);
-    if (NO_RULE.test(d.event.rule) && !literal) noRule.push(d);
-    else if (L7_NO_ALLOW.test(d.event.rule) && RULE_INDEX.test(d.event.rule)) l7.push(d);
+    // What a sandbox asked for becomes a rule only when it is a plain name and a plain path: `*.com`
+    // or a path `/**` would turn one request into a wildcard.
+    const plainHost = HOST_PATTERN.test(d.event.host) && !d.event.host.includes('*');
+    const plainPath = d.event.path === undefined || !/[*\\]/.test(d.event.path);
+    const l7Rule = L7_NO_ALLOW.test(d.event.rule)
+      ? rules.findIndex((r) => 'host' in r && r.host === d.event.host && r.http !== undefined)
+      : -1;
+    if (NO_RULE.test(d.event.rule) && !literal && plainHost) noRule.push(d);
+    else if (l7Rule >= 0 && plainPath) l7.push({ ...d, ruleIndex: l7Rule });
     else {
       const reason = literal
         ? 'an IP address: add a cidr rule deliberately'
-        : `denied by ${d.event.rule.replace(/ [^ ]*$/, '')}: not overridden`;
+        : !plainHost || !plainPath
+          ? 'not a plain host name or path: never made into a pattern'
+          : L7_NO_ALLOW.test(d.event.rule)
+            ? 'no host rule of that exact name with http rules in the latest version'
+            : `denied by ${d.event.rule.replace(/ [^ ]*$/, '')}: not overridden`;
       other.set(reason, [...(other.get(reason) ?? []), d]);
     }
   }
@@ -100,8 +111,8 @@ export function propose(policy: Policy, denials: readonly Denial[]): Proposal {
         : { kind: 'add_host', host, ports, evidence: newest(ds), denials: ds.length },
     );
   }
-  for (const [key, ds] of groupBy(l7, (d) => `${RULE_INDEX.exec(d.event.rule)![1]} ${d.event.method}`)) {
-    const ruleIndex = Number(key.split(' ')[0]);
+  for (const [, ds] of groupBy(l7, (d) => `${d.ruleIndex} ${d.event.method}`)) {
+    const ruleIndex = ds[0]!.ruleIndex;
     const paths = [...new Set(ds.map((d) => d.event.path ?? '/'))].sort();
     changes.push({
       kind: 'add_http_allow',

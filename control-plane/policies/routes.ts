@@ -92,9 +92,10 @@ export const policiesRoutes: FastifyPluginAsync<{ policies: PolicyService; propo
         description:
           '`409 policy.version_conflict` when the policy changed since `version`; `409 policy.nothing_proposed` when there is no change. Audited (`policy.proposal_accept`).',
         params: NameParams,
-        body: z.object({ version: z.number().int().positive() }).strict(),
+        body: z.object({ version: z.number().int().positive(), digest: z.string().max(100) }).strict(),
       },
     },
-    async (request, reply) => reply.status(201).send(await proposals.accept(request.params.name, request.body.version, request.principal)),
+    async (request, reply) =>
+      reply.status(201).send(await proposals.accept(request.params.name, request.body.version, request.body.digest, request.principal)),
   );
 };
