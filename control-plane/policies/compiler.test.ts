@@ -177,4 +177,22 @@ describe('policy compiler', () => {
     expect(JSON.stringify(spec)).not.toContain('NPM_TOKEN');
     expect(compileSandboxSpec(input(base)).tmpfs['/run/secrets']).toBeUndefined();
   });
+
+  it('a policy that intercepts TLS mounts the lease CA trust files (over the system bundle too), and is unenforceable where a node relay runs the sandbox', () => {
+    const intercepting = {
+      ...base,
+      network: { mode: 'allowlist' as const, allow: [{ host: 'api.test', ports: [443], http: { allow: [{ methods: ['GET'] }] } }] },
+    };
+    const spec = compileSandboxSpec({ ...input(intercepting), trustHostDir: '/data/trust/sbx_abc' });
+    expect(spec.readOnlyBinds.filter((b) => b.hostPath.startsWith('/data/trust'))).toEqual([
+      { hostPath: '/data/trust/sbx_abc', containerPath: '/etc/sbx/trust' },
+      { hostPath: '/data/trust/sbx_abc/ca-bundle.pem', containerPath: '/etc/ssl/certs/ca-certificates.crt' },
+    ]);
+    expect(
+      unenforceable(() =>
+        compileSandboxSpec({ ...input(intercepting), trustHostDir: '/data/trust/sbx_abc', agentRelayDir: '/var/lib/sbx-relay' }),
+      ).field,
+    ).toBe('network.allow');
+    expect(compileSandboxSpec(input(base)).readOnlyBinds.some((b) => b.containerPath === '/etc/sbx/trust')).toBe(false);
+  });
 });
