@@ -22,7 +22,7 @@ import type { EgressEvent } from '../../contract/objects.js';
 import type { LeaseCa } from './ca.js';
 import { decideHttp } from './http-rules.js';
 import type { HttpRules } from './schema.js';
-import { asciiHeader, connectionNamed, HOP_HEADERS } from './wire.js';
+import { asciiHeader, connectionNamed, HOP_HEADERS, relayAnswer } from './wire.js';
 
 import { bodyInjector, injectHead, injectionsFor, type InjectedCounts, type Injection } from './inject.js';
 
@@ -231,31 +231,12 @@ export class Interceptor {
         timeout: this.deps.connectTimeoutMs,
       };
       const upstream = https.request(options);
-      upstream.once('timeout', () => upstream.destroy(new Error('timeout')));
-      upstream.once('response', (answer) => {
-        upstream.setTimeout(0);
+      relayAnswer(upstream, res, event, `${target.host}:${target.port} (${target.address})`, (answer) => {
         const out: string[] = [];
         for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2)
           if (!HOP_HEADERS.has(answer.rawHeaders[i]!.toLowerCase())) out.push(answer.rawHeaders[i]!, answer.rawHeaders[i + 1]!);
-        res.writeHead(answer.statusCode ?? 502, out);
-        answer.on('data', (chunk: Buffer) => (event.bytesIn += chunk.length));
-        answer.pipe(res);
-        answer.once('end', resolve);
-        answer.once('error', resolve);
-      });
-      upstream.once('error', (err: NodeJS.ErrnoException) => {
-        event.error = err.code ?? err.message;
-        if (!res.headersSent)
-          res
-            .writeHead(502, { 'content-type': 'text/plain' })
-            .end(`sbx egress: ${target.host}:${target.port} (${target.address}): ${event.error}\n`);
-        else res.destroy();
-        resolve();
-      });
-      res.once('close', () => {
-        upstream.destroy();
-        resolve();
-      });
+        return out;
+      }).then(resolve);
       req.on('data', (chunk: Buffer) => (event.bytesOut += chunk.length));
       if (!hasBody) {
         req.resume();

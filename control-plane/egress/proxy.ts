@@ -23,7 +23,7 @@ import { upstreamRoots } from './ca.js';
 import { decideHttp } from './http-rules.js';
 import { Interceptor, intercepts, type LeaseInterception } from './intercept.js';
 import { EgressAllowlist, type EgressDecision, type EgressRule } from './rules.js';
-import { asciiHeader, forwardHeaders, parseAuthority, refusalResponse, stripBrackets, unmapped } from './wire.js';
+import { asciiHeader, forwardHeaders, parseAuthority, refusalResponse, relayAnswer, stripBrackets, unmapped } from './wire.js';
 
 /** Resolves a host name to its addresses (IPv4 and IPv6), in the order to try them. */
 export type Resolve = (host: string) => Promise<string[]>;
@@ -328,26 +328,7 @@ export class EgressProxy {
         agent: false,
         timeout: this.deps.connectTimeoutMs ?? 10_000,
       });
-      upstream.once('timeout', () => upstream.destroy(new Error('timeout')));
-      upstream.once('response', (answer) => {
-        upstream.setTimeout(0);
-        res.writeHead(answer.statusCode ?? 502, forwardHeaders(answer.headers));
-        answer.on('data', (chunk: Buffer) => (event.bytesIn += chunk.length));
-        answer.pipe(res);
-        answer.once('end', resolve);
-        answer.once('error', resolve);
-      });
-      upstream.once('error', (err: NodeJS.ErrnoException) => {
-        event.error = err.code ?? err.message;
-        if (!res.headersSent)
-          res.writeHead(502, { 'content-type': 'text/plain' }).end(`sbx egress: ${host}:${port} (${address}): ${event.error}\n`);
-        else res.destroy();
-        resolve();
-      });
-      res.once('close', () => {
-        upstream.destroy();
-        resolve();
-      });
+      relayAnswer(upstream, res, event, `${host}:${port} (${address})`, (answer) => forwardHeaders(answer.headers)).then(resolve);
       if (hasBody) {
         req.on('data', (chunk: Buffer) => (event.bytesOut += chunk.length));
         req.pipe(upstream);

@@ -3,6 +3,7 @@
  * addresses as dialled, and its refusals.
  */
 import type http from 'node:http';
+import type { EgressEvent } from '../../contract/objects.js';
 import type { EgressDecision } from './rules.js';
 
 /** Headers that belong to one hop (RFC 9110 §7.6.1) or to the proxy, never forwarded. */
@@ -73,4 +74,40 @@ export function connectionNamed(connection: string | string[] | undefined): Set<
       .map((t) => t.trim().toLowerCase())
       .filter((t) => t !== '' && !framing.has(t)),
   );
+}
+
+/**
+ * Sends `upstream`'s answer to `res` (its headers as `headersOf` gives them), counting the body's
+ * bytes into `event.bytesIn`; a failure before the answer is `502` naming `target`, after it the
+ * client's connection is cut, and the error lands in `event.error`. The client leaving destroys
+ * `upstream`. Resolves when the exchange is over, whichever way; never rejects.
+ */
+export function relayAnswer(
+  upstream: http.ClientRequest,
+  res: http.ServerResponse,
+  event: EgressEvent,
+  target: string,
+  headersOf: (answer: http.IncomingMessage) => http.OutgoingHttpHeaders | string[],
+): Promise<void> {
+  return new Promise((resolve) => {
+    upstream.once('timeout', () => upstream.destroy(new Error('timeout')));
+    upstream.once('response', (answer) => {
+      upstream.setTimeout(0);
+      res.writeHead(answer.statusCode ?? 502, headersOf(answer));
+      answer.on('data', (chunk: Buffer) => (event.bytesIn += chunk.length));
+      answer.pipe(res);
+      answer.once('end', resolve);
+      answer.once('error', resolve);
+    });
+    upstream.once('error', (err: NodeJS.ErrnoException) => {
+      event.error = err.code ?? err.message;
+      if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' }).end(`sbx egress: ${target}: ${event.error}\n`);
+      else res.destroy();
+      resolve();
+    });
+    res.once('close', () => {
+      upstream.destroy();
+      resolve();
+    });
+  });
 }
