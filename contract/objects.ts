@@ -5,10 +5,11 @@
 import { z } from 'zod';
 import { ErrorInfo } from './errors.js';
 
-/** ISO-8601 UTC timestamp with milliseconds, e.g. `2026-11-30T10:00:00.000Z`. */
-export const Timestamp = z.string().datetime({ offset: false });
-/** `sha256:<64 hex>` content digest (see contract/digest.ts). */
-export const Digest = z.string().regex(/^sha256:[0-9a-f]{64}$/);
+import { CredentialsInjected } from './egress.js';
+import { Digest, Timestamp } from './scalars.js';
+
+export { Digest, Timestamp } from './scalars.js';
+export { EgressEvent } from './egress.js';
 
 /** The exact policy version a lease is bound to. */
 export const PolicyRef = z.object({ name: z.string(), version: z.number().int().positive(), digest: Digest });
@@ -228,38 +229,6 @@ export const LeaseEvent = z.object({
 });
 export type LeaseEvent = z.infer<typeof LeaseEvent>;
 
-/**
- * One connection a sandbox asked its egress proxy for (network mode `allowlist`), recorded when
- * it ends or is refused: `GET /v1/sandboxes/:id/egress`.
- */
-export const EgressEvent = z.object({
-  /** When the proxy received the request. */
-  at: Timestamp,
-  /** Host as the sandbox asked for it (name or IP literal), and the port. */
-  host: z.string(),
-  port: z.number().int(),
-  /** `CONNECT` (a tunnel, e.g. HTTPS) or the method of a plain-HTTP request. */
-  method: z.string(),
-  decision: z.enum(['allowed', 'denied']),
-  /** The allowlist rule that allowed it, or why it was denied. */
-  rule: z.string(),
-  /** The address the proxy resolved and dialled (null when denied before resolution). */
-  address: z.string().nullable(),
-  /** Bytes sent from the sandbox to the destination and back (payload, not headers of a tunnel). */
-  bytesOut: z.number().int().nonnegative(),
-  bytesIn: z.number().int().nonnegative(),
-  durationMs: z.number().nonnegative(),
-  /** For an allowed connection that failed: the reason (`ECONNREFUSED`, `no address` …). */
-  error: z.string().nullable(),
-  /** An HTTPS request the proxy opened (credential injection): its path, without the query. */
-  path: z.string().optional(),
-  /** Secrets whose values the proxy put into this request, by name (never values), and how often. */
-  credentialsInjected: z.array(z.object({ secret: z.string(), count: z.number().int().positive() })).optional(),
-  /** Secrets whose placeholder this request carried where no rule puts the value: left as it was. */
-  strayPlaceholders: z.array(z.string()).optional(),
-});
-export type EgressEvent = z.infer<typeof EgressEvent>;
-
 export const CommitState = z.enum(['not_started', 'committed', 'partial', 'unknown']);
 export type CommitState = z.infer<typeof CommitState>;
 
@@ -316,6 +285,8 @@ export const EffectReceipt = z.object({
   artifacts: z.array(z.object({ id: z.string(), sha256: z.string(), size: z.number().int() })),
   /** Names of the secrets the attempt's process received (never values), sorted. */
   secretsUsed: z.array(z.string()).default([]),
+  /** Secrets the egress proxy put into the call's requests (policy `secrets.inject`), by name and host; absent when none. */
+  credentialsInjected: CredentialsInjected.optional(),
   manifestDigest: Digest,
 });
 export type EffectReceipt = z.infer<typeof EffectReceipt>;

@@ -196,6 +196,12 @@ export const CallJob = z.object({
   maxOutputBytes: z.number().int().positive(),
   /** What the call touches, as the control plane normalized it; the agent resolves paths canonically before it schedules the call. */
   accesses: z.array(Access),
+  /**
+   * `<callId>:<token>`: the egress proxy credential of this call, which the agent puts into its
+   * processes' proxy variables so the proxy can tell the call's requests apart
+   * (control-plane/egress/attribution.ts).
+   */
+  egressCredential: z.string().optional(),
 });
 export type CallJob = z.infer<typeof CallJob>;
 

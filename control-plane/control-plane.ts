@@ -30,6 +30,7 @@ import { CallStore } from './calls/store.js';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
 import { BackgroundTasks } from './background.js';
+import { EgressAttribution } from './egress/attribution.js';
 import { CredentialInjection } from './egress/credentials.js';
 import { EgressProxy } from './egress/proxy.js';
 import { createResolver } from './egress/resolver.js';
@@ -52,7 +53,7 @@ import { AgentTunnels } from './agent-link/tunnels.js';
 import { urlSigningKey } from './http/signed-urls.js';
 import { leaseDirs } from './leases/plan.js';
 import { RedisPolicyStore } from './policies/store.js';
-import { QuotaService, type LeaseHold } from './quotas/service.js';
+import { QuotaService } from './quotas/service.js';
 import { RedisQuotaStore } from './quotas/store.js';
 import { installationId } from './installation/store.js';
 import { connectRedis, redisOptions } from './redis/connections.js';
@@ -141,8 +142,13 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     queueDepth: async () => link.calls.depth(await liveLeaseIds()),
     sandboxNodes: async () => (await runtime.listOwned(ownership)).filter((s) => s.running).map((s) => s.node),
   });
+  const attribution = new EgressAttribution(config.secretsKey); // which call a request through the egress proxy belongs to
   const calls: CallService = new CallService({
     store: callStore,
+    egress: {
+      credential: (leaseId, callId) => attribution.credential(leaseId, callId),
+      injectedInto: (l, c) => egressLog.injectedInto(l, c),
+    },
     artifacts,
     fetchArtifact: (leaseId, meta) => artifactFetcher.fetch(leaseId, meta),
     agent: link.calls,
@@ -155,6 +161,8 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const egress = new EgressProxy({
     resolve: createResolver(config.egressDnsServers),
     record: (leaseId, event) => (metrics.egressDecided(event.decision), egressLog.append(leaseId, event)),
+    attribute: (leaseId, header) => attribution.callOf(leaseId, header),
+    countInjected: (leaseId, callId, host, counts) => egressLog.addInjected(leaseId, callId, host, counts),
     log,
     upstreamCaFile: config.egressUpstreamCaFile,
   });
@@ -167,16 +175,6 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     defaults: config.defaultTenantQuota,
     now,
   });
-  const leaseHold = async (id: string): Promise<LeaseHold | null> => {
-    const lease = await leaseStore.getLease(id);
-    if (!lease) return null;
-    return {
-      tenant: lease.tenant,
-      ended: TERMINAL_LEASE_STATUSES.has(lease.status),
-      cpus: lease.policySnapshot.resources.cpus,
-      memoryBytes: lease.policySnapshot.resources.memoryBytes,
-    };
-  };
   const volumes = new VolumeService(
     {
       store: new RedisVolumeStore(redis, config.redisPrefix),
@@ -360,7 +358,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     return outcome;
   };
   const reconcileQuotas = async (): Promise<void> => {
-    const { released, adopted } = await quotas.reconcile(await liveLeaseIds(), leaseHold);
+    const { released, adopted } = await quotas.reconcile(await liveLeaseIds(), (id) => leaseStore.holdOf(id));
     if (released.length + adopted.length > 0) log.info({ released, adopted }, 'tenant quota reservations reconciled with the leases');
   };
   return {

@@ -78,8 +78,30 @@ describe('tool approvals', () => {
     expect(await exists('/workspace/approved-1')).toBe(false);
 
     expect((await api(user, 'POST', `/v1/sandboxes/${leaseId}/calls/ask-1/approve`)).body.error.code).toBe('auth.approver_required');
+    // The list of calls waiting: the approver's tenant's, never another's; a user key may not read it.
+    const listed = await api(approver, 'GET', '/v1/approvals');
+    expect(listed.body.approvals).toEqual([
+      {
+        sandboxId: leaseId,
+        callId: 'ask-1',
+        tool: 'exec',
+        // The resolved call, defaults included: what would run is what is approved.
+        args: expect.objectContaining({ argv: ['touch', '/workspace/approved-1'], timeoutMs: 600000, env: {} }),
+        truncatedArgs: [],
+        fingerprint: expect.stringMatching(/^sha256:/),
+        rule: 'tools.approvals.rules[0]',
+        createdAt: expect.any(String),
+        expiresAt: expect.any(String),
+      },
+    ]);
+    expect(Date.parse(listed.body.approvals[0].expiresAt) - Date.parse(listed.body.approvals[0].createdAt)).toBeGreaterThan(3500_000);
+    expect((await api(user, 'GET', '/v1/approvals')).body.error.code).toBe('auth.approver_required');
+    const stranger = (await api(h.apiKey, 'POST', '/v1/api-keys', { name: 'other reviewer', role: 'approver', tenant: 'other' })).body
+      .secret as string;
+    expect((await api(stranger, 'GET', '/v1/approvals')).body).toEqual({ approvals: [] });
     const approved = await api(approver, 'POST', `/v1/sandboxes/${leaseId}/calls/ask-1/approve`);
     expect(approved.status).toBe(200);
+    expect((await api(approver, 'GET', '/v1/approvals')).body).toEqual({ approvals: [] });
     const done = await finished(leaseId, 'ask-1', 30_000);
     expect(done.result).toMatchObject({ status: 'succeeded', receipt: { commitState: 'committed' } });
     expect(await exists('/workspace/approved-1')).toBe(true);

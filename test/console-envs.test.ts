@@ -17,6 +17,7 @@ import {
   buildConsole,
   docker,
   launchConsoleBrowser,
+  openConsole,
   startHarness,
   testRunId,
   type ConsoleBrowser,
@@ -43,14 +44,7 @@ const eventually = <T>(read: () => Promise<T> | T) => expect.poll(read, { timeou
 
 const shot = (name: string): Promise<void> => ui.shot(name);
 
-async function go(hash: string): Promise<void> {
-  await page.goto(`${h.url}/console/#/${hash}`);
-  if (await page.locator('#api-key').isVisible()) {
-    await page.fill('#api-key', h.apiKey);
-    await page.click('#login button[type=submit]');
-  }
-  await page.locator('nav.top a.active').waitFor();
-}
+const go = (hash: string): Promise<void> => openConsole(page, h.url, h.apiKey, hash);
 
 beforeAll(async () => {
   consoleDir = await buildConsole();

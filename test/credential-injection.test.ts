@@ -142,9 +142,13 @@ describe('credential injection: the sandbox holds a placeholder, the upstream ge
       method: 'GET',
       path: '/user',
       decision: 'allowed',
-      credentialsInjected: [{ secret: 'GH_TOKEN', count: 1 }],
+      callId: r.callId,
+      credentialsInjected: [{ secret: 'GH_TOKEN', host: 'api.upstream.test', count: 1 }],
     });
+    // The call's receipt says what went into its requests, by name and host.
+    expect(r.receipt!.credentialsInjected).toEqual([{ secret: 'GH_TOKEN', host: 'api.upstream.test', count: 1 }]);
     expect(JSON.stringify(await h.client.egress(leaseId))).not.toContain(GH_VALUE);
+    expect(JSON.stringify(r)).not.toContain(GH_VALUE);
   });
 
   it('a request without the header gets the template; the query parameter and a JSON body get the value (Python urllib)', async () => {
@@ -161,6 +165,11 @@ describe('credential injection: the sandbox holds a placeholder, the upstream ge
     expect(q!.headers.authorization).toBe(`Bearer ${GH_VALUE}`);
     expect(q!.path).toBe(`/q?key=${encodeURIComponent(API_VALUE)}`);
     expect(JSON.parse(q!.body.toString())).toEqual({ k: API_VALUE });
+    // Header (the template), query and body: each counted for the call that sent them.
+    expect(r.receipt!.credentialsInjected).toEqual([
+      { secret: 'API_KEY', host: 'api.upstream.test', count: 2 },
+      { secret: 'GH_TOKEN', host: 'api.upstream.test', count: 1 },
+    ]);
   });
 
   it('Node fetch: a form body gets the value percent-encoded', async () => {
@@ -169,6 +178,10 @@ describe('credential injection: the sandbox holds a placeholder, the upstream ge
     const r = await exec(leaseId, { argv: ['node', '--input-type=module', '-e', script], secrets: ['API_KEY'] });
     expect([r.exitCode, r.stdout, r.stderr]).toEqual([0, '200\n', '']);
     expect(new URLSearchParams(since(from)[0]!.body.toString()).get('k')).toBe(API_VALUE);
+    expect(r.receipt!.credentialsInjected).toEqual([
+      { secret: 'API_KEY', host: 'api.upstream.test', count: 1 },
+      { secret: 'GH_TOKEN', host: 'api.upstream.test', count: 1 },
+    ]);
   });
 
   it('git clone over HTTPS with the placeholder as the password: the server that wants the real value serves the clone', async () => {
@@ -178,6 +191,7 @@ describe('credential injection: the sandbox holds a placeholder, the upstream ge
     });
     expect([r.exitCode, r.stdout]).toEqual([0, 'hello from upstream\n']);
     expect(git.requests.length).toBeGreaterThan(0);
+    expect(r.receipt!.credentialsInjected).toEqual([{ secret: 'GH_TOKEN', host: 'git.upstream.test', count: expect.any(Number) }]);
   });
 });
 

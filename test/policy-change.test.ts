@@ -203,7 +203,13 @@ describe('from denial to proposal to a new version', () => {
     expect(proposal).toMatchObject({
       policy: { name: 'learn', version: 1 },
       changes: [
-        { kind: 'add_host', host: 'b.phase.test', ports: [port], denials: 1, evidence: [{ leaseId: lease.id, method: 'GET' }] },
+        {
+          kind: 'add_host',
+          host: 'b.phase.test',
+          ports: [port],
+          denials: 1,
+          evidence: [{ leaseId: lease.id, callId: expect.stringMatching(/^call_/), method: 'GET' }],
+        },
         { kind: 'add_http_allow', ruleIndex: 0, host: 'a.phase.test', methods: ['POST'], paths: ['/submit'], denials: 1 },
       ],
       notProposed: [{ reason: expect.stringContaining('IP address'), denials: 1 }],

@@ -6,10 +6,12 @@
 import { Api, ApiError, describeError, PolicyList } from './api.js';
 import { h, replace } from './dom.js';
 import type { Page, PageFactory, PageContext } from './page.js';
+import { approvalsPage } from './pages/approvals.js';
 import { auditPage } from './pages/audit.js';
 import { egressPage } from './pages/egress.js';
 import { imagesPage } from './pages/images.js';
 import { policiesPage } from './pages/policies.js';
+import { proposalsPage } from './pages/proposals.js';
 import { sandboxesPage } from './pages/sandboxes.js';
 import { secretsPage } from './pages/secrets.js';
 import { snapshotsPage } from './pages/snapshots.js';
@@ -20,6 +22,8 @@ const KEY_STORAGE = 'sbx.console.adminKey';
 const PAGES: Array<{ path: string; title: string; page: PageFactory }> = [
   { path: 'sandboxes', title: 'Sandboxes', page: sandboxesPage },
   { path: 'policies', title: 'Policies', page: policiesPage },
+  { path: 'proposals', title: 'Proposals', page: proposalsPage },
+  { path: 'approvals', title: 'Approvals', page: approvalsPage },
   { path: 'secrets', title: 'Secrets', page: secretsPage },
   { path: 'images', title: 'Images', page: imagesPage },
   { path: 'snapshots', title: 'Snapshots', page: snapshotsPage },

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { locateIssues, parsePolicyText, policyToText } from './policy-text.js';
+import { locateIssues, parsePolicyText, policyDiff, policyToText } from './policy-text.js';
 
 const YAML = `description: test
 filesystem:
@@ -62,5 +62,34 @@ describe('policy editor text', () => {
   it('locates paths in JSON text too', () => {
     const json = '{\n  "resources": {\n    "cpus": 999\n  }\n}\n';
     expect(locateIssues(json, [{ path: 'resources.cpus', message: 'too big' }])[0]).toMatchObject({ line: 3, exact: true });
+  });
+
+  it('diffs two policies as the editor shows them: hunks of added and removed lines with their line numbers and context', () => {
+    const before = { name: 'p', version: 1, network: { mode: 'allowlist', allow: [{ host: 'a.test', ports: [443] }] }, tools: { x: 1 } };
+    const after = {
+      name: 'p',
+      version: 2,
+      network: {
+        mode: 'allowlist',
+        allow: [
+          { host: 'a.test', ports: [443, 8443] },
+          { host: 'b.test', ports: [80] },
+        ],
+      },
+      tools: { x: 1 },
+    };
+    const hunks = policyDiff(before, after, 1);
+    expect(hunks).toHaveLength(1);
+    const changed = hunks[0]!.filter((l) => l.kind !== ' ');
+    expect(changed).toEqual([
+      { kind: '+', text: '        - 8443', line: 7 },
+      { kind: '+', text: '    - host: b.test', line: 8 },
+      { kind: '+', text: '      ports:', line: 9 },
+      { kind: '+', text: '        - 80', line: 10 },
+    ]);
+    expect(hunks[0]![0]).toEqual({ kind: ' ', text: '        - 443', line: 6 });
+    // A kept line after the additions is numbered where it is in the new text.
+    expect(hunks[0]!.at(-1)).toEqual({ kind: ' ', text: 'tools:', line: 11 });
+    expect(policyDiff(before, { ...before, version: 9 })).toEqual([]);
   });
 });

@@ -3,6 +3,7 @@
  * and the API's issue paths (`resources.cpus`, `filesystem.writableRoots.0.path`) located at
  * the line of the text where that field is written. Pure: no DOM, unit-tested.
  */
+import { structuredPatch } from 'diff';
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, stringify, type Node as YamlNode } from 'yaml';
 
 /** One problem of a policy document, as `400 policy.invalid` lists it. */
@@ -31,6 +32,34 @@ export type ParsedPolicyText = { ok: true; value: unknown } | { ok: false; issue
 export function policyToText(policy: Record<string, unknown>): string {
   const { name: _name, version: _version, ...rest } = policy;
   return stringify(rest, { lineWidth: 0 });
+}
+
+/** One line of a policy diff: kept (`' '`), removed (`'-'`) or added (`'+'`), with its line in the new text (removed: the old). */
+export interface DiffLine {
+  kind: ' ' | '-' | '+';
+  text: string;
+  line: number;
+}
+
+/**
+ * The change from policy `before` to `after` as the editor shows them (policyToText): hunks of
+ * changed lines with `contextLines` unchanged lines around them (jsdiff's `structuredPatch`).
+ * Empty when the two read the same.
+ */
+export function policyDiff(before: Record<string, unknown>, after: Record<string, unknown>, contextLines = 3): DiffLine[][] {
+  const patch = structuredPatch('before', 'after', policyToText(before), policyToText(after), '', '', { context: contextLines });
+  return patch.hunks.map((hunk) => {
+    let oldLine = hunk.oldStart;
+    let newLine = hunk.newStart;
+    return hunk.lines
+      .filter((l) => !l.startsWith('\\'))
+      .map((l): DiffLine => {
+        const kind = l[0] as DiffLine['kind'];
+        // Kept lines are numbered as in the new text (where they will be), removed ones as in the old.
+        const line = kind === '-' ? oldLine++ : kind === '+' ? newLine++ : (oldLine++, newLine++);
+        return { kind, text: l.slice(1), line };
+      });
+  });
 }
 
 /** Reads editor text (YAML or JSON). A syntax error or a duplicate key is reported at its line. */

@@ -14,13 +14,67 @@ import type { CallStore } from './store.js';
 
 export interface ApprovalServiceDeps {
   calls: Pick<CallService, 'get' | 'runApproved' | 'endWaiting'>;
-  store: Pick<CallStore, 'approveCall' | 'appendEvent' | 'readEvents' | 'dueApprovals' | 'forgetApproval'>;
+  store: Pick<CallStore, 'approveCall' | 'appendEvent' | 'readEvents' | 'dueApprovals' | 'forgetApproval' | 'pendingApprovals' | 'getCall'>;
   audit: Pick<AuditLog, 'record'>;
   now: () => Date;
 }
 
+/**
+ * A call waiting for approval as `GET /v1/approvals` lists it: what would run (tool, args,
+ * fingerprint), which rule asked, and until when (`expiresAt`; past it the call ends denied).
+ * String arguments longer than ARG_PREVIEW_CHARS are cut to that (named in `truncatedArgs`);
+ * `GET /v1/sandboxes/:id/calls/:callId` has them whole.
+ */
+export interface PendingApproval {
+  sandboxId: string;
+  callId: string;
+  tool: string;
+  args: Record<string, unknown>;
+  truncatedArgs: string[];
+  fingerprint: string;
+  /** The policy rule that asked, e.g. `tools.approvals.rules[0]`. */
+  rule: string;
+  createdAt: string;
+  expiresAt: string;
+}
+
+/** Characters of one string argument a listed approval shows (a `write_file` content can be 32 MiB). */
+export const ARG_PREVIEW_CHARS = 2048;
+/** Calls one listing reads at most (soonest deadline first). */
+const PENDING_LISTED = 500;
+
 export class ApprovalService {
   constructor(private readonly deps: ApprovalServiceDeps) {}
+
+  /**
+   * The calls waiting for approval that `visible` lets the caller see (its tenant's; an admin's:
+   * all), soonest deadline first, at most 500. Throws `auth.approver_required` unless `by` may approve.
+   */
+  async listPending(by: Principal, visible: (leaseId: string) => Promise<boolean>): Promise<PendingApproval[]> {
+    mayApprove(by, 'listing calls waiting for approval');
+    const { store } = this.deps;
+    const listed: PendingApproval[] = [];
+    for (const { leaseId, callId, expiresAtMs } of await store.pendingApprovals(PENDING_LISTED)) {
+      if (!(await visible(leaseId))) continue;
+      const call = await store.getCall(leaseId, callId);
+      // Approved, denied or expired since it was listed (the sweep takes it off).
+      if (call?.status !== 'pending_approval') continue;
+      const asked = (await store.readEvents(leaseId, callId)).find((e) => e.type === 'call.pending_approval');
+      const { args, truncated } = previewArgs(call.args);
+      listed.push({
+        sandboxId: leaseId,
+        callId,
+        tool: call.tool,
+        args,
+        truncatedArgs: truncated,
+        fingerprint: call.fingerprint,
+        rule: asked?.type === 'call.pending_approval' ? asked.rule : '',
+        createdAt: call.createdAt,
+        expiresAt: new Date(expiresAtMs).toISOString(),
+      });
+    }
+    return listed;
+  }
 
   /**
    * Approves a waiting call; it is queued. Idempotent (a call approved before is answered as it
@@ -118,9 +172,22 @@ export class ApprovalService {
 }
 
 /** Throws `auth.approver_required` unless `by` may approve (the `approver` or `admin` role). */
-function mayApprove(by: Principal): void {
+function mayApprove(by: Principal, what = 'approving or denying a call'): void {
   if (by.role !== 'approver' && by.role !== 'admin')
-    throw new AppError('auth.approver_required', 'approving or denying a call needs an approver or admin API key', {
+    throw new AppError('auth.approver_required', `${what} needs an approver or admin API key`, {
       details: { role: by.role },
     });
+}
+
+/** `args` with each top-level string argument over ARG_PREVIEW_CHARS cut to that, and their names. */
+function previewArgs(args: Record<string, unknown>): { args: Record<string, unknown>; truncated: string[] } {
+  const truncated: string[] = [];
+  const preview: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(args)) {
+    if (typeof value === 'string' && value.length > ARG_PREVIEW_CHARS) {
+      preview[name] = value.slice(0, ARG_PREVIEW_CHARS);
+      truncated.push(name);
+    } else preview[name] = value;
+  }
+  return { args: preview, truncated };
 }

@@ -20,7 +20,7 @@ export interface CallsRoutesOptions {
   /** Who may see a receipt's lease, and whether a lease may be used now (cancel). */
   leases: Pick<LeaseService, 'canSee' | 'usable'>;
   calls: CallService;
-  approvals: Pick<ApprovalService, 'approve' | 'deny'>;
+  approvals: Pick<ApprovalService, 'approve' | 'deny' | 'listPending'>;
   store: Pick<CallStore, 'getReceipt' | 'notifyChannel' | 'readEvents' | 'getCall'>;
   notifier: Pick<Notifier, 'next'>;
   /** A session command (`exec` with `session`) is refused unless its session runs (`session.not_found`, `session.ended`). */
@@ -110,6 +110,16 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (
         : approvals.deny(request.lease, request.params.callId, request.principal),
     );
   }
+
+  const listSchema = {
+    tags,
+    summary: 'The calls waiting for approval (approver or admin key), soonest deadline first',
+    description:
+      "`{approvals: [{sandboxId, callId, tool, args, truncatedArgs, fingerprint, rule, createdAt, expiresAt}]}`: the key's tenant's (an admin key's: every tenant's), at most 500. String arguments over 2048 characters are cut (named in `truncatedArgs`; the call has them whole). `403 auth.approver_required` for a user key.",
+  };
+  app.get('/v1/approvals', { schema: listSchema }, async (request) => ({
+    approvals: await approvals.listPending(request.principal, (leaseId) => leases.canSee(leaseId, request.principal)),
+  }));
 
   app.get('/v1/receipts/:receiptId', { schema: { tags, summary: 'Read a receipt', params: ReceiptParams } }, async (request) => {
     const { receiptId } = request.params;

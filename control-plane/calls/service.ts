@@ -20,6 +20,7 @@ import type { ArtifactStore } from '../artifacts/store.js';
 import type { LeaseRecord } from '../leases/store.js';
 import type { Metrics } from '../metrics/service.js';
 import type { Notifier } from '../redis/notifier.js';
+import type { CredentialsInjected } from '../../contract/egress.js';
 import type { SubmitCallBody } from './schema.js';
 import { abandonedResult } from './abandon.js';
 import { decideApproval } from './approvals.js';
@@ -42,6 +43,11 @@ export interface CallServiceDeps {
   /** The calls half of the agent link: the producer, cancel markers. */
   agent: Pick<CallsOut, 'enqueue' | 'takeBack' | 'requestCancel'>;
   notifier: Pick<Notifier, 'next' | 'nextOf'>;
+  /** The egress proxy's side: each call's proxy credential (egress/attribution.ts), the secrets injected into its requests. */
+  egress?: {
+    credential(leaseId: string, callId: string): string;
+    injectedInto(leaseId: string, callId: string): Promise<CredentialsInjected>;
+  };
   /** Counts calls reaching a terminal result, and how long they took from submission. */
   metrics: Pick<Metrics, 'callFinished'>;
   now: () => Date;
@@ -131,7 +137,7 @@ export class CallService {
       const error = denial!.toInfo();
       await settleBehindAnswer(this.deps.log, { sandboxId: lease.id, callId }, async () => {
         await store.appendEvent(lease.id, callId, { type: 'call.denied', error }, createdAt, 'denied');
-        await this.finish(lease.id, callId, emptyResult(callId, 'denied', error), createdAt);
+        await this.finish(lease.id, callId, resultWithoutRun(callId, 'denied', error), createdAt);
       });
       throw new AppError(denial!.code, denial!.message, { details: { ...denial!.details, callId } });
     }
@@ -156,8 +162,9 @@ export class CallService {
    */
   private async queue(leaseId: string, job: CallJob): Promise<void> {
     const { store, agent, now } = this.deps;
+    const credential = this.deps.egress?.credential(leaseId, job.callId);
     try {
-      await agent.enqueue(leaseId, job);
+      await agent.enqueue(leaseId, credential === undefined ? job : { ...job, egressCredential: credential });
     } catch (err) {
       // Not queued means never run: the call ends here rather than waiting forever.
       const error = errorInfo('queue.unavailable', `the call could not be queued: ${(err as Error).message}`);
@@ -194,7 +201,7 @@ export class CallService {
       };
     } catch (err) {
       if (!(err instanceof AppError)) throw err;
-      await this.finish(lease.id, call.callId, emptyResult(call.callId, 'denied', err.toInfo()), this.deps.now());
+      await this.finish(lease.id, call.callId, resultWithoutRun(call.callId, 'denied', err.toInfo()), this.deps.now());
       return;
     }
     await this.queue(lease.id, job);
@@ -203,7 +210,7 @@ export class CallService {
   /** Ends a call still waiting for approval as `denied` with `error` (false: it no longer waited). */
   async endWaiting(leaseId: string, callId: string, error: ReturnType<typeof errorInfo>): Promise<boolean> {
     const at = this.deps.now();
-    return this.finish(leaseId, callId, emptyResult(callId, 'denied', error), at, 'pending_approval');
+    return this.finish(leaseId, callId, resultWithoutRun(callId, 'denied', error), at, 'pending_approval');
   }
 
   /** Throws `call.not_found`. */
@@ -244,7 +251,7 @@ export class CallService {
     // Taken back before an attempt began (or before its job was added): it never runs, and ends here.
     if ((await agent.takeBack(lease.id, callId)) !== 'taken') {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
-      const result = emptyResult(callId, 'cancelled', error);
+      const result = resultWithoutRun(callId, 'cancelled', error);
       if (await this.finish(lease.id, callId, result, now())) return { call: { ...call, status: 'finished', result }, changed: true };
       return { call: await this.get(lease.id, callId), changed: true };
     }
@@ -311,12 +318,18 @@ export class CallService {
       await this.deps.store.detachCall(leaseId, message.callId, message.result, message.attemptId, at);
       return;
     }
-    const stored = await this.finish(leaseId, message.callId, message.result, at);
+    const stored = await this.finish(leaseId, message.callId, await this.withInjections(leaseId, message.result), at);
     if (!stored)
       this.deps.log.info(
         { sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId },
         'ignored a second result for a finished call',
       );
+  }
+
+  /** `result` with the secrets the egress proxy injected into the call's requests in its receipt (when any were). */
+  private async withInjections(leaseId: string, result: ToolResult): Promise<ToolResult> {
+    const injected = result.receipt ? ((await this.deps.egress?.injectedInto(leaseId, result.callId)) ?? []) : [];
+    return injected.length === 0 ? result : { ...result, receipt: { ...result.receipt!, credentialsInjected: injected } };
   }
 
   /**
@@ -327,7 +340,7 @@ export class CallService {
    */
   private async abandonUnqueued(leaseId: string, callId: string, error: ReturnType<typeof errorInfo>): Promise<boolean> {
     if ((await this.deps.agent.takeBack(leaseId, callId)) === 'taken') return true;
-    await this.finish(leaseId, callId, emptyResult(callId, 'failed', error), this.deps.now());
+    await this.finish(leaseId, callId, resultWithoutRun(callId, 'failed', error), this.deps.now());
     return false;
   }
 
@@ -380,8 +393,4 @@ export class CallService {
       await this.finish(leaseId, callId, result, now);
     }
   }
-}
-
-function emptyResult(callId: string, status: ToolResult['status'], error: ToolResult['error']): ToolResult {
-  return resultWithoutRun(callId, status, error);
 }

@@ -293,6 +293,17 @@ export class CallStore {
     return members.map((m) => ({ leaseId: m.split(' ')[0]!, callId: m.split(' ')[1]! }));
   }
 
+  /** Calls waiting for approval, every lease's, soonest deadline first (at most `limit`), with their deadlines (epoch ms). */
+  async pendingApprovals(limit: number): Promise<Array<{ leaseId: string; callId: string; expiresAtMs: number }>> {
+    const flat = await this.redis.zrange(this.k.approvals(), 0, limit - 1, 'WITHSCORES');
+    const pending: Array<{ leaseId: string; callId: string; expiresAtMs: number }> = [];
+    for (let i = 0; i + 1 < flat.length; i += 2) {
+      const [leaseId = '', callId = ''] = flat[i]!.split(' ');
+      pending.push({ leaseId, callId, expiresAtMs: Number(flat[i + 1]) });
+    }
+    return pending;
+  }
+
   /** Events with `seq` > `afterSeq`, in order. */
   async readEvents(leaseId: string, callId: string, afterSeq = 0): Promise<CallEvent[]> {
     const texts = await this.redis.lrange(this.k.events(leaseId, callId), afterSeq, -1);

@@ -41,12 +41,16 @@ export interface InterceptTarget {
   rule: string;
   /** The host rule's `http` section and its text (http-rules.ts), or null. */
   http: { http: HttpRules; rule: string } | null;
+  /** The call the CONNECT named with its proxy credential (attribution.ts), or null. */
+  callId: string | null;
 }
 
 export interface InterceptorDeps {
   /** PEM certificates the upstream servers are verified against (read once, when the proxy starts). */
   upstreamCa: Promise<readonly string[]>;
   record: (leaseId: string, event: EgressEvent) => Promise<void>;
+  /** Adds to a call's counts of injected secrets (for its receipt); stored before the client sees its answer end. */
+  countInjected: (leaseId: string, callId: string, host: string, counts: ReadonlyMap<string, number>) => Promise<void>;
   log: Logger;
   connectTimeoutMs: number;
 }
@@ -215,6 +219,8 @@ export class Interceptor {
       req.resume();
       return this.record(target, event);
     }
+    let counted = false;
+    let countForCall = async (): Promise<void> => undefined;
     await new Promise<void>((resolve) => {
       // `secureContext` goes on to tls.connect (which takes it), though https' types leave it out.
       const options: https.RequestOptions & { secureContext: tls.SecureContext } = {
@@ -231,12 +237,22 @@ export class Interceptor {
         timeout: this.deps.connectTimeoutMs,
       };
       const upstream = https.request(options);
-      relayAnswer(upstream, res, event, `${target.host}:${target.port} (${target.address})`, (answer) => {
+      // The call's receipt counts what went into its requests: stored before the client can see
+      // the answer end, so before the call can end (a body still streaming then is in the event only).
+      countForCall = async (): Promise<void> => {
+        if (target.callId === null || injected.size === 0 || counted) return;
+        counted = true;
+        await this.deps
+          .countInjected(target.leaseId, target.callId, target.host, new Map(injected))
+          .catch((err: unknown) => this.deps.log.warn({ sandboxId: target.leaseId, err }, 'could not count injected secrets'));
+      };
+      const answerHeaders = (answer: http.IncomingMessage): string[] => {
         const out: string[] = [];
         for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2)
           if (!HOP_HEADERS.has(answer.rawHeaders[i]!.toLowerCase())) out.push(answer.rawHeaders[i]!, answer.rawHeaders[i + 1]!);
         return out;
-      }).then(resolve);
+      };
+      relayAnswer(upstream, res, event, `${target.host}:${target.port} (${target.address})`, answerHeaders, countForCall).then(resolve);
       req.on('data', (chunk: Buffer) => (event.bytesOut += chunk.length));
       if (!hasBody) {
         req.resume();
@@ -244,7 +260,9 @@ export class Interceptor {
       } else if (swap) req.pipe(swap).pipe(upstream);
       else req.pipe(upstream);
     });
-    if (injected.size > 0) event.credentialsInjected = [...injected].map(([secret, count]) => ({ secret, count }));
+    // An upstream that failed after the values went out: counted now.
+    await countForCall();
+    if (injected.size > 0) event.credentialsInjected = [...injected].map(([secret, count]) => ({ secret, host: target.host, count }));
     event.durationMs = Date.now() - started;
     await this.record(target, event);
   }
@@ -269,6 +287,7 @@ function eventOf(target: InterceptTarget, method: string, path: string | null, s
     bytesIn: 0,
     durationMs: Date.now() - started,
     error,
+    callId: target.callId,
     ...(path === null ? {} : { path }),
   };
 }

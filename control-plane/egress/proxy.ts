@@ -32,6 +32,10 @@ export interface EgressProxyDeps {
   resolve: Resolve;
   /** Stores an event of `leaseId`; failures are logged, never thrown at the sandbox. */
   record: (leaseId: string, event: EgressEvent) => Promise<void>;
+  /** The call a request's `Proxy-Authorization` names in `leaseId` (attribution.ts `attributedCall`), or null. Default: none. */
+  attribute?: (leaseId: string, proxyAuthorization: string | undefined) => string | null;
+  /** Adds to a call's counts of injected secrets (egress/store.ts `addInjected`). Default: not counted. */
+  countInjected?: (leaseId: string, callId: string, host: string, counts: ReadonlyMap<string, number>) => Promise<void>;
   log: Logger;
   /** Give up dialling a destination after this long, ms. Default 10 000. */
   connectTimeoutMs?: number;
@@ -67,6 +71,7 @@ export class EgressProxy {
     this.interceptor = new Interceptor({
       upstreamCa,
       record: deps.record,
+      countInjected: deps.countInjected ?? (async () => undefined),
       log: deps.log,
       connectTimeoutMs: deps.connectTimeoutMs ?? 10_000,
     });
@@ -216,7 +221,8 @@ export class EgressProxy {
       client.end('HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nsbx egress: CONNECT needs host:port\n');
       return;
     }
-    const event = this.eventFor(target.host, target.port, 'CONNECT', started);
+    const callId = this.callOf(leaseId, req);
+    const event = this.eventFor(target.host, target.port, 'CONNECT', started, callId);
     let { decision, address, error } = await this.decide(allowlist, target.host, target.port);
     const l7 = decision.allowed ? allowlist.httpOf(target.host, target.port) : null;
     // Rules on method and path hold only where the proxy reads the requests: never tunnelled past.
@@ -230,7 +236,7 @@ export class EgressProxy {
     }
     if (l7 || intercepts(interception, target.host)) {
       client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-      const to = { leaseId, host: target.host, port: target.port, address, rule: decision.rule, http: l7 };
+      const to = { leaseId, host: target.host, port: target.port, address, rule: decision.rule, http: l7, callId };
       await this.interceptor.serve(client, head, to, interception!);
       return;
     }
@@ -290,7 +296,7 @@ export class EgressProxy {
     }
     const port = url.port === '' ? 80 : Number(url.port);
     const host = stripBrackets(url.hostname);
-    const event = this.eventFor(host, port, req.method ?? 'GET', started);
+    const event = this.eventFor(host, port, req.method ?? 'GET', started, this.callOf(leaseId, req));
     let { decision, address, error } = await this.decide(allowlist, host, port);
     const l7 = decision.allowed ? allowlist.httpOf(host, port) : null;
     if (l7) decision = decideHttp(l7.http, l7.rule, req.method ?? 'GET', `${url.pathname}${url.search}`);
@@ -340,8 +346,13 @@ export class EgressProxy {
     await this.finish(leaseId, event, started);
   }
 
-  private eventFor(host: string, port: number, method: string, started: number): EgressEvent {
+  private callOf(leaseId: string, req: http.IncomingMessage): string | null {
+    return this.deps.attribute?.(leaseId, req.headers['proxy-authorization']) ?? null;
+  }
+
+  private eventFor(host: string, port: number, method: string, started: number, callId: string | null): EgressEvent {
     return {
+      callId,
       at: new Date(started).toISOString(),
       host,
       port,

@@ -3,10 +3,13 @@
  * newest EGRESS_LOG_MAX events, and how many fell off.
  */
 import type { Redis } from 'ioredis';
+import type { CredentialsInjected } from '../../contract/egress.js';
 import { EgressEvent } from '../../contract/objects.js';
 
 /** Egress events kept per lease and decision (the oldest go first, counted). */
 export const EGRESS_LOG_MAX = 10_000;
+/** How long a call's injection counts are kept after their last change, s: past any call's life, read when it finishes. */
+const INJECTED_TTL_SECONDS = 7 * 24 * 3600;
 
 const APPEND_EGRESS = `
 local n = redis.call('RPUSH', KEYS[1], ARGV[1])
@@ -26,7 +29,28 @@ export class EgressLog {
   private k = {
     egress: (leaseId: string, decision: EgressEvent['decision']) => `${this.prefix}egress:${leaseId}:${decision}`,
     egressDropped: (leaseId: string) => `${this.prefix}egress:${leaseId}:dropped`,
+    injected: (leaseId: string, callId: string) => `${this.prefix}egress:${leaseId}:injected:${callId}`,
   };
+
+  /** Adds to call `callId`'s counts of secrets injected into its requests to `host` (by secret name). */
+  async addInjected(leaseId: string, callId: string, host: string, counts: ReadonlyMap<string, number>): Promise<void> {
+    const key = this.k.injected(leaseId, callId);
+    const multi = this.redis.multi();
+    for (const [secret, count] of counts) multi.hincrby(key, `${secret}\n${host}`, count);
+    multi.expire(key, INJECTED_TTL_SECONDS);
+    await multi.exec();
+  }
+
+  /** What addInjected counted for a call, sorted by secret and host; empty when nothing was injected. */
+  async injectedInto(leaseId: string, callId: string): Promise<CredentialsInjected> {
+    const counts = await this.redis.hgetall(this.k.injected(leaseId, callId));
+    return Object.entries(counts)
+      .map(([field, count]) => {
+        const [secret = '', host = ''] = field.split('\n');
+        return { secret, host, count: Number(count) };
+      })
+      .sort((a, b) => a.secret.localeCompare(b.secret) || a.host.localeCompare(b.host));
+  }
 
   /**
    * Appends an egress event. Allowed and denied events are kept apart, the newest

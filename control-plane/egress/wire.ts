@@ -80,7 +80,9 @@ export function connectionNamed(connection: string | string[] | undefined): Set<
  * Sends `upstream`'s answer to `res` (its headers as `headersOf` gives them), counting the body's
  * bytes into `event.bytesIn`; a failure before the answer is `502` naming `target`, after it the
  * client's connection is cut, and the error lands in `event.error`. The client leaving destroys
- * `upstream`. Resolves when the exchange is over, whichever way; never rejects.
+ * `upstream`. `beforeEnd` runs before the answer's last byte goes to the client (what must be
+ * stored before the client can see the exchange end). Resolves when the exchange is over,
+ * whichever way; never rejects.
  */
 export function relayAnswer(
   upstream: http.ClientRequest,
@@ -88,6 +90,7 @@ export function relayAnswer(
   event: EgressEvent,
   target: string,
   headersOf: (answer: http.IncomingMessage) => http.OutgoingHttpHeaders | string[],
+  beforeEnd: () => Promise<void> = async () => undefined,
 ): Promise<void> {
   return new Promise((resolve) => {
     upstream.once('timeout', () => upstream.destroy(new Error('timeout')));
@@ -95,9 +98,20 @@ export function relayAnswer(
       upstream.setTimeout(0);
       res.writeHead(answer.statusCode ?? 502, headersOf(answer));
       answer.on('data', (chunk: Buffer) => (event.bytesIn += chunk.length));
-      answer.pipe(res);
-      answer.once('end', resolve);
-      answer.once('error', resolve);
+      answer.pipe(res, { end: false });
+      // beforeEnd reports its own failures: the answer ends either way.
+      answer.once(
+        'end',
+        () =>
+          void beforeEnd().then(
+            () => res.end(resolve),
+            () => res.end(resolve),
+          ),
+      );
+      answer.once('error', () => {
+        res.destroy();
+        resolve();
+      });
     });
     upstream.once('error', (err: NodeJS.ErrnoException) => {
       event.error = err.code ?? err.message;

@@ -8,7 +8,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { canonicalJson } from '../../contract/digest.js';
-import { Lease, LEASE_ID_PREFIX, LeaseEvent, LeaseStatus, Timestamp } from '../../contract/objects.js';
+import { Lease, LEASE_ID_PREFIX, LeaseEvent, LeaseStatus, TERMINAL_LEASE_STATUSES, Timestamp } from '../../contract/objects.js';
 import { SecretGrant, ToolUser } from '../../contract/queue.js';
 import { EnvMap } from '../../contract/tools.js';
 import { AuditActor } from '../audit/schema.js';
@@ -265,6 +265,14 @@ export class LeaseStore {
       throw err;
     }
     return text === null ? null : this.parse(id, text);
+  }
+
+  /** What a lease holds of its tenant's quota (quotas/service.ts `LeaseHold`): tenant, resources, whether it ended; null: no record. */
+  async holdOf(id: string): Promise<{ tenant: string; ended: boolean; cpus: number; memoryBytes: number } | null> {
+    const lease = await this.getLease(id);
+    if (!lease) return null;
+    const { cpus, memoryBytes } = lease.policySnapshot.resources;
+    return { tenant: lease.tenant, ended: TERMINAL_LEASE_STATUSES.has(lease.status), cpus, memoryBytes };
   }
 
   /** Leases, newest first. Ids whose record has expired (retention) are dropped from the index. */

@@ -22,9 +22,11 @@ export interface Denial {
   event: EgressEvent;
 }
 
-/** Where one proposed change comes from: the lease, when, and what was asked. */
+/** Where one proposed change comes from: the lease and call, when, and what was asked. */
 export interface Evidence {
   leaseId: string;
+  /** The call whose processes asked (their proxy credential), or null when the request named none. */
+  callId: string | null;
   at: string;
   host: string;
   port: number;
@@ -54,7 +56,15 @@ const L7_NO_ALLOW = / http: no allow entry matches /;
 const IP_LITERAL = /^(\d{1,3}(\.\d{1,3}){3}|.*:.*)$/;
 
 function evidenceOf(d: Denial): Evidence {
-  return { leaseId: d.leaseId, at: d.event.at, host: d.event.host, port: d.event.port, method: d.event.method, path: d.event.path ?? null };
+  return {
+    leaseId: d.leaseId,
+    callId: d.event.callId ?? null,
+    at: d.event.at,
+    host: d.event.host,
+    port: d.event.port,
+    method: d.event.method,
+    path: d.event.path ?? null,
+  };
 }
 
 /** Groups `items` by `key`, keeping their order. */

@@ -63,7 +63,6 @@ interface AttemptParts {
 export class CallRunner {
   private readonly running = new Map<string, AbortController>();
   private readonly spoolBudget: SpoolBudget;
-  private readonly networkEnv: Record<string, string>;
   /** The lease's env and secrets: from the config, or from the binding of a pooled sandbox. */
   private leaseEnv: Record<string, string>;
   private secrets: LeaseSecrets;
@@ -71,7 +70,6 @@ export class CallRunner {
 
   constructor(private readonly deps: CallRunnerDeps) {
     this.spoolBudget = new SpoolBudget(deps.config.spool.maxTotalBytes);
-    this.networkEnv = proxyEnv(deps.config.egress);
     this.leaseEnv = deps.config.env;
     this.secrets = deps.secrets;
     this.bound = !deps.config.pooled;
@@ -192,7 +190,7 @@ export class CallRunner {
           imageEnv: this.deps.config.imageEnv,
           workdir: this.deps.config.workdir,
           shell: this.deps.shell,
-          networkEnv: this.networkEnv,
+          networkEnv: proxyEnv(this.deps.config.egress, job.egressCredential),
           secrets: this.secrets,
           agentPids: this.deps.agentPids,
           processTrees: this.deps.processTrees,
@@ -280,12 +278,14 @@ function detachedResult(callId: string, pgid: number): ToolResult {
 
 /**
  * The proxy variables tools honour (curl, git, pip, npm via HTTP(S)_PROXY; lower-case too, since
- * some read only those) for the agent's egress listener; loopback stays direct. With credential
- * injection, also the variables of the lease CA's files.
+ * some read only those) for the agent's egress listener; loopback stays direct. The call's proxy
+ * credential (`<callId>:<token>`, URL-safe) goes into the URL's userinfo: clients send it as
+ * `Proxy-Authorization`, which tells the proxy the call (control-plane/egress/attribution.ts).
+ * With credential injection, also the variables of the lease CA's files.
  */
-function proxyEnv(egress: AgentConfig['egress']): Record<string, string> {
+function proxyEnv(egress: AgentConfig['egress'], credential: string | undefined): Record<string, string> {
   if (!egress) return {};
-  const url = `http://127.0.0.1:${egress.port}`;
+  const url = `http://${credential === undefined ? '' : `${credential}@`}127.0.0.1:${egress.port}`;
   const noProxy = 'localhost,127.0.0.1,::1';
   const trust = egress.trust === true ? credentialTrustEnv() : {};
   // Node's fetch honours none of the above by itself (sandbox-agent/egress/fetch-proxy.ts).
@@ -298,6 +298,8 @@ function proxyEnv(egress: AgentConfig['egress']): Record<string, string> {
     NO_PROXY: noProxy,
     no_proxy: noProxy,
     NODE_OPTIONS: nodeOptions,
+    // git's default (anyauth) sends proxy credentials only after a 407, which this proxy never asks for.
+    ...(credential === undefined ? {} : { GIT_HTTP_PROXY_AUTHMETHOD: 'basic' }),
     ...trust,
   };
 }

@@ -188,7 +188,14 @@ export const policiesPage: PageFactory = (ctx, selected) => {
       detail,
       title,
       meta,
-      h('div', { class: 'toolbar' }, saveButton, revertButton, base),
+      h(
+        'div',
+        { class: 'toolbar' },
+        saveButton,
+        revertButton,
+        base,
+        h('a', { href: `#/proposals/${encodeURIComponent(name)}`, class: 'small', id: 'review-proposals' }, 'Proposals from denied egress'),
+      ),
       status,
       h('div', { class: 'editor-row' }, editor.el, issuePanel),
       h(
