@@ -9,6 +9,7 @@ import { SbxClient } from '../sdk/index.js';
 import { connectRedis, redisOptions, type Redis } from '../control-plane/redis/connections.js';
 import type { ToolResult } from '../contract/objects.js';
 import { memoryOf, agentPid, cpuTimeMsOf, type Memory } from './procfs.js';
+import type { BenchUpstream } from './egress-upstream.js';
 import type { RunningPlane } from './plane.js';
 import type { Settings } from './settings.js';
 import { mapLimit } from './stats.js';
@@ -40,6 +41,8 @@ export interface Carried {
   callers?: string[];
   /** When the burst pool got its first claim (performance.now(), ms): burst-warm reports the fill time from it. */
   burstPrimedAtMs?: number;
+  /** The HTTPS server egress-https fetches from, started with the plane (its proxy resolves and trusts it). */
+  egressUpstream?: BenchUpstream;
 }
 
 export class BenchContext {
@@ -80,8 +83,9 @@ export class BenchContext {
   }
 
   /** Leases a sandbox (default policy unless `policy`); it is released by `releaseAll` if not before. */
-  async lease(policy?: string, image?: string): Promise<string> {
-    const lease = await this.client.createSandbox({ ...(policy ? { policy } : {}), ...(image ? { image } : {}) });
+  /** Leases a sandbox (`secrets`: grants, as `POST /v1/sandboxes` takes them); throws unless it is ready. */
+  async lease(policy?: string, image?: string, extra: { secrets?: Array<{ name: string }> } = {}): Promise<string> {
+    const lease = await this.client.createSandbox({ ...(policy ? { policy } : {}), ...(image ? { image } : {}), ...extra });
     if (lease.status !== 'ready') throw new Error(`lease ${lease.id} is ${lease.status}, not ready`);
     this.live.add(lease.id);
     return lease.id;

@@ -20,6 +20,8 @@ import { burstCold, burstPool, burstWarm, BURST_POLICY, primeBurstPool } from '.
 import { controlPlaneCpu } from './figures/cp-cpu.js';
 import { density } from './figures/density.js';
 import { downloadTree } from './figures/download.js';
+import { egressHttps } from './figures/egress-https.js';
+import { startBenchUpstream } from './egress-upstream.js';
 import { execRoundTrip } from './figures/exec-rtt.js';
 import { floor } from './figures/floor.js';
 import { sessionRoundTrip } from './figures/session-rtt.js';
@@ -83,6 +85,7 @@ export const FIGURES: readonly FigureEntry[] = [
   { id: 'snapshot', run: snapshotOf },
   { id: 'lease-from-snapshot', run: leaseFromSnapshot },
   { id: 'preview', run: previewRoundTrip },
+  { id: 'egress-https', run: egressHttps, reportOnly: true },
   { id: 'burst-cold', run: burstCold },
   { id: 'density', run: density },
   { id: 'burst-warm', run: burstWarm, prepare: { after: 'burst-cold', run: primeBurstPool } },
@@ -134,15 +137,22 @@ export async function runBench(
     throw new Error(`SBX_BENCH_ONLY names unknown figures: ${unknown.join(', ')} (known: ${FIGURES.map((f) => f.id).join(', ')})`);
   const loadStart = os.loadavg()[0]!;
   const runs = (id: string): boolean => selected.some((f) => f.id === id);
+  // Before the plane: its egress proxy is told where the bench's HTTPS server is and to trust it.
+  const egressUpstream = runs('egress-https') ? await startBenchUpstream() : undefined;
   const plane = await startPlane({
     repoRoot,
+    ...(egressUpstream ? { env: egressUpstream.planeEnv } : {}),
     warmPools: [
       ...(runs('lease-warm') ? [{ policy: WARM_POLICY, min: 2, max: 2 }] : []),
       ...(runs('burst-warm') ? [burstPool(settings.burst)] : []),
     ],
     cpuProfDir: settings.cpuProfDir,
+  }).catch(async (err: unknown) => {
+    await egressUpstream?.close();
+    throw err;
   });
   const ctx = new BenchContext(plane, settings, log, new Set(selected.map((f) => f.id)));
+  ctx.carried.egressUpstream = egressUpstream;
   const figures: Figure[] = [];
   const failures: Array<{ id: string; message: string }> = [];
   let otherContainers = 0;
@@ -156,6 +166,7 @@ export async function runBench(
     const redis = ctx.redis();
     await dropPrefix(redis, plane.config.redisPrefix).catch(failed('dropping the Redis keys'));
     redis.disconnect();
+    await egressUpstream?.close().catch(failed('stopping the egress upstream'));
   };
   // Interrupted (Ctrl-C, a timeout's TERM), the run still removes what it made before it exits:
   // the plane stops at once, so the figure under way fails soon; no other figure starts; the

@@ -137,6 +137,26 @@ describe('tool approvals', () => {
     },
   );
 
+  it(
+    'releasing a sandbox with a long grace ends a call waiting for approval cancelled at once, nothing run (no approval can come any more)',
+    { timeout: 60_000 },
+    async () => {
+      const lease = (await h.client.createSandbox({ policy: 'ask' })).id;
+      expect((await submit(lease, ['touch', '/workspace/approved-never'], 'held-at-release')).body.status).toBe('pending_approval');
+      // A grace of 10 minutes: waited for, it would outlast the test's timeout.
+      const released = await h.client.releaseSandbox(lease, { graceMs: 600_000 });
+      expect(released.status).toBe('released');
+      expect((await h.client.getCall(lease, 'held-at-release')).result).toMatchObject({
+        status: 'cancelled',
+        error: { code: 'execution.cancelled' },
+        receipt: null,
+      });
+      expect((await api(approver, 'GET', '/v1/approvals')).body.approvals.map((a: { callId: string }) => a.callId)).not.toContain(
+        'held-at-release',
+      );
+    },
+  );
+
   it('a deny rule on the resolved paths refuses the call at once: 403 policy.tool_denied naming the rule', async () => {
     const r = await api(h.apiKey, 'POST', `/v1/sandboxes/${leaseId}/calls?wait=30`, {
       tool: 'write_file',

@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import type { CallView } from '../contract/objects.js';
 import {
+  agentPidOf,
   apiAs,
   eventually,
   execIn,
@@ -139,6 +140,40 @@ describe('phases: a lease starts in the first and moves forward only', () => {
     const audit = (await api(h.apiKey, 'GET', `/v1/audit?action=lease.phase_move&target=lease:${lease.id}`)).body.entries;
     expect(audit).toMatchObject([{ beforeDigest: lease.manifest!.digest, afterDigest: moved.manifest.digest }]);
     await h.client.releaseSandbox(lease.id);
+  });
+
+  it('a call accepted before the move that no agent took yet ends denied (withdrawn) with nothing run; one without the secret runs', async () => {
+    const lease = await h.client.createSandbox({ policy: 'phased', secrets: [{ name: 'NPM_TOKEN' }] });
+    // The agent stopped (as a busy or slow one would be): the calls stay in the lease's inbox, untaken.
+    const agent = await agentPidOf(lease.id);
+    process.kill(agent, 'SIGSTOP');
+    let stopped = true;
+    try {
+      const submit = (callId: string, cmd: string, secrets?: string[]) =>
+        api(h.apiKey, 'POST', `/v1/sandboxes/${lease.id}/calls`, { tool: 'exec', args: { cmd, ...(secrets ? { secrets } : {}) }, callId });
+      expect((await submit('with-secret', 'touch /workspace/ran-with-secret', ['NPM_TOKEN'])).body.status).toBe('queued');
+      expect((await submit('without-secret', 'touch /workspace/ran-without')).body.status).toBe('queued');
+      expect((await api(h.apiKey, 'POST', `/v1/sandboxes/${lease.id}/phase`, { name: 'agent' })).status).toBe(200);
+      expect((await h.client.getCall(lease.id, 'with-secret')).result).toMatchObject({
+        status: 'denied',
+        error: { code: 'policy.secret_denied', details: { name: 'NPM_TOKEN', withdrawn: true } },
+        receipt: null,
+      });
+      process.kill(agent, 'SIGCONT');
+      stopped = false;
+      const ran = (await eventually(
+        () => h.client.getCall(lease.id, 'without-secret'),
+        (c) => c.status === 'finished',
+        30_000,
+      )) as CallView;
+      expect(ran.result!.status).toBe('succeeded');
+      expect((await exec(lease.id, 'ls /workspace')).stdout).toBe('ran-without\n');
+      const audit = (await api(h.apiKey, 'GET', `/v1/audit?action=lease.phase_move&target=lease:${lease.id}`)).body.entries;
+      expect(audit).toMatchObject([{ details: { callsDenied: ['with-secret'] } }]);
+    } finally {
+      if (stopped) process.kill(agent, 'SIGCONT');
+      await h.client.releaseSandbox(lease.id);
+    }
   });
 
   it('a phase behind or the current one is 409 lease.phase_behind, an unknown one 400 lease.phase_unknown; nothing changes', async () => {

@@ -26,8 +26,10 @@ import { abandonedResult } from './abandon.js';
 import { decideApproval } from './approvals.js';
 import { settleBehindAnswer } from './settle.js';
 import { waitAllFinished, waitFinished } from './waiting.js';
+import { denyWithdrawnSecrets } from './withdrawn.js';
+import { ingestArtifact } from './artifact-ingest.js';
 import type { CallStore } from './store.js';
-import { TOOLS } from './tools.js';
+import { TOOLS, type ResolvedExecution, type ToolDefinition } from './tools.js';
 
 /** What calls need of a lease: its id, policy, granted secrets and manifest. */
 export type CallLease = Pick<LeaseRecord, 'id' | 'policySnapshot' | 'secrets' | 'manifest'>;
@@ -100,19 +102,7 @@ export class CallService {
     const fingerprint = digestOf({ tool: tool.name, version: tool.version, args: normalizedArgs });
     const createdAt = now();
     const intent = { callId, leaseId: lease.id, tool: tool.name, args: normalizedArgs, fingerprint, createdAt: createdAt.toISOString() };
-    const job: CallJob | null = resolved
-      ? {
-          callId,
-          tool: tool.name,
-          toolVersion: tool.version,
-          args: normalizedArgs,
-          fingerprint,
-          manifestDigest: lease.manifest!.digest,
-          timeoutMs: resolved.timeoutMs,
-          maxOutputBytes: resolved.maxOutputBytes,
-          accesses: resolved.accesses,
-        }
-      : null;
+    const job: CallJob | null = resolved ? jobOf(lease, tool, callId, fingerprint, resolved) : null;
     // The intent and its call.accepted event are written in one round trip.
     const asks = ruling?.decision === 'ask' && denial === null;
     const approvalExpiresAt = new Date(createdAt.getTime() + (lease.policySnapshot.tools.approvals?.timeoutSeconds ?? 3600) * 1000);
@@ -188,17 +178,7 @@ export class CallService {
       const resolved = tool.resolve(call.args, lease.policySnapshot, lease.secrets);
       if (digestOf({ tool: tool.name, version: tool.version, args: resolved.args }) !== call.fingerprint)
         throw new AppError('policy.tool_denied', 'the call resolves to another effect under the policy now than the one approved');
-      job = {
-        callId: call.callId,
-        tool: tool.name,
-        toolVersion: tool.version,
-        args: resolved.args,
-        fingerprint: call.fingerprint,
-        manifestDigest: lease.manifest!.digest,
-        timeoutMs: resolved.timeoutMs,
-        maxOutputBytes: resolved.maxOutputBytes,
-        accesses: resolved.accesses,
-      };
+      job = jobOf(lease, tool, call.callId, call.fingerprint, resolved);
     } catch (err) {
       if (!(err instanceof AppError)) throw err;
       await this.finish(lease.id, call.callId, resultWithoutRun(call.callId, 'denied', err.toInfo()), this.deps.now());
@@ -209,8 +189,18 @@ export class CallService {
 
   /** Ends a call still waiting for approval as `denied` with `error` (false: it no longer waited). */
   async endWaiting(leaseId: string, callId: string, error: ReturnType<typeof errorInfo>): Promise<boolean> {
-    const at = this.deps.now();
-    return this.finish(leaseId, callId, resultWithoutRun(callId, 'denied', error), at, 'pending_approval');
+    return this.finish(leaseId, callId, resultWithoutRun(callId, 'denied', error), this.deps.now(), 'pending_approval');
+  }
+
+  /** Ends a call no agent has taken yet as `denied` with `error`, taking its job back (false: it started, or had finished). */
+  async denyUnstarted(leaseId: string, callId: string, error: ReturnType<typeof errorInfo>): Promise<boolean> {
+    if ((await this.deps.agent.takeBack(leaseId, callId)) === 'taken') return false;
+    return this.finish(leaseId, callId, resultWithoutRun(callId, 'denied', error), this.deps.now());
+  }
+
+  /** Ends denied the lease's calls not started yet that name a secret outside `allowed` (withdrawn.ts); their ids. */
+  denyWithdrawnSecrets(leaseId: string, allowed: readonly string[]): Promise<string[]> {
+    return denyWithdrawnSecrets(this, leaseId, allowed);
   }
 
   /** Throws `call.not_found`. */
@@ -265,10 +255,13 @@ export class CallService {
     return this.deps.store.openCalls(leaseId);
   }
 
-  /**
-   * Resolves once none of the lease's calls is open, or at `untilMs` (epoch ms, by `now`),
-   * whichever comes first (waiting.ts).
-   */
+  /** Ids of the lease's calls waiting for approval (nothing of them queued). */
+  async waitingForApproval(leaseId: string): Promise<string[]> {
+    const open = await Promise.all((await this.openCalls(leaseId)).map((callId) => this.deps.store.getCall(leaseId, callId)));
+    return open.filter((c) => c?.status === 'pending_approval').map((c) => c!.callId);
+  }
+
+  /** Resolves once none of the lease's calls is open, or at `untilMs` (epoch ms, by `now`), whichever comes first (waiting.ts). */
   waitAllFinished(leaseId: string, untilMs: number): Promise<void> {
     return waitAllFinished(this.deps, leaseId, untilMs);
   }
@@ -286,32 +279,8 @@ export class CallService {
       if (started) this.deps.log.info({ sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId }, 'call started');
       return;
     }
-    if (message.kind === 'artifact_chunk') {
-      await this.deps.artifacts.writeChunk(message.artifactId, message.index, message.data, message.sha256);
-      return;
-    }
-    if (message.kind === 'artifact_end' || message.kind === 'artifact_ready') {
-      const meta = {
-        id: message.artifactId,
-        leaseId,
-        callId: message.callId,
-        name: message.name,
-        mediaType: message.mediaType,
-        size: message.size,
-        sha256: message.sha256,
-      };
-      const artifact =
-        message.kind === 'artifact_ready'
-          ? await this.deps.fetchArtifact(leaseId, meta)
-          : await this.deps.artifacts.complete({ ...meta, chunks: message.chunks });
-      await this.deps.store.appendEvent(
-        leaseId,
-        message.callId,
-        { type: 'artifact', artifactId: artifact.id, name: artifact.name, size: artifact.size, sha256: artifact.sha256 },
-        at,
-        `artifact:${artifact.id}`,
-        { unlessFinished: true },
-      );
+    if (message.kind === 'artifact_chunk' || message.kind === 'artifact_end' || message.kind === 'artifact_ready') {
+      await ingestArtifact(this.deps, leaseId, message, at);
       return;
     }
     if (message.kind === 'detached') {
@@ -393,4 +362,20 @@ export class CallService {
       await this.finish(leaseId, callId, result, now);
     }
   }
+}
+
+/** The job the agent runs for a call resolved under the lease's policy. */
+function jobOf(lease: CallLease, tool: ToolDefinition, callId: string, fingerprint: string, resolved: ResolvedExecution): CallJob {
+  const { args, timeoutMs, maxOutputBytes, accesses } = resolved;
+  return {
+    callId,
+    tool: tool.name,
+    toolVersion: tool.version,
+    args,
+    fingerprint,
+    manifestDigest: lease.manifest!.digest,
+    timeoutMs,
+    maxOutputBytes,
+    accesses,
+  };
 }

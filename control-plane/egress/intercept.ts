@@ -237,6 +237,8 @@ export class Interceptor {
         timeout: this.deps.connectTimeoutMs,
       };
       const upstream = https.request(options);
+      // Small writes (the handshake, a request head) go at once: no Nagle wait for a delayed ACK.
+      upstream.setNoDelay(true);
       // The call's receipt counts what went into its requests: stored before the client can see
       // the answer end, so before the call can end (a body still streaming then is in the event only).
       countForCall = async (): Promise<void> => {

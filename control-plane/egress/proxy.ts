@@ -240,7 +240,8 @@ export class EgressProxy {
       await this.interceptor.serve(client, head, to, interception!);
       return;
     }
-    const upstream = net.connect({ host: address, port: target.port });
+    // A relay of small writes (TLS handshakes): no Nagle wait for an ACK the server delays.
+    const upstream = net.connect({ host: address, port: target.port, noDelay: true });
     upstream.setTimeout(this.deps.connectTimeoutMs ?? 10_000, () => upstream.destroy(new Error('connect timeout')));
     upstream.once('connect', () => {
       upstream.setTimeout(IDLE_TIMEOUT_MS, () => upstream.destroy());

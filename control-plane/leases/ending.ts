@@ -23,7 +23,7 @@ import type { LeaseTransitions } from './transitions.js';
 export interface EnderDeps {
   transitions: LeaseTransitions;
   store: Pick<LeaseStore, 'getLease'>;
-  calls: Pick<LeaseCalls, 'openCalls' | 'waitAllFinished' | 'cancel'>;
+  calls: Pick<LeaseCalls, 'openCalls' | 'waitAllFinished' | 'cancel' | 'waitingForApproval'>;
   provisioner: Pick<Provisioner, 'attach'>;
   teardown: Pick<Teardown, 'run'>;
   /** Thaws a paused sandbox before it ends, so its agent can settle its calls. */
@@ -151,7 +151,8 @@ export class LeaseEnder {
   }
 
   /**
-   * Lets the lease's open calls finish until its `releaseGraceUntil`, then cancels the rest
+   * Cancels the calls waiting for approval, lets the other open calls finish until its
+   * `releaseGraceUntil`, then cancels the rest
    * through the normal chain (queued ones end `cancelled` with nothing run; the agent kills the
    * process group of running ones and reports) and waits up to `cancelWaitMs` for the agent's
    * reports. This process consumes the lease's returns meanwhile, unless a live one does.
@@ -159,6 +160,10 @@ export class LeaseEnder {
   private async settleCalls(lease: LeaseRecord): Promise<void> {
     const { calls, log, now } = this.deps;
     await this.deps.provisioner.attach(lease.id, lease.policySnapshot, lease.secrets);
+    // A call waiting for approval cannot be approved any more (the lease is ending): it ends
+    // cancelled now, with nothing run, rather than hold the release for the whole grace.
+    for (const callId of await calls.waitingForApproval(lease.id))
+      await calls.cancel(lease, callId).catch((err: unknown) => log.warn({ leaseId: lease.id, callId, err }, 'cancel at release failed'));
     await calls.waitAllFinished(lease.id, Date.parse(lease.releaseGraceUntil ?? now().toISOString()));
     const open = await calls.openCalls(lease.id);
     if (open.length === 0) return;

@@ -5,7 +5,8 @@
  * the record (compare-and-swap, machine event `change_policy`) gets the new policy and a new
  * manifest, the old one kept in `manifestHistory`; then the egress proxy follows (cutting the
  * connections the old rules let through) and the change is audited. Later calls are decided by
- * the new policy (a withdrawn secret is `policy.secret_denied`); calls running keep what they had.
+ * the new policy (a withdrawn secret is `policy.secret_denied`); so are calls queued but not
+ * started (calls/withdrawn.ts); calls running keep what they had.
  */
 import { AppError } from '../../contract/errors.js';
 import { digestOf } from '../../contract/digest.js';
@@ -17,6 +18,7 @@ import type { Principal } from '../http/auth.js';
 import { inPhase, phaseIndex } from '../policies/phases.js';
 import type { Policy } from '../policies/schema.js';
 import type { PolicyService } from '../policies/service.js';
+import type { LeaseCalls } from './ports.js';
 import type { Provisioner } from './provision.js';
 import { toView, type LeaseRecord } from './store.js';
 import type { LeaseTransitions } from './transitions.js';
@@ -26,6 +28,7 @@ export interface PolicyChangeDeps {
   policies: Pick<PolicyService, 'resolve'>;
   provisioner: Pick<Provisioner, 'attach'>;
   audit: Pick<AuditLog, 'record'>;
+  calls: Pick<LeaseCalls, 'denyWithdrawnSecrets'>;
   /** Throws the lease guard's codes when the lease may not be used now (`lease.released`...). */
   usable: (lease: LeaseRecord) => LeaseRecord;
 }
@@ -114,13 +117,20 @@ export class LeasePolicyChanger {
       if (applied.applied) {
         const after = applied.lease!;
         await this.deps.provisioner.attach(after.id, after.policySnapshot, after.secrets);
+        // Calls accepted under the old policy that have not started would still get a withdrawn secret.
+        const callsDenied = await this.deps.calls.denyWithdrawnSecrets(after.id, policy.secrets.allowed);
         await this.deps.audit.record({
           actor: actorOf(by),
           action: reason === 'phase_moved' ? 'lease.phase_move' : 'lease.policy_change',
           target: `lease:${lease.id}`,
           beforeDigest: before.digest,
           afterDigest: manifest.digest,
-          details: { tenant: after.tenant, from: { policy: current.policy, phase: current.phase }, to: { policy: ref, phase } },
+          details: {
+            tenant: after.tenant,
+            from: { policy: current.policy, phase: current.phase },
+            to: { policy: ref, phase },
+            callsDenied,
+          },
         });
         return toView(after);
       }

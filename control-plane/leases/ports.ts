@@ -15,6 +15,10 @@ export interface LeaseCalls {
   openCalls(leaseId: string): Promise<string[]>;
   /** Resolves once none of the lease's calls is open, or at `untilMs` (epoch ms), whichever comes first. */
   waitAllFinished(leaseId: string, untilMs: number): Promise<void>;
+  /** Ids of the lease's calls waiting for approval (nothing of them queued). */
+  waitingForApproval(leaseId: string): Promise<string[]>;
+  /** Ends denied the lease's calls not started yet that name a secret outside `allowed` (a phase or policy change withdrew it); their ids. */
+  denyWithdrawnSecrets(leaseId: string, allowed: readonly string[]): Promise<string[]>;
   /** Cancels one call through the normal chain (queued: removed; running: signalled to the agent). */
   cancel(lease: LeaseRecord, callId: string): Promise<unknown>;
   /**

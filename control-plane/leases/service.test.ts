@@ -139,6 +139,8 @@ function world(over: { start?: () => Promise<{ containerId: string; seededPaths:
       openCalls: async () => [],
       waitAllFinished: async () => undefined,
       cancel: async () => undefined,
+      denyWithdrawnSecrets: async () => [],
+      waitingForApproval: async () => [],
       abandonOpenCalls: async () => void log.push('calls.abandon'),
     },
     egress: { serve: async () => undefined, stop: async () => undefined, update: () => true, basisOf: () => null },

@@ -14,6 +14,9 @@ import { dialChannel, type LinkRoute } from './link-dial.js';
  */
 export async function startEgressForwarder(port: number, socketPath: string, route: LinkRoute): Promise<net.Server> {
   const server = net.createServer((client) => {
+    // A relay of small writes both ways (TLS handshakes): Nagle's wait for an ACK the peer delays
+    // would cost about 40 ms per exchange.
+    client.setNoDelay(true);
     const upstream = dialChannel({ path: socketPath }, route, { channel: 'egress' });
     client.pipe(upstream);
     upstream.pipe(client);
