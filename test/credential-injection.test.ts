@@ -172,6 +172,27 @@ describe('credential injection: the sandbox holds a placeholder, the upstream ge
     ]);
   });
 
+  it('a 100 MB JSON body with the placeholder at its very end arrives whole, the value in its place (streamed, one chunk held)', async () => {
+    const from = api.requests.length;
+    const padBytes = 100 * 1000 * 1000;
+    const script = [
+      'import os, urllib.request',
+      'key = os.environ["API_KEY"].encode()',
+      `body = b'{"pad":"' + b"x" * ${padBytes} + b'","k":"' + key + b'"}'`,
+      `req = urllib.request.Request("${url('api.upstream.test', '/big')}", data=body, headers={"content-type": "application/json"}, method="POST")`,
+      'print(urllib.request.urlopen(req, timeout=120).status, len(body))',
+    ].join('\n');
+    const r = await exec(leaseId, { argv: ['python3', '-c', script], secrets: ['API_KEY'], timeoutMs: 120_000 }, { waitSeconds: 150 });
+    expect(r.exitCode).toBe(0);
+    const [status, sent] = r.stdout.trim().split(' ').map(Number);
+    expect(status).toBe(200);
+    const [q] = since(from);
+    const value = JSON.stringify(API_VALUE).slice(1, -1);
+    expect(q!.bodyTail.toString().endsWith(`","k":"${value}"}`)).toBe(true);
+    expect(q!.bodyBytes).toBe(sent! - 'sbxph_'.length - 40 + Buffer.byteLength(value));
+    expect(r.receipt!.credentialsInjected).toContainEqual({ secret: 'API_KEY', host: 'api.upstream.test', count: 1 });
+  });
+
   it('Node fetch: a form body gets the value percent-encoded', async () => {
     const from = api.requests.length;
     const script = `const r = await fetch(${JSON.stringify(url('api.upstream.test', '/form'))}, { method: 'POST', body: new URLSearchParams({ k: process.env.API_KEY }) }); console.log(r.status);`;
