@@ -62,6 +62,8 @@ export interface LeaseKeys {
   readonly inbox: string;
   /** Whether the call's inbox entry still waits (`waiting`) or was taken back (`removed`, also before any add); absent: neither added nor taken back. */
   queued(callId: string): string;
+  /** The lease's granted secrets its current policy or phase no longer allows (a set): an attempt naming one does not start. */
+  readonly withdrawn: string;
   attempt(callId: string): string;
   cancel(callId: string): string;
   /** The stream of `InputMessage`s to a running call (terminal input and resizes, piped stdin). */
@@ -90,6 +92,7 @@ export function leaseKeys(rootPrefix: string, leaseId: string): LeaseKeys {
     returns: `${namespace}:returns`,
     inbox: `${namespace}:inbox`,
     queued: (callId) => `${namespace}:queued:${callId}`,
+    withdrawn: `${namespace}:withdrawn`,
     attempt: (callId) => `${namespace}:attempt:${callId}`,
     cancel: (callId) => `${namespace}:cancel:${callId}`,
     input: (callId) => `${namespace}:input:${callId}`,

@@ -50,7 +50,13 @@ beforeAll(async () => {
       network: { mode: 'allowlist', allow: [{ host: 'a.console.test', ports: [80] }] },
       tools: {
         ...defaults.tools,
-        approvals: { timeoutSeconds: 3600, rules: [{ decision: 'ask', tools: ['exec'], argv: ['touch /workspace/ok-*'] }] },
+        approvals: {
+          timeoutSeconds: 3600,
+          rules: [
+            { decision: 'ask', tools: ['exec'], argv: ['touch /workspace/ok-*'] },
+            { decision: 'ask', tools: ['write_file'], paths: ['/workspace/big-*'] },
+          ],
+        },
       },
     }),
   );
@@ -105,6 +111,34 @@ describe('console: approvals', () => {
 
     const audit = (await api(h.apiKey, 'GET', '/v1/audit?action=call.approve&target=call:ui-approve')).body.entries;
     expect(audit).toMatchObject([{ actor: { role: 'admin' }, details: { sandboxId: leaseId } }]);
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('an argument too long for the list is cut there, said so, and shown whole on request; a row stays as it is across reloads', async () => {
+    const content = `${'a'.repeat(3000)}THE-END`;
+    const held = await api(h.apiKey, 'POST', `/v1/sandboxes/${leaseId}/calls`, {
+      tool: 'write_file',
+      args: { path: '/workspace/big-1', content },
+      callId: 'ui-big',
+    });
+    expect(held.body.status).toBe('pending_approval');
+    await go('approvals');
+    const row = page.locator('#approvals tr[data-call="ui-big"]');
+    await row.waitFor();
+    expect(await row.locator('code.effect').textContent()).toBe('/workspace/big-1');
+    expect(await row.locator('pre').textContent()).not.toContain('THE-END');
+    expect(await row.locator('details p').textContent()).toContain('cut for this list: content');
+    await row.locator('button[data-action=whole-args]').click();
+    await eventually(() => row.locator('pre').textContent()).toContain('THE-END');
+    await ui.shot('approvals-whole-args');
+    // The list reloads every 5 s; the row read whole is the same element after a reload.
+    await row.evaluate((el) => el.setAttribute('data-marked', 'yes'));
+    const reloaded = page.waitForResponse((r) => r.url().endsWith('/v1/approvals'));
+    await page.click('#approvals-refresh');
+    await reloaded;
+    await eventually(() => page.locator('#approvals tr[data-marked=yes] pre').textContent()).toContain('THE-END');
+    await row.locator('button[data-action=deny]').click();
+    await eventually(() => page.textContent('#banner')).toContain('Denied ui-big');
     expect(pageErrors).toEqual([]);
   });
 });

@@ -268,6 +268,15 @@ describe('what is never done', () => {
     expect(since(from)).toEqual([]);
   });
 
+  it('a client asking for HTTP/2 is offered HTTP/1.1 only (ALPN) and falls back: the request goes through, injected', async () => {
+    const from = api.requests.length;
+    const r = await exec(leaseId, {
+      cmd: `curl -sS --http2 -o /dev/null -w '%{http_version} %{http_code}' "${url('api.upstream.test', '/h2')}"`,
+    });
+    expect(r.stdout).toBe('1.1 200');
+    expect(since(from).map((q) => [q.path, q.httpVersion, q.headers.authorization])).toEqual([['/h2', '1.1', `Bearer ${GH_VALUE}`]]);
+  });
+
   it('the value is in no process environment, no file and not in the memory of a process that used the placeholder', async () => {
     const container = `sbx-${leaseId}`;
     // As root in the sandbox: every process's environment, then every file outside /proc and /sys.

@@ -146,6 +146,22 @@ describe('the inbox: calls from the control plane to the agent', () => {
     expect(entries.filter(([, fields]) => fields.join(' ').includes('call_never_added'))).toEqual([]);
   });
 
+  it('an attempt naming a secret marked withdrawn does not start; marking again replaces the set', async () => {
+    const lease = newLease();
+    const keys = leaseKeys(prefix, lease);
+    const begin = redisBeginAttempt((script, numKeys, ...args) => redis.eval(script, numKeys, ...args), keys);
+    await out.markWithdrawnSecrets(lease, ['NPM_TOKEN', 'GH_TOKEN']);
+    expect(await begin('call_w', 'att_1', ['API_KEY', 'GH_TOKEN'])).toBe('withdrawn:GH_TOKEN');
+    expect(await redis.exists(keys.attempt('call_w'))).toBe(0);
+    expect(await begin('call_plain', 'att_2', ['API_KEY'])).toBe('claimed');
+    expect(await begin('call_none', 'att_3')).toBe('claimed');
+    // A later change allows GH_TOKEN again: only NPM_TOKEN stays withdrawn.
+    await out.markWithdrawnSecrets(lease, ['NPM_TOKEN']);
+    expect(await begin('call_w', 'att_4', ['API_KEY', 'GH_TOKEN'])).toBe('claimed');
+    await out.markWithdrawnSecrets(lease, []);
+    expect(await redis.exists(keys.withdrawn)).toBe(0);
+  });
+
   it('at most `capacity` calls are handed over at once, in stream order', async () => {
     const lease = newLease();
     for (const id of ['c1', 'c2', 'c3', 'c4', 'c5']) await out.enqueue(lease, job(id));

@@ -27,6 +27,9 @@ export const CallOutcome = z.object({
   result: z.nullable(z.object({ status: z.string(), error: z.optional(z.nullable(z.object({ code: z.string() }))) })),
 });
 
+/** A call's resolved arguments, whole (`GET /v1/sandboxes/:id/calls/:callId`). */
+export const CallArgs = z.object({ args: z.record(z.string(), z.unknown()) });
+
 /** Where a proposed change comes from: one denied request. */
 export const Evidence = z.object({
   leaseId: z.string(),

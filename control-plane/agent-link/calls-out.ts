@@ -83,6 +83,17 @@ export class CallsOut {
     await this.redis.publish(leaseKeys(this.rootPrefix, leaseId).control, JSON.stringify(message));
   }
 
+  /**
+   * Records which of the lease's granted secrets its policy or phase no longer allows (replacing
+   * what was recorded): the agent starts no attempt of a call naming one (sandbox-agent/link/attempt-start.ts).
+   */
+  async markWithdrawnSecrets(leaseId: string, names: readonly string[]): Promise<void> {
+    const key = leaseKeys(this.rootPrefix, leaseId).withdrawn;
+    const multi = this.redis.multi().del(key);
+    if (names.length > 0) multi.sadd(key, ...names);
+    await multi.exec();
+  }
+
   /** The id of the call's attempt the agent recorded as started (its durable marker), or null. */
   async attemptOf(leaseId: string, callId: string): Promise<string | null> {
     return this.redis.get(leaseKeys(this.rootPrefix, leaseId).attempt(callId));

@@ -40,8 +40,9 @@ export interface PendingApproval {
 
 /** Characters of one string argument a listed approval shows (a `write_file` content can be 32 MiB). */
 export const ARG_PREVIEW_CHARS = 2048;
-/** Calls one listing reads at most (soonest deadline first). */
+/** Calls one listing shows at most (soonest deadline first), and how many it reads from Redis at a time. */
 const PENDING_LISTED = 500;
+const PENDING_PAGE = 500;
 
 export class ApprovalService {
   constructor(private readonly deps: ApprovalServiceDeps) {}
@@ -54,26 +55,43 @@ export class ApprovalService {
     mayApprove(by, 'listing calls waiting for approval');
     const { store } = this.deps;
     const listed: PendingApproval[] = [];
-    for (const { leaseId, callId, expiresAtMs } of await store.pendingApprovals(PENDING_LISTED)) {
-      if (!(await visible(leaseId))) continue;
-      const call = await store.getCall(leaseId, callId);
-      // Approved, denied or expired since it was listed (the sweep takes it off).
-      if (call?.status !== 'pending_approval') continue;
-      const asked = (await store.readEvents(leaseId, callId)).find((e) => e.type === 'call.pending_approval');
-      const { args, truncated } = previewArgs(call.args);
-      listed.push({
-        sandboxId: leaseId,
-        callId,
-        tool: call.tool,
-        args,
-        truncatedArgs: truncated,
-        fingerprint: call.fingerprint,
-        rule: asked?.type === 'call.pending_approval' ? asked.rule : '',
-        createdAt: call.createdAt,
-        expiresAt: new Date(expiresAtMs).toISOString(),
-      });
+    const seen = new Map<string, boolean>();
+    // Paged through every tenant's waiting calls until PENDING_LISTED visible ones: another
+    // tenant's many never hide this one's.
+    for (let offset = 0; listed.length < PENDING_LISTED; offset += PENDING_PAGE) {
+      const page = await store.pendingApprovals(offset, PENDING_PAGE);
+      for (const entry of page) {
+        if (listed.length >= PENDING_LISTED) break;
+        if (!seen.has(entry.leaseId)) seen.set(entry.leaseId, await visible(entry.leaseId));
+        if (seen.get(entry.leaseId)) {
+          const item = await this.describePending(entry.leaseId, entry.callId, entry.expiresAtMs);
+          if (item) listed.push(item);
+        }
+      }
+      if (page.length < PENDING_PAGE) break;
     }
     return listed;
+  }
+
+  /** A waiting call as the list shows it; null when it waits no more. */
+  private async describePending(leaseId: string, callId: string, expiresAtMs: number): Promise<PendingApproval | null> {
+    const { store } = this.deps;
+    const call = await store.getCall(leaseId, callId);
+    // Approved, denied or expired since it was listed (the sweep takes it off).
+    if (call?.status !== 'pending_approval') return null;
+    const asked = (await store.readEvents(leaseId, callId)).find((e) => e.type === 'call.pending_approval');
+    const { args, truncated } = previewArgs(call.args);
+    return {
+      sandboxId: leaseId,
+      callId,
+      tool: call.tool,
+      args,
+      truncatedArgs: truncated,
+      fingerprint: call.fingerprint,
+      rule: asked?.type === 'call.pending_approval' ? asked.rule : '',
+      createdAt: call.createdAt,
+      expiresAt: new Date(expiresAtMs).toISOString(),
+    };
   }
 
   /**

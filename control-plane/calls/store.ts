@@ -293,9 +293,9 @@ export class CallStore {
     return members.map((m) => ({ leaseId: m.split(' ')[0]!, callId: m.split(' ')[1]! }));
   }
 
-  /** Calls waiting for approval, every lease's, soonest deadline first (at most `limit`), with their deadlines (epoch ms). */
-  async pendingApprovals(limit: number): Promise<Array<{ leaseId: string; callId: string; expiresAtMs: number }>> {
-    const flat = await this.redis.zrange(this.k.approvals(), 0, limit - 1, 'WITHSCORES');
+  /** Calls waiting for approval, every lease's, soonest deadline first, from the `offset`th (at most `limit`), with their deadlines (epoch ms). */
+  async pendingApprovals(offset: number, limit: number): Promise<Array<{ leaseId: string; callId: string; expiresAtMs: number }>> {
+    const flat = await this.redis.zrange(this.k.approvals(), offset, offset + limit - 1, 'WITHSCORES');
     const pending: Array<{ leaseId: string; callId: string; expiresAtMs: number }> = [];
     for (let i = 0; i + 1 < flat.length; i += 2) {
       const [leaseId = '', callId = ''] = flat[i]!.split(' ');

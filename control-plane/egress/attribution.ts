@@ -4,8 +4,10 @@
  * call's processes in their proxy variables (`HTTP_PROXY=http://<callId>:<token>@127.0.0.1:3128`),
  * which curl, git, pip, Python's urllib, npm and Node's fetch send as `Proxy-Authorization: Basic`.
  * The token is an HMAC of the lease and call ids under a key every control plane of an
- * installation derives from the secrets key, so code in one call cannot claim another call's
- * requests; a connection without a valid credential is the lease's, attributed to no call.
+ * installation derives from the secrets key, so no credential is made up from a call id; but
+ * every call of a lease runs as one tool user, who can read another call's credential from its
+ * environment: within a lease the call is what a request claims (documented in policies/README.md).
+ * A connection without a valid credential is the lease's, attributed to no call.
  */
 import { createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
 

@@ -62,6 +62,8 @@ export function intercepts(interception: LeaseInterception | undefined, host: st
 
 /** How long a sandbox's TLS handshake may take, and an intercepted connection may idle, ms. */
 const HANDSHAKE_TIMEOUT_MS = 20_000;
+/** How long an answer waits for its call's injection counts to be stored, ms. */
+const COUNT_WAIT_MS = 2000;
 const IDLE_TIMEOUT_MS = 120_000;
 
 export class Interceptor {
@@ -239,14 +241,23 @@ export class Interceptor {
       const upstream = https.request(options);
       // Small writes (the handshake, a request head) go at once: no Nagle wait for a delayed ACK.
       upstream.setNoDelay(true);
-      // The call's receipt counts what went into its requests: stored before the client can see
-      // the answer end, so before the call can end (a body still streaming then is in the event only).
+      // The call's receipt counts what went into its requests: stored before the client sees any
+      // answer, so before the call can end (a body still streaming then is in the event only).
+      // Bounded: Redis away, the answer goes on after COUNT_WAIT_MS without it (logged).
       countForCall = async (): Promise<void> => {
         if (target.callId === null || injected.size === 0 || counted) return;
         counted = true;
-        await this.deps
-          .countInjected(target.leaseId, target.callId, target.host, new Map(injected))
-          .catch((err: unknown) => this.deps.log.warn({ sandboxId: target.leaseId, err }, 'could not count injected secrets'));
+        const counting = this.deps.countInjected(target.leaseId, target.callId, target.host, new Map(injected));
+        let timer: NodeJS.Timeout | undefined;
+        const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), COUNT_WAIT_MS)));
+        const outcome = await Promise.race([counting.then(() => 'counted' as const), late])
+          .catch((err: unknown) => err)
+          .finally(() => clearTimeout(timer));
+        if (outcome !== 'counted')
+          this.deps.log.warn(
+            { sandboxId: target.leaseId, callId: target.callId, err: outcome },
+            "could not count injected secrets for the call's receipt (the egress event has them)",
+          );
       };
       const answerHeaders = (answer: http.IncomingMessage): string[] => {
         const out: string[] = [];

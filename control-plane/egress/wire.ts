@@ -80,9 +80,9 @@ export function connectionNamed(connection: string | string[] | undefined): Set<
  * Sends `upstream`'s answer to `res` (its headers as `headersOf` gives them), counting the body's
  * bytes into `event.bytesIn`; a failure before the answer is `502` naming `target`, after it the
  * client's connection is cut, and the error lands in `event.error`. The client leaving destroys
- * `upstream`. `beforeEnd` runs before the answer's last byte goes to the client (what must be
- * stored before the client can see the exchange end). Resolves when the exchange is over,
- * whichever way; never rejects.
+ * `upstream`. `beforeAnswer` runs before the first byte of any answer (the upstream's, or the
+ * 502) goes to the client: what must be stored before the client can see the exchange answered.
+ * It reports its own failures. Resolves when the exchange is over, whichever way; never rejects.
  */
 export function relayAnswer(
   upstream: http.ClientRequest,
@@ -90,34 +90,34 @@ export function relayAnswer(
   event: EgressEvent,
   target: string,
   headersOf: (answer: http.IncomingMessage) => http.OutgoingHttpHeaders | string[],
-  beforeEnd: () => Promise<void> = async () => undefined,
+  beforeAnswer: () => Promise<void> = async () => undefined,
 ): Promise<void> {
   return new Promise((resolve) => {
+    const answered = (): Promise<void> => beforeAnswer().catch(() => undefined);
     upstream.once('timeout', () => upstream.destroy(new Error('timeout')));
     upstream.once('response', (answer) => {
       upstream.setTimeout(0);
-      res.writeHead(answer.statusCode ?? 502, headersOf(answer));
-      answer.on('data', (chunk: Buffer) => (event.bytesIn += chunk.length));
-      answer.pipe(res, { end: false });
-      // beforeEnd reports its own failures: the answer ends either way.
-      answer.once(
-        'end',
-        () =>
-          void beforeEnd().then(
-            () => res.end(resolve),
-            () => res.end(resolve),
-          ),
-      );
-      answer.once('error', () => {
-        res.destroy();
-        resolve();
+      // The answer waits, unread (paused), until beforeAnswer is done.
+      void answered().then(() => {
+        if (res.destroyed) return;
+        res.writeHead(answer.statusCode ?? 502, headersOf(answer));
+        answer.on('data', (chunk: Buffer) => (event.bytesIn += chunk.length));
+        answer.pipe(res);
+        answer.once('end', resolve);
+        answer.once('error', () => {
+          res.destroy();
+          resolve();
+        });
       });
     });
     upstream.once('error', (err: NodeJS.ErrnoException) => {
       event.error = err.code ?? err.message;
-      if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' }).end(`sbx egress: ${target}: ${event.error}\n`);
-      else res.destroy();
-      resolve();
+      void answered().then(() => {
+        if (!res.headersSent && !res.destroyed)
+          res.writeHead(502, { 'content-type': 'text/plain' }).end(`sbx egress: ${target}: ${event.error}\n`);
+        else res.destroy();
+        resolve();
+      });
     });
     res.once('close', () => {
       upstream.destroy();

@@ -18,7 +18,7 @@ import type { Principal } from '../http/auth.js';
 import { inPhase, phaseIndex } from '../policies/phases.js';
 import type { Policy } from '../policies/schema.js';
 import type { PolicyService } from '../policies/service.js';
-import type { LeaseCalls } from './ports.js';
+import type { LeaseCalls, LeaseLink } from './ports.js';
 import type { Provisioner } from './provision.js';
 import { toView, type LeaseRecord } from './store.js';
 import type { LeaseTransitions } from './transitions.js';
@@ -29,6 +29,7 @@ export interface PolicyChangeDeps {
   provisioner: Pick<Provisioner, 'attach'>;
   audit: Pick<AuditLog, 'record'>;
   calls: Pick<LeaseCalls, 'denyWithdrawnSecrets'>;
+  link: { calls: Pick<LeaseLink['calls'], 'markWithdrawnSecrets'> };
   /** Throws the lease guard's codes when the lease may not be used now (`lease.released`...). */
   usable: (lease: LeaseRecord) => LeaseRecord;
 }
@@ -87,6 +88,21 @@ export class LeasePolicyChanger {
     }));
   }
 
+  /**
+   * After a change: the agent is told exactly what the lease's policy now withholds (`withheld`),
+   * and calls still in the lease's queue that name one end denied here (calls/withdrawn.ts).
+   * Returns their ids, or the error that stopped this (the change stands; what was marked before
+   * it, a superset, stays in force): written into the audit entry.
+   */
+  private async withdraw(lease: LeaseRecord, withheld: string[], allowed: readonly string[]): Promise<string[] | { error: string }> {
+    try {
+      await this.deps.link.calls.markWithdrawnSecrets(lease.id, withheld);
+      return withheld.length === 0 ? [] : await this.deps.calls.denyWithdrawnSecrets(lease.id, allowed);
+    } catch (err) {
+      return { error: (err as Error).message };
+    }
+  }
+
   private async change(
     lease: LeaseRecord,
     by: Principal,
@@ -105,6 +121,12 @@ export class LeasePolicyChanger {
         phase,
         current.secrets.map((g) => g.name),
       );
+      // Fail closed: before the change, the agent is told every secret that either policy
+      // withholds; a failure here changes nothing. After it, exactly what the new one withholds.
+      const withheld = (allowed: readonly string[]): string[] =>
+        current.secrets.map((g) => g.name).filter((name) => !allowed.includes(name));
+      const both = current.policySnapshot.secrets.allowed.filter((name) => policy.secrets.allowed.includes(name));
+      await this.deps.link.calls.markWithdrawnSecrets(lease.id, withheld(both));
       const applied = await this.deps.transitions.apply(lease.id, {
         type: 'change_policy',
         reason,
@@ -117,8 +139,7 @@ export class LeasePolicyChanger {
       if (applied.applied) {
         const after = applied.lease!;
         await this.deps.provisioner.attach(after.id, after.policySnapshot, after.secrets);
-        // Calls accepted under the old policy that have not started would still get a withdrawn secret.
-        const callsDenied = await this.deps.calls.denyWithdrawnSecrets(after.id, policy.secrets.allowed);
+        const callsDenied = await this.withdraw(after, withheld(policy.secrets.allowed), policy.secrets.allowed);
         await this.deps.audit.record({
           actor: actorOf(by),
           action: reason === 'phase_moved' ? 'lease.phase_move' : 'lease.policy_change',
@@ -134,6 +155,11 @@ export class LeasePolicyChanger {
         });
         return toView(after);
       }
+      // Not changed: what the policy in force (another change's, maybe) withholds, again; a
+      // failure leaves more withheld, never less.
+      const inForce = applied.lease ?? current;
+      const restored = inForce.secrets.map((g) => g.name).filter((name) => !inForce.policySnapshot.secrets.allowed.includes(name));
+      await this.deps.link.calls.markWithdrawnSecrets(lease.id, restored).catch(() => undefined);
       if (!applied.lease) throw new AppError('lease.not_found', `no sandbox ${lease.id}`, { details: { id: lease.id } });
       current = this.deps.usable(applied.lease);
       if (applied.refusal?.reason !== 'changed' || tries >= MAX_TRIES)

@@ -34,7 +34,7 @@ export interface LeaseLink {
   acl: Pick<AgentAcl, 'provision' | 'leases'>;
   handshake: Pick<Handshake, 'awaitHello' | 'bind' | 'leaveSecretDelivery' | 'knownImageFacts' | 'keepImageFacts'>;
   returns: Pick<ReturnsIn, 'start' | 'drain' | 'active'>;
-  calls: Pick<CallsOut, 'attemptOf'>;
+  calls: Pick<CallsOut, 'attemptOf' | 'markWithdrawnSecrets'>;
   /** Stops consuming the lease's returns and forgets its queue handles. */
   stop(leaseId: string): Promise<void>;
   /** Deletes the lease's ACL user and every key of its namespace. */

@@ -123,7 +123,7 @@ function world(over: { start?: () => Promise<{ containerId: string; seededPaths:
         keepImageFacts: async () => undefined,
       },
       returns: { start: async () => (log.push('returns.start'), true), drain: async () => undefined, active: () => [] },
-      calls: { attemptOf: async () => null },
+      calls: { attemptOf: async () => null, markWithdrawnSecrets: async () => undefined },
       stop: async () => undefined,
       destroy: async () => void log.push('link.destroy'),
     },

@@ -160,12 +160,24 @@ export class CallRunner {
     // decides first (not re-run, and not "nothing ran"); then a durable cancel; then the claim.
     // The marker says "an attempt began": set right before the tool runs, so a call that waited
     // for its turn and was lost with the agent is not taken for one that ran.
-    const start = await this.deps.beginAttempt(job.callId, attemptId);
+    const secrets = Array.isArray(job.args.secrets) ? job.args.secrets.filter((n): n is string => typeof n === 'string') : [];
+    const start = await this.deps.beginAttempt(job.callId, attemptId, secrets);
     // Taken back before it began; the control plane answered it (cancelled, nothing ran).
     if (start === 'removed') return;
     if (start === 'cancelled') {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
       await channel.result(this.result(job, attemptId, outcomeWithoutRun('cancelled', 'not_started', error, new Date())));
+      return;
+    }
+    if (start.startsWith('withdrawn:')) {
+      const name = start.slice('withdrawn:'.length);
+      const error = errorInfo('policy.secret_denied', `secret ${name} was withdrawn before the call started: nothing ran`, {
+        tool: job.tool,
+        field: 'args.secrets',
+        name,
+        withdrawn: true,
+      });
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('denied', 'not_started', error, new Date())));
       return;
     }
     if (start !== 'claimed') {

@@ -6,7 +6,7 @@
  */
 import { ApiError, describeError } from '../api.js';
 import { formatDuration, formatTime, h, replace, shortDigest } from '../dom.js';
-import { CallOutcome, PendingApprovalList, type PendingApproval } from '../governance-api.js';
+import { CallArgs, CallOutcome, PendingApprovalList, type PendingApproval } from '../governance-api.js';
 import type { PageFactory } from '../page.js';
 
 /** How often the list is read again while the page is shown, ms. */
@@ -14,9 +14,9 @@ const RELOAD_EVERY_MS = 5000;
 
 /** The line an approver reads first: the argv or script of a command, the path of a file tool. */
 function headline(a: PendingApproval): string {
-  const { argv, script, path, from, to } = a.args;
+  const { argv, cmd, path, from, to } = a.args;
   if (Array.isArray(argv)) return argv.map(String).join(' ');
-  if (typeof script === 'string') return script;
+  if (typeof cmd === 'string') return cmd;
   if (typeof from === 'string' && typeof to === 'string') return `${from} → ${to}`;
   if (typeof path === 'string') return path;
   return JSON.stringify(a.args);
@@ -50,36 +50,60 @@ export const approvalsPage: PageFactory = (ctx) => {
     await load();
   };
 
+  /** The resolved arguments; those cut for the list are read whole from the call on request. */
+  const argumentsView = (a: PendingApproval): HTMLElement => {
+    const pre = h('pre', {}, JSON.stringify(a.args, null, 2));
+    if (a.truncatedArgs.length === 0) return h('details', {}, h('summary', {}, 'resolved arguments'), pre);
+    const whole = h('button', { type: 'button', class: 'small', 'data-action': 'whole-args' }, 'Show them whole');
+    const note = h('p', { class: 'muted' }, `cut for this list: ${a.truncatedArgs.join(', ')}. `, whole);
+    whole.addEventListener('click', () => {
+      whole.disabled = true;
+      const path = `/v1/sandboxes/${encodeURIComponent(a.sandboxId)}/calls/${encodeURIComponent(a.callId)}`;
+      void ctx.api
+        .json('GET', path, CallArgs)
+        .then((call) => {
+          pre.textContent = JSON.stringify(call.args, null, 2);
+          note.textContent = 'whole, as the call holds them';
+        })
+        .catch((err: unknown) => ctx.flash('error', `Could not read ${a.callId}: ${describeError(err)}`))
+        .finally(() => (whole.disabled = false));
+    });
+    return h(
+      'details',
+      { open: true },
+      h('summary', {}, 'resolved arguments (cut: approve only once you have read them whole)'),
+      pre,
+      note,
+    );
+  };
+
+  /** The rows shown, by sandbox and call id, and each one's time-left cell. */
+  let shown = new Map<string, { el: HTMLElement; approval: PendingApproval }>();
+  const timeLeft = new Map<string, HTMLElement>();
+  const keyOf = (a: PendingApproval): string => `${a.sandboxId} ${a.callId}`;
+  const tick = (a: PendingApproval): void => {
+    const cell = timeLeft.get(keyOf(a));
+    if (cell) cell.textContent = formatDuration((Date.parse(a.expiresAt) - Date.now()) / 1000);
+  };
+
   const row = (a: PendingApproval): HTMLElement => {
     const approve = h('button', { type: 'button', class: 'small primary', 'data-action': 'approve' }, 'Approve');
     const deny = h('button', { type: 'button', class: 'small danger', 'data-action': 'deny' }, 'Deny');
     approve.addEventListener('click', () => void decide(a, 'approve', [approve, deny]));
     deny.addEventListener('click', () => void decide(a, 'deny', [approve, deny]));
-    const left = (Date.parse(a.expiresAt) - Date.now()) / 1000;
+    const left = h('td', { class: 'nowrap', title: `${formatTime(a.expiresAt)} UTC` });
+    timeLeft.set(keyOf(a), left);
     return h(
       'tr',
       { 'data-call': a.callId, 'data-sandbox': a.sandboxId },
       h('td', {}, h('code', {}, a.sandboxId)),
       h('td', {}, h('code', {}, a.callId)),
       h('td', {}, a.tool),
-      h(
-        'td',
-        { class: 'details' },
-        h('code', { class: 'effect' }, headline(a)),
-        h(
-          'details',
-          {},
-          h('summary', {}, 'resolved arguments'),
-          h('pre', {}, JSON.stringify(a.args, null, 2)),
-          a.truncatedArgs.length > 0
-            ? h('p', { class: 'muted' }, `cut for this list: ${a.truncatedArgs.join(', ')} (the call has them whole)`)
-            : null,
-        ),
-      ),
+      h('td', { class: 'details' }, h('code', { class: 'effect' }, headline(a)), argumentsView(a)),
       h('td', {}, h('code', {}, a.rule)),
       h('td', {}, h('code', { title: a.fingerprint }, shortDigest(a.fingerprint))),
       h('td', { class: 'nowrap' }, formatTime(a.createdAt)),
-      h('td', { class: 'nowrap', title: `${formatTime(a.expiresAt)} UTC` }, formatDuration(left)),
+      left,
       h('td', { class: 'actions' }, approve, deny),
     );
   };
@@ -87,7 +111,13 @@ export const approvalsPage: PageFactory = (ctx) => {
   const load = async (): Promise<void> => {
     try {
       const { approvals } = await ctx.api.json('GET', '/v1/approvals', PendingApprovalList);
-      replace(body, ...approvals.map(row));
+      // A call listed before keeps its row (what the approver has opened or is reading stays as it is).
+      const kept = new Map<string, HTMLElement>();
+      for (const a of approvals) kept.set(keyOf(a), shown.get(keyOf(a))?.el ?? row(a));
+      shown = new Map(approvals.map((a) => [keyOf(a), { el: kept.get(keyOf(a))!, approval: a }]));
+      for (const key of timeLeft.keys()) if (!shown.has(key)) timeLeft.delete(key);
+      replace(body, ...kept.values());
+      for (const { approval } of shown.values()) tick(approval);
       note.textContent =
         approvals.length === 0 ? 'No call waits for approval. Calls wait here when a policy’s tools.approvals rules say ask.' : '';
     } catch (err) {
