@@ -29,7 +29,7 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   dockerode: ['control-plane/runtime/'],
   'tar-fs': ['sdk/client.ts'],
   'eventsource-parser': ['sdk/client.ts', 'sdk/watch.ts'],
-  '@modelcontextprotocol/sdk': ['cli/mcp.ts'],
+  '@modelcontextprotocol/sdk': ['cli/mcp.ts', 'sdk/mcp-server.ts', 'sdk/mcp-shell.ts', 'control-plane/mcp/'],
   'tar-stream': ['control-plane/files/tar-guard.ts', 'control-plane/runtime/'],
   // Durable timers only: the agent channel is plain Redis streams (contract/queue.ts).
   bullmq: ['control-plane/redis/timers.ts'],

@@ -6,9 +6,11 @@
  * command that could not be interrupted) the next call starts a new one and says so.
  */
 import type { ToolResult } from '../contract/objects.js';
-import { SbxError, type Sandbox, type Session } from '../sdk/index.js';
+import { SbxError } from './errors.js';
+import type { Sandbox } from './sandbox.js';
+import type { Session } from './sessions.js';
 
-/** The tool as MCP lists it (cli/mcp.ts alone imports the MCP SDK). */
+/** The tool as MCP lists it (sdk/mcp-server.ts alone imports the MCP SDK). */
 export const SHELL_TOOL = {
   name: 'shell',
   description:
