@@ -347,6 +347,17 @@ export const ERROR_CODES = {
     retryability: 'after_fix',
     summary: 'The sandbox has as many running shell sessions as its policy allows (`sessions.max`, `details.max`); delete one first.',
   },
+  'mcp.session_not_found': {
+    status: 404,
+    retryability: 'after_fix',
+    summary:
+      'No MCP session with this `Mcp-Session-Id` is open on this control plane for this API key (it ended, idled out, or another key opened it); start a new one with `initialize`.',
+  },
+  'mcp.session_required': {
+    status: 400,
+    retryability: 'after_fix',
+    summary: 'An MCP request other than `initialize` needs the `Mcp-Session-Id` header of an open session.',
+  },
   'policy.not_found': {
     status: 404,
     retryability: 'after_fix',

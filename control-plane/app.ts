@@ -34,6 +34,7 @@ import { edgeServerOptions, installErrorHandling } from './http/errors.js';
 import { installLeaseGuard } from './http/lease-guard.js';
 import { DOCS_ROUTES, installOpenApi, installZodValidation } from './http/openapi.js';
 import { metricsRoutes } from './metrics/routes.js';
+import { mcpRoutes } from './mcp/routes.js';
 import type { Metrics } from './metrics/service.js';
 import { leasesRoutes } from './leases/routes.js';
 import { LeaseParams } from './leases/schema.js';
@@ -115,6 +116,8 @@ export interface AppDeps {
   consoleDir: string;
   /** The version the OpenAPI document states (package.json's). */
   version: string;
+  /** A remote MCP session (`/mcp`) unused this long ends, seconds. Default 1800. */
+  mcpIdleSeconds?: number;
 }
 
 /** Ids in the params of `/v1/sandboxes/:id/...` routes, as log bindings: `sandboxId`, and `callId` on call routes. */
@@ -211,6 +214,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(processesRoutes, { processes: deps.processes });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   await app.register(consoleRoutes, { consoleDir: deps.consoleDir });
+  await app.register(mcpRoutes, { idleMs: (deps.mcpIdleSeconds ?? 1800) * 1000 });
   await app.register(imagesRoutes, {
     images: deps.images,
     store: deps.imageStore,

@@ -182,6 +182,8 @@ const Env = KubernetesEnv.extend({
     .int()
     .positive()
     .default(7 * 24 * 3600),
+  /** A remote MCP session (`/mcp`) unused this long ends and its sandbox is released, seconds. Default 30 min. */
+  SBX_MCP_IDLE_SECONDS: z.coerce.number().int().positive().default(1800),
   /**
    * DNS servers the egress proxy resolves sandbox destinations with, comma-separated `ip` or
    * `ip:port`. Default: the host's (resolv.conf).
@@ -271,6 +273,8 @@ export interface Config {
   /** Largest persistent volume, bytes (default 64 GiB). */
   volumeMaxBytes?: number;
   ledgerRetentionSeconds: number;
+  /** Idle time after which a remote MCP session ends, seconds (`SBX_MCP_IDLE_SECONDS`). */
+  mcpIdleSeconds: number;
   /** Snapshot retention, quota and fork bound (`SBX_SNAPSHOT_TTL_SECONDS`, `SBX_SNAPSHOT_QUOTA_BYTES`, `SBX_FORK_MAX`). */
   snapshots: { ttlSeconds: number; quotaBytes: number; forkMax: number };
   logLevel: z.infer<typeof Env>['SBX_LOG_LEVEL'];
@@ -359,6 +363,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     maxUploadBytes: e.SBX_MAX_UPLOAD_BYTES,
     volumeMaxBytes: e.SBX_VOLUME_MAX_BYTES,
     ledgerRetentionSeconds: e.SBX_LEDGER_RETENTION_SECONDS,
+    mcpIdleSeconds: e.SBX_MCP_IDLE_SECONDS,
     snapshots: { ttlSeconds: e.SBX_SNAPSHOT_TTL_SECONDS, quotaBytes: e.SBX_SNAPSHOT_QUOTA_BYTES, forkMax: e.SBX_FORK_MAX },
     logLevel: e.SBX_LOG_LEVEL,
     egressDnsServers: e.SBX_EGRESS_DNS_SERVERS,

@@ -342,6 +342,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     changeLog: new RedisChangeLog(redis, config.redisPrefix),
     consoleDir: config.consoleDir,
     version: SBX_VERSION,
+    mcpIdleSeconds: config.mcpIdleSeconds,
   });
   const background = new BackgroundTasks(log);
   const every = background.every.bind(background);
