@@ -353,6 +353,12 @@ export const ERROR_CODES = {
     summary:
       'No MCP session with this `Mcp-Session-Id` is open on this control plane for this API key (it ended, idled out, or another key opened it); start a new one with `initialize`.',
   },
+  'mcp.session_limit': {
+    status: 429,
+    retryability: 'after_fix',
+    summary:
+      'This API key has as many MCP sessions open as it may (16; `details.open`, `details.max`), or the control plane has 512: end one (`DELETE /mcp`) first.',
+  },
   'mcp.session_required': {
     status: 400,
     retryability: 'after_fix',

@@ -214,7 +214,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(processesRoutes, { processes: deps.processes });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   await app.register(consoleRoutes, { consoleDir: deps.consoleDir });
-  await app.register(mcpRoutes, { idleMs: (deps.mcpIdleSeconds ?? 1800) * 1000 });
+  await app.register(mcpRoutes, {
+    idleMs: (deps.mcpIdleSeconds ?? 1800) * 1000,
+    release: (id, by) => deps.leases.release(id, by),
+  });
   await app.register(imagesRoutes, {
     images: deps.images,
     store: deps.imageStore,

@@ -175,8 +175,10 @@ function waitingForApproval(callId: string, hold: { rule: string; expiresAt: str
 /** An MCP server over one (lazily leased) sandbox, and `release` for when its session ends. */
 export interface SbxMcpServer {
   server: Server;
-  /** Releases the sandbox, if one was leased (idempotent; failures go to `onReleaseError`). */
+  /** Ends the session: no sandbox is leased after it; releases the one leased, if any (idempotent; failures go to `onReleaseError`). */
   release(): Promise<void>;
+  /** Ends the session as `release` does, but leaves the sandbox to the caller: its id (a lease under way waited for), or null. */
+  end(): Promise<string | null>;
   /** The leased sandbox's id, or null while none is. */
   sandboxId(): Promise<string | null>;
 }
@@ -190,6 +192,8 @@ export function createMcpServer(options: McpServerOptions): SbxMcpServer {
   const server = new Server({ name: 'sbx', version: SBX_VERSION }, { capabilities: { tools: {} } });
   let tools: Promise<ToolDescription[]> | undefined;
   let sandbox: Promise<Sandbox> | undefined;
+  /** Set by `end`/`release`: no sandbox is leased after it. */
+  let ended = false;
 
   /** The platform's tools, read once; a failed read is tried again at the next request. */
   const platformTools = (): Promise<ToolDescription[]> => {
@@ -201,6 +205,11 @@ export function createMcpServer(options: McpServerOptions): SbxMcpServer {
   };
   /** The session's sandbox, leased at the first call; a failed lease is tried again at the next call. */
   const leased = (): Promise<Sandbox> => {
+    // An ended session leases nothing more (a tool call racing its end would leave a sandbox behind).
+    if (ended)
+      return Promise.reject(
+        new SbxError({ code: 'mcp.session_not_found', domain: 'mcp', message: 'the MCP session has ended', retryability: 'after_fix' }),
+      );
     sandbox ??= Sandbox.create({ ...options.connection, ...options.lease }).catch((err: unknown) => {
       sandbox = undefined;
       throw err;
@@ -321,12 +330,18 @@ export function createMcpServer(options: McpServerOptions): SbxMcpServer {
     }
   };
 
+  /** Ends the session's leasing; the sandbox it leased (waited for, if a lease is under way), or null. */
+  const end = async (): Promise<Sandbox | null> => {
+    ended = true;
+    return (await sandbox?.catch(() => undefined)) ?? null;
+  };
   let released: Promise<void> | undefined;
   return {
     server,
+    end: async () => (await end())?.id ?? null,
     release: () =>
       (released ??= (async () => {
-        const sbx = await sandbox?.catch(() => undefined);
+        const sbx = await end();
         await sbx?.release().catch((err: unknown) => options.onReleaseError?.(sbx.id, err as Error));
       })()),
     sandboxId: async () => (await sandbox?.catch(() => undefined))?.id ?? null,

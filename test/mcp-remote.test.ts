@@ -35,7 +35,8 @@ async function session(key: string): Promise<{ client: Client; transport: Stream
 }
 
 beforeAll(async () => {
-  h = await startHarness();
+  // Sessions idle for 3 s end (SBX_MCP_IDLE_SECONDS): short enough to see, long past any gap between requests here.
+  h = await startHarness({ SBX_MCP_IDLE_SECONDS: '3' });
   keyA = (await api(h.apiKey, 'POST', '/v1/api-keys', { name: 'mcp a', role: 'user', tenant: 'mcp-a' })).body.secret;
   keyB = (await api(h.apiKey, 'POST', '/v1/api-keys', { name: 'mcp b', role: 'user', tenant: 'mcp-b' })).body.secret;
 }, 120_000);
@@ -150,5 +151,57 @@ describe('remote MCP over Streamable HTTP', () => {
     expect(after).toContain('second');
     expect(after).toMatch(/"id":77,"result"|"result":\{.*"id":77/s);
     expect(after).not.toContain(`id: ${lastId}\n`);
+  });
+
+  it('a call longer than the idle time finishes; a session whose client went away without DELETE ends at the idle time and its sandbox goes', async () => {
+    const { client, transport } = await session(keyB);
+    const long = CallToolResultSchema.parse(
+      await client.callTool({ name: 'exec', arguments: { cmd: 'sleep 5; echo done' } }, undefined, { timeout: 30_000 }),
+    ).structuredContent as { status: string; sandboxId: string };
+    expect(long.status).toBe('succeeded');
+    // The client vanishes: its streams close, no DELETE is sent.
+    await transport.close();
+    await eventually(
+      async () => (await h.client.getSandbox(long.sandboxId)).status,
+      (status) => status === 'released',
+      30_000,
+    );
+  });
+
+  it('a session ended while its first tool call is leasing leaves no sandbox behind', async () => {
+    const key = (await api(h.apiKey, 'POST', '/v1/api-keys', { name: 'mcp race', role: 'user', tenant: 'mcp-race' })).body.secret;
+    const { client, transport } = await session(key);
+    // The call is sent, and the session ended right behind it: the lease races the end.
+    const call = client.callTool({ name: 'exec', arguments: { cmd: 'true' } }).catch(() => null);
+    await transport.terminateSession();
+    await call;
+    await eventually(
+      async () => (await api(key, 'GET', '/v1/sandboxes')).body.sandboxes.filter((l: { status: string }) => l.status !== 'released'),
+      (live) => live.length === 0,
+      30_000,
+    );
+  });
+
+  it('one key may hold 16 sessions: the 17th is 429 mcp.session_limit; another key is unaffected', async () => {
+    const key = (await api(h.apiKey, 'POST', '/v1/api-keys', { name: 'mcp many', role: 'user', tenant: 'mcp-many' })).body.secret;
+    const opened = await Promise.all(Array.from({ length: 16 }, () => session(key)));
+    const refused = await fetch(`${h.url}/mcp`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify(INITIALIZE),
+    });
+    expect([refused.status, ((await refused.json()) as { error: { code: string } }).error.code]).toEqual([429, 'mcp.session_limit']);
+    await session(keyA);
+    await opened[0]!.transport.terminateSession();
+    await session(key);
+  });
+
+  it('the control plane stopping ends every session and releases its sandbox, with clients still connected', async () => {
+    const { client } = await session(keyA);
+    const ran = CallToolResultSchema.parse(await client.callTool({ name: 'exec', arguments: { cmd: 'true' } })).structuredContent as {
+      sandboxId: string;
+    };
+    await h.restart();
+    expect((await h.client.getSandbox(ran.sandboxId)).status).toBe('released');
   });
 });

@@ -11,11 +11,14 @@ import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
+import type { Principal } from '../http/auth.js';
 import { McpSessions } from './sessions.js';
 
 export interface McpRoutesOptions {
   /** A session unused this long ends, ms. */
   idleMs: number;
+  /** Releases a session's sandbox in this process, as the session's principal. */
+  release: (sandboxId: string, by: Principal) => Promise<unknown>;
   /** How often idle sessions are looked for, ms. Default a tenth of `idleMs`, at most a minute. */
   sweepMs?: number;
 }
@@ -39,12 +42,14 @@ function selfUrl(request: FastifyRequest): string {
   return `http://${host}:${localPort}`;
 }
 
-export const mcpRoutes: FastifyPluginAsync<McpRoutesOptions> = async (plugin, { idleMs, sweepMs }) => {
+export const mcpRoutes: FastifyPluginAsync<McpRoutesOptions> = async (plugin, { idleMs, sweepMs, release }) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
-  const sessions = new McpSessions({ idleMs, now: () => Date.now() });
+  const sessions = new McpSessions({ idleMs, now: () => Date.now(), release });
   const sweep = setInterval(() => void sessions.closeIdle(), sweepMs ?? Math.min(60_000, Math.max(1000, idleMs / 10)));
   sweep.unref();
-  app.addHook('onClose', async () => {
+  // Before the server stops taking connections (its close waits for the clients' open streams):
+  // every session's streams end and its sandbox is released.
+  app.addHook('preClose', async () => {
     clearInterval(sweep);
     await sessions.closeAll();
   });
@@ -83,7 +88,11 @@ export const mcpRoutes: FastifyPluginAsync<McpRoutesOptions> = async (plugin, { 
       }
       // The transport writes the answer (JSON or an SSE stream) on the raw response itself.
       reply.hijack();
-      await session.transport.handleRequest(request.raw, reply.raw, request.body);
+      const answered = new Promise<void>((resolve) => reply.raw.once('close', resolve));
+      await sessions.serving(
+        session,
+        session.transport.handleRequest(request.raw, reply.raw, request.body).then(() => answered),
+      );
     },
   });
 };
