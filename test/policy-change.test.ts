@@ -226,6 +226,27 @@ describe('live policy change: an admin moves a running lease to another version'
   });
 });
 
+describe('live policy change with two control planes', () => {
+  it('a change made through the replica that does not serve the lease reaches the one that does: its proxy follows within a reconcile round', async () => {
+    const lease = await h.client.createSandbox({ policy: { name: 'live', version: 1 } });
+    expect(await curl(lease.id, 'b.phase.test')).toBe('403');
+    const peer = await h.startPeer();
+    try {
+      // This process consumes the lease's returns and serves its egress proxy; the peer only writes the record.
+      const changed = await apiAs(() => peer.client.baseUrl)(h.apiKey, 'POST', `/v1/sandboxes/${lease.id}/policy`, { version: 2 });
+      expect([changed.status, changed.body.policy.version]).toEqual([200, 2]);
+      await eventually(
+        () => curl(lease.id, 'b.phase.test'),
+        (code) => code === '200',
+        15_000,
+      );
+    } finally {
+      await peer.close();
+      await h.client.releaseSandbox(lease.id);
+    }
+  });
+});
+
 describe('from denial to proposal to a new version', () => {
   it('denied egress becomes the smallest allowlist change with its evidence; accepting writes the next version (compare-and-swap), audited', async () => {
     const lease = await h.client.createSandbox({ policy: 'learn' });
