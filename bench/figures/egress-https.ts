@@ -5,7 +5,7 @@
  * with network `open` (its own bridge network, no proxy), to one HTTPS server on this machine
  * (bench/egress-upstream.ts). Each request is a new `curl` process with a new TLS connection,
  * timed by curl itself (`time_total`) inside the sandbox, so sbx's call path is not in the
- * figure; the three sides run in alternating batches. Then MB/s of a 64 MiB body, the same way.
+ * figure; the sides run in alternating batches (calls/2 requests each, at most 5 rounds). Then MB/s of a 64 MiB body, the same way.
  * Reported as ratios, no target (the issue asks for the numbers).
  */
 import { CREDENTIAL_TRUST } from '../../contract/secrets.js';
