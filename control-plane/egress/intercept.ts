@@ -222,7 +222,24 @@ export class Interceptor {
       return this.record(target, event);
     }
     let counted = false;
-    let countForCall = async (): Promise<void> => undefined;
+    // The call's receipt counts what went into its requests: stored before the client sees any
+    // answer, so before the call can end (a body still streaming then is in the event only).
+    // Bounded: Redis away, the answer goes on after COUNT_WAIT_MS without it (logged).
+    const countForCall = async (): Promise<void> => {
+      if (target.callId === null || injected.size === 0 || counted) return;
+      counted = true;
+      const counting = this.deps.countInjected(target.leaseId, target.callId, target.host, new Map(injected));
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), COUNT_WAIT_MS)));
+      const outcome = await Promise.race([counting.then(() => 'counted' as const), late])
+        .catch((err: unknown) => err)
+        .finally(() => clearTimeout(timer));
+      if (outcome !== 'counted')
+        this.deps.log.warn(
+          { sandboxId: target.leaseId, callId: target.callId, err: outcome },
+          "could not count injected secrets for the call's receipt (the egress event has them)",
+        );
+    };
     await new Promise<void>((resolve) => {
       // `secureContext` goes on to tls.connect (which takes it), though https' types leave it out.
       const options: https.RequestOptions & { secureContext: tls.SecureContext } = {
@@ -241,24 +258,6 @@ export class Interceptor {
       const upstream = https.request(options);
       // Small writes (the handshake, a request head) go at once: no Nagle wait for a delayed ACK.
       upstream.setNoDelay(true);
-      // The call's receipt counts what went into its requests: stored before the client sees any
-      // answer, so before the call can end (a body still streaming then is in the event only).
-      // Bounded: Redis away, the answer goes on after COUNT_WAIT_MS without it (logged).
-      countForCall = async (): Promise<void> => {
-        if (target.callId === null || injected.size === 0 || counted) return;
-        counted = true;
-        const counting = this.deps.countInjected(target.leaseId, target.callId, target.host, new Map(injected));
-        let timer: NodeJS.Timeout | undefined;
-        const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), COUNT_WAIT_MS)));
-        const outcome = await Promise.race([counting.then(() => 'counted' as const), late])
-          .catch((err: unknown) => err)
-          .finally(() => clearTimeout(timer));
-        if (outcome !== 'counted')
-          this.deps.log.warn(
-            { sandboxId: target.leaseId, callId: target.callId, err: outcome },
-            "could not count injected secrets for the call's receipt (the egress event has them)",
-          );
-      };
       const answerHeaders = (answer: http.IncomingMessage): string[] => {
         const out: string[] = [];
         for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2)
@@ -273,7 +272,7 @@ export class Interceptor {
       } else if (swap) req.pipe(swap).pipe(upstream);
       else req.pipe(upstream);
     });
-    // An upstream that failed after the values went out: counted now.
+    // The client gone before any answer (relayAnswer then counted nothing): counted now.
     await countForCall();
     if (injected.size > 0) event.credentialsInjected = [...injected].map(([secret, count]) => ({ secret, host: target.host, count }));
     event.durationMs = Date.now() - started;

@@ -89,12 +89,13 @@ export class LeasePolicyChanger {
   }
 
   /**
-   * After a change: the agent is told exactly what the lease's policy now withholds (`withheld`),
+   * After a change: the agent is told exactly what the lease's policy now withholds (`allowed` lacks),
    * and calls still in the lease's queue that name one end denied here (calls/withdrawn.ts).
    * Returns their ids, or the error that stopped this (the change stands; what was marked before
    * it, a superset, stays in force): written into the audit entry.
    */
-  private async withdraw(lease: LeaseRecord, withheld: string[], allowed: readonly string[]): Promise<string[] | { error: string }> {
+  private async withdraw(lease: LeaseRecord, allowed: readonly string[]): Promise<string[] | { error: string }> {
+    const withheld = withheldSecrets(lease, allowed);
     try {
       await this.deps.link.calls.markWithdrawnSecrets(lease.id, withheld);
       return withheld.length === 0 ? [] : await this.deps.calls.denyWithdrawnSecrets(lease.id, allowed);
@@ -123,10 +124,8 @@ export class LeasePolicyChanger {
       );
       // Fail closed: before the change, the agent is told every secret that either policy
       // withholds; a failure here changes nothing. After it, exactly what the new one withholds.
-      const withheld = (allowed: readonly string[]): string[] =>
-        current.secrets.map((g) => g.name).filter((name) => !allowed.includes(name));
       const both = current.policySnapshot.secrets.allowed.filter((name) => policy.secrets.allowed.includes(name));
-      await this.deps.link.calls.markWithdrawnSecrets(lease.id, withheld(both));
+      await this.deps.link.calls.markWithdrawnSecrets(lease.id, withheldSecrets(current, both));
       const applied = await this.deps.transitions.apply(lease.id, {
         type: 'change_policy',
         reason,
@@ -139,7 +138,7 @@ export class LeasePolicyChanger {
       if (applied.applied) {
         const after = applied.lease!;
         await this.deps.provisioner.attach(after.id, after.policySnapshot, after.secrets);
-        const callsDenied = await this.withdraw(after, withheld(policy.secrets.allowed), policy.secrets.allowed);
+        const callsDenied = await this.withdraw(after, policy.secrets.allowed);
         await this.deps.audit.record({
           actor: actorOf(by),
           action: reason === 'phase_moved' ? 'lease.phase_move' : 'lease.policy_change',
@@ -158,14 +157,20 @@ export class LeasePolicyChanger {
       // Not changed: what the policy in force (another change's, maybe) withholds, again; a
       // failure leaves more withheld, never less.
       const inForce = applied.lease ?? current;
-      const restored = inForce.secrets.map((g) => g.name).filter((name) => !inForce.policySnapshot.secrets.allowed.includes(name));
-      await this.deps.link.calls.markWithdrawnSecrets(lease.id, restored).catch(() => undefined);
+      await this.deps.link.calls
+        .markWithdrawnSecrets(lease.id, withheldSecrets(inForce, inForce.policySnapshot.secrets.allowed))
+        .catch(() => undefined);
       if (!applied.lease) throw new AppError('lease.not_found', `no sandbox ${lease.id}`, { details: { id: lease.id } });
       current = this.deps.usable(applied.lease);
       if (applied.refusal?.reason !== 'changed' || tries >= MAX_TRIES)
         throw new AppError('lease.not_ready', `sandbox ${lease.id} changed meanwhile; read it and try again`);
     }
   }
+}
+
+/** The secrets `lease` was granted that `allowed` does not hold: what its agent must not hand out. */
+function withheldSecrets(lease: LeaseRecord, allowed: readonly string[]): string[] {
+  return lease.secrets.map((g) => g.name).filter((name) => !allowed.includes(name));
 }
 
 /** Top-level sections other than LIVE_SECTIONS where `a` and `b` differ, and interception `b` would need that `a` was made without. */

@@ -78,7 +78,7 @@ export const approvalsPage: PageFactory = (ctx) => {
   };
 
   /** The rows shown, by sandbox and call id, and each one's time-left cell. */
-  let shown = new Map<string, { el: HTMLElement; approval: PendingApproval }>();
+  let shown = new Map<string, HTMLElement>();
   const timeLeft = new Map<string, HTMLElement>();
   const keyOf = (a: PendingApproval): string => `${a.sandboxId} ${a.callId}`;
   const tick = (a: PendingApproval): void => {
@@ -112,12 +112,10 @@ export const approvalsPage: PageFactory = (ctx) => {
     try {
       const { approvals } = await ctx.api.json('GET', '/v1/approvals', PendingApprovalList);
       // A call listed before keeps its row (what the approver has opened or is reading stays as it is).
-      const kept = new Map<string, HTMLElement>();
-      for (const a of approvals) kept.set(keyOf(a), shown.get(keyOf(a))?.el ?? row(a));
-      shown = new Map(approvals.map((a) => [keyOf(a), { el: kept.get(keyOf(a))!, approval: a }]));
+      shown = new Map(approvals.map((a) => [keyOf(a), shown.get(keyOf(a)) ?? row(a)]));
       for (const key of timeLeft.keys()) if (!shown.has(key)) timeLeft.delete(key);
-      replace(body, ...kept.values());
-      for (const { approval } of shown.values()) tick(approval);
+      replace(body, ...shown.values());
+      for (const a of approvals) tick(a);
       note.textContent =
         approvals.length === 0 ? 'No call waits for approval. Calls wait here when a policy’s tools.approvals rules say ask.' : '';
     } catch (err) {
