@@ -40,6 +40,12 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   // Certificates of the lease CAs of credential injection.
   'node-forge': ['control-plane/egress/ca.ts'],
   'prom-client': ['control-plane/metrics/service.ts'],
+  '@opentelemetry/api': ['control-plane/telemetry/'],
+  '@opentelemetry/core': ['control-plane/telemetry/'],
+  '@opentelemetry/resources': ['control-plane/telemetry/'],
+  '@opentelemetry/sdk-trace': ['control-plane/telemetry/'],
+  '@opentelemetry/exporter-trace-otlp-http': ['control-plane/telemetry/'],
+  '@opentelemetry/exporter-trace-otlp-proto': ['control-plane/telemetry/'],
   '@fastify/static': ['control-plane/console/routes.ts'],
   '@fastify/swagger': ['control-plane/http/openapi.ts'],
   '@fastify/swagger-ui': ['control-plane/http/openapi.ts'],

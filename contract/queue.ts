@@ -40,6 +40,7 @@ import { TransferOpen } from './transfers.js';
 import { ArtifactId, ImageFacts, SandboxFacts, ToolResult } from './objects.js';
 import { SecretFilePath, SecretName } from './secrets.js';
 import { Access, EnvMap, EnvName } from './tools.js';
+import { AgentSpan, MAX_AGENT_SPANS, Traceparent } from './trace.js';
 
 /** Bytes of every artifact chunk but the last: chunk `i` starts at byte `i * ARTIFACT_CHUNK_BYTES`. */
 export const ARTIFACT_CHUNK_BYTES = 1024 * 1024;
@@ -205,13 +206,22 @@ export const CallJob = z.object({
    * (control-plane/egress/attribution.ts).
    */
   egressCredential: z.string().optional(),
+  /** The W3C trace context of the call's `execute_tool` span when tracing is on (contract/trace.ts): the agent's phases become its spans. */
+  traceparent: Traceparent.optional(),
 });
 export type CallJob = z.infer<typeof CallJob>;
 
 /** Agent → control plane. `n` numbers an attempt's events from 1 (the ledger's dedupe key). */
 export const ReturnMessage = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('event'), callId: z.string(), attemptId: z.string(), n: z.number().int().positive(), body: EventBody }),
-  z.object({ kind: z.literal('result'), callId: z.string(), attemptId: z.string(), result: ToolResult }),
+  /** `trace`: the attempt's phases as spans of the call's trace, when the job had a `traceparent`. */
+  z.object({
+    kind: z.literal('result'),
+    callId: z.string(),
+    attemptId: z.string(),
+    result: ToolResult,
+    trace: z.array(AgentSpan).max(MAX_AGENT_SPANS).optional(),
+  }),
   /** A background task's handle (status `detached`); its final `result` follows when it ends. */
   z.object({ kind: z.literal('detached'), callId: z.string(), attemptId: z.string(), result: ToolResult }),
   /** One chunk of an artifact, in order from index 0, with the sha256 (hex) of its bytes. */

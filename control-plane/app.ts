@@ -36,6 +36,7 @@ import { DOCS_ROUTES, installOpenApi, installZodValidation } from './http/openap
 import { metricsRoutes } from './metrics/routes.js';
 import { mcpRoutes } from './mcp/routes.js';
 import type { Metrics } from './metrics/service.js';
+import type { Tracing } from './telemetry/tracing.js';
 import { leasesRoutes } from './leases/routes.js';
 import { LeaseParams } from './leases/schema.js';
 import type { LeaseService } from './leases/service.js';
@@ -102,6 +103,8 @@ export interface AppDeps {
   previews: PreviewService;
   /** Rendered by the public `GET /metrics`. */
   metrics: Metrics;
+  /** Spans of lease creates and releases and of calls (telemetry/tracing.ts; TRACING_OFF unless OTLP is configured). */
+  tracing: Tracing;
   /** Resolves when Redis answers; rejects otherwise. */
   pingRedis: () => Promise<unknown>;
   spoolDir: string;
@@ -185,6 +188,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(leasesRoutes, {
     leases: deps.leases,
     startMany: (snapshot, by, body, key) => deps.snapshots.startMany(snapshot, by, body, key),
+    tracing: deps.tracing,
   });
   await app.register(callsRoutes, {
     leases: deps.leases,
@@ -193,6 +197,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     store: deps.callStore,
     notifier: deps.notifier,
     sessions: deps.sessions,
+    tracing: deps.tracing,
   });
   await app.register(sessionsRoutes, { sessions: deps.sessions, calls: deps.calls, leases: deps.leases });
   await app.register(terminalsRoutes, {

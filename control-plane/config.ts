@@ -10,6 +10,7 @@ import { BuildPolicy } from './images/schema.js';
 import { PoolSpec } from './pools/schema.js';
 import { QuotaLimits } from './quotas/schema.js';
 import { KubernetesEnv, RuntimeKind, isLabelValue, kubernetesSettings, type KubernetesSettings } from './runtime/schema.js';
+import { tracingSettings, type TracingSettings } from './telemetry/schema.js';
 
 /** A setting holding JSON (default `fallback`), parsed before its schema checks it. */
 function jsonSetting(fallback: string, what: string) {
@@ -275,6 +276,8 @@ export interface Config {
   ledgerRetentionSeconds: number;
   /** Idle time after which a remote MCP session ends, seconds (`SBX_MCP_IDLE_SECONDS`). */
   mcpIdleSeconds: number;
+  /** Where traces go over OTLP/HTTP, from the standard `OTEL_*` variables (telemetry/schema.ts); null: tracing off (the default). */
+  tracing: TracingSettings | null;
   /** Snapshot retention, quota and fork bound (`SBX_SNAPSHOT_TTL_SECONDS`, `SBX_SNAPSHOT_QUOTA_BYTES`, `SBX_FORK_MAX`). */
   snapshots: { ttlSeconds: number; quotaBytes: number; forkMax: number };
   logLevel: z.infer<typeof Env>['SBX_LOG_LEVEL'];
@@ -364,6 +367,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     volumeMaxBytes: e.SBX_VOLUME_MAX_BYTES,
     ledgerRetentionSeconds: e.SBX_LEDGER_RETENTION_SECONDS,
     mcpIdleSeconds: e.SBX_MCP_IDLE_SECONDS,
+    tracing: tracingSettings(env),
     snapshots: { ttlSeconds: e.SBX_SNAPSHOT_TTL_SECONDS, quotaBytes: e.SBX_SNAPSHOT_QUOTA_BYTES, forkMax: e.SBX_FORK_MAX },
     logLevel: e.SBX_LOG_LEVEL,
     egressDnsServers: e.SBX_EGRESS_DNS_SERVERS,

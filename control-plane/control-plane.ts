@@ -42,6 +42,7 @@ import { LEASE_EXPIRY_QUEUE } from './leases/expiry.js';
 import { LeaseService, type ReconcileOutcome } from './leases/service.js';
 import { LeaseStore } from './leases/store.js';
 import { Metrics } from './metrics/service.js';
+import { createTracing } from './telemetry/tracing.js';
 import { PoolStore } from './pools/store.js';
 import { WarmPools } from './pools/warm-pools.js';
 import { readPolicyFiles } from './policies/files.js';
@@ -143,17 +144,16 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     sandboxNodes: async () => (await runtime.listOwned(ownership)).filter((s) => s.running).map((s) => s.node),
   });
   const attribution = new EgressAttribution(config.secretsKey); // which call a request through the egress proxy belongs to
+  const tracing = createTracing(config.tracing);
   const calls: CallService = new CallService({
     store: callStore,
-    egress: {
-      credential: (leaseId, callId) => attribution.credential(leaseId, callId),
-      injectedInto: (l, c) => egressLog.injectedInto(l, c),
-    },
+    egress: { credential: (l, c) => attribution.credential(l, c), injectedInto: (l, c) => egressLog.injectedInto(l, c) },
     artifacts,
     fetchArtifact: (leaseId, meta) => artifactFetcher.fetch(leaseId, meta),
     agent: link.calls,
     notifier,
     metrics,
+    tracing,
     now,
     log,
   });
@@ -343,6 +343,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     consoleDir: config.consoleDir,
     version: SBX_VERSION,
     mcpIdleSeconds: config.mcpIdleSeconds,
+    tracing,
   });
   const background = new BackgroundTasks(log);
   const every = background.every.bind(background);
@@ -391,6 +392,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       await notifier.close();
       leaseStore.close();
       await runtime.close?.();
+      await tracing.shutdown(); // what is batched is exported before the process goes
       redis.disconnect();
     },
   };

@@ -14,6 +14,7 @@ import type { SessionService } from '../sessions/service.js';
 import { streamSse } from '../http/sse.js';
 import type { ApprovalService } from './approval-service.js';
 import type { CallStore } from './store.js';
+import type { Tracing } from '../telemetry/tracing.js';
 import { describeTools, TOOLS } from './tools.js';
 
 export interface CallsRoutesOptions {
@@ -25,6 +26,8 @@ export interface CallsRoutesOptions {
   notifier: Pick<Notifier, 'next'>;
   /** A session command (`exec` with `session`) is refused unless its session runs (`session.not_found`, `session.ended`). */
   sessions: Pick<SessionService, 'assertRunning'>;
+  /** Reads a submission's `traceparent`: the parent of the call's span. */
+  tracing: Pick<Tracing, 'parentOf'>;
 }
 
 /** Largest call body, bytes. */
@@ -32,7 +35,7 @@ const CALL_BODY_LIMIT_BYTES = 48 * 1024 * 1024;
 
 export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (
   plugin,
-  { leases, calls, approvals, store, notifier, sessions },
+  { leases, calls, approvals, store, notifier, sessions, tracing },
 ) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   const tags = ['calls'];
@@ -64,7 +67,7 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (
       }
       const session = request.body.tool === 'exec' ? request.body.args.session : undefined;
       if (typeof session === 'string' && /^ses_[0-9a-f]{32}$/.test(session)) await sessions.assertRunning(id, session);
-      const { call } = await calls.submit(request.lease, request.body);
+      const { call } = await calls.submit(request.lease, request.body, tracing.parentOf(request.headers) ?? undefined);
       const view = wait ? await calls.waitFinished(id, call.callId, wait * 1000) : call;
       if (view.status === 'finished' && view.result) return reply.status(200).send(view.result);
       if (view.status === 'detached' && view.detached) return reply.status(200).send(view.detached);

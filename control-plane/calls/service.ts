@@ -13,6 +13,7 @@ import { AppError, errorInfo } from '../../contract/errors.js';
 import type { CallView, ToolResult } from '../../contract/objects.js';
 import type { EventBody } from '../../contract/events.js';
 import type { CallJob, ReturnMessage } from '../../contract/queue.js';
+import type { AgentSpan, SpanContextIds } from '../../contract/trace.js';
 import { isOfferedAsCall } from '../../contract/tools.js';
 import type { CallsOut } from '../agent-link/calls-out.js';
 import type { ArtifactFetcher } from '../artifacts/fetch.js';
@@ -20,9 +21,11 @@ import type { ArtifactStore } from '../artifacts/store.js';
 import type { LeaseRecord } from '../leases/store.js';
 import type { Metrics } from '../metrics/service.js';
 import type { Notifier } from '../redis/notifier.js';
+import type { Tracing } from '../telemetry/tracing.js';
 import type { CredentialsInjected } from '../../contract/egress.js';
 import type { SubmitCallBody } from './schema.js';
 import { abandonedResult } from './abandon.js';
+import { agentTraceOf, callTraceOf, recordCallSpans } from './call-trace.js';
 import { decideApproval } from './approvals.js';
 import { settleBehindAnswer } from './settle.js';
 import { waitAllFinished, waitFinished } from './waiting.js';
@@ -50,6 +53,8 @@ export interface CallServiceDeps {
     credential(leaseId: string, callId: string): string;
     injectedInto(leaseId: string, callId: string): Promise<CredentialsInjected>;
   };
+  /** Each call's `execute_tool` span and its agent's phases (call-trace.ts); absent: not traced. */
+  tracing?: Pick<Tracing, 'child' | 'record'>;
   /** Counts calls reaching a terminal result, and how long they took from submission. */
   metrics: Pick<Metrics, 'callFinished'>;
   now: () => Date;
@@ -69,8 +74,9 @@ export class CallService {
    * `call.id_conflict`, `policy.tool_denied`, `policy.secret_denied` (a secret the lease was
    * not granted) — a denial is recorded as the call's result. An `internal` tool (a session's
    * shell, a terminal) is submitted here by its own service; the calls route refuses it.
+   * `parent`: the trace context of the request (its `traceparent`), the parent of the call's span.
    */
-  async submit(lease: CallLease, body: SubmitCallBody): Promise<{ call: CallView; created: boolean }> {
+  async submit(lease: CallLease, body: SubmitCallBody, parent?: SpanContextIds): Promise<{ call: CallView; created: boolean }> {
     const { store, now } = this.deps;
     const tool = TOOLS.get(body.tool);
     if (!tool) throw new AppError('input.unknown_tool', `no tool named ${body.tool}`, { details: { field: 'tool', known: OFFERED_TOOLS } });
@@ -102,13 +108,15 @@ export class CallService {
     const fingerprint = digestOf({ tool: tool.name, version: tool.version, args: normalizedArgs });
     const createdAt = now();
     const intent = { callId, leaseId: lease.id, tool: tool.name, args: normalizedArgs, fingerprint, createdAt: createdAt.toISOString() };
-    const job: CallJob | null = resolved ? jobOf(lease, tool, callId, fingerprint, resolved) : null;
+    const trace = callTraceOf(this.deps.tracing, parent ?? null);
+    const job: CallJob | null = resolved ? { ...jobOf(lease, tool, callId, fingerprint, resolved), ...agentTraceOf(trace) } : null;
     // The intent and its call.accepted event are written in one round trip.
     const asks = ruling?.decision === 'ask' && denial === null;
     const approvalExpiresAt = new Date(createdAt.getTime() + (lease.policySnapshot.tools.approvals?.timeoutSeconds ?? 3600) * 1000);
     const events: EventBody[] = [{ type: 'call.accepted', tool: tool.name, fingerprint }];
     if (asks) events.push({ type: 'call.pending_approval', rule: ruling.rule, fingerprint, expiresAt: approvalExpiresAt.toISOString() });
-    const existing = await store.createCall(intent, events, createdAt, asks ? 'pending_approval' : 'queued', approvalExpiresAt.getTime());
+    const record = { ...intent, trace }; // the span's ids are kept with the intent, never shown in the view
+    const existing = await store.createCall(record, events, createdAt, asks ? 'pending_approval' : 'queued', approvalExpiresAt.getTime());
     if (existing) {
       if (existing.fingerprint !== fingerprint) {
         throw new AppError('call.id_conflict', `callId ${callId} was used with different tool or arguments`, {
@@ -287,7 +295,7 @@ export class CallService {
       await this.deps.store.detachCall(leaseId, message.callId, message.result, message.attemptId, at);
       return;
     }
-    const stored = await this.finish(leaseId, message.callId, await this.withInjections(leaseId, message.result), at);
+    const stored = await this.finish(leaseId, message.callId, await this.withInjections(leaseId, message.result), at, null, message.trace);
     if (!stored)
       this.deps.log.info(
         { sandboxId: leaseId, callId: message.callId, attemptId: message.attemptId },
@@ -324,10 +332,12 @@ export class CallService {
     result: ToolResult,
     at: Date,
     onlyIf: 'pending_approval' | null = null,
+    agentSpans: AgentSpan[] = [],
   ): Promise<boolean> {
     // The store hands back the intent it finished (null: finished before), so no second read.
     const call = await this.deps.store.finishCall(leaseId, callId, result, at, onlyIf);
     if (!call) return false;
+    if (this.deps.tracing) recordCallSpans(this.deps.tracing, call, result, at, agentSpans);
     const seconds = Math.max(0, at.getTime() - Date.parse(call.createdAt)) / 1000;
     this.deps.metrics.callFinished(call.tool, result.status, seconds);
     this.deps.log.info(

@@ -15,6 +15,7 @@ import { z } from 'zod';
 import { canonicalJson } from '../../contract/digest.js';
 import { CallEvent, type EventBody } from '../../contract/events.js';
 import { CallStatus, EffectReceipt, ToolResult, type CallView } from '../../contract/objects.js';
+import { CallTrace } from './call-trace.js';
 
 /** The intent half of a call record (what the client asked for, resolved). */
 export const CallIntent = z.object({
@@ -24,6 +25,8 @@ export const CallIntent = z.object({
   args: z.record(z.string(), z.unknown()),
   fingerprint: z.string(),
   createdAt: z.string(),
+  /** The call's span when tracing is on (call-trace.ts); not part of the API's view. */
+  trace: CallTrace.optional(),
 });
 export type CallIntent = z.infer<typeof CallIntent>;
 
@@ -161,7 +164,7 @@ export class CallStore {
   async getCall(leaseId: string, callId: string): Promise<CallView | null> {
     const h = await this.redis.hgetall(this.k.call(leaseId, callId));
     if (!h.intent) return null;
-    const intent = CallIntent.parse(JSON.parse(h.intent));
+    const { trace: _trace, ...intent } = CallIntent.parse(JSON.parse(h.intent));
     return {
       ...intent,
       status: CallStatus.parse(h.status),

@@ -20,6 +20,7 @@ import {
 import type { Principal } from '../http/auth.js';
 import type { Lease } from '../../contract/objects.js';
 import type { LeaseService } from './service.js';
+import { traced, type Tracing } from '../telemetry/tracing.js';
 
 /**
  * Starts `count` sandboxes from snapshot `snapshot` (snapshots/ `startMany`), all or none; with
@@ -32,7 +33,11 @@ export type StartMany = (
   idempotencyKey?: string,
 ) => Promise<{ sandboxes: Lease[]; replayed: boolean }>;
 
-export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService; startMany: StartMany }> = async (plugin, { leases, startMany }) => {
+/** `tracing`: a lease's create and release are spans (`sbx.lease.create`, `sbx.lease.release`) under the request's `traceparent`. */
+export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService; startMany: StartMany; tracing: Tracing }> = async (
+  plugin,
+  { leases, startMany, tracing },
+) => {
   const app = plugin.withTypeProvider<ZodTypeProvider>();
   const tags = ['sandboxes'];
 
@@ -56,7 +61,18 @@ export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService; startMany:
         if (many.replayed) reply.header('idempotent-replayed', 'true');
         return reply.status(many.replayed ? 200 : 201).send({ sandboxes: many.sandboxes });
       }
-      const { lease, replayed } = await leases.create(request.body, request.principal, request.headers['idempotency-key']);
+      const { lease, replayed } = await traced(
+        tracing,
+        tracing.parentOf(request.headers),
+        'sbx.lease.create',
+        { 'sbx.tenant': request.principal.tenant },
+        () => leases.create(request.body, request.principal, request.headers['idempotency-key']),
+        (created) => ({
+          'sbx.sandbox.id': created.lease.id,
+          'sbx.policy.name': created.lease.policy.name,
+          'sbx.lease.replayed': created.replayed,
+        }),
+      );
       if (replayed) reply.header('idempotent-replayed', 'true');
       return reply.status(replayed ? 200 : 201).send(lease);
     },
@@ -184,6 +200,9 @@ export const leasesRoutes: FastifyPluginAsync<{ leases: LeaseService; startMany:
         querystring: ReleaseQuery,
       },
     },
-    async (request) => leases.release(request.params.id, request.principal, request.query.graceMs),
+    async (request) =>
+      traced(tracing, tracing.parentOf(request.headers), 'sbx.lease.release', { 'sbx.sandbox.id': request.params.id }, () =>
+        leases.release(request.params.id, request.principal, request.query.graceMs),
+      ),
   );
 };

@@ -22,6 +22,7 @@ import type { OpenInput } from '../link/input-stream.js';
 import type { LeaseSecrets } from '../host/secrets.js';
 import { SpoolBudget } from '../output/spool.js';
 import type { BeginAttempt } from '../link/attempt-start.js';
+import { AttemptTrace } from './attempt-trace.js';
 
 export interface CallRunnerDeps {
   config: AgentConfig;
@@ -58,6 +59,8 @@ interface AttemptParts {
   tool: AgentTool<unknown>;
   args: unknown;
   controller: AbortController;
+  /** The attempt's phases as spans, when the call is traced. */
+  trace: AttemptTrace | null;
 }
 
 export class CallRunner {
@@ -106,19 +109,20 @@ export class CallRunner {
    */
   async run(data: unknown): Promise<boolean> {
     const job = CallJob.parse(data);
+    const trace = AttemptTrace.of(job.traceparent);
     // No accesses (the process tools): nothing to resolve, so nothing to wait for before it may run.
     const slot =
       job.accesses.length === 0
         ? this.deps.scheduler.acquire([])
         : this.deps.scheduler.acquire(job.accesses, () => resolveAccesses(job.accesses));
     try {
-      return await this.runScheduled(job, slot);
+      return await this.runScheduled(job, slot, trace);
     } finally {
       (await slot)();
     }
   }
 
-  private async runScheduled(job: CallJob, slot: Promise<unknown>): Promise<boolean> {
+  private async runScheduled(job: CallJob, slot: Promise<unknown>, trace: AttemptTrace | null): Promise<boolean> {
     const attemptId = `att_${randomUUID()}`;
     const log = this.deps.log.child({ callId: job.callId, attemptId });
     const channel = this.deps.returns.forAttempt(job.callId, attemptId);
@@ -127,7 +131,7 @@ export class CallRunner {
     const tool = this.deps.tools.get(job.tool);
     if (!tool) {
       const error = errorInfo('input.unknown_tool', `this agent has no tool ${job.tool}`);
-      await channel.result(this.result(job, attemptId, outcomeWithoutRun('failed', 'not_started', error, now)));
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('failed', 'not_started', error, now)), trace?.finish());
       return true;
     }
 
@@ -136,7 +140,7 @@ export class CallRunner {
       args = tool.parse(job.args);
     } catch (err) {
       const error = errorInfo('input.invalid', `arguments the agent cannot read: ${(err as Error).message}`);
-      await channel.result(this.result(job, attemptId, outcomeWithoutRun('failed', 'not_started', error, now)));
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('failed', 'not_started', error, now)), trace?.finish());
       return true;
     }
     // A copy of a call this agent is running now: the running attempt will answer.
@@ -144,7 +148,7 @@ export class CallRunner {
     const controller = new AbortController();
     this.running.set(job.callId, controller);
     try {
-      await this.attempt(job, { attemptId, log, channel, now, tool, args, controller }, slot);
+      await this.attempt(job, { attemptId, log, channel, now, tool, args, controller, trace }, slot);
       return true;
     } finally {
       // Also when the attempt start failed: a re-read of the call must find it not running.
@@ -154,8 +158,9 @@ export class CallRunner {
 
   /** Claims the attempt once the call's turn came, runs the tool and sends the result. */
   private async attempt(job: CallJob, a: AttemptParts, slot: Promise<unknown>): Promise<void> {
-    const { attemptId, log, channel, now, tool, args, controller } = a;
+    const { attemptId, log, channel, now, tool, args, controller, trace } = a;
     await slot;
+    trace?.scheduled();
     // One round trip, in this order: an attempt that began before (a redelivery after a crash)
     // decides first (not re-run, and not "nothing ran"); then a durable cancel; then the claim.
     // The marker says "an attempt began": set right before the tool runs, so a call that waited
@@ -166,7 +171,7 @@ export class CallRunner {
     if (start === 'removed') return;
     if (start === 'cancelled') {
       const error = errorInfo('execution.cancelled', 'cancelled before it started; nothing ran');
-      await channel.result(this.result(job, attemptId, outcomeWithoutRun('cancelled', 'not_started', error, new Date())));
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('cancelled', 'not_started', error, new Date())), trace?.finish());
       return;
     }
     if (start.startsWith('withdrawn:')) {
@@ -177,13 +182,13 @@ export class CallRunner {
         name,
         withdrawn: true,
       });
-      await channel.result(this.result(job, attemptId, outcomeWithoutRun('denied', 'not_started', error, new Date())));
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('denied', 'not_started', error, new Date())), trace?.finish());
       return;
     }
     if (start !== 'claimed') {
       const error = errorInfo('execution.effect_unknown', 'an earlier attempt of this call started and its outcome was lost; not re-run');
       log.warn('redelivered call: an earlier attempt started, so it is not run again');
-      await channel.result(this.result(job, attemptId, outcomeWithoutRun('effect_unknown', 'unknown', error, now)));
+      await channel.result(this.result(job, attemptId, outcomeWithoutRun('effect_unknown', 'unknown', error, now)), trace?.finish());
       return;
     }
     let outcome: AttemptOutcome;
@@ -242,6 +247,7 @@ export class CallRunner {
     } finally {
       if (backgroundGroup !== null) this.deps.processTrees.release(backgroundGroup);
     }
+    trace?.worked(outcome.startedAt, outcome.endedAt);
     log.info(
       {
         tool: job.tool,
@@ -251,7 +257,9 @@ export class CallRunner {
       },
       'call finished',
     );
-    await channel.result(this.result(job, attemptId, outcome));
+    const receiptStartMs = Date.now();
+    const result = this.result(job, attemptId, outcome);
+    await channel.result(result, trace?.finish(receiptStartMs));
   }
 
   private result(job: CallJob, attemptId: string, o: AttemptOutcome): ToolResult {

@@ -9,6 +9,7 @@ import { encodeReturn } from '../../contract/queue.js';
 import type { EventBody } from '../../contract/events.js';
 import type { ToolResult } from '../../contract/objects.js';
 import type { ReturnMessage } from '../../contract/queue.js';
+import type { AgentSpan } from '../../contract/trace.js';
 
 /** Where return messages go: the lease's return stream (main.ts binds it to Redis). */
 export interface ReturnStream {
@@ -37,7 +38,10 @@ export class ReturnChannel {
         n += 1;
         this.send({ kind: 'event', callId, attemptId, n, body });
       },
-      result: (result) => this.sendAndWait({ kind: 'result', callId, attemptId, result }),
+      result: (result, trace) =>
+        this.sendAndWait(
+          trace === undefined ? { kind: 'result', callId, attemptId, result } : { kind: 'result', callId, attemptId, result, trace },
+        ),
       detached: (result) => this.send({ kind: 'detached', callId, attemptId, result }),
     };
   }
@@ -86,7 +90,8 @@ export class ReturnChannel {
 
 export interface AttemptChannel {
   emit(body: EventBody): void;
-  result(result: ToolResult): Promise<void>;
+  /** The attempt's result, with its phases as spans of the call's trace when it is traced (contract/trace.ts). */
+  result(result: ToolResult, trace?: AgentSpan[]): Promise<void>;
   /** A background task's handle; ordered with the events around it. */
   detached(result: ToolResult): void;
 }

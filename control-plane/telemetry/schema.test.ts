@@ -1,0 +1,49 @@
+import { describe, expect, it } from 'vitest';
+import { parseKeyValueList, tracingSettings } from './schema.js';
+
+describe('tracing settings from OTEL_* variables', () => {
+  it('are off without an endpoint, with OTEL_SDK_DISABLED=true, and with OTEL_TRACES_EXPORTER=none', () => {
+    expect(tracingSettings({})).toBeNull();
+    expect(tracingSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_SDK_DISABLED: 'TRUE' })).toBeNull();
+    expect(tracingSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_TRACES_EXPORTER: 'none' })).toBeNull();
+  });
+
+  it('append /v1/traces to the base endpoint and take the traces endpoint as given', () => {
+    expect(tracingSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318/' })?.url).toBe('http://c:4318/v1/traces');
+    expect(
+      tracingSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://t:9/custom' })?.url,
+    ).toBe('http://t:9/custom');
+  });
+
+  it('default to http/protobuf, service sbx-control-plane, a 10 s timeout and a 5 s batch delay', () => {
+    expect(tracingSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318' })).toEqual({
+      url: 'http://c:4318/v1/traces',
+      protocol: 'http/protobuf',
+      headers: {},
+      resource: { 'service.name': 'sbx-control-plane' },
+      timeoutMs: 10_000,
+      scheduleDelayMs: 5000,
+    });
+  });
+
+  it('read headers and resource attributes as percent-encoded key=value lists; OTEL_SERVICE_NAME wins', () => {
+    const s = tracingSettings({
+      OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318',
+      OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer%20abc, x-tenant = t1,broken',
+      OTEL_RESOURCE_ATTRIBUTES: 'service.name=from-attrs,deployment.environment=ci',
+      OTEL_SERVICE_NAME: 'sbx-eu',
+    });
+    expect(s?.headers).toEqual({ authorization: 'Bearer abc', 'x-tenant': 't1' });
+    expect(s?.resource).toEqual({ 'service.name': 'sbx-eu', 'deployment.environment': 'ci' });
+    expect(parseKeyValueList('k=%E0%A4%A')).toEqual({ k: '%E0%A4%A' });
+  });
+
+  it('refuse grpc and a timeout that is not a positive number of ms, naming the variable', () => {
+    expect(() => tracingSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4317', OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' })).toThrow(
+      /OTEL_EXPORTER_OTLP_PROTOCOL: .*grpc is not supported/,
+    );
+    expect(() => tracingSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: '-1' })).toThrow(
+      /OTEL_EXPORTER_OTLP_TRACES_TIMEOUT/,
+    );
+  });
+});
