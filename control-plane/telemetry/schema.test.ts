@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseKeyValueList, tracingSettings } from './schema.js';
 
@@ -45,5 +46,14 @@ describe('tracing settings from OTEL_* variables', () => {
     expect(() => tracingSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: '-1' })).toThrow(
       /OTEL_EXPORTER_OTLP_TRACES_TIMEOUT/,
     );
+  });
+
+  it('are each documented in the README section on traces', () => {
+    const read = (path: string): string => readFileSync(new URL(path, import.meta.url), 'utf8');
+    const readme = read('../../README.md');
+    const section = readme.slice(readme.indexOf('### Traces (OpenTelemetry)'), readme.indexOf('### The `exec` tool'));
+    const variables = [...new Set([...read('./schema.ts').matchAll(/\bOTEL_[A-Z_]+\b/g)].map((m) => m[0]))];
+    expect(variables.length).toBeGreaterThan(8);
+    expect(variables.filter((v) => !section.includes(`\`${v}\``))).toEqual([]);
   });
 });
