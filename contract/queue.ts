@@ -214,13 +214,16 @@ export type CallJob = z.infer<typeof CallJob>;
 /** Agent → control plane. `n` numbers an attempt's events from 1 (the ledger's dedupe key). */
 export const ReturnMessage = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('event'), callId: z.string(), attemptId: z.string(), n: z.number().int().positive(), body: EventBody }),
-  /** `trace`: the attempt's phases as spans of the call's trace, when the job had a `traceparent`. */
+  /**
+   * `trace`: the attempt's phases as spans of the call's trace, when the job had a `traceparent`.
+   * Telemetry never fails the work it describes: a `trace` the contract rejects is read as absent.
+   */
   z.object({
     kind: z.literal('result'),
     callId: z.string(),
     attemptId: z.string(),
     result: ToolResult,
-    trace: z.array(AgentSpan).max(MAX_AGENT_SPANS).optional(),
+    trace: z.array(AgentSpan).max(MAX_AGENT_SPANS).optional().catch(undefined),
   }),
   /** A background task's handle (status `detached`); its final `result` follows when it ends. */
   z.object({ kind: z.literal('detached'), callId: z.string(), attemptId: z.string(), result: ToolResult }),

@@ -59,7 +59,7 @@ describe('OpenTelemetry traces', () => {
     const create = named(inTrace(spans, leaseTrace.traceId), 'sbx.lease.create');
     expect(create.parentSpanId).toBe(leaseTrace.spanId);
     expect(create.attributes).toMatchObject({ 'sbx.sandbox.id': leaseId, 'sbx.policy.name': 'default', 'sbx.lease.replayed': false });
-    expect(create.statusCode).toBe(1);
+    expect(create.statusCode).toBe(0); // unset: success
     expect(create.service).toBe('sbx-under-test');
   });
 
@@ -102,7 +102,7 @@ describe('OpenTelemetry traces', () => {
       'sbx.attempt.id': result.receipt.attemptId,
       'process.exit.code': 0,
     });
-    expect(tool.statusCode).toBe(1);
+    expect(tool.statusCode).toBe(0);
     const attempt = named(spans, 'sbx.agent.attempt');
     expectChildOf(named(spans, 'sbx.agent.schedule'), tool);
     expectChildOf(attempt, tool);

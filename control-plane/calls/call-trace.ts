@@ -38,8 +38,8 @@ interface FinishedCall {
 
 /**
  * Records the spans of a call that finished at `endedAt` with `result`: its `execute_tool` span
- * and `agentSpans`, the phases its agent returned. An agent span whose parent is neither the
- * call's span nor another of them is dropped (an agent names only its own call's spans).
+ * and `agentSpans`, the phases its agent returned, clamped into the call's time; an agent span
+ * whose parents do not lead to the call's span is dropped.
  */
 export function recordCallSpans(
   tracing: Pick<Tracing, 'record'>,
@@ -73,18 +73,27 @@ export function recordCallSpans(
       error: errorType,
     },
   ];
-  const known = new Set([trace.spanId, ...agentSpans.map((s) => s.spanId)]);
-  for (const s of agentSpans) {
-    if (!known.has(s.parentSpanId) || s.spanId === trace.spanId) continue;
-    spans.push({
-      name: s.name,
-      context: { traceId: trace.traceId, spanId: s.spanId, sampled: trace.sampled },
-      parentSpanId: s.parentSpanId,
-      startMs: s.startMs,
-      endMs: s.endMs,
-      attributes: common,
-      error: null,
-    });
+  // The agent runs in the sandbox: its spans are kept only inside the call's time and only as a
+  // tree under the call's span (a span whose parent chain does not reach it is dropped).
+  const [fromMs, toMs] = [spans[0]!.startMs, spans[0]!.endMs];
+  const within = (ms: number): number => Math.min(Math.max(ms, fromMs), toMs);
+  const linked = new Set([trace.spanId]);
+  for (let added = true; added;) {
+    added = false;
+    for (const s of agentSpans) {
+      if (linked.has(s.spanId) || !linked.has(s.parentSpanId)) continue;
+      linked.add(s.spanId);
+      added = true;
+      spans.push({
+        name: s.name,
+        context: { traceId: trace.traceId, spanId: s.spanId, sampled: trace.sampled },
+        parentSpanId: s.parentSpanId,
+        startMs: within(s.startMs),
+        endMs: within(Math.max(s.startMs, s.endMs)),
+        attributes: common,
+        error: null,
+      });
+    }
   }
   for (const span of spans) tracing.record(span);
 }

@@ -40,6 +40,7 @@ function fakes() {
       const c = calls.get(callId);
       return c ? { ...c.intent, status: c.status, detached: null, result: c.result } : null;
     },
+    traceOf: async (_leaseId, callId) => calls.get(callId)?.intent.trace,
     appendEvent: async (leaseId, callId, body, _at, dedupeKey = '', options = {}) => {
       const c = calls.get(callId)!;
       if (options.unlessFinished && c.status === 'finished') return null;

@@ -40,7 +40,7 @@ export type CallLease = Pick<LeaseRecord, 'id' | 'policySnapshot' | 'secrets' | 
 export interface CallServiceDeps {
   store: Pick<
     CallStore,
-    'createCall' | 'getCall' | 'appendEvent' | 'finishCall' | 'markRunning' | 'detachCall' | 'openCalls' | 'notifyChannel'
+    'createCall' | 'getCall' | 'traceOf' | 'appendEvent' | 'finishCall' | 'markRunning' | 'detachCall' | 'openCalls' | 'notifyChannel'
   >;
   artifacts: Pick<ArtifactStore, 'writeChunk' | 'complete'>;
   /** Fetches an artifact the agent announced (`artifact_ready`) over a transfer tunnel and stores it (artifacts/fetch.ts). */
@@ -109,7 +109,8 @@ export class CallService {
     const createdAt = now();
     const intent = { callId, leaseId: lease.id, tool: tool.name, args: normalizedArgs, fingerprint, createdAt: createdAt.toISOString() };
     const trace = callTraceOf(this.deps.tracing, parent ?? null);
-    const job: CallJob | null = resolved ? { ...jobOf(lease, tool, callId, fingerprint, resolved), ...agentTraceOf(trace) } : null;
+    const untraced = resolved ? jobOf(lease, tool, callId, fingerprint, resolved) : null;
+    const job: CallJob | null = untraced && { ...untraced, ...agentTraceOf(trace) };
     // The intent and its call.accepted event are written in one round trip.
     const asks = ruling?.decision === 'ask' && denial === null;
     const approvalExpiresAt = new Date(createdAt.getTime() + (lease.policySnapshot.tools.approvals?.timeoutSeconds ?? 3600) * 1000);
@@ -128,7 +129,7 @@ export class CallService {
       // in a Redis outage (the client's retry, or the Redis client's own resend of the record,
       // lands here) or its control plane gone. The repeat finishes it. The add is once per
       // callId and a taken-back call stays taken back, so nothing runs twice.
-      if (call.status === 'queued' && job && !denial) await this.queue(lease.id, job);
+      if (call.status === 'queued' && untraced && !denial) await this.queue(lease.id, { ...untraced, ...agentTraceOf(existing.trace) });
       return { call, created: false };
     }
     if (denial || !job) {
@@ -187,6 +188,7 @@ export class CallService {
       if (digestOf({ tool: tool.name, version: tool.version, args: resolved.args }) !== call.fingerprint)
         throw new AppError('policy.tool_denied', 'the call resolves to another effect under the policy now than the one approved');
       job = jobOf(lease, tool, call.callId, call.fingerprint, resolved);
+      if (this.deps.tracing) job = { ...job, ...agentTraceOf(await this.deps.store.traceOf(lease.id, call.callId)) };
     } catch (err) {
       if (!(err instanceof AppError)) throw err;
       await this.finish(lease.id, call.callId, resultWithoutRun(call.callId, 'denied', err.toInfo()), this.deps.now());

@@ -173,6 +173,12 @@ export class CallStore {
     };
   }
 
+  /** The span ids kept with a call's intent (call-trace.ts); undefined without a call or a trace. */
+  async traceOf(leaseId: string, callId: string): Promise<CallTrace | undefined> {
+    const intent = await this.redis.hget(this.k.call(leaseId, callId), 'intent');
+    return intent ? CallIntent.parse(JSON.parse(intent)).trace : undefined;
+  }
+
   /** Ids of the lease's calls that have not finished (one read of the index, one pipelined read of the statuses). */
   async openCalls(leaseId: string): Promise<string[]> {
     const ids = await this.redis.zrange(this.k.calls(leaseId), 0, -1);

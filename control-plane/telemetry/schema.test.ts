@@ -24,6 +24,7 @@ describe('tracing settings from OTEL_* variables', () => {
       resource: { 'service.name': 'sbx-control-plane' },
       timeoutMs: 10_000,
       scheduleDelayMs: 5000,
+      sampler: { name: 'parentbased_always_on', ratio: 1 },
     });
   });
 
@@ -45,6 +46,37 @@ describe('tracing settings from OTEL_* variables', () => {
     );
     expect(() => tracingSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: '-1' })).toThrow(
       /OTEL_EXPORTER_OTLP_TRACES_TIMEOUT/,
+    );
+  });
+
+  it('take an empty value as unset, so the general variable or the default applies', () => {
+    const s = tracingSettings({
+      OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318',
+      OTEL_TRACES_EXPORTER: '',
+      OTEL_EXPORTER_OTLP_TRACES_HEADERS: '',
+      OTEL_EXPORTER_OTLP_HEADERS: 'authorization=k',
+      OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: ' ',
+      OTEL_EXPORTER_OTLP_TIMEOUT: '500',
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: '',
+    });
+    expect([s?.url, s?.headers, s?.timeoutMs]).toEqual(['http://c:4318/v1/traces', { authorization: 'k' }, 500]);
+  });
+
+  it('refuse an endpoint without http(s), a timeout Node cannot keep, an unknown sampler and a ratio outside 0..1', () => {
+    const base = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318' };
+    expect(() => tracingSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toThrow(
+      /OTEL_EXPORTER_OTLP_ENDPOINT: must be an http/,
+    );
+    expect(() => tracingSettings({ ...base, OTEL_EXPORTER_OTLP_TIMEOUT: '3000000000' })).toThrow(/OTEL_EXPORTER_OTLP_TIMEOUT/);
+    expect(() => tracingSettings({ ...base, OTEL_TRACES_SAMPLER: 'jaeger_remote' })).toThrow(/OTEL_TRACES_SAMPLER: one of always_on/);
+    expect(() => tracingSettings({ ...base, OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '2' })).toThrow(
+      /OTEL_TRACES_SAMPLER_ARG/,
+    );
+    expect(tracingSettings({ ...base, OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.25' })?.sampler).toEqual(
+      {
+        name: 'parentbased_traceidratio',
+        ratio: 0.25,
+      },
     );
   });
 

@@ -20,12 +20,35 @@ export interface TracingSettings {
   timeoutMs: number;
   /** Delay between two batches, ms (`OTEL_BSP_SCHEDULE_DELAY`, default 5000). */
   scheduleDelayMs: number;
+  /** `OTEL_TRACES_SAMPLER` (default `parentbased_always_on`) and, for the ratio samplers, `OTEL_TRACES_SAMPLER_ARG` (0 to 1, default 1). */
+  sampler: { name: SamplerName; ratio: number };
 }
+
+/** The samplers of the specification sbx offers (`OTEL_TRACES_SAMPLER`). */
+export const SAMPLER_NAMES = [
+  'always_on',
+  'always_off',
+  'traceidratio',
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+] as const;
+export type SamplerName = (typeof SAMPLER_NAMES)[number];
 
 const Protocol = z.enum(['http/protobuf', 'http/json'], {
   error: 'sbx exports traces over OTLP/HTTP: http/protobuf or http/json (grpc is not supported)',
 });
-const Millis = z.coerce.number().int().positive();
+// Node's timers take at most 2^31 - 1 ms (a longer one fires after 1 ms).
+const Millis = z.coerce.number().int().positive().max(2_147_483_647);
+const Endpoint = z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' });
+const Sampler = z.enum(SAMPLER_NAMES, { error: `one of ${SAMPLER_NAMES.join(', ')}` });
+const Ratio = z.coerce.number().min(0).max(1);
+
+/** A variable's value, trimmed; undefined when unset or empty (the specification: an empty value is unset). */
+function valueOf(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const value = env[name]?.trim();
+  return value === undefined || value === '' ? undefined : value;
+}
 
 /**
  * A W3C Baggage-style list (`key1=value1,key2=value2`, values percent-encoded), the format of
@@ -50,36 +73,39 @@ export function parseKeyValueList(text: string | undefined): Record<string, stri
 }
 
 /**
- * The tracing settings `env` asks for, or null when tracing is off. Throws Error (the control
- * plane does not start) for a protocol other than OTLP/HTTP or a timeout that is not a positive
- * number of milliseconds: a setting that cannot be honoured fails loudly.
+ * The tracing settings `env` asks for, or null when tracing is off. Throws Error naming the
+ * variable (the control plane does not start) for an endpoint that is not an http(s) URL, a
+ * protocol other than OTLP/HTTP, a timeout that is not 1 to 2^31 - 1 ms, a sampler sbx does not
+ * offer or a ratio outside 0 to 1: a setting that cannot be honoured fails loudly.
  */
 export function tracingSettings(env: NodeJS.ProcessEnv): TracingSettings | null {
-  if ((env.OTEL_SDK_DISABLED ?? '').trim().toLowerCase() === 'true') return null;
-  const exporters = (env.OTEL_TRACES_EXPORTER ?? 'otlp').split(',').map((e) => e.trim().toLowerCase());
+  if (valueOf(env, 'OTEL_SDK_DISABLED')?.toLowerCase() === 'true') return null;
+  const exporters = (valueOf(env, 'OTEL_TRACES_EXPORTER') ?? 'otlp').split(',').map((e) => e.trim().toLowerCase());
   if (!exporters.includes('otlp')) return null;
-  const tracesEndpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
-  const endpoint = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
-  if (!tracesEndpoint && !endpoint) return null;
-  const url = tracesEndpoint || `${endpoint!.replace(/\/+$/, '')}/v1/traces`;
-  const setting = <T>(name: string, schema: z.ZodType<T>, value: string | undefined, fallback: T): T => {
-    if (value === undefined || value.trim() === '') return fallback;
-    const parsed = schema.safeParse(value.trim());
+  // The signal's own variable wins over the general one (OTLP Exporter Configuration).
+  const either = (specific: string, general: string): string => (valueOf(env, specific) !== undefined ? specific : general);
+  const setting = <T>(name: string, schema: z.ZodType<T>, fallback: T): T => {
+    const value = valueOf(env, name);
+    if (value === undefined) return fallback;
+    const parsed = schema.safeParse(value);
     if (!parsed.success) throw new Error(`${name}: ${parsed.error.issues[0]?.message ?? 'invalid'} (got ${JSON.stringify(value)})`);
     return parsed.data;
   };
-  const protocolName = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL' : 'OTEL_EXPORTER_OTLP_PROTOCOL';
-  const timeoutName = env.OTEL_EXPORTER_OTLP_TRACES_TIMEOUT ? 'OTEL_EXPORTER_OTLP_TRACES_TIMEOUT' : 'OTEL_EXPORTER_OTLP_TIMEOUT';
+  const endpointName = either('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'OTEL_EXPORTER_OTLP_ENDPOINT');
+  const endpoint = setting<string | null>(endpointName, Endpoint, null);
+  if (endpoint === null) return null;
+  const url = endpointName === 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' ? endpoint : `${endpoint.replace(/\/+$/, '')}/v1/traces`;
+  const attributes = parseKeyValueList(valueOf(env, 'OTEL_RESOURCE_ATTRIBUTES'));
   return {
     url,
-    protocol: setting(protocolName, Protocol, env[protocolName], 'http/protobuf'),
-    headers: parseKeyValueList(env.OTEL_EXPORTER_OTLP_TRACES_HEADERS ?? env.OTEL_EXPORTER_OTLP_HEADERS),
-    resource: {
-      ...parseKeyValueList(env.OTEL_RESOURCE_ATTRIBUTES),
-      'service.name':
-        env.OTEL_SERVICE_NAME?.trim() || parseKeyValueList(env.OTEL_RESOURCE_ATTRIBUTES)['service.name'] || 'sbx-control-plane',
+    protocol: setting(either('OTEL_EXPORTER_OTLP_TRACES_PROTOCOL', 'OTEL_EXPORTER_OTLP_PROTOCOL'), Protocol, 'http/protobuf'),
+    headers: parseKeyValueList(valueOf(env, either('OTEL_EXPORTER_OTLP_TRACES_HEADERS', 'OTEL_EXPORTER_OTLP_HEADERS'))),
+    resource: { ...attributes, 'service.name': valueOf(env, 'OTEL_SERVICE_NAME') ?? attributes['service.name'] ?? 'sbx-control-plane' },
+    timeoutMs: setting(either('OTEL_EXPORTER_OTLP_TRACES_TIMEOUT', 'OTEL_EXPORTER_OTLP_TIMEOUT'), Millis, 10_000),
+    scheduleDelayMs: setting('OTEL_BSP_SCHEDULE_DELAY', Millis, 5000),
+    sampler: {
+      name: setting('OTEL_TRACES_SAMPLER', Sampler, 'parentbased_always_on'),
+      ratio: setting('OTEL_TRACES_SAMPLER_ARG', Ratio, 1),
     },
-    timeoutMs: setting(timeoutName, Millis, env[timeoutName], 10_000),
-    scheduleDelayMs: setting('OTEL_BSP_SCHEDULE_DELAY', Millis, env.OTEL_BSP_SCHEDULE_DELAY, 5000),
   };
 }

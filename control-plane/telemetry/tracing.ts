@@ -15,12 +15,37 @@ import { randomBytes } from 'node:crypto';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, TraceFlags, isSpanContextValid, trace, type HrTime } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { resourceFromAttributes, type Resource } from '@opentelemetry/resources';
-import { BatchSpanProcessor, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace';
+import {
+  AlwaysOffSampler,
+  AlwaysOnSampler,
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  SamplingDecision,
+  TraceIdRatioBasedSampler,
+  type ReadableSpan,
+  type Sampler,
+  type SpanExporter,
+} from '@opentelemetry/sdk-trace';
 import { OTLPTraceExporter as JsonTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { OTLPTraceExporter as ProtobufTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import type { SpanContextIds } from '../../contract/trace.js';
 import { SBX_VERSION } from '../../contract/version.js';
-import type { TracingSettings } from './schema.js';
+import type { SamplerName, TracingSettings } from './schema.js';
+
+/** How long stopping waits for the last batch to leave: a collector that is down must not hold a shutdown, ms. */
+const SHUTDOWN_WAIT_MS = 2000;
+/** The one instrumentation scope of sbx's spans. */
+const SCOPE = { name: 'sbx', version: SBX_VERSION };
+
+/** The SDK's sampler of `OTEL_TRACES_SAMPLER` `name` (the specification's names). */
+function samplerOf(name: SamplerName, ratio: number): Sampler {
+  const root = name.endsWith('always_on')
+    ? new AlwaysOnSampler()
+    : name.endsWith('always_off')
+      ? new AlwaysOffSampler()
+      : new TraceIdRatioBasedSampler(ratio);
+  return name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
+}
 
 /** Attribute values sbx records: strings, numbers, booleans. */
 export type SpanAttributes = Record<string, string | number | boolean>;
@@ -54,7 +79,7 @@ export interface Tracing {
   child(parent: SpanContextIds | null): SpanContextIds | null;
   /** Queues a finished span for export; spans of unsampled traces are dropped. Never throws. */
   record(span: SpanRecord): void;
-  /** Exports what is queued and stops (resolves also when the collector is unreachable). */
+  /** Exports what is queued and stops: waits at most SHUTDOWN_WAIT_MS (a collector that is down loses the last batch). */
   shutdown(): Promise<void>;
 }
 
@@ -98,6 +123,7 @@ export function createTracing(settings: TracingSettings | null): Tracing {
     exportTimeoutMillis: settings.timeoutMs,
   });
   const resource = resourceFromAttributes(settings.resource);
+  const sampler = samplerOf(settings.sampler.name, settings.sampler.ratio);
   return {
     enabled: true,
     parentOf(headers) {
@@ -110,7 +136,13 @@ export function createTracing(settings: TracingSettings | null): Tracing {
       };
     },
     child(parent) {
-      return { traceId: parent?.traceId ?? randomId(16), spanId: randomId(8), sampled: parent?.sampled ?? true };
+      const traceId = parent?.traceId ?? randomId(16);
+      const flags = parent?.sampled ? TraceFlags.SAMPLED : TraceFlags.NONE;
+      const context = parent
+        ? trace.setSpanContext(ROOT_CONTEXT, { traceId, spanId: parent.spanId, traceFlags: flags, isRemote: true })
+        : ROOT_CONTEXT;
+      const { decision } = sampler.shouldSample(context, traceId, '', SpanKind.INTERNAL, {}, []);
+      return { traceId, spanId: randomId(8), sampled: decision === SamplingDecision.RECORD_AND_SAMPLED };
     },
     record(span) {
       if (!span.context.sampled) return;
@@ -120,7 +152,17 @@ export function createTracing(settings: TracingSettings | null): Tracing {
         // Telemetry never fails the work it describes.
       }
     },
-    shutdown: () => processor.shutdown().catch(() => undefined),
+    shutdown: () =>
+      new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, SHUTDOWN_WAIT_MS).unref();
+        void processor
+          .shutdown()
+          .catch(() => undefined)
+          .finally(() => {
+            clearTimeout(timer);
+            resolve();
+          });
+      }),
   };
 }
 
@@ -137,13 +179,14 @@ function readableSpan(span: SpanRecord, resource: Resource): ReadableSpan {
     startTime: hrTime(span.startMs),
     endTime: hrTime(endMs),
     duration: hrTime(endMs - span.startMs),
-    status: span.error === null ? { code: SpanStatusCode.OK } : { code: SpanStatusCode.ERROR, message: span.error },
+    // Success leaves the status unset, as the specification asks of instrumentation.
+    status: span.error === null ? { code: SpanStatusCode.UNSET } : { code: SpanStatusCode.ERROR, message: span.error },
     attributes: span.attributes,
     links: [],
     events: [],
     ended: true,
     resource,
-    instrumentationScope: { name: 'sbx', version: SBX_VERSION },
+    instrumentationScope: SCOPE,
     droppedAttributesCount: 0,
     droppedEventsCount: 0,
     droppedLinksCount: 0,
