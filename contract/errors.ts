@@ -364,6 +364,17 @@ export const ERROR_CODES = {
     retryability: 'after_fix',
     summary: 'An MCP request other than `initialize` needs the `Mcp-Session-Id` header of an open session.',
   },
+  'envd.token_invalid': {
+    status: 401,
+    retryability: 'no',
+    summary:
+      'The E2B `X-Access-Token` of an in-sandbox request is missing, malformed or not signed by this installation for the sandbox in `E2b-Sandbox-Id` (use the `envdAccessToken` that create or connect answered).',
+  },
+  'envd.token_expired': {
+    status: 401,
+    retryability: 'after_fix',
+    summary: 'The E2B `X-Access-Token` has expired (`details.expiresAt`); connect to the sandbox again for a new one.',
+  },
   'policy.not_found': {
     status: 404,
     retryability: 'after_fix',

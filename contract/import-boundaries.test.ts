@@ -21,8 +21,8 @@ const importsOf = (file: string): string[] =>
   [...readFileSync(join(root, file), 'utf8').matchAll(/^import[^'"]*['"]([^'"]+)['"]/gm)].map((m) => m[1]!);
 
 /** A domain's fastify plugin (`control-plane/<domain>/routes.ts`) and its Redis adapter (`control-plane/<domain>/store.ts`). */
-const DOMAIN_ROUTES = /^control-plane\/[a-z-]+\/routes\.ts$/;
-const DOMAIN_STORE = /^control-plane\/[a-z-]+\/store\.ts$/;
+const DOMAIN_ROUTES = /^control-plane\/[a-z0-9-]+\/routes\.ts$/;
+const DOMAIN_STORE = /^control-plane\/[a-z0-9-]+\/store\.ts$/;
 
 /** Package → the only places that may import it: path prefixes, or patterns of file paths. */
 const OWNERS: Record<string, Array<string | RegExp>> = {
@@ -40,6 +40,7 @@ const OWNERS: Record<string, Array<string | RegExp>> = {
   // Certificates of the lease CAs of credential injection.
   'node-forge': ['control-plane/egress/ca.ts'],
   'prom-client': ['control-plane/metrics/service.ts'],
+  busboy: ['control-plane/e2b/routes.ts'],
   '@opentelemetry/api': ['control-plane/telemetry/'],
   '@opentelemetry/core': ['control-plane/telemetry/'],
   '@opentelemetry/resources': ['control-plane/telemetry/'],

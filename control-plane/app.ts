@@ -35,6 +35,12 @@ import { installLeaseGuard } from './http/lease-guard.js';
 import { DOCS_ROUTES, installOpenApi, installZodValidation } from './http/openapi.js';
 import { metricsRoutes } from './metrics/routes.js';
 import { mcpRoutes } from './mcp/routes.js';
+import { installFreshConnectionClosing } from './http/connections.js';
+import { E2bFilesystem } from './e2b/filesystem.js';
+import { E2bProcesses } from './e2b/processes.js';
+import { e2bApiRoutes, e2bEnvdRoutes } from './e2b/routes.js';
+import { E2bSandboxes } from './e2b/sandboxes.js';
+import type { E2bProcessStore } from './e2b/store.js';
 import type { Metrics } from './metrics/service.js';
 import type { Tracing } from './telemetry/tracing.js';
 import { leasesRoutes } from './leases/routes.js';
@@ -103,6 +109,8 @@ export interface AppDeps {
   previews: PreviewService;
   /** Rendered by the public `GET /metrics`. */
   metrics: Metrics;
+  /** The E2B-compatible API's parts (e2b/): its process ids, the key of its envd access tokens, the preview domain (`getHost`). */
+  e2b: { processStore: E2bProcessStore; tokenKey: Buffer; previewDomain: string | null };
   /** Spans of lease creates and releases and of calls (telemetry/tracing.ts; TRACING_OFF unless OTLP is configured). */
   tracing: Tracing;
   /** Resolves when Redis answers; rejects otherwise. */
@@ -154,12 +162,23 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   installErrorHandling(app);
   installUpgradeSocketTracking(app);
+  installFreshConnectionClosing(app);
   // JSON only: a text/plain body would otherwise reach the schemas as a string.
   app.removeContentTypeParser('text/plain');
   installApiKeyAuth(app, {
     authenticate,
     // Signed URLs carry their own credential (http/signed-urls.ts): previews and terminal attach.
-    publicRoutes: ['/healthz', '/metrics', '/v1/previews/*', '/v1/host-previews/*', '/v1/terminal-ws/*', ...CONSOLE_ROUTES, ...DOCS_ROUTES],
+    // The E2B-compatible API authenticates itself (X-API-KEY, X-Access-Token; e2b/routes.ts).
+    publicRoutes: [
+      '/healthz',
+      '/metrics',
+      '/v1/previews/*',
+      '/v1/host-previews/*',
+      '/v1/terminal-ws/*',
+      '/e2b/*',
+      ...CONSOLE_ROUTES,
+      ...DOCS_ROUTES,
+    ],
   });
   // Every log line of a request about one sandbox or call says which (fastify's own request
   // lines too: they log through reply.log). Ids that are not well-formed are left out of logs.
@@ -232,6 +251,25 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     egressLog: deps.egressLog,
   });
   await app.register(filesRoutes, { tunnels: deps.transfers, maxUploadBytes: deps.maxUploadBytes });
+  const e2b = new E2bSandboxes({
+    leases: deps.leases,
+    tokenKey: deps.e2b.tokenKey,
+    previewDomain: deps.e2b.previewDomain,
+    now: () => new Date(),
+  });
+  await app.register(e2bApiRoutes, { prefix: '/e2b/api', authenticate, sandboxes: e2b });
+  await app.register(e2bEnvdRoutes, {
+    prefix: '/e2b/envd',
+    sandboxes: e2b,
+    processes: new E2bProcesses({
+      calls: deps.calls,
+      events: deps.callStore,
+      notifier: deps.notifier,
+      stdin: (leaseId, callId, body) => deps.terminals.stdin(leaseId, callId, body),
+      store: deps.e2b.processStore,
+    }),
+    filesystem: new E2bFilesystem({ calls: deps.calls }),
+  });
   await app.register(watchRoutes, {
     watch: new WatchService({
       log: deps.changeLog,

@@ -43,6 +43,7 @@ import { LeaseService, type ReconcileOutcome } from './leases/service.js';
 import { LeaseStore } from './leases/store.js';
 import { Metrics } from './metrics/service.js';
 import { createTracing } from './telemetry/tracing.js';
+import { E2bProcessStore } from './e2b/store.js';
 import { PoolStore } from './pools/store.js';
 import { WarmPools } from './pools/warm-pools.js';
 import { readPolicyFiles } from './policies/files.js';
@@ -255,8 +256,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       images: config.runtime.kind === 'docker' ? images : registryImages(config.imageRegistries, config.image), // a cluster: by registry reference
       ...(pools ? { pools } : {}),
       volumes,
-      // Resolved late: the snapshot service needs the lease service it is made after.
-      snapshots: { source: (id, by) => snapshots.source(id, by) },
+      snapshots: { source: (id, by) => snapshots.source(id, by) }, // resolved late: the snapshot service is made after this one
       onLost,
       now,
       log,
@@ -343,6 +343,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     consoleDir: config.consoleDir,
     version: SBX_VERSION,
     mcpIdleSeconds: config.mcpIdleSeconds,
+    e2b: { processStore: new E2bProcessStore(redis, config.redisPrefix), tokenKey: urlKey, previewDomain: config.previewDomain },
     tracing,
   });
   const background = new BackgroundTasks(log);

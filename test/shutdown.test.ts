@@ -47,4 +47,15 @@ describe('control plane shutdown', () => {
     expect(code).toBe(0);
     expect(Date.now() - startedMs).toBeLessThan(8000);
   }, 60_000);
+
+  it('a connection that never sent a request is closed by SIGTERM, and the process exits 0 (Node keeps it until headersTimeout)', async () => {
+    const plane = await startChildPlane(planeIdentity('shutdown-fresh'));
+    const socket = net.connect(Number(new URL(plane.client.baseUrl).port), '127.0.0.1');
+    await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+    const closedByServer = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    plane.child.kill('SIGTERM');
+    // Without the fix main.ts gives up after its shutdown budget and exits 1 ('shutdown did not finish in time').
+    expect(await plane.exited).toBe(0);
+    await closedByServer;
+  }, 60_000);
 });

@@ -8,7 +8,7 @@ import { AppError } from '../../contract/errors.js';
 import type { Notifier } from '../redis/notifier.js';
 import { LeaseParams } from '../leases/schema.js';
 import type { LeaseService } from '../leases/service.js';
-import { CallEventsHeaders, CallParams, ReceiptParams, SubmitCallBody, SubmitCallQuery } from './schema.js';
+import { CallEventsHeaders, CallParams, ListCallsQuery, ReceiptParams, SubmitCallBody, SubmitCallQuery } from './schema.js';
 import type { CallService } from './service.js';
 import type { SessionService } from '../sessions/service.js';
 import { streamSse } from '../http/sse.js';
@@ -22,7 +22,7 @@ export interface CallsRoutesOptions {
   leases: Pick<LeaseService, 'canSee' | 'usable'>;
   calls: CallService;
   approvals: Pick<ApprovalService, 'approve' | 'deny' | 'listPending'>;
-  store: Pick<CallStore, 'getReceipt' | 'notifyChannel' | 'readEvents' | 'getCall'>;
+  store: Pick<CallStore, 'getReceipt' | 'notifyChannel' | 'readEvents' | 'getCall' | 'listCalls'>;
   notifier: Pick<Notifier, 'next'>;
   /** A session command (`exec` with `session`) is refused unless its session runs (`session.not_found`, `session.ended`). */
   sessions: Pick<SessionService, 'assertRunning'>;
@@ -73,6 +73,22 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (
       if (view.status === 'detached' && view.detached) return reply.status(200).send(view.detached);
       return reply.status(202).send({ callId: view.callId, status: view.status });
     },
+  );
+
+  app.get(
+    '/v1/sandboxes/:id/calls',
+    {
+      schema: {
+        tags,
+        summary: 'List the newest calls of a sandbox',
+        description:
+          '`{calls: [{callId, tool, status, createdAt}]}`, newest first, at most `limit` (default 100, at most 1000); read each with `GET .../calls/:callId`.',
+        params: LeaseParams,
+        querystring: ListCallsQuery,
+      },
+      config: { lease: 'visible' },
+    },
+    async (request) => ({ calls: await store.listCalls(request.params.id, request.query.limit) }),
   );
 
   app.get(

@@ -31,6 +31,9 @@ export type SubmitCallBody = z.infer<typeof SubmitCallBody>;
 /** `?wait=SECONDS`: how long to hold the response for the result (0–300). */
 export const SubmitCallQuery = z.object({ wait: z.coerce.number().min(0).max(300).optional() }).strict();
 
+/** `GET /v1/sandboxes/:id/calls`: how many of the newest calls (default 100). */
+export const ListCallsQuery = z.object({ limit: z.coerce.number().int().min(1).max(1000).default(100) }).strict();
+
 export const CallParams = z.object({ id: z.string(), callId: CallId });
 
 export const ReceiptParams = z.object({ receiptId: z.string() });

@@ -179,6 +179,18 @@ export class CallStore {
     return intent ? CallIntent.parse(JSON.parse(intent)).trace : undefined;
   }
 
+  /** The lease's newest `limit` calls, newest first: id, tool, status, submission time (one index read, one pipelined read). */
+  async listCalls(leaseId: string, limit: number): Promise<Array<{ callId: string; tool: string; status: CallStatus; createdAt: string }>> {
+    const ids = await this.redis.zrevrange(this.k.calls(leaseId), 0, limit - 1);
+    const rows = (await ids.reduce((p, id) => p.hmget(this.k.call(leaseId, id), 'intent', 'status'), this.redis.pipeline()).exec()) ?? [];
+    return rows.flatMap(([err, value]) => {
+      const [intent, status] = (value ?? []) as [string | null, string | null];
+      if (err || !intent || !status) return [];
+      const { callId, tool, createdAt } = CallIntent.parse(JSON.parse(intent));
+      return [{ callId, tool, status: CallStatus.parse(status), createdAt }];
+    });
+  }
+
   /** Ids of the lease's calls that have not finished (one read of the index, one pipelined read of the statuses). */
   async openCalls(leaseId: string): Promise<string[]> {
     const ids = await this.redis.zrange(this.k.calls(leaseId), 0, -1);

@@ -15,7 +15,7 @@ import { AppError, type ErrorCode } from '../../contract/errors.js';
 import type { Principal } from './auth.js';
 
 /** What a signed URL opens. */
-export type SignedUrlPurpose = 'preview' | 'terminal';
+export type SignedUrlPurpose = 'preview' | 'terminal' | 'e2b-envd';
 
 /** What a valid token grants, and who minted it. */
 export interface SignedGrant {
@@ -32,6 +32,7 @@ const TOKEN = /^(\d{1,12})\.([A-Za-z0-9_-]{1,40})\.([A-Za-z0-9_-]{22})$/;
 const REFUSALS: Record<SignedUrlPurpose, { invalid: ErrorCode; expired: ErrorCode; what: string }> = {
   preview: { invalid: 'preview.url_invalid', expired: 'preview.url_expired', what: 'preview URL' },
   terminal: { invalid: 'terminal.url_invalid', expired: 'terminal.url_expired', what: 'terminal URL' },
+  'e2b-envd': { invalid: 'envd.token_invalid', expired: 'envd.token_expired', what: 'E2B access token' },
 };
 
 function mac(key: Buffer, purpose: SignedUrlPurpose, sandboxId: string, subject: string, expiry: number, keyId: string): Buffer {

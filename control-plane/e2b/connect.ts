@@ -1,0 +1,131 @@
+/**
+ * The Connect protocol's server side, JSON codec only, as E2B's envd clients speak it
+ * (https://connectrpc.com/docs/protocol): a unary call is a JSON body in and a JSON body out; a
+ * server-streaming call sends one enveloped message (`[flags u8][length u32 BE][JSON]`) and reads
+ * enveloped messages back until an end-stream envelope (flags 0x02) with `{}` or `{"error": …}`.
+ * Errors are `{code, message}` with the protocol's snake_case codes; a unary error's HTTP status
+ * follows the protocol's code → status table.
+ */
+import { AppError } from '../../contract/errors.js';
+
+/** The Connect error codes sbx answers with (the protocol's names). */
+export type ConnectCode =
+  | 'canceled'
+  | 'invalid_argument'
+  | 'deadline_exceeded'
+  | 'not_found'
+  | 'already_exists'
+  | 'permission_denied'
+  | 'resource_exhausted'
+  | 'failed_precondition'
+  | 'unimplemented'
+  | 'internal'
+  | 'unavailable'
+  | 'unauthenticated';
+
+/** HTTP status of a unary error (Connect protocol, "Error Codes"). */
+export const CONNECT_HTTP_STATUS: Record<ConnectCode, number> = {
+  canceled: 499,
+  invalid_argument: 400,
+  deadline_exceeded: 504,
+  not_found: 404,
+  already_exists: 409,
+  permission_denied: 403,
+  resource_exhausted: 429,
+  failed_precondition: 400,
+  unimplemented: 501,
+  internal: 500,
+  unavailable: 503,
+  unauthenticated: 401,
+};
+
+/** A Connect error to answer with. */
+export class ConnectError extends Error {
+  constructor(
+    readonly code: ConnectCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Envelope flag of the end-stream message. */
+const END_STREAM = 0x02;
+/** Envelope flag of a compressed message: sbx neither sends nor takes compression. */
+const COMPRESSED = 0x01;
+
+/** Largest enveloped request message sbx reads, bytes (a request is a few paths or a command). */
+export const MAX_REQUEST_MESSAGE_BYTES = 1024 * 1024;
+
+/** One enveloped JSON message. */
+export function envelope(message: unknown, flags = 0): Buffer {
+  const json = Buffer.from(JSON.stringify(message), 'utf8');
+  const head = Buffer.alloc(5);
+  head.writeUInt8(flags, 0);
+  head.writeUInt32BE(json.length, 1);
+  return Buffer.concat([head, json]);
+}
+
+/** The end-stream envelope: `{}`, or the error that ended the stream. */
+export function endStream(error?: ConnectError): Buffer {
+  return envelope(error ? { error: { code: error.code, message: error.message } } : {}, END_STREAM);
+}
+
+/**
+ * The JSON message of a streaming request's body: exactly one uncompressed envelope. Throws
+ * ConnectError `invalid_argument` for anything else (short, long, compressed, trailing bytes, not
+ * JSON), `resource_exhausted` over MAX_REQUEST_MESSAGE_BYTES.
+ */
+export function readEnvelope(body: Buffer): unknown {
+  if (body.length < 5) throw new ConnectError('invalid_argument', 'the request is not one enveloped message');
+  const flags = body.readUInt8(0);
+  const length = body.readUInt32BE(1);
+  if (flags & COMPRESSED) throw new ConnectError('invalid_argument', 'compressed messages are not accepted');
+  if (flags !== 0) throw new ConnectError('invalid_argument', `unexpected envelope flags ${flags}`);
+  if (length > MAX_REQUEST_MESSAGE_BYTES)
+    throw new ConnectError('resource_exhausted', `the message is over ${MAX_REQUEST_MESSAGE_BYTES} bytes`);
+  if (body.length !== 5 + length) throw new ConnectError('invalid_argument', 'the envelope length does not match the body');
+  return parseJson(body.subarray(5));
+}
+
+/** A unary request's JSON body; throws ConnectError `invalid_argument` when it is not JSON. */
+export function parseJson(body: Buffer): unknown {
+  try {
+    return JSON.parse(body.length === 0 ? '{}' : body.toString('utf8'));
+  } catch {
+    throw new ConnectError('invalid_argument', 'the message is not JSON');
+  }
+}
+
+/** sbx error codes whose Connect code is not the one their HTTP status suggests. */
+const BY_SBX_CODE: Record<string, ConnectCode> = {
+  'lease.not_found': 'not_found',
+  'lease.not_ready': 'unavailable',
+  'lease.ended': 'unavailable',
+  'auth.missing_api_key': 'unauthenticated',
+  'auth.invalid_api_key': 'unauthenticated',
+};
+
+/** `err` as a Connect error: an AppError by its code and HTTP status, anything else `internal`. */
+export function toConnectError(err: unknown): ConnectError {
+  if (err instanceof ConnectError) return err;
+  if (err instanceof AppError) {
+    const code =
+      BY_SBX_CODE[err.code] ??
+      (err.status === 404
+        ? 'not_found'
+        : err.status === 409
+          ? 'already_exists'
+          : err.status === 429
+            ? 'resource_exhausted'
+            : err.status === 403
+              ? 'permission_denied'
+              : err.status === 401
+                ? 'unauthenticated'
+                : err.status >= 500
+                  ? 'unavailable'
+                  : 'invalid_argument');
+    return new ConnectError(code, `${err.code}: ${err.message}`);
+  }
+  return new ConnectError('internal', 'internal error');
+}

@@ -1,0 +1,204 @@
+/**
+ * The E2B-compatible API (issue 17 part 1) under the real `e2b` SDK (npm, 2.x), pointed at a
+ * real control plane with the SDK's own settings (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY):
+ * create with template, timeout, envs and metadata; list, getInfo, connect, setTimeout, pause
+ * and connect again (resume), kill; commands.run with callbacks, cwd, envs, a non-zero exit
+ * (CommandExitError), a timeout (TimeoutError), background with stdin, list, connect and kill;
+ * files read, write (one and several), list, makeDir, exists, getInfo, rename, remove, and a
+ * missing file (FileNotFoundError); the errors of a bad key, an unknown template, another
+ * tenant's sandbox; malformed Connect frames; what is not offered yet (PTY, watchDir) says so.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  AuthenticationError,
+  CommandExitError,
+  FileNotFoundError,
+  NotFoundError,
+  Sandbox,
+  SandboxError,
+  TimeoutError,
+  type SandboxOpts,
+} from 'e2b';
+import { apiAs, useHarness } from './fixtures/index.js';
+
+const h = useHarness();
+const api = apiAs(() => h.url);
+const saved = { url: process.env.E2B_API_URL, sandbox: process.env.E2B_SANDBOX_URL, key: process.env.E2B_API_KEY };
+let otherKey: string;
+const created: Sandbox[] = [];
+
+beforeAll(async () => {
+  process.env.E2B_API_URL = `${h.url}/e2b/api`;
+  process.env.E2B_SANDBOX_URL = `${h.url}/e2b/envd`;
+  process.env.E2B_API_KEY = h.apiKey;
+  otherKey = (await api(h.apiKey, 'POST', '/v1/api-keys', { name: 'e2b other', role: 'user', tenant: 'e2b-other' })).body.secret;
+});
+afterAll(async () => {
+  for (const sandbox of created) await sandbox.kill().catch(() => undefined);
+  for (const [name, value] of [
+    ['E2B_API_URL', saved.url],
+    ['E2B_SANDBOX_URL', saved.sandbox],
+    ['E2B_API_KEY', saved.key],
+  ] as const) {
+    if (value === undefined) delete process.env[name];
+    else process.env[name] = value;
+  }
+});
+
+async function newSandbox(opts: SandboxOpts = {}): Promise<Sandbox> {
+  const sandbox = await Sandbox.create(opts);
+  created.push(sandbox);
+  return sandbox;
+}
+
+describe('E2B control API', () => {
+  it('create, list, getInfo, setTimeout, pause, connect (resume) and kill a sandbox', async () => {
+    const sandbox = await newSandbox({ template: 'base', timeoutMs: 600_000, envs: { GREETING: 'from-e2b' }, metadata: { job: 'e2b-1' } });
+    const lease = (await api(h.apiKey, 'GET', `/v1/sandboxes/${sandbox.sandboxId}`)).body;
+    expect(lease).toMatchObject({ status: 'ready', policy: { name: 'default' }, labels: { job: 'e2b-1' } });
+    expect((await sandbox.commands.run('echo $GREETING')).stdout).toBe('from-e2b\n');
+
+    const listed = await Sandbox.list({ query: { metadata: { job: 'e2b-1' } } }).nextItems();
+    expect(listed.map((s) => [s.sandboxId, s.state, s.metadata.job, s.templateId])).toEqual([
+      [sandbox.sandboxId, 'running', 'e2b-1', 'base'],
+    ]);
+    const info = await sandbox.getInfo();
+    expect([info.sandboxId, info.state, info.templateId]).toEqual([sandbox.sandboxId, 'running', 'base']);
+
+    const before = Date.parse(lease.expiresAt);
+    await sandbox.setTimeout(1_200_000);
+    expect(Date.parse((await api(h.apiKey, 'GET', `/v1/sandboxes/${sandbox.sandboxId}`)).body.expiresAt)).toBeGreaterThan(before);
+
+    expect(await sandbox.pause()).toBe(true);
+    expect((await sandbox.getInfo()).state).toBe('paused');
+    const again = await Sandbox.connect(sandbox.sandboxId);
+    expect((await again.getInfo()).state).toBe('running');
+    expect((await again.commands.run('echo back')).stdout).toBe('back\n');
+
+    expect(await sandbox.kill()).toBe(true);
+    expect(await sandbox.kill()).toBe(false);
+    await expect(Sandbox.connect(sandbox.sandboxId)).rejects.toBeInstanceOf(NotFoundError);
+    await expect(Sandbox.getInfo(sandbox.sandboxId)).rejects.toBeInstanceOf(NotFoundError);
+  });
+
+  it('a bad key is AuthenticationError; an unknown template a 404 SandboxError; another tenant cannot see a sandbox', async () => {
+    await expect(Sandbox.create({ apiKey: 'sbx_not_a_key' })).rejects.toBeInstanceOf(AuthenticationError);
+    const unknown = await Sandbox.create({ template: 'no-such-template' }).catch((err: unknown) => err);
+    expect(unknown).toBeInstanceOf(SandboxError);
+    expect(String((unknown as Error).message)).toMatch(/^404: template not found/);
+    const sandbox = await newSandbox();
+    await expect(Sandbox.getInfo(sandbox.sandboxId, { apiKey: otherKey })).rejects.toBeInstanceOf(NotFoundError);
+    await expect(Sandbox.connect(sandbox.sandboxId, { apiKey: otherKey })).rejects.toBeInstanceOf(NotFoundError);
+    expect(await Sandbox.kill(sandbox.sandboxId, { apiKey: otherKey })).toBe(false);
+    expect((await Sandbox.list({ apiKey: otherKey }).nextItems()).map((s) => s.sandboxId)).not.toContain(sandbox.sandboxId);
+  });
+});
+
+describe('E2B commands', () => {
+  let sandbox: Sandbox;
+  beforeAll(async () => {
+    sandbox = await newSandbox();
+  });
+
+  it('run: output through callbacks and in the result, cwd and envs; each command is an sbx call with a receipt', async () => {
+    const out: string[] = [];
+    const err: string[] = [];
+    const result = await sandbox.commands.run('echo "$A in $(pwd)"; echo warn >&2', {
+      cwd: '/tmp',
+      envs: { A: 'alpha' },
+      onStdout: (d) => void out.push(d),
+      onStderr: (d) => void err.push(d),
+    });
+    expect([result.exitCode, result.stdout, result.stderr]).toEqual([0, 'alpha in /tmp\n', 'warn\n']);
+    expect([out.join(''), err.join('')]).toEqual(['alpha in /tmp\n', 'warn\n']);
+    const calls = (await api(h.apiKey, 'GET', `/v1/sandboxes/${sandbox.sandboxId}/calls`)).body.calls as Array<{
+      callId: string;
+      tool: string;
+    }>;
+    const call = (await api(h.apiKey, 'GET', `/v1/sandboxes/${sandbox.sandboxId}/calls/${calls[0]!.callId}`)).body;
+    expect(call).toMatchObject({
+      tool: 'exec',
+      args: { argv: ['/bin/bash', '-l', '-c', 'echo "$A in $(pwd)"; echo warn >&2'], cwd: '/tmp' },
+    });
+    expect(call.result.receipt).toMatchObject({ callId: call.callId, commitState: 'committed' });
+  });
+
+  it('a non-zero exit is CommandExitError; a timeout is TimeoutError', async () => {
+    const failed = await sandbox.commands.run('echo partial; exit 3').catch((e: unknown) => e);
+    expect(failed).toBeInstanceOf(CommandExitError);
+    expect([(failed as CommandExitError).exitCode, (failed as CommandExitError).stdout]).toEqual([3, 'partial\n']);
+    await expect(sandbox.commands.run('sleep 30', { timeoutMs: 1500 })).rejects.toBeInstanceOf(TimeoutError);
+  });
+
+  it('background: stdin, list, connect and kill', async () => {
+    const seen: string[] = [];
+    const handle = await sandbox.commands.run('cat', { background: true, stdin: true, onStdout: (d) => void seen.push(d) });
+    expect((await sandbox.commands.list()).map((p) => p.pid)).toContain(handle.pid);
+    const attached: string[] = [];
+    const second = await sandbox.commands.connect(handle.pid, { onStdout: (d) => void attached.push(d) });
+    await sandbox.commands.sendStdin(handle.pid, 'hello\n');
+    await expect.poll(() => [seen.join(''), attached.join('')]).toEqual(['hello\n', 'hello\n']);
+    expect(await sandbox.commands.kill(handle.pid)).toBe(true);
+    await expect(handle.wait()).rejects.toBeInstanceOf(CommandExitError);
+    await second.disconnect();
+    expect((await sandbox.commands.list()).map((p) => p.pid)).not.toContain(handle.pid);
+    expect(await sandbox.commands.kill(999_999)).toBe(false);
+  });
+});
+
+describe('E2B files', () => {
+  let sandbox: Sandbox;
+  beforeAll(async () => {
+    sandbox = await newSandbox();
+  });
+
+  it('write, read, list, makeDir, exists, getInfo, rename, remove; a missing file is FileNotFoundError', async () => {
+    const info = await sandbox.files.write('/workspace/e2b/a.txt', 'hello e2b\n');
+    expect([info.path, info.name]).toEqual(['/workspace/e2b/a.txt', 'a.txt']);
+    expect(await sandbox.files.read('/workspace/e2b/a.txt')).toBe('hello e2b\n');
+    const bytes = Uint8Array.from([0, 1, 2, 255]);
+    await sandbox.files.write([
+      { path: '/workspace/e2b/b.bin', data: bytes.buffer as ArrayBuffer },
+      { path: '/workspace/e2b/c.txt', data: 'c' },
+    ]);
+    expect(Buffer.from(await sandbox.files.read('/workspace/e2b/b.bin', { format: 'bytes' }))).toEqual(Buffer.from(bytes));
+    expect(await sandbox.files.makeDir('/workspace/e2b/sub')).toBe(true);
+    expect(await sandbox.files.makeDir('/workspace/e2b/sub')).toBe(false);
+    const names = (await sandbox.files.list('/workspace/e2b')).map((e) => `${e.name}:${e.type}`).sort();
+    expect(names).toEqual(['a.txt:file', 'b.bin:file', 'c.txt:file', 'sub:dir']);
+    expect(await sandbox.files.exists('/workspace/e2b/a.txt')).toBe(true);
+    expect(await sandbox.files.exists('/workspace/e2b/none')).toBe(false);
+    const stat = await sandbox.files.getInfo('/workspace/e2b/a.txt');
+    expect([stat.type, stat.size, stat.permissions]).toEqual(['file', 10, '-rw-r--r--']);
+    const moved = await sandbox.files.rename('/workspace/e2b/a.txt', '/workspace/e2b/sub/a.txt');
+    expect(moved.path).toBe('/workspace/e2b/sub/a.txt');
+    await sandbox.files.remove('/workspace/e2b/sub');
+    expect(await sandbox.files.exists('/workspace/e2b/sub')).toBe(false);
+    await expect(sandbox.files.read('/workspace/e2b/none')).rejects.toBeInstanceOf(FileNotFoundError);
+  });
+});
+
+describe('E2B wire edges', () => {
+  it('malformed Connect frames and messages get Connect errors; what is not offered says so', async () => {
+    const sandbox = await newSandbox();
+    const token = (sandbox as unknown as { envdAccessToken?: string }).envdAccessToken ?? '';
+    const headers = { 'e2b-sandbox-id': sandbox.sandboxId, 'x-access-token': token };
+    const post = (path: string, type: string, body: Buffer | string) =>
+      fetch(`${h.url}/e2b/envd${path}`, { method: 'POST', headers: { ...headers, 'content-type': type }, body });
+    const garbage = await post('/process.Process/Start', 'application/connect+json', Buffer.from([0, 0, 0, 0, 9, 1, 2]));
+    expect(garbage.status).toBe(200);
+    const frame = Buffer.from(await garbage.arrayBuffer());
+    expect([frame[0], JSON.parse(frame.subarray(5).toString()).error.code]).toEqual([2, 'invalid_argument']);
+    const unary = await post('/filesystem.Filesystem/Stat', 'application/json', '{not json');
+    expect([unary.status, ((await unary.json()) as { code: string }).code]).toEqual([400, 'invalid_argument']);
+    const unknown = await post('/filesystem.Filesystem/Nope', 'application/json', '{}');
+    expect(((await unknown.json()) as { code: string }).code).toBe('unimplemented');
+    const noToken = await fetch(`${h.url}/e2b/envd/filesystem.Filesystem/Stat`, {
+      method: 'POST',
+      headers: { 'e2b-sandbox-id': sandbox.sandboxId, 'content-type': 'application/json' },
+      body: '{"path":"/tmp"}',
+    });
+    expect([noToken.status, ((await noToken.json()) as { code: string }).code]).toEqual([401, 'unauthenticated']);
+    await expect(sandbox.pty.create({ cols: 80, rows: 24, onData: () => undefined })).rejects.toThrow(/not offered/);
+  });
+});
