@@ -266,6 +266,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       events: deps.callStore,
       notifier: deps.notifier,
       stdin: (leaseId, callId, body) => deps.terminals.stdin(leaseId, callId, body),
+      terminals: deps.terminals,
       store: deps.e2b.processStore,
     }),
     filesystem: new E2bFilesystem({ calls: deps.calls }),

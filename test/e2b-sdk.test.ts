@@ -5,8 +5,9 @@
  * and connect again (resume), kill; commands.run with callbacks, cwd, envs, a non-zero exit
  * (CommandExitError), a timeout (TimeoutError), background with stdin, list, connect and kill;
  * files read, write (one and several), list, makeDir, exists, getInfo, rename, remove, and a
- * missing file (FileNotFoundError); the errors of a bad key, an unknown template, another
- * tenant's sandbox; malformed Connect frames; what is not offered yet (PTY, watchDir) says so.
+ * missing file (FileNotFoundError); a PTY (create, sendInput, resize, kill); the errors of a bad
+ * key, an unknown template, another tenant's sandbox; malformed Connect frames; what is not offered
+ * yet (watchDir) says so.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -146,6 +147,23 @@ describe('E2B commands', () => {
   });
 });
 
+describe('E2B PTY', () => {
+  it('create, sendInput, resize and kill a PTY: a terminal whose size follows a resize', async () => {
+    const sandbox = await newSandbox();
+    const output: Buffer[] = [];
+    const text = (): string => Buffer.concat(output).toString('utf8');
+    const pty = await sandbox.pty.create({ cols: 80, rows: 24, onData: (d) => void output.push(Buffer.from(d)), timeoutMs: 0 });
+    await sandbox.pty.sendInput(pty.pid, new TextEncoder().encode('stty size; tty\n'));
+    await expect.poll(text).toMatch(/24 80\r?\n\/dev\/pts\/\d+/);
+    await sandbox.pty.resize(pty.pid, { cols: 100, rows: 30 });
+    await sandbox.pty.sendInput(pty.pid, new TextEncoder().encode('stty size\n'));
+    await expect.poll(text).toMatch(/30 100/);
+    expect((await sandbox.commands.list()).map((p) => p.pid)).toContain(pty.pid);
+    expect(await sandbox.pty.kill(pty.pid)).toBe(true);
+    await expect(pty.wait()).rejects.toBeInstanceOf(CommandExitError);
+  });
+});
+
 describe('E2B files', () => {
   let sandbox: Sandbox;
   beforeAll(async () => {
@@ -199,6 +217,6 @@ describe('E2B wire edges', () => {
       body: '{"path":"/tmp"}',
     });
     expect([noToken.status, ((await noToken.json()) as { code: string }).code]).toEqual([401, 'unauthenticated']);
-    await expect(sandbox.pty.create({ cols: 80, rows: 24, onData: () => undefined })).rejects.toThrow(/not offered/);
+    await expect(sandbox.files.watchDir('/workspace', () => undefined)).rejects.toThrow(/not offered/);
   });
 });

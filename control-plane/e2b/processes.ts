@@ -13,6 +13,7 @@ import type { CallStore } from '../calls/store.js';
 import type { LeaseRecord } from '../leases/store.js';
 import type { Notifier } from '../redis/notifier.js';
 import type { StdinBody } from '../terminals/schema.js';
+import type { TerminalService } from '../terminals/service.js';
 import { ConnectError, endStream, envelope, toConnectError } from './connect.js';
 import type { StartRequest } from './schema.js';
 import type { E2bProcess, E2bProcessStore } from './store.js';
@@ -26,8 +27,17 @@ export interface E2bProcessesDeps {
   notifier: Pick<Notifier, 'next'>;
   /** Writes a running exec call's stdin (terminals/service.ts `stdin`). */
   stdin(leaseId: string, callId: string, body: StdinBody): Promise<void>;
+  /** PTYs are sbx terminals: started, written and resized through their service. */
+  terminals: Pick<TerminalService, 'create' | 'writeBytes' | 'resize'>;
   store: E2bProcessStore;
 }
+
+/** The login shell E2B clients start a PTY with (`pty.create`): sbx's terminal default, the tool user's login shell. */
+const isLoginShell = (cmd: string, args: readonly string[]): boolean =>
+  /^\/(usr\/)?bin\/(ba)?sh$/.test(cmd) && args.every((a) => a === '-i' || a === '-l');
+
+/** `argv` as one POSIX shell script (each word single-quoted). */
+const shellScript = (argv: readonly string[]): string => argv.map((a) => `'${a.replaceAll("'", `'\\''`)}'`).join(' ');
 
 /** process.proto `ProcessEvent.EndEvent` of a finished call, or the stream's error (a timeout, a refusal before it ran). */
 function endOf(result: ToolResult): { end: Record<string, unknown> } | ConnectError {
@@ -57,7 +67,8 @@ export class E2bProcesses {
   /**
    * `Process/Start`: submits `request` as an exec call and streams it to `res` (headers already
    * written) until it ends or `closed` aborts. `timeoutMs`: the client's `Connect-Timeout-Ms`
-   * (null: the policy's limit). A PTY is `unimplemented` (not offered yet).
+   * (null: the policy's limit). With `pty`, an sbx terminal (no timeout: it lives until it exits
+   * or is killed, within the policy's terminal limits).
    */
   async start(
     lease: LeaseRecord,
@@ -66,12 +77,19 @@ export class E2bProcesses {
     res: ServerResponse,
     closed: AbortSignal,
   ): Promise<void> {
-    if (request.pty)
-      throw new ConnectError(
-        'unimplemented',
-        'PTY processes are not offered by sbx yet; use a terminal (POST /v1/sandboxes/:id/terminals)',
-      );
     const { cmd, args, envs, cwd } = request.process;
+    if (request.pty) {
+      const terminal = await this.deps.terminals.create(lease, {
+        ...(isLoginShell(cmd, args) ? {} : { cmd: shellScript([cmd, ...args]) }),
+        cols: request.pty.size.cols,
+        rows: request.pty.size.rows,
+        ...(cwd ? { cwd } : {}),
+        env: envs,
+      });
+      const process: E2bProcess = { callId: terminal.terminalId, config: { cmd, args, envs, ...(cwd ? { cwd } : {}) }, pty: true };
+      await this.stream(lease, process, 0, res, closed, true);
+      return;
+    }
     const { call } = await this.deps.calls.submit(lease, {
       tool: 'exec',
       args: {
@@ -114,10 +132,19 @@ export class E2bProcesses {
     await this.deps.calls.cancel(lease, process.callId);
   }
 
-  /** `Process/SendInput` (stdin) and `Process/CloseStdin` (`eof`). */
+  /** `Process/SendInput` (stdin, or a PTY's input) and `Process/CloseStdin` (`eof`). */
   async input(lease: LeaseRecord, pid: number, body: StdinBody): Promise<void> {
     const process = await this.processOf(lease, pid);
-    await this.deps.stdin(lease.id, process.callId, body);
+    if (!process.pty) return this.deps.stdin(lease.id, process.callId, body);
+    if (body.eof) throw new ConnectError('failed_precondition', `process ${pid} is a PTY: it has no stdin to close`);
+    await this.deps.terminals.writeBytes(lease.id, process.callId, Buffer.from(body.dataBase64 ?? '', 'base64'));
+  }
+
+  /** `Process/Update`: a PTY's new size. Throws `failed_precondition` for a process without one. */
+  async resize(lease: LeaseRecord, pid: number, size: { cols: number; rows: number }): Promise<void> {
+    const process = await this.processOf(lease, pid);
+    if (!process.pty) throw new ConnectError('failed_precondition', `process ${pid} has no PTY`);
+    await this.deps.terminals.resize(lease.id, process.callId, size);
   }
 
   private async processOf(lease: LeaseRecord, pid: number): Promise<E2bProcess> {
@@ -173,7 +200,8 @@ export class E2bProcesses {
       await this.deps.store.remember(lease.id, event.pid, process);
       return { event: { start: { pid: event.pid } } };
     }
-    if (event.type === 'output') return { event: { data: { [event.stream === 'stderr' ? 'stderr' : 'stdout']: event.dataBase64 } } };
+    if (event.type === 'output')
+      return { event: { data: { [process.pty ? 'pty' : event.stream === 'stderr' ? 'stderr' : 'stdout']: event.dataBase64 } } };
     if (event.type === 'call.finished') {
       const call = await this.deps.calls.get(lease.id, process.callId);
       if (!call.result) return new ConnectError('internal', 'the command finished without a result');

@@ -38,6 +38,7 @@ import {
   SendInputRequest,
   SendSignalRequest,
   StartRequest,
+  UpdateRequest,
 } from './schema.js';
 
 /** Largest file one `POST /files` part may carry, bytes (sbx's write_file takes 32 MiB of base64). */
@@ -216,14 +217,14 @@ export const e2bEnvdRoutes: FastifyPluginAsync<E2bEnvdOptions> = async (app, { s
   unary('/process.Process/SendSignal', async (lease, m) => processes.signal(lease, parseWith(SendSignalRequest, m, true).process.pid));
   unary('/process.Process/SendInput', async (lease, m) => {
     const { process, input } = parseWith(SendInputRequest, m, true);
-    if (!('stdin' in input)) throw new ConnectError('unimplemented', 'PTY input is not offered by the E2B API of sbx yet');
-    await processes.input(lease, process.pid, { dataBase64: input.stdin, eof: false });
+    await processes.input(lease, process.pid, { dataBase64: 'stdin' in input ? input.stdin : input.pty, eof: false });
   });
   unary('/process.Process/CloseStdin', async (lease, m) =>
     processes.input(lease, parseWith(CloseStdinRequest, m, true).process.pid, { eof: true }),
   );
-  unary('/process.Process/Update', async () => {
-    throw new ConnectError('unimplemented', 'PTY resize is not offered by the E2B API of sbx yet');
+  unary('/process.Process/Update', async (lease, m) => {
+    const { process, pty } = parseWith(UpdateRequest, m, true);
+    await processes.resize(lease, process.pid, pty.size);
   });
   unary('/filesystem.Filesystem/Stat', async (lease, m) => ({ entry: await filesystem.stat(lease, parseWith(PathRequest, m, true).path) }));
   unary('/filesystem.Filesystem/MakeDir', async (lease, m) => ({

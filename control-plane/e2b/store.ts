@@ -11,6 +11,8 @@ export const E2bProcess = z.object({
   /** process.proto `ProcessConfig` as the client gave it. */
   config: z.object({ cmd: z.string(), args: z.array(z.string()), envs: z.record(z.string(), z.string()), cwd: z.string().optional() }),
   tag: z.string().optional(),
+  /** A PTY (an sbx terminal): its output is `pty` data, its input terminal input. */
+  pty: z.boolean().optional(),
 });
 export type E2bProcess = z.infer<typeof E2bProcess>;
 
