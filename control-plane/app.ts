@@ -40,6 +40,7 @@ import { E2bFilesystem } from './e2b/filesystem.js';
 import { E2bProcesses } from './e2b/processes.js';
 import { e2bApiRoutes, e2bEnvdRoutes } from './e2b/routes.js';
 import { E2bSandboxes } from './e2b/sandboxes.js';
+import { E2bWatch } from './e2b/watch.js';
 import type { E2bProcessStore } from './e2b/store.js';
 import type { Metrics } from './metrics/service.js';
 import type { Tracing } from './telemetry/tracing.js';
@@ -251,6 +252,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     egressLog: deps.egressLog,
   });
   await app.register(filesRoutes, { tunnels: deps.transfers, maxUploadBytes: deps.maxUploadBytes });
+  const watch = new WatchService({
+    log: deps.changeLog,
+    paths: { realpath: (id, path) => realpathThroughAgent(deps.transfers, id, path, (end) => tarError(end.stderr, path)) },
+  });
   const e2b = new E2bSandboxes({
     leases: deps.leases,
     tokenKey: deps.e2b.tokenKey,
@@ -270,12 +275,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       store: deps.e2b.processStore,
     }),
     filesystem: new E2bFilesystem({ calls: deps.calls }),
+    watch: new E2bWatch({ watch, log: deps.changeLog }),
   });
   await app.register(watchRoutes, {
-    watch: new WatchService({
-      log: deps.changeLog,
-      paths: { realpath: (id, path) => realpathThroughAgent(deps.transfers, id, path, (end) => tarError(end.stderr, path)) },
-    }),
+    watch,
     log: deps.changeLog,
     active: (id, by) => deps.leases.active(id, by),
   });

@@ -6,14 +6,15 @@
  * (CommandExitError), a timeout (TimeoutError), background with stdin, list, connect and kill;
  * files read, write (one and several), list, makeDir, exists, getInfo, rename, remove, and a
  * missing file (FileNotFoundError); a PTY (create, sendInput, resize, kill); the errors of a bad
- * key, an unknown template, another tenant's sandbox; malformed Connect frames; what is not offered
- * yet (watchDir) says so.
+ * key, an unknown template, another tenant's sandbox; malformed Connect frames; watchDir events, and
+ * a watch outside the file roots refused.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   AuthenticationError,
   CommandExitError,
   FileNotFoundError,
+  InvalidArgumentError,
   NotFoundError,
   Sandbox,
   SandboxError,
@@ -147,6 +148,26 @@ describe('E2B commands', () => {
   });
 });
 
+describe('E2B watchDir', () => {
+  it('reports created, written, renamed and removed files under the watched directory, by name', async () => {
+    const sandbox = await newSandbox();
+    await sandbox.files.makeDir('/workspace/w');
+    const events: string[] = [];
+    const handle = await sandbox.files.watchDir('/workspace/w', (e) => void events.push(`${e.type} ${e.name}`), { recursive: true });
+    await sandbox.files.write('/workspace/w/a.txt', 'one');
+    await sandbox.files.rename('/workspace/w/a.txt', '/workspace/w/b.txt');
+    await sandbox.files.remove('/workspace/w/b.txt');
+    await expect.poll(() => events).toEqual(expect.arrayContaining(['create a.txt', 'rename a.txt', 'create b.txt', 'remove b.txt']));
+    await handle.stop();
+    // write_file is atomic (a temporary file renamed into place): its temporary file's events come too.
+    const others = events.filter((e) => !/ [ab]\.txt$/.test(e));
+    expect(
+      others.every((e) => /^(create|write|rename|remove) \.[^/]+$/.test(e)),
+      others.join(', '),
+    ).toBe(true);
+  });
+});
+
 describe('E2B PTY', () => {
   it('create, sendInput, resize and kill a PTY: a terminal whose size follows a resize', async () => {
     const sandbox = await newSandbox();
@@ -217,6 +238,8 @@ describe('E2B wire edges', () => {
       body: '{"path":"/tmp"}',
     });
     expect([noToken.status, ((await noToken.json()) as { code: string }).code]).toEqual([401, 'unauthenticated']);
-    await expect(sandbox.files.watchDir('/workspace', () => undefined)).rejects.toThrow(/not offered/);
+    const noMethod = await sandbox.files.watchDir('/etc', () => undefined).catch((e: unknown) => e);
+    expect(noMethod).toBeInstanceOf(InvalidArgumentError);
+    expect(String((noMethod as Error).message)).toMatch(/input.path_outside_workspace/);
   });
 });

@@ -25,6 +25,7 @@ import {
 import type { E2bFilesystem } from './filesystem.js';
 import type { E2bProcesses } from './processes.js';
 import type { E2bSandboxes } from './sandboxes.js';
+import type { E2bWatch } from './watch.js';
 import {
   CloseStdinRequest,
   ConnectRequest,
@@ -39,6 +40,7 @@ import {
   SendSignalRequest,
   StartRequest,
   UpdateRequest,
+  WatchDirRequest,
 } from './schema.js';
 
 /** Largest file one `POST /files` part may carry, bytes (sbx's write_file takes 32 MiB of base64). */
@@ -137,6 +139,7 @@ export interface E2bEnvdOptions {
   sandboxes: E2bSandboxes;
   processes: E2bProcesses;
   filesystem: E2bFilesystem;
+  watch: E2bWatch;
 }
 
 /** The lease an envd request is for (E2b-Sandbox-Id, X-Access-Token). */
@@ -153,7 +156,7 @@ function deadlineOf(request: FastifyRequest): number | null {
   return Number.isInteger(value) && value > 0 ? Math.min(value, 2_147_483_647) : null;
 }
 
-export const e2bEnvdRoutes: FastifyPluginAsync<E2bEnvdOptions> = async (app, { sandboxes, processes, filesystem }) => {
+export const e2bEnvdRoutes: FastifyPluginAsync<E2bEnvdOptions> = async (app, { sandboxes, processes, filesystem, watch }) => {
   app.addHook('onRoute', hideFromOpenApi);
   app.removeAllContentTypeParsers();
   // Multipart bodies are read by busboy from the request itself; everything else as bytes.
@@ -185,6 +188,13 @@ export const e2bEnvdRoutes: FastifyPluginAsync<E2bEnvdOptions> = async (app, { s
       return reply.type('application/json').send(answer ?? {});
     });
   };
+  // Open streams end when the app closes (a command or watch goes on; its client is told `unavailable`).
+  const open = new Set<AbortController>();
+  let stopping = false;
+  app.addHook('preClose', async () => {
+    stopping = true;
+    for (const stream of open) stream.abort();
+  });
   const streaming = (
     path: string,
     handle: (lease: LeaseRecord, message: unknown, request: FastifyRequest, reply: FastifyReply, closed: AbortSignal) => Promise<void>,
@@ -192,14 +202,21 @@ export const e2bEnvdRoutes: FastifyPluginAsync<E2bEnvdOptions> = async (app, { s
     app.post(path, async (request, reply) => {
       // Streams answer 200 and carry their error in the end-stream message (Connect protocol).
       const closed = new AbortController();
+      open.add(closed);
       reply.hijack();
       reply.raw.on('close', () => closed.abort());
       reply.raw.writeHead(200, { 'content-type': 'application/connect+json' });
       try {
+        if (stopping) throw new ConnectError('unavailable', 'the control plane is stopping');
         const lease = await leaseOf(sandboxes, request);
         await handle(lease, readEnvelope((request.body as Buffer | undefined) ?? Buffer.alloc(0)), request, reply, closed.signal);
       } catch (err) {
         if (!reply.raw.writableEnded) reply.raw.end(endStream(toConnectError(err)));
+      } finally {
+        open.delete(closed);
+        // Ended by the app's close, not by the client: say so (the services end only streams they finished).
+        if (!reply.raw.writableEnded && !reply.raw.destroyed)
+          reply.raw.end(endStream(new ConnectError('unavailable', 'the control plane is stopping')));
       }
     });
   };
@@ -210,8 +227,9 @@ export const e2bEnvdRoutes: FastifyPluginAsync<E2bEnvdOptions> = async (app, { s
   streaming('/process.Process/Connect', (lease, m, _request, reply, closed) =>
     processes.connect(lease, parseWith(ConnectRequest, m, true).process.pid, reply.raw, closed),
   );
-  streaming('/filesystem.Filesystem/WatchDir', async () => {
-    throw new ConnectError('unimplemented', 'watchDir is not offered by the E2B API of sbx yet; use GET /v1/sandboxes/:id/files/watch');
+  streaming('/filesystem.Filesystem/WatchDir', (lease, m, _request, reply, closed) => {
+    const { path, recursive } = parseWith(WatchDirRequest, m, true);
+    return watch.watchDir(lease, path, recursive, reply.raw, closed);
   });
   unary('/process.Process/List', async (lease) => ({ processes: await processes.list(lease) }));
   unary('/process.Process/SendSignal', async (lease, m) => processes.signal(lease, parseWith(SendSignalRequest, m, true).process.pid));
