@@ -258,6 +258,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   const e2b = new E2bSandboxes({
     leases: deps.leases,
+    snapshots: deps.snapshots,
     tokenKey: deps.e2b.tokenKey,
     previewDomain: deps.e2b.previewDomain,
     now: () => new Date(),

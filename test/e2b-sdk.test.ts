@@ -2,7 +2,7 @@
  * The E2B-compatible API (issue 17 part 1) under the real `e2b` SDK (npm, 2.x), pointed at a
  * real control plane with the SDK's own settings (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY):
  * create with template, timeout, envs and metadata; list, getInfo, connect, setTimeout, pause
- * and connect again (resume), kill; commands.run with callbacks, cwd, envs, a non-zero exit
+ * and connect again (resume), kill; createSnapshot, a sandbox from it, listSnapshots, deleteSnapshot; commands.run with callbacks, cwd, envs, a non-zero exit
  * (CommandExitError), a timeout (TimeoutError), background with stdin, list, connect and kill;
  * files read, write (one and several), list, makeDir, exists, getInfo, rename, remove, and a
  * missing file (FileNotFoundError); a PTY (create, sendInput, resize, kill); the errors of a bad
@@ -93,6 +93,21 @@ describe('E2B control API', () => {
     await expect(Sandbox.connect(sandbox.sandboxId, { apiKey: otherKey })).rejects.toBeInstanceOf(NotFoundError);
     expect(await Sandbox.kill(sandbox.sandboxId, { apiKey: otherKey })).toBe(false);
     expect((await Sandbox.list({ apiKey: otherKey }).nextItems()).map((s) => s.sandboxId)).not.toContain(sandbox.sandboxId);
+  });
+});
+
+describe('E2B snapshots', () => {
+  it('createSnapshot, a sandbox created from it has its files, listSnapshots, deleteSnapshot', async () => {
+    const sandbox = await newSandbox();
+    await sandbox.files.write('/workspace/kept.txt', 'from the snapshot');
+    const snapshot = await sandbox.createSnapshot();
+    expect(snapshot.snapshotId).toMatch(/^snap_/);
+    expect((await sandbox.listSnapshots().nextItems()).map((s) => s.snapshotId)).toEqual([snapshot.snapshotId]);
+    const copy = await newSandbox({ template: snapshot.snapshotId } as SandboxOpts);
+    expect(await copy.files.read('/workspace/kept.txt')).toBe('from the snapshot');
+    await copy.kill();
+    expect(await Sandbox.deleteSnapshot(snapshot.snapshotId)).toBe(true);
+    expect(await Sandbox.deleteSnapshot(snapshot.snapshotId)).toBe(false);
   });
 });
 

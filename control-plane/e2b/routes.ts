@@ -128,6 +128,17 @@ export const e2bApiRoutes: FastifyPluginAsync<E2bApiOptions> = async (app, { aut
     await sandboxes.kill(id(request), by(request));
     return reply.status(204).send();
   });
+  app.post('/sandboxes/:id/snapshots', async (request, reply) =>
+    reply.status(201).send(await sandboxes.createSnapshot(id(request), by(request))),
+  );
+  app.get('/snapshots', async (request) => {
+    const { sandboxID } = parseWith(z.object({ sandboxID: z.string().max(128).optional() }).loose(), request.query, false);
+    return sandboxes.listSnapshots(by(request), sandboxID);
+  });
+  app.delete('/templates/:id', async (request, reply) => {
+    await sandboxes.deleteSnapshot(id(request), by(request));
+    return reply.status(204).send();
+  });
   app.post('/sandboxes/:id/pause', async (request, reply) => {
     if (!(await sandboxes.pause(id(request), by(request))))
       return reply.status(409).send({ code: 409, message: `sandbox ${id(request)} is paused already` });

@@ -10,6 +10,7 @@ import type { Principal } from '../http/auth.js';
 import { signGrant, verifyGrant, SIGNED_URL_PRINCIPAL } from '../http/signed-urls.js';
 import type { LeaseRecord } from '../leases/store.js';
 import type { LeaseService } from '../leases/service.js';
+import type { SnapshotService } from '../snapshots/service.js';
 import { ENVD_VERSION, type NewSandbox } from './schema.js';
 
 /** How long an envd access token is good for, ms: longer than any lease, which ends it first. */
@@ -17,9 +18,13 @@ const TOKEN_LIFE_MS = 30 * 24 * 3600_000;
 /** The template E2B clients ask for by default, and the policy it means. */
 const DEFAULT_TEMPLATE = 'base';
 const DEFAULT_POLICY = 'default';
+/** The id prefix of sbx snapshots: a template that starts with it starts from that snapshot. */
+const SNAPSHOT_PREFIX = 'snap_';
 
 export interface E2bSandboxesDeps {
   leases: Pick<LeaseService, 'create' | 'visible' | 'list' | 'renew' | 'release' | 'pause' | 'resume' | 'usable'>;
+  /** Snapshots are templates to E2B clients: `snap_…` ids go where a template name does. */
+  snapshots: Pick<SnapshotService, 'capture' | 'list' | 'delete'>;
   /** The signing key of envd access tokens (the installation's signed-URL key). */
   tokenKey: Buffer;
   /** The preview domain (`SBX_PREVIEW_DOMAIN`): the SDK's `getHost(port)` is `<port>-<id>.<it>`. */
@@ -73,13 +78,14 @@ export class E2bSandboxes {
    * throws (quota, capacity).
    */
   async create(body: NewSandbox, by: Principal): Promise<E2bSandbox> {
+    const fromSnapshot = body.templateID.startsWith(SNAPSHOT_PREFIX);
     const policy = body.templateID === DEFAULT_TEMPLATE ? DEFAULT_POLICY : body.templateID;
     const metadata = body.metadata ?? {};
     const reserved = Object.keys(metadata).find((k) => k.startsWith('sbx.'));
     if (reserved !== undefined) throw new AppError('input.invalid', `metadata key ${reserved}: keys starting with "sbx." are reserved`);
     const { lease } = await this.deps.leases.create(
       {
-        policy,
+        ...(fromSnapshot ? { snapshot: body.templateID } : { policy }),
         ...(body.timeout !== undefined ? { ttlSeconds: body.timeout } : {}),
         ...(body.envVars ? { env: body.envVars } : {}),
         labels: metadata,
@@ -133,6 +139,25 @@ export class E2bSandboxes {
     if (lease.status === 'paused') return false;
     await this.deps.leases.pause(id, by);
     return true;
+  }
+
+  /** A snapshot of sandbox `id` (sbx's capture: its image's changes and writable roots); its id is a template for `create`. */
+  async createSnapshot(id: string, by: Principal): Promise<{ snapshotID: string; names: string[] }> {
+    await this.running(id, by);
+    const snapshot = await this.deps.snapshots.capture(id, by);
+    return { snapshotID: snapshot.id, names: [] };
+  }
+
+  /** The snapshots `by` may see, of sandbox `sandboxId` when given, newest first. */
+  async listSnapshots(by: Principal, sandboxId: string | undefined): Promise<Array<{ snapshotID: string; names: string[] }>> {
+    const all = await this.deps.snapshots.list(by);
+    return all.filter((s) => sandboxId === undefined || s.parentLeaseId === sandboxId).map((s) => ({ snapshotID: s.id, names: [] }));
+  }
+
+  /** Deletes snapshot `id` (E2B's `DELETE /templates/:id`). Throws `snapshot.not_found`, and `lease.not_found` for a template that is not a snapshot. */
+  async deleteSnapshot(id: string, by: Principal): Promise<void> {
+    if (!id.startsWith(SNAPSHOT_PREFIX)) throw new AppError('lease.not_found', `${id} is not a snapshot; templates are sbx policies`);
+    await this.deps.snapshots.delete(id, by);
   }
 
   /**
