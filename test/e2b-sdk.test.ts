@@ -94,6 +94,16 @@ describe('E2B control API', () => {
     expect(await Sandbox.kill(sandbox.sandboxId, { apiKey: otherKey })).toBe(false);
     expect((await Sandbox.list({ apiKey: otherKey }).nextItems()).map((s) => s.sandboxId)).not.toContain(sandbox.sandboxId);
   });
+
+  it('list pages by limit and filters by metadata', async () => {
+    const ids = [(await newSandbox({ metadata: { page: 'p' } })).sandboxId, (await newSandbox({ metadata: { page: 'p' } })).sandboxId];
+    const pages = Sandbox.list({ limit: 1, query: { metadata: { page: 'p' } } });
+    const first = await pages.nextItems();
+    expect([first.length, pages.hasNext]).toEqual([1, true]);
+    const second = await pages.nextItems();
+    expect([second.length, pages.hasNext]).toEqual([1, false]);
+    expect([...first, ...second].map((s) => s.sandboxId).sort()).toEqual(ids.sort());
+  });
 });
 
 describe('E2B snapshots', () => {
@@ -147,9 +157,11 @@ describe('E2B commands', () => {
     await expect(sandbox.commands.run('sleep 30', { timeoutMs: 1500 })).rejects.toBeInstanceOf(TimeoutError);
   });
 
-  it('background: stdin, list, connect and kill', async () => {
+  it('background: runs beside other commands; stdin, list, connect and kill; a finished one cannot be connected or killed', async () => {
     const seen: string[] = [];
     const handle = await sandbox.commands.run('cat', { background: true, stdin: true, onStdout: (d) => void seen.push(d) });
+    // A command beside it runs now, not after it (cat waits for stdin forever).
+    expect((await sandbox.commands.run('echo side by side')).stdout).toBe('side by side\n');
     expect((await sandbox.commands.list()).map((p) => p.pid)).toContain(handle.pid);
     const attached: string[] = [];
     const second = await sandbox.commands.connect(handle.pid, { onStdout: (d) => void attached.push(d) });
@@ -159,7 +171,17 @@ describe('E2B commands', () => {
     await expect(handle.wait()).rejects.toBeInstanceOf(CommandExitError);
     await second.disconnect();
     expect((await sandbox.commands.list()).map((p) => p.pid)).not.toContain(handle.pid);
+    expect(await sandbox.commands.kill(handle.pid)).toBe(false);
+    await expect(sandbox.commands.connect(handle.pid)).rejects.toBeInstanceOf(NotFoundError);
     expect(await sandbox.commands.kill(999_999)).toBe(false);
+  });
+
+  it('output over the policy limit is cut with a note on stderr, never silently', async () => {
+    const result = await sandbox.commands.run("head -c 5000000 /dev/zero | tr '\\0' x");
+    expect(result.stdout.length).toBe(4 * 1024 * 1024);
+    expect(result.stderr).toMatch(
+      /\[sbx: stdout cut after 4194304 bytes by the policy's output limit; its whole bytes are an artifact of call call_/,
+    );
   });
 });
 
@@ -245,6 +267,17 @@ describe('E2B wire edges', () => {
     expect([frame[0], JSON.parse(frame.subarray(5).toString()).error.code]).toEqual([2, 'invalid_argument']);
     const unary = await post('/filesystem.Filesystem/Stat', 'application/json', '{not json');
     expect([unary.status, ((await unary.json()) as { code: string }).code]).toEqual([400, 'invalid_argument']);
+    const untyped = await fetch(`${h.url}/e2b/envd/filesystem.Filesystem/Stat`, { method: 'POST', headers, body: '{}' });
+    expect([untyped.status, ((await untyped.json()) as { code: string }).code]).toEqual([400, 'invalid_argument']);
+    const files = new FormData();
+    for (let i = 0; i < 1001; i += 1) files.append('file', new Blob(['x']), `/workspace/many/${i}`);
+    const many = await fetch(`${h.url}/e2b/envd/files`, { method: 'POST', headers, body: files });
+    expect([many.status, ((await many.json()) as { message: string }).message]).toEqual([
+      413,
+      expect.stringMatching(/more than 1000 files/),
+    ]);
+    const none = await fetch(`${h.url}/e2b/envd/files`, { method: 'POST', headers, body: new FormData() });
+    expect(none.status).toBe(400);
     const unknown = await post('/filesystem.Filesystem/Nope', 'application/json', '{}');
     expect(((await unknown.json()) as { code: string }).code).toBe('unimplemented');
     const noToken = await fetch(`${h.url}/e2b/envd/filesystem.Filesystem/Stat`, {

@@ -100,32 +100,33 @@ export function parseJson(body: Buffer): unknown {
 /** sbx error codes whose Connect code is not the one their HTTP status suggests. */
 const BY_SBX_CODE: Record<string, ConnectCode> = {
   'lease.not_found': 'not_found',
+  // A sandbox that ended is gone to an E2B client; a paused or starting one does not answer.
+  'lease.released': 'not_found',
+  'lease.expired': 'not_found',
   'lease.not_ready': 'unavailable',
-  'lease.ended': 'unavailable',
+  'lease.paused': 'unavailable',
+  // A command that ended is a process that no longer exists.
+  'call.finished': 'not_found',
   'auth.missing_api_key': 'unauthenticated',
   'auth.invalid_api_key': 'unauthenticated',
 };
 
-/** `err` as a Connect error: an AppError by its code and HTTP status, anything else `internal`. */
+/** The Connect code of an HTTP status (a refusal's, fastify's own included). */
+function codeOfStatus(status: number): ConnectCode {
+  if (status === 401) return 'unauthenticated';
+  if (status === 403) return 'permission_denied';
+  if (status === 404 || status === 410) return 'not_found';
+  if (status === 409) return 'failed_precondition';
+  if (status === 413 || status === 429) return 'resource_exhausted';
+  if (status >= 500) return 'unavailable';
+  return 'invalid_argument';
+}
+
+/** `err` as a Connect error: an AppError by its code and HTTP status, fastify's 4xx by its status, anything else `internal`. */
 export function toConnectError(err: unknown): ConnectError {
   if (err instanceof ConnectError) return err;
-  if (err instanceof AppError) {
-    const code =
-      BY_SBX_CODE[err.code] ??
-      (err.status === 404
-        ? 'not_found'
-        : err.status === 409
-          ? 'already_exists'
-          : err.status === 429
-            ? 'resource_exhausted'
-            : err.status === 403
-              ? 'permission_denied'
-              : err.status === 401
-                ? 'unauthenticated'
-                : err.status >= 500
-                  ? 'unavailable'
-                  : 'invalid_argument');
-    return new ConnectError(code, `${err.code}: ${err.message}`);
-  }
+  if (err instanceof AppError) return new ConnectError(BY_SBX_CODE[err.code] ?? codeOfStatus(err.status), `${err.code}: ${err.message}`);
+  const status = (err as { statusCode?: unknown }).statusCode;
+  if (typeof status === 'number' && status >= 400 && status < 500) return new ConnectError(codeOfStatus(status), (err as Error).message);
   return new ConnectError('internal', 'internal error');
 }

@@ -87,9 +87,12 @@ export class E2bProcesses {
         env: envs,
       });
       const process: E2bProcess = { callId: terminal.terminalId, config: { cmd, args, envs, ...(cwd ? { cwd } : {}) }, pty: true };
+      await this.deps.store.remember(lease.id, process);
       await this.stream(lease, process, 0, res, closed, true);
       return;
     }
+    // E2B's deadline (none: `timeoutMs: 0`) within the policy's largest; never refused for being long.
+    const maxTimeoutMs = lease.policySnapshot.tools.exec.maxTimeoutMs;
     const { call } = await this.deps.calls.submit(lease, {
       tool: 'exec',
       args: {
@@ -97,7 +100,10 @@ export class E2bProcesses {
         env: envs,
         ...(cwd ? { cwd } : {}),
         ...(request.stdin ? { stdin: 'pipe' } : {}),
-        ...(timeoutMs !== null ? { timeoutMs } : {}),
+        timeoutMs: Math.min(timeoutMs ?? maxTimeoutMs, maxTimeoutMs),
+        // E2B commands run side by side (a server in the background, then a client of it): as
+        // sbx background tasks, which hold no place in the sandbox's scheduler once started.
+        background: true,
       },
     });
     const process: E2bProcess = {
@@ -105,31 +111,37 @@ export class E2bProcesses {
       config: { cmd, args, envs, ...(cwd ? { cwd } : {}) },
       ...(request.tag ? { tag: request.tag } : {}),
     };
+    await this.deps.store.remember(lease.id, process);
     await this.stream(lease, process, 0, res, closed, true);
   }
 
-  /** `Process/Connect`: the output of process `pid` from now on, after its `start`. Throws `not_found`. */
+  /** `Process/Connect`: the output of running process `pid` from now on, after its `start`. Throws `not_found` (also once it ended). */
   async connect(lease: LeaseRecord, pid: number, res: ServerResponse, closed: AbortSignal): Promise<void> {
     const process = await this.processOf(lease, pid);
-    const seen = (await this.deps.events.readEvents(lease.id, process.callId)).at(-1)?.seq ?? 0;
+    const events = await this.deps.events.readEvents(lease.id, process.callId);
+    if (events.some((e) => e.type === 'call.finished')) throw new ConnectError('not_found', `process ${pid} has ended`);
     res.write(envelope({ event: { start: { pid } } }));
-    await this.stream(lease, process, seen, res, closed, false);
+    await this.stream(lease, process, events.at(-1)?.seq ?? 0, res, closed, false);
   }
 
-  /** `Process/List`: the processes started through envd that still run. */
+  /** `Process/List`: the processes started through envd that still run (also those whose client left before they started). */
   async list(lease: LeaseRecord): Promise<Array<{ pid: number; config: E2bProcess['config']; tag?: string }>> {
+    const { processes, pids } = await this.deps.store.all(lease.id);
     const out = [];
-    for (const p of await this.deps.store.all(lease.id)) {
+    for (const p of processes) {
       const call = await this.deps.calls.get(lease.id, p.callId).catch(() => null);
-      if (call && call.status !== 'finished') out.push({ pid: p.pid, config: p.config, ...(p.tag ? { tag: p.tag } : {}) });
+      if (!call || call.status === 'finished') continue;
+      const pid = pids.get(p.callId) ?? (await this.pidOfCall(lease, p.callId));
+      if (pid !== null) out.push({ pid, config: p.config, ...(p.tag ? { tag: p.tag } : {}) });
     }
     return out;
   }
 
-  /** `Process/SendSignal`: SIGTERM or SIGKILL ends the command as a cancel (TERM, grace, KILL; the call's receipt says so). */
+  /** `Process/SendSignal`: SIGTERM or SIGKILL ends the command as a cancel (TERM, grace, KILL; the call's receipt says so). `not_found` once it ended. */
   async signal(lease: LeaseRecord, pid: number): Promise<void> {
     const process = await this.processOf(lease, pid);
-    await this.deps.calls.cancel(lease, process.callId);
+    const { changed } = await this.deps.calls.cancel(lease, process.callId);
+    if (!changed) throw new ConnectError('not_found', `process ${pid} has ended`);
   }
 
   /** `Process/SendInput` (stdin, or a PTY's input) and `Process/CloseStdin` (`eof`). */
@@ -147,10 +159,26 @@ export class E2bProcesses {
     await this.deps.terminals.resize(lease.id, process.callId, size);
   }
 
+  /** The command of `pid`: by the pids seen, else by the `call.started` events of the commands whose pid is not known yet. */
   private async processOf(lease: LeaseRecord, pid: number): Promise<E2bProcess> {
-    const process = await this.deps.store.get(lease.id, pid);
+    let callId = await this.deps.store.callOf(lease.id, pid);
+    if (callId === null) {
+      const { processes, pids } = await this.deps.store.all(lease.id);
+      for (const p of processes.filter((q) => !pids.has(q.callId))) {
+        if ((await this.pidOfCall(lease, p.callId)) === pid) callId = p.callId;
+      }
+    }
+    const process = callId === null ? null : await this.deps.store.get(lease.id, callId);
     if (!process) throw new ConnectError('not_found', `no process ${pid} started through envd in sandbox ${lease.id}`);
     return process;
+  }
+
+  /** The pid of call `callId`'s process from its `call.started` event (recorded when found), or null before it started. */
+  private async pidOfCall(lease: LeaseRecord, callId: string): Promise<number | null> {
+    const started = (await this.deps.events.readEvents(lease.id, callId)).find((e) => e.type === 'call.started');
+    const pid = started?.type === 'call.started' ? started.pid : null;
+    if (pid !== null) await this.deps.store.rememberPid(lease.id, pid, callId);
+    return pid;
   }
 
   /** Tails the call's events after `afterSeq` into `res` as process events, then ends the stream. */
@@ -197,11 +225,16 @@ export class E2bProcesses {
   private async messageOf(lease: LeaseRecord, process: E2bProcess, event: CallEvent, announce: boolean): Promise<unknown> {
     if (event.type === 'call.started' && announce) {
       if (event.pid === null) return new ConnectError('internal', 'the command started without a process id');
-      await this.deps.store.remember(lease.id, event.pid, process);
+      await this.deps.store.rememberPid(lease.id, event.pid, process.callId);
       return { event: { start: { pid: event.pid } } };
     }
     if (event.type === 'output')
       return { event: { data: { [process.pty ? 'pty' : event.stream === 'stderr' ? 'stderr' : 'stdout']: event.dataBase64 } } };
+    // The policy's output limit cut the live stream: said on stderr, never a silent cut.
+    if (event.type === 'output.truncated') {
+      const note = `\n[sbx: ${event.stream} cut after ${event.keptBytes} bytes by the policy's output limit; its whole bytes are an artifact of call ${process.callId}]\n`;
+      return { event: { data: { [process.pty ? 'pty' : 'stderr']: Buffer.from(note).toString('base64') } } };
+    }
     if (event.type === 'call.finished') {
       const call = await this.deps.calls.get(lease.id, process.callId);
       if (!call.result) return new ConnectError('internal', 'the command finished without a result');

@@ -43,8 +43,12 @@ import {
   WatchDirRequest,
 } from './schema.js';
 
-/** Largest file one `POST /files` part may carry, bytes (sbx's write_file takes 32 MiB of base64). */
+/** Largest file one `POST /files` part may carry, bytes (sbx's write_file takes 32 MiB of base64; the policy's `maxFileBytes` may say less). */
 const MAX_UPLOAD_FILE_BYTES = 24 * 1024 * 1024;
+/** Largest multipart upload, all parts together, bytes: held in memory until every part is in. */
+const MAX_UPLOAD_TOTAL_BYTES = 64 * 1024 * 1024;
+/** Most files in one upload. */
+const MAX_UPLOAD_FILES = 1000;
 
 /** Keeps a route out of sbx's OpenAPI document: E2B's protocol is specified by E2B (docs/e2b.md). */
 function hideFromOpenApi(route: { schema?: object }): void {
@@ -108,10 +112,17 @@ export const e2bApiRoutes: FastifyPluginAsync<E2bApiOptions> = async (app, { aut
     app.post(path, async (request, reply) =>
       reply.status(201).send(await sandboxes.create(parseWith(NewSandbox, request.body ?? {}, false), by(request))),
     );
-    app.get(path, async (request) => {
+    app.get(path, async (request, reply) => {
       const query = parseWith(ListSandboxesQuery, request.query, false);
       const states = query.state ? new Set(query.state.split(',').map((s) => s.trim())) : null;
-      return sandboxes.list(by(request), { metadata: metadataFilter(query.metadata), states });
+      const after = query.startedAfter === undefined ? null : Date.parse(query.startedAfter);
+      const all = (await sandboxes.list(by(request), { metadata: metadataFilter(query.metadata), states })).filter(
+        (s) => (query.template === undefined || s.templateID === query.template) && (after === null || Date.parse(s.startedAt) >= after),
+      );
+      // Pages by offset: x-next-token names the next one, absent on the last (as E2B's paginator reads it).
+      const offset = Number(query.nextToken ?? 0);
+      if (offset + query.limit < all.length) reply.header('x-next-token', String(offset + query.limit));
+      return all.slice(offset, offset + query.limit);
     });
     app.post(`${path}/:id/connect`, async (request, reply) => {
       const { timeout } = parseWith(ConnectSandbox, request.body ?? {}, false);
@@ -186,8 +197,7 @@ export const e2bEnvdRoutes: FastifyPluginAsync<E2bEnvdOptions> = async (app, { s
       const { status, body } = restError(err);
       return reply.status(status).send(body);
     }
-    const connect =
-      (err as FastifyError).statusCode === 413 ? new ConnectError('resource_exhausted', 'the message is too large') : toConnectError(err);
+    const connect = toConnectError(err);
     if (connect.code === 'internal') request.log.error({ err }, 'envd request failed');
     return reply.status(CONNECT_HTTP_STATUS[connect.code]).type('application/json').send({ code: connect.code, message: connect.message });
   });
@@ -296,34 +306,61 @@ export const e2bEnvdRoutes: FastifyPluginAsync<E2bEnvdOptions> = async (app, { s
   });
 };
 
-/** The files of a multipart upload: each part's filename is its path (the `path` query names a single file's). */
+/**
+ * The files of a multipart upload: each part's filename is its path (the `path` query names a
+ * single file's). Bounded: a part over MAX_UPLOAD_FILE_BYTES, parts over MAX_UPLOAD_TOTAL_BYTES
+ * together or more than MAX_UPLOAD_FILES refuse the whole upload (`input.body_too_large`) before
+ * anything is written, and stop reading it; a body without a file is `input.invalid`.
+ */
 function readParts(request: FastifyRequest, path: string | undefined): Promise<Array<{ path: string; bytes: Buffer }>> {
   return new Promise((resolve, reject) => {
     const files: Array<{ path: string; bytes: Buffer }> = [];
+    let totalBytes = 0;
+    let failed = false;
     let parser: busboy.Busboy;
     try {
       // The filename is the destination path: kept whole (busboy keeps only its last part by default).
       parser = busboy({
         headers: request.headers,
         preservePath: true,
-        limits: { fileSize: MAX_UPLOAD_FILE_BYTES, files: 1000, fields: 0 },
+        limits: { fileSize: MAX_UPLOAD_FILE_BYTES, files: MAX_UPLOAD_FILES, fields: 0 },
       });
     } catch (err) {
       reject(new AppError('input.invalid', `not a multipart body: ${(err as Error).message}`));
       return;
     }
+    const fail = (err: AppError): void => {
+      if (failed) return;
+      failed = true;
+      files.length = 0;
+      // Read to nothing (the client is answered at once, its connection stays usable).
+      request.raw.unpipe(parser);
+      request.raw.resume();
+      reject(err);
+    };
     parser.on('file', (_field, stream, info) => {
       const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('limit', () => reject(new AppError('input.body_too_large', `a file is over ${MAX_UPLOAD_FILE_BYTES} bytes`)));
+      stream.on('data', (c: Buffer) => {
+        totalBytes += c.length;
+        if (totalBytes > MAX_UPLOAD_TOTAL_BYTES)
+          fail(new AppError('input.body_too_large', `the files are over ${MAX_UPLOAD_TOTAL_BYTES} bytes together`));
+        else if (!failed) chunks.push(c);
+      });
+      stream.on('limit', () => fail(new AppError('input.body_too_large', `a file is over ${MAX_UPLOAD_FILE_BYTES} bytes`)));
       stream.on('close', () => {
         const target = path ?? info.filename;
-        if (!target) reject(new AppError('input.invalid', 'a part has no filename and no path was given'));
+        if (failed) return;
+        if (!target) fail(new AppError('input.invalid', 'a part has no filename and no path was given'));
         else files.push({ path: target, bytes: Buffer.concat(chunks) });
       });
     });
-    parser.on('error', (err: Error) => reject(new AppError('input.invalid', `not a multipart body: ${err.message}`)));
-    parser.on('close', () => resolve(files));
+    parser.on('filesLimit', () => fail(new AppError('input.body_too_large', `more than ${MAX_UPLOAD_FILES} files in one upload`)));
+    parser.on('error', (err: Error) => fail(new AppError('input.invalid', `not a multipart body: ${err.message}`)));
+    parser.on('close', () => {
+      if (failed) return;
+      if (files.length === 0) reject(new AppError('input.invalid', 'the upload has no file part'));
+      else resolve(files);
+    });
     request.raw.pipe(parser);
   });
 }

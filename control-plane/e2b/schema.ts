@@ -28,8 +28,14 @@ export const SandboxTimeout = z.object({ timeout: z.number().int().positive() })
 export const ListSandboxesQuery = z.object({
   metadata: z.string().optional(),
   state: z.string().optional(),
-  limit: z.coerce.number().int().positive().optional(),
-  nextToken: z.string().optional(),
+  template: z.string().optional(),
+  startedAfter: z.iso.datetime({ offset: true }).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).default(100),
+  /** The offset of the next page (the previous answer's `x-next-token`). */
+  nextToken: z
+    .string()
+    .regex(/^\d{1,9}$/, 'a token from x-next-token')
+    .optional(),
 });
 
 const Base64 = z.string().regex(/^[A-Za-z0-9+/_-]*={0,2}$/, 'must be base64');

@@ -1,7 +1,10 @@
 /**
- * Which E2B process id names which sbx call, per sandbox: a Redis hash `pid → {callId, config}`
- * written when a command's process started (its `call.started` pid), read by the RPCs that name
- * a pid (Connect, SendInput, SendSignal, CloseStdin, List). It expires 30 days after its last write.
+ * The commands E2B clients started in a sandbox, per sandbox in Redis: `e2b-calls:<id>` (callId →
+ * the process as the client gave it) written when the command is submitted, and `e2b-pids:<id>`
+ * (pid → callId) once its process is known. The RPCs that name a pid (Connect, SendInput,
+ * SendSignal, CloseStdin, Update) and List read them; a command whose client left before it
+ * started is found by its call's `call.started` event (processes.ts). Both expire 30 days after
+ * their last write.
  */
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
@@ -16,7 +19,7 @@ export const E2bProcess = z.object({
 });
 export type E2bProcess = z.infer<typeof E2bProcess>;
 
-/** How long a sandbox's pids are kept after the last one was written, s: past the longest lease. */
+/** How long a sandbox's records are kept after the last write, s: past the longest lease. */
 const RETENTION_SECONDS = 30 * 24 * 3600;
 
 export class E2bProcessStore {
@@ -25,28 +28,40 @@ export class E2bProcessStore {
     private readonly prefix: string,
   ) {}
 
-  private key(leaseId: string): string {
-    return `${this.prefix}e2b-pids:${leaseId}`;
+  private k = {
+    calls: (leaseId: string) => `${this.prefix}e2b-calls:${leaseId}`,
+    pids: (leaseId: string) => `${this.prefix}e2b-pids:${leaseId}`,
+  };
+
+  /** Records a command an E2B client started (before its process exists). */
+  async remember(leaseId: string, process: E2bProcess): Promise<void> {
+    const key = this.k.calls(leaseId);
+    await this.redis.multi().hset(key, process.callId, JSON.stringify(process)).expire(key, RETENTION_SECONDS).exec();
   }
 
-  /** Records that `pid` in lease `leaseId` is `process`. */
-  async remember(leaseId: string, pid: number, process: E2bProcess): Promise<void> {
-    await this.redis
-      .multi()
-      .hset(this.key(leaseId), String(pid), JSON.stringify(process))
-      .expire(this.key(leaseId), RETENTION_SECONDS)
-      .exec();
+  /** Records that `pid` is the process of call `callId`. */
+  async rememberPid(leaseId: string, pid: number, callId: string): Promise<void> {
+    const key = this.k.pids(leaseId);
+    await this.redis.multi().hset(key, String(pid), callId).expire(key, RETENTION_SECONDS).exec();
   }
 
-  /** The process `pid` names in lease `leaseId`, or null. */
-  async get(leaseId: string, pid: number): Promise<E2bProcess | null> {
-    const raw = await this.redis.hget(this.key(leaseId), String(pid));
+  /** The command call `callId` is, or null. */
+  async get(leaseId: string, callId: string): Promise<E2bProcess | null> {
+    const raw = await this.redis.hget(this.k.calls(leaseId), callId);
     return raw ? E2bProcess.parse(JSON.parse(raw)) : null;
   }
 
-  /** Every process recorded for lease `leaseId`, by pid. */
-  async all(leaseId: string): Promise<Array<{ pid: number } & E2bProcess>> {
-    const raw = await this.redis.hgetall(this.key(leaseId));
-    return Object.entries(raw).map(([pid, value]) => ({ pid: Number(pid), ...E2bProcess.parse(JSON.parse(value)) }));
+  /** The call of `pid`, when known. */
+  async callOf(leaseId: string, pid: number): Promise<string | null> {
+    return this.redis.hget(this.k.pids(leaseId), String(pid));
+  }
+
+  /** Every command recorded for lease `leaseId`, and the pids known of them (callId → pid). */
+  async all(leaseId: string): Promise<{ processes: E2bProcess[]; pids: Map<string, number> }> {
+    const [calls, pids] = await Promise.all([this.redis.hgetall(this.k.calls(leaseId)), this.redis.hgetall(this.k.pids(leaseId))]);
+    return {
+      processes: Object.values(calls).map((v) => E2bProcess.parse(JSON.parse(v))),
+      pids: new Map(Object.entries(pids).map(([pid, callId]) => [callId, Number(pid)])),
+    };
   }
 }
