@@ -1,13 +1,14 @@
 /**
  * The E2B-compatible API (issue 17 part 1) under the real `e2b` SDK (npm, 2.x), pointed at a
  * real control plane with the SDK's own settings (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY):
- * create with template, timeout, envs and metadata; list, getInfo, connect, setTimeout, pause
- * and connect again (resume), kill; createSnapshot, a sandbox from it, listSnapshots, deleteSnapshot; commands.run with callbacks, cwd, envs, a non-zero exit
- * (CommandExitError), a timeout (TimeoutError), background with stdin, list, connect and kill;
- * files read, write (one and several), list, makeDir, exists, getInfo, rename, remove, and a
- * missing file (FileNotFoundError); a PTY (create, sendInput, resize, kill); the errors of a bad
- * key, an unknown template, another tenant's sandbox; malformed Connect frames; watchDir events, and
- * a watch outside the file roots refused.
+ * create with template, timeout, envs and metadata; list (pages, filters), getInfo, connect,
+ * setTimeout, pause and connect again (resume), kill; createSnapshot, a sandbox from it,
+ * listSnapshots, deleteSnapshot; getHost(port) as an sbx host-based port preview; commands.run
+ * with callbacks, cwd, envs, a non-zero exit (CommandExitError), a timeout (TimeoutError), output
+ * over the policy's limit; background beside other commands, with stdin, list, connect and kill;
+ * watchDir; a PTY (create, sendInput, resize, kill); files read, write (one and several), list,
+ * makeDir, exists, getInfo, rename, remove, a missing file (FileNotFoundError); the errors of a
+ * bad key, an unknown template, another tenant's sandbox; malformed Connect frames and uploads.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -21,9 +22,11 @@ import {
   TimeoutError,
   type SandboxOpts,
 } from 'e2b';
-import { apiAs, useHarness } from './fixtures/index.js';
+import http from 'node:http';
+import { apiAs, putPolicyVariant, useHarness } from './fixtures/index.js';
 
-const h = useHarness();
+// A preview domain: the SDK's getHost(port) names a host-based port preview of sbx.
+const h = useHarness({ SBX_PREVIEW_DOMAIN: 'preview.test' });
 const api = apiAs(() => h.url);
 const saved = { url: process.env.E2B_API_URL, sandbox: process.env.E2B_SANDBOX_URL, key: process.env.E2B_API_KEY };
 let otherKey: string;
@@ -118,6 +121,40 @@ describe('E2B snapshots', () => {
     await copy.kill();
     expect(await Sandbox.deleteSnapshot(snapshot.snapshotId)).toBe(true);
     expect(await Sandbox.deleteSnapshot(snapshot.snapshotId)).toBe(false);
+  });
+});
+
+/** GET `path` from the control plane with `headers` (a preview host's Host among them): status, headers, body. */
+function get(path: string, headers: Record<string, string>): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
+  const url = new URL(h.url);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: url.hostname, port: url.port, path, headers }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+describe('E2B getHost', () => {
+  it('getHost(port) is the host of an sbx port preview: a server in the sandbox answers there with a preview token', async () => {
+    await putPolicyVariant(h, 'e2b-ports', (policy) => void (policy.ports = { allowed: [8000] }));
+    const sandbox = await newSandbox({ template: 'e2b-ports' } as SandboxOpts);
+    await sandbox.files.write('/workspace/site/index.html', 'served from the sandbox');
+    await sandbox.commands.run('cd /workspace/site && exec python3 -m http.server 8000 --bind 127.0.0.1', { background: true });
+    const host = sandbox.getHost(8000);
+    expect(host).toBe(`8000-${sandbox.sandboxId}.preview.test`);
+    // The host needs sbx's preview token (E2B's hosts are public by default): the minted URL's moves into a cookie.
+    const minted = new URL(
+      (await api(h.apiKey, 'POST', `/v1/sandboxes/${sandbox.sandboxId}/ports/8000/url`, { expiresInSeconds: 600 })).body.hostUrl,
+    );
+    expect(minted.hostname).toBe(host);
+    const first = await get(`${minted.pathname}${minted.search}`, { host });
+    const cookie = String(first.headers['set-cookie']?.[0]).split(';')[0]!;
+    await expect.poll(async () => (await get('/', { host, cookie })).body, { timeout: 15_000 }).toBe('served from the sandbox');
+    expect((await get('/', { host })).status).toBe(401);
   });
 });
 
