@@ -23,7 +23,7 @@ export type ConnectCode =
   | 'unavailable'
   | 'unauthenticated';
 
-/** HTTP status of a unary error (Connect protocol, "Error Codes"). */
+/** HTTP status of a unary error (Connect protocol, "Error Codes"; `unimplemented` aside). */
 export const CONNECT_HTTP_STATUS: Record<ConnectCode, number> = {
   canceled: 499,
   invalid_argument: 400,
@@ -33,7 +33,8 @@ export const CONNECT_HTTP_STATUS: Record<ConnectCode, number> = {
   permission_denied: 403,
   resource_exhausted: 429,
   failed_precondition: 400,
-  unimplemented: 501,
+  // A method sbx does not serve is bad input, like any unknown path (404); clients read the code from the body.
+  unimplemented: 404,
   internal: 500,
   unavailable: 503,
   unauthenticated: 401,

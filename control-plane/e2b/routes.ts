@@ -98,7 +98,13 @@ export const e2bApiRoutes: FastifyPluginAsync<E2bApiOptions> = async (app, { aut
   const principals = new WeakMap<FastifyRequest, Principal>();
   app.addHook('preHandler', async (request) => {
     const key = request.headers['x-api-key'];
-    principals.set(request, await authenticate(typeof key === 'string' && key !== '' ? `Bearer ${key}` : undefined));
+    try {
+      principals.set(request, await authenticate(typeof key === 'string' && key !== '' ? `Bearer ${key}` : undefined));
+    } catch (err) {
+      // E2B clients send the key as X-API-KEY (E2B_API_KEY): say so, not sbx's Authorization header.
+      if (err instanceof AppError && err.code === 'auth.missing_api_key') throw new AppError(err.code, 'send X-API-KEY: <an sbx API key>');
+      throw err;
+    }
   });
   app.setErrorHandler((err, request, reply) => {
     const { status, body } = restError(err);
