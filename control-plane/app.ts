@@ -271,7 +271,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       calls: deps.calls,
       events: deps.callStore,
       notifier: deps.notifier,
-      stdin: (leaseId, callId, body) => deps.terminals.stdin(leaseId, callId, body),
       terminals: deps.terminals,
       store: deps.e2b.processStore,
     }),

@@ -25,10 +25,8 @@ export interface E2bProcessesDeps {
   calls: Pick<CallService, 'submit' | 'get' | 'cancel'>;
   events: Pick<CallStore, 'readEvents' | 'notifyChannel'>;
   notifier: Pick<Notifier, 'next'>;
-  /** Writes a running exec call's stdin (terminals/service.ts `stdin`). */
-  stdin(leaseId: string, callId: string, body: StdinBody): Promise<void>;
-  /** PTYs are sbx terminals: started, written and resized through their service. */
-  terminals: Pick<TerminalService, 'create' | 'writeBytes' | 'resize'>;
+  /** A command's stdin (`stdin`), and PTYs, which are sbx terminals: started, written and resized through their service. */
+  terminals: Pick<TerminalService, 'stdin' | 'create' | 'writeBytes' | 'resize'>;
   store: E2bProcessStore;
 }
 
@@ -147,7 +145,7 @@ export class E2bProcesses {
   /** `Process/SendInput` (stdin, or a PTY's input) and `Process/CloseStdin` (`eof`). */
   async input(lease: LeaseRecord, pid: number, body: StdinBody): Promise<void> {
     const process = await this.processOf(lease, pid);
-    if (!process.pty) return this.deps.stdin(lease.id, process.callId, body);
+    if (!process.pty) return this.deps.terminals.stdin(lease.id, process.callId, body);
     if (body.eof) throw new ConnectError('failed_precondition', `process ${pid} is a PTY: it has no stdin to close`);
     await this.deps.terminals.writeBytes(lease.id, process.callId, Buffer.from(body.dataBase64 ?? '', 'base64'));
   }
