@@ -60,6 +60,18 @@ function fakeStore(): ImageStore {
   return store as unknown as ImageStore;
 }
 
+/** An image's config as the engine reports it (a user, so the planner's tool-user rules have something to read). */
+const configOf = (id: string, labels: Record<string, string> = {}): EngineImage['config'] => ({
+  id,
+  env: { PATH: '/usr/bin' },
+  workingDir: '/work',
+  user: 'app',
+  labels,
+  entrypoint: null,
+  cmd: ['bash'],
+  repoDigests: [],
+});
+
 /** An engine holding `images` by reference; builds fail when the Dockerfile path says so. */
 function fakeEngine(images: Map<string, EngineImage>, pullable: Map<string, EngineImage> = new Map()) {
   const calls = { builds: 0, pulls: 0, networks: [] as EngineBuild['network'][] };
@@ -79,7 +91,8 @@ function fakeEngine(images: Map<string, EngineImage>, pullable: Map<string, Engi
       spec.onLog('Step 1/1 : FROM base\n');
       if (spec.dockerfile === 'fails')
         throw new AppError('image.build_failed', "The command '/bin/sh -c exit 3' returned a non-zero code: 3");
-      const image = { id: `sha256:${calls.builds}`, repoDigests: [], sizeBytes: 10, labels: spec.labels };
+      const id = `sha256:${calls.builds}`;
+      const image = { id, repoDigests: [], sizeBytes: 10, labels: spec.labels, config: configOf(id, spec.labels) };
       images.set(spec.tag, image);
       images.set(image.id, image);
       return { imageId: image.id };
@@ -191,7 +204,13 @@ describe('ImageService', () => {
   });
 
   it('pulls an absent image of an allowlisted registry, and only then', async () => {
-    const pulled: EngineImage = { id: 'sha256:p', repoDigests: [`127.0.0.1:5000/x@sha256:${'1'.repeat(64)}`], sizeBytes: 1, labels: {} };
+    const pulled: EngineImage = {
+      id: 'sha256:p',
+      repoDigests: [`127.0.0.1:5000/x@sha256:${'1'.repeat(64)}`],
+      sizeBytes: 1,
+      labels: {},
+      config: configOf('sha256:p'),
+    };
     const { engine, calls } = fakeEngine(new Map(), new Map([['127.0.0.1:5000/x:1', pulled]]));
     const { images } = service(engine);
     expect(await images.resolve('127.0.0.1:5000/x:1', 'alice')).toEqual({
@@ -199,6 +218,8 @@ describe('ImageService', () => {
       imageId: 'sha256:p',
       digest: pulled.repoDigests[0],
       pulled: true,
+      // The config of the image it found, so that the lease planner asks the engine no second time.
+      config: pulled.config,
     });
     expect((await images.resolve('127.0.0.1:5000/x:1', 'alice')).pulled).toBe(false);
     await expect(images.resolve('127.0.0.1:5000/x:missing', 'alice')).rejects.toMatchObject({ code: 'image.not_found' });

@@ -17,6 +17,7 @@ import { seesTenant, type Principal } from '../http/auth.js';
 import { allowlistDigest } from '../egress/rules.js';
 import type { EgressLog } from '../egress/store.js';
 import { buildsUnsupportedError, type ImageEngine } from '../runtime/image-engine.js';
+import type { ImageConfig } from '../runtime/runtime.js';
 import { ownershipLabels, type Ownership } from '../runtime/runtime.js';
 import { closeBuildNetwork, openBuildNetwork, type BuildNetworkDeps } from './build-network.js';
 import { baseImages } from './dockerfile.js';
@@ -43,6 +44,8 @@ export interface ResolvedImage {
   digest: string | null;
   /** Whether it was pulled for this lease. */
   pulled: boolean;
+  /** The image's config when resolving read it (an engine image): the lease planner need not ask the engine again. */
+  config?: ImageConfig;
 }
 
 export interface ImageServiceDeps {
@@ -116,7 +119,7 @@ export class ImageService {
         { details: { field: 'image', image: ref } },
       );
     }
-    return { engineRef: ref, imageId: found.id, digest: repoDigest(parsed, found.repoDigests), pulled };
+    return { engineRef: ref, imageId: found.id, digest: repoDigest(parsed, found.repoDigests), pulled, config: found.config };
   }
 
   /** `tenant`'s ready built image that `ref` names (id or name), or undefined when `ref` names none. Throws `image.not_found` for an id that is not the tenant's ready image. */

@@ -190,7 +190,8 @@ export class LeasePlanner {
     // A tenant's built image, an engine image, or one pulled now from an allowlisted registry (images/).
     const resolved: ResolvedImage | null = this.deps.images ? await this.deps.images.resolve(image, tenant) : null;
     const engineRef = resolved?.engineRef ?? image;
-    const [info, imageConfig] = await Promise.all([this.readEngineInfo(), runtime.inspectImage(engineRef)]);
+    // The config of exactly the image resolve found, from its own inspect when it made one (one engine round trip per lease, not two).
+    const [info, imageConfig] = await Promise.all([this.readEngineInfo(), resolved?.config ?? runtime.inspectImage(engineRef)]);
     const toolUser = await this.toolUser(policy, engineRef, imageConfig);
     const dirs = leaseDirs(this.options.dataDir, id);
     const spec = compileSandboxSpec({

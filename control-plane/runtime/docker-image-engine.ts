@@ -8,6 +8,7 @@ import Docker from 'dockerode';
 import { z } from 'zod';
 import { AppError } from '../../contract/errors.js';
 import { proxyBuildArgs, startBuildProxy, stopBuildProxy } from './build-proxy.js';
+import { imageConfigOf } from './docker-images.js';
 import type { EngineBuild, EngineImage, ImageEngine } from './image-engine.js';
 import { LABEL, ownershipLabels, type Ownership } from './runtime.js';
 
@@ -60,8 +61,15 @@ export class DockerImages implements ImageEngine {
 
   async inspect(ref: string): Promise<EngineImage | null> {
     try {
-      const i = Inspect.parse(await this.docker.getImage(ref).inspect());
-      return { id: i.Id, repoDigests: i.RepoDigests ?? [], sizeBytes: i.Size, labels: i.Config?.Labels ?? {} };
+      const document: unknown = await this.docker.getImage(ref).inspect();
+      const i = Inspect.parse(document);
+      return {
+        id: i.Id,
+        repoDigests: i.RepoDigests ?? [],
+        sizeBytes: i.Size,
+        labels: i.Config?.Labels ?? {},
+        config: imageConfigOf(document),
+      };
     } catch (err) {
       // 404: no such image; 400: a reference the engine cannot parse (the caller validated it).
       if (statusOf(err) === 404 || statusOf(err) === 400) return null;

@@ -30,9 +30,9 @@ const ImageInspect = z.object({
 
 /** The image `ref` as the engine has it (`SandboxRuntime.inspectImage`). Throws `image.not_found`, `runtime.unavailable`. */
 export async function inspectImage(docker: Docker, ref: string): Promise<ImageConfig> {
-  let inspected: z.infer<typeof ImageInspect>;
+  let inspected: unknown;
   try {
-    inspected = ImageInspect.parse(await docker.getImage(ref).inspect());
+    inspected = await docker.getImage(ref).inspect();
   } catch (err) {
     const status = statusOf(err);
     // 404: no such image; 400: not a valid reference. Either way the client must name another.
@@ -43,6 +43,12 @@ export async function inspectImage(docker: Docker, ref: string): Promise<ImageCo
       });
     throw unavailable('inspect image', err);
   }
+  return imageConfigOf(inspected);
+}
+
+/** The ImageConfig of an engine's image inspect document (`GET /images/{name}/json`). Throws ZodError when it is not one. */
+export function imageConfigOf(document: unknown): ImageConfig {
+  const inspected = ImageInspect.parse(document);
   const config = inspected.Config;
   const env: Record<string, string> = {};
   for (const entry of config?.Env ?? []) {

@@ -4,14 +4,15 @@
  */
 import type { Readable } from 'node:stream';
 import { AppError } from '../../contract/errors.js';
-import type { Ownership } from './runtime.js';
+import type { ImageConfig, Ownership } from './runtime.js';
 
-/** An image on the engine: its id (`sha256:…`) and its registry digests (`repo@sha256:…`). */
+/** An image on the engine: its id (`sha256:…`), its registry digests (`repo@sha256:…`) and its config, from one inspect. */
 export interface EngineImage {
   id: string;
   repoDigests: string[];
   sizeBytes: number;
   labels: Record<string, string>;
+  config: ImageConfig;
 }
 
 /** One build through the engine (the classic builder: every RUN step runs in a container of the engine's). */
