@@ -57,7 +57,8 @@ export const ERROR_CODES = {
   'input.request_timeout': {
     status: 408,
     retryability: 'safe',
-    summary: "The request's headers or body did not arrive in time (Node's `headersTimeout`); nothing was done.",
+    summary:
+      "The request's headers or body did not arrive in time (headers within Node's `headersTimeout`, 60 s; the whole request within `SBX_REQUEST_TIMEOUT_MS`, 300 s); nothing was done.",
   },
   'input.unknown_tool': {
     status: 400,

@@ -124,6 +124,8 @@ export interface AppDeps {
   changeLog: RedisChangeLog;
   /** Largest JSON body, bytes. Default 1 MiB. */
   jsonBodyLimitBytes?: number;
+  /** How long a whole request (headers and body) may take to arrive before `408 input.request_timeout`, ms. */
+  requestTimeoutMs: number;
   /** Built admin console served (publicly) at `/console`. */
   consoleDir: string;
   /** The version the OpenAPI document states (package.json's). */
@@ -144,6 +146,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: deps.jsonBodyLimitBytes ?? 1024 * 1024,
     requestIdHeader: 'x-request-id',
+    // A body that stops arriving is answered (408) and its connection closed; fastify's default
+    // (0) would hold it forever. Node enforces it only while headersTimeout (its default 60 s) is
+    // not longer, and checks every 30 s, or sooner for a shorter limit.
+    requestTimeout: deps.requestTimeoutMs,
+    http: {
+      requestTimeout: deps.requestTimeoutMs,
+      headersTimeout: Math.min(60_000, deps.requestTimeoutMs),
+      connectionsCheckingInterval: Math.min(30_000, deps.requestTimeoutMs),
+    },
     // Host-based previews: a request to `<port>-<id>.<preview domain>` is routed as a preview, whatever its path.
     rewriteUrl: (req) => previewHostRewrite(deps.previews, req.headers.host, req.url ?? '/') ?? req.url ?? '/',
     // Errors that fastify and Node's parser answer before any route runs get the documented shape too.

@@ -140,6 +140,8 @@ const Env = KubernetesEnv.extend({
    * preview.agent_unreachable`, ms. Default 10 000.
    */
   SBX_PREVIEW_DIAL_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(10_000),
+  /** How long a client has to send a whole request, headers and body, before `408 input.request_timeout`, ms. Default 300 000 (Node's own, which fastify turns off). */
+  SBX_REQUEST_TIMEOUT_MS: z.coerce.number().int().min(1000).max(3_600_000).default(300_000),
   /** Bearer API key. Default: `<data dir>/api-key`, generated and printed on first start. */
   SBX_API_KEY: z.string().min(16).optional(),
   /** Identity of this installation, written as the `sbx.owner` label on everything it creates. Default `sbx`. */
@@ -252,6 +254,8 @@ export interface Config {
   previewDomain: string | null;
   /** How long the agent has to bring a preview connection, ms. */
   previewDialTimeoutMs: number;
+  /** How long a whole request may take to arrive, ms. */
+  requestTimeoutMs: number;
   owner: string;
   image: string;
   /** Host directory of the agent runtime, mounted read-only at /opt/sbx in every sandbox. */
@@ -345,6 +349,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     previewKey: e.SBX_PREVIEW_KEY === undefined ? undefined : Buffer.from(e.SBX_PREVIEW_KEY, 'base64'),
     previewDomain: e.SBX_PREVIEW_DOMAIN ?? null,
     previewDialTimeoutMs: e.SBX_PREVIEW_DIAL_TIMEOUT_MS,
+    requestTimeoutMs: e.SBX_REQUEST_TIMEOUT_MS,
     owner: e.SBX_OWNER,
     image: e.SBX_IMAGE ?? builtFile(repoRoot, '.sbx-image') ?? 'sbx-sandbox:latest',
     agentRuntimeDir: e.SBX_AGENT_RUNTIME ?? builtFile(repoRoot, '.sbx-runtime') ?? join(repoRoot, 'dist', 'sbx-runtime', 'missing'),

@@ -338,6 +338,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
     pingRedis: () => redis.ping(),
     spoolDir: join(config.dataDir, 'spool'),
     maxUploadBytes: config.maxUploadBytes,
+    requestTimeoutMs: config.requestTimeoutMs,
     transfers: tunnels,
     changeLog: new RedisChangeLog(redis, config.redisPrefix),
     consoleDir: config.consoleDir,
@@ -348,10 +349,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   });
   const background = new BackgroundTasks(log);
   const every = background.every.bind(background);
-  /**
-   * Reconciles leases and counts what it did. `adopted` counts the leases this process took over
-   * in this run: every run lists all running leases as adopted, also those it already served.
-   */
+  /** Reconciles leases and counts what it did. `adopted` counts the leases this process took over in this run (every run lists all running leases as adopted, also those it already served). */
   const reconcile = async (): Promise<ReconcileOutcome> => {
     const before = new Set(link.returns.active());
     const outcome = await leases.reconcile();

@@ -10,6 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_CODES, ErrorBody, type ErrorCode } from '../contract/errors.js';
 import { startHarness, type Harness, rawExchange, rawRequest, type RawResponse } from './fixtures/index.js';
 
+/** SBX_REQUEST_TIMEOUT_MS of this file's control plane: far above any request of the other tests here. */
+const REQUEST_TIMEOUT_MS = 3000;
 let h: Harness;
 let port: number;
 let leaseId: string;
@@ -24,7 +26,8 @@ beforeAll(async () => {
       done();
     },
   });
-  h = await startHarness({}, { logStream });
+  // A short whole-request limit, so that a stalled body is answered within the test.
+  h = await startHarness({ SBX_REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS) }, { logStream });
   port = Number(new URL(h.url).port);
   leaseId = (await h.client.createSandbox()).id;
 });
@@ -75,6 +78,17 @@ describe('the framework edge', () => {
     });
     expect(((await ls.json()) as { stdout: string }).stdout).not.toContain('cut');
     await stillAnswers();
+  });
+
+  it('a body that stops arriving is 408 input.request_timeout once the request timeout passed, and nothing is leased', async () => {
+    const before = (await h.client.listSandboxes()).length;
+    const startedMs = Date.now();
+    // 17 of the 100 bytes announced, then nothing, the connection held open.
+    const stalled = rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': 100 }, '{"image": "stall');
+    const r = expectEdgeError(await rawExchange(port, stalled, 'keep', REQUEST_TIMEOUT_MS + 15_000), 'input.request_timeout');
+    expect(r.headers.connection).toBe('close');
+    expect(Date.now() - startedMs).toBeGreaterThanOrEqual(REQUEST_TIMEOUT_MS);
+    expect((await h.client.listSandboxes()).length).toBe(before);
   });
 
   it('a connection reset mid-body gets no answer and leaves the process answering', async () => {
