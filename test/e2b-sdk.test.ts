@@ -304,6 +304,16 @@ describe('E2B wire edges', () => {
     expect([frame[0], JSON.parse(frame.subarray(5).toString()).error.code]).toEqual([2, 'invalid_argument']);
     const unary = await post('/filesystem.Filesystem/Stat', 'application/json', '{not json');
     expect([unary.status, ((await unary.json()) as { code: string }).code]).toEqual([400, 'invalid_argument']);
+    // Bad JSON on the control API says so with sbx's code, as every other error there does.
+    const badCreate = await fetch(`${h.url}/e2b/api/sandboxes`, {
+      method: 'POST',
+      headers: { 'x-api-key': h.apiKey, 'content-type': 'application/json' },
+      body: '{bad',
+    });
+    expect([badCreate.status, await badCreate.json()]).toEqual([
+      400,
+      { code: 400, message: expect.stringMatching(/^input\.invalid_json: /) },
+    ]);
     const untyped = await fetch(`${h.url}/e2b/envd/filesystem.Filesystem/Stat`, { method: 'POST', headers, body: '{}' });
     expect([untyped.status, ((await untyped.json()) as { code: string }).code]).toEqual([400, 'invalid_argument']);
     const files = new FormData();

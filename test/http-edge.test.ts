@@ -143,6 +143,13 @@ describe('the framework edge', () => {
       'input.invalid',
     );
     expect(r.body).toContain('body.ttlSeconds');
+    // A body of JSON null is not "no body": refused like [] (it leased a default sandbox).
+    const before = (await h.client.listSandboxes()).length;
+    for (const refused of ['null', '[]']) {
+      const request = rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': refused.length }, refused);
+      expect(expectEdgeError(await rawExchange(port, request), 'input.invalid').body).toContain('expected object');
+    }
+    expect((await h.client.listSandboxes()).length).toBe(before);
   });
 
   it('an unknown route is 404 api.route_not_found, also without a key', async () => {

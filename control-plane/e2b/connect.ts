@@ -6,7 +6,8 @@
  * Errors are `{code, message}` with the protocol's snake_case codes; a unary error's HTTP status
  * follows the protocol's code → status table.
  */
-import { AppError } from '../../contract/errors.js';
+import { AppError, ERROR_CODES } from '../../contract/errors.js';
+import { edgeCodeOf } from '../http/errors.js';
 
 /** The Connect error codes sbx answers with (the protocol's names). */
 export type ConnectCode =
@@ -127,6 +128,9 @@ function codeOfStatus(status: number): ConnectCode {
 export function toConnectError(err: unknown): ConnectError {
   if (err instanceof ConnectError) return err;
   if (err instanceof AppError) return new ConnectError(BY_SBX_CODE[err.code] ?? codeOfStatus(err.status), `${err.code}: ${err.message}`);
+  // Framework errors (bad JSON, a body too large...) carry sbx's code in the message too.
+  const edge = edgeCodeOf(err);
+  if (edge) return new ConnectError(BY_SBX_CODE[edge.code] ?? codeOfStatus(ERROR_CODES[edge.code].status), `${edge.code}: ${edge.message}`);
   const status = (err as { statusCode?: unknown }).statusCode;
   if (typeof status === 'number' && status >= 400 && status < 500) return new ConnectError(codeOfStatus(status), (err as Error).message);
   return new ConnectError('internal', 'internal error');

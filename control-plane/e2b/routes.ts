@@ -10,7 +10,8 @@
 import busboy from 'busboy';
 import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { AppError } from '../../contract/errors.js';
+import { AppError, ERROR_CODES } from '../../contract/errors.js';
+import { edgeCodeOf } from '../http/errors.js';
 import type { Authenticate, Principal } from '../http/auth.js';
 import type { LeaseRecord } from '../leases/store.js';
 import {
@@ -68,6 +69,12 @@ function restError(err: unknown): { status: number; body: { code: number; messag
   if (err instanceof AppError) {
     const message = err.code === 'policy.not_found' ? `template not found: ${err.message}` : `${err.code}: ${err.message}`;
     return { status: err.status, body: { code: err.status, message } };
+  }
+  // Framework errors (bad JSON, a body too large...) carry sbx's code in the message too.
+  const edge = edgeCodeOf(err);
+  if (edge) {
+    const edgeStatus = ERROR_CODES[edge.code].status;
+    return { status: edgeStatus, body: { code: edgeStatus, message: `${edge.code}: ${edge.message}` } };
   }
   const status = (err as FastifyError).statusCode;
   if (typeof status === 'number' && status >= 400 && status < 500)

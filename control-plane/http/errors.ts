@@ -48,13 +48,8 @@ function edgeError(error: unknown, requestId: string, log: Pick<Logger, 'warn' |
     return { status: error.status, body: { error: error.toInfo() } };
   }
   if (error instanceof ZodError) return answer('input.invalid', 'invalid request', { issues: issuesOf(error, 'body') });
-  const code = (error as { code?: unknown }).code;
-  const known = typeof code === 'string' ? EDGE_CODES[code] : undefined;
-  if (known) return answer(known.code, known.message);
-  // Node's parser names every other request it cannot parse HPE_* (bad request line, header
-  // syntax, chunk encoding, Content-Length): the client's fault, not the server's.
-  if (typeof code === 'string' && code.startsWith('HPE_'))
-    return answer('input.malformed_request', 'the HTTP request could not be parsed', { reason: code });
+  const edge = edgeCodeOf(error);
+  if (edge) return answer(edge.code, edge.message, edge.details);
   // A client error of a library's own (http-errors from static file serving: a `..` path is
   // 403, an unsatisfiable Range 416) keeps its status; `expose` marks its message as meant for clients.
   const { statusCode, expose } = error as { statusCode?: unknown; expose?: unknown };
@@ -64,6 +59,23 @@ function edgeError(error: unknown, requestId: string, log: Pick<Logger, 'warn' |
   }
   log.error({ err: error }, 'unexpected error');
   return answer('internal.unexpected', `internal error (request ${requestId})`);
+}
+
+/**
+ * The catalogue code of an error that fastify or Node's HTTP parser raised for a client's
+ * request (bad JSON, a body too large, an unparsable request...), or null when `error` is none
+ * of those. For the E2B-compatible API too, which answers them in E2B's shape (e2b/routes.ts).
+ */
+export function edgeCodeOf(error: unknown): { code: ErrorCode; message: string; details?: Record<string, unknown> } | null {
+  const code = (error as { code?: unknown }).code;
+  if (typeof code !== 'string') return null;
+  const known = EDGE_CODES[code];
+  if (known) return known;
+  // Node's parser names every other request it cannot parse HPE_* (bad request line, header
+  // syntax, chunk encoding, Content-Length): the client's fault, not the server's.
+  if (code.startsWith('HPE_'))
+    return { code: 'input.malformed_request', message: 'the HTTP request could not be parsed', details: { reason: code } };
+  return null;
 }
 
 function answer(code: ErrorCode, message: string, details?: Record<string, unknown>): { status: number; body: { error: ErrorInfo } } {
