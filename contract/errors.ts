@@ -87,11 +87,16 @@ export const ERROR_CODES = {
     summary:
       'Reported by the SDK, CLI and MCP server, never by the API: the control plane could not be reached; a request may or may not have arrived.',
   },
-  'auth.missing_api_key': { status: 401, retryability: 'after_fix', summary: 'No `Authorization: Bearer <key>` header was sent.' },
+  'auth.missing_api_key': {
+    status: 401,
+    retryability: 'after_fix',
+    summary: 'No `Authorization` header was sent, or `Bearer` with no key after it (a key variable left unset).',
+  },
   'auth.invalid_api_key': {
     status: 401,
     retryability: 'after_fix',
-    summary: 'The API key is not valid: unknown, or revoked (a revoked key fails from the next request on).',
+    summary:
+      'The API key is not valid: unknown, revoked (a revoked key fails from the next request on), or not sent as `Bearer <key>` (another scheme, such as `Basic`).',
   },
   'auth.admin_required': {
     status: 403,
