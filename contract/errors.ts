@@ -30,7 +30,11 @@ export const ERROR_CODES = {
     summary: 'A field of the request is missing or malformed; `details.issues` names each field.',
   },
   'input.invalid_json': { status: 400, retryability: 'after_fix', summary: 'The request body is not valid JSON.' },
-  'input.body_too_large': { status: 413, retryability: 'after_fix', summary: 'The request body exceeds the size limit for this route.' },
+  'input.body_too_large': {
+    status: 413,
+    retryability: 'after_fix',
+    summary: 'The request body exceeds the size limit for this route (`details.limitBytes`).',
+  },
   'input.unsupported_media_type': { status: 415, retryability: 'after_fix', summary: 'The Content-Type is not accepted by this route.' },
   'input.body_aborted': {
     status: 400,

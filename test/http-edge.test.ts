@@ -124,6 +124,8 @@ describe('the framework edge', () => {
     const big = rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': 64 * 1024 * 1024 }, '{"labels":');
     const r = expectEdgeError(await rawExchange(port, big, 'keep'), 'input.body_too_large');
     expect(r.headers.connection).toBe('close');
+    // The limit is named (the JSON routes' 1 MiB).
+    expect(ErrorBody.parse(JSON.parse(r.body)).error.details).toEqual({ limitBytes: 1024 * 1024 });
   });
 
   it('malformed JSON, an empty JSON body and prototype-poisoning keys are 400 input.invalid_json', async () => {

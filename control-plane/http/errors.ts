@@ -140,8 +140,12 @@ export function installErrorHandling(app: FastifyInstance): void {
   });
   app.setErrorHandler((error: FastifyError | AppError | Error, request, reply) => {
     const { status, body } = edgeError(error, request.id, request.log);
-    // The rest of an oversized body is not read: close the connection rather than leave it hanging.
-    if (body.error.code === 'input.body_too_large') reply.header('connection', 'close');
+    if (body.error.code === 'input.body_too_large') {
+      // The limit it passed, for the client to size its next request by.
+      body.error.details ??= { limitBytes: request.routeOptions.bodyLimit };
+      // The rest of an oversized body is not read: close the connection rather than leave it hanging.
+      reply.header('connection', 'close');
+    }
     return reply.status(status).send(body);
   });
   app.setNotFoundHandler((request, reply) => {
