@@ -33,7 +33,7 @@ export const ERROR_CODES = {
   'input.body_too_large': {
     status: 413,
     retryability: 'after_fix',
-    summary: 'The request body exceeds the size limit for this route (`details.limitBytes`).',
+    summary: 'The request body exceeds the size limit for this route (`details.maxBytes`).',
   },
   'input.unsupported_media_type': { status: 415, retryability: 'after_fix', summary: 'The Content-Type is not accepted by this route.' },
   'input.body_aborted': {

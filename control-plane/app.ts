@@ -30,7 +30,7 @@ import { installUpgradeSocketTracking } from './http/upgrade.js';
 import { imagesRoutes } from './images/routes.js';
 import type { ImageService } from './images/service.js';
 import type { ImageStore } from './images/store.js';
-import { edgeServerOptions, installErrorHandling } from './http/errors.js';
+import { edgeServerOptions, installErrorHandling, trackAnswersBeforeBody } from './http/errors.js';
 import { installLeaseGuard } from './http/lease-guard.js';
 import { DOCS_ROUTES, installOpenApi, installZodValidation } from './http/openapi.js';
 import { metricsRoutes } from './metrics/routes.js';
@@ -173,6 +173,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     closing = true;
   });
   installErrorHandling(app);
+  trackAnswersBeforeBody(app.server);
   installUpgradeSocketTracking(app);
   installFreshConnectionClosing(app);
   // JSON only: a text/plain body would otherwise reach the schemas as a string.

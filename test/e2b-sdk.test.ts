@@ -314,6 +314,16 @@ describe('E2B wire edges', () => {
       400,
       { code: 400, message: expect.stringMatching(/^input\.invalid_json: /) },
     ]);
+    // A body of JSON null is not "no body": refused like [] (it leased a default sandbox).
+    const nullCreate = await fetch(`${h.url}/e2b/api/sandboxes`, {
+      method: 'POST',
+      headers: { 'x-api-key': h.apiKey, 'content-type': 'application/json' },
+      body: 'null',
+    });
+    expect([nullCreate.status, ((await nullCreate.json()) as { message: string }).message]).toEqual([
+      400,
+      expect.stringMatching(/^input\.invalid: /),
+    ]);
     const untyped = await fetch(`${h.url}/e2b/envd/filesystem.Filesystem/Stat`, { method: 'POST', headers, body: '{}' });
     expect([untyped.status, ((await untyped.json()) as { code: string }).code]).toEqual([400, 'invalid_argument']);
     const files = new FormData();

@@ -91,6 +91,15 @@ describe('the framework edge', () => {
     expect((await h.client.listSandboxes()).length).toBe(before);
   });
 
+  it('a request refused on its headers while its body stalls gets that one answer, never a later 408, and the connection ends', async () => {
+    // Keep-alive (no `connection: close`), a wrong key, 1 of 100 announced body bytes, then nothing.
+    const head = ['POST /v1/sandboxes HTTP/1.1', 'host: 127.0.0.1', 'authorization: Bearer sbx_wrongwrongwrongwrong'];
+    const request = `${[...head, 'content-type: application/json', 'content-length: 100'].join('\r\n')}\r\n\r\n{`;
+    const r = expectEdgeError(await rawExchange(port, request, 'keep', REQUEST_TIMEOUT_MS + 15_000), 'auth.invalid_api_key');
+    // Everything after the head is the 401's body alone: no second response came on the connection.
+    expect(r.body).not.toMatch(/HTTP\/1\.1|request_timeout/);
+  });
+
   it('a connection reset mid-body gets no answer and leaves the process answering', async () => {
     const reset = rawRequest('POST', '/v1/sandboxes', { ...json(), 'content-length': 1000 }, '{"image":');
     expect(await rawExchange(port, reset, 'reset')).toBeNull();
@@ -125,7 +134,7 @@ describe('the framework edge', () => {
     const r = expectEdgeError(await rawExchange(port, big, 'keep'), 'input.body_too_large');
     expect(r.headers.connection).toBe('close');
     // The limit is named (the JSON routes' 1 MiB).
-    expect(ErrorBody.parse(JSON.parse(r.body)).error.details).toEqual({ limitBytes: 1024 * 1024 });
+    expect(ErrorBody.parse(JSON.parse(r.body)).error.details).toEqual({ maxBytes: 1024 * 1024 });
   });
 
   it('malformed JSON, an empty JSON body and prototype-poisoning keys are 400 input.invalid_json', async () => {

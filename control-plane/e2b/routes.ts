@@ -82,6 +82,9 @@ function restError(err: unknown): { status: number; body: { code: number; messag
   return { status: 500, body: { code: 500, message: 'internal error' } };
 }
 
+/** The request's body, `{}` when none was sent (a body of JSON `null` stays null: the schema refuses it, as it refuses `[]`). */
+const bodyOrNone = (request: FastifyRequest): unknown => (request.body === undefined ? {} : request.body);
+
 /** Metadata filters as the SDK sends them (`k=v&k2=v2`, each part percent-encoded once more). */
 function metadataFilter(text: string | undefined): Record<string, string> {
   const out: Record<string, string> = {};
@@ -123,7 +126,7 @@ export const e2bApiRoutes: FastifyPluginAsync<E2bApiOptions> = async (app, { aut
 
   for (const path of ['/v2/sandboxes', '/sandboxes']) {
     app.post(path, async (request, reply) =>
-      reply.status(201).send(await sandboxes.create(parseWith(NewSandbox, request.body ?? {}, false), by(request))),
+      reply.status(201).send(await sandboxes.create(parseWith(NewSandbox, bodyOrNone(request), false), by(request))),
     );
     app.get(path, async (request, reply) => {
       const query = parseWith(ListSandboxesQuery, request.query, false);
@@ -138,7 +141,7 @@ export const e2bApiRoutes: FastifyPluginAsync<E2bApiOptions> = async (app, { aut
       return all.slice(offset, offset + query.limit);
     });
     app.post(`${path}/:id/connect`, async (request, reply) => {
-      const { timeout } = parseWith(ConnectSandbox, request.body ?? {}, false);
+      const { timeout } = parseWith(ConnectSandbox, bodyOrNone(request), false);
       const { sandbox, resumed } = await sandboxes.connect(id(request), by(request), timeout);
       return reply.status(resumed ? 201 : 200).send(sandbox);
     });
@@ -356,7 +359,11 @@ function readParts(request: FastifyRequest, path: string | undefined): Promise<A
       stream.on('data', (c: Buffer) => {
         totalBytes += c.length;
         if (totalBytes > MAX_UPLOAD_TOTAL_BYTES)
-          fail(new AppError('input.body_too_large', `the files are over ${MAX_UPLOAD_TOTAL_BYTES} bytes together`));
+          fail(
+            new AppError('input.body_too_large', `the files are over ${MAX_UPLOAD_TOTAL_BYTES} bytes together`, {
+              details: { maxBytes: MAX_UPLOAD_TOTAL_BYTES },
+            }),
+          );
         else if (!failed) chunks.push(c);
       });
       stream.on('limit', () => fail(new AppError('input.body_too_large', `a file is over ${MAX_UPLOAD_FILE_BYTES} bytes`)));

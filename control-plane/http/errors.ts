@@ -13,7 +13,7 @@
  *   request at all (a body cut short by the client's end of stream, a malformed request line,
  *   headers over the limit, a request that took too long); answered on the raw socket.
  */
-import { STATUS_CODES, type ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
@@ -98,6 +98,26 @@ export function answerRawError(res: ServerResponse, error: unknown, requestId: s
   res.end(text);
 }
 
+/**
+ * Connections whose current request was answered before its body had arrived (a refusal on the
+ * headers alone: 401, 415...). Node reads the rest of such a body to keep the connection; when it
+ * never comes, the request timeout must end the connection without a second, unasked answer.
+ */
+const answeredBeforeBody = new WeakSet<Socket>();
+
+/**
+ * Tracks, on `server`, which connections' current request was answered before its body arrived
+ * (for `clientErrorHandler`). Call once the server exists.
+ */
+export function trackAnswersBeforeBody(server: Server): void {
+  server.prependListener('request', (request: IncomingMessage, response: ServerResponse) => {
+    answeredBeforeBody.delete(request.socket);
+    response.once('finish', () => {
+      if (!request.complete) answeredBeforeBody.add(request.socket);
+    });
+  });
+}
+
 /** The fastify constructor options that route framework and parser errors through the edge. */
 export function edgeServerOptions(log: Logger): {
   frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void;
@@ -111,6 +131,8 @@ export function edgeServerOptions(log: Logger): {
     clientErrorHandler(error, socket) {
       // A reset socket is gone: nobody is there to answer (Node's documented advice).
       if (error.code === 'ECONNRESET' || socket.destroyed) return;
+      // Its request was answered already: the timeout of the body that never came ends it, unanswered.
+      if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT' && answeredBeforeBody.has(socket)) return void socket.destroy();
       const { status, body } = edgeError(error, 'none', log);
       // A response already begun on this socket cannot take a second one (Node's own check).
       const begun = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
@@ -142,7 +164,7 @@ export function installErrorHandling(app: FastifyInstance): void {
     const { status, body } = edgeError(error, request.id, request.log);
     if (body.error.code === 'input.body_too_large') {
       // The limit it passed, for the client to size its next request by.
-      body.error.details ??= { limitBytes: request.routeOptions.bodyLimit };
+      body.error.details ??= { maxBytes: request.routeOptions.bodyLimit };
       // The rest of an oversized body is not read: close the connection rather than leave it hanging.
       reply.header('connection', 'close');
     }
