@@ -98,6 +98,13 @@ describe('busybox-static only (no libc, no bash, no Node)', () => {
     expect(m.image.config?.envKeys).toEqual(['PATH']);
   });
 
+  it('the container is created from the image id the manifest names, not by its tag (a tag moved meanwhile cannot change what runs)', async () => {
+    const m = lease.manifest!;
+    expect(m.image.ref).toBe(busyboxImage);
+    const [created, running] = (await docker('inspect', '-f', '{{.Config.Image}} {{.Image}}', `sbx-${lease.id}`)).trim().split(' ');
+    expect([created, running]).toEqual([m.image.id, m.image.id]);
+  });
+
   it('exec runs a cmd in the image sh (no bash) with the image PATH, as the tool user', async () => {
     const r = await exec(lease.id, 'echo "$0|$PATH|$(id -u)"; ls /bin | wc -l');
     expect(r.status).toBe('succeeded');

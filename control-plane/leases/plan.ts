@@ -215,7 +215,9 @@ export class LeasePlanner {
       volumeMounts: volumes,
       ...(from ? { seedFrom: { prefix: SNAPSHOT_ROOTS_PREFIX, paths: from.capturedRoots } } : {}),
     });
-    if (imageConfig.repoDigests[0] !== undefined) spec.pinnedImage = imageConfig.repoDigests[0];
+    // Docker: the id resolve found (a cluster's registry images have none: their digest).
+    const pinned = resolved?.imageId || imageConfig.repoDigests[0];
+    if (pinned !== undefined && pinned !== '') spec.pinnedImage = pinned;
     const imageDigest = resolved?.digest ?? null;
     return {
       policy,

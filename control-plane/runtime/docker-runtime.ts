@@ -120,7 +120,7 @@ export class DockerRuntime implements SandboxRuntime {
       await refuseSymlinkedMountTargets(this.docker, spec, mountTargetsOf(spec));
       const container = await this.docker.createContainer({
         name: spec.name,
-        Image: spec.image,
+        Image: spec.pinnedImage ?? spec.image,
         Labels: spec.labels,
         Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
         // The image's entrypoint, command and user are recorded, never run: the agent runs as

@@ -36,12 +36,12 @@ export function mountTargetsOf(spec: {
  */
 export async function refuseSymlinkedMountTargets(
   docker: Docker,
-  spec: { leaseId: string; image: string; ownership: Ownership },
+  spec: { leaseId: string; image: string; pinnedImage?: string; ownership: Ownership },
   targets: readonly string[],
 ): Promise<void> {
   const container = await docker.createContainer({
     name: `sbx-${spec.leaseId}-mounts`,
-    Image: spec.image,
+    Image: spec.pinnedImage ?? spec.image,
     // Never started: an entrypoint only because the engine refuses a container without a command.
     Entrypoint: ['/nonexistent/sbx-mount-check'],
     Cmd: [],

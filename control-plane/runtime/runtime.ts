@@ -22,9 +22,10 @@ export interface SandboxSpec {
   name: string;
   image: string;
   /**
-   * The image by the digest `inspectImage` read its config at (its first `repoDigests` entry),
-   * when it has one: a driver that pulls by reference runs this, so a tag moved meanwhile cannot
-   * change what runs (the Kubernetes driver; Docker runs its local image).
+   * The image the plan read its config from, pinned: on Docker its local id (`sha256:…`), on a
+   * cluster the registry digest `inspectImage` read (its first `repoDigests` entry), when it has
+   * one. Drivers create from this, so a tag moved meanwhile cannot change what runs: the manifest
+   * describes the image that runs.
    */
   pinnedImage?: string;
   /** Whose sandbox this is; its labels are in `labels` and on the volumes and network too. */

@@ -47,7 +47,7 @@ export async function seedWritableRoots(docker: Docker, spec: SandboxSpec, snaps
   const archives = snapshotDirOf(snapshotDir, spec.image);
   const source = await docker.createContainer({
     name: `sbx-${spec.leaseId}-seed`,
-    Image: spec.image,
+    Image: spec.pinnedImage ?? spec.image,
     // Never started: an entrypoint only because the engine refuses a container without a command.
     Entrypoint: ['/nonexistent/sbx-seed-source'],
     Cmd: [],
