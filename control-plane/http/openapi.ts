@@ -52,12 +52,12 @@ export function installZodValidation(app: FastifyInstance): void {
       return { error: error as Error };
     }
   });
-  // The validator cannot tell an absent body from a body of JSON `null` (it treats both as no
-  // fields, above): a `null` that was sent is checked as it is, refused like `[]` or `"text"`.
+  // The validator cannot tell an absent body from a body of JSON `null` (fastify hands it both as
+  // null, above); this hook still can (an absent body is undefined here): a `null` that was sent is
+  // checked as it is, refused like `[]` or `"text"`.
   app.addHook('preValidation', async (request) => {
     const schema = request.routeOptions.schema?.body as ZodType | undefined;
-    const sent = request.headers['transfer-encoding'] !== undefined || Number(request.headers['content-length'] ?? 0) > 0;
-    if (request.body === null && sent && schema !== undefined && !handlerValidated.has(schema)) parseInput(schema, null, 'body');
+    if (request.body === null && schema !== undefined && !handlerValidated.has(schema)) parseInput(schema, null, 'body');
   });
 }
 
