@@ -3,6 +3,7 @@
  * test harness). Every setting is documented in the README's settings table.
  */
 import { existsSync, readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_DATA_DIR, dataDirLayout } from '../contract/data-dir.js';
@@ -135,11 +136,10 @@ const Env = KubernetesEnv.extend({
     .string()
     .regex(/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?$/, 'a lower-case DNS name, optionally with :port')
     .optional(),
-  /**
-   * How long a sandbox's agent has to bring a preview connection before the request is `504
-   * preview.agent_unreachable`, ms. Default 10 000.
-   */
+  /** How long a sandbox's agent has to bring a preview connection before the request is `504 preview.agent_unreachable`, ms. Default 10 000. */
   SBX_PREVIEW_DIAL_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(10_000),
+  /** Sandboxes booting at once (leases/boot-gate.ts), 0: no limit. Default: Docker 2 × CPUs (≥ 2), Kubernetes 0 (nodes boot their pods). */
+  SBX_BOOT_CONCURRENCY: z.coerce.number().int().min(0).max(10_000).optional(),
   /** How long a client has to send a whole request, headers and body, before `408 input.request_timeout`, ms. Default 300 000 (Node's own, which fastify turns off). */
   SBX_REQUEST_TIMEOUT_MS: z.coerce.number().int().min(1000).max(3_600_000).default(300_000),
   /** Bearer API key. Default: `<data dir>/api-key`, generated and printed on first start. */
@@ -256,6 +256,8 @@ export interface Config {
   previewDialTimeoutMs: number;
   /** How long a whole request may take to arrive, ms. */
   requestTimeoutMs: number;
+  /** Sandboxes booting at once (leases/boot-gate.ts), 0 for no limit. */
+  bootConcurrency: number;
   owner: string;
   image: string;
   /** Host directory of the agent runtime, mounted read-only at /opt/sbx in every sandbox. */
@@ -311,8 +313,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
   const e = Env.parse(env);
   const layout = dataDirLayout(e.SBX_DATA_DIR);
   const url = e.SBX_REDIS_URL ?? `unix://${layout.redisSocket}`;
-  const passwordFile = layout.redisPassword;
-  const password = e.SBX_REDIS_PASSWORD ?? (existsSync(passwordFile) ? readFileSync(passwordFile, 'utf8').trim() : undefined);
+  const password =
+    e.SBX_REDIS_PASSWORD ?? (existsSync(layout.redisPassword) ? readFileSync(layout.redisPassword, 'utf8').trim() : undefined);
   const unixPath = url.startsWith('unix://') ? url.slice('unix://'.length) : undefined;
   const agentRedisSocket = e.SBX_AGENT_REDIS_SOCKET ?? unixPath;
   if (!agentRedisSocket) throw new Error('SBX_AGENT_REDIS_SOCKET must be set when SBX_REDIS_URL is not a unix:// socket');
@@ -335,8 +337,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
   if (withoutListener.length > 0) throw new Error(`${withoutListener.join(', ')} need SBX_LINK_LISTEN: they are the link listener's`);
   if ((e.SBX_LINK_TLS_CERT === undefined) !== (e.SBX_LINK_TLS_KEY === undefined))
     throw new Error('SBX_LINK_TLS_CERT and SBX_LINK_TLS_KEY go together: the link listener serves TLS with both');
-  const redis: Config['redis'] = unixPath ? { path: unixPath } : { url };
-  if (password !== undefined) redis.password = password;
+  const redis: Config['redis'] = { ...(unixPath ? { path: unixPath } : { url }), ...(password === undefined ? {} : { password }) };
   return {
     port: e.SBX_PORT,
     host: e.SBX_HOST,
@@ -350,6 +351,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, repoRoot: string): Config {
     previewDomain: e.SBX_PREVIEW_DOMAIN ?? null,
     previewDialTimeoutMs: e.SBX_PREVIEW_DIAL_TIMEOUT_MS,
     requestTimeoutMs: e.SBX_REQUEST_TIMEOUT_MS,
+    bootConcurrency: e.SBX_BOOT_CONCURRENCY ?? (e.SBX_RUNTIME === 'kubernetes' ? 0 : Math.max(2, 2 * availableParallelism())),
     owner: e.SBX_OWNER,
     image: e.SBX_IMAGE ?? builtFile(repoRoot, '.sbx-image') ?? 'sbx-sandbox:latest',
     agentRuntimeDir: e.SBX_AGENT_RUNTIME ?? builtFile(repoRoot, '.sbx-runtime') ?? join(repoRoot, 'dist', 'sbx-runtime', 'missing'),

@@ -70,14 +70,12 @@ import { SecretService } from './secrets/service.js';
 import { RedisSecretRecords } from './secrets/store.js';
 import { VolumeService } from './volumes/service.js';
 import { RedisVolumeStore } from './volumes/store.js';
+import { BootGate } from './leases/boot-gate.js';
 
 export interface ControlPlane {
   app: FastifyInstance;
   leases: LeaseService;
-  /**
-   * `SBX_OWNER` and the installation id (made once per Redis and key prefix): the labels on
-   * everything this control plane creates, and all it ever reaps.
-   */
+  /** `SBX_OWNER` and the installation id (one per Redis and key prefix): the labels on all it creates, all it ever reaps. */
   ownership: Ownership;
   /** This control plane's metrics (its own registry); warm pools report to it. */
   metrics: Metrics;
@@ -139,10 +137,12 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
   const artifactFetcher = new ArtifactFetcher({ store: artifacts, tunnels });
   const liveLeaseIds = async (): Promise<string[]> =>
     (await leaseStore.leaseStatuses()).filter((l) => l.status === 'ready').map((l) => l.id);
+  const bootGate = new BootGate(config.bootConcurrency); // sandboxes booting at once
   const metrics = new Metrics({
     leaseStates: () => leaseStore.statusCounts(),
     queueDepth: async () => link.calls.depth(await liveLeaseIds()),
     sandboxNodes: async () => (await runtime.listOwned(ownership)).filter((s) => s.running).map((s) => s.node),
+    sandboxBoots: () => bootGate,
   });
   const attribution = new EgressAttribution(config.secretsKey); // which call a request through the egress proxy belongs to
   const tracing = createTracing(config.tracing);
@@ -270,6 +270,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       agentRedisSocket: config.agentRedisSocket,
       redisPrefix: config.redisPrefix,
       retentionSeconds: config.ledgerRetentionSeconds,
+      bootGate,
       mountAllowlist: config.mountAllowlist,
       protectedHostPaths: [config.dataDir, config.dockerSocket, dirname(config.agentRedisSocket)],
       ...(config.agentRelayDir ? { agentRelay: { dir: config.agentRelayDir, key: linkKey } } : {}),

@@ -9,7 +9,7 @@ import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { AppError } from '../../contract/errors.js';
 import { LINK_REDIS_SOCKET, LINK_SOCKET, linkToken } from '../../contract/link.js';
-import type { AgentConfig, SecretGrant } from '../../contract/queue.js';
+import type { AgentConfig, AgentHello, SecretGrant } from '../../contract/queue.js';
 import { digestOf } from '../../contract/digest.js';
 import { deliveryAad, seal, type SecretDelivery } from '../../contract/secrets.js';
 import type { AgentAcl } from '../agent-link/acl.js';
@@ -22,6 +22,7 @@ import { agentEgress, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } fro
 import type { Policy } from '../policies/schema.js';
 import type { Launched } from '../pools/schema.js';
 import type { SandboxRuntime } from '../runtime/runtime.js';
+import { BootGate } from './boot-gate.js';
 import { leaseDirs, type AgentRelay, type LeasePlan } from './plan.js';
 
 /** The tools' default cwd when the image sets no `WorkingDir`. */
@@ -50,13 +51,19 @@ export interface ProvisionerOptions {
   helloTimeoutMs?: number;
   /** The node relay, where sandboxes reach the control plane through one (plan.ts). */
   agentRelay?: AgentRelay;
+  /** Admits sandbox boots (boot-gate.ts). Default: every boot at once. */
+  bootGate?: BootGate;
 }
 
 export class Provisioner {
+  private readonly gate: BootGate;
+
   constructor(
     private readonly deps: ProvisionerDeps,
     private readonly options: ProvisionerOptions,
-  ) {}
+  ) {
+    this.gate = options.bootGate ?? new BootGate(0);
+  }
 
   /**
    * Starts the container of `id` from `plan` and waits for its agent's hello. With `pooled`,
@@ -65,7 +72,6 @@ export class Provisioner {
    * what it made is the caller's to tear down.
    */
   async launch(id: string, plan: LeasePlan, { pooled }: { pooled: boolean }): Promise<Launched> {
-    const { runtime } = this.deps;
     const credsPath = join(leaseDirs(this.options.dataDir, id).credentials, 'agent.json');
     const creds = await this.deps.acl.provision(id);
     const deliveryKey = !pooled && plan.grants.length > 0 ? await this.deliverSecrets(id, plan.grants, plan.values) : null;
@@ -99,6 +105,17 @@ export class Provisioner {
     // The CA's trust files are mounted into the sandbox: they exist before it starts.
     await this.deps.credentials.prepare(id, plan.policy, leaseDirs(this.options.dataDir, id));
     await this.attach(id, plan.policy, pooled ? [] : plan.grants);
+    const { containerId, seededPaths, hello } = await this.gate.run(pooled ? 'pool' : 'lease', () => this.boot(id, plan));
+    // The agent holds its credentials now; removing the file keeps them out of reach of
+    // anything that reads the sandbox's filesystem later (files API included).
+    await rm(credsPath, { force: true });
+    if (factsScope !== null && imageFacts === null) await this.deps.handshake.keepImageFacts(factsScope, hello.facts);
+    return { containerId, facts: hello.facts, seededPaths };
+  }
+
+  /** Starts the container of `id` and waits for its agent's hello (within a boot slot: `launch`). */
+  private async boot(id: string, plan: LeasePlan): Promise<{ containerId: string; seededPaths: string[]; hello: AgentHello }> {
+    const { runtime } = this.deps;
     const { containerId, seededPaths } = await runtime.start(plan.spec);
     // The agent says hello, or its container stops first (a crashed agent: fail now, with its
     // last words, rather than after the hello timeout).
@@ -115,11 +132,7 @@ export class Provisioner {
     });
     died.catch(() => undefined);
     const hello = await Promise.race([this.deps.handshake.awaitHello(id, this.helloTimeoutMs), died]).finally(() => helloArrived.abort());
-    // The agent holds its credentials now; removing the file keeps them out of reach of
-    // anything that reads the sandbox's filesystem later (files API included).
-    await rm(credsPath, { force: true });
-    if (factsScope !== null && imageFacts === null) await this.deps.handshake.keepImageFacts(factsScope, hello.facts);
-    return { containerId, facts: hello.facts, seededPaths };
+    return { containerId, seededPaths, hello };
   }
 
   /**

@@ -36,7 +36,7 @@ import { LeasePolicyChanger } from './policy-change.js';
 import { LeasePauser, type Checkpoint } from './pause.js';
 import { LeasePlanner, type PlannerOptions } from './plan.js';
 import type { LeaseCalls, LeaseLink } from './ports.js';
-import { Provisioner } from './provision.js';
+import { Provisioner, type ProvisionerOptions } from './provision.js';
 import { Reconciler, type ReconcileOutcome } from './reconcile.js';
 import type { CreateSandboxBody } from './schema.js';
 import { toView, type LeaseRecord, type LeaseStore } from './store.js';
@@ -45,10 +45,8 @@ import { LeaseTransitions } from './transitions.js';
 
 export type { ReconcileOutcome } from './reconcile.js';
 
-export interface LeaseServiceOptions extends PlannerOptions {
-  redisPrefix: string;
-  /** How long a new sandbox's agent has to report ready, ms. Default 30 000. */
-  helloTimeoutMs?: number;
+/** What the lifecycle is set with; the provisioner's settings as provision.ts describes them. */
+export interface LeaseServiceOptions extends PlannerOptions, Pick<ProvisionerOptions, 'redisPrefix' | 'helloTimeoutMs' | 'bootGate'> {
   /**
    * How long a release waits, after it cancelled the calls still running, for their agent to
    * report them ended, ms. Calls still open then end `effect_unknown`. Default 10 000.

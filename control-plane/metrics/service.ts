@@ -38,6 +38,8 @@ export interface MetricsSources {
   queueDepth: () => Promise<QueueDepth>;
   /** The node of each live sandbox, leased or pooled (`OwnedSandbox.node`: null while not scheduled). */
   sandboxNodes: () => Promise<Array<string | null>>;
+  /** Sandboxes this process is booting (container start to agent hello) and waiting for a boot slot (leases/boot-gate.ts). */
+  sandboxBoots: () => { booting: number; queued: number };
 }
 
 /** The part of `Metrics` the lease lifecycle and warm pools report to. */
@@ -94,6 +96,17 @@ export class Metrics {
         const depth = await sources.queueDepth();
         this.set({ state: 'waiting' }, depth.waiting);
         this.set({ state: 'active' }, depth.active);
+      },
+    });
+    new Gauge({
+      name: 'sbx_sandbox_boots',
+      help: 'Sandboxes this process is booting (`booting`: container start to agent hello) and waiting for a boot slot (`queued`; SBX_BOOT_CONCURRENCY).',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        const boots = sources.sandboxBoots();
+        this.set({ state: 'booting' }, boots.booting);
+        this.set({ state: 'queued' }, boots.queued);
       },
     });
     this.leaseCreate = new Histogram({
