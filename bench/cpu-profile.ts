@@ -6,6 +6,7 @@
  * `.cpuprofile` by self time. Only for the bench: it opens a debugger port inside the sandbox.
  */
 import type Docker from 'dockerode';
+import { AGENT_COMMAND } from '../contract/agent-runtime.js';
 import { dockerExec } from './baseline.js';
 
 /** Runs in the sandbox: profile the inspector target for `durationMs`, print the profile JSON. */
@@ -37,7 +38,7 @@ const durationMs = Number(process.argv[1]);
  * profiling lasts `durationMs`, which should outlast the workload). Returns the .cpuprofile JSON.
  */
 export async function profileAgent(docker: Docker, container: string, durationMs: number, workload: () => Promise<void>): Promise<string> {
-  const pid = await execText(docker, container, ['pgrep', '-f', '^/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs$']);
+  const pid = await execText(docker, container, ['pgrep', '-f', `^${AGENT_COMMAND.join(' ')}$`]);
   await dockerExec(docker, container, ['kill', '-USR1', pid.trim().split('\n')[0]!], { user: '0' });
   const chunks: Buffer[] = [];
   const profiling = dockerExec(docker, container, ['/opt/sbx/bin/node', '--experimental-websocket', '-e', PROFILER, String(durationMs)], {

@@ -7,6 +7,7 @@
 import { execFileSync } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import type Docker from 'dockerode';
+import { AGENT_COMMAND } from '../contract/agent-runtime.js';
 
 export interface Memory {
   /** Resident set now (VmRSS). */
@@ -30,11 +31,11 @@ export async function memoryOf(pid: number): Promise<Memory> {
   return { rssBytes: kb('VmRSS'), hwmBytes: kb('VmHWM'), pssBytes: pssKb * 1024 };
 }
 
-/** Host pid of the sandbox agent (`/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs`, from the runtime mount) in container `name`. */
+/** Host pid of the sandbox agent (its command line is AGENT_COMMAND, from the runtime mount) in container `name`. */
 export async function agentPid(docker: Docker, name: string): Promise<number> {
   const top = (await docker.getContainer(name).top({ ps_args: '-eo pid,args' })) as { Titles: string[]; Processes: string[][] };
   const pidCol = top.Titles.findIndex((t) => t.toUpperCase() === 'PID');
-  const row = top.Processes.find((p) => p.some((col) => /^\S*node \S*sbx-agent\.cjs$/.test(col)));
+  const row = top.Processes.find((p) => p.some((col) => col === AGENT_COMMAND.join(' ')));
   if (!row || pidCol < 0) throw new Error(`no agent process in ${name}`);
   return Number(row[pidCol]);
 }

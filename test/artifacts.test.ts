@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
+import { AGENT_COMMAND } from '../contract/agent-runtime.js';
 import { useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
@@ -27,7 +28,7 @@ const { exec } = useLeasedSandbox(
 describe('artifacts', () => {
   it('200 MB of binary output at full speed: the whole stream is an artifact whose sha256 is what the process wrote; agent memory stays bounded', async () => {
     const peakKb = async (): Promise<number> => {
-      const ps = await exec({ cmd: "grep VmHWM /proc/$(pgrep -f '^/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs$')/status" });
+      const ps = await exec({ cmd: `grep VmHWM /proc/$(pgrep -f '^${AGENT_COMMAND.join(' ')}$')/status` });
       return Number(/VmHWM:\s+(\d+) kB/.exec(ps.stdout)?.[1]);
     };
     const before = await peakKb();

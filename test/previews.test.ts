@@ -11,6 +11,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { tmpdir } from 'node:os';
+import { AGENT_COMMAND } from '../contract/agent-runtime.js';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
@@ -392,7 +393,7 @@ describe('port previews', () => {
     // Nothing listens: the early bytes are dropped with the connection, the answer is the
     // tunnel's, and the agent keeps no connection open for it (its open descriptors come back).
     const container = `sbx-${leaseId}`;
-    const agentPid = (await docker('exec', container, 'pgrep', '-f', '^/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs$')).trim();
+    const agentPid = (await docker('exec', container, 'pgrep', '-f', `^${AGENT_COMMAND.join(' ')}$`)).trim();
     const agentFds = async (): Promise<number> => (await docker('exec', container, 'ls', `/proc/${agentPid}/fd`)).trim().split('\n').length;
     const fdsBefore = await agentFds();
     for (let i = 0; i < 20; i += 1) {
@@ -574,7 +575,7 @@ describe('port previews', () => {
       // Under heavy load a first connection may already have come too late; only the ones below count.
       const before = await unreachable();
       // The agent alone stops (the container stays running, so the lease is still active).
-      agentPid = (await docker('exec', container, 'pgrep', '-f', '^/opt/sbx/bin/node /opt/sbx/agent/sbx-agent.cjs$')).trim();
+      agentPid = (await docker('exec', container, 'pgrep', '-f', `^${AGENT_COMMAND.join(' ')}$`)).trim();
       expect(agentPid).toMatch(/^\d+$/);
       await docker('exec', container, 'kill', '-STOP', agentPid);
       // 5 opens: the pool's idle connections (handed the port, never answered), then a control message.

@@ -5,13 +5,7 @@
  * Fails closed: a policy section this runtime cannot enforce throws AppError
  * `policy.unenforceable`; the sandbox is never started with less isolation than asked for.
  */
-import {
-  AGENT_RUNTIME_AGENT,
-  AGENT_RUNTIME_BUSYBOX,
-  AGENT_RUNTIME_DIR,
-  AGENT_RUNTIME_INIT,
-  AGENT_RUNTIME_NODE,
-} from '../../contract/agent-runtime.js';
+import { AGENT_COMMAND, AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_DIR, AGENT_RUNTIME_INIT } from '../../contract/agent-runtime.js';
 import { posix } from 'node:path';
 import { AppError } from '../../contract/errors.js';
 import { LINK_SOCKET_DIR } from '../../contract/link.js';
@@ -183,8 +177,7 @@ export function compileSandboxSpec(input: CompileInput): SandboxSpec {
       'env',
       '-i',
       `SBX_AGENT_CONFIG=${AGENT_CONFIG_PATH}`,
-      AGENT_RUNTIME_NODE,
-      AGENT_RUNTIME_AGENT,
+      ...AGENT_COMMAND,
     ],
     network:
       policy.network.mode === 'open'

@@ -7,6 +7,7 @@
  * paths may be transferred (the control plane checked the policy; the scripts check where each
  * path resolves inside the sandbox); it only runs them as the tool user, never as itself.
  */
+import { bytesPassed } from '../output/buffer-reclaim.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
 import { join } from 'node:path';
@@ -126,10 +127,12 @@ function carry(tunnel: net.Socket, child: ChildProcess, unpack: boolean): void {
   if (unpack) {
     // A script that stops reading early (tar failed) must not fail the agent with EPIPE.
     child.stdin!.on('error', () => undefined);
+    tunnel.on('data', (chunk: Buffer) => bytesPassed(chunk.length));
     tunnel.pipe(child.stdin!);
   } else {
     const stdout = child.stdout!;
     stdout.on('data', (chunk: Buffer) => {
+      bytesPassed(chunk.length);
       if (!writeFrame(tunnel, TRANSFER_FRAME.data, chunk)) {
         stdout.pause();
         tunnel.once('drain', () => stdout.resume());

@@ -5,6 +5,7 @@
  * `release`: removed, its spool budget given back) once the control plane says it stored it,
  * or asks for it to be discarded; a fetch cut short leaves it held for the next one.
  */
+import { bytesPassed } from '../output/buffer-reclaim.js';
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import type net from 'node:net';
@@ -59,6 +60,7 @@ export class ArtifactShelf {
     try {
       for await (const chunk of createReadStream(file.path, { highWaterMark: READ_BYTES })) {
         if (tunnel.destroyed) return;
+        bytesPassed((chunk as Buffer).length);
         if (!writeFrame(tunnel, TRANSFER_FRAME.data, chunk as Buffer)) await new Promise<void>((resolve) => tunnel.once('drain', resolve));
       }
     } catch (err) {

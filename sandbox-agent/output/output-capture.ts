@@ -11,6 +11,7 @@
  * offered, hashed as it was written: no copy, no second read), and the result says so
  * explicitly (`truncation`: `originalBytes`, `keptBytes`, `fullArtifact`, `artifactTruncated`).
  */
+import { bytesPassed } from './buffer-reclaim.js';
 import type { OutputStream } from '../../contract/events.js';
 import type { StreamTruncation } from '../../contract/objects.js';
 import type { AttemptContext, AttemptOutcome } from '../execution/attempt.js';
@@ -98,6 +99,7 @@ export class OutputCapture {
    * is full: the caller waits for `onDrain`; with `source`, it is paused here and resumed then.
    */
   write(stream: OutputStream, raw: Buffer, source?: PausableSource): boolean {
+    bytesPassed(raw.length);
     const data = this.redactors[stream]!.push(raw);
     if (data.length > 0) this.options.onRedacted?.(stream, data);
     const more = this.forward(stream, data);
