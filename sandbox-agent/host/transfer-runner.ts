@@ -19,6 +19,7 @@ import {
   TRANSFER_PATH,
   TRANSFER_SHELL,
   TRANSFER_STDERR_MAX_BYTES,
+  UPLOAD_TAR_OPTIONS,
   transferArgv,
   type ScriptOp,
   type TransferEnd,
@@ -80,7 +81,7 @@ function start(tunnel: net.Socket, connId: string, op: ScriptOp, options: Transf
     child = spawn(TRANSFER_SHELL[0]!, [...TRANSFER_SHELL.slice(1), ...transferArgv(op)], {
       cwd: '/',
       // LC_ALL=C: tar's complaints are read by their English words (control-plane/files/transfer-errors.ts).
-      env: { PATH: TRANSFER_PATH, LC_ALL: 'C' },
+      env: { PATH: TRANSFER_PATH, LC_ALL: 'C', ...(unpack ? { TAR_OPTIONS: UPLOAD_TAR_OPTIONS } : {}) },
       uid: options.toolUser.uid,
       gid: options.toolUser.gid,
       // Its own process group: a transfer the control plane abandons is ended whole.
