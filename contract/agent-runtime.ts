@@ -21,10 +21,14 @@ export const AGENT_RUNTIME_EXEC = `${AGENT_RUNTIME_DIR}/bin/sbx-exec`;
 /** The agent bundle. */
 export const AGENT_RUNTIME_AGENT = `${AGENT_RUNTIME_DIR}/agent/sbx-agent.cjs`;
 /**
- * The agent's command line: the runtime's node, exposing V8's `gc` (the agent scavenges the
- * buffers of the bulk bytes it passed on: sandbox-agent/output/buffer-reclaim.ts), and the bundle.
+ * The node flags the agent runs with: V8's `gc` exposed (the agent scavenges the buffers of the
+ * bulk bytes it passed on: sandbox-agent/output/buffer-reclaim.ts). V8 takes a code cache only
+ * from a node with the same flags, so `images/runtime/build-runtime.sh` writes the agent's with
+ * these (its `agent_flags`; test/agent-runtime.test.ts holds the two together).
  */
-export const AGENT_COMMAND: readonly string[] = [AGENT_RUNTIME_NODE, '--expose-gc', AGENT_RUNTIME_AGENT];
+export const AGENT_NODE_FLAGS: readonly string[] = ['--expose-gc'];
+/** The agent's command line: the runtime's node, its flags, the bundle. */
+export const AGENT_COMMAND: readonly string[] = [AGENT_RUNTIME_NODE, ...AGENT_NODE_FLAGS, AGENT_RUNTIME_AGENT];
 /** Preloaded into tool processes' Node in network mode `allowlist`, so `fetch` goes through the egress proxy (sandbox-agent/egress/). */
 export const AGENT_RUNTIME_FETCH_PROXY = `${AGENT_RUNTIME_DIR}/agent/sbx-fetch-proxy-loader.cjs`;
 /** The directory of the runtime's own tools (busybox applets, GNU tar): the fallback of file transfers in an image without them. */

@@ -96,8 +96,10 @@ if [[ ! -f "$dir/.complete" ]]; then
   # staged loader: the interpreter path /opt/sbx/lib exists only inside sandboxes).
   "$stage/lib/$loader_name" --library-path "$stage/lib" "$stage/bin/node" -e 'process.exit(0)' \
     || die "the staged node does not start with its staged libraries"
-  # The agent's V8 code cache (sandbox-agent/boot.ts), made by the node that will use it.
-  "$stage/lib/$loader_name" --library-path "$stage/lib" "$stage/bin/node" "$stage/agent/sbx-agent.cjs" --write-code-cache \
+  # The agent's V8 code cache (sandbox-agent/boot.ts), made by the node that will use it, with the
+  # agent's flags: V8 rejects a cache made under other flags (AGENT_NODE_FLAGS, contract/agent-runtime.ts).
+  agent_flags=(--expose-gc)
+  "$stage/lib/$loader_name" --library-path "$stage/lib" "$stage/bin/node" "${agent_flags[@]}" "$stage/agent/sbx-agent.cjs" --write-code-cache \
     || die "could not write the agent's code cache"
   chmod go=r "$stage/agent/sbx-agent-main.v8cache"
   printf '%s\n' "$inputs" >"$stage/INPUTS"
