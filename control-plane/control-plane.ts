@@ -223,6 +223,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
             log,
             now: () => Date.now(),
             onSizes: (pool, sizes) => metrics.setPoolSizes(pool, sizes),
+            startsPerRound: config.bootConcurrency || 8, // no boot limit (a cluster): 8 a round
           },
           config.warmPools,
         );

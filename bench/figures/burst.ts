@@ -83,7 +83,7 @@ export async function burstWarm(ctx: BenchContext): Promise<Figure> {
   if (ctx.carried.burstPrimedAtMs === undefined) await primeBurstPool(ctx);
   const primedAtMs = ctx.carried.burstPrimedAtMs!;
   ctx.carried.burstPrimedAtMs = undefined;
-  // The pool starts one sandbox a round (a second): allow 5 s a sandbox, and 2 minutes at least.
+  // The pool starts up to SBX_BOOT_CONCURRENCY sandboxes a round: allow 5 s a sandbox, and 2 minutes at least.
   const waitLimitMs = Math.max(120_000, n * 5_000);
   for (let ready = await readyInPool(ctx); ready < n; ready = await readyInPool(ctx)) {
     if (performance.now() - primedAtMs > waitLimitMs)
@@ -100,6 +100,9 @@ export async function burstWarm(ctx: BenchContext): Promise<Figure> {
     ours: side(`${n} × POST /v1/sandboxes at once → ready (policy ${BURST_POLICY}, pool full)`, fleet.latenciesMs),
     targets: () => [allReady(fleet, n)],
     extra: [{ what: `pool filled to ${n} ready (from its first claim)`, unit: 'ms', stats: summarize([fillMs]) }],
-    notes: [...failureNotes(fleet), `${left} ready in the pool right after the burst (it refills one sandbox a round)`],
+    notes: [
+      ...failureNotes(fleet),
+      `${left} ready in the pool right after the burst (it refills up to SBX_BOOT_CONCURRENCY sandboxes a round)`,
+    ],
   });
 }

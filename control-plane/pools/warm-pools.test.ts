@@ -12,7 +12,7 @@ const v1: PolicyRef = { name: 'default', version: 1, digest: 'sha256:v1' };
 const v2: PolicyRef = { name: 'default', version: 2, digest: 'sha256:v2' };
 const facts = {} as SandboxFacts;
 
-function world(options: { latest?: PolicyRef; lockHeld?: boolean } = {}) {
+function world(options: { latest?: PolicyRef; lockHeld?: boolean; startsPerRound?: number; min?: number } = {}) {
   let clock = 1_000_000;
   const members = new Map<string, Member>();
   const ready = new Map<string, string[]>();
@@ -78,8 +78,9 @@ function world(options: { latest?: PolicyRef; lockHeld?: boolean } = {}) {
       log: pino({ level: 'silent' }),
       now: () => clock,
       onSizes: (pool, s) => void sizes.push([pool, s]),
+      ...(options.startsPerRound === undefined ? {} : { startsPerRound: options.startsPerRound }),
     },
-    [{ policy: 'default', min: 1, max: 2, idleSeconds: 60 }],
+    [{ policy: 'default', min: options.min ?? 1, max: Math.max(2, options.min ?? 1), idleSeconds: 60 }],
   );
   return { pools, members, claimed, running, launched, discarded, sizes, advance: (ms: number) => (clock += ms) };
 }
@@ -95,6 +96,17 @@ describe('WarmPools', () => {
     await pools.maintain();
     await pools.maintain();
     expect(launched).toHaveLength(3);
+  });
+
+  it('a round starts up to startsPerRound sandboxes at once, no more than the pool lacks', async () => {
+    const { pools, launched, sizes } = world({ startsPerRound: 3, min: 5 });
+    await pools.maintain();
+    expect(launched).toHaveLength(3);
+    await pools.maintain();
+    expect(launched).toHaveLength(5);
+    await pools.maintain();
+    expect(launched).toHaveLength(5);
+    expect(sizes.at(-1)).toEqual(['default@img', { starting: 0, ready: 5 }]);
   });
 
   it('a claim takes the oldest ready sandbox once; it stays owned (no orphan) until settled', async () => {

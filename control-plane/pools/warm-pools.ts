@@ -45,6 +45,11 @@ export interface WarmPoolsDeps {
   now: () => number;
   /** Reports a pool's sizes after each maintenance round (metrics). */
   onSizes?: (pool: string, sizes: { starting: number; ready: number }) => void;
+  /**
+   * Sandboxes a round starts at once for a pool below its target (the boot slots,
+   * SBX_BOOT_CONCURRENCY: more would only wait for one). Default 1.
+   */
+  startsPerRound?: number;
 }
 
 /** A filler lock lives this long without renewal, ms. */
@@ -150,7 +155,8 @@ export class WarmPools {
     const starting = members.size - ready;
     this.deps.onSizes?.(spec.name, { starting, ready });
     if (members.size < target) {
-      await this.startOne(spec);
+      const starts = Math.min(target - members.size, this.deps.startsPerRound ?? 1);
+      await Promise.all(Array.from({ length: starts }, () => this.startOne(spec)));
     } else if (ready > target) {
       const member = await store.pop(spec.name, now());
       if (member?.sandbox) {
