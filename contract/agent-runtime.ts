@@ -24,7 +24,7 @@ export const AGENT_RUNTIME_AGENT = `${AGENT_RUNTIME_DIR}/agent/sbx-agent.cjs`;
  * The node flags the agent runs with: V8's `gc` exposed (the agent scavenges the buffers of the
  * bulk bytes it passed on: sandbox-agent/output/buffer-reclaim.ts). V8 takes a code cache only
  * from a node with the same flags, so `images/runtime/build-runtime.sh` writes the agent's with
- * these (its `agent_flags`; test/agent-runtime.test.ts holds the two together).
+ * these (its `agent_flags`; contract/agent-runtime.test.ts holds the two together).
  */
 export const AGENT_NODE_FLAGS: readonly string[] = ['--expose-gc'];
 /** The agent's command line: the runtime's node, its flags, the bundle. */

@@ -86,3 +86,21 @@ describe('SBX_K8S_RUNTIME_CLASSES', () => {
       expect(() => loadConfig({ ...k8s, SBX_K8S_RUNTIME_CLASSES: bad }, repoRoot), bad).toThrow(/SBX_K8S_RUNTIME_CLASSES/);
   });
 });
+
+describe('SBX_BOOT_CONCURRENCY', () => {
+  it('defaults to twice the CPUs (at least 2) on Docker and no limit on Kubernetes; empty is unset; a number is taken', () => {
+    const docker = loadConfig(base, repoRoot).bootConcurrency;
+    expect(docker).toBeGreaterThanOrEqual(2);
+    expect(docker % 2).toBe(0);
+    expect(loadConfig({ ...base, SBX_BOOT_CONCURRENCY: '' }, repoRoot).bootConcurrency).toBe(docker);
+    expect(loadConfig({ ...base, SBX_RUNTIME: 'kubernetes', SBX_OWNER: 'sbx' }, repoRoot).bootConcurrency).toBe(0);
+    expect(loadConfig({ ...base, SBX_BOOT_CONCURRENCY: '0' }, repoRoot).bootConcurrency).toBe(0);
+    expect(loadConfig({ ...base, SBX_BOOT_CONCURRENCY: '3' }, repoRoot).bootConcurrency).toBe(3);
+  });
+
+  it('refuses what is not a non-negative integer, naming the variable', () => {
+    for (const bad of ['-1', '1.5', 'four']) {
+      expect(() => loadConfig({ ...base, SBX_BOOT_CONCURRENCY: bad }, repoRoot), bad).toThrow(/SBX_BOOT_CONCURRENCY/);
+    }
+  });
+});

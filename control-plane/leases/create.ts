@@ -198,7 +198,7 @@ export class LeaseCreator {
         await this.deps.provisioner.bind(id, plan);
         launched = warm;
       } else {
-        launched = await this.deps.provisioner.launch(id, plan, { pooled: false });
+        launched = await this.deps.provisioner.launch(id, plan);
       }
       const manifest = buildManifest({
         facts: launched.facts,

@@ -66,12 +66,26 @@ export class Provisioner {
   }
 
   /**
-   * Starts the container of `id` from `plan` and waits for its agent's hello. With `pooled`,
-   * the agent starts without the lease's env and secrets, to be bound later (`bind`).
-   * Throws `lease.create_failed` (the agent died or never said hello) and runtime errors;
-   * what it made is the caller's to tear down.
+   * Starts the container of `id` from `plan` for a lease create and waits for its agent's hello,
+   * once a boot slot is free (boot-gate.ts): everything from the agent's credentials and the
+   * secrets' delivery (whose expiry counts from it) to the hello happens within the slot.
+   * Throws `lease.create_failed` (the agent died or never said hello) and runtime errors; what
+   * it made is the caller's to tear down.
    */
-  async launch(id: string, plan: LeasePlan, { pooled }: { pooled: boolean }): Promise<Launched> {
+  launch(id: string, plan: LeasePlan): Promise<Launched> {
+    return this.gate.run(() => this.launchNow(id, plan, false));
+  }
+
+  /**
+   * As `launch`, for a warm pool: the agent starts without the lease's env and secrets, to be
+   * bound later (`bind`). Null, with nothing made, when no boot slot is spare (lease creates go
+   * first; the pool tries again next round).
+   */
+  launchPooled(id: string, plan: LeasePlan): Promise<Launched | null> {
+    return this.gate.tryRun(() => this.launchNow(id, plan, true));
+  }
+
+  private async launchNow(id: string, plan: LeasePlan, pooled: boolean): Promise<Launched> {
     const credsPath = join(leaseDirs(this.options.dataDir, id).credentials, 'agent.json');
     const creds = await this.deps.acl.provision(id);
     const deliveryKey = !pooled && plan.grants.length > 0 ? await this.deliverSecrets(id, plan.grants, plan.values) : null;
@@ -105,7 +119,7 @@ export class Provisioner {
     // The CA's trust files are mounted into the sandbox: they exist before it starts.
     await this.deps.credentials.prepare(id, plan.policy, leaseDirs(this.options.dataDir, id));
     await this.attach(id, plan.policy, pooled ? [] : plan.grants);
-    const { containerId, seededPaths, hello } = await this.gate.run(pooled ? 'pool' : 'lease', () => this.boot(id, plan));
+    const { containerId, seededPaths, hello } = await this.boot(id, plan);
     // The agent holds its credentials now; removing the file keeps them out of reach of
     // anything that reads the sandbox's filesystem later (files API included).
     await rm(credsPath, { force: true });
@@ -113,7 +127,7 @@ export class Provisioner {
     return { containerId, facts: hello.facts, seededPaths };
   }
 
-  /** Starts the container of `id` and waits for its agent's hello (within a boot slot: `launch`). */
+  /** Starts the container of `id` and waits for its agent's hello. */
   private async boot(id: string, plan: LeasePlan): Promise<{ containerId: string; seededPaths: string[]; hello: AgentHello }> {
     const { runtime } = this.deps;
     const { containerId, seededPaths } = await runtime.start(plan.spec);

@@ -208,13 +208,14 @@ export class LeaseService {
 
   /**
    * Starts a sandbox for a warm pool: leased to nobody yet, under `policy` (its latest version)
-   * and `image`, with a lease id it keeps when claimed. The pool records it; on failure
-   * everything made is torn down and the error thrown.
+   * and `image`, with a lease id it keeps when claimed. The pool records it; null, nothing made,
+   * when no boot slot is spare; on failure everything made is torn down and the error thrown.
    */
-  async launchWarm(id: string, policy: { name: string }, image: string): Promise<Launched & { ref: PolicyRef; image: string }> {
+  async launchWarm(id: string, policy: { name: string }, image: string): Promise<(Launched & { ref: PolicyRef; image: string }) | null> {
     const plan = await this.planner.plan(id, { policy, image, labels: {} });
     try {
-      return { ...(await this.provisioner.launch(id, plan, { pooled: true })), ref: plan.ref, image: plan.image };
+      const launched = await this.provisioner.launchPooled(id, plan);
+      return launched && { ...launched, ref: plan.ref, image: plan.image };
     } catch (err) {
       await this.teardown.run(id, null);
       throw err;

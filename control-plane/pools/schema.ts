@@ -36,8 +36,8 @@ export interface WarmSandbox extends Launched {
   id: string;
 }
 
-/** What the pools need from the lease service: start and remove unleased sandboxes. */
+/** What the pools need from the lease service: start (null: no boot slot spare, nothing made) and remove unleased sandboxes. */
 export interface WarmLauncher {
-  launchWarm(id: string, policy: { name: string }, image: string): Promise<Launched & { ref: PolicyRef; image: string }>;
+  launchWarm(id: string, policy: { name: string }, image: string): Promise<(Launched & { ref: PolicyRef; image: string }) | null>;
   discardWarm(id: string): Promise<void>;
 }

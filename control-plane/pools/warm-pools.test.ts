@@ -12,7 +12,9 @@ const v1: PolicyRef = { name: 'default', version: 1, digest: 'sha256:v1' };
 const v2: PolicyRef = { name: 'default', version: 2, digest: 'sha256:v2' };
 const facts = {} as SandboxFacts;
 
-function world(options: { latest?: PolicyRef; lockHeld?: boolean; startsPerRound?: number; min?: number } = {}) {
+function world(
+  options: { latest?: PolicyRef; lockHeld?: boolean; startsPerRound?: number; min?: number; slotsSpare?: () => boolean } = {},
+) {
   let clock = 1_000_000;
   const members = new Map<string, Member>();
   const ready = new Map<string, string[]>();
@@ -61,6 +63,7 @@ function world(options: { latest?: PolicyRef; lockHeld?: boolean; startsPerRound
       defaultImage: 'img',
       launcher: {
         launchWarm: async (id) => {
+          if (options.slotsSpare?.() === false) return null;
           launched.push(id);
           running.add(id);
           return { containerId: `ctr_${id}`, facts, ref: options.latest ?? v1, image: 'img' };
@@ -107,6 +110,18 @@ describe('WarmPools', () => {
     await pools.maintain();
     expect(launched).toHaveLength(5);
     expect(sizes.at(-1)).toEqual(['default@img', { starting: 0, ready: 5 }]);
+  });
+
+  it('a start that finds no boot slot spare leaves no member behind, and the next round starts it', async () => {
+    let spare = false;
+    const { pools, members, launched } = world({ slotsSpare: () => spare });
+    await pools.maintain();
+    expect(launched).toHaveLength(0);
+    expect(members.size).toBe(0);
+    spare = true;
+    await pools.maintain();
+    expect(launched).toHaveLength(1);
+    expect([...members.values()].map((m) => m.state)).toEqual(['ready']);
   });
 
   it('a claim takes the oldest ready sandbox once; it stays owned (no orphan) until settled', async () => {

@@ -46,8 +46,9 @@ export interface WarmPoolsDeps {
   /** Reports a pool's sizes after each maintenance round (metrics). */
   onSizes?: (pool: string, sizes: { starting: number; ready: number }) => void;
   /**
-   * Sandboxes a round starts at once for a pool below its target (the boot slots,
-   * SBX_BOOT_CONCURRENCY: more would only wait for one). Default 1.
+   * Sandboxes a round starts at once for a pool below its target (the boot slots a pool may use,
+   * SBX_BOOT_CONCURRENCY less the one left to lease creates; a start finding none spare makes
+   * nothing and waits for the next round). Default 1.
    */
   startsPerRound?: number;
 }
@@ -156,7 +157,7 @@ export class WarmPools {
     this.deps.onSizes?.(spec.name, { starting, ready });
     if (members.size < target) {
       const starts = Math.min(target - members.size, this.deps.startsPerRound ?? 1);
-      await Promise.all(Array.from({ length: starts }, () => this.startOne(spec)));
+      await Promise.allSettled(Array.from({ length: starts }, () => this.startOne(spec)));
     } else if (ready > target) {
       const member = await store.pop(spec.name, now());
       if (member?.sandbox) {
@@ -173,6 +174,11 @@ export class WarmPools {
     await store.putStarting(id, { pool: spec.name, state: 'starting', since: now(), sandbox: null });
     try {
       const launched = await this.deps.launcher.launchWarm(id, { name: spec.policy }, spec.image);
+      // No boot slot spare (lease creates first): nothing was made; the next round tries again.
+      if (launched === null) {
+        await store.forget(id);
+        return;
+      }
       await store.putReady(id, {
         pool: spec.name,
         state: 'ready',
