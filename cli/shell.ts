@@ -37,6 +37,9 @@ export function addShellCommand(program: Command, connection: (opts: { url?: str
     });
 }
 
+/** How long piped input waits for the program's first output before it is sent anyway, ms. */
+const PIPED_INPUT_WAIT_MS = 5000;
+
 async function runShell(sandbox: Sandbox, opts: { cmd?: string; cwd?: string }): Promise<number> {
   const out = process.stdout;
   const tty = process.stdin.isTTY === true;
@@ -46,6 +49,11 @@ async function runShell(sandbox: Sandbox, opts: { cmd?: string; cwd?: string }):
   const exitFor = (signal: NodeJS.Signals): never => process.exit(128 + ((constants.signals as Record<string, number>)[signal] ?? 0));
   let stoppedBy: NodeJS.Signals | null = null;
   let created: { close(): Promise<unknown> } | null = null;
+  // Piped input waits for the program's first output (a shell's prompt: its terminal set up),
+  // or PIPED_INPUT_WAIT_MS: bash's readline, starting, set the terminal's modes after piped
+  // input had arrived, and its EOF was lost (the shell then waited for input forever).
+  let firstOutput: () => void = () => undefined;
+  const outputSeen = new Promise<void>((resolve) => (firstOutput = resolve));
   const onSignal = (signal: NodeJS.Signals): void => {
     stoppedBy ??= signal;
     if (created)
@@ -61,7 +69,10 @@ async function runShell(sandbox: Sandbox, opts: { cmd?: string; cwd?: string }):
       ...windowSize(),
       ...(opts.cmd ? { cmd: opts.cmd } : {}),
       ...(opts.cwd ? { cwd: opts.cwd } : {}),
-      onData: (data) => out.write(data),
+      onData: (data) => {
+        firstOutput();
+        out.write(data);
+      },
     })
     .catch((err: unknown) => (stoppedBy ? exitFor(stoppedBy) : Promise.reject(err)));
   created = terminal;
@@ -96,6 +107,7 @@ async function runShell(sandbox: Sandbox, opts: { cmd?: string; cwd?: string }):
     void terminal.resize(size.cols, size.rows).catch(() => undefined);
   };
   if (tty) process.stdin.setRawMode(true);
+  else await Promise.race([outputSeen, new Promise((resolve) => setTimeout(resolve, PIPED_INPUT_WAIT_MS).unref())]);
   process.stdin.on('data', onInput);
   // Piped stdin: its end is the terminal's EOF, after a newline ending an unfinished last line.
   if (!tty) process.stdin.once('end', () => onInput(Buffer.from(lastByte === 0x0a ? '\x04' : '\n\x04')));
