@@ -223,7 +223,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
             log,
             now: () => Date.now(),
             onSizes: (pool, sizes) => metrics.setPoolSizes(pool, sizes),
-            startsPerRound: config.bootConcurrency === 0 ? 8 : Math.max(1, config.bootConcurrency - 1), // a pool leaves a slot to creates
+            startsPerRound: bootGate.poolSlots(8), // 8 a round when boots are unbounded
           },
           config.warmPools,
         );

@@ -128,6 +128,13 @@ describe('BootGate', () => {
     await Promise.all(boots.map((b) => b.done));
   });
 
+  it("gives pools one slot fewer than creates, at least one, and the caller's default when unbounded", () => {
+    expect(new BootGate(4).poolSlots(8)).toBe(3);
+    expect(new BootGate(2).poolSlots(8)).toBe(1);
+    expect(new BootGate(1).poolSlots(8)).toBe(1);
+    expect(new BootGate(0).poolSlots(8)).toBe(8);
+  });
+
   it('refuses slots that are not a non-negative integer', () => {
     expect(() => new BootGate(-1)).toThrow(RangeError);
     expect(() => new BootGate(1.5)).toThrow(RangeError);

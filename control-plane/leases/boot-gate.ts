@@ -35,6 +35,14 @@ export class BootGate {
   }
 
   /**
+   * Pool fills that may boot at once (`tryRun`'s bound): one slot fewer than `slots`, at least
+   * one, so a create never waits behind pools alone; `unboundedDefault` when `slots` is 0.
+   */
+  poolSlots(unboundedDefault: number): number {
+    return this.slots === 0 ? unboundedDefault : Math.max(1, this.slots - 1);
+  }
+
+  /**
    * Runs a lease create's `boot` once a slot is free (at once when one is), and frees the slot
    * when it settles, whether it resolved or threw. Resolves or rejects as `boot` does.
    */
@@ -49,7 +57,7 @@ export class BootGate {
    * for creates where there are two or more — else returns null without running it.
    */
   async tryRun<T>(boot: () => Promise<T>): Promise<T | null> {
-    const spare = this.slots === 0 || (this.waiting.length === 0 && this.running < Math.max(1, this.slots - 1));
+    const spare = this.slots === 0 || (this.waiting.length === 0 && this.running < this.poolSlots(Infinity));
     if (!spare) return null;
     this.running += 1;
     return this.hold(boot);
