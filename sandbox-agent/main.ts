@@ -38,6 +38,7 @@ import { execTool, toolsPath } from './tools/exec.js';
 import { ShellSessions } from './session/sessions.js';
 import { AGENT_RUNTIME_BUSYBOX, AGENT_RUNTIME_INOTIFY } from '../contract/agent-runtime.js';
 import { FileWatch } from './host/file-watch.js';
+import { ToolSpawner } from './host/tool-spawner.js';
 import { redisChangeLog } from './link/change-log.js';
 import { fileTools } from './tools/file-tools.js';
 import { terminalTool } from './tools/terminal.js';
@@ -101,6 +102,8 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     ].map((t) => [t.name, t]),
   );
   const processTrees = new ProcessTrees();
+  // Exec calls' processes start from the runtime's small spawn server, not by forking the agent.
+  const spawner = ToolSpawner.start(log);
   // The lease's file change log (host/file-watch.ts, link/change-log.ts).
   const fileWatch = new FileWatch({
     binary: AGENT_RUNTIME_INOTIFY,
@@ -116,6 +119,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     config,
     shell,
     scheduler: new AccessScheduler(),
+    launch: spawner.launch,
     agentPids: () => new Set([worker.pid, fileWatch.pid].filter((pid): pid is number => pid !== null)),
     processTrees,
     // One connection per open input stream: XREAD BLOCK would stall every other command of a shared one.
@@ -204,6 +208,7 @@ async function main(codeCache: CodeCacheUse): Promise<void> {
     await stopping;
     worker.stop();
     fileWatch.stop();
+    spawner.stop();
     await Promise.allSettled([subscriber.quit(), redis.quit()]);
     process.exit(0);
   };

@@ -7,6 +7,7 @@ import type { EventBody } from '../../contract/events.js';
 import type { CommitState, EffectReceipt, ResultStatus, ToolResult } from '../../contract/objects.js';
 import type { AgentConfig } from '../../contract/queue.js';
 import type { ProcessTrees } from '../host/process-trees.js';
+import type { Launch } from '../host/tool-spawner.js';
 import type { LeaseSecrets } from '../host/secrets.js';
 import type { HeldFile } from '../link/artifact-shelf.js';
 import type { OpenInput } from '../link/input-stream.js';
@@ -33,6 +34,8 @@ export interface AttemptContext {
   readonly networkEnv: Record<string, string>;
   /** The lease's secrets: their redaction (for every call's output) and delivery to calls that ask. */
   readonly secrets: LeaseSecrets;
+  /** Starts an exec's launcher process (host/tool-spawner.ts): from the spawn server, else from the agent. */
+  readonly launch: Launch;
   /** Processes of the tool user that are the agent's own (its worker): a sweep spares them. */
   readonly agentPids: () => ReadonlySet<number>;
   /** The process trees kept between calls (background tasks, sessions, terminals): a sweep spares them. */

@@ -6,7 +6,6 @@
  * also its process-group id and `kill(-pid, sig)` reaches every process that stayed in the group
  * (children and grandchildren alike), see kill(2).
  */
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { errorInfo } from '../../contract/errors.js';
 import type { EffectReceipt } from '../../contract/objects.js';
@@ -24,7 +23,7 @@ import type { ProvidedSecrets } from '../host/secrets.js';
 import { modelTextOf } from '../output/model-text.js';
 import { OutputCapture } from '../output/output-capture.js';
 import { readCgroupCounters, rose } from '../host/cgroup-counters.js';
-import { AGENT_RUNTIME_EXEC } from '../../contract/agent-runtime.js';
+import type { LaunchedProcess } from '../host/tool-spawner.js';
 import { killProcessGroup, sweepProcesses } from '../host/process-sweep.js';
 
 /** Environment every exec gets, so tools behave non-interactively; recorded in the receipt. */
@@ -74,7 +73,7 @@ export const PIPE_STDIN = 'pipe';
  * Writes the call's input stream to the child's stdin in order; `eof` ends it. Paced (the next message once the
  * write's callback ran, also on EPIPE): bytes the program does not read wait in Redis under the call's budget.
  */
-function pipeStdin(ctx: AttemptContext, child: ChildProcessWithoutNullStreams): { close(): Promise<void> } {
+function pipeStdin(ctx: AttemptContext, child: LaunchedProcess): { close(): Promise<void> } {
   return ctx.openInput(ctx.callId, (message) => {
     if (child.stdin.writableEnded || child.stdin.destroyed) return Promise.resolve();
     if (message.kind === 'eof') child.stdin.end();
@@ -113,14 +112,20 @@ async function runExec(ctx: AttemptContext, args: ExecArgs): Promise<AttemptOutc
   }
   if (!('release' in provided)) return outcomeWithoutRun('denied', 'not_started', provided, startedAt);
   try {
-    return await runWithSecrets(ctx, args, startedAt, provided);
+    return await runWithSecrets(ctx, args, cwd, startedAt, provided);
   } finally {
     // The call's processes are gone (killed and swept, or detached ones ended): its files go.
     await provided.release();
   }
 }
 
-async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Date, provided: ProvidedSecrets): Promise<AttemptOutcome> {
+async function runWithSecrets(
+  ctx: AttemptContext,
+  args: ExecArgs,
+  cwd: string,
+  startedAt: Date,
+  provided: ProvidedSecrets,
+): Promise<AttemptOutcome> {
   // A secret's variable wins over a lease or call variable of the same name: it was asked for by name.
   const userEnv = { ...ctx.leaseEnv, ...args.env, ...provided.env };
   const env = toolUserEnv(ctx, userEnv);
@@ -143,16 +148,10 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
 
   // Before the program starts, so that what it causes is counted after it; read again only for a failure.
   const countersBefore = readCgroupCounters();
-  let child: ChildProcessWithoutNullStreams;
+  let child: LaunchedProcess;
   try {
-    child = spawn(AGENT_RUNTIME_EXEC, [...launcherArgs, ...programArgs], {
-      cwd: args.cwd ?? ctx.workdir,
-      env,
-      uid: ctx.toolUser.uid,
-      gid: ctx.toolUser.gid,
-      detached: true,
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+    // Its own session and process group (setsid), as the tool user (host/tool-spawner.ts).
+    child = ctx.launch([...launcherArgs, ...programArgs], { cwd, env, uid: ctx.toolUser.uid, gid: ctx.toolUser.gid });
   } catch (err) {
     // spawn throws synchronously for some execve failures (E2BIG, EINVAL): nothing ran.
     return outcomeWithoutRun('failed', 'not_started', errorInfo('execution.spawn_failed', (err as Error).message), startedAt);
@@ -259,6 +258,11 @@ async function runWithSecrets(ctx: AttemptContext, args: ExecArgs, startedAt: Da
       ...stoppedVerdict('cancel', 'cancelled while running; process group killed'),
       modelText: modelText('cancelled while running (effects may be partial)'),
     };
+  }
+  if (exit.code === null && exit.signal === null) {
+    // The spawn server that started the program ended before it did: its exit status is lost.
+    const error = errorInfo('execution.effect_unknown', "the program's exit status was lost: the agent's spawn server ended while it ran");
+    return { ...base, status: 'effect_unknown', commitState: 'unknown', error, modelText: modelText('exit status unknown') };
   }
   const ended = exit.code === null ? `killed by ${exit.signal}` : `exit ${exit.code} in ${durationText}`;
   const exited = (): AttemptOutcome => ({ ...base, ...exitVerdict(exit), modelText: modelText(ended) });
