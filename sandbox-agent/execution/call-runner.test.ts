@@ -12,7 +12,6 @@ import type { AttemptStart } from '../link/attempt-start.js';
 import type { AgentTool, AttemptContext, AttemptOutcome } from './attempt.js';
 import { CallRunner, type CallRunnerDeps } from './call-runner.js';
 import { AccessScheduler } from './scheduler.js';
-import { spawnLauncher } from '../host/tool-spawner.js';
 
 const config = AgentConfig.parse({
   leaseId: 'lse_test',
@@ -137,7 +136,6 @@ async function makeRunner(over: Partial<CallRunnerDeps> = {}): Promise<CallRunne
     config: cfg,
     shell: '/bin/sh',
     scheduler: new AccessScheduler(),
-    launch: spawnLauncher,
     agentPids: () => new Set(),
     processTrees: new ProcessTrees(),
     openInput: () => ({ close: async () => undefined }),

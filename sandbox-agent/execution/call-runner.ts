@@ -18,7 +18,7 @@ import { digestOf, type ArtifactShelf } from '../link/artifact-shelf.js';
 import { resolveAccesses } from './accesses.js';
 import type { AccessScheduler } from './scheduler.js';
 import type { ProcessTrees } from '../host/process-trees.js';
-import type { Launch } from '../host/tool-spawner.js';
+import { spawnLauncher, type Launch } from '../host/tool-spawner.js';
 import type { OpenInput } from '../link/input-stream.js';
 import type { LeaseSecrets } from '../host/secrets.js';
 import { SpoolBudget } from '../output/spool.js';
@@ -28,8 +28,8 @@ import { AttemptTrace } from './attempt-trace.js';
 export interface CallRunnerDeps {
   config: AgentConfig;
   scheduler: AccessScheduler;
-  /** Starts an exec's launcher process (see AttemptContext.launch). */
-  launch: Launch;
+  /** Starts an exec's launcher process (see AttemptContext.launch); default: Node's spawn from the agent. */
+  launch?: Launch;
   /** Pids of the agent's own tool-user processes (see AttemptContext.agentPids). */
   agentPids: () => ReadonlySet<number>;
   /** Opens a call's input stream (`link/input-stream.ts`). */
@@ -212,7 +212,7 @@ export class CallRunner {
           shell: this.deps.shell,
           networkEnv: proxyEnv(this.deps.config.egress, job.egressCredential),
           secrets: this.secrets,
-          launch: this.deps.launch,
+          launch: this.deps.launch ?? spawnLauncher,
           agentPids: this.deps.agentPids,
           processTrees: this.deps.processTrees,
           detach: (pgid) => {
