@@ -6,6 +6,7 @@
  * calls after it start from the agent instead.
  */
 import { describe, expect, it } from 'vitest';
+import type { ToolResult } from '../contract/objects.js';
 import { docker, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 const SERVER_COMMAND = '/opt/sbx/bin/sbx-exec --serve';
@@ -37,6 +38,49 @@ describe('spawn server', () => {
     expect(Number(uid)).toBe(r.receipt?.runner?.uid);
     expect(Number(uid)).not.toBe(0);
     expect(rest).toEqual(['fifo', 'fifo', 'fifo']);
+  });
+
+  it('names the signal that killed a program as Node does (SIGABRT, not its alias SIGIOT), and an unnamed one by its number', async () => {
+    const aborted = await exec({ cmd: 'kill -ABRT $$' });
+    expect(aborted.receipt?.exit?.signal).toBe('SIGABRT');
+    const realtime = await exec({ cmd: 'kill -35 $$' });
+    expect(realtime.status).toBe('failed');
+    expect(realtime.receipt?.exit?.signal).toBe('SIG35');
+  });
+
+  it('refuses an environment longer than execve takes as spawn_failed: nothing ran', async () => {
+    const env = Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`BIG_${i}`, 'x'.repeat(100 * 1024)]));
+    const r = await exec({ argv: ['true'], env });
+    expect(r.status).toBe('failed');
+    expect(r.error?.code).toBe('execution.spawn_failed');
+    expect(r.error?.message).toContain('E2BIG');
+    expect(r.receipt?.commitState).toBe('not_started');
+  });
+
+  it('closes a call\'s stdin with its process: calls with stdin "pipe" left open leave no descriptor behind in the agent', async () => {
+    const agentFds = async (): Promise<number> =>
+      Number(await docker('exec', `sbx-${leaseId}`, 'sh', '-c', "ls /proc/$(pgrep -f 'sbx-agent.cjs$')/fd | wc -l"));
+    await exec({ argv: ['true'], stdin: 'pipe' });
+    const before = await agentFds();
+    for (let i = 0; i < 20; i += 1) expect((await exec({ argv: ['true'], stdin: 'pipe' })).status).toBe('succeeded');
+    expect(await agentFds()).toBeLessThan(before + 5);
+  });
+
+  it('a tool-user process that stops every start (kill -STOP -1) makes a call fail to start after the deadline, not hang the sandbox', async () => {
+    const attacker = (await h.client.submitCall(
+      leaseId,
+      'exec',
+      { cmd: 'while :; do kill -STOP -1 2>/dev/null; done', background: true },
+      { waitSeconds: 30 },
+    )) as ToolResult;
+    expect(attacker.status).toBe('detached');
+    const stopped = await exec({ argv: ['true'] });
+    expect(stopped.status).toBe('failed');
+    expect(stopped.error?.code).toBe('execution.spawn_failed');
+    expect(stopped.error?.message).toContain('ETIMEDOUT');
+    await h.client.cancelCall(leaseId, attacker.callId);
+    for await (const e of h.client.events(leaseId, attacker.callId)) if (e.type === 'call.finished') break;
+    expect((await exec({ argv: ['echo', 'served'] })).stdout).toBe('served\n');
   });
 
   it('when the server is killed during a call, that call ends effect_unknown after its program, and the next starts from the agent', async () => {

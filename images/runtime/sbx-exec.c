@@ -40,8 +40,11 @@
  *            | 'C' u32 id: close the server's ends of call id's pipes
  *   reply    = 24 bytes: u8 kind, 3 zero bytes, u32 id, i32 a, i32 b, i32 c, i32 d
  *              'S' spawned: a = pid, b = stdin's write end, c = stdout's read end, d = stderr's
- *              'E' not spawned, nothing ran: a = errno (setsid, setgid, setuid, chdir, pipe, fork)
- *              'X' exited: a = pid, b = its wait status (waitpid(2))
+ *              'E' not spawned, nothing ran: a = errno (setsid, setgid, setuid, chdir, pipe, fork;
+ *                  E2BIG from the program's exec; ETIMEDOUT: not exec'd within 10 s, killed)
+ *              'X' exited: a = pid, b = its wait status (waitpid(2)); always after its 'S'
+ * Requests are served while others start: a child's start is watched through a status pipe of
+ * its own, so one that a tool-user process stopped before its exec holds up no other call.
  * The server exits when its stdin ends (the agent is gone); children it leaves go to init.
  */
 #define _GNU_SOURCE
@@ -58,6 +61,7 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -76,6 +80,15 @@ static int find_in_path(const char *name, char *out, size_t size) {
     if (end == NULL) return -1;
     dir = end + 1;
   }
+}
+
+/* In a child of the spawn server: the write end of its status pipe until its program's exec (-1 otherwise). */
+static int start_status_fd = -1;
+
+/* In a child of the spawn server: reports `err` through the status pipe (the call is refused, nothing ran) and ends. */
+static void start_failed(int err) {
+  if (write(start_status_fd, &err, sizeof err) != sizeof err) err = 0;
+  _exit(127);
 }
 
 /* Makes this process, and what it execs and forks, the first the kernel's OOM killer takes. */
@@ -129,6 +142,8 @@ static int launch(int argc, char **argv) {
   }
   execv(file, program);
   int err = errno;
+  /* Too long an argv or environment: nothing ran, as when Node's spawn of the launcher refused it. */
+  if (err == E2BIG && start_status_fd >= 0) start_failed(err);
   if (err == ENOEXEC) {
     /* As a shell does: the file is a script in its language. */
     char **script = calloc((size_t)count + 2, sizeof(char *));
@@ -153,13 +168,28 @@ static int launch(int argc, char **argv) {
   return 126;
 }
 
-/* A request's largest body: the kernel's own limit on argv plus environment is smaller (ARG_MAX). */
+/* A request's largest body: the kernel's own limit on argv plus environment is lower (ARG_MAX). */
 #define MAX_BODY (16u << 20)
+/* The request buffer kept between requests; one grown for a large request is freed once empty. */
+#define BUFFER_KEEP (1u << 20)
+/*
+ * How long a child may take from its fork to its program's exec, ms. Once it dropped to the
+ * tool user, a process of that user can stop it (SIGSTOP); past this the server kills it and
+ * refuses the call ('E' ETIMEDOUT): the program never started.
+ */
+#define START_DEADLINE_MS 10000
 
-/* A spawned call's process and the server's ends of its pipes, until the agent took its own (-1: closed). */
+/*
+ * A call's process: its status pipe's read end while it starts (-1 once it exec'd or failed),
+ * its start deadline, its wait status once reaped, and the server's ends of its pipes until the
+ * agent took its own (-1: closed). `refused`: answered 'E', so no 'X' follows.
+ */
 struct call {
   uint32_t id;
   pid_t pid;
+  int status_fd;
+  long long deadline_ms;
+  int refused, reaped, wait_status;
   int fds[3];
 };
 
@@ -169,6 +199,12 @@ static size_t call_count, call_capacity;
 static void die(const char *what) {
   fprintf(stderr, "sbx-exec --serve: %s: %s\n", what, strerror(errno));
   exit(2);
+}
+
+static long long now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
 static void write_all(int fd, const void *data, size_t size) {
@@ -198,22 +234,33 @@ static uint32_t u32_at(const unsigned char *p) {
   return v;
 }
 
-static void close_fds(struct call *c) {
-  for (int k = 0; k < 3; k++)
-    if (c->fds[k] >= 0) close(c->fds[k]), c->fds[k] = -1;
+static void close_fd(int *fd) {
+  if (*fd >= 0) close(*fd), *fd = -1;
 }
 
-static void forget(size_t i) {
+/* Drops call i once nothing more is owed on it: started or refused, reaped, its pipe ends closed. Returns whether it did. */
+static int settle(size_t i) {
+  struct call *c = &calls[i];
+  if (c->status_fd >= 0 || !c->reaped || c->fds[0] >= 0 || c->fds[1] >= 0 || c->fds[2] >= 0) return 0;
   calls[i] = calls[--call_count];
+  return 1;
 }
 
-/* In the forked child: reports `err` to the server through the status pipe and ends. */
-static void child_failed(int status_fd, int err) {
-  if (write(status_fd, &err, sizeof err) != sizeof err) err = 0;
-  _exit(127);
+/* Call i's program has exec'd (its status pipe ended empty): 'S', and 'X' when it has ended already. */
+static void started(struct call *c) {
+  reply('S', c->id, c->pid, c->fds[0], c->fds[1], c->fds[2]);
+  if (c->reaped) reply('X', c->id, c->pid, c->wait_status, 0, 0);
 }
 
-/* Body 'S': forks the call's process; replies 'S' or 'E'. Returns -1 for a malformed body. */
+/* Call i will not start: 'E' with `err`, its pipes closed, its child killed if it still runs. */
+static void refuse(struct call *c, int err) {
+  if (!c->reaped) kill(c->pid, SIGKILL);
+  c->refused = 1;
+  for (int k = 0; k < 3; k++) close_fd(&c->fds[k]);
+  reply('E', c->id, err, 0, 0, 0);
+}
+
+/* Body 'S': forks the call's process, which reports through its status pipe (see `starting`). Returns -1 for a malformed body. */
 static int spawn_call(const unsigned char *body, uint32_t size) {
   if (size < 21) return -1;
   uint32_t id = u32_at(body + 1), uid = u32_at(body + 5), gid = u32_at(body + 9);
@@ -245,48 +292,37 @@ static int spawn_call(const unsigned char *body, uint32_t size) {
   pid_t pid = failed ? -1 : fork();
   if (!failed && pid < 0) failed = errno;
   if (pid == 0) {
+    start_status_fd = status[1];
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    if (setsid() < 0) child_failed(status[1], errno);
-    if (dup2(in[0], STDIN_FILENO) < 0 || dup2(out[1], STDOUT_FILENO) < 0 || dup2(err[1], STDERR_FILENO) < 0) child_failed(status[1], errno);
+    if (setsid() < 0) start_failed(errno);
+    if (dup2(in[0], STDIN_FILENO) < 0 || dup2(out[1], STDOUT_FILENO) < 0 || dup2(err[1], STDERR_FILENO) < 0) start_failed(errno);
     /* Now, as root: after the drop the process is not dumpable until it execs (its /proc files
      * stay root's, which also keeps the server's memory it copied, other calls' requests
      * included, from the tool user), so launch() could not raise it itself. */
     set_oom_score_adj();
     if (gid != UINT32_MAX) {
       /* As libuv does for a spawn with a gid: no supplementary groups of root's stay (EPERM when not root). */
-      if (setgroups(0, NULL) < 0 && errno != EPERM) child_failed(status[1], errno);
-      if (setgid(gid) < 0) child_failed(status[1], errno);
+      if (setgroups(0, NULL) < 0 && errno != EPERM) start_failed(errno);
+      if (setgid(gid) < 0) start_failed(errno);
     }
-    if (uid != UINT32_MAX && setuid(uid) < 0) child_failed(status[1], errno);
+    if (uid != UINT32_MAX && setuid(uid) < 0) start_failed(errno);
     /* As the user: a directory only root may enter is refused here, not entered before the drop. */
-    if (chdir(cwd) < 0) child_failed(status[1], errno);
+    if (chdir(cwd) < 0) start_failed(errno);
     environ = envp;
     _exit(launch((int)argc + 1, argv));
   }
-  /* The child's ends are the child's alone now; a status pipe that ends empty means it exec'd (or its launcher ran and reported). */
+  /* The child's ends are the child's alone now. */
   int child_ends[] = {in[0], out[1], err[1], status[1]};
   for (int k = 0; k < 4; k++)
     if (child_ends[k] >= 0) close(child_ends[k]);
-  if (pid > 0) {
-    int child_err = 0;
-    ssize_t n;
-    do n = read(status[0], &child_err, sizeof child_err);
-    while (n < 0 && errno == EINTR);
-    if (n == sizeof child_err) {
-      failed = child_err;
-      while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
-      }
-    }
-  }
-  if (status[0] >= 0) close(status[0]);
   free(list);
   free(argv);
   free(envp);
   if (failed) {
-    int ours[] = {in[1], out[0], err[0]};
-    for (int k = 0; k < 3; k++)
+    int ours[] = {in[1], out[0], err[0], status[0]};
+    for (int k = 0; k < 4; k++)
       if (ours[k] >= 0) close(ours[k]);
     reply('E', id, failed, 0, 0, 0);
     return 0;
@@ -296,9 +332,19 @@ static int spawn_call(const unsigned char *body, uint32_t size) {
     calls = realloc(calls, call_capacity * sizeof *calls);
     if (calls == NULL) die("realloc");
   }
-  calls[call_count++] = (struct call){id, pid, {in[1], out[0], err[0]}};
-  reply('S', id, pid, in[1], out[0], err[0]);
+  calls[call_count++] = (struct call){id, pid, status[0], now_ms() + START_DEADLINE_MS, 0, 0, 0, {in[1], out[0], err[0]}};
   return 0;
+}
+
+/* Call i's status pipe is readable: empty at its end means the program exec'd; an errno means it will not start. */
+static void starting(struct call *c) {
+  int child_err = 0;
+  ssize_t n;
+  do n = read(c->status_fd, &child_err, sizeof child_err);
+  while (n < 0 && errno == EINTR);
+  close_fd(&c->status_fd);
+  if (n == sizeof child_err) refuse(c, child_err);
+  else started(c);
 }
 
 /* Body 'C': the agent holds its own ends of call id's pipes; the server's go. */
@@ -306,24 +352,26 @@ static int close_call(const unsigned char *body, uint32_t size) {
   if (size != 5) return -1;
   uint32_t id = u32_at(body + 1);
   for (size_t i = 0; i < call_count; i++) {
-    if (calls[i].id != id) continue;
-    close_fds(&calls[i]);
-    if (calls[i].pid < 0) forget(i);
+    if (calls[i].id != id || calls[i].status_fd >= 0) continue;
+    for (int k = 0; k < 3; k++) close_fd(&calls[i].fds[k]);
+    settle(i);
     break;
   }
   return 0;
 }
 
-/* Reaps every ended child and replies 'X' for each of ours. */
+/* Reaps every ended child: 'X' for a started call's, kept for one still starting, none for a refused one's. */
 static void reap(void) {
   int status;
   pid_t pid;
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
     for (size_t i = 0; i < call_count; i++) {
-      if (calls[i].pid != pid) continue;
-      reply('X', calls[i].id, pid, status, 0, 0);
-      calls[i].pid = -1;
-      if (calls[i].fds[0] < 0 && calls[i].fds[1] < 0 && calls[i].fds[2] < 0) forget(i);
+      struct call *c = &calls[i];
+      if (c->pid != pid || c->reaped) continue;
+      c->reaped = 1;
+      c->wait_status = status;
+      if (c->status_fd < 0 && !c->refused) reply('X', c->id, pid, status, 0, 0);
+      settle(i);
       break;
     }
   }
@@ -340,11 +388,39 @@ static int serve(void) {
   if (fcntl(STDIN_FILENO, F_SETFD, FD_CLOEXEC) < 0 || fcntl(STDOUT_FILENO, F_SETFD, FD_CLOEXEC) < 0) die("fcntl");
   unsigned char *buf = NULL;
   size_t used = 0, capacity = 0;
+  struct pollfd *fds = NULL;
+  size_t fds_capacity = 0;
   for (;;) {
-    struct pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {sfd, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
+    /* The agent's requests, SIGCHLD, and the status pipe of every call still starting. */
+    if (fds_capacity < call_count + 2) {
+      fds_capacity = call_count + 2;
+      fds = realloc(fds, fds_capacity * sizeof *fds);
+      if (fds == NULL) die("realloc");
+    }
+    fds[0] = (struct pollfd){STDIN_FILENO, POLLIN, 0};
+    fds[1] = (struct pollfd){sfd, POLLIN, 0};
+    nfds_t watched = 2;
+    long long next_deadline = -1;
+    for (size_t i = 0; i < call_count; i++) {
+      if (calls[i].status_fd < 0) continue;
+      fds[watched++] = (struct pollfd){calls[i].status_fd, POLLIN, 0};
+      if (next_deadline < 0 || calls[i].deadline_ms < next_deadline) next_deadline = calls[i].deadline_ms;
+    }
+    long long wait_ms = next_deadline < 0 ? -1 : next_deadline - now_ms();
+    if (poll(fds, watched, next_deadline < 0 ? -1 : wait_ms < 0 ? 0 : (int)wait_ms) < 0) {
       if (errno == EINTR) continue;
       die("poll");
+    }
+    /* Starts first: an ended child's 'X' must follow its 'S'. */
+    long long now = now_ms();
+    for (size_t i = 0; i < call_count;) {
+      struct call *c = &calls[i];
+      int ready = 0;
+      for (nfds_t k = 2; k < watched; k++)
+        if (fds[k].fd == c->status_fd && fds[k].revents) ready = 1;
+      if (c->status_fd >= 0 && ready) starting(c);
+      else if (c->status_fd >= 0 && now >= c->deadline_ms) close_fd(&c->status_fd), refuse(c, ETIMEDOUT);
+      if (!settle(i)) i++;
     }
     if (fds[1].revents & POLLIN) {
       struct signalfd_siginfo info;
@@ -354,7 +430,7 @@ static int serve(void) {
     }
     if (!(fds[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     if (capacity - used < 65536) {
-      capacity = capacity ? capacity * 2 : 1 << 20;
+      capacity = capacity ? capacity * 2 : BUFFER_KEEP;
       buf = realloc(buf, capacity);
       if (buf == NULL) die("realloc");
     }
@@ -383,8 +459,15 @@ static int serve(void) {
       }
       at += 4 + size;
     }
+    /* Requests carry calls' environments, secrets among them: what was read goes, not only forward. */
     memmove(buf, buf + at, used - at);
+    explicit_bzero(buf + used - at, at);
     used -= at;
+    if (used == 0 && capacity > BUFFER_KEEP) {
+      free(buf);
+      buf = NULL;
+      capacity = 0;
+    }
   }
 }
 

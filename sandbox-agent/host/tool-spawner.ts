@@ -70,7 +70,12 @@ const MAX_REQUEST_BYTES = 16 * 1024 * 1024;
 const REPLY_BYTES = 24;
 /** How often a process that outlived the server is looked for until it is gone, ms. */
 const ORPHAN_POLL_MS = 100;
-const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(Object.entries(osConstants.signals).map(([name, n]) => [n, name as NodeJS.Signals]));
+/** Signal names by number; the first of aliases (SIGABRT, not SIGIOT), as Node names them. */
+const SIGNAL_NAMES = new Map<number, string>();
+for (const [name, n] of Object.entries(osConstants.signals)) if (!SIGNAL_NAMES.has(n)) SIGNAL_NAMES.set(n, name);
+
+/** The error code of a call whose request reached the server and whose start nobody saw: it may run. */
+export const SPAWN_UNKNOWN = 'SBX_SPAWN_UNKNOWN';
 
 class ServedProcess extends EventEmitter implements LaunchedProcess {
   pid: number | undefined;
@@ -96,7 +101,8 @@ export class ToolSpawner {
       // EPIPE: the server ended; its 'exit' says so.
     });
     server.once('error', (err) => this.serverEnded(err.message));
-    server.once('exit', (code, signal) => this.serverEnded(`exited with ${code ?? signal}`));
+    // 'close', not 'exit': after the server's stdout ended, so no reply it wrote is left unread.
+    server.once('close', (code, signal) => this.serverEnded(`exited with ${code ?? signal}`));
   }
 
   /** Starts the server (`binary --serve`, as the agent's user: root). */
@@ -182,10 +188,15 @@ export class ToolSpawner {
     this.running.delete(id);
     // wait(2) status: the low 7 bits are the terminating signal, 0 for a normal exit with its code in bits 8-15.
     const signal = status & 0x7f;
-    const [code, name] = signal === 0 ? [(status >> 8) & 0xff, null] : [null, SIGNAL_NAMES.get(signal) ?? null];
+    // A signal without a name (a real-time one) is named by its number, never null: (null, null) means a lost status.
+    const [code, name] = signal === 0 ? [(status >> 8) & 0xff, null] : [null, SIGNAL_NAMES.get(signal) ?? `SIG${signal}`];
     // In a later turn of the loop, as Node's ChildProcess does: a reply read with its 'S' must
     // not end the process before the code that awaited 'spawn' has listened for 'exit'.
-    setImmediate(() => child?.emit('exit', code, name));
+    setImmediate(() => {
+      // As Node's ChildProcess: stdin goes with the process (an open `stdin: "pipe"` would leak its fd).
+      child?.stdin.destroy();
+      child?.emit('exit', code, name);
+    });
   }
 
   /** The server is gone: later calls spawn from the agent; calls in flight learn what can be known. */
@@ -193,8 +204,9 @@ export class ToolSpawner {
     if (this.ended) return;
     this.ended = true;
     this.log.error({ why }, 'the spawn server ended; exec calls now start from the agent');
+    // A request the server read may have been forked before it died: whether the program runs is unknown.
     for (const child of this.starting.values()) {
-      child.emit('error', Object.assign(new Error(`spawn ${AGENT_RUNTIME_EXEC}: the spawn server ended (${why})`), { code: 'ESRCH' }));
+      child.emit('error', Object.assign(new Error(`the spawn server ended (${why}) before it answered`), { code: SPAWN_UNKNOWN }));
     }
     this.starting.clear();
     for (const child of this.running.values()) awaitGone(child);
@@ -202,13 +214,17 @@ export class ToolSpawner {
   }
 }
 
-/** Emits `exit` (null, null) on `child` once its process no longer exists: its status went with the server. */
+/**
+ * Emits `exit` (null, null) on `child` once its process no longer exists: its status went with
+ * the server. (A pid reused within one poll would be waited for too: the call then ends later.)
+ */
 function awaitGone(child: ServedProcess): void {
   const timer = setInterval(() => {
     try {
       process.kill(child.pid!, 0);
     } catch {
       clearInterval(timer);
+      child.stdin.destroy();
       child.emit('exit', null, null);
     }
   }, ORPHAN_POLL_MS);

@@ -23,7 +23,7 @@ import type { ProvidedSecrets } from '../host/secrets.js';
 import { modelTextOf } from '../output/model-text.js';
 import { OutputCapture } from '../output/output-capture.js';
 import { readCgroupCounters, rose } from '../host/cgroup-counters.js';
-import type { LaunchedProcess } from '../host/tool-spawner.js';
+import { SPAWN_UNKNOWN, type LaunchedProcess } from '../host/tool-spawner.js';
 import { killProcessGroup, sweepProcesses } from '../host/process-sweep.js';
 
 /** Environment every exec gets, so tools behave non-interactively; recorded in the receipt. */
@@ -161,6 +161,10 @@ async function runWithSecrets(
     child.once('spawn', () => resolve(null));
     child.once('error', (err) => resolve(err));
   });
+  if (spawnError && (spawnError as NodeJS.ErrnoException).code === SPAWN_UNKNOWN) {
+    const error = errorInfo('execution.effect_unknown', `whether the program started is unknown: ${spawnError.message}`);
+    return outcomeWithoutRun('effect_unknown', 'unknown', error, startedAt);
+  }
   if (spawnError) return outcomeWithoutRun('failed', 'not_started', errorInfo('execution.spawn_failed', spawnError.message), startedAt);
 
   const pid = child.pid!;
