@@ -201,9 +201,11 @@ describe('lease lifecycle', () => {
     }
     const lease = await h.client.createSandbox({ policy: 'hardened' });
     expect(lease.manifest?.runtime.ociRuntime).toBe('runsc');
-    const r = await exec(lease.id, { cmd: 'dmesg | head -1; id -u' });
+    // Started from the spawn server there too: gVisor lets the agent reopen its pipes through /proc.
+    const r = await exec(lease.id, { cmd: 'dmesg | head -1; id -u; tr "\\0" " " < /proc/$PPID/cmdline' });
     expect(r.stdout).toContain('gVisor');
     expect(r.stdout).toContain('1000');
+    expect(r.stdout).toContain('sbx-exec --serve');
     expect(JSON.parse(await docker('inspect', '--format', '{{json .HostConfig.Runtime}}', `sbx-${lease.id}`))).toBe('runsc');
     // Files travel through the agent's tunnel, a host Unix socket gVisor must let it reach.
     await h.client.uploadTar(lease.id, '/workspace/under-gvisor', await tarBytes([{ name: 'f.txt', content: 'through the tunnel' }]));

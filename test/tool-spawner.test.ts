@@ -74,12 +74,25 @@ describe('spawn server', () => {
       { waitSeconds: 30 },
     )) as ToolResult;
     expect(attacker.status).toBe('detached');
-    const stopped = await exec({ argv: ['true'] });
-    expect(stopped.status).toBe('failed');
-    expect(stopped.error?.code).toBe('execution.spawn_failed');
-    expect(stopped.error?.message).toContain('ETIMEDOUT');
-    await h.client.cancelCall(leaseId, attacker.callId);
-    for await (const e of h.client.events(leaseId, attacker.callId)) if (e.type === 'call.finished') break;
+    try {
+      // The loop must catch a start between the drop to the tool user and the exec; a PATH of 3000
+      // missing directories, each looked in first, widens that to milliseconds. A start it misses
+      // runs (and ends, or is stopped after its exec and times out).
+      const PATH = [...Array.from({ length: 3000 }, (_, i) => `/no/such/dir/${i}`), '/usr/bin', '/bin'].join(':');
+      let stopped: ToolResult | undefined;
+      for (let attempt = 0; attempt < 200 && !stopped; attempt += 1) {
+        const r = await exec({ argv: ['true'], env: { PATH }, timeoutMs: 2000, killGraceMs: 100 });
+        if (r.status === 'succeeded' || r.status === 'timed_out') continue;
+        stopped = r;
+      }
+      expect(stopped?.status).toBe('failed');
+      expect(stopped?.error?.code).toBe('execution.spawn_failed');
+      expect(stopped?.error?.message).toContain('ETIMEDOUT');
+      expect(stopped?.receipt?.commitState).toBe('not_started');
+    } finally {
+      await h.client.cancelCall(leaseId, attacker.callId);
+      for await (const e of h.client.events(leaseId, attacker.callId)) if (e.type === 'call.finished') break;
+    }
     expect((await exec({ argv: ['echo', 'served'] })).stdout).toBe('served\n');
   });
 
