@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Sandbox, SbxError } from '../sdk/index.js';
+import { Sandbox, SbxClient, SbxError } from '../sdk/index.js';
 import { REPO_ROOT, useHarness } from './fixtures/index.js';
 
 const run = promisify(execFile);
@@ -192,6 +192,31 @@ describe('Sandbox', () => {
     expect(await readFile(join(dest, 'sub', 'deep.txt'), 'utf8')).toBe('deep\n');
     const missing = await sbxError(sbx.files.upload(join(local, 'absent'), '/workspace'));
     expect(missing.code).toBe('files.not_found');
+  });
+
+  it('uploads (sent with node:http, not fetch) answer as every request does: the archive lands, an error answer is its SbxError, no answer is api.unreachable; a client given its own fetch uploads through it', async () => {
+    const src = join(local, 'tarred');
+    await mkdir(src, { recursive: true });
+    await writeFile(join(src, 'a.txt'), 'alpha\n');
+    const { stdout: tar } = await promisify(execFile)('tar', ['-cf', '-', '-C', src, '.'], { encoding: 'buffer' });
+    const client = new SbxClient(h.url, h.apiKey);
+    expect(await client.uploadTar(sbx.id, '/workspace/tarred', tar)).toMatchObject({ path: '/workspace/tarred', entries: 2 });
+    expect((await sbx.files.read('/workspace/tarred/a.txt')).content).toBe('alpha\n');
+    const refused = await sbxError(client.uploadTar(sbx.id, '/workspace/tarred', Buffer.from('not a tar archive')));
+    expect([refused.code, refused.status]).toEqual(['files.invalid_archive', 400]);
+    const probe = createServer();
+    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+    const { port } = probe.address() as AddressInfo;
+    await new Promise((r) => probe.close(r));
+    const down = await sbxError(new SbxClient(`http://127.0.0.1:${port}`, h.apiKey).upload(sbx.id, src, '/workspace/x'));
+    expect([down.code, down.details?.reason]).toEqual(['api.unreachable', 'ECONNREFUSED']);
+    const seen: string[] = [];
+    const counted = new SbxClient(h.url, h.apiKey, {
+      fetch: (input, init) => (seen.push(`${init?.method} ${String(input)}`), fetch(input, init)),
+    });
+    await counted.upload(sbx.id, src, '/workspace/via-fetch');
+    expect(seen).toEqual([`PUT ${h.url}/v1/sandboxes/${sbx.id}/files?path=%2Fworkspace%2Fvia-fetch`]);
+    expect((await sbx.files.read('/workspace/via-fetch/a.txt')).content).toBe('alpha\n');
   });
 
   it('git.status and git.diff report the work tree', async () => {
