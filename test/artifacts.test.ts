@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
 import { AGENT_COMMAND } from '../contract/agent-runtime.js';
-import { useLeasedSandbox, type Harness } from './fixtures/index.js';
+import { putPolicyVariant, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
@@ -83,5 +83,36 @@ describe('artifacts', () => {
     const missing = await h.client.raw('GET', `/v1/sandboxes/${lease.id}/artifacts/art_0000000000000000`);
     expect(missing.status).toBe(404);
     expect(((await missing.json()) as { error: { code: string } }).error.code).toBe('artifact.not_found');
+  });
+
+  it("a stream longer than the policy's maxArtifactBytes: the artifact holds its head, says it was cut, and its sha256 is of the bytes it holds", async () => {
+    const policy = 'artifact-cap';
+    const capBytes = 1024 * 1024;
+    await putPolicyVariant(h, policy, (p) => {
+      p.tools.exec.maxOutputBytes = 64 * 1024;
+      p.tools.exec.maxArtifactBytes = capBytes;
+    });
+    const lease = await h.client.createSandbox({ policy });
+    try {
+      // 3 MiB of known bytes: the head of the artifact is what its sha256 must be of.
+      const r = (await h.client.submitCall(
+        lease.id,
+        'exec',
+        { cmd: 'head -c 3145728 /dev/urandom > /tmp/r.bin && head -c 1048576 /tmp/r.bin | sha256sum >&2 && cat /tmp/r.bin' },
+        { waitSeconds: 120 },
+      )) as ToolResult;
+      expect(r.status).toBe('succeeded');
+      const headSha256 = /^([0-9a-f]{64})/.exec(r.stderr)?.[1];
+      const t = r.truncation!.stdout!;
+      expect(t).toMatchObject({ truncated: true, originalBytes: 3_145_728, artifactTruncated: true });
+      expect(r.receipt?.artifacts).toEqual([{ id: t.fullArtifact, sha256: headSha256, size: capBytes }]);
+      const artifact = await fetchArtifact(lease.id, t.fullArtifact!);
+      expect(artifact.bytes.length).toBe(capBytes);
+      expect(createHash('sha256').update(artifact.bytes).digest('hex')).toBe(headSha256);
+      expect(r.receipt?.outputs?.stdout.sha256).not.toBe(headSha256);
+    } finally {
+      await h.client.releaseSandbox(lease.id);
+      await h.client.raw('DELETE', `/v1/policies/${policy}`);
+    }
   });
 });

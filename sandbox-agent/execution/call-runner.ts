@@ -196,7 +196,9 @@ export class CallRunner {
     }
     let outcome: AttemptOutcome;
     let backgroundGroup: number | null = null;
-    log.info({ tool: job.tool }, 'call started');
+    // Debug, not info: the agent's lines go through the engine's log driver, paid per line on
+    // every call; `call finished` below carries the call's ids, and the control plane logs both.
+    log.debug({ tool: job.tool }, 'call started');
     try {
       outcome = await tool.execute(
         {

@@ -8,7 +8,7 @@
  * When the program is done, `finish` turns each spool into the outcome's fields: a stream the
  * result holds whole leaves no artifact (unless `keepArtifact: 'always'`), a stream cut at the
  * bound goes whole (up to the spool cap) to an artifact with sha256 (the spool file itself is
- * offered, hashed as it was written: no copy, no second read), and the result says so
+ * offered, no copy; its sha256 is the stream's, or read back only when the spool was cut), and the result says so
  * explicitly (`truncation`: `originalBytes`, `keptBytes`, `fullArtifact`, `artifactTruncated`).
  */
 import { bytesPassed } from './buffer-reclaim.js';
@@ -70,7 +70,7 @@ export class OutputCapture {
   /** Streams whose spool was offered as an artifact: the shelf, not `discard`, removes it. */
   private readonly offered = new Set<OutputStream>();
 
-  /** Opens the spool file of every stream: call `finish` or `discard` once, or the files stay. */
+  /** Opens the spool of every stream: call `finish` or `discard` once, or their files stay. */
   constructor(
     private readonly ctx: CaptureContext,
     private readonly options: OutputCaptureOptions,
@@ -134,9 +134,12 @@ export class OutputCapture {
         const cut = summary.keptBytes < summary.bytes;
         if (!cut && this.options.keepArtifact !== 'always') continue;
         const spool = this.spools[stream]!;
+        await spool.persist();
         // The spool is the artifact's file now: the shelf removes it once the control plane has it.
         this.offered.add(stream);
-        const file = { path: spool.path, release: () => spool.remove(), digest: { size: spool.bytes, sha256: spool.sha256 } };
+        // An uncut spool holds exactly the stream the pipeline hashed: its digest is the stream's.
+        const sha256 = spool.truncated ? await spool.sha256() : summary.sha256;
+        const file = { path: spool.path, release: () => spool.remove(), digest: { size: spool.bytes, sha256 } };
         const kept = {
           artifact: await this.ctx.offerArtifact(file, `${this.nameOf(stream)}.log`, 'application/octet-stream'),
           spoolTruncated: spool.truncated,
