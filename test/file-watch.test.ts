@@ -71,6 +71,25 @@ describe('file watch', () => {
     expect(new Set(seqs).size).toBe(seqs.length);
   });
 
+  it('a write_file (a temporary file written, then renamed over the path) is one created event (its writes folded in) and the rename', async () => {
+    expect((await exec('mkdir -p /workspace/wf')).status).toBe('succeeded');
+    const { events } = await watchOf('/workspace/wf');
+    for (const name of ['one', 'two', 'three']) {
+      const written = await sb.h.client.submitCall(
+        sb.leaseId,
+        'write_file',
+        { path: `/workspace/wf/${name}.txt`, content: 'hello\n' },
+        { waitSeconds: 30 },
+      );
+      expect(written.status).toBe('succeeded');
+    }
+    await expect.poll(() => changes(events).filter((e) => e.type === 'renamed').length, { timeout: 20_000 }).toBe(3);
+    const seen = changes(events) as Array<{ type: string; sizeBytes?: number | null }>;
+    expect(seen.map((e) => e.type)).toEqual(['created', 'renamed', 'created', 'renamed', 'created', 'renamed']);
+    // The created entry has the size last seen before the rename (the helper stats a path when it reads its record).
+    for (const e of seen) expect(e.sizeBytes).toEqual(e.type === 'renamed' ? 6 : expect.any(Number));
+  });
+
   it('pairs a rename into one renamed event with both paths; a renamed directory keeps being watched under its new name', async () => {
     expect((await exec('mkdir -p /workspace/w2/d && echo a > /workspace/w2/a')).status).toBe('succeeded');
     const { events } = await watchOf('/workspace/w2');

@@ -57,6 +57,12 @@ const MAX_BUFFERED = 10_000;
 const FULL_BATCH_INTERVAL_MS = 250;
 /** Wait before a failed write to the log is tried again, ms. */
 const RETRY_MS = 500;
+/**
+ * How long a new file's `created` waits in the buffer before it is written, ms: the writes right
+ * after a creation (a few `write(2)`s, the close, a chmod) come from the helper in several reads,
+ * and only an entry not yet written can take them in. Other changes are written at once.
+ */
+const COALESCE_MS = 25;
 
 export class FileWatch {
   private child: ChildProcess | null = null;
@@ -177,8 +183,11 @@ export class FileWatch {
         // Consecutive modifications of one file (and the writes right after its creation) are one entry.
         const last = this.lastMutable();
         if (last && (last.type === 'created' || last.type === 'modified') && last.path === path) {
-          last.sizeBytes = sizeBytes;
-          last.kind = kind;
+          // A file gone (renamed, deleted) by the time the helper looked keeps the size and kind last seen.
+          if (kind !== null) {
+            last.sizeBytes = sizeBytes;
+            last.kind = kind;
+          }
           return;
         }
         return this.push({ type: 'modified', path, kind, sizeBytes, at });
@@ -202,6 +211,12 @@ export class FileWatch {
     void this.flush();
   }
 
+  /** Whether the buffer (less than a full batch) ends in a `created` regular file. */
+  private endsInNewFile(): boolean {
+    const last = this.buffer.at(-1);
+    return this.buffer.length < BATCH && last?.type === 'created' && last.kind === 'file';
+  }
+
   /** The buffer's last entry while it is not being written. */
   private lastMutable(): Pending | undefined {
     return this.buffer.length > this.inFlight ? this.buffer.at(-1) : undefined;
@@ -214,9 +229,11 @@ export class FileWatch {
     let fullBatchAt = 0;
     try {
       while (this.buffer.length > 0) {
-        // A flood is written at a bounded rate: Redis serves the tool calls too.
+        // A flood is written at a bounded rate: Redis serves the tool calls too. A batch that
+        // ends in a new file waits COALESCE_MS, so that the writes right after it fold into it.
         const waitMs = fullBatchAt + FULL_BATCH_INTERVAL_MS - Date.now();
         if (waitMs > 0) await sleep(waitMs);
+        else if (this.endsInNewFile()) await sleep(COALESCE_MS);
         // Taken out only once written: a failed write keeps them (and their seqs) for the next try.
         const batch = this.buffer.slice(0, BATCH).map((e, i) => ({ ...e, seq: this.seq + 1 + i }) as ChangeEntry);
         this.inFlight = batch.length;
