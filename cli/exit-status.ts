@@ -2,7 +2,7 @@
  * How `sbx run` and `sbx exec` turn a call's result into their own exit status: the command's
  * exit code when it exited; 124 on timeout (as timeout(1)); 130 when cancelled (as after
  * SIGINT); 128+N when killed by signal N (as POSIX shells); 126 when the command could not be
- * started and 125 when sbx itself failed (as `docker run`).
+ * started or was denied (nothing ran) and 125 when sbx itself failed (as `docker run`).
  */
 import { constants } from 'node:os';
 import type { ToolResult } from '../contract/objects.js';
@@ -10,7 +10,7 @@ import type { ToolResult } from '../contract/objects.js';
 /** sbx itself failed. */
 export const EXIT_PLATFORM_ERROR = 125;
 export const EXIT_TIMED_OUT = 124;
-/** The command could not be started in the sandbox (missing cwd, spawn failure): nothing ran. */
+/** The command could not be started in the sandbox (missing cwd, spawn failure) or was denied: nothing ran. */
 export const EXIT_NOT_STARTED = 126;
 export const EXIT_CANCELLED = 130;
 
@@ -36,6 +36,9 @@ export function exitStatusOf(result: ToolResult): number {
       return EXIT_TIMED_OUT;
     case 'cancelled':
       return EXIT_CANCELLED;
+    case 'denied':
+      // Refused by the policy or an approver: it could not be started, nothing ran.
+      return EXIT_NOT_STARTED;
     default:
       return EXIT_PLATFORM_ERROR;
   }

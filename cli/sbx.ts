@@ -167,6 +167,13 @@ function runCommand(
     ...(opts.signal ? { signal: opts.signal } : {}),
     ...(opts.combined ? { combinedOutput: true } : {}),
     ...(quiet ? {} : { onOutput: (chunk) => (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.data) }),
+    // A call held for an approver says so at once: without it the CLI would wait in silence.
+    onEvent: (event) => {
+      if (event.type !== 'call.pending_approval') return;
+      process.stderr.write(
+        `sbx: waiting for approval of call ${event.callId} (policy rule ${event.rule}, until ${event.expiresAt}); Ctrl-C cancels it\n`,
+      );
+    },
   };
   return sandbox.exec(commandOf(command), options);
 }
@@ -364,7 +371,20 @@ program
     }
     // Piped or redirected stdin goes to the command as it comes; a terminal's is not read (use `sbx shell`).
     const stdin = opts.stdin === true && process.stdin.isTTY !== true ? process.stdin : undefined;
-    const result = await runCommand(sandbox, command, { ...opts, stdin, secrets: opts.secret }, Boolean(global.json));
+    // Ctrl-C (or SIGTERM) cancels the call, running or waiting for approval, and the exit is its result's (130).
+    const interrupted = new AbortController();
+    const onSignal = (): void => interrupted.abort();
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+    const result = await runCommand(
+      sandbox,
+      command,
+      { ...opts, stdin, secrets: opts.secret, signal: interrupted.signal },
+      Boolean(global.json),
+    ).finally(() => {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+    });
     if (global.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
     else reportOutcome(result);
     process.exitCode = exitStatusOf(result);

@@ -112,6 +112,11 @@ export interface ExecOptions {
   /** Each chunk of either stream as raw bytes (for binary output). */
   onOutput?: (chunk: OutputChunk) => void;
   /**
+   * Each of the call's events, in order, once each (e.g. `call.pending_approval`: the policy holds
+   * it for an approver, `rule` and `expiresAt` say which rule and until when).
+   */
+  onEvent?: (event: CallEvent) => void;
+  /**
    * Aborting asks the platform to cancel the call (its process group is killed); `exec` still
    * resolves with the final result (`cancelled`, whose receipt says whether anything had run).
    */
@@ -205,6 +210,7 @@ export class Sandbox implements AsyncDisposable {
     const decoders = { stdout: new TextDecoder(), stderr: new TextDecoder() };
     const next = { stdout: 0, stderr: 0 };
     const onEvent = (event: CallEvent): void => {
+      options.onEvent?.(event);
       if (event.type !== 'output') return;
       // Offsets say where each chunk lies in its stream: bytes delivered before are never delivered twice.
       const data = Buffer.from(event.dataBase64, 'base64');

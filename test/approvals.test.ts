@@ -12,7 +12,7 @@ import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import type { CallView } from '../contract/objects.js';
-import { apiAs, eventually, execIn, REPO_ROOT, startHarness, useScratchDirs, type Harness } from './fixtures/index.js';
+import { apiAs, eventually, execIn, REPO_ROOT, startCli, startHarness, useScratchDirs, type Harness } from './fixtures/index.js';
 
 const scratch = useScratchDirs();
 let h: Harness;
@@ -156,6 +156,27 @@ describe('tool approvals', () => {
       );
     },
   );
+
+  it('sbx exec says on stderr that its call waits for approval; a denial exits 126, Ctrl-C cancels the waiting call and exits 130', async () => {
+    const denied = startCli(h, ['exec', leaseId, '--no-stdin', '--', 'touch', '/workspace/approved-cli-1']);
+    denied.child.stdin.end();
+    const said = await denied.stderrMatching(/waiting for approval/);
+    const callId = /approval of call (\S+) \(policy rule tools\.approvals\.rules\[0\], until \S+\); Ctrl-C cancels it/.exec(said)?.[1];
+    expect(callId).toBeDefined();
+    expect((await api(approver, 'POST', `/v1/sandboxes/${leaseId}/calls/${callId}/deny`)).status).toBe(200);
+    const deniedEnd = await denied.done;
+    expect([deniedEnd.code, deniedEnd.stderr]).toEqual([126, expect.stringContaining('approval.denied')]);
+
+    const interrupted = startCli(h, ['exec', leaseId, '--no-stdin', '--', 'touch', '/workspace/approved-cli-2']);
+    interrupted.child.stdin.end();
+    const waiting = /approval of call (\S+) /.exec(await interrupted.stderrMatching(/waiting for approval/))![1]!;
+    interrupted.child.kill('SIGINT');
+    expect((await interrupted.done).code).toBe(130);
+    expect((await h.client.getCall(leaseId, waiting)).result).toMatchObject({ status: 'cancelled', receipt: null });
+    expect((await api(approver, 'GET', '/v1/approvals')).body.approvals.map((a: { callId: string }) => a.callId)).not.toContain(waiting);
+    expect(await exists('/workspace/approved-cli-1')).toBe(false);
+    expect(await exists('/workspace/approved-cli-2')).toBe(false);
+  });
 
   it('a deny rule on the resolved paths refuses the call at once: 403 policy.tool_denied naming the rule', async () => {
     const r = await api(h.apiKey, 'POST', `/v1/sandboxes/${leaseId}/calls?wait=30`, {
