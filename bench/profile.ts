@@ -40,9 +40,8 @@ const WORKLOADS: Record<string, { count: number; run: Workload; policy?: (ctx: B
     count: 200_000_000,
     run: async (ctx, id, n) => {
       const r = await ctx.call(id, 'exec', { argv: ['head', '-c', String(n), '/dev/zero'] }, 300);
-      const res = await ctx.client.raw('GET', `/v1/sandboxes/${id}/artifacts/${r.truncation!.stdout!.fullArtifact!}`);
       const hash = createHash('sha256');
-      for await (const c of res.body as unknown as AsyncIterable<Uint8Array>) hash.update(c);
+      for await (const c of await ctx.client.artifact(id, r.truncation!.stdout!.fullArtifact!)) hash.update(c as Buffer);
     },
   },
   files: {

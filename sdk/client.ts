@@ -19,7 +19,7 @@ import { SecretMetadata } from '../contract/secrets.js';
 import { Volume, VolumeList } from '../contract/volumes.js';
 import { Snapshot } from '../contract/snapshots.js';
 import { SbxError, errorOfResponse } from './errors.js';
-import { RequestBodyError, sendWithBody } from './http-body.js';
+import { RequestBodyError, getStreamed, responseOf, sendWithBody } from './http-body.js';
 import { fetchChanges, openWatch, type ChangesPage, type FileWatch, type WatchOptions } from './watch.js';
 
 /** What `POST /v1/sandboxes` takes; see the README's HTTP API for each field. */
@@ -525,6 +525,28 @@ export class SbxClient {
     }
     if (!response.ok) throw await errorOfResponse(response);
     return UploadSummary.parse(await response.json());
+  }
+
+  /**
+   * The bytes of artifact `artifactId` of sandbox `leaseId` (a call's whole output past what its
+   * result keeps: `result.truncation.stdout.fullArtifact`) as a Node stream, read as it arrives.
+   * Their sha256 is the artifact's in the call's receipt (`receipt.artifacts`). Throws SbxError
+   * `artifact.not_found`, `api.unreachable`. Over `node:http` (http-body.ts), or through
+   * `options.fetch` when one was given.
+   */
+  async artifact(leaseId: string, artifactId: string): Promise<Readable> {
+    const url = `${this.baseUrl}/v1/sandboxes/${leaseId}/artifacts/${encodeURIComponent(artifactId)}`;
+    const headers = { authorization: `Bearer ${this.apiKey}` };
+    if (this.customFetch) {
+      const response = await this.fetch(url, { headers });
+      if (!response.ok || !response.body) throw await errorOfResponse(response);
+      return Readable.fromWeb(response.body as NodeReadableStream);
+    }
+    const answer = await getStreamed(url, headers).catch((err: unknown) => {
+      throw unreachable(url, err);
+    });
+    if (answer.statusCode !== 200) throw await errorOfResponse(await responseOf(answer));
+    return answer;
   }
 
   /** Fetches `remotePath` as a tar and unpacks it into local directory `dir` (which must exist). */

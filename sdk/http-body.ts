@@ -1,12 +1,13 @@
 /**
- * Requests that carry a large body (a tar upload), sent with `node:http` / `node:https` rather
- * than the global fetch. Node's fetch spends about 8 ms of CPU per MB of request body: measured
- * on the bench machine, a 100 MB PUT cost 820–1020 ms of client CPU through fetch and 55–90 ms
- * through `http.request`; and a streamed fetch body is kept in memory whole until the request
- * ends (nodejs/undici#4058). The answer comes back as a fetch `Response` (its body read whole:
- * the API answers an upload with a small JSON object), so the client reads it as any other.
+ * Requests that move bulk bytes (a tar upload, an artifact download), sent with `node:http` /
+ * `node:https` rather than the global fetch. Node's fetch spends about 8 ms of CPU per MB of
+ * request body: measured on the bench machine, a 100 MB PUT cost 820–1020 ms of client CPU
+ * through fetch and 55–90 ms through `http.request`; a streamed fetch body is kept in memory
+ * whole until the request ends (nodejs/undici#4058); reading a 200 MB response body through
+ * fetch cost about twice the CPU of `http.get`. An upload's answer comes back as a fetch
+ * `Response` (its body read whole: a small JSON object), so the client reads it as any other.
  */
-import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { Readable } from 'node:stream';
 
@@ -58,6 +59,27 @@ export function sendWithBody(url: string, method: string, headers: Record<string
     });
     body.pipe(request);
   });
+}
+
+/**
+ * GETs `url` with `headers` and resolves with the answer as it arrives: its status and headers,
+ * its body not read yet (a Node stream). Rejects with the socket's error when no answer came.
+ */
+export function getStreamed(url: string, headers: Record<string, string>): Promise<IncomingMessage> {
+  const target = new URL(url);
+  const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
+  return new Promise((resolve, reject) => {
+    const request = send(target, { method: 'GET', headers }, resolve);
+    request.on('error', reject);
+    request.end();
+  });
+}
+
+/** A fetch `Response` of an answer whose body is still to be read (an error answer: small JSON). */
+export async function responseOf(answer: IncomingMessage): Promise<Response> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of answer) chunks.push(chunk as Buffer);
+  return new Response(Buffer.concat(chunks), { status: answer.statusCode ?? 502, headers: headersOf(answer.headers) });
 }
 
 /** A `Headers` of Node's parsed response headers (repeated ones joined as fetch joins them). */

@@ -69,7 +69,7 @@ describe('artifacts', () => {
     expect(r.modelText.length).toBeLessThan(10_000);
   });
 
-  it('output within the limit makes no artifact; an artifact outlives its sandbox; unknown ids are artifact.not_found', async () => {
+  it('output within the limit makes no artifact; an artifact outlives its sandbox (read raw and by the SDK); unknown ids are artifact.not_found', async () => {
     const small = await exec({ argv: ['echo', 'small'] });
     expect(small.artifacts).toEqual([]);
     expect(small.truncation).toBeNull();
@@ -80,9 +80,14 @@ describe('artifacts', () => {
     const after = await fetchArtifact(lease.id, id);
     expect(after.status).toBe(200);
     expect(after.bytes.equals(Buffer.alloc(6_000_000))).toBe(true);
+    // The SDK's reader (node:http) gives the same bytes as a stream, and the same error code.
+    const chunks: Buffer[] = [];
+    for await (const chunk of await h.client.artifact(lease.id, id)) chunks.push(chunk as Buffer);
+    expect(Buffer.concat(chunks).equals(after.bytes)).toBe(true);
     const missing = await h.client.raw('GET', `/v1/sandboxes/${lease.id}/artifacts/art_0000000000000000`);
     expect(missing.status).toBe(404);
     expect(((await missing.json()) as { error: { code: string } }).error.code).toBe('artifact.not_found');
+    await expect(h.client.artifact(lease.id, 'art_0000000000000000')).rejects.toMatchObject({ code: 'artifact.not_found', status: 404 });
   });
 
   it("a stream longer than the policy's maxArtifactBytes: the artifact holds its head, says it was cut, and its sha256 is of the bytes it holds", async () => {

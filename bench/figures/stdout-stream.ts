@@ -1,7 +1,7 @@
 /**
  * stdout streaming: `exec head -c N /dev/zero` (default 200 MB), received the way a client gets
  * all of it — the call's events over SSE until `call.finished` (live output up to the kept
- * limit), then the artifact that holds the whole stream, read and sha256-checked against the
+ * limit), then the artifact that holds the whole stream (the SDK's `artifact` reader), read and sha256-checked against the
  * receipt — against dockerode exec attach reading (and hashing) the same bytes. The agent's
  * resident memory is sampled from the host every 100 ms meanwhile.
  */
@@ -48,11 +48,9 @@ export async function stdoutStream(ctx: BenchContext): Promise<Figure> {
             const artifactId = result.truncation?.stdout?.fullArtifact;
             const expected = result.receipt?.outputs?.stdout;
             if (!artifactId || !expected) throw new Error(`no artifact for ${bytes} bytes of stdout (kept ${result.stdout.length})`);
-            const response = await ctx.client.raw('GET', `/v1/sandboxes/${id}/artifacts/${artifactId}`);
-            if (!response.ok || !response.body) throw new Error(`artifact ${artifactId}: HTTP ${response.status}`);
             const hash = createHash('sha256');
             let got = 0;
-            for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+            for await (const chunk of await ctx.client.artifact(id, artifactId)) {
               hash.update(chunk);
               got += chunk.length;
             }
