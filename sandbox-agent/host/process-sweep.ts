@@ -78,8 +78,8 @@ function alive(p: ProcInfo): boolean {
   return p.state !== 'Z' && p.state !== 'X';
 }
 
-/** Sends `signal` to group `pgid`; false when the group has no member (ESRCH). */
-function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
+/** Sends `signal` to process group `pgid`; false when the group has no member (ESRCH). */
+export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
   try {
     process.kill(-pgid, signal);
     return true;

@@ -27,6 +27,7 @@ import { PassThrough, type Readable, type Writable } from 'node:stream';
 import { getSystemErrorName } from 'node:util';
 import type { Logger } from 'pino';
 import { AGENT_RUNTIME_EXEC } from '../../contract/agent-runtime.js';
+import { signalGroup } from './process-sweep.js';
 
 /** Who the process runs as, where, and with which environment. */
 export interface LaunchOptions {
@@ -167,7 +168,7 @@ export class ToolSpawner {
       // The process runs but its pipes cannot be had (EMFILE): it is killed, and its exit says so.
       for (const fd of opened) closeSync(fd);
       this.log.error({ err, pid }, "could not open a call's pipes from the spawn server; its process is killed");
-      killGroup(pid);
+      signalGroup(pid, 'SIGKILL');
       child.stdin = new PassThrough().resume();
       child.stdout = new PassThrough().end();
       child.stderr = new PassThrough().end();
@@ -228,14 +229,6 @@ function awaitGone(child: ServedProcess): void {
       child.emit('exit', null, null);
     }
   }, ORPHAN_POLL_MS);
-}
-
-function killGroup(pid: number): void {
-  try {
-    process.kill(-pid, 'SIGKILL');
-  } catch {
-    // ESRCH: gone already.
-  }
 }
 
 function noNul(what: string, value: string): string {

@@ -28,6 +28,7 @@ import {
 import type { ArtifactShelf } from '../link/artifact-shelf.js';
 import type { ProcessTrees } from './process-trees.js';
 import { writeFrame } from '../link/frames.js';
+import { signalGroup } from './process-sweep.js';
 
 /**
  * What the tunnel may hold before the script's stdout is paused, bytes: a pipe read is up to
@@ -154,12 +155,6 @@ function carry(tunnel: net.Socket, child: ChildProcess, unpack: boolean): void {
   // The control plane gone or done with it before the script ended: the script ends too (its
   // traps clean up what it staged).
   tunnel.once('close', () => {
-    if (!exited && child.pid !== undefined) {
-      try {
-        process.kill(-child.pid, 'SIGTERM');
-      } catch {
-        // Already gone.
-      }
-    }
+    if (!exited && child.pid !== undefined) signalGroup(child.pid, 'SIGTERM');
   });
 }

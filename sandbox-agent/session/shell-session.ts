@@ -25,6 +25,7 @@ import { closeSync, constants, openSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { promisify } from 'node:util';
 import type { Readable } from 'node:stream';
+import { signalGroup } from '../host/process-sweep.js';
 
 const run = promisify(execFile);
 
@@ -286,14 +287,6 @@ export class ShellSession {
       if (this.statusClosed) return null;
       await new Promise<void>((resolve) => (this.lineWaiter = resolve));
     }
-  }
-}
-
-function signalGroup(pgid: number, signal: NodeJS.Signals): void {
-  try {
-    process.kill(-pgid, signal);
-  } catch {
-    // ESRCH: gone.
   }
 }
 

@@ -24,7 +24,7 @@ import { modelTextOf } from '../output/model-text.js';
 import { OutputCapture } from '../output/output-capture.js';
 import { readCgroupCounters, rose } from '../host/cgroup-counters.js';
 import { SPAWN_UNKNOWN, type LaunchedProcess } from '../host/tool-spawner.js';
-import { killProcessGroup, sweepProcesses } from '../host/process-sweep.js';
+import { killProcessGroup, signalGroup, sweepProcesses } from '../host/process-sweep.js';
 
 /** Environment every exec gets, so tools behave non-interactively; recorded in the receipt. */
 export const EXEC_ENV_DEFAULTS: Readonly<Record<string, string>> = {
@@ -190,20 +190,13 @@ async function runWithSecrets(
 
   let killedBy: 'timeout' | 'cancel' | null = null;
   let graceTimer: NodeJS.Timeout | null = null;
-  const killGroup = (signal: NodeJS.Signals): void => {
-    try {
-      process.kill(-pid, signal);
-    } catch {
-      // ESRCH: the group is already gone.
-    }
-  };
   const stop = (reason: 'timeout' | 'cancel'): void => {
     if (killedBy) return;
     killedBy = reason;
     if (reason === 'timeout') ctx.emit({ type: 'call.timed_out', timeoutMs: ctx.timeoutMs });
     else ctx.emit({ type: 'call.cancel_acknowledged', attemptId: ctx.attemptId });
-    killGroup('SIGTERM');
-    graceTimer = setTimeout(() => killGroup('SIGKILL'), args.killGraceMs);
+    signalGroup(pid, 'SIGTERM');
+    graceTimer = setTimeout(() => signalGroup(pid, 'SIGKILL'), args.killGraceMs);
   };
   const timeoutTimer = setTimeout(() => stop('timeout'), ctx.timeoutMs);
   const onCancel = (): void => stop('cancel');
