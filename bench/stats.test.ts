@@ -88,7 +88,7 @@ describe('settings', () => {
     const s = readSettings({});
     expect(s.burst).toBe(100);
     expect(s.cpuCalls).toBe(1000);
-    expect(s.files).toEqual({ count: 1000, bytes: 4096, baseline: 250 });
+    expect(s.files).toEqual({ count: 1000, bytes: 4096, baseline: 100 });
     expect(readSettings({ SBX_BENCH_FILES: '10' }).files.baseline).toBe(10);
   });
 });
