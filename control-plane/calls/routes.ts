@@ -67,8 +67,10 @@ export const callsRoutes: FastifyPluginAsync<CallsRoutesOptions> = async (
       }
       const session = request.body.tool === 'exec' ? request.body.args.session : undefined;
       if (typeof session === 'string' && /^ses_[0-9a-f]{32}$/.test(session)) await sessions.assertRunning(id, session);
-      const { call } = await calls.submit(request.lease, request.body, tracing.parentOf(request.headers) ?? undefined);
-      const view = wait ? await calls.waitFinished(id, call.callId, wait * 1000) : call;
+      const parent = tracing.parentOf(request.headers) ?? undefined;
+      const view = wait
+        ? await calls.submitAndWait(request.lease, request.body, wait * 1000, parent)
+        : (await calls.submit(request.lease, request.body, parent)).call;
       if (view.status === 'finished' && view.result) return reply.status(200).send(view.result);
       if (view.status === 'detached' && view.detached) return reply.status(200).send(view.detached);
       return reply.status(202).send({ callId: view.callId, status: view.status });

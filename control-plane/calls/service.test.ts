@@ -238,6 +238,21 @@ describe('CallService.waitFinished', () => {
     expect(await waiting).toMatchObject({ status: 'finished', result: { status: 'succeeded' } });
     expect(reads.getCall).toBe(2);
   });
+
+  it('submitAndWait listens before the call is written: one read, after its end; a call it did not write is read first', async () => {
+    const { service, store, reads, sent } = fakes();
+    const waiting = service.submitAndWait(lease, exec('c1'), 30_000);
+    await new Promise((r) => setImmediate(r));
+    expect(sent.enqueued.map((j) => j.callId)).toEqual(['c1']);
+    expect(reads.getCall).toBe(0);
+    await store.finishCall(lease.id, 'c1', { callId: 'c1', status: 'succeeded' } as ToolResult, new Date());
+    expect(await waiting).toMatchObject({ callId: 'c1', status: 'finished', result: { status: 'succeeded' } });
+    expect(reads.getCall).toBe(1);
+    // Submitted again: not written by this submission, so it is read (and it is finished).
+    reads.getCall = 0;
+    expect(await service.submitAndWait(lease, exec('c1'), 30_000)).toMatchObject({ status: 'finished' });
+    expect(reads.getCall).toBeGreaterThan(0);
+  });
 });
 
 describe('CallService.cancel', () => {

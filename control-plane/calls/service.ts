@@ -5,7 +5,6 @@
  * queue job is acknowledged.
  */
 import { resultWithoutRun } from '../../contract/receipts.js';
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ZodError } from 'zod';
 import { digestOf } from '../../contract/digest.js';
@@ -28,11 +27,12 @@ import { abandonedResult } from './abandon.js';
 import { agentTraceOf, callTraceOf, recordCallSpans } from './call-trace.js';
 import { decideApproval } from './approvals.js';
 import { settleBehindAnswer } from './settle.js';
-import { waitAllFinished, waitFinished } from './waiting.js';
+import { listenForEnd, waitAllFinished, waitFinished } from './waiting.js';
 import { denyWithdrawnSecrets } from './withdrawn.js';
 import { ingestArtifact } from './artifact-ingest.js';
 import type { CallStore } from './store.js';
-import { TOOLS, type ResolvedExecution, type ToolDefinition } from './tools.js';
+import { jobOf, newCallId } from './job.js';
+import { TOOLS } from './tools.js';
 
 /** What calls need of a lease: its id, policy, granted secrets and manifest. */
 export type CallLease = Pick<LeaseRecord, 'id' | 'policySnapshot' | 'secrets' | 'manifest'>;
@@ -80,7 +80,7 @@ export class CallService {
     const { store, now } = this.deps;
     const tool = TOOLS.get(body.tool);
     if (!tool) throw new AppError('input.unknown_tool', `no tool named ${body.tool}`, { details: { field: 'tool', known: OFFERED_TOOLS } });
-    const callId = body.callId ?? `call_${randomUUID().replaceAll('-', '')}`;
+    const callId = body.callId ?? newCallId();
     let resolved;
     let denial: AppError | null = null;
     try {
@@ -109,7 +109,7 @@ export class CallService {
     const createdAt = now();
     const intent = { callId, leaseId: lease.id, tool: tool.name, args: normalizedArgs, fingerprint, createdAt: createdAt.toISOString() };
     const trace = callTraceOf(this.deps.tracing, parent ?? null);
-    const untraced = resolved ? jobOf(lease, tool, callId, fingerprint, resolved) : null;
+    const untraced = resolved ? jobOf(lease.manifest!.digest, tool, callId, fingerprint, resolved) : null;
     const job: CallJob | null = untraced && { ...untraced, ...agentTraceOf(trace) };
     // The intent and its call.accepted event are written in one round trip.
     const asks = ruling?.decision === 'ask' && denial === null;
@@ -187,7 +187,7 @@ export class CallService {
       const resolved = tool.resolve(call.args, lease.policySnapshot, lease.secrets);
       if (digestOf({ tool: tool.name, version: tool.version, args: resolved.args }) !== call.fingerprint)
         throw new AppError('policy.tool_denied', 'the call resolves to another effect under the policy now than the one approved');
-      job = jobOf(lease, tool, call.callId, call.fingerprint, resolved);
+      job = jobOf(lease.manifest!.digest, tool, call.callId, call.fingerprint, resolved);
       if (this.deps.tracing) job = { ...job, ...agentTraceOf(await this.deps.store.traceOf(lease.id, call.callId)) };
     } catch (err) {
       if (!(err instanceof AppError)) throw err;
@@ -226,6 +226,26 @@ export class CallService {
    */
   waitFinished(leaseId: string, callId: string, timeoutMs: number, untilFinished = false): Promise<CallView> {
     return waitFinished({ ...this.deps, get: (l, c) => this.get(l, c) }, leaseId, callId, timeoutMs, untilFinished);
+  }
+
+  /**
+   * `submit`, then `waitFinished` up to `waitMs`: the wait listens before the call is written, so
+   * a call this submission queued is not read back before its first notification (one Redis
+   * round trip less per waited call). Throws as `submit`.
+   */
+  async submitAndWait(lease: CallLease, body: SubmitCallBody, waitMs: number, parent?: SpanContextIds): Promise<CallView> {
+    const callId = body.callId ?? newCallId();
+    const early = listenForEnd(this.deps, lease.id, callId, waitMs);
+    try {
+      const { call, created } = await this.submit(lease, { ...body, callId }, parent);
+      // Only a call written just now as queued is known without a read; any other is read as usual.
+      const known = created && call.status === 'queued' ? { wait: early, call } : undefined;
+      if (!known) early.stop();
+      return await waitFinished({ ...this.deps, get: (l, c) => this.get(l, c) }, lease.id, callId, waitMs, false, known);
+    } catch (err) {
+      early.stop();
+      throw err;
+    }
   }
 
   /**
@@ -374,20 +394,4 @@ export class CallService {
       await this.finish(leaseId, callId, result, now);
     }
   }
-}
-
-/** The job the agent runs for a call resolved under the lease's policy. */
-function jobOf(lease: CallLease, tool: ToolDefinition, callId: string, fingerprint: string, resolved: ResolvedExecution): CallJob {
-  const { args, timeoutMs, maxOutputBytes, accesses } = resolved;
-  return {
-    callId,
-    tool: tool.name,
-    toolVersion: tool.version,
-    args,
-    fingerprint,
-    manifestDigest: lease.manifest!.digest,
-    timeoutMs,
-    maxOutputBytes,
-    accesses,
-  };
 }

@@ -42,9 +42,41 @@ export async function waitAllFinished(deps: WaitDeps, leaseId: string, untilMs: 
   }
 }
 
+/** The longest one wait on a call's notifications lasts before the call is read again, ms (a bound, not a poll). */
+const WAIT_FINISHED_RECHECK_MS = 1000;
+
+/** A wait begun before the call's record was written (`listenForEnd`): its first wake, and the call as written. */
+export interface EarlyWait {
+  wake: Promise<void>;
+  stop: () => void;
+}
+
+/**
+ * Starts listening for a call's end before it exists (its submission is about to write it): the
+ * first round of `waitFinished` then needs no read of what the submission just wrote. `stop`
+ * when the submission fails.
+ */
+export function listenForEnd(deps: WaitDeps, leaseId: string, callId: string, timeoutMs: number): EarlyWait {
+  const stopped = new AbortController();
+  const wake = deps.notifier.next(
+    deps.store.notifyChannel(leaseId, callId),
+    Math.max(0, Math.min(WAIT_FINISHED_RECHECK_MS, timeoutMs)),
+    stopped.signal,
+    settlesOf(false),
+  );
+  return { wake, stop: () => stopped.abort() };
+}
+
+/** Which notify messages end a wait: the end, and a detach unless `untilFinished`. */
+function settlesOf(untilFinished: boolean): (message: string) => boolean {
+  // Only the end (or a detach) wakes the wait: the events before it change nothing it returns.
+  return (message) => message === CALL_SETTLED.finished || (message === CALL_SETTLED.detached && !untilFinished);
+}
+
 /**
  * The call once finished or detached (a background task's handle; with `untilFinished`, only
- * once finished), or as it is after `timeoutMs`.
+ * once finished), or as it is after `timeoutMs`. `early`: a listener started before the call
+ * was written and the call as written then (`listenForEnd`): its first round reads nothing.
  */
 export async function waitFinished(
   deps: WaitDeps & { get(leaseId: string, callId: string): Promise<CallView> },
@@ -52,15 +84,19 @@ export async function waitFinished(
   callId: string,
   timeoutMs: number,
   untilFinished = false,
+  early?: { wait: EarlyWait; call: CallView },
 ): Promise<CallView> {
   const deadline = Date.now() + timeoutMs;
   const channel = deps.store.notifyChannel(leaseId, callId);
-  // Only the end (or a detach) wakes the wait: the events before it change nothing it returns.
-  const settles = (message: string): boolean => message === CALL_SETTLED.finished || (message === CALL_SETTLED.detached && !untilFinished);
+  const settles = settlesOf(untilFinished);
+  let first = early;
   for (;;) {
     // Listen before reading, so a change between the read and the wait is not missed.
-    const wake = deps.notifier.next(channel, Math.max(0, Math.min(1000, deadline - Date.now())), undefined, settles);
-    const call = await deps.get(leaseId, callId);
+    const wake =
+      first?.wait.wake ??
+      deps.notifier.next(channel, Math.max(0, Math.min(WAIT_FINISHED_RECHECK_MS, deadline - Date.now())), undefined, settles);
+    const call = first?.call ?? (await deps.get(leaseId, callId));
+    first = undefined;
     // A call waiting for approval is answered as it is: it waits for a person, not for a process.
     const settled = call.status === 'finished' || call.status === 'pending_approval' || (call.status === 'detached' && !untilFinished);
     if (settled || Date.now() >= deadline) return call;

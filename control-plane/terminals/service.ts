@@ -5,7 +5,7 @@
  * reachable through the calls API too. Input, resizes and EOF go to the agent in order on the
  * call's input stream (agent-link/input-out.ts), the same channel as an exec's piped stdin.
  */
-import { randomUUID } from 'node:crypto';
+import { newCallId } from '../calls/job.js';
 import { AppError } from '../../contract/errors.js';
 import type { CallView } from '../../contract/objects.js';
 import type { InputOut } from '../agent-link/input-out.js';
@@ -64,7 +64,7 @@ export class TerminalService {
     const { calls, slots } = this.deps;
     const max = lease.policySnapshot.terminals.max;
     await this.prune(lease.id);
-    const terminalId = `call_${randomUUID().replaceAll('-', '')}`;
+    const terminalId = newCallId();
     if (!(await slots.reserve(lease.id, terminalId, max, this.deps.now().getTime()))) {
       const open = (await slots.live(lease.id)).length;
       throw new AppError('terminal.limit_reached', `this sandbox has ${open} terminals open; the policy allows ${max}`, {
