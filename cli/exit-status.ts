@@ -16,12 +16,21 @@ export const EXIT_CANCELLED = 130;
 
 /**
  * The exit status for an error code that stopped a command before it ran (`sbx shell --cwd
- * /missing` is refused at the terminal's create, where `sbx exec` gets a result): 126 as for an
+ * /missing` is refused at the terminal's create, where `sbx exec` gets a result; a policy's deny
+ * rule refuses the call at submission, where an approver's denial is a result): 126 as for an
  * exec's, else 125.
  */
 export function exitStatusOfErrorCode(code: string | undefined): number {
-  return code === 'input.cwd_not_found' || code === 'execution.spawn_failed' ? EXIT_NOT_STARTED : EXIT_PLATFORM_ERROR;
+  return code !== undefined && NOT_STARTED_CODES.has(code) ? EXIT_NOT_STARTED : EXIT_PLATFORM_ERROR;
 }
+
+/** Refusals before anything ran: a missing cwd, a failed spawn, a call the policy denies at submission. */
+const NOT_STARTED_CODES: ReadonlySet<string> = new Set([
+  'input.cwd_not_found',
+  'execution.spawn_failed',
+  'policy.tool_denied',
+  'policy.secret_denied',
+]);
 
 /** The exit status `sbx` reports for a finished call. */
 export function exitStatusOf(result: ToolResult): number {

@@ -384,6 +384,8 @@ program
     ).finally(() => {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
+      // A piped stdin whose writer lives on would keep this process alive after the command ended.
+      stdin?.destroy();
     });
     if (global.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
     else reportOutcome(result);

@@ -11,6 +11,11 @@ import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage 
 import { request as httpsRequest } from 'node:https';
 import type { Readable } from 'node:stream';
 
+/** Statuses whose answer has no body (a fetch `Response` refuses one for them). */
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+/** How long a request may go without a byte moving either way before it is given up, ms (fetch waits 300 s for headers). */
+const IDLE_TIMEOUT_MS = 300_000;
+
 /** The body itself failed (a local file that could not be read): not a failure to reach the API. */
 export class RequestBodyError extends Error {
   constructor(cause: unknown) {
@@ -23,6 +28,8 @@ export class RequestBodyError extends Error {
  * stream, sent chunked) and resolves with the answer once it is read whole — also when the API
  * answers before the body was sent (an early 4xx). Rejects with the socket's error when no answer
  * came (ECONNREFUSED, ECONNRESET, ...), or with `RequestBodyError` when the stream failed.
+ * Redirects are not followed (the API sends none). A server that answers early and resets the
+ * connection before the answer is read gives the socket's error (fetch may read the answer).
  */
 export function sendWithBody(url: string, method: string, headers: Record<string, string>, body: Uint8Array | Readable): Promise<Response> {
   const target = new URL(url);
@@ -31,17 +38,25 @@ export function sendWithBody(url: string, method: string, headers: Record<string
   const request = send(target, { method, headers: sized ? { ...headers, 'content-length': String(body.byteLength) } : headers });
   return new Promise<Response>((resolve, reject) => {
     let answered = false;
+    request.setTimeout(IDLE_TIMEOUT_MS, () => request.destroy(idleError()));
     request.on('response', (response) => {
       answered = true;
       const chunks: Buffer[] = [];
       response.on('data', (chunk: Buffer) => chunks.push(chunk));
       response.on('error', reject);
       response.on('end', () => {
+        // An answer that came before the whole body was sent (an early 4xx): the rest is not sent,
+        // and the connection goes (kept, it would wait for the body's end and hold the process).
+        if (!request.writableFinished) request.destroy();
         const status = response.statusCode ?? 502;
-        const text = status === 204 || status === 304 ? null : Buffer.concat(chunks);
-        resolve(new Response(text, { status, headers: headersOf(response.headers) }));
+        try {
+          resolve(
+            new Response(NULL_BODY_STATUSES.has(status) ? null : Buffer.concat(chunks), { status, headers: headersOf(response.headers) }),
+          );
+        } catch (err) {
+          reject(err);
+        }
       });
-      // The answer came first: what is left of the body is not needed.
       if (!sized && !body.readableEnded) body.destroy();
     });
     request.on('error', (err) => {
@@ -63,16 +78,24 @@ export function sendWithBody(url: string, method: string, headers: Record<string
 
 /**
  * GETs `url` with `headers` and resolves with the answer as it arrives: its status and headers,
- * its body not read yet (a Node stream). Rejects with the socket's error when no answer came.
+ * its body not read yet (a Node stream; a connection lost while it is read ends it with the
+ * socket's error). Rejects with the socket's error when no answer came. Redirects are not
+ * followed (the API sends none).
  */
 export function getStreamed(url: string, headers: Record<string, string>): Promise<IncomingMessage> {
   const target = new URL(url);
   const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
   return new Promise((resolve, reject) => {
     const request = send(target, { method: 'GET', headers }, resolve);
+    request.setTimeout(IDLE_TIMEOUT_MS, () => request.destroy(idleError()));
     request.on('error', reject);
     request.end();
   });
+}
+
+/** The error of a request given up after IDLE_TIMEOUT_MS without a byte moving (its `code` is the reason `api.unreachable` names). */
+function idleError(): Error {
+  return Object.assign(new Error(`no byte moved for ${IDLE_TIMEOUT_MS / 1000} s`), { code: 'ETIMEDOUT' });
 }
 
 /** A fetch `Response` of an answer whose body is still to be read (an error answer: small JSON). */

@@ -223,16 +223,16 @@ export class Sandbox implements AsyncDisposable {
       if (text) (event.stream === 'stdout' ? options.onStdout : options.onStderr)?.(text);
     };
     const source = typeof options.stdin === 'string' ? undefined : options.stdin?.[Symbol.asyncIterator]();
-    let pumped: Promise<void> = Promise.resolve();
     const result = await this.call('exec', args, {
       onEvent,
       ...(options.callId ? { callId: options.callId } : {}),
       ...(options.signal ? { signal: options.signal } : {}),
-      ...(source ? { onSubmitted: (callId: string) => (pumped = this.pumpStdin(callId, source)) } : {}),
+      ...(source ? { onSubmitted: (callId: string) => void this.pumpStdin(callId, source) } : {}),
     });
-    // The command ended: what it did not read is dropped, and the source is let go.
+    // The command ended: what it did not read is dropped, and the source is let go. The pump is
+    // not waited for: it may wait on a source that never ends (a pipe whose writer lives on), and
+    // it ends by itself (its writes are refused once the call ended; it catches every failure).
     void source?.return?.();
-    await pumped;
     for (const stream of ['stdout', 'stderr'] as const) {
       const rest = decoders[stream].decode();
       if (rest) (stream === 'stdout' ? options.onStdout : options.onStderr)?.(rest);

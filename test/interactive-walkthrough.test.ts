@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { Sandbox } from '../sdk/index.js';
-import { apiAs, eventually, REPO_ROOT, runCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
+import { apiAs, eventually, REPO_ROOT, runCli, startCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
@@ -92,6 +92,14 @@ describe('sbx exec stdin', () => {
     const none = await runCli({ url: h.url, apiKey: h.apiKey }, ['exec', leaseId, '--no-stdin', '--', 'cat'], 'ignored');
     expect(none.code, none.stderr).toBe(0);
     expect(none.stdout).toBe('');
+  });
+
+  it('exits when its command ends, even while a piped stdin stays open (its writer lives on)', async () => {
+    const cli = startCli({ url: h.url, apiKey: h.apiKey }, ['exec', leaseId, '--', 'echo', 'done']);
+    cli.child.stdin.write('never read\n');
+    // stdin is never ended: the CLI must not wait for it once the command is over.
+    const run = await cli.done;
+    expect([run.code, run.stdout]).toEqual([0, 'done\n']);
   });
 });
 
