@@ -7,7 +7,7 @@
  * fetch cost about twice the CPU of `http.get`. An upload's answer comes back as a fetch
  * `Response` (its body read whole: a small JSON object), so the client reads it as any other.
  */
-import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
+import { request as httpRequest, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { Readable } from 'node:stream';
 
@@ -32,31 +32,16 @@ export class RequestBodyError extends Error {
  * connection before the answer is read gives the socket's error (fetch may read the answer).
  */
 export function sendWithBody(url: string, method: string, headers: Record<string, string>, body: Uint8Array | Readable): Promise<Response> {
-  const target = new URL(url);
-  const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
   const sized = body instanceof Uint8Array;
-  const request = send(target, { method, headers: sized ? { ...headers, 'content-length': String(body.byteLength) } : headers });
+  const request = requestTo(url, method, sized ? { ...headers, 'content-length': String(body.byteLength) } : headers);
   return new Promise<Response>((resolve, reject) => {
     let answered = false;
-    request.setTimeout(IDLE_TIMEOUT_MS, () => request.destroy(idleError()));
-    request.on('response', (response) => {
+    request.on('response', (answer) => {
       answered = true;
-      const chunks: Buffer[] = [];
-      response.on('data', (chunk: Buffer) => chunks.push(chunk));
-      response.on('error', reject);
-      response.on('end', () => {
-        // An answer that came before the whole body was sent (an early 4xx): the rest is not sent,
-        // and the connection goes (kept, it would wait for the body's end and hold the process).
-        if (!request.writableFinished) request.destroy();
-        const status = response.statusCode ?? 502;
-        try {
-          resolve(
-            new Response(NULL_BODY_STATUSES.has(status) ? null : Buffer.concat(chunks), { status, headers: headersOf(response.headers) }),
-          );
-        } catch (err) {
-          reject(err);
-        }
-      });
+      // An answer that came before the whole body was sent (an early 4xx): the rest is not sent,
+      // and the connection goes (kept, it would wait for the body's end and hold the process).
+      answer.once('end', () => request.writableFinished || request.destroy());
+      responseOf(answer).then(resolve, reject);
       if (!sized && !body.readableEnded) body.destroy();
     });
     request.on('error', (err) => {
@@ -83,14 +68,20 @@ export function sendWithBody(url: string, method: string, headers: Record<string
  * followed (the API sends none).
  */
 export function getStreamed(url: string, headers: Record<string, string>): Promise<IncomingMessage> {
-  const target = new URL(url);
-  const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
   return new Promise((resolve, reject) => {
-    const request = send(target, { method: 'GET', headers }, resolve);
-    request.setTimeout(IDLE_TIMEOUT_MS, () => request.destroy(idleError()));
+    const request = requestTo(url, 'GET', headers);
+    request.on('response', resolve);
     request.on('error', reject);
     request.end();
   });
+}
+
+/** A request to `url` over http or https by its scheme, given up after IDLE_TIMEOUT_MS without a byte moving. */
+function requestTo(url: string, method: string, headers: Record<string, string>): ClientRequest {
+  const target = new URL(url);
+  const request = (target.protocol === 'https:' ? httpsRequest : httpRequest)(target, { method, headers });
+  request.setTimeout(IDLE_TIMEOUT_MS, () => request.destroy(idleError()));
+  return request;
 }
 
 /** The error of a request given up after IDLE_TIMEOUT_MS without a byte moving (its `code` is the reason `api.unreachable` names). */
@@ -98,11 +89,12 @@ function idleError(): Error {
   return Object.assign(new Error(`no byte moved for ${IDLE_TIMEOUT_MS / 1000} s`), { code: 'ETIMEDOUT' });
 }
 
-/** A fetch `Response` of an answer whose body is still to be read (an error answer: small JSON). */
+/** A fetch `Response` of an answer whose body is still to be read, read whole (small JSON: an upload's summary, an error). */
 export async function responseOf(answer: IncomingMessage): Promise<Response> {
   const chunks: Buffer[] = [];
   for await (const chunk of answer) chunks.push(chunk as Buffer);
-  return new Response(Buffer.concat(chunks), { status: answer.statusCode ?? 502, headers: headersOf(answer.headers) });
+  const status = answer.statusCode ?? 502;
+  return new Response(NULL_BODY_STATUSES.has(status) ? null : Buffer.concat(chunks), { status, headers: headersOf(answer.headers) });
 }
 
 /** A `Headers` of Node's parsed response headers (repeated ones joined as fetch joins them). */
