@@ -13,7 +13,7 @@ export interface WaitDeps {
   now: () => Date;
 }
 
-/** Longest single wait of `waitAllFinished` before it reads the calls again, ms (a bound, not a poll: notifications wake it sooner). */
+/** Longest single wait on calls' notifications before they are read again, ms (a bound, not a poll: notifications wake it sooner). */
 const WAIT_RECHECK_MS = 1000;
 
 /**
@@ -42,10 +42,7 @@ export async function waitAllFinished(deps: WaitDeps, leaseId: string, untilMs: 
   }
 }
 
-/** The longest one wait on a call's notifications lasts before the call is read again, ms (a bound, not a poll). */
-const WAIT_FINISHED_RECHECK_MS = 1000;
-
-/** A wait begun before the call's record was written (`listenForEnd`): its first wake, and the call as written. */
+/** A wait begun before the call's record was written (`listenForEnd`): its first wake, and how to stop it. */
 export interface EarlyWait {
   wake: Promise<void>;
   stop: () => void;
@@ -60,7 +57,7 @@ export function listenForEnd(deps: WaitDeps, leaseId: string, callId: string, ti
   const stopped = new AbortController();
   const wake = deps.notifier.next(
     deps.store.notifyChannel(leaseId, callId),
-    Math.max(0, Math.min(WAIT_FINISHED_RECHECK_MS, timeoutMs)),
+    Math.max(0, Math.min(WAIT_RECHECK_MS, timeoutMs)),
     stopped.signal,
     settlesOf(false),
   );
@@ -93,8 +90,7 @@ export async function waitFinished(
   for (;;) {
     // Listen before reading, so a change between the read and the wait is not missed.
     const wake =
-      first?.wait.wake ??
-      deps.notifier.next(channel, Math.max(0, Math.min(WAIT_FINISHED_RECHECK_MS, deadline - Date.now())), undefined, settles);
+      first?.wait.wake ?? deps.notifier.next(channel, Math.max(0, Math.min(WAIT_RECHECK_MS, deadline - Date.now())), undefined, settles);
     const call = first?.call ?? (await deps.get(leaseId, callId));
     first = undefined;
     // A call waiting for approval is answered as it is: it waits for a person, not for a process.
