@@ -106,6 +106,8 @@ describe('writable roots start with the image content', () => {
       for (const [path, linkPath] of [
         ['/testbed', '/testbed'],
         ['/home/esc', '/home/esc'],
+        // Again: refused from what the first refusal recorded for the image.
+        ['/testbed', '/testbed'],
       ] as const) {
         const answer = await api(h.apiKey, 'POST', '/v1/sandboxes', { image: linked, writableRoots: [{ path }] });
         expect(answer.status, JSON.stringify(answer.body)).toBe(422);
@@ -119,6 +121,26 @@ describe('writable roots start with the image content', () => {
       await docker('rmi', '-f', linked).catch(() => undefined);
       await rm(context, { recursive: true, force: true });
     }
+  });
+
+  it('a later lease of an image reads nothing from it (no container but its own), and its roots still hold the image content', async () => {
+    // The first lease of the image in this control plane records what it read (or an earlier test did).
+    await h.client.createSandbox({ image, writableRoots: [{ path: '/testbed', sizeBytes: 4 * MiB }] });
+    const since = Date.now() / 1000;
+    const later = await h.client.createSandbox({ image, writableRoots: [{ path: '/testbed', sizeBytes: 4 * MiB }] });
+    const until = Date.now() / 1000 + 1;
+    const created = await docker(
+      'events',
+      ...['--since', since.toFixed(3), '--until', until.toFixed(3), '--filter', `label=sbx.lease=${later.id}`],
+      ...['--filter', 'type=container', '--filter', 'event=create', '--format', '{{.Actor.Attributes.name}}'],
+    );
+    expect(created.split('\n').filter(Boolean)).toEqual([`sbx-${later.id}`]);
+    const r = await exec(later.id, { cmd: 'cat /testbed/README.md /workspace/from-image.txt; stat -c "%U" /testbed/pkg/mod.py' });
+    expect(r.stdout).toBe('hello from the image\nseeded\nsandbox\n');
+    expect(later.manifest!.writableRoots.filter((r) => r.fromImage).map((r) => r.path)).toEqual(
+      expect.arrayContaining(['/workspace', '/testbed']),
+    );
+    expect(later.manifest!.writableRoots.find((r) => r.path === '/tmp')?.fromImage).toBe(false);
   });
 
   it('two leases of the same image do not share writes in their roots', async () => {

@@ -14,6 +14,7 @@ import { inspectImage, readImageFiles } from './docker-images.js';
 import { checkpointSandbox, checkpointSupport, freezeSandbox, thawSandbox } from './docker-freezer.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { mountTargetsOf, refuseSymlinkedMountTargets } from './mount-targets.js';
+import { ImageSource, ImageSurvey } from './image-survey.js';
 import { seedWritableRoots } from './seed-roots.js';
 import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
 import { rootsBytesInUse } from './snapshot-roots.js';
@@ -55,15 +56,19 @@ export class DockerRuntime implements SandboxRuntime {
 
   /** Where snapshots keep their roots' archives, on the engine's host (snapshot-roots.ts). */
   private readonly snapshotDir: string;
+  /** What was read from images before their sandboxes ran, per image ID (image-survey.ts). */
+  private readonly survey: ImageSurvey;
 
   /**
    * `socketPath`: the Docker engine's API socket, e.g. /var/run/docker.sock; `snapshotDir`: a
-   * directory on the engine's host for snapshots' roots (`<data dir>/snapshots/<installation id>`).
+   * directory on the engine's host for snapshots' roots (`<data dir>/snapshots/<installation id>`);
+   * `surveyDir`: a directory of this control plane for image facts (`<data dir>/image-survey`).
    */
-  constructor(socketPath: string, options: { snapshotDir: string }) {
+  constructor(socketPath: string, options: { snapshotDir: string; surveyDir: string }) {
     this.docker = new Docker({ socketPath });
     this.local = !socketPath.includes('://');
     this.snapshotDir = options.snapshotDir;
+    this.survey = new ImageSurvey(options.surveyDir);
   }
 
   async info(): Promise<RuntimeInfo> {
@@ -90,6 +95,8 @@ export class DockerRuntime implements SandboxRuntime {
           details: { field: 'runtime.nodeLabels', runtime: 'docker', nodeLabels: spec.nodeLabels },
         },
       );
+    // Made only when the image must be read (its first lease, or a root too large to record).
+    const source = new ImageSource(this.docker, spec);
     try {
       for (const v of spec.volumes) {
         await this.docker.createVolume({
@@ -117,7 +124,7 @@ export class DockerRuntime implements SandboxRuntime {
           Labels: { [LABEL.lease]: spec.leaseId, ...ownershipLabels(ownership) },
         });
       }
-      await refuseSymlinkedMountTargets(this.docker, spec, mountTargetsOf(spec));
+      await refuseSymlinkedMountTargets(source, this.survey, mountTargetsOf(spec));
       const container = await this.docker.createContainer({
         name: spec.name,
         Image: spec.pinnedImage ?? spec.image,
@@ -159,8 +166,11 @@ export class DockerRuntime implements SandboxRuntime {
         },
       });
       await container.start();
-      return { containerId: container.id, seededPaths: await seedWritableRoots(this.docker, spec, this.snapshotDir) };
+      const seededPaths = await seedWritableRoots(this.docker, spec, { snapshotDir: this.snapshotDir, survey: this.survey, source });
+      await source.remove();
+      return { containerId: container.id, seededPaths };
     } catch (err) {
+      await source.remove();
       await this.remove(spec.leaseId, ownership).catch(() => undefined);
       if (err instanceof AppError) throw err;
       if (statusOf(err) === 404)

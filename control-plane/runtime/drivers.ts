@@ -24,8 +24,12 @@ export function createRuntime(settings: DriverSettings, ownership: Ownership, lo
     const { kind: _, plainHttpRegistries, ...k8s } = settings.runtime;
     return new KubernetesRuntime({ ...k8s, plainHttpRegistries: new Set(plainHttpRegistries), agentConfigDir: AGENT_CONFIG_DIR, log });
   }
-  // One directory per installation, as for volumes: snapshots' roots (snapshot-roots.ts).
-  return new DockerRuntime(settings.dockerSocket, { snapshotDir: join(settings.dataDir, 'snapshots', ownership.installation) });
+  // One directory per installation, as for volumes: snapshots' roots (snapshot-roots.ts). Image
+  // facts hold for any installation (image-survey.ts).
+  return new DockerRuntime(settings.dockerSocket, {
+    snapshotDir: join(settings.dataDir, 'snapshots', ownership.installation),
+    surveyDir: join(settings.dataDir, 'image-survey'),
+  });
 }
 
 /**

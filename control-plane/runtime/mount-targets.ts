@@ -12,7 +12,7 @@ import type Docker from 'dockerode';
 import type { IncomingMessage } from 'node:http';
 import { AppError } from '../../contract/errors.js';
 import { statusOf } from './docker-errors.js';
-import { LABEL, ownershipLabels, type Ownership } from './runtime.js';
+import type { ImageSource, ImageSurvey } from './image-survey.js';
 
 /** Every path sbx mounts over in a sandbox of `spec`-like mounts: volumes, tmpfs, binds. */
 export function mountTargetsOf(spec: {
@@ -32,47 +32,35 @@ export function mountTargetsOf(spec: {
 /**
  * Throws AppError `image.mount_path_symlink` (422; `details`: `path`, `linkTarget`, `mountPath`)
  * when the image has a symbolic link at any of `targets` or at a directory above one. A path
- * the image lacks is fine (the engine makes it).
+ * the image lacks is fine (the engine makes it). Paths `survey` recorded for the image are not
+ * read again; what is read through `source` is recorded there.
  */
-export async function refuseSymlinkedMountTargets(
-  docker: Docker,
-  spec: { leaseId: string; image: string; pinnedImage?: string; ownership: Ownership },
-  targets: readonly string[],
-): Promise<void> {
-  const container = await docker.createContainer({
-    name: `sbx-${spec.leaseId}-mounts`,
-    Image: spec.pinnedImage ?? spec.image,
-    // Never started: an entrypoint only because the engine refuses a container without a command.
-    Entrypoint: ['/nonexistent/sbx-mount-check'],
-    Cmd: [],
-    Labels: { [LABEL.lease]: spec.leaseId, [LABEL.role]: 'seed', ...ownershipLabels(spec.ownership) },
-    NetworkDisabled: true,
-    HostConfig: { NetworkMode: 'none' },
-  });
+export async function refuseSymlinkedMountTargets(source: ImageSource, survey: ImageSurvey, targets: readonly string[]): Promise<void> {
+  const paths = [...new Set(targets.flatMap(prefixesOf))];
+  const imageId = source.imageId;
+  const known = imageId === null ? new Map<string, string | null>() : await survey.links(imageId, paths);
+  const found = new Map<string, string | null>();
   try {
-    await checkTargets(container, targets);
+    for (const path of paths) {
+      if (!known.has(path)) found.set(path, await linkTargetAt(await source.get(), path));
+      const linkTarget = known.get(path) ?? found.get(path) ?? null;
+      if (linkTarget === null) continue;
+      const mountPath = targets.find((t) => prefixesOf(t).includes(path)) ?? path;
+      throw new AppError(
+        'image.mount_path_symlink',
+        `the image has a symbolic link at ${path} (to ${linkTarget}); sbx mounts over ${mountPath} and does not follow links there`,
+        { details: { path, linkTarget, mountPath } },
+      );
+    }
   } finally {
-    await container.remove({ force: true }).catch(() => undefined);
+    if (imageId !== null) await survey.recordLinks(imageId, found);
   }
 }
 
-async function checkTargets(container: Docker.Container, targets: readonly string[]): Promise<void> {
-  const seen = new Set<string>();
-  for (const target of targets) {
-    const parts = target.split('/').filter(Boolean);
-    for (let i = 1; i <= parts.length; i++) {
-      const path = `/${parts.slice(0, i).join('/')}`;
-      if (seen.has(path)) continue;
-      seen.add(path);
-      const linkTarget = await linkTargetAt(container, path);
-      if (linkTarget === null) continue;
-      throw new AppError(
-        'image.mount_path_symlink',
-        `the image has a symbolic link at ${path} (to ${linkTarget}); sbx mounts over ${target} and does not follow links there`,
-        { details: { path, linkTarget, mountPath: target } },
-      );
-    }
-  }
+/** `/a/b/c` → `/a`, `/a/b`, `/a/b/c`. */
+function prefixesOf(target: string): string[] {
+  const parts = target.split('/').filter(Boolean);
+  return parts.map((_, i) => `/${parts.slice(0, i + 1).join('/')}`);
 }
 
 /** The link target when `path` is a symbolic link in the container, else null (also when absent). */

@@ -11,16 +11,19 @@
  *
  * 1. a container of the image is created, never started (`sbx-<lease>-seed`, labelled with the
  *    lease and `sbx.role=seed`, so teardown and reconcile reap it), and the engine's archive API
- *    reads each root's path from the image through it;
+ *    reads each root's path from the image through it; what it held (nothing, or an archive up
+ *    to SURVEY_ARCHIVE_MAX_BYTES) is recorded per image ID (image-survey.ts), so later leases of
+ *    the image neither make the container nor read the image;
  * 2. the archive is unpacked inside the sandbox by `tar -x` run as the tool user (docker exec),
  *    so every file ends owned by the tool user (who may then write it; the image's owners are not
  *    kept: SWE-bench images own `/testbed` as root) with the image's modes, and the root's size
  *    limit applies as to any write: content that does not fit fails the create with
  *    `lease.writable_root_full`, and the caller removes everything.
  *
- * Cost: the content crosses the engine's API twice (out of the image, into the sandbox) and is
- * held in memory (tmpfs pages, charged to the sandbox); a root the image has nothing at costs
- * one archive request and no exec. Needs `tar` in the image (as uploads do).
+ * Cost: the content crosses the engine's API twice on an image's first lease (out of the image,
+ * into the sandbox), once afterwards, and is held in memory (tmpfs pages, charged to the
+ * sandbox); a root the image has nothing at costs one archive request on the first lease and
+ * nothing later. Roots are copied side by side. The runtime's tar does the unpacking.
  */
 import { AGENT_RUNTIME_TAR } from '../../contract/agent-runtime.js';
 import { PassThrough, type Readable } from 'node:stream';
@@ -28,60 +31,104 @@ import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import type Docker from 'dockerode';
 import { AppError } from '../../contract/errors.js';
+import { statusOf } from './docker-errors.js';
 import { execInContainer } from './docker-exec.js';
-import { LABEL, ownershipLabels, SNAPSHOT_ROOTS_PREFIX, type SandboxSpec } from './runtime.js';
+import type { ArchiveRecorder, ImageSource, ImageSurvey } from './image-survey.js';
+import { SNAPSHOT_ROOTS_PREFIX, type SandboxSpec } from './runtime.js';
 import { rootArchiveName, snapshotDirOf } from './snapshot-roots.js';
+
+/** How long a failed copy waits to learn whether the sandbox is stopping (its agent died), ms. */
+const AGENT_DEATH_GRACE_MS = 2000;
 
 /** An archive this small holding one entry is the root directory alone: nothing to copy. */
 const EMPTY_DIR_ARCHIVE_MAX_BYTES = 3 * 512;
 
+/** What `seedWritableRoots` reads roots from besides the image. */
+export interface SeedSources {
+  /** Where snapshots keep their roots' archives (snapshot-roots.ts). */
+  snapshotDir: string;
+  /** Roots recorded per image ID (image-survey.ts). */
+  survey: ImageSurvey;
+  /** The never-started container of the image, made only when a root must be read from it. */
+  source: ImageSource;
+}
+
 /**
  * Copies the image's content at each of `spec.seedRoots` into the running container
- * `sbx-<lease>`, as `spec.seedUser`. Returns the paths that had content. Throws AppError
- * `lease.writable_root_full` (`details`: `path`, `sizeBytes`, `reason`), `lease.create_failed`.
- * The seed container is removed whatever happens.
+ * `sbx-<lease>`, as `spec.seedUser`, all roots at once. Returns the paths that had content, in
+ * `spec.seedRoots` order. Throws AppError `lease.writable_root_full` (`details`: `path`,
+ * `sizeBytes`, `reason`), `lease.create_failed`. The caller removes `sources.source`.
  */
-export async function seedWritableRoots(docker: Docker, spec: SandboxSpec, snapshotDir: string): Promise<string[]> {
-  if (spec.seedRoots.length === 0) return [];
+export async function seedWritableRoots(docker: Docker, spec: SandboxSpec, sources: SeedSources): Promise<string[]> {
   // A snapshot's roots are archives on the host (snapshot-roots.ts); an older snapshot's are in its image.
-  const archives = snapshotDirOf(snapshotDir, spec.image);
-  const source = await docker.createContainer({
-    name: `sbx-${spec.leaseId}-seed`,
-    Image: spec.pinnedImage ?? spec.image,
-    // Never started: an entrypoint only because the engine refuses a container without a command.
-    Entrypoint: ['/nonexistent/sbx-seed-source'],
-    Cmd: [],
-    Labels: { [LABEL.lease]: spec.leaseId, [LABEL.role]: 'seed', ...ownershipLabels(spec.ownership) },
-    NetworkDisabled: true,
-    HostConfig: { NetworkMode: 'none' },
-  });
-  try {
-    const seeded: string[] = [];
-    for (const root of spec.seedRoots) {
+  const archives = snapshotDirOf(sources.snapshotDir, spec.image);
+  const seeded = await Promise.all(
+    spec.seedRoots.map(async (root) => {
       let archive: Readable | null = null;
       if (archives !== null && root.from?.startsWith(`${SNAPSHOT_ROOTS_PREFIX}/`))
         archive = await openIfPresent(join(archives, rootArchiveName(root.from.slice(SNAPSHOT_ROOTS_PREFIX.length))));
+      const copy = archive ? seedFrom(docker, spec, root, archive, null) : seedFromImage(docker, spec, root, sources);
       try {
-        archive ??= (await source.getArchive({ path: root.from ?? root.path })) as unknown as Readable;
+        return await copy;
       } catch (err) {
-        if (statusOf(err) === 404) continue; // the image has nothing at this path
-        throw err;
-      }
-      const head = await readHead(archive, EMPTY_DIR_ARCHIVE_MAX_BYTES + 1);
-      if (head.ended && entryCount(head.bytes) <= 1) continue;
-      try {
-        await extractInSandbox(docker, spec, root, head.bytes, head.ended ? null : archive);
-      } catch (err) {
+        if (err instanceof AppError && err.code === 'lease.writable_root_full') throw err;
         // The sandbox's agent died meanwhile: the caller reports that (with its last words), not the copy.
-        if (!(await isRunning(docker, spec.name))) return seeded;
+        if (await stopsSoon(docker, spec.name)) return false;
         throw err;
       }
-      seeded.push(root.path);
-    }
-    return seeded;
-  } finally {
-    await source.remove({ force: true }).catch(() => undefined);
+    }),
+  );
+  return spec.seedRoots.filter((_, i) => seeded[i]).map((r) => r.path);
+}
+
+type SeedRoot = SandboxSpec['seedRoots'][number];
+
+/** Copies the image's content at `root` (as recorded for its ID, else read and recorded); false when it has none. */
+async function seedFromImage(docker: Docker, spec: SandboxSpec, root: SeedRoot, { survey, source }: SeedSources): Promise<boolean> {
+  const sourcePath = root.from ?? root.path;
+  const imageId = source.imageId;
+  const recorded = imageId === null ? null : await survey.root(imageId, sourcePath);
+  if (recorded?.kind === 'empty') return false;
+  if (recorded?.kind === 'archive') return seedFrom(docker, spec, root, recorded.archive, null);
+  let archive: Readable;
+  try {
+    archive = (await (await source.get()).getArchive({ path: sourcePath })) as unknown as Readable;
+  } catch (err) {
+    if (statusOf(err) !== 404) throw err;
+    // The image has nothing at this path.
+    if (imageId !== null) await survey.recordEmpty(imageId, sourcePath);
+    return false;
   }
+  return seedFrom(docker, spec, root, archive, imageId === null ? null : { survey, imageId, sourcePath });
+}
+
+/**
+ * Copies `archive` into `root` unless it holds the root directory alone (false); with `record`,
+ * what it held is recorded for the image (empty, or the archive once all of it was copied).
+ */
+async function seedFrom(
+  docker: Docker,
+  spec: SandboxSpec,
+  root: SeedRoot,
+  archive: Readable,
+  record: { survey: ImageSurvey; imageId: string; sourcePath: string } | null,
+): Promise<boolean> {
+  const head = await readHead(archive, EMPTY_DIR_ARCHIVE_MAX_BYTES + 1);
+  if (head.ended && entryCount(head.bytes) <= 1) {
+    if (record) await record.survey.recordEmpty(record.imageId, record.sourcePath);
+    return false;
+  }
+  const recorder = record ? await record.survey.archiveRecorder(record.imageId, record.sourcePath) : null;
+  try {
+    await extractInSandbox(docker, spec, root, head.bytes, head.ended ? null : archive, recorder);
+  } catch (err) {
+    await recorder?.drop();
+    throw err;
+  }
+  // Only a whole archive is kept (tar may stop reading at the end-of-archive blocks).
+  if (head.ended || archive.readableEnded) await recorder?.keep();
+  else await recorder?.drop();
+  return true;
 }
 
 /**
@@ -126,18 +173,21 @@ function entryCount(tar: Buffer): number {
   return count;
 }
 
-/** Runs `tar -x` in the sandbox as the seed user, fed `head` then the rest of `rest`. */
+/** Runs `tar -x` in the sandbox as the seed user, fed `head` then the rest of `rest` (each byte also to `recorder`). */
 async function extractInSandbox(
   docker: Docker,
   spec: SandboxSpec,
   root: SandboxSpec['seedRoots'][number],
   head: Buffer,
   rest: Readable | null,
+  recorder: ArchiveRecorder | null,
 ): Promise<void> {
   const input = new PassThrough();
   input.write(head);
+  recorder?.write(head);
   if (rest) {
     rest.on('error', (err) => input.destroy(err));
+    if (recorder) rest.on('data', (chunk: Buffer) => recorder.write(chunk));
     rest.pipe(input);
     rest.resume();
   } else {
@@ -167,17 +217,21 @@ async function extractInSandbox(
   });
 }
 
-async function isRunning(docker: Docker, name: string): Promise<boolean> {
+/**
+ * Whether the sandbox is stopped, or stops within AGENT_DEATH_GRACE_MS: a copy into a sandbox
+ * whose agent is dying fails (exec exits 126) while the engine still calls it running.
+ */
+async function stopsSoon(docker: Docker, name: string): Promise<boolean> {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), AGENT_DEATH_GRACE_MS);
   try {
-    const info = (await docker.getContainer(name).inspect()) as { State?: { Running?: boolean } };
-    return info.State?.Running === true;
-  } catch {
-    return false;
+    await docker.getContainer(name).wait({ condition: 'not-running', abortSignal: abort.signal });
+    return true;
+  } catch (err) {
+    return statusOf(err) === 404;
+  } finally {
+    clearTimeout(timer);
   }
-}
-
-function statusOf(err: unknown): number | undefined {
-  return typeof err === 'object' && err !== null && 'statusCode' in err ? Number((err as { statusCode: unknown }).statusCode) : undefined;
 }
 
 /** A read stream of `file`, or null when there is none. */

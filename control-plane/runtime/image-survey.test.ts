@@ -1,0 +1,76 @@
+/**
+ * The image survey's records: link targets merge, empty roots, a root's archive kept only whole
+ * and within its size bound, and a damaged facts file read as nothing recorded.
+ */
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { text } from 'node:stream/consumers';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ImageSurvey, SURVEY_ARCHIVE_MAX_BYTES } from './image-survey.js';
+
+const ID = 'sha256:' + 'ab'.repeat(32);
+let dir: string;
+let survey: ImageSurvey;
+
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'sbx-survey-'));
+  survey = new ImageSurvey(dir);
+});
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('image survey', () => {
+  it('link targets found by two checks merge; a path never checked is absent', async () => {
+    await survey.recordLinks(ID, new Map([['/testbed', '/etc']]));
+    await survey.recordLinks(ID, new Map([['/home', null]]));
+    expect(await survey.links(ID, ['/testbed', '/home', '/tmp'])).toEqual(
+      new Map([
+        ['/testbed', '/etc'],
+        ['/home', null],
+      ]),
+    );
+    expect(await survey.links('sha256:' + 'cd'.repeat(32), ['/testbed'])).toEqual(new Map());
+  });
+
+  it('a root recorded empty reads as empty; one never recorded as null', async () => {
+    await survey.recordEmpty(ID, '/tmp');
+    expect(await survey.root(ID, '/tmp')).toEqual({ kind: 'empty' });
+    expect(await survey.root(ID, '/workspace')).toBeNull();
+  });
+
+  it('an archive kept whole reads back byte for byte; a dropped one leaves no file', async () => {
+    const kept = await survey.archiveRecorder(ID, '/workspace');
+    kept.write(Buffer.from('head,'));
+    kept.write(Buffer.from('tail'));
+    await kept.keep();
+    const root = await survey.root(ID, '/workspace');
+    expect(root?.kind).toBe('archive');
+    expect(await text((root as { archive: Readable }).archive)).toBe('head,tail');
+
+    const dropped = await survey.archiveRecorder(ID, '/testbed');
+    dropped.write(Buffer.from('partial'));
+    await dropped.drop();
+    expect(await survey.root(ID, '/testbed')).toBeNull();
+    expect((await readdir(join(dir, ID.replace(':', '-')))).filter((f) => f.endsWith('.tmp'))).toEqual([]);
+  });
+
+  it('an archive past SURVEY_ARCHIVE_MAX_BYTES is not kept, and its temporary file goes', async () => {
+    const recorder = await survey.archiveRecorder(ID, '/big');
+    const chunk = Buffer.alloc(1024 * 1024);
+    for (let written = 0; written <= SURVEY_ARCHIVE_MAX_BYTES; written += chunk.length) recorder.write(chunk);
+    await recorder.keep();
+    expect(await survey.root(ID, '/big')).toBeNull();
+    expect((await readdir(join(dir, ID.replace(':', '-')))).filter((f) => f.endsWith('.tmp'))).toEqual([]);
+  });
+
+  it('a damaged facts file reads as nothing recorded, and the next record replaces it', async () => {
+    await survey.recordEmpty(ID, '/tmp');
+    await writeFile(join(dir, ID.replace(':', '-'), 'facts.json'), '{"links":');
+    expect(await survey.root(ID, '/tmp')).toBeNull();
+    await survey.recordEmpty(ID, '/tmp');
+    expect(await survey.root(ID, '/tmp')).toEqual({ kind: 'empty' });
+  });
+});
