@@ -18,6 +18,10 @@ await build({
   ...common,
   entryPoints: ['sandbox-agent/main.ts'],
   outfile: 'dist/agent/sbx-agent-main.cjs',
+  // Whitespace and syntax only (names stay, for stack traces): a third less source to read and
+  // hash at every agent start, about 8 of its 185 ms to `loaded` (issue 14).
+  minifyWhitespace: true,
+  minifySyntax: true,
   // contract/ and tools/terminal.ts use import.meta.url (for createRequire); CommonJS has no import.meta.
   // msgpackr (in bullmq) would search the disk for its optional native extractor at every start;
   // the runtime carries none.
