@@ -76,6 +76,18 @@ export class DockerRuntime implements SandboxRuntime {
     return { engineVersion: info.ServerVersion, ociRuntimes: Object.keys(info.Runtimes) };
   }
 
+  async sweepImageFacts(): Promise<number> {
+    return this.survey.sweep(async (imageId) => {
+      try {
+        await this.docker.getImage(imageId).inspect();
+        return true;
+      } catch (err) {
+        if (statusOf(err) === 404) return false;
+        throw unavailable('inspect image', err);
+      }
+    });
+  }
+
   async inspectImage(ref: string): Promise<ImageConfig> {
     return inspectImage(this.docker, ref);
   }

@@ -73,4 +73,16 @@ describe('image survey', () => {
     await survey.recordEmpty(ID, '/tmp');
     expect(await survey.root(ID, '/tmp')).toEqual({ kind: 'empty' });
   });
+
+  it('sweep removes the records of images the engine no longer has, and keeps the others', async () => {
+    const gone = 'sha256:' + 'cd'.repeat(32);
+    await survey.recordEmpty(ID, '/tmp');
+    await survey.recordEmpty(gone, '/tmp');
+    const asked: string[] = [];
+    const removed = await survey.sweep(async (imageId) => (asked.push(imageId), imageId === ID));
+    expect(removed).toBe(1);
+    expect(asked.sort()).toEqual([ID, gone].sort());
+    expect(await survey.root(ID, '/tmp')).toEqual({ kind: 'empty' });
+    expect(await survey.root(gone, '/tmp')).toBeNull();
+  });
 });

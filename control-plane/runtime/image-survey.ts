@@ -12,11 +12,12 @@
  * archive, when at most SURVEY_ARCHIVE_MAX_BYTES; a larger root is read from the image for each
  * lease). Files are written whole and renamed into place, so a reader never sees half of one;
  * two control planes writing the same facts at once can only lose an entry, which the next lease
- * reads again. Entries are never wrong for their ID, so nothing expires them.
+ * reads again. Entries are never wrong for their ID; those of images the engine no longer has
+ * go with `sweep` (the control plane's background tasks run it).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { createWriteStream, type WriteStream } from 'node:fs';
-import { mkdir, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import type Docker from 'dockerode';
@@ -81,6 +82,21 @@ export class ImageSurvey {
   async archiveRecorder(imageId: string, sourcePath: string): Promise<ArchiveRecorder> {
     const dir = await this.imageDir(imageId);
     return new ArchiveRecorder(join(dir, `.${randomBytes(6).toString('hex')}.tmp`), this.archivePath(imageId, sourcePath));
+  }
+
+  /**
+   * Removes the records of every image for which `present(imageId)` is false (the engine no
+   * longer has it). Returns how many images' records went.
+   */
+  async sweep(present: (imageId: string) => Promise<boolean>): Promise<number> {
+    let removed = 0;
+    for (const name of await readdir(this.dir).catch(() => [] as string[])) {
+      const imageId = name.replace(/^sha256-/, 'sha256:');
+      if (!imageId.startsWith('sha256:') || (await present(imageId))) continue;
+      await rm(join(this.dir, name), { recursive: true, force: true });
+      removed += 1;
+    }
+    return removed;
   }
 
   private archivePath(imageId: string, sourcePath: string): string {

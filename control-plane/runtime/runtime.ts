@@ -164,6 +164,11 @@ export interface RuntimeInfo {
 export interface SandboxRuntime {
   /** Throws AppError `runtime.unavailable` when the engine does not answer. */
   info(): Promise<RuntimeInfo>;
+  /**
+   * Removes what the driver recorded of images the engine no longer has (Docker: the image
+   * survey, image-survey.ts; Kubernetes records nothing). Returns how many images' records went.
+   */
+  sweepImageFacts(): Promise<number>;
   /** The image `ref` as the engine has it. Throws AppError `image.not_found`, `runtime.unavailable`. */
   inspectImage(ref: string): Promise<ImageConfig>;
   /**
