@@ -7,7 +7,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_ROOT, apiAs, containersOf, docker, execIn, testRunId, useHarness } from './fixtures/index.js';
+import { REPO_ROOT, apiAs, buildImage, containersOf, docker, execIn, testRunId, useHarness } from './fixtures/index.js';
 
 const h = useHarness();
 const exec = execIn(() => h.client);
@@ -141,6 +141,31 @@ describe('writable roots start with the image content', () => {
       expect.arrayContaining(['/workspace', '/testbed']),
     );
     expect(later.manifest!.writableRoots.find((r) => r.path === '/tmp')?.fromImage).toBe(false);
+  });
+
+  it('three first leases of a new image at once read it through one source container, and all hold its content', async () => {
+    const base = (await readFile(join(REPO_ROOT, 'dist', '.sbx-image'), 'utf8')).trim();
+    // Content of this run alone: an image ID no control plane has read before.
+    const fresh = await buildImage(
+      'roots-fresh',
+      [`FROM ${base}`, 'USER root', `RUN mkdir -p /workspace && printf "${testRunId()}\\n" > /workspace/run.txt`].join('\n'),
+    );
+    try {
+      const since = Date.now() / 1000;
+      const leases = await Promise.all([1, 2, 3].map(() => h.client.createSandbox({ image: fresh })));
+      const until = Date.now() / 1000 + 1;
+      const created = await docker(
+        'events',
+        ...['--since', since.toFixed(3), '--until', until.toFixed(3), '--filter', 'type=container', '--filter', 'event=create'],
+        ...['--filter', 'label=sbx.role=seed', '--format', '{{index .Actor.Attributes "sbx.lease"}}'],
+      );
+      const ids = new Set(leases.map((l) => l.id));
+      expect(created.split('\n').filter((id) => ids.has(id))).toHaveLength(1);
+      for (const lease of leases) expect((await exec(lease.id, { cmd: 'cat /workspace/run.txt' })).stdout).toBe(`${testRunId()}\n`);
+      await Promise.all(leases.map((l) => h.client.releaseSandbox(l.id)));
+    } finally {
+      await docker('rmi', '-f', fresh).catch(() => undefined);
+    }
   });
 
   it('two leases of the same image do not share writes in their roots', async () => {

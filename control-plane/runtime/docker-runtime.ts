@@ -13,9 +13,9 @@ import { messageOf, statusOf, unavailable } from './docker-errors.js';
 import { inspectImage, readImageFiles } from './docker-images.js';
 import { checkpointSandbox, checkpointSupport, freezeSandbox, thawSandbox } from './docker-freezer.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
-import { mountTargetsOf, refuseSymlinkedMountTargets } from './mount-targets.js';
+import { linkPathsOf, mountTargetsOf, refuseSymlinkedMountTargets } from './mount-targets.js';
 import { ImageSource, ImageSurvey } from './image-survey.js';
-import { seedWritableRoots } from './seed-roots.js';
+import { imageRootPathsOf, seedWritableRoots } from './seed-roots.js';
 import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
 import { rootsBytesInUse } from './snapshot-roots.js';
 import {
@@ -97,7 +97,6 @@ export class DockerRuntime implements SandboxRuntime {
   }
 
   async start(spec: SandboxSpec): Promise<Started> {
-    const { ownership } = spec;
     // One engine, one machine, no node labels: placement the policy asks for cannot be given.
     if (Object.keys(spec.nodeLabels).length > 0)
       throw new AppError(
@@ -109,6 +108,18 @@ export class DockerRuntime implements SandboxRuntime {
       );
     // Made only when the image must be read (its first lease, or a root too large to record).
     const source = new ImageSource(this.docker, spec);
+    const imageId = source.imageId;
+    const surveyed =
+      imageId === null ||
+      (await this.survey.complete(imageId, linkPathsOf(mountTargetsOf(spec)), imageRootPathsOf(spec, this.snapshotDir)));
+    // An image not read yet is read by one lease at a time; the others start once it recorded what it read.
+    if (surveyed) return this.startFrom(spec, source);
+    return this.survey.once(imageId, 'first lease', () => this.startFrom(spec, source));
+  }
+
+  /** `start`, the image read through `source` where the survey has not recorded it. */
+  private async startFrom(spec: SandboxSpec, source: ImageSource): Promise<Started> {
+    const { ownership } = spec;
     try {
       for (const v of spec.volumes) {
         await this.docker.createVolume({

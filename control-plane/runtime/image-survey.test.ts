@@ -85,4 +85,43 @@ describe('image survey', () => {
     expect(await survey.root(ID, '/tmp')).toEqual({ kind: 'empty' });
     expect(await survey.root(gone, '/tmp')).toBeNull();
   });
+
+  it('once: concurrent reads of the same thing of an image run one at first, the others after it ended, side by side', async () => {
+    const order: string[] = [];
+    let finishFirst!: () => void;
+    const first = survey.once(ID, 'links', async () => {
+      order.push('first started');
+      await new Promise<void>((resolve) => (finishFirst = resolve));
+      order.push('first ended');
+      return 'first';
+    });
+    const waiters = [1, 2].map((n) => survey.once(ID, 'links', async () => (order.push(`waiter ${n} ran`), `waiter ${n}`)));
+    // Another thing of the same image is not held up.
+    expect(await survey.once(ID, 'root /tmp', async () => 'other')).toBe('other');
+    expect(order).toEqual(['first started']);
+    finishFirst();
+    expect(await Promise.all([first, ...waiters])).toEqual(['first', 'waiter 1', 'waiter 2']);
+    expect(order).toEqual(['first started', 'first ended', 'waiter 1 ran', 'waiter 2 ran']);
+  });
+
+  it('once: a failed first read lets the waiters read for themselves', async () => {
+    const first = survey.once(ID, 'links', async () => Promise.reject(new Error('engine gone')));
+    const waiter = survey.once(ID, 'links', async () => 'read again');
+    await expect(first).rejects.toThrow('engine gone');
+    expect(await waiter).toBe('read again');
+  });
+
+  it('complete: only when every link path and every root is recorded (empty, an archive, or too large)', async () => {
+    expect(await survey.complete(ID, ['/home'], ['/tmp', '/workspace', '/testbed'])).toBe(false);
+    await survey.recordLinks(ID, new Map([['/home', null]]));
+    await survey.recordEmpty(ID, '/tmp');
+    await survey.recordLarge(ID, '/testbed');
+    expect(await survey.root(ID, '/testbed')).toEqual({ kind: 'large' });
+    expect(await survey.complete(ID, ['/home'], ['/tmp', '/workspace', '/testbed'])).toBe(false);
+    const recorder = await survey.archiveRecorder(ID, '/workspace');
+    recorder.write(Buffer.from('tar'));
+    await recorder.keep();
+    expect(await survey.complete(ID, ['/home'], ['/tmp', '/workspace', '/testbed'])).toBe(true);
+    expect(await survey.complete(ID, ['/home', '/opt'], ['/tmp'])).toBe(false);
+  });
 });

@@ -32,15 +32,46 @@ interface ImageFacts {
   links: Record<string, string | null>;
   /** Source paths of writable roots the image has nothing at. */
   emptyRoots: string[];
+  /** Source paths of writable roots larger than SURVEY_ARCHIVE_MAX_BYTES: read per lease. */
+  largeRoots: string[];
 }
 
-/** A writable root's recorded content: nothing, or its archive (a stream the caller consumes). */
-export type RecordedRoot = { kind: 'empty' } | { kind: 'archive'; archive: Readable };
+/**
+ * A writable root's recorded content: nothing, its archive (a stream the caller consumes), or
+ * too large to keep (read from the image for each lease).
+ */
+export type RecordedRoot = { kind: 'empty' } | { kind: 'large' } | { kind: 'archive'; archive: Readable };
 
 /** The image facts of one image ID, read and written on the control plane's disk. */
 export class ImageSurvey {
+  /** Reads of an image running in this process, by image ID and what they read. */
+  private readonly flights = new Map<string, Promise<unknown>>();
+
   /** `dir`: the survey's directory (`<data dir>/image-survey`); made on first write. */
   constructor(private readonly dir: string) {}
+
+  /**
+   * Runs `read` (which looks at the records first and records what it reads), but when a read of
+   * the same `what` of `imageId` runs already in this process, only once that one ended: then
+   * `read` finds its records and reads nothing. So concurrent first leases of an image (a fork
+   * of N, a burst) read it once (docker-runtime.ts). Waiters then run side by side, not one
+   * after another.
+   */
+  async once<T>(imageId: string, what: string, read: () => Promise<T>): Promise<T> {
+    const key = `${imageId} ${what}`;
+    const running = this.flights.get(key);
+    if (running) {
+      await running.catch(() => undefined);
+      return read();
+    }
+    const flight = read();
+    this.flights.set(key, flight);
+    try {
+      return await flight;
+    } finally {
+      if (this.flights.get(key) === flight) this.flights.delete(key);
+    }
+  }
 
   /** The recorded link target of each of `paths` in `imageId`: a path never checked is absent. */
   async links(imageId: string, paths: readonly string[]): Promise<Map<string, string | null>> {
@@ -57,7 +88,9 @@ export class ImageSurvey {
 
   /** The recorded content of the image's `sourcePath`, or null when it was never recorded. */
   async root(imageId: string, sourcePath: string): Promise<RecordedRoot | null> {
-    if ((await this.read(imageId)).emptyRoots.includes(sourcePath)) return { kind: 'empty' };
+    const facts = await this.read(imageId);
+    if (facts.emptyRoots.includes(sourcePath)) return { kind: 'empty' };
+    if (facts.largeRoots.includes(sourcePath)) return { kind: 'large' };
     try {
       // The stream owns the handle and closes it at its end.
       return { kind: 'archive', archive: (await open(this.archivePath(imageId, sourcePath), 'r')).createReadStream() };
@@ -72,6 +105,29 @@ export class ImageSurvey {
     const facts = await this.read(imageId);
     if (facts.emptyRoots.includes(sourcePath)) return;
     await this.write(imageId, { ...facts, emptyRoots: [...facts.emptyRoots, sourcePath] });
+  }
+
+  /** Records that the image's content at `sourcePath` is larger than SURVEY_ARCHIVE_MAX_BYTES. */
+  async recordLarge(imageId: string, sourcePath: string): Promise<void> {
+    const facts = await this.read(imageId);
+    if (facts.largeRoots.includes(sourcePath)) return;
+    await this.write(imageId, { ...facts, largeRoots: [...facts.largeRoots, sourcePath] });
+  }
+
+  /**
+   * Whether everything a lease reads from `imageId` is recorded: the link target of each of
+   * `linkPaths` and the content of each of `rootPaths` (empty, an archive, or too large).
+   */
+  async complete(imageId: string, linkPaths: readonly string[], rootPaths: readonly string[]): Promise<boolean> {
+    const facts = await this.read(imageId);
+    if (!linkPaths.every((p) => p in facts.links)) return false;
+    for (const path of rootPaths) {
+      if (facts.emptyRoots.includes(path) || facts.largeRoots.includes(path)) continue;
+      const archive = await open(this.archivePath(imageId, path), 'r').catch(() => null);
+      if (archive === null) return false;
+      await archive.close();
+    }
+    return true;
   }
 
   /**
@@ -106,11 +162,11 @@ export class ImageSurvey {
   private async read(imageId: string): Promise<ImageFacts> {
     try {
       const facts = JSON.parse(await readFile(join(this.dir, idName(imageId), 'facts.json'), 'utf8')) as Partial<ImageFacts>;
-      return { links: facts.links ?? {}, emptyRoots: facts.emptyRoots ?? [] };
+      return { links: facts.links ?? {}, emptyRoots: facts.emptyRoots ?? [], largeRoots: facts.largeRoots ?? [] };
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { links: {}, emptyRoots: [] };
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { links: {}, emptyRoots: [], largeRoots: [] };
       // A file this process did not write whole cannot be read: what it held is read again.
-      if (err instanceof SyntaxError) return { links: {}, emptyRoots: [] };
+      if (err instanceof SyntaxError) return { links: {}, emptyRoots: [], largeRoots: [] };
       throw err;
     }
   }
@@ -143,6 +199,11 @@ export class ArchiveRecorder {
     this.file = createWriteStream(tmpPath, { mode: 0o600 });
     // A failed write only means nothing is kept (keep() sees the stream destroyed).
     this.file.on('error', () => undefined);
+  }
+
+  /** Whether the archive went past SURVEY_ARCHIVE_MAX_BYTES (nothing is kept then). */
+  get tooLarge(): boolean {
+    return this.sizeBytes > SURVEY_ARCHIVE_MAX_BYTES;
   }
 
   /** Adds `chunk`; past SURVEY_ARCHIVE_MAX_BYTES the recording is abandoned. */

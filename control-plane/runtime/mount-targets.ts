@@ -36,25 +36,43 @@ export function mountTargetsOf(spec: {
  * read again; what is read through `source` is recorded there.
  */
 export async function refuseSymlinkedMountTargets(source: ImageSource, survey: ImageSurvey, targets: readonly string[]): Promise<void> {
-  const paths = [...new Set(targets.flatMap(prefixesOf))];
+  const paths = linkPathsOf(targets);
   const imageId = source.imageId;
   const known = imageId === null ? new Map<string, string | null>() : await survey.links(imageId, paths);
-  const found = new Map<string, string | null>();
-  try {
-    for (const path of paths) {
-      if (!known.has(path)) found.set(path, await linkTargetAt(await source.get(), path));
-      const linkTarget = known.get(path) ?? found.get(path) ?? null;
-      if (linkTarget === null) continue;
-      const mountPath = targets.find((t) => prefixesOf(t).includes(path)) ?? path;
-      throw new AppError(
-        'image.mount_path_symlink',
-        `the image has a symbolic link at ${path} (to ${linkTarget}); sbx mounts over ${mountPath} and does not follow links there`,
-        { details: { path, linkTarget, mountPath } },
-      );
-    }
-  } finally {
-    if (imageId !== null) await survey.recordLinks(imageId, found);
+  const found = await readLinks(
+    source,
+    paths.filter((p) => !known.has(p)),
+  );
+  if (imageId !== null) await survey.recordLinks(imageId, found);
+  for (const path of paths) {
+    const linkTarget = known.get(path) ?? found.get(path) ?? null;
+    if (linkTarget === null) continue;
+    const mountPath = targets.find((t) => prefixesOf(t).includes(path)) ?? path;
+    throw new AppError(
+      'image.mount_path_symlink',
+      `the image has a symbolic link at ${path} (to ${linkTarget}); sbx mounts over ${mountPath} and does not follow links there`,
+      { details: { path, linkTarget, mountPath } },
+    );
   }
+}
+
+/** Every path checked for `targets`: each target and each directory above it, once. */
+export function linkPathsOf(targets: readonly string[]): string[] {
+  return [...new Set(targets.flatMap(prefixesOf))];
+}
+
+/**
+ * The link target (or null) of `paths` in the image, read through `source` in order up to the
+ * first link (what lies past it is refused anyway).
+ */
+async function readLinks(source: ImageSource, paths: readonly string[]): Promise<Map<string, string | null>> {
+  const found = new Map<string, string | null>();
+  for (const path of paths) {
+    const linkTarget = await linkTargetAt(await source.get(), path);
+    found.set(path, linkTarget);
+    if (linkTarget !== null) break;
+  }
+  return found;
 }
 
 /** `/a/b/c` → `/a`, `/a/b`, `/a/b/c`. */

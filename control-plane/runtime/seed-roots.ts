@@ -60,13 +60,10 @@ export interface SeedSources {
  * `sizeBytes`, `reason`), `lease.create_failed`. The caller removes `sources.source`.
  */
 export async function seedWritableRoots(docker: Docker, spec: SandboxSpec, sources: SeedSources): Promise<string[]> {
-  // A snapshot's roots are archives on the host (snapshot-roots.ts); an older snapshot's are in its image.
   const archives = snapshotDirOf(sources.snapshotDir, spec.image);
   const seeded = await Promise.all(
     spec.seedRoots.map(async (root) => {
-      let archive: Readable | null = null;
-      if (archives !== null && root.from?.startsWith(`${SNAPSHOT_ROOTS_PREFIX}/`))
-        archive = await openIfPresent(join(archives, rootArchiveName(root.from.slice(SNAPSHOT_ROOTS_PREFIX.length))));
+      const archive = archives !== null && fromSnapshot(root) ? await openIfPresent(join(archives, snapshotArchiveName(root))) : null;
       const copy = archive ? seedFrom(docker, spec, root, archive, null) : seedFromImage(docker, spec, root, sources);
       try {
         return await copy;
@@ -83,6 +80,21 @@ export async function seedWritableRoots(docker: Docker, spec: SandboxSpec, sourc
 
 type SeedRoot = SandboxSpec['seedRoots'][number];
 
+/** The paths of `spec.seedRoots` read from the image itself (not from a snapshot's archives). */
+export function imageRootPathsOf(spec: SandboxSpec, snapshotDir: string): string[] {
+  // A snapshot's roots are archives on the host (snapshot-roots.ts); an older snapshot's are in its image.
+  const snapshotArchives = snapshotDirOf(snapshotDir, spec.image) !== null;
+  return spec.seedRoots.filter((r) => !(snapshotArchives && fromSnapshot(r))).map((r) => r.from ?? r.path);
+}
+
+function fromSnapshot(root: SeedRoot): root is SeedRoot & { from: string } {
+  return root.from?.startsWith(`${SNAPSHOT_ROOTS_PREFIX}/`) ?? false;
+}
+
+function snapshotArchiveName(root: SeedRoot & { from: string }): string {
+  return rootArchiveName(root.from.slice(SNAPSHOT_ROOTS_PREFIX.length));
+}
+
 /** Copies the image's content at `root` (as recorded for its ID, else read and recorded); false when it has none. */
 async function seedFromImage(docker: Docker, spec: SandboxSpec, root: SeedRoot, { survey, source }: SeedSources): Promise<boolean> {
   const sourcePath = root.from ?? root.path;
@@ -90,6 +102,8 @@ async function seedFromImage(docker: Docker, spec: SandboxSpec, root: SeedRoot, 
   const recorded = imageId === null ? null : await survey.root(imageId, sourcePath);
   if (recorded?.kind === 'empty') return false;
   if (recorded?.kind === 'archive') return seedFrom(docker, spec, root, recorded.archive, null);
+  // Too large to keep: read for this lease, recording nothing.
+  const record = recorded?.kind === 'large' || imageId === null ? null : { survey, imageId, sourcePath };
   let archive: Readable;
   try {
     archive = (await (await source.get()).getArchive({ path: sourcePath })) as unknown as Readable;
@@ -99,7 +113,7 @@ async function seedFromImage(docker: Docker, spec: SandboxSpec, root: SeedRoot, 
     if (imageId !== null) await survey.recordEmpty(imageId, sourcePath);
     return false;
   }
-  return seedFrom(docker, spec, root, archive, imageId === null ? null : { survey, imageId, sourcePath });
+  return seedFrom(docker, spec, root, archive, record);
 }
 
 /**
@@ -128,6 +142,7 @@ async function seedFrom(
   // Only a whole archive is kept (tar may stop reading at the end-of-archive blocks).
   if (head.ended || archive.readableEnded) await recorder?.keep();
   else await recorder?.drop();
+  if (record && recorder?.tooLarge) await record.survey.recordLarge(record.imageId, record.sourcePath);
   return true;
 }
 
