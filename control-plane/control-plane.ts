@@ -379,7 +379,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
       if (pools) every(poolIntervalMs, 'warm pools', () => pools.maintain());
       every(10 * 60_000, 'artifact sweep', () => artifacts.sweep(24 * 3600_000)); // expired records' files, parts abandoned for a day
       every(60_000, 'snapshot expiry', () => snapshots.sweep()); // past retention, unless a sandbox started from one runs
-      every(10 * 60_000, 'image facts sweep', () => runtime.sweepImageFacts()); // of images the engine no longer has
+      every(10 * 60_000, 'image survey sweep', () => runtime.sweepImageSurvey()); // of images the engine no longer has
       return outcome;
     },
     async close() {

@@ -6,7 +6,9 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ImageSource } from '../control-plane/runtime/image-source.js';
 import { REPO_ROOT, apiAs, buildImage, containersOf, docker, execIn, testRunId, useHarness } from './fixtures/index.js';
 
 const h = useHarness();
@@ -176,6 +178,27 @@ describe('writable roots start with the image content', () => {
     await exec(a.id, { cmd: 'echo a-only > /testbed/README.md && echo a > /workspace/a.txt' });
     const r = await exec(b.id, { cmd: 'cat /testbed/README.md; ls /workspace' });
     expect(r.stdout).toBe('hello from the image\nfrom-image.txt\n');
+  });
+});
+
+describe('the image source container', () => {
+  it('one that vanished while the image was read is not taken for an image with nothing there (lease.create_failed)', async () => {
+    const source = new ImageSource(new Docker({ socketPath: h.config.dockerSocket }), {
+      leaseId: `sbx_${testRunId()}vanish`,
+      image,
+      ownership: { owner: h.config.owner, installation: 'inst_test-vanish' },
+    });
+    try {
+      const container = await source.get();
+      await source.confirm();
+      await docker('rm', '-f', container.id);
+      // What a read through it now answers: 404, as for a path the image lacks.
+      await expect(container.infoArchive({ path: '/testbed' })).rejects.toMatchObject({ statusCode: 404 });
+      await expect(source.confirm()).rejects.toMatchObject({ code: 'lease.create_failed' });
+    } finally {
+      await source.remove();
+    }
+    await expect(source.get()).rejects.toThrow('was removed');
   });
 });
 

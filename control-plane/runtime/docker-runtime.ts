@@ -14,7 +14,8 @@ import { inspectImage, readImageFiles } from './docker-images.js';
 import { checkpointSandbox, checkpointSupport, freezeSandbox, thawSandbox } from './docker-freezer.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
 import { linkPathsOf, mountTargetsOf, refuseSymlinkedMountTargets } from './mount-targets.js';
-import { ImageSource, ImageSurvey } from './image-survey.js';
+import { ImageSource } from './image-source.js';
+import { ImageSurvey } from './image-survey.js';
 import { imageRootPathsOf, seedWritableRoots } from './seed-roots.js';
 import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
 import { rootsBytesInUse } from './snapshot-roots.js';
@@ -76,7 +77,7 @@ export class DockerRuntime implements SandboxRuntime {
     return { engineVersion: info.ServerVersion, ociRuntimes: Object.keys(info.Runtimes) };
   }
 
-  async sweepImageFacts(): Promise<number> {
+  async sweepImageSurvey(): Promise<number> {
     return this.survey.sweep(async (imageId) => {
       try {
         await this.docker.getImage(imageId).inspect();

@@ -2,17 +2,23 @@
  * The image survey's records: link targets merge, empty roots, a root's archive kept only whole
  * and within its size bound, and a damaged facts file read as nothing recorded.
  */
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { text } from 'node:stream/consumers';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ImageSurvey, SURVEY_ARCHIVE_MAX_BYTES } from './image-survey.js';
+import { ArchiveRecorder, ImageSurvey, SURVEY_ARCHIVE_MAX_BYTES } from './image-survey.js';
 
 const ID = 'sha256:' + 'ab'.repeat(32);
 let dir: string;
 let survey: ImageSurvey;
+
+async function recorderOf(imageId: string, sourcePath: string): Promise<ArchiveRecorder> {
+  const recorder = await survey.archiveRecorder(imageId, sourcePath);
+  if (recorder === null) throw new Error('no recorder: the survey directory could not be made');
+  return recorder;
+}
 
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), 'sbx-survey-'));
@@ -42,7 +48,7 @@ describe('image survey', () => {
   });
 
   it('an archive kept whole reads back byte for byte; a dropped one leaves no file', async () => {
-    const kept = await survey.archiveRecorder(ID, '/workspace');
+    const kept = await recorderOf(ID, '/workspace');
     kept.write(Buffer.from('head,'));
     kept.write(Buffer.from('tail'));
     await kept.keep();
@@ -50,7 +56,7 @@ describe('image survey', () => {
     expect(root?.kind).toBe('archive');
     expect(await text((root as { archive: Readable }).archive)).toBe('head,tail');
 
-    const dropped = await survey.archiveRecorder(ID, '/testbed');
+    const dropped = await recorderOf(ID, '/testbed');
     dropped.write(Buffer.from('partial'));
     await dropped.drop();
     expect(await survey.root(ID, '/testbed')).toBeNull();
@@ -58,7 +64,7 @@ describe('image survey', () => {
   });
 
   it('an archive past SURVEY_ARCHIVE_MAX_BYTES is not kept, and its temporary file goes', async () => {
-    const recorder = await survey.archiveRecorder(ID, '/big');
+    const recorder = await recorderOf(ID, '/big');
     const chunk = Buffer.alloc(1024 * 1024);
     for (let written = 0; written <= SURVEY_ARCHIVE_MAX_BYTES; written += chunk.length) recorder.write(chunk);
     await recorder.keep();
@@ -118,10 +124,47 @@ describe('image survey', () => {
     await survey.recordLarge(ID, '/testbed');
     expect(await survey.root(ID, '/testbed')).toEqual({ kind: 'large' });
     expect(await survey.complete(ID, ['/home'], ['/tmp', '/workspace', '/testbed'])).toBe(false);
-    const recorder = await survey.archiveRecorder(ID, '/workspace');
+    const recorder = await recorderOf(ID, '/workspace');
     recorder.write(Buffer.from('tar'));
     await recorder.keep();
     expect(await survey.complete(ID, ['/home'], ['/tmp', '/workspace', '/testbed'])).toBe(true);
     expect(await survey.complete(ID, ['/home', '/opt'], ['/tmp'])).toBe(false);
+  });
+
+  it('a recorder whose file cannot be written settles keep() and drop() (was: drop waited forever for a close already past)', async () => {
+    const broken = new ArchiveRecorder(join(dir, 'no-such-dir', '.x.tmp'), join(dir, 'no-such-dir', 'root.tar'));
+    broken.write(Buffer.from('bytes'));
+    await broken.drop();
+    const broken2 = new ArchiveRecorder(join(dir, 'no-such-dir', '.y.tmp'), join(dir, 'no-such-dir', 'root.tar'));
+    broken2.write(Buffer.from('bytes'));
+    await broken2.keep();
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it('changes made at once all land (one image, one process): none is lost to another read-modify-write', async () => {
+    await Promise.all([
+      survey.recordEmpty(ID, '/a'),
+      survey.recordEmpty(ID, '/b'),
+      survey.recordLarge(ID, '/c'),
+      survey.recordLinks(ID, new Map([['/home', null]])),
+    ]);
+    expect(await survey.complete(ID, ['/home'], ['/a', '/b', '/c'])).toBe(true);
+  });
+
+  it('an empty archive file (a crash between create and write) reads as not recorded', async () => {
+    const recorder = await recorderOf(ID, '/workspace');
+    await recorder.keep();
+    expect(await survey.root(ID, '/workspace')).toBeNull();
+  });
+
+  it('sweep removes temporary files over an hour old of images still present, and keeps newer ones', async () => {
+    await survey.recordEmpty(ID, '/tmp');
+    const imageDir = join(dir, ID.replace(':', '-'));
+    await writeFile(join(imageDir, '.old.tmp'), 'x');
+    await writeFile(join(imageDir, '.new.tmp'), 'x');
+    const twoHoursAgo = new Date(Date.now() - 2 * 3600_000);
+    await utimes(join(imageDir, '.old.tmp'), twoHoursAgo, twoHoursAgo);
+    expect(await survey.sweep(async () => true)).toBe(0);
+    expect((await readdir(imageDir)).sort()).toEqual(['.new.tmp', 'facts.json']);
   });
 });

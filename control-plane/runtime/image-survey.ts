@@ -10,18 +10,23 @@
  * Kept on the control plane's disk (`<data dir>/image-survey/<id>/`, owner-only): `facts.json`
  * (link targets by path, the roots found empty) and `root-<sha256 of the path>.tar` (a root's
  * archive, when at most SURVEY_ARCHIVE_MAX_BYTES; a larger root is read from the image for each
- * lease). Files are written whole and renamed into place, so a reader never sees half of one;
- * two control planes writing the same facts at once can only lose an entry, which the next lease
- * reads again. Entries are never wrong for their ID; those of images the engine no longer has
- * go with `sweep` (the control plane's background tasks run it).
+ * lease). Files are written whole, synced and renamed into place, so a reader never sees half of
+ * one; this process writes one image's facts one change at a time, and two control planes doing
+ * so at once can only lose an entry, which a later lease reads again. Recording is best effort:
+ * a record that cannot be written only means the next lease reads the image again. A verdict
+ * is recorded only when the source container was still there after the read (image-source.ts:
+ * a vanished container answers 404, which reads as "no link" or "empty"); a recorded archive
+ * that fails to unpack into a healthy sandbox is forgotten. Records of images the engine no
+ * longer has, and temporary files left by a crash, go with `sweep` (a background task).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { createWriteStream, type WriteStream } from 'node:fs';
-import { mkdir, open, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import type Docker from 'dockerode';
-import { LABEL, ownershipLabels, type Ownership } from './runtime.js';
+
+/** A temporary file older than this is a crashed write's: `sweep` removes it (ms). */
+const STALE_TMP_MS = 3600_000;
 
 /** The largest root archive kept (bytes): dotfiles and small repositories; larger roots are read per lease. */
 export const SURVEY_ARCHIVE_MAX_BYTES = 16 * 1024 * 1024;
@@ -46,6 +51,8 @@ export type RecordedRoot = { kind: 'empty' } | { kind: 'large' } | { kind: 'arch
 export class ImageSurvey {
   /** Reads of an image running in this process, by image ID and what they read. */
   private readonly flights = new Map<string, Promise<unknown>>();
+  /** The last change of each image's facts in this process: the next one waits for it. */
+  private readonly changes = new Map<string, Promise<void>>();
 
   /** `dir`: the survey's directory (`<data dir>/image-survey`); made on first write. */
   constructor(private readonly dir: string) {}
@@ -53,9 +60,10 @@ export class ImageSurvey {
   /**
    * Runs `read` (which looks at the records first and records what it reads), but when a read of
    * the same `what` of `imageId` runs already in this process, only once that one ended: then
-   * `read` finds its records and reads nothing. So concurrent first leases of an image (a fork
-   * of N, a burst) read it once (docker-runtime.ts). Waiters then run side by side, not one
-   * after another.
+   * `read` finds the records it made and reads only what they lack (nothing, unless that read
+   * failed or a root is too large to keep). So concurrent first leases of an image (a fork of
+   * N, a burst) read it once (docker-runtime.ts). Waiters then run side by side, not one after
+   * another, also after a failed read.
    */
   async once<T>(imageId: string, what: string, read: () => Promise<T>): Promise<T> {
     const key = `${imageId} ${what}`;
@@ -69,7 +77,7 @@ export class ImageSurvey {
     try {
       return await flight;
     } finally {
-      if (this.flights.get(key) === flight) this.flights.delete(key);
+      this.flights.delete(key);
     }
   }
 
@@ -82,36 +90,44 @@ export class ImageSurvey {
   /** Records link targets of `imageId` found by a check (merged with what is recorded). */
   async recordLinks(imageId: string, found: ReadonlyMap<string, string | null>): Promise<void> {
     if (found.size === 0) return;
-    const facts = await this.read(imageId);
-    await this.write(imageId, { ...facts, links: { ...facts.links, ...Object.fromEntries(found) } });
+    await this.change(imageId, (facts) => ({ ...facts, links: { ...facts.links, ...Object.fromEntries(found) } }));
   }
 
-  /** The recorded content of the image's `sourcePath`, or null when it was never recorded. */
+  /**
+   * The recorded content of the image's `sourcePath`, or null when it was never recorded (or
+   * cannot be read: an empty archive file, which no whole archive is, counts as none).
+   */
   async root(imageId: string, sourcePath: string): Promise<RecordedRoot | null> {
     const facts = await this.read(imageId);
     if (facts.emptyRoots.includes(sourcePath)) return { kind: 'empty' };
     if (facts.largeRoots.includes(sourcePath)) return { kind: 'large' };
-    try {
-      // The stream owns the handle and closes it at its end.
-      return { kind: 'archive', archive: (await open(this.archivePath(imageId, sourcePath), 'r')).createReadStream() };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw err;
+    const handle = await open(this.archivePath(imageId, sourcePath), 'r').catch(() => null);
+    if (handle === null) return null;
+    if ((await handle.stat()).size === 0) {
+      await handle.close();
+      return null;
     }
+    // The stream owns the handle and closes it at its end (or when destroyed).
+    return { kind: 'archive', archive: handle.createReadStream() };
+  }
+
+  /** Forgets the recorded archive of `sourcePath` (one that failed to unpack). */
+  async forgetRoot(imageId: string, sourcePath: string): Promise<void> {
+    await rm(this.archivePath(imageId, sourcePath), { force: true }).catch(() => undefined);
   }
 
   /** Records that the image has nothing at `sourcePath`. */
   async recordEmpty(imageId: string, sourcePath: string): Promise<void> {
-    const facts = await this.read(imageId);
-    if (facts.emptyRoots.includes(sourcePath)) return;
-    await this.write(imageId, { ...facts, emptyRoots: [...facts.emptyRoots, sourcePath] });
+    await this.change(imageId, (facts) =>
+      facts.emptyRoots.includes(sourcePath) ? null : { ...facts, emptyRoots: [...facts.emptyRoots, sourcePath] },
+    );
   }
 
   /** Records that the image's content at `sourcePath` is larger than SURVEY_ARCHIVE_MAX_BYTES. */
   async recordLarge(imageId: string, sourcePath: string): Promise<void> {
-    const facts = await this.read(imageId);
-    if (facts.largeRoots.includes(sourcePath)) return;
-    await this.write(imageId, { ...facts, largeRoots: [...facts.largeRoots, sourcePath] });
+    await this.change(imageId, (facts) =>
+      facts.largeRoots.includes(sourcePath) ? null : { ...facts, largeRoots: [...facts.largeRoots, sourcePath] },
+    );
   }
 
   /**
@@ -133,10 +149,12 @@ export class ImageSurvey {
   /**
    * A recorder of the archive of `sourcePath` as it streams by: `write` each chunk (in order),
    * then `keep()` once the whole archive was written and used, or `drop()`. Past
-   * SURVEY_ARCHIVE_MAX_BYTES it stops writing and keeps nothing.
+   * SURVEY_ARCHIVE_MAX_BYTES it stops writing and keeps nothing. Null when the directory
+   * cannot be made (nothing is recorded then).
    */
-  async archiveRecorder(imageId: string, sourcePath: string): Promise<ArchiveRecorder> {
-    const dir = await this.imageDir(imageId);
+  async archiveRecorder(imageId: string, sourcePath: string): Promise<ArchiveRecorder | null> {
+    const dir = await this.imageDir(imageId).catch(() => null);
+    if (dir === null) return null;
     return new ArchiveRecorder(join(dir, `.${randomBytes(6).toString('hex')}.tmp`), this.archivePath(imageId, sourcePath));
   }
 
@@ -148,9 +166,21 @@ export class ImageSurvey {
     let removed = 0;
     for (const name of await readdir(this.dir).catch(() => [] as string[])) {
       const imageId = name.replace(/^sha256-/, 'sha256:');
-      if (!imageId.startsWith('sha256:') || (await present(imageId))) continue;
-      await rm(join(this.dir, name), { recursive: true, force: true });
-      removed += 1;
+      if (!imageId.startsWith('sha256:')) continue;
+      if (!(await present(imageId))) {
+        await rm(join(this.dir, name), { recursive: true, force: true });
+        removed += 1;
+        continue;
+      }
+      for (const file of await readdir(join(this.dir, name)).catch(() => [] as string[])) {
+        if (!file.endsWith('.tmp')) continue;
+        const tmp = join(this.dir, name, file);
+        const modifiedMs = await stat(tmp).then(
+          (st) => st.mtimeMs,
+          () => Date.now(),
+        );
+        if (Date.now() - modifiedMs > STALE_TMP_MS) await rm(tmp, { force: true });
+      }
     }
     return removed;
   }
@@ -159,23 +189,47 @@ export class ImageSurvey {
     return join(this.dir, idName(imageId), `root-${createHash('sha256').update(sourcePath).digest('hex')}.tar`);
   }
 
+  /** The image's facts; none recorded when the file is absent, damaged or unreadable (the image is read again). */
   private async read(imageId: string): Promise<ImageFacts> {
     try {
       const facts = JSON.parse(await readFile(join(this.dir, idName(imageId), 'facts.json'), 'utf8')) as Partial<ImageFacts>;
       return { links: facts.links ?? {}, emptyRoots: facts.emptyRoots ?? [], largeRoots: facts.largeRoots ?? [] };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { links: {}, emptyRoots: [], largeRoots: [] };
-      // A file this process did not write whole cannot be read: what it held is read again.
-      if (err instanceof SyntaxError) return { links: {}, emptyRoots: [], largeRoots: [] };
-      throw err;
+    } catch {
+      return { links: {}, emptyRoots: [], largeRoots: [] };
     }
+  }
+
+  /**
+   * Applies `edit` to the image's facts (null: nothing to change), after the change before it
+   * in this process, so none is lost to another's read-modify-write. Best effort: never throws.
+   */
+  private async change(imageId: string, edit: (facts: ImageFacts) => ImageFacts | null): Promise<void> {
+    const before = this.changes.get(imageId) ?? Promise.resolve();
+    const mine = before.then(async () => {
+      const edited = edit(await this.read(imageId));
+      if (edited !== null) await this.write(imageId, edited);
+    });
+    const settled = mine.catch(() => undefined);
+    this.changes.set(imageId, settled);
+    await settled;
+    if (this.changes.get(imageId) === settled) this.changes.delete(imageId);
   }
 
   private async write(imageId: string, facts: ImageFacts): Promise<void> {
     const dir = await this.imageDir(imageId);
     const tmp = join(dir, `.${randomBytes(6).toString('hex')}.tmp`);
-    await writeFile(tmp, JSON.stringify(facts), { mode: 0o600 });
-    await rename(tmp, join(dir, 'facts.json'));
+    try {
+      const handle = await open(tmp, 'w', 0o600);
+      try {
+        await handle.writeFile(JSON.stringify(facts));
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      await rename(tmp, join(dir, 'facts.json'));
+    } finally {
+      await rm(tmp, { force: true });
+    }
   }
 
   private async imageDir(imageId: string): Promise<string> {
@@ -214,69 +268,43 @@ export class ArchiveRecorder {
     else this.file.write(chunk);
   }
 
-  /** Keeps what was written as the root's archive (unless it was abandoned or a write failed). */
+  /**
+   * Keeps what was written as the root's archive, synced to disk (unless it was abandoned or a
+   * write failed: then nothing). Never throws.
+   */
   async keep(): Promise<void> {
     const file = this.file;
     this.file = null;
     if (file === null) return this.dropped ?? undefined;
-    const written = await new Promise<boolean>((resolve) => {
-      file.once('error', () => resolve(false));
-      file.end(() => resolve(!file.errored));
-    });
-    if (written) await rename(this.tmpPath, this.finalPath).catch(() => undefined);
-    await rm(this.tmpPath, { force: true });
+    const written =
+      !file.destroyed &&
+      (await new Promise<boolean>((resolve) => {
+        file.once('error', () => resolve(false));
+        file.end(() => resolve(!file.errored));
+      }));
+    try {
+      if (!written) return;
+      // A crash after the rename must not leave a short archive in place.
+      const handle = await open(this.tmpPath, 'r');
+      await handle.sync().finally(() => handle.close());
+      await rename(this.tmpPath, this.finalPath);
+    } catch {
+      // Nothing kept: a later lease reads the image again.
+    } finally {
+      if (!file.closed) await new Promise<void>((resolve) => file.once('close', () => resolve()));
+      await rm(this.tmpPath, { force: true }).catch(() => undefined);
+    }
   }
 
-  /** Keeps nothing. */
+  /** Keeps nothing. Never throws. */
   async drop(): Promise<void> {
     const file = this.file;
     this.file = null;
     if (file === null) return this.dropped ?? undefined;
-    await new Promise<void>((resolve) => file.destroy().once('close', () => resolve()));
-    await rm(this.tmpPath, { force: true });
-  }
-}
-
-/**
- * A never-started container of a sandbox's image (`sbx-<lease>-seed`, labelled with the lease and
- * `sbx.role=seed`, so teardown and reconcile reap it), made on first use: the engine's archive
- * API reads the image through it. `remove` is safe to call when it was never made.
- */
-export class ImageSource {
-  private container: Promise<Docker.Container> | null = null;
-
-  constructor(
-    private readonly docker: Docker,
-    private readonly spec: { leaseId: string; image: string; pinnedImage?: string; ownership: Ownership },
-  ) {}
-
-  /** The image ID facts are recorded under, or null when the image was not pinned to one. */
-  get imageId(): string | null {
-    const pinned = this.spec.pinnedImage;
-    return pinned?.startsWith('sha256:') ? pinned : null;
-  }
-
-  /** The source container, created on the first call. */
-  get(): Promise<Docker.Container> {
-    this.container ??= this.docker.createContainer({
-      name: `sbx-${this.spec.leaseId}-seed`,
-      Image: this.spec.pinnedImage ?? this.spec.image,
-      // Never started: an entrypoint only because the engine refuses a container without a command.
-      Entrypoint: ['/nonexistent/sbx-image-source'],
-      Cmd: [],
-      Labels: { [LABEL.lease]: this.spec.leaseId, [LABEL.role]: 'seed', ...ownershipLabels(this.spec.ownership) },
-      NetworkDisabled: true,
-      HostConfig: { NetworkMode: 'none' },
-    });
-    return this.container;
-  }
-
-  /** Removes the source container if one was made (errors ignored: teardown reaps it by label). */
-  async remove(): Promise<void> {
-    const made = this.container;
-    this.container = null;
-    if (made === null) return;
-    await made.then((c) => c.remove({ force: true })).catch(() => undefined);
+    file.destroy();
+    // A stream that failed earlier has closed already: no second 'close' comes.
+    if (!file.closed) await new Promise<void>((resolve) => file.once('close', () => resolve()));
+    await rm(this.tmpPath, { force: true }).catch(() => undefined);
   }
 }
 

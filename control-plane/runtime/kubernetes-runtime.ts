@@ -206,7 +206,7 @@ export class KubernetesRuntime implements SandboxRuntime {
   snapshotBytesEstimate = (): Promise<number> => Promise.reject(unsupported('snapshots'));
   removeSnapshot = (): Promise<void> => Promise.reject(unsupported('snapshots'));
   /** Nothing is recorded of images: each pod's node reads its image itself. */
-  sweepImageFacts = (): Promise<number> => Promise.resolve(0);
+  sweepImageSurvey = (): Promise<number> => Promise.resolve(0);
 
   private async list(selector: string[]): Promise<V1Pod[]> {
     const list = await this.call('list pods', () =>

@@ -6,13 +6,15 @@
  * archive API on a never-started container of the image WITHOUT the sandbox's mounts (on the
  * sandbox's own container the engine mounts its volumes first, following the very links
  * checked, which hides them), which stats the last element of a path without following it,
- * so every prefix of every target is stat'ed. Costs one container create and remove per lease.
+ * so every prefix of every target is stat'ed. What was found is recorded per image ID
+ * (image-survey.ts): only an image's first lease makes that container and reads.
  */
 import type Docker from 'dockerode';
 import type { IncomingMessage } from 'node:http';
 import { AppError } from '../../contract/errors.js';
 import { statusOf } from './docker-errors.js';
-import type { ImageSource, ImageSurvey } from './image-survey.js';
+import type { ImageSource } from './image-source.js';
+import type { ImageSurvey } from './image-survey.js';
 
 /** Every path sbx mounts over in a sandbox of `spec`-like mounts: volumes, tmpfs, binds. */
 export function mountTargetsOf(spec: {
@@ -43,6 +45,8 @@ export async function refuseSymlinkedMountTargets(source: ImageSource, survey: I
     source,
     paths.filter((p) => !known.has(p)),
   );
+  // A vanished container's 404s read as "no link": trusted (and recorded) only once it is still there.
+  if (found.size > 0) await source.confirm();
   if (imageId !== null) await survey.recordLinks(imageId, found);
   for (const path of paths) {
     const linkTarget = known.get(path) ?? found.get(path) ?? null;

@@ -168,7 +168,7 @@ export interface SandboxRuntime {
    * Removes what the driver recorded of images the engine no longer has (Docker: the image
    * survey, image-survey.ts; Kubernetes records nothing). Returns how many images' records went.
    */
-  sweepImageFacts(): Promise<number>;
+  sweepImageSurvey(): Promise<number>;
   /** The image `ref` as the engine has it. Throws AppError `image.not_found`, `runtime.unavailable`. */
   inspectImage(ref: string): Promise<ImageConfig>;
   /**

@@ -33,7 +33,8 @@ import type Docker from 'dockerode';
 import { AppError } from '../../contract/errors.js';
 import { statusOf } from './docker-errors.js';
 import { execInContainer } from './docker-exec.js';
-import type { ArchiveRecorder, ImageSource, ImageSurvey } from './image-survey.js';
+import type { ImageSource } from './image-source.js';
+import type { ArchiveRecorder, ImageSurvey } from './image-survey.js';
 import { SNAPSHOT_ROOTS_PREFIX, type SandboxSpec } from './runtime.js';
 import { rootArchiveName, snapshotDirOf } from './snapshot-roots.js';
 
@@ -61,10 +62,12 @@ export interface SeedSources {
  */
 export async function seedWritableRoots(docker: Docker, spec: SandboxSpec, sources: SeedSources): Promise<string[]> {
   const archives = snapshotDirOf(sources.snapshotDir, spec.image);
-  const seeded = await Promise.all(
+  // Settled, all of them, before anything is concluded: the caller removes the source container
+  // and the sandbox on a failure, which must not happen under a sibling root's read.
+  const outcomes = await Promise.allSettled(
     spec.seedRoots.map(async (root) => {
       const archive = archives !== null && fromSnapshot(root) ? await openIfPresent(join(archives, snapshotArchiveName(root))) : null;
-      const copy = archive ? seedFrom(docker, spec, root, archive, null) : seedFromImage(docker, spec, root, sources);
+      const copy = archive ? seedFrom(docker, spec, root, archive, {}) : seedFromImage(docker, spec, root, sources);
       try {
         return await copy;
       } catch (err) {
@@ -75,7 +78,9 @@ export async function seedWritableRoots(docker: Docker, spec: SandboxSpec, sourc
       }
     }),
   );
-  return spec.seedRoots.filter((_, i) => seeded[i]).map((r) => r.path);
+  const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+  if (failed) throw failed.reason;
+  return spec.seedRoots.filter((_, i) => (outcomes[i] as PromiseFulfilledResult<boolean>).value).map((r) => r.path);
 }
 
 type SeedRoot = SandboxSpec['seedRoots'][number];
@@ -100,55 +105,73 @@ async function seedFromImage(docker: Docker, spec: SandboxSpec, root: SeedRoot, 
   const sourcePath = root.from ?? root.path;
   const imageId = source.imageId;
   const recorded = imageId === null ? null : await survey.root(imageId, sourcePath);
+  const target = imageId === null ? undefined : { survey, imageId, sourcePath };
   if (recorded?.kind === 'empty') return false;
-  if (recorded?.kind === 'archive') return seedFrom(docker, spec, root, recorded.archive, null);
-  // Too large to keep: read for this lease, recording nothing.
-  const record = recorded?.kind === 'large' || imageId === null ? null : { survey, imageId, sourcePath };
+  if (recorded?.kind === 'archive') return seedFrom(docker, spec, root, recorded.archive, { recordedIn: target });
   let archive: Readable;
   try {
     archive = (await (await source.get()).getArchive({ path: sourcePath })) as unknown as Readable;
   } catch (err) {
     if (statusOf(err) !== 404) throw err;
-    // The image has nothing at this path.
-    if (imageId !== null) await survey.recordEmpty(imageId, sourcePath);
+    // The image has nothing at this path, unless the 404 is a vanished source container's.
+    await source.confirm();
+    if (target) await survey.recordEmpty(target.imageId, sourcePath);
     return false;
   }
-  return seedFrom(docker, spec, root, archive, record);
+  // Too large to keep: read for this lease, recording nothing.
+  return seedFrom(docker, spec, root, archive, { recordTo: recorded?.kind === 'large' ? undefined : target });
+}
+
+/** Where a root's content is recorded: the survey, the image and the path read. */
+interface RecordTarget {
+  survey: ImageSurvey;
+  imageId: string;
+  sourcePath: string;
 }
 
 /**
- * Copies `archive` into `root` unless it holds the root directory alone (false); with `record`,
- * what it held is recorded for the image (empty, or the archive once all of it was copied).
+ * Copies `archive` into `root` unless it holds the root directory alone (false). With
+ * `recordTo`, what it held is recorded for the image (empty, the archive once all of it was
+ * copied, or too large); with `recordedIn` (the archive is that record), a copy that fails in a
+ * running sandbox for another reason than space forgets the record.
  */
 async function seedFrom(
   docker: Docker,
   spec: SandboxSpec,
   root: SeedRoot,
   archive: Readable,
-  record: { survey: ImageSurvey; imageId: string; sourcePath: string } | null,
+  { recordTo, recordedIn }: { recordTo?: RecordTarget | undefined; recordedIn?: RecordTarget | undefined },
 ): Promise<boolean> {
-  const head = await readHead(archive, EMPTY_DIR_ARCHIVE_MAX_BYTES + 1);
-  if (head.ended && entryCount(head.bytes) <= 1) {
-    if (record) await record.survey.recordEmpty(record.imageId, record.sourcePath);
-    return false;
-  }
-  const recorder = record ? await record.survey.archiveRecorder(record.imageId, record.sourcePath) : null;
   try {
-    await extractInSandbox(docker, spec, root, head.bytes, head.ended ? null : archive, recorder);
-  } catch (err) {
-    await recorder?.drop();
-    throw err;
+    const head = await readHead(archive, EMPTY_DIR_ARCHIVE_MAX_BYTES + 1);
+    if (head.ended && entryCount(head.bytes) <= 1) {
+      if (recordTo) await recordTo.survey.recordEmpty(recordTo.imageId, recordTo.sourcePath);
+      return false;
+    }
+    const recorder = recordTo ? await recordTo.survey.archiveRecorder(recordTo.imageId, recordTo.sourcePath) : null;
+    try {
+      await extractInSandbox(docker, spec, root, head.bytes, head.ended ? null : archive, recorder);
+    } catch (err) {
+      await recorder?.drop();
+      const space = err instanceof AppError && err.code === 'lease.writable_root_full';
+      if (recordedIn && !space && (await isRunning(docker, spec.name)))
+        await recordedIn.survey.forgetRoot(recordedIn.imageId, recordedIn.sourcePath);
+      throw err;
+    }
+    // Only a whole archive is kept (tar may stop reading at the end-of-archive blocks).
+    if (head.ended || archive.readableEnded) await recorder?.keep();
+    else await recorder?.drop();
+    if (recordTo && recorder?.tooLarge) await recordTo.survey.recordLarge(recordTo.imageId, recordTo.sourcePath);
+    return true;
+  } finally {
+    // A file's handle goes with its stream; an archive left unread is not held open.
+    archive.destroy();
   }
-  // Only a whole archive is kept (tar may stop reading at the end-of-archive blocks).
-  if (head.ended || archive.readableEnded) await recorder?.keep();
-  else await recorder?.drop();
-  if (record && recorder?.tooLarge) await record.survey.recordLarge(record.imageId, record.sourcePath);
-  return true;
 }
 
 /**
- * Reads up to `limit` bytes (or the whole stream when shorter); `ended` when that was all. The
- * stream is left paused, with what it had after the head still unread (unshifted back).
+ * Reads up to `limit` bytes (or the whole stream when shorter; the chunk that crosses `limit`
+ * is read whole); `ended` when that was all. The stream is left paused after those chunks.
  */
 function readHead(stream: Readable, limit: number): Promise<{ bytes: Buffer; ended: boolean }> {
   return new Promise((resolve, reject) => {
@@ -230,6 +253,15 @@ async function extractInSandbox(
   throw new AppError('lease.create_failed', `copying the image's content into the writable root ${root.path} failed: ${reason}`, {
     details: { path: root.path, stderr: stderr.slice(0, 2000) },
   });
+}
+
+/** Whether the sandbox's container runs (a failed inspect counts as not). */
+async function isRunning(docker: Docker, name: string): Promise<boolean> {
+  const info = (await docker
+    .getContainer(name)
+    .inspect()
+    .catch(() => null)) as { State?: { Running?: boolean } } | null;
+  return info?.State?.Running === true;
 }
 
 /**
