@@ -80,9 +80,8 @@ export interface ControlPlane {
   /** This control plane's metrics (its own registry); warm pools report to it. */
   metrics: Metrics;
   /**
-   * Reconciles with the runtime, starts this process's worker of the durable expiry timers, then
-   * reconciles every `reconcileIntervalMs` (default 5000: a dead sandbox is `lost` and its open calls
-   * finished within it; a dead process's work is taken over) and fills warm pools every `poolIntervalMs` (1000).
+   * Reconciles with the runtime, starts this process's expiry timer worker, then reconciles every `reconcileIntervalMs` (5000:
+   * a dead sandbox is `lost`, its open calls finished, a dead process's work taken over); fills warm pools every `poolIntervalMs` (1000).
    */
   startBackground(options?: { reconcileIntervalMs?: number; poolIntervalMs?: number }): Promise<ReconcileOutcome>;
   /** Stops background work, closes the app and every connection. Sandboxes keep running. */
@@ -229,7 +228,7 @@ export async function createControlPlane(config: Config, apiKey: string, log: Lo
         );
   /** Counts a lease reconcile found lost the moment it decided so: its `lost` status is readable only later. */
   const onLost = (leaseId: string): void => metrics.reconciled({ adopted: [], removed: [], lost: [leaseId] });
-  // An ended lease's records expire together, each domain's from its own store.
+  /** An ended lease's records expire together, each domain's from its own store. */
   const retain = async (leaseId: string, seconds: number): Promise<void> => {
     await Promise.all([
       leaseStore.retain(leaseId, seconds),

@@ -58,11 +58,15 @@ const FULL_BATCH_INTERVAL_MS = 250;
 /** Wait before a failed write to the log is tried again, ms. */
 const RETRY_MS = 500;
 /**
- * How long a new file's `created` waits in the buffer before it is written, ms: the writes right
- * after a creation (a few `write(2)`s, the close, a chmod) come from the helper in several reads,
- * and only an entry not yet written can take them in. Other changes are written at once.
+ * How long a new file's `created` waits in the buffer with nothing folded into it before it is
+ * written, ms: the writes right after a creation (a few `write(2)`s, the close, a chmod) come from
+ * the helper in several reads, and only an entry not yet written can take them in. Each write
+ * folded in starts the wait again (a writer slowed by load still folds), up to
+ * CREATED_HOLD_MAX_MS in all. Other changes are written at once.
  */
 const COALESCE_MS = 25;
+/** The longest a new file's `created` is held for the writes after it, ms. */
+const CREATED_HOLD_MAX_MS = 250;
 
 export class FileWatch {
   private child: ChildProcess | null = null;
@@ -71,6 +75,8 @@ export class FileWatch {
   private flushing = false;
   /** How many entries at the buffer's head are being written now (never changed in place). */
   private inFlight = 0;
+  /** When a write was last folded into a buffered entry (ms since the epoch). */
+  private foldedAtMs = 0;
   private stopped = false;
   private tokens: string[] = [];
   private partial = '';
@@ -188,6 +194,7 @@ export class FileWatch {
             last.sizeBytes = sizeBytes;
             last.kind = kind;
           }
+          this.foldedAtMs = Date.now();
           return;
         }
         return this.push({ type: 'modified', path, kind, sizeBytes, at });
@@ -209,6 +216,19 @@ export class FileWatch {
       this.buffer.push(entry);
     }
     void this.flush();
+  }
+
+  /**
+   * Waits while the buffer ends in a new file and writes keep folding into it: until COALESCE_MS
+   * pass with none, or CREATED_HOLD_MAX_MS in all.
+   */
+  private async holdNewFile(): Promise<void> {
+    const startMs = Date.now();
+    do {
+      const foldedBefore = this.foldedAtMs;
+      await sleep(COALESCE_MS);
+      if (this.foldedAtMs === foldedBefore) return;
+    } while (this.endsInNewFile() && Date.now() - startMs < CREATED_HOLD_MAX_MS);
   }
 
   /** Whether the buffer (less than a full batch) ends in a `created` regular file. */
@@ -233,7 +253,7 @@ export class FileWatch {
         // ends in a new file waits COALESCE_MS, so that the writes right after it fold into it.
         const waitMs = fullBatchAt + FULL_BATCH_INTERVAL_MS - Date.now();
         if (waitMs > 0) await sleep(waitMs);
-        else if (this.endsInNewFile()) await sleep(COALESCE_MS);
+        else if (this.endsInNewFile()) await this.holdNewFile();
         // Taken out only once written: a failed write keeps them (and their seqs) for the next try.
         const batch = this.buffer.slice(0, BATCH).map((e, i) => ({ ...e, seq: this.seq + 1 + i }) as ChangeEntry);
         this.inFlight = batch.length;
