@@ -13,10 +13,10 @@ import { messageOf, statusOf, unavailable } from './docker-errors.js';
 import { inspectImage, readImageFiles } from './docker-images.js';
 import { checkpointSandbox, checkpointSupport, freezeSandbox, thawSandbox } from './docker-freezer.js';
 import { ensureLinkLocalBlocked } from './link-local-guard.js';
-import { linkPathsOf, mountTargetsOf, refuseSymlinkedMountTargets } from './mount-targets.js';
+import { mountTargetsOf, refuseSymlinkedMountTargets } from './mount-targets.js';
 import { ImageSource } from './image-source.js';
 import { ImageSurvey } from './image-survey.js';
-import { imageRootPathsOf, seedWritableRoots } from './seed-roots.js';
+import { seedWritableRoots } from './seed-roots.js';
 import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
 import { rootsBytesInUse } from './snapshot-roots.js';
 import {
@@ -109,17 +109,10 @@ export class DockerRuntime implements SandboxRuntime {
       );
     // Made only when the image must be read (its first lease, or a root too large to record).
     const source = new ImageSource(this.docker, spec);
-    const imageId = source.imageId;
-    const surveyed =
-      imageId === null ||
-      (await this.survey.complete(imageId, linkPathsOf(mountTargetsOf(spec)), imageRootPathsOf(spec, this.snapshotDir)));
-    // An image not read yet is read by one lease at a time; the others start once it recorded what it read.
-    if (surveyed) return this.startFrom(spec, source);
-    return this.survey.once(imageId, 'first lease', () => this.startFrom(spec, source));
-  }
-
-  /** `start`, the image read through `source` where the survey has not recorded it. */
-  private async startFrom(spec: SandboxSpec, source: ImageSource): Promise<Started> {
+    // What was recorded of the image, read once for the lease; parts not recorded yet are read
+    // by one lease of the image at a time (ImageSurvey.once), the others wait only there.
+    const recorded = source.imageId === null ? null : await this.survey.record(source.imageId);
+    const image = { survey: this.survey, recorded, source };
     const { ownership } = spec;
     try {
       for (const v of spec.volumes) {
@@ -148,7 +141,7 @@ export class DockerRuntime implements SandboxRuntime {
           Labels: { [LABEL.lease]: spec.leaseId, ...ownershipLabels(ownership) },
         });
       }
-      await refuseSymlinkedMountTargets(source, this.survey, mountTargetsOf(spec));
+      await refuseSymlinkedMountTargets(source, image, mountTargetsOf(spec));
       const container = await this.docker.createContainer({
         name: spec.name,
         Image: spec.pinnedImage ?? spec.image,
@@ -190,7 +183,7 @@ export class DockerRuntime implements SandboxRuntime {
         },
       });
       await container.start();
-      const seededPaths = await seedWritableRoots(this.docker, spec, { snapshotDir: this.snapshotDir, survey: this.survey, source });
+      const seededPaths = await seedWritableRoots(this.docker, spec, { snapshotDir: this.snapshotDir, ...image });
       await source.remove();
       return { containerId: container.id, seededPaths };
     } catch (err) {

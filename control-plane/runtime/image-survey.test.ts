@@ -32,19 +32,19 @@ describe('image survey', () => {
   it('link targets found by two checks merge; a path never checked is absent', async () => {
     await survey.recordLinks(ID, new Map([['/testbed', '/etc']]));
     await survey.recordLinks(ID, new Map([['/home', null]]));
-    expect(await survey.links(ID, ['/testbed', '/home', '/tmp'])).toEqual(
+    expect(await (await survey.record(ID)).links(['/testbed', '/home', '/tmp'])).toEqual(
       new Map([
         ['/testbed', '/etc'],
         ['/home', null],
       ]),
     );
-    expect(await survey.links('sha256:' + 'cd'.repeat(32), ['/testbed'])).toEqual(new Map());
+    expect(await (await survey.record('sha256:' + 'cd'.repeat(32))).links(['/testbed'])).toEqual(new Map());
   });
 
   it('a root recorded empty reads as empty; one never recorded as null', async () => {
     await survey.recordEmpty(ID, '/tmp');
-    expect(await survey.root(ID, '/tmp')).toEqual({ kind: 'empty' });
-    expect(await survey.root(ID, '/workspace')).toBeNull();
+    expect(await (await survey.record(ID)).root('/tmp')).toEqual({ kind: 'empty' });
+    expect(await (await survey.record(ID)).root('/workspace')).toBeNull();
   });
 
   it('an archive kept whole reads back byte for byte; a dropped one leaves no file', async () => {
@@ -52,14 +52,14 @@ describe('image survey', () => {
     kept.write(Buffer.from('head,'));
     kept.write(Buffer.from('tail'));
     await kept.keep();
-    const root = await survey.root(ID, '/workspace');
+    const root = await (await survey.record(ID)).root('/workspace');
     expect(root?.kind).toBe('archive');
     expect(await text((root as { archive: Readable }).archive)).toBe('head,tail');
 
     const dropped = await recorderOf(ID, '/testbed');
     dropped.write(Buffer.from('partial'));
     await dropped.drop();
-    expect(await survey.root(ID, '/testbed')).toBeNull();
+    expect(await (await survey.record(ID)).root('/testbed')).toBeNull();
     expect((await readdir(join(dir, ID.replace(':', '-')))).filter((f) => f.endsWith('.tmp'))).toEqual([]);
   });
 
@@ -68,16 +68,16 @@ describe('image survey', () => {
     const chunk = Buffer.alloc(1024 * 1024);
     for (let written = 0; written <= SURVEY_ARCHIVE_MAX_BYTES; written += chunk.length) recorder.write(chunk);
     await recorder.keep();
-    expect(await survey.root(ID, '/big')).toBeNull();
+    expect(await (await survey.record(ID)).root('/big')).toBeNull();
     expect((await readdir(join(dir, ID.replace(':', '-')))).filter((f) => f.endsWith('.tmp'))).toEqual([]);
   });
 
   it('a damaged facts file reads as nothing recorded, and the next record replaces it', async () => {
     await survey.recordEmpty(ID, '/tmp');
     await writeFile(join(dir, ID.replace(':', '-'), 'facts.json'), '{"links":');
-    expect(await survey.root(ID, '/tmp')).toBeNull();
+    expect(await (await survey.record(ID)).root('/tmp')).toBeNull();
     await survey.recordEmpty(ID, '/tmp');
-    expect(await survey.root(ID, '/tmp')).toEqual({ kind: 'empty' });
+    expect(await (await survey.record(ID)).root('/tmp')).toEqual({ kind: 'empty' });
   });
 
   it('sweep removes the records of images the engine no longer has, and keeps the others', async () => {
@@ -88,8 +88,8 @@ describe('image survey', () => {
     const removed = await survey.sweep(async (imageId) => (asked.push(imageId), imageId === ID));
     expect(removed).toBe(1);
     expect(asked.sort()).toEqual([ID, gone].sort());
-    expect(await survey.root(ID, '/tmp')).toEqual({ kind: 'empty' });
-    expect(await survey.root(gone, '/tmp')).toBeNull();
+    expect(await (await survey.record(ID)).root('/tmp')).toEqual({ kind: 'empty' });
+    expect(await (await survey.record(gone)).root('/tmp')).toBeNull();
   });
 
   it('once: concurrent reads of the same thing of an image run one at first, the others after it ended, side by side', async () => {
@@ -117,18 +117,22 @@ describe('image survey', () => {
     expect(await waiter).toBe('read again');
   });
 
-  it('complete: only when every link path and every root is recorded (empty, an archive, or too large)', async () => {
-    expect(await survey.complete(ID, ['/home'], ['/tmp', '/workspace', '/testbed'])).toBe(false);
+  it('a record is what was recorded when it was read: links, empty, large and archived roots, nothing after', async () => {
     await survey.recordLinks(ID, new Map([['/home', null]]));
     await survey.recordEmpty(ID, '/tmp');
     await survey.recordLarge(ID, '/testbed');
-    expect(await survey.root(ID, '/testbed')).toEqual({ kind: 'large' });
-    expect(await survey.complete(ID, ['/home'], ['/tmp', '/workspace', '/testbed'])).toBe(false);
     const recorder = await recorderOf(ID, '/workspace');
     recorder.write(Buffer.from('tar'));
     await recorder.keep();
-    expect(await survey.complete(ID, ['/home'], ['/tmp', '/workspace', '/testbed'])).toBe(true);
-    expect(await survey.complete(ID, ['/home', '/opt'], ['/tmp'])).toBe(false);
+    const record = await survey.record(ID);
+    await survey.recordEmpty(ID, '/later');
+    expect(record.links(['/home', '/opt'])).toEqual(new Map([['/home', null]]));
+    expect(await record.root('/tmp')).toEqual({ kind: 'empty' });
+    expect(await record.root('/testbed')).toEqual({ kind: 'large' });
+    const archived = await record.root('/workspace');
+    expect(await text((archived as { archive: Readable }).archive)).toBe('tar');
+    expect(await record.root('/later')).toBeNull();
+    expect(await (await survey.record(ID)).root('/later')).toEqual({ kind: 'empty' });
   });
 
   it('a recorder whose file cannot be written settles keep() and drop() (was: drop waited forever for a close already past)', async () => {
@@ -148,13 +152,19 @@ describe('image survey', () => {
       survey.recordLarge(ID, '/c'),
       survey.recordLinks(ID, new Map([['/home', null]])),
     ]);
-    expect(await survey.complete(ID, ['/home'], ['/a', '/b', '/c'])).toBe(true);
+    const record = await survey.record(ID);
+    expect(record.links(['/home'])).toEqual(new Map([['/home', null]]));
+    expect(await Promise.all(['/a', '/b', '/c'].map((p) => record.root(p)))).toEqual([
+      { kind: 'empty' },
+      { kind: 'empty' },
+      { kind: 'large' },
+    ]);
   });
 
   it('an empty archive file (a crash between create and write) reads as not recorded', async () => {
     const recorder = await recorderOf(ID, '/workspace');
     await recorder.keep();
-    expect(await survey.root(ID, '/workspace')).toBeNull();
+    expect(await (await survey.record(ID)).root('/workspace')).toBeNull();
   });
 
   it('sweep removes temporary files over an hour old of images still present, and keeps newer ones', async () => {

@@ -59,11 +59,12 @@ export class ImageSurvey {
 
   /**
    * Runs `read` (which looks at the records first and records what it reads), but when a read of
-   * the same `what` of `imageId` runs already in this process, only once that one ended: then
-   * `read` finds the records it made and reads only what they lack (nothing, unless that read
-   * failed or a root is too large to keep). So concurrent first leases of an image (a fork of
-   * N, a burst) read it once (docker-runtime.ts). Waiters then run side by side, not one after
-   * another, also after a failed read.
+   * the same `what` of `imageId` (`links`, `root <path>`) runs already in this process, only
+   * once that one ended: then `read` finds the records it made and reads only what they lack
+   * (nothing, unless that read failed or a root is too large to keep). So concurrent first
+   * leases of an image (a fork of N, a burst) read each part of it once, and wait only at the
+   * parts not recorded yet (mount-targets.ts, seed-roots.ts). Waiters then run side by side,
+   * not one after another, also after a failed read.
    */
   async once<T>(imageId: string, what: string, read: () => Promise<T>): Promise<T> {
     const key = `${imageId} ${what}`;
@@ -81,34 +82,18 @@ export class ImageSurvey {
     }
   }
 
-  /** The recorded link target of each of `paths` in `imageId`: a path never checked is absent. */
-  async links(imageId: string, paths: readonly string[]): Promise<Map<string, string | null>> {
-    const facts = await this.read(imageId);
-    return new Map(paths.filter((p) => p in facts.links).map((p) => [p, facts.links[p] ?? null]));
+  /**
+   * What is recorded of `imageId`, read once (the lease's view: one read of `facts.json`; an
+   * archive is opened when asked for). Nothing recorded when the facts are absent or damaged.
+   */
+  async record(imageId: string): Promise<ImageRecord> {
+    return new ImageRecord(await this.read(imageId), (sourcePath) => this.archivePath(imageId, sourcePath));
   }
 
   /** Records link targets of `imageId` found by a check (merged with what is recorded). */
   async recordLinks(imageId: string, found: ReadonlyMap<string, string | null>): Promise<void> {
     if (found.size === 0) return;
     await this.change(imageId, (facts) => ({ ...facts, links: { ...facts.links, ...Object.fromEntries(found) } }));
-  }
-
-  /**
-   * The recorded content of the image's `sourcePath`, or null when it was never recorded (or
-   * cannot be read: an empty archive file, which no whole archive is, counts as none).
-   */
-  async root(imageId: string, sourcePath: string): Promise<RecordedRoot | null> {
-    const facts = await this.read(imageId);
-    if (facts.emptyRoots.includes(sourcePath)) return { kind: 'empty' };
-    if (facts.largeRoots.includes(sourcePath)) return { kind: 'large' };
-    const handle = await open(this.archivePath(imageId, sourcePath), 'r').catch(() => null);
-    if (handle === null) return null;
-    if ((await handle.stat()).size === 0) {
-      await handle.close();
-      return null;
-    }
-    // The stream owns the handle and closes it at its end (or when destroyed).
-    return { kind: 'archive', archive: handle.createReadStream() };
   }
 
   /** Forgets the recorded archive of `sourcePath` (one that failed to unpack). */
@@ -128,22 +113,6 @@ export class ImageSurvey {
     await this.change(imageId, (facts) =>
       facts.largeRoots.includes(sourcePath) ? null : { ...facts, largeRoots: [...facts.largeRoots, sourcePath] },
     );
-  }
-
-  /**
-   * Whether everything a lease reads from `imageId` is recorded: the link target of each of
-   * `linkPaths` and the content of each of `rootPaths` (empty, an archive, or too large).
-   */
-  async complete(imageId: string, linkPaths: readonly string[], rootPaths: readonly string[]): Promise<boolean> {
-    const facts = await this.read(imageId);
-    if (!linkPaths.every((p) => p in facts.links)) return false;
-    for (const path of rootPaths) {
-      if (facts.emptyRoots.includes(path) || facts.largeRoots.includes(path)) continue;
-      const archive = await open(this.archivePath(imageId, path), 'r').catch(() => null);
-      if (archive === null) return false;
-      await archive.close();
-    }
-    return true;
   }
 
   /**
@@ -236,6 +205,36 @@ export class ImageSurvey {
     const dir = join(this.dir, idName(imageId));
     await mkdir(dir, { recursive: true, mode: 0o700 });
     return dir;
+  }
+}
+
+/** What was recorded of one image when a lease looked (`ImageSurvey.record`). */
+export class ImageRecord {
+  constructor(
+    private readonly facts: ImageFacts,
+    private readonly archivePath: (sourcePath: string) => string,
+  ) {}
+
+  /** The recorded link target of each of `paths`: a path never checked is absent. */
+  links(paths: readonly string[]): Map<string, string | null> {
+    return new Map(paths.filter((p) => p in this.facts.links).map((p) => [p, this.facts.links[p] ?? null]));
+  }
+
+  /**
+   * The recorded content of the image's `sourcePath`, or null when it was never recorded (or
+   * cannot be read: an empty archive file, which no whole archive is, counts as none).
+   */
+  async root(sourcePath: string): Promise<RecordedRoot | null> {
+    if (this.facts.emptyRoots.includes(sourcePath)) return { kind: 'empty' };
+    if (this.facts.largeRoots.includes(sourcePath)) return { kind: 'large' };
+    const handle = await open(this.archivePath(sourcePath), 'r').catch(() => null);
+    if (handle === null) return null;
+    if ((await handle.stat()).size === 0) {
+      await handle.close();
+      return null;
+    }
+    // The stream owns the handle and closes it at its end (or when destroyed).
+    return { kind: 'archive', archive: handle.createReadStream() };
   }
 }
 

@@ -14,7 +14,7 @@ import type { IncomingMessage } from 'node:http';
 import { AppError } from '../../contract/errors.js';
 import { statusOf } from './docker-errors.js';
 import type { ImageSource } from './image-source.js';
-import type { ImageSurvey } from './image-survey.js';
+import type { ImageRecord, ImageSurvey } from './image-survey.js';
 
 /** Every path sbx mounts over in a sandbox of `spec`-like mounts: volumes, tmpfs, binds. */
 export function mountTargetsOf(spec: {
@@ -34,22 +34,32 @@ export function mountTargetsOf(spec: {
 /**
  * Throws AppError `image.mount_path_symlink` (422; `details`: `path`, `linkTarget`, `mountPath`)
  * when the image has a symbolic link at any of `targets` or at a directory above one. A path
- * the image lacks is fine (the engine makes it). Paths `survey` recorded for the image are not
- * read again; what is read through `source` is recorded there.
+ * the image lacks is fine (the engine makes it). Paths `recorded` for the image are not read
+ * again; the others are read through `source` (one lease of the image at a time) and recorded
+ * in `survey`.
  */
-export async function refuseSymlinkedMountTargets(source: ImageSource, survey: ImageSurvey, targets: readonly string[]): Promise<void> {
+export async function refuseSymlinkedMountTargets(
+  source: ImageSource,
+  { survey, recorded }: { survey: ImageSurvey; recorded: ImageRecord | null },
+  targets: readonly string[],
+): Promise<void> {
   const paths = linkPathsOf(targets);
   const imageId = source.imageId;
-  const known = imageId === null ? new Map<string, string | null>() : await survey.links(imageId, paths);
-  const found = await readLinks(
-    source,
-    paths.filter((p) => !known.has(p)),
-  );
-  // A vanished container's 404s read as "no link": trusted (and recorded) only once it is still there.
-  if (found.size > 0) await source.confirm();
-  if (imageId !== null) await survey.recordLinks(imageId, found);
+  let links = recorded?.links(paths) ?? new Map<string, string | null>();
+  if (imageId === null) links = await readLinks(source, paths);
+  else if (links.size < paths.length)
+    links = await survey.once(imageId, 'links', async () => {
+      // Read again: a lease that held this read before may have recorded what was missing.
+      const known = (await survey.record(imageId)).links(paths);
+      const found = await readLinks(
+        source,
+        paths.filter((p) => !known.has(p)),
+      );
+      await survey.recordLinks(imageId, found);
+      return new Map([...known, ...found]);
+    });
   for (const path of paths) {
-    const linkTarget = known.get(path) ?? found.get(path) ?? null;
+    const linkTarget = links.get(path) ?? null;
     if (linkTarget === null) continue;
     const mountPath = targets.find((t) => prefixesOf(t).includes(path)) ?? path;
     throw new AppError(
@@ -61,13 +71,14 @@ export async function refuseSymlinkedMountTargets(source: ImageSource, survey: I
 }
 
 /** Every path checked for `targets`: each target and each directory above it, once. */
-export function linkPathsOf(targets: readonly string[]): string[] {
+function linkPathsOf(targets: readonly string[]): string[] {
   return [...new Set(targets.flatMap(prefixesOf))];
 }
 
 /**
  * The link target (or null) of `paths` in the image, read through `source` in order up to the
- * first link (what lies past it is refused anyway).
+ * first link (what lies past it is refused anyway). Throws `lease.create_failed` when the
+ * source container vanished meanwhile: its 404s read as "no link", and are not trusted.
  */
 async function readLinks(source: ImageSource, paths: readonly string[]): Promise<Map<string, string | null>> {
   const found = new Map<string, string | null>();
@@ -76,6 +87,7 @@ async function readLinks(source: ImageSource, paths: readonly string[]): Promise
     found.set(path, linkTarget);
     if (linkTarget !== null) break;
   }
+  if (found.size > 0) await source.confirm();
   return found;
 }
 

@@ -34,7 +34,7 @@ import { AppError } from '../../contract/errors.js';
 import { statusOf } from './docker-errors.js';
 import { execInContainer } from './docker-exec.js';
 import type { ImageSource } from './image-source.js';
-import type { ArchiveRecorder, ImageSurvey } from './image-survey.js';
+import type { ArchiveRecorder, ImageRecord, ImageSurvey, RecordedRoot } from './image-survey.js';
 import { SNAPSHOT_ROOTS_PREFIX, type SandboxSpec } from './runtime.js';
 import { rootArchiveName, snapshotDirOf } from './snapshot-roots.js';
 
@@ -48,8 +48,10 @@ const EMPTY_DIR_ARCHIVE_MAX_BYTES = 3 * 512;
 export interface SeedSources {
   /** Where snapshots keep their roots' archives (snapshot-roots.ts). */
   snapshotDir: string;
-  /** Roots recorded per image ID (image-survey.ts). */
+  /** Roots recorded per image ID (image-survey.ts): where what is read is recorded. */
   survey: ImageSurvey;
+  /** What the survey had recorded of the image when the lease began (null: the image has no ID). */
+  recorded: ImageRecord | null;
   /** The never-started container of the image, made only when a root must be read from it. */
   source: ImageSource;
 }
@@ -85,13 +87,6 @@ export async function seedWritableRoots(docker: Docker, spec: SandboxSpec, sourc
 
 type SeedRoot = SandboxSpec['seedRoots'][number];
 
-/** The paths of `spec.seedRoots` read from the image itself (not from a snapshot's archives). */
-export function imageRootPathsOf(spec: SandboxSpec, snapshotDir: string): string[] {
-  // A snapshot's roots are archives on the host (snapshot-roots.ts); an older snapshot's are in its image.
-  const snapshotArchives = snapshotDirOf(snapshotDir, spec.image) !== null;
-  return spec.seedRoots.filter((r) => !(snapshotArchives && fromSnapshot(r))).map((r) => r.from ?? r.path);
-}
-
 function fromSnapshot(root: SeedRoot): root is SeedRoot & { from: string } {
   return root.from?.startsWith(`${SNAPSHOT_ROOTS_PREFIX}/`) ?? false;
 }
@@ -100,14 +95,37 @@ function snapshotArchiveName(root: SeedRoot & { from: string }): string {
   return rootArchiveName(root.from.slice(SNAPSHOT_ROOTS_PREFIX.length));
 }
 
-/** Copies the image's content at `root` (as recorded for its ID, else read and recorded); false when it has none. */
-async function seedFromImage(docker: Docker, spec: SandboxSpec, root: SeedRoot, { survey, source }: SeedSources): Promise<boolean> {
+/**
+ * Copies the image's content at `root` (as recorded for its ID, else read and recorded, by one
+ * lease of the image at a time); false when it has none.
+ */
+async function seedFromImage(docker: Docker, spec: SandboxSpec, root: SeedRoot, sources: SeedSources): Promise<boolean> {
+  const { survey, source } = sources;
   const sourcePath = root.from ?? root.path;
   const imageId = source.imageId;
-  const recorded = imageId === null ? null : await survey.root(imageId, sourcePath);
-  const target = imageId === null ? undefined : { survey, imageId, sourcePath };
-  if (recorded?.kind === 'empty') return false;
-  if (recorded?.kind === 'archive') return seedFrom(docker, spec, root, recorded.archive, { recordedIn: target });
+  if (imageId === null) return seedFromSource(docker, spec, root, source, undefined);
+  const seed = async (recorded: RecordedRoot | null): Promise<boolean> => {
+    if (recorded?.kind === 'empty') return false;
+    const target = { survey, imageId, sourcePath };
+    if (recorded?.kind === 'archive') return seedFrom(docker, spec, root, recorded.archive, { recordedIn: target });
+    // Too large to keep: read for this lease, recording nothing.
+    return seedFromSource(docker, spec, root, source, recorded?.kind === 'large' ? undefined : target);
+  };
+  const recorded = (await sources.recorded?.root(sourcePath)) ?? null;
+  if (recorded !== null) return seed(recorded);
+  // Read again under the hold: a lease that held it before may have recorded this root.
+  return survey.once(imageId, `root ${sourcePath}`, async () => seed(await (await survey.record(imageId)).root(sourcePath)));
+}
+
+/** Copies the image's content at `root` read through `source` (recorded to `recordTo`); false when it has none. */
+async function seedFromSource(
+  docker: Docker,
+  spec: SandboxSpec,
+  root: SeedRoot,
+  source: ImageSource,
+  recordTo: RecordTarget | undefined,
+): Promise<boolean> {
+  const sourcePath = root.from ?? root.path;
   let archive: Readable;
   try {
     archive = (await (await source.get()).getArchive({ path: sourcePath })) as unknown as Readable;
@@ -115,11 +133,10 @@ async function seedFromImage(docker: Docker, spec: SandboxSpec, root: SeedRoot, 
     if (statusOf(err) !== 404) throw err;
     // The image has nothing at this path, unless the 404 is a vanished source container's.
     await source.confirm();
-    if (target) await survey.recordEmpty(target.imageId, sourcePath);
+    if (recordTo) await recordTo.survey.recordEmpty(recordTo.imageId, sourcePath);
     return false;
   }
-  // Too large to keep: read for this lease, recording nothing.
-  return seedFrom(docker, spec, root, archive, { recordTo: recorded?.kind === 'large' ? undefined : target });
+  return seedFrom(docker, spec, root, archive, { recordTo });
 }
 
 /** Where a root's content is recorded: the survey, the image and the path read. */
