@@ -21,7 +21,7 @@ import { AGENT_RUNTIME_DIR } from '../../contract/agent-runtime.js';
 import { agentEgress, AGENT_REDIS_DIR, AGENT_SPOOL_DIR, EGRESS_SOCKET_NAME } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
 import type { Launched } from '../pools/schema.js';
-import type { SandboxRuntime } from '../runtime/runtime.js';
+import { agentExitedError, type SandboxRuntime } from '../runtime/runtime.js';
 import { BootGate } from './boot-gate.js';
 import { leaseDirs, type AgentRelay, type LeasePlan } from './plan.js';
 
@@ -136,13 +136,7 @@ export class Provisioner {
     const helloArrived = new AbortController();
     const died = runtime.exited(id, helloArrived.signal).then(({ exitCode, logTail }) => {
       if (helloArrived.signal.aborted) return undefined as never;
-      throw new AppError(
-        'lease.create_failed',
-        `the sandbox agent exited (code ${exitCode ?? '?'}) before it was ready: ${logTail.slice(-500) || 'no output'}`,
-        {
-          details: { exitCode, agentLog: logTail.slice(-2000) },
-        },
-      );
+      throw agentExitedError(exitCode, logTail);
     });
     died.catch(() => undefined);
     const hello = await Promise.race([this.deps.handshake.awaitHello(id, this.helloTimeoutMs), died]).finally(() => helloArrived.abort());

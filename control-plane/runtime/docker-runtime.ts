@@ -20,6 +20,7 @@ import { seedWritableRoots } from './seed-roots.js';
 import { captureSnapshot, removeSnapshotImage } from './snapshot-image.js';
 import { rootsBytesInUse } from './snapshot-roots.js';
 import {
+  agentExitedError,
   LABEL,
   ownershipLabels,
   ownershipSelectors,
@@ -49,6 +50,9 @@ const OwnedVolumeList = z.object({ Volumes: z.array(Labelled).nullable().default
 const OwnedNetworkList = z.array(Labelled);
 
 const NO_COPY = { NoCopy: true } as Docker.MountSettings['VolumeOptions'];
+
+/** How long a start that failed after its container started waits to learn whether the agent died (ms). */
+const AGENT_DEATH_GRACE_MS = 2000;
 
 export class DockerRuntime implements SandboxRuntime {
   private readonly docker: Docker;
@@ -114,6 +118,7 @@ export class DockerRuntime implements SandboxRuntime {
     const recorded = source.imageId === null ? null : await this.survey.record(source.imageId);
     const image = { survey: this.survey, recorded, source };
     const { ownership } = spec;
+    let started = false;
     try {
       for (const v of spec.volumes) {
         await this.docker.createVolume({
@@ -183,12 +188,20 @@ export class DockerRuntime implements SandboxRuntime {
         },
       });
       await container.start();
+      started = true;
       const seededPaths = await seedWritableRoots(this.docker, spec, { snapshotDir: this.snapshotDir, ...image });
       await source.remove();
       return { containerId: container.id, seededPaths };
     } catch (err) {
       await source.remove();
+      // A step into a sandbox whose agent is dying fails too (an exec exits 126 while the engine
+      // still calls the container running): the agent's death, with its last words, is the cause.
+      const died =
+        started && !(err instanceof AppError && err.code === 'lease.writable_root_full')
+          ? await this.diedWithin(spec.leaseId, AGENT_DEATH_GRACE_MS)
+          : null;
       await this.remove(spec.leaseId, ownership).catch(() => undefined);
+      if (died) throw agentExitedError(died.exitCode, died.logTail);
       if (err instanceof AppError) throw err;
       if (statusOf(err) === 404)
         throw new AppError('image.not_found', `image ${spec.image} is not on this Docker engine`, {
@@ -196,6 +209,18 @@ export class DockerRuntime implements SandboxRuntime {
           cause: err,
         });
       throw new AppError('lease.create_failed', `Docker could not start the sandbox: ${messageOf(err)}`, { cause: err });
+    }
+  }
+
+  /** `exited`, if the lease's container stops within `graceMs`; else null. */
+  private async diedWithin(leaseId: string, graceMs: number): Promise<{ exitCode: number | null; logTail: string } | null> {
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), graceMs);
+    try {
+      const exit = await this.exited(leaseId, abort.signal);
+      return abort.signal.aborted ? null : exit;
+    } finally {
+      clearTimeout(timer);
     }
   }
 

@@ -3,6 +3,7 @@
  * Docker implements it (docker-runtime.ts), and Kubernetes (kubernetes-runtime.ts); drivers.ts
  * picks one by `SBX_RUNTIME`. Specs are compiled from policies by policies/compiler.ts.
  */
+import { AppError } from '../../contract/errors.js';
 
 /**
  * A per-lease volume: a writable root (size-limited tmpfs, counted as the sandbox's memory) or
@@ -180,7 +181,8 @@ export interface SandboxRuntime {
   /**
    * Creates the volumes and the container, starts it and fills its `seedRoots` from the image.
    * Leaves nothing behind when it throws: `lease.writable_root_full` (the image's content at a
-   * root does not fit its size), `image.not_found`, `lease.create_failed`.
+   * root does not fit its size), `image.not_found`, `lease.create_failed` (`agentExitedError`
+   * when the sandbox's agent exited meanwhile).
    */
   start(spec: SandboxSpec): Promise<Started>;
   /**
@@ -263,4 +265,18 @@ export function ownershipLabels(ownership: Ownership): Record<string, string> {
 /** `ownership`'s labels as `key=value` selectors (Docker label filters, Kubernetes label selectors: each must match). */
 export function ownershipSelectors(ownership: Ownership): string[] {
   return Object.entries(ownershipLabels(ownership)).map(([key, value]) => `${key}=${value}`);
+}
+
+/**
+ * The error of a sandbox whose agent exited before it was ready: `lease.create_failed` with its
+ * exit code (null: unknown) and its last log lines (`details.agentLog`, the agent's fatal error
+ * typically). Thrown by the lease's boot (leases/provision.ts) and by a runtime's `start` that
+ * failed because of it (a copy into a sandbox whose agent died fails too, less tellingly).
+ */
+export function agentExitedError(exitCode: number | null, logTail: string): AppError {
+  return new AppError(
+    'lease.create_failed',
+    `the sandbox agent exited (code ${exitCode ?? '?'}) before it was ready: ${logTail.slice(-500) || 'no output'}`,
+    { details: { exitCode, agentLog: logTail.slice(-2000) } },
+  );
 }

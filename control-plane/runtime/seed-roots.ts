@@ -38,9 +38,6 @@ import type { ArchiveRecorder, ImageRecord, ImageSurvey, RecordedRoot } from './
 import { SNAPSHOT_ROOTS_PREFIX, type SandboxSpec } from './runtime.js';
 import { rootArchiveName, snapshotDirOf } from './snapshot-roots.js';
 
-/** How long a failed copy waits to learn whether the sandbox is stopping (its agent died), ms. */
-const AGENT_DEATH_GRACE_MS = 2000;
-
 /** An archive this small holding one entry is the root directory alone: nothing to copy. */
 const EMPTY_DIR_ARCHIVE_MAX_BYTES = 3 * 512;
 
@@ -69,15 +66,7 @@ export async function seedWritableRoots(docker: Docker, spec: SandboxSpec, sourc
   const outcomes = await Promise.allSettled(
     spec.seedRoots.map(async (root) => {
       const archive = archives !== null && fromSnapshot(root) ? await openIfPresent(join(archives, snapshotArchiveName(root))) : null;
-      const copy = archive ? seedFrom(docker, spec, root, archive, {}) : seedFromImage(docker, spec, root, sources);
-      try {
-        return await copy;
-      } catch (err) {
-        if (err instanceof AppError && err.code === 'lease.writable_root_full') throw err;
-        // The sandbox's agent died meanwhile: the caller reports that (with its last words), not the copy.
-        if (await stopsSoon(docker, spec.name)) return false;
-        throw err;
-      }
+      return archive ? seedFrom(docker, spec, root, archive, {}) : seedFromImage(docker, spec, root, sources);
     }),
   );
   const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
@@ -279,23 +268,6 @@ async function isRunning(docker: Docker, name: string): Promise<boolean> {
     .inspect()
     .catch(() => null)) as { State?: { Running?: boolean } } | null;
   return info?.State?.Running === true;
-}
-
-/**
- * Whether the sandbox is stopped, or stops within AGENT_DEATH_GRACE_MS: a copy into a sandbox
- * whose agent is dying fails (exec exits 126) while the engine still calls it running.
- */
-async function stopsSoon(docker: Docker, name: string): Promise<boolean> {
-  const abort = new AbortController();
-  const timer = setTimeout(() => abort.abort(), AGENT_DEATH_GRACE_MS);
-  try {
-    await docker.getContainer(name).wait({ condition: 'not-running', abortSignal: abort.signal });
-    return true;
-  } catch (err) {
-    return statusOf(err) === 404;
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** A read stream of `file`, or null when there is none. */
