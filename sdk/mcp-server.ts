@@ -50,7 +50,7 @@ export interface McpServerOptions {
 /** Said of every tool: how to read its results. */
 const COMMON_SEMANTICS =
   "Runs inside an isolated sbx sandbox (a container under the lease's policy: no network in `default`, read-only root, writable /workspace, /tmp and home) as an unprivileged user. " +
-  'The text you get is a short, lossy summary, not a receipt: it ends with a line `[sbx] status=… code=… receipt=… commitState=…`; `commitState` says what is known about the effect (`not_started`, `committed`, `unknown`). ' +
+  'The text you get is a short, lossy summary, not a receipt: it ends with a line `[sbx] status=… [code=…] [exitCode=…] receipt=… commitState=…`; `commitState` says what is known about the effect (`not_started`, `committed`, `unknown`). ' +
   "Errors come back with isError and the platform's stable code (`domain.reason`) and retryability (`no`, `after_fix`, `safe`, `reconcile_first` = check the state before retrying).";
 
 /** Per tool: timeouts, truncation and effects, as the platform implements them. */
