@@ -110,6 +110,22 @@ describe('image survey', () => {
     expect(order).toEqual(['first started', 'first ended', 'waiter 1 ran', 'waiter 2 ran']);
   });
 
+  it('once: a read that never ends holds the waiters for waitMaxMs at most, then they read for themselves', async () => {
+    const impatient = new ImageSurvey(dir, { waitMaxMs: 50 });
+    void impatient.once(ID, 'links', () => new Promise<string>(() => undefined));
+    expect(await impatient.once(ID, 'links', async () => 'read myself')).toBe('read myself');
+  });
+
+  it('facts of another format version (written by earlier code) read as nothing recorded', async () => {
+    await survey.recordLinks(ID, new Map([['/testbed', null]]));
+    expect((await survey.record(ID)).links(['/testbed'])).toEqual(new Map([['/testbed', null]]));
+    await writeFile(
+      join(dir, ID.replace(':', '-'), 'facts.json'),
+      JSON.stringify({ links: { '/testbed': null }, emptyRoots: [], largeRoots: [] }),
+    );
+    expect((await survey.record(ID)).links(['/testbed'])).toEqual(new Map());
+  });
+
   it('once: a failed first read lets the waiters read for themselves', async () => {
     const first = survey.once(ID, 'links', async () => Promise.reject(new Error('engine gone')));
     const waiter = survey.once(ID, 'links', async () => 'read again');
@@ -117,7 +133,7 @@ describe('image survey', () => {
     expect(await waiter).toBe('read again');
   });
 
-  it('a record is what was recorded when it was read: links, empty, large and archived roots, nothing after', async () => {
+  it('a record holds the facts recorded when it was read (links, empty and large roots), and reads archives when asked', async () => {
     await survey.recordLinks(ID, new Map([['/home', null]]));
     await survey.recordEmpty(ID, '/tmp');
     await survey.recordLarge(ID, '/testbed');

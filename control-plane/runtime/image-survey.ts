@@ -25,6 +25,20 @@ import { mkdir, open, readdir, readFile, rename, rm, stat } from 'node:fs/promis
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 
+/**
+ * The longest a lease waits for another lease's read of the same part of an image (ms); then it
+ * reads for itself. No engine call has a deadline of its own: a stalled read must not hold every
+ * lease of its image (each waiting with its volumes made, or its sandbox started) for ever.
+ */
+export const SURVEY_WAIT_MAX_MS = 60_000;
+
+/**
+ * The format of `facts.json`: a file of another version reads as nothing recorded. 2: verdicts
+ * are recorded only once confirmed through a source container still there (image-source.ts);
+ * the records of earlier code may hold a vanished container's 404s as "no link".
+ */
+const FACTS_VERSION = 2;
+
 /** A temporary file older than this is a crashed write's: `sweep` removes it (ms). */
 const STALE_TMP_MS = 3600_000;
 
@@ -54,8 +68,14 @@ export class ImageSurvey {
   /** The last change of each image's facts in this process: the next one waits for it. */
   private readonly changes = new Map<string, Promise<void>>();
 
-  /** `dir`: the survey's directory (`<data dir>/image-survey`); made on first write. */
-  constructor(private readonly dir: string) {}
+  /**
+   * `dir`: the survey's directory (`<data dir>/image-survey`); made on first write. `waitMaxMs`:
+   * the longest `once` waits for another read (SURVEY_WAIT_MAX_MS).
+   */
+  constructor(
+    private readonly dir: string,
+    private readonly options: { waitMaxMs: number } = { waitMaxMs: SURVEY_WAIT_MAX_MS },
+  ) {}
 
   /**
    * Runs `read` (which looks at the records first and records what it reads), but when a read of
@@ -64,13 +84,16 @@ export class ImageSurvey {
    * (nothing, unless that read failed or a root is too large to keep). So concurrent first
    * leases of an image (a fork of N, a burst) read each part of it once, and wait only at the
    * parts not recorded yet (mount-targets.ts, seed-roots.ts). Waiters then run side by side,
-   * not one after another, also after a failed read.
+   * not one after another, also after a failed read, and after SURVEY_WAIT_MAX_MS at most.
    */
   async once<T>(imageId: string, what: string, read: () => Promise<T>): Promise<T> {
     const key = `${imageId} ${what}`;
     const running = this.flights.get(key);
     if (running) {
-      await running.catch(() => undefined);
+      let timer: NodeJS.Timeout | undefined;
+      const waitedOut = new Promise<void>((resolve) => (timer = setTimeout(resolve, this.options.waitMaxMs)));
+      await Promise.race([running.catch(() => undefined), waitedOut]);
+      clearTimeout(timer);
       return read();
     }
     const flight = read();
@@ -161,7 +184,10 @@ export class ImageSurvey {
   /** The image's facts; none recorded when the file is absent, damaged or unreadable (the image is read again). */
   private async read(imageId: string): Promise<ImageFacts> {
     try {
-      const facts = JSON.parse(await readFile(join(this.dir, idName(imageId), 'facts.json'), 'utf8')) as Partial<ImageFacts>;
+      const facts = JSON.parse(await readFile(join(this.dir, idName(imageId), 'facts.json'), 'utf8')) as Partial<ImageFacts> & {
+        version?: number;
+      };
+      if (facts.version !== FACTS_VERSION) return { links: {}, emptyRoots: [], largeRoots: [] };
       return { links: facts.links ?? {}, emptyRoots: facts.emptyRoots ?? [], largeRoots: facts.largeRoots ?? [] };
     } catch {
       return { links: {}, emptyRoots: [], largeRoots: [] };
@@ -190,7 +216,7 @@ export class ImageSurvey {
     try {
       const handle = await open(tmp, 'w', 0o600);
       try {
-        await handle.writeFile(JSON.stringify(facts));
+        await handle.writeFile(JSON.stringify({ version: FACTS_VERSION, ...facts }));
         await handle.sync();
       } finally {
         await handle.close();
@@ -208,7 +234,10 @@ export class ImageSurvey {
   }
 }
 
-/** What was recorded of one image when a lease looked (`ImageSurvey.record`). */
+/**
+ * What was recorded of one image when a lease looked (`ImageSurvey.record`): its facts as they
+ * were then; a root's archive is opened when asked for (one kept or forgotten since is seen).
+ */
 export class ImageRecord {
   constructor(
     private readonly facts: ImageFacts,
@@ -229,7 +258,11 @@ export class ImageRecord {
     if (this.facts.largeRoots.includes(sourcePath)) return { kind: 'large' };
     const handle = await open(this.archivePath(sourcePath), 'r').catch(() => null);
     if (handle === null) return null;
-    if ((await handle.stat()).size === 0) {
+    const sizeBytes = await handle.stat().then(
+      (st) => st.size,
+      () => 0,
+    );
+    if (sizeBytes === 0) {
       await handle.close();
       return null;
     }

@@ -47,10 +47,11 @@ export async function refuseSymlinkedMountTargets(
   const imageId = source.imageId;
   let links = recorded?.links(paths) ?? new Map<string, string | null>();
   if (imageId === null) links = await readLinks(source, paths);
-  else if (links.size < paths.length)
+  else if (!settles(links, paths))
     links = await survey.once(imageId, 'links', async () => {
       // Read again: a lease that held this read before may have recorded what was missing.
       const known = (await survey.record(imageId)).links(paths);
+      if (settles(known, paths)) return known;
       const found = await readLinks(
         source,
         paths.filter((p) => !known.has(p)),
@@ -68,6 +69,11 @@ export async function refuseSymlinkedMountTargets(
       { details: { path, linkTarget, mountPath } },
     );
   }
+}
+
+/** Whether `known` decides the check of `paths`: every one known, or a link among them (which refuses, whatever the rest hold). */
+function settles(known: ReadonlyMap<string, string | null>, paths: readonly string[]): boolean {
+  return known.size === paths.length || [...known.values()].some((target) => target !== null);
 }
 
 /** Every path checked for `targets`: each target and each directory above it, once. */

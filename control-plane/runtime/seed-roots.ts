@@ -115,17 +115,21 @@ async function seedFromSource(
   recordTo: RecordTarget | undefined,
 ): Promise<boolean> {
   const sourcePath = root.from ?? root.path;
+  // Made before the archive is asked for: from its answer until tar takes it, nothing may be
+  // awaited (a stream failing then would have no error listener, and tar would wait for ever).
+  const recorder = recordTo ? await recordTo.survey.archiveRecorder(recordTo.imageId, recordTo.sourcePath) : null;
   let archive: Readable;
   try {
     archive = (await (await source.get()).getArchive({ path: sourcePath })) as unknown as Readable;
   } catch (err) {
+    await recorder?.drop();
     if (statusOf(err) !== 404) throw err;
     // The image has nothing at this path, unless the 404 is a vanished source container's.
     await source.confirm();
     if (recordTo) await recordTo.survey.recordEmpty(recordTo.imageId, sourcePath);
     return false;
   }
-  return seedFrom(docker, spec, root, archive, { recordTo });
+  return seedFrom(docker, spec, root, archive, { recordTo, recorder });
 }
 
 /** Where a root's content is recorded: the survey, the image and the path read. */
@@ -137,8 +141,8 @@ interface RecordTarget {
 
 /**
  * Copies `archive` into `root` unless it holds the root directory alone (false). With
- * `recordTo`, what it held is recorded for the image (empty, the archive once all of it was
- * copied, or too large); with `recordedIn` (the archive is that record), a copy that fails in a
+ * `recordTo`, what it held is recorded for the image (empty, the archive through `recorder` once
+ * all of it was copied, or too large); with `recordedIn` (the archive is that record), a copy that fails in a
  * running sandbox for another reason than space forgets the record.
  */
 async function seedFrom(
@@ -146,15 +150,22 @@ async function seedFrom(
   spec: SandboxSpec,
   root: SeedRoot,
   archive: Readable,
-  { recordTo, recordedIn }: { recordTo?: RecordTarget | undefined; recordedIn?: RecordTarget | undefined },
+  {
+    recordTo,
+    recorder = null,
+    recordedIn,
+  }: { recordTo?: RecordTarget | undefined; recorder?: ArchiveRecorder | null; recordedIn?: RecordTarget | undefined },
 ): Promise<boolean> {
   try {
-    const head = await readHead(archive, EMPTY_DIR_ARCHIVE_MAX_BYTES + 1);
+    const head = await readHead(archive, EMPTY_DIR_ARCHIVE_MAX_BYTES + 1).catch(async (err: unknown) => {
+      await recorder?.drop();
+      throw err;
+    });
     if (head.ended && entryCount(head.bytes) <= 1) {
+      await recorder?.drop();
       if (recordTo) await recordTo.survey.recordEmpty(recordTo.imageId, recordTo.sourcePath);
       return false;
     }
-    const recorder = recordTo ? await recordTo.survey.archiveRecorder(recordTo.imageId, recordTo.sourcePath) : null;
     try {
       await extractInSandbox(docker, spec, root, head.bytes, head.ended ? null : archive, recorder);
     } catch (err) {
