@@ -13,6 +13,7 @@ export function rows(f: Figure): string[] {
     f.targets.map((t) => `${t.met ? '✅ met' : '❌ **MISSED**'}: ${t.text} — ${t.measured}`).join('<br>') || 'reported (no target)';
   const out = [`| ${f.title} | ${f.ours.stats.count} | ${sideCell(f.ours)} | ${sideCell(f.baseline)} | ${speedup} | ${targets} |`];
   for (const e of f.extra) out.push(`| ↳ ${e.what} | ${e.stats.count} | ${stats(e.stats, e.unit)} | | | |`);
+  for (const note of f.notes) out.push(`| ↳ *${note.replace(/\|/g, '\\|')}* | | | | | |`);
   return out;
 }
 
