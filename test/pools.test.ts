@@ -3,6 +3,7 @@
  * atomically, bound to the claiming lease (env, secrets), never reused, replaced when their
  * container dies, left alone by reconcile, shrunk when idle.
  */
+import Docker from 'dockerode';
 import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
 import { docker, execIn, eventually, useHarness } from './fixtures/index.js';
@@ -102,6 +103,22 @@ describe('warm pools', () => {
       await h.redis.hdel(`${p}pool:claimed`, id!);
       await h.plane.leases.reconcile();
       expect((await docker('ps', '-aq', '--filter', `name=sbx-${id}`)).trim()).toBe('');
+    },
+  );
+
+  it(
+    'an orphaned pool sandbox removed by two removers at once (another remove in flight, then reconcile): reconcile waits for it, and its volumes go too',
+    { timeout: 120_000 },
+    async () => {
+      const [id] = await eventually(readyIds, (ids) => ids.length >= 1, FILL_MS);
+      const p = h.config.redisPrefix;
+      await h.redis.multi().lrem(readyKey('default'), 1, id!).hdel(`${p}pool:members`, id!).exec();
+      // Another remover first (as a pool replacing its member does), in flight while reconcile reaps.
+      const other = new Docker({ socketPath: h.config.dockerSocket }).getContainer(`sbx-${id}`).remove({ force: true, v: true });
+      await h.plane.leases.reconcile();
+      await other.catch(() => undefined);
+      expect((await docker('ps', '-aq', '--filter', `label=sbx.lease=${id}`)).trim()).toBe('');
+      expect((await docker('volume', 'ls', '-q', '--filter', `label=sbx.lease=${id}`)).trim()).toBe('');
     },
   );
 

@@ -51,6 +51,9 @@ const OwnedNetworkList = z.array(Labelled);
 
 const NO_COPY = { NoCopy: true } as Docker.MountSettings['VolumeOptions'];
 
+/** How long a removal waits for another remover's removal of the same container to end (ms). */
+const REMOVAL_WAIT_MS = 30_000;
+
 /** How long a start that failed after its container started waits to learn whether the agent died (ms). */
 const AGENT_DEATH_GRACE_MS = 2000;
 
@@ -247,10 +250,7 @@ export class DockerRuntime implements SandboxRuntime {
       .array(ContainerSummary)
       .parse(await this.call('list containers', () => this.docker.listContainers({ all: true, filters })));
     for (const c of containers) {
-      await this.docker
-        .getContainer(c.Id)
-        .remove({ force: true, v: true })
-        .catch((err: unknown) => statusOf(err) === 404 || failures.push(err));
+      await this.removeContainer(c.Id).catch((err: unknown) => failures.push(err));
     }
     const volumes = VolumeList.parse(await this.call('list volumes', () => this.docker.listVolumes({ filters })));
     for (const v of volumes.Volumes ?? []) {
@@ -272,6 +272,31 @@ export class DockerRuntime implements SandboxRuntime {
         `could not remove every part of sandbox ${leaseId}: ${failures.map(messageOf).join('; ')}`,
         { cause: failures[0] },
       );
+  }
+
+  /**
+   * Removes container `id` (absence is success). When another remover is at it already (the
+   * engine's 409 "removal … already in progress": a pool replacing its member, another process
+   * reaping), waits up to REMOVAL_WAIT_MS for it to be gone, so what follows (its volumes)
+   * does not find it still in use.
+   */
+  private async removeContainer(id: string): Promise<void> {
+    const container = this.docker.getContainer(id);
+    try {
+      await container.remove({ force: true, v: true });
+    } catch (err) {
+      if (statusOf(err) === 404) return;
+      if (statusOf(err) !== 409 || !/already in progress/.test(messageOf(err))) throw err;
+      const abort = new AbortController();
+      const timer = setTimeout(() => abort.abort(), REMOVAL_WAIT_MS);
+      try {
+        await container.wait({ condition: 'removed', abortSignal: abort.signal });
+      } catch (waitErr) {
+        if (statusOf(waitErr) !== 404) throw err;
+      } finally {
+        clearTimeout(timer);
+      }
+    }
   }
 
   async listOwned(ownership: Ownership): Promise<OwnedSandbox[]> {
