@@ -217,14 +217,9 @@ export class DockerRuntime implements SandboxRuntime {
 
   /** `exited`, if the lease's container stops within `graceMs`; else null. */
   private async diedWithin(leaseId: string, graceMs: number): Promise<{ exitCode: number | null; logTail: string } | null> {
-    const abort = new AbortController();
-    const timer = setTimeout(() => abort.abort(), graceMs);
-    try {
-      const exit = await this.exited(leaseId, abort.signal);
-      return abort.signal.aborted ? null : exit;
-    } finally {
-      clearTimeout(timer);
-    }
+    const deadline = AbortSignal.timeout(graceMs);
+    const exit = await this.exited(leaseId, deadline);
+    return deadline.aborted ? null : exit;
   }
 
   async exited(leaseId: string, signal?: AbortSignal): Promise<{ exitCode: number | null; logTail: string }> {
@@ -287,14 +282,10 @@ export class DockerRuntime implements SandboxRuntime {
     } catch (err) {
       if (statusOf(err) === 404) return;
       if (statusOf(err) !== 409 || !/already in progress/.test(messageOf(err))) throw err;
-      const abort = new AbortController();
-      const timer = setTimeout(() => abort.abort(), REMOVAL_WAIT_MS);
       try {
-        await container.wait({ condition: 'removed', abortSignal: abort.signal });
+        await container.wait({ condition: 'removed', abortSignal: AbortSignal.timeout(REMOVAL_WAIT_MS) });
       } catch (waitErr) {
         if (statusOf(waitErr) !== 404) throw err;
-      } finally {
-        clearTimeout(timer);
       }
     }
   }
