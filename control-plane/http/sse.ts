@@ -5,6 +5,8 @@
  * until the store's notification (or a keep-alive period) — never polls on a timer alone. It ends
  * after a terminal event, or at once when a resumed stream is already past the last one.
  */
+import { once } from 'node:events';
+import type { Writable } from 'node:stream';
 import { createSession } from 'better-sse';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Notifier } from '../redis/notifier.js';
@@ -34,6 +36,22 @@ export async function openSseSession(
 ): Promise<{ push(data: unknown, event: string, id?: string): void }> {
   reply.hijack();
   return createSession(request.raw, reply.raw, { keepAlive: SSE_KEEPALIVE_MS, retry: 1000 });
+}
+
+/**
+ * Resolves once `stream` drained or `signal` aborted, whichever is first, and takes its listener
+ * off the other: a long stream waits for a slow client many times on one request's signal, and a
+ * listener left behind by each wait added up (Node's MaxListenersExceededWarning in CI).
+ */
+export async function drainedOrAborted(stream: Writable, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return;
+  const settled = new AbortController();
+  try {
+    // Promise.race handles the loser's rejection (an AbortError once `settled` aborts).
+    await Promise.race([once(stream, 'drain', { signal: settled.signal }), once(signal, 'abort', { signal: settled.signal })]);
+  } finally {
+    settled.abort();
+  }
 }
 
 /** Hijacks `reply` and streams `source`'s events after `afterSeq` until a terminal event or the client leaves. */

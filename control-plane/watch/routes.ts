@@ -4,13 +4,12 @@
  * `watch.maxConcurrent` while its client is connected; it ends when the client disconnects
  * (slot and blocking Redis connection given back) or the lease ends (`watch.ended`).
  */
-import { once } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { AppError } from '../../contract/errors.js';
 import type { Principal } from '../http/auth.js';
-import { openSseSession } from '../http/sse.js';
+import { drainedOrAborted, openSseSession } from '../http/sse.js';
 import { LeaseParams } from '../leases/schema.js';
 import type { LeaseRecord } from '../leases/store.js';
 import { ChangesQuery, WatchHeaders, WatchQuery } from './schema.js';
@@ -111,7 +110,7 @@ export const watchRoutes: FastifyPluginAsync<WatchRoutesOptions> = async (plugin
           if (inScope(entry, where)) push(entry, entry.type, String(entry.seq));
         }
         // Bounded: a client that does not read holds the stream here, not in this process's memory.
-        if (reply.raw.writableNeedDrain && !signal.aborted) await Promise.race([once(reply.raw, 'drain'), once(signal, 'abort')]);
+        if (reply.raw.writableNeedDrain) await drainedOrAborted(reply.raw, signal);
         if (read.entries.length === STREAM_BATCH) continue;
         try {
           await opts.active(leaseId, by);
