@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { OutputStream } from '../../contract/events.js';
-import { OutputPipeline } from './output-pipeline.js';
+import { OutputPipeline, TailRing } from './output-pipeline.js';
 
 function recorder() {
   const chunks: Array<{ stream: OutputStream; offset: number; data: string }> = [];
@@ -80,5 +80,19 @@ describe('OutputPipeline', () => {
     const tail = p.summary('stdout').tail.toString();
     expect(tail.length).toBe(8192);
     expect(tail.endsWith('aaaTHE END')).toBe(true);
+  });
+
+  it('keeps as its tail exactly the last bytes of any run of writes: small ones wrapping the ring, ones larger than it, none', () => {
+    const ring = new TailRing(16);
+    let all = Buffer.alloc(0);
+    expect(ring.bytes().length).toBe(0);
+    // A fixed run of sizes: below, at and above the capacity, and writes that end exactly at the ring's end.
+    const sizes = [1, 5, 10, 3, 0, 16, 7, 9, 40, 2, 15, 1, 1, 14, 17];
+    sizes.forEach((size, i) => {
+      const data = Buffer.alloc(size, String.fromCharCode(97 + (i % 26)));
+      ring.write(data);
+      all = Buffer.concat([all, data]);
+      expect(ring.bytes().toString()).toBe(all.subarray(-16).toString());
+    });
   });
 });

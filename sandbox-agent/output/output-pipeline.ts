@@ -31,11 +31,49 @@ interface StreamState {
   hash: Hash;
   truncated: boolean;
   /** The last TAIL_BYTES bytes written, for a model text that shows the end of long output. */
-  tail: Buffer;
+  tail: TailRing;
 }
 
 /** Bytes of each stream's end kept for the model text. */
 const TAIL_BYTES = 8 * 1024;
+
+/**
+ * The last `capacity` bytes of a stream, in one buffer allocated once: a write copies into it
+ * (wrapping around) rather than allocating a new tail per chunk, which for every 64 KiB read of
+ * a long output was an 8 KiB buffer outside V8's heap, and for a run of small writes an 8 KiB
+ * concatenation each.
+ */
+export class TailRing {
+  private readonly ring: Buffer;
+  /** Where the next byte goes. */
+  private end = 0;
+  private filled = 0;
+
+  constructor(private readonly capacity: number) {
+    this.ring = Buffer.alloc(capacity);
+  }
+
+  write(data: Buffer): void {
+    const cap = this.capacity;
+    if (data.length >= cap) {
+      data.copy(this.ring, 0, data.length - cap);
+      this.end = 0;
+      this.filled = cap;
+      return;
+    }
+    const first = Math.min(data.length, cap - this.end);
+    data.copy(this.ring, this.end, 0, first);
+    data.copy(this.ring, 0, first);
+    this.end = (this.end + data.length) % cap;
+    this.filled = Math.min(cap, this.filled + data.length);
+  }
+
+  /** The kept bytes, oldest first (a copy). */
+  bytes(): Buffer {
+    if (this.filled < this.capacity) return Buffer.from(this.ring.subarray(0, this.filled));
+    return Buffer.concat([this.ring.subarray(this.end), this.ring.subarray(0, this.end)], this.capacity);
+  }
+}
 
 /** Facts about one stream once the process is done. */
 export interface StreamSummary {
@@ -64,7 +102,7 @@ export class OutputPipeline {
       keptBytes: 0,
       hash: createHash('sha256'),
       truncated: false,
-      tail: Buffer.alloc(0),
+      tail: new TailRing(TAIL_BYTES),
     });
     this.streams = { stdout: fresh(), stderr: fresh() };
     this.maxBatchBytes = options.maxBatchBytes ?? 64 * 1024;
@@ -76,10 +114,7 @@ export class OutputPipeline {
     const state = this.streams[stream];
     state.hash.update(data);
     state.total += data.length;
-    state.tail =
-      data.length >= TAIL_BYTES
-        ? Buffer.from(data.subarray(data.length - TAIL_BYTES))
-        : Buffer.concat([state.tail, data]).subarray(-TAIL_BYTES);
+    state.tail.write(data);
     if (state.truncated) return;
     const room = this.options.maxKeptBytes - state.keptBytes;
     const keep = data.length <= room ? data : data.subarray(0, room);
@@ -115,7 +150,7 @@ export class OutputPipeline {
       sha256: s.hash.copy().digest('hex'),
       keptBytes: s.keptBytes,
       kept: Buffer.concat(s.kept, s.keptBytes),
-      tail: s.tail,
+      tail: s.tail.bytes(),
     };
   }
 
