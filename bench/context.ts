@@ -4,6 +4,7 @@
  * calls that must succeed, and read memory of the plane and of agents. Figures that share work
  * (the floor's samples, a fleet of leased sandboxes, the upload tree) hand it over in `carried`.
  */
+import { readFile } from 'node:fs/promises';
 import Docker from 'dockerode';
 import { SbxClient } from '../sdk/index.js';
 import { connectRedis, redisOptions, type Redis } from '../control-plane/redis/connections.js';
@@ -177,6 +178,16 @@ export class BenchContext {
   }
 
   /** CPU time the control-plane process has used so far, ms (one clock tick resolution). */
+  /**
+   * Host pid of the Redis server the plane uses (its `INFO server` process_id), or null when that
+   * pid on this machine is not a redis-server (the server runs elsewhere).
+   */
+  async redisPid(): Promise<number | null> {
+    const pid = Number(/^process_id:(\d+)/m.exec(await this.redis().info('server'))?.[1]);
+    const comm = await readFile(`/proc/${pid}/comm`, 'utf8').catch(() => '');
+    return comm.startsWith('redis-server') ? pid : null;
+  }
+
   planeCpuMs(): Promise<number> {
     return cpuTimeMsOf(this.plane.pid);
   }

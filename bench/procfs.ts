@@ -58,7 +58,7 @@ export function cpuTicksOfStat(stat: string): number {
 let ticksPerSecond: number | undefined;
 
 /** Clock ticks per second of /proc's CPU times (`getconf CLK_TCK`; 100 where it cannot be asked). */
-function clockTicksPerSecond(): number {
+export function clockTicksPerSecond(): number {
   if (ticksPerSecond === undefined) {
     try {
       ticksPerSecond = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
