@@ -98,7 +98,7 @@ if [[ ! -f "$dir/.complete" ]]; then
     || die "the staged node does not start with its staged libraries"
   # The agent's V8 code cache (sandbox-agent/boot.ts), made by the node that will use it, with the
   # agent's flags: V8 rejects a cache made under other flags (AGENT_NODE_FLAGS, contract/agent-runtime.ts).
-  agent_flags=(--expose-gc)
+  agent_flags=(--expose-gc --max-semi-space-size=4)
   "$stage/lib/$loader_name" --library-path "$stage/lib" "$stage/bin/node" "${agent_flags[@]}" "$stage/agent/sbx-agent.cjs" --write-code-cache \
     || die "could not write the agent's code cache"
   chmod go=r "$stage/agent/sbx-agent-main.v8cache"
