@@ -30,5 +30,12 @@ describe('the CPU split of a bench window', () => {
         'sandboxes (agents and their tools) 40% (8000 ms per 1,000 calls), bench client 10% (2000 ms per 1,000 calls), ' +
         'rest of the machine (engine, kernel) 10% (2000 ms per 1,000 calls)',
     );
+    const elsewhere = describeCpuSplit(
+      { elapsedMs: 1000, machineMs: 2000, planeMs: 500, redisMs: NaN, sandboxesMs: 800, clientMs: 200, otherMs: 500 },
+      100,
+      { count: 1000, name: '1,000 calls' },
+    );
+    expect(elsewhere).toContain('Redis not read,');
+    expect(elsewhere).toContain('rest of the machine (engine, kernel) 25% (5000 ms per 1,000 calls)');
   });
 });

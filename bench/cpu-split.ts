@@ -109,7 +109,8 @@ export function describeCpuSplit(split: CpuSplit, units: number, per: { count: n
     ['bench client', split.clientMs],
     ['rest of the machine (engine, kernel)', split.otherMs],
   ];
+  // A party not read (a Redis elsewhere, a cgroup not found) is named as such; its time is in the rest.
   return `CPU over the window: ${cores} cores busy; ${parts
-    .map(([name, v]) => `${name} ${share(v)} (${perUnit(v)} ms per ${per.name})`)
+    .map(([name, v]) => (Number.isFinite(v) && units > 0 ? `${name} ${share(v)} (${perUnit(v)} ms per ${per.name})` : `${name} not read`))
     .join(', ')}`;
 }
