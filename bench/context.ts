@@ -178,17 +178,22 @@ export class BenchContext {
   }
 
   /** CPU time the control-plane process has used so far, ms (one clock tick resolution). */
-  /**
-   * Host pid of the Redis server the plane uses (its `INFO server` process_id), or null when that
-   * pid on this machine is not a redis-server (the server runs elsewhere).
-   */
-  async redisPid(): Promise<number | null> {
-    const pid = Number(/^process_id:(\d+)/m.exec(await this.redis().info('server'))?.[1]);
-    const comm = await readFile(`/proc/${pid}/comm`, 'utf8').catch(() => '');
-    return comm.startsWith('redis-server') ? pid : null;
-  }
-
   planeCpuMs(): Promise<number> {
     return cpuTimeMsOf(this.plane.pid);
+  }
+
+  /**
+   * Host pid of the Redis server the plane uses (its `INFO server` process_id), or null when it
+   * cannot be told: `INFO` refused (a managed Redis), no pid in the answer, or that pid on this
+   * machine not a redis-server (the server runs elsewhere).
+   */
+  async redisPid(): Promise<number | null> {
+    const info = await this.redis()
+      .info('server')
+      .catch(() => '');
+    const pid = Number(/^process_id:(\d+)/m.exec(info)?.[1]);
+    if (!Number.isInteger(pid)) return null;
+    const comm = await readFile(`/proc/${pid}/comm`, 'utf8').catch(() => '');
+    return comm.startsWith('redis-server') ? pid : null;
   }
 }

@@ -39,16 +39,19 @@ export async function openSseSession(
 }
 
 /**
- * Resolves once `stream` drained or `signal` aborted, whichever is first, and takes its listener
- * off the other: a long stream waits for a slow client many times on one request's signal, and a
- * listener left behind by each wait added up (Node's MaxListenersExceededWarning in CI).
+ * Resolves once `stream` drained, closed (a client gone without the request's signal knowing it
+ * yet) or `signal` aborted, whichever is first, and takes its listeners off the others: a long
+ * stream waits for a slow client many times on one request's signal, and a listener left behind
+ * by each wait added up (Node's MaxListenersExceededWarning in CI). Rejects with the stream's
+ * error when it emits `error` first.
  */
 export async function drainedOrAborted(stream: Writable, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return;
+  if (signal.aborted || stream.closed || stream.destroyed) return;
   const settled = new AbortController();
+  const options = { signal: settled.signal };
   try {
-    // Promise.race handles the loser's rejection (an AbortError once `settled` aborts).
-    await Promise.race([once(stream, 'drain', { signal: settled.signal }), once(signal, 'abort', { signal: settled.signal })]);
+    // Promise.race handles the losers' rejections (an AbortError each once `settled` aborts).
+    await Promise.race([once(stream, 'drain', options), once(stream, 'close', options), once(signal, 'abort', options)]);
   } finally {
     settled.abort();
   }

@@ -38,40 +38,45 @@ interface StreamState {
 const TAIL_BYTES = 8 * 1024;
 
 /**
- * The last `capacity` bytes of a stream, in one buffer allocated once: a write copies into it
- * (wrapping around) rather than allocating a new tail per chunk, which for every 64 KiB read of
- * a long output was an 8 KiB buffer outside V8's heap, and for a run of small writes an 8 KiB
- * concatenation each.
+ * The last `capacity` bytes of a stream, in one buffer allocated at the stream's first byte: a
+ * write copies into it (wrapping around) rather than allocating a new tail per chunk, which for
+ * every 64 KiB read of a long output was an 8 KiB buffer outside V8's heap, and for a run of
+ * small writes an 8 KiB concatenation each. A stream that writes nothing (`exec true`'s)
+ * allocates nothing.
  */
 export class TailRing {
-  private readonly ring: Buffer;
+  private ring: Buffer | null = null;
   /** Where the next byte goes. */
   private end = 0;
   private filled = 0;
 
-  constructor(private readonly capacity: number) {
-    this.ring = Buffer.alloc(capacity);
-  }
+  constructor(private readonly capacity: number) {}
 
+  /** Keeps `data`'s bytes as the newest, dropping the oldest past `capacity`. */
   write(data: Buffer): void {
     const cap = this.capacity;
+    if (data.length === 0 || cap === 0) return;
+    // Only the bytes handed out by bytes() are ever read, and those were all written: no need to zero.
+    const ring = (this.ring ??= Buffer.allocUnsafeSlow(cap));
     if (data.length >= cap) {
-      data.copy(this.ring, 0, data.length - cap);
+      data.copy(ring, 0, data.length - cap);
       this.end = 0;
       this.filled = cap;
       return;
     }
     const first = Math.min(data.length, cap - this.end);
-    data.copy(this.ring, this.end, 0, first);
-    data.copy(this.ring, 0, first);
+    data.copy(ring, this.end, 0, first);
+    data.copy(ring, 0, first);
     this.end = (this.end + data.length) % cap;
     this.filled = Math.min(cap, this.filled + data.length);
   }
 
   /** The kept bytes, oldest first (a copy). */
   bytes(): Buffer {
-    if (this.filled < this.capacity) return Buffer.from(this.ring.subarray(0, this.filled));
-    return Buffer.concat([this.ring.subarray(this.end), this.ring.subarray(0, this.end)], this.capacity);
+    const ring = this.ring;
+    if (ring === null) return Buffer.alloc(0);
+    if (this.filled < this.capacity) return Buffer.from(ring.subarray(0, this.filled));
+    return Buffer.concat([ring.subarray(this.end), ring.subarray(0, this.end)], this.capacity);
   }
 }
 
