@@ -215,7 +215,7 @@ describe('lease lifecycle', () => {
     expect(Buffer.from(await download.arrayBuffer()).toString('latin1')).toContain('through the tunnel');
   });
 
-  it('an agent that dies before it is ready fails the lease with its last words, and leaves nothing', async () => {
+  it('an agent that dies before it is ready fails the lease with its last words, also while a root is seeded from the image, and leaves nothing', async () => {
     // The agent comes from the runtime mount, not the image: a control plane whose runtime's
     // agent crashes at once.
     const runtime = await runtimeWithAgent("console.error('agent boom'); process.exit(3);\n");
@@ -227,6 +227,16 @@ describe('lease lifecycle', () => {
         expect(error).toMatchObject({ status: 503, code: 'lease.create_failed' });
         expect((error as Error).message).toContain('exited (code 3)');
         expect((error as Error).message).toContain('agent boom');
+        expect(await containersOf(crashing.config.owner)).toEqual(before);
+        // A writable root seeded from the image (18 MB of /usr/local/lib, copied in the sandbox after it
+        // started): the agent dies during the copy, and the lease still fails with its last words,
+        // not with the copy's failure.
+        const seeding = await crashing.client
+          .createSandbox({ writableRoots: [{ path: '/usr/local/lib', sizeBytes: 64 * 1024 * 1024 }] })
+          .catch((e: unknown) => e);
+        expect(seeding).toMatchObject({ status: 503, code: 'lease.create_failed' });
+        expect((seeding as Error).message).toContain('exited (code 3)');
+        expect((seeding as Error).message).toContain('agent boom');
         expect(await containersOf(crashing.config.owner)).toEqual(before);
       } finally {
         await crashing.close();
