@@ -7,6 +7,7 @@
  * (proc(5), cgroups(7)): the bench runs on the Docker host (as deploy/local does).
  */
 import { readFile } from 'node:fs/promises';
+import { parseMountinfo } from '../control-plane/runtime/mountinfo.js';
 import { clockTicksPerSecond, cpuTimeMsOf } from './procfs.js';
 
 /** A window's split. Wall time and CPU time in ms; a party's CPU time is user + system. */
@@ -59,22 +60,13 @@ export function cpuUsageFileOf(procCgroup: string, mountinfo: string): CpuUsageF
     .map((line) => /^(\d+):([^:]*):(.*)$/.exec(line))
     .filter((m): m is RegExpExecArray => m !== null)
     .map((m) => ({ controllers: m[2]!.split(','), path: m[3]! }));
-  const mounts = mountinfo
-    .split('\n')
-    .map((line) => {
-      // id parent major:minor root mount-point options [optional...] - fstype source super-options
-      const [before, after] = line.split(' - ');
-      const fields = before?.split(' ') ?? [];
-      const [fstype, , superOptions = ''] = after?.split(' ') ?? [];
-      return { root: fields[3] ?? '', mountPoint: fields[4] ?? '', fstype, options: superOptions.split(',') };
-    })
-    .filter((m) => m.fstype === 'cgroup' || m.fstype === 'cgroup2');
+  const mounts = parseMountinfo(mountinfo).filter((m) => m.fstype === 'cgroup' || m.fstype === 'cgroup2');
   const under = (mount: { root: string; mountPoint: string }, path: string): string | null => {
     if (mount.root !== '/' && !path.startsWith(mount.root)) return null;
     return `${mount.mountPoint}${mount.root === '/' ? path : path.slice(mount.root.length)}`.replace(/\/$/, '');
   };
   const v1 = memberships.find((m) => m.controllers.includes('cpuacct'));
-  const v1Mount = mounts.find((m) => m.fstype === 'cgroup' && m.options.includes('cpuacct'));
+  const v1Mount = mounts.find((m) => m.fstype === 'cgroup' && m.superOptions.includes('cpuacct'));
   const v1Dir = v1 && v1Mount ? under(v1Mount, v1.path) : null;
   if (v1Dir !== null) return { path: `${v1Dir}/cpuacct.usage`, kind: 'v1' };
   const v2 = memberships.find((m) => m.controllers.length === 1 && m.controllers[0] === '');

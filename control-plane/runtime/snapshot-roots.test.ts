@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseMountinfo, rootArchiveName, snapshotDirOf } from './snapshot-roots.js';
+import { deviceByMountPoint, rootArchiveName, snapshotDirOf } from './snapshot-roots.js';
 
 describe('snapshot roots', () => {
   it('mountinfo: the topmost mount at each point, its st_dev as glibc makedev gives it, escaped names unescaped', () => {
@@ -10,7 +10,7 @@ describe('snapshot roots', () => {
       '102 101 0:51 / /tmp rw,nosuid - tmpfs tmpfs rw',
       '103 83 259:300 / /my\\040dir rw - ext4 /dev/x rw',
     ].join('\n');
-    const mounts = parseMountinfo(text);
+    const mounts = deviceByMountPoint(text);
     expect(mounts.get('/workspace')).toBe(42);
     expect(mounts.get('/tmp')).toBe(51);
     // major 259 minor 300: (259 << 8) | (300 & 0xff) | ((300 & ~0xff) << 12)

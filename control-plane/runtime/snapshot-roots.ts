@@ -30,6 +30,7 @@ import { open, readFile, stat, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AppError } from '../../contract/errors.js';
 import type { RunAs } from './runtime.js';
+import { parseMountinfo } from './mountinfo.js';
 
 /** One root's archive: the file it was written to (in the capture's directory), its SHA-256 (hex) and its size in bytes. */
 export interface RootArchive {
@@ -59,7 +60,7 @@ export function snapshotDirOf(snapshotDir: string, ref: string): string | null {
  * a mount of the sandbox, unreadable content, a tar or disk failure.
  */
 export async function archiveRoots(pid: number, roots: readonly string[], user: RunAs, dir: string): Promise<RootArchive[]> {
-  const mounts = parseMountinfo(await readFile(`/proc/${pid}/mountinfo`, 'utf8'));
+  const mounts = deviceByMountPoint(await readFile(`/proc/${pid}/mountinfo`, 'utf8'));
   const archives: RootArchive[] = [];
   for (const path of roots) archives.push(await archiveRoot(pid, mounts, path, user, join(dir, rootArchiveName(path))));
   return archives;
@@ -141,7 +142,7 @@ async function archiveRoot(pid: number, mounts: Map<string, number>, path: strin
  */
 export async function rootsBytesInUse(pid: number, roots: readonly string[]): Promise<number> {
   if (!(pid > 0)) throw new Error('the sandbox is not running');
-  const mounts = parseMountinfo(await readFile(`/proc/${pid}/mountinfo`, 'utf8'));
+  const mounts = deviceByMountPoint(await readFile(`/proc/${pid}/mountinfo`, 'utf8'));
   let total = 0;
   for (const path of roots) {
     const at = `/proc/${pid}/root${path}`;
@@ -154,22 +155,9 @@ export async function rootsBytesInUse(pid: number, roots: readonly string[]): Pr
 }
 
 /** Mount point → device number (`st_dev`) of the topmost mount there, from a mountinfo text (proc(5)). */
-export function parseMountinfo(text: string): Map<string, number> {
-  const mounts = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    const fields = line.split(' ');
-    if (fields.length < 5) continue;
-    const [major, minor] = (fields[2] ?? '').split(':').map(Number);
-    if (major === undefined || minor === undefined || !Number.isInteger(major) || !Number.isInteger(minor)) continue;
-    // Later lines are mounted over earlier ones at the same point.
-    mounts.set(unescapeMountPath(fields[4]!), makedev(major, minor));
-  }
-  return mounts;
-}
-
-/** mountinfo escapes space, tab, newline and backslash as octal (`\040`). */
-function unescapeMountPath(field: string): string {
-  return field.replace(/\\([0-7]{3})/g, (_m, oct: string) => String.fromCharCode(parseInt(oct, 8)));
+export function deviceByMountPoint(text: string): Map<string, number> {
+  // Later lines are mounted over earlier ones at the same point.
+  return new Map(parseMountinfo(text).map((m) => [m.mountPoint, makedev(m.major, m.minor)]));
 }
 
 /** glibc's makedev: the `st_dev` of device major:minor. */

@@ -20,6 +20,7 @@ import { chown, mkdir, readFile, rm, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { AppError } from '../../contract/errors.js';
+import { parseMountinfo } from './mountinfo.js';
 
 const run = promisify(execFile);
 
@@ -110,13 +111,9 @@ export class LoopVolumeDisks {
   }
 }
 
-/** Whether `path` is a mount point in this process's mount namespace (/proc/self/mountinfo, field 5, octal escapes decoded). */
+/** Whether `path` is a mount point in this process's mount namespace (/proc/self/mountinfo). */
 export async function isMountPoint(path: string): Promise<boolean> {
-  const text = await readFile('/proc/self/mountinfo', 'utf8');
-  return text.split('\n').some((line) => {
-    const field = line.split(' ')[4];
-    return field !== undefined && field.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))) === path;
-  });
+  return parseMountinfo(await readFile('/proc/self/mountinfo', 'utf8')).some((m) => m.mountPoint === path);
 }
 
 function stderrOf(err: unknown): string {
