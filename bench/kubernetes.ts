@@ -27,7 +27,6 @@ import Docker from 'dockerode';
 import { connectRedis, redisOptions } from '../control-plane/redis/connections.js';
 import { SbxClient } from '../sdk/index.js';
 import { removeOwned } from './baseline.js';
-import { dropPrefix } from '../control-plane/redis/drop-prefix.js';
 import { startPlane, type RunningPlane } from './plane.js';
 import type { Stats } from './schema.js';
 import { mapLimit, summarize, timeMs } from './stats.js';
@@ -254,12 +253,10 @@ async function main(): Promise<void> {
     writeFileSync(out, `${JSON.stringify({ at: new Date().toISOString(), settings, rows }, null, 2)}\n`);
     log(`wrote ${out}`);
   } finally {
-    // What a plane leaves (its pool's sandbox, one being made) goes by its owner label, its namespace and its key prefix.
+    // What a plane leaves (its pool's sandbox, one being made) goes by its owner label and its namespace; its stop drops its key prefix.
     for (const d of drivers) {
       await d.plane.stop().catch((err: unknown) => log(`stopping the ${d.name} plane failed: ${String(err)}`));
       if (d.name === 'docker') await removeOwned(new Docker({ socketPath: d.plane.config.dockerSocket }), d.plane.config.owner);
-      const redis = connectRedis(redisOptions(d.plane.config.redis));
-      await dropPrefix(redis, d.plane.config.redisPrefix).finally(() => redis.disconnect());
     }
     await core.deleteNamespace({ name: namespace, gracePeriodSeconds: 0 }).catch(() => undefined);
   }

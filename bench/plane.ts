@@ -14,6 +14,8 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig, type Config } from '../control-plane/config.js';
+import { connectRedis, redisOptions } from '../control-plane/redis/connections.js';
+import { dropPrefix } from '../control-plane/redis/drop-prefix.js';
 
 export interface PlaneOptions {
   repoRoot: string;
@@ -31,7 +33,7 @@ export interface RunningPlane {
   /** The plane's settings as it reads them (owner, prefix, image, Redis). */
   config: Config;
   pid: number;
-  /** SIGTERM, wait for exit (its profile is written then), remove the data directory. */
+  /** SIGTERM, wait for exit (its profile is written then), remove the data directory and the plane's Redis keys. */
   stop(): Promise<void>;
 }
 
@@ -57,7 +59,8 @@ export async function startPlane(options: PlaneOptions): Promise<RunningPlane> {
     ...(process.env as Record<string, string>),
     // SBX_BENCH_OWNER_PREFIX: the bench smoke test names its owners as every test owner of its run is named.
     SBX_OWNER: `${process.env.SBX_BENCH_OWNER_PREFIX ?? 'bench-'}${tag}`,
-    SBX_REDIS_PREFIX: `sbxbench:${tag}:`,
+    // SBX_BENCH_REDIS_PREFIX: the smoke test's keys start as every key of its test run does (test/leftovers.sh checks them).
+    SBX_REDIS_PREFIX: `${process.env.SBX_BENCH_REDIS_PREFIX ?? 'sbxbench:'}${tag}:`,
     SBX_DATA_DIR: dataDir,
     SBX_REDIS_URL: shared.redis.path ? `unix://${shared.redis.path}` : shared.redis.url!,
     SBX_AGENT_REDIS_SOCKET: shared.agentRedisSocket,
@@ -85,33 +88,39 @@ export async function startPlane(options: PlaneOptions): Promise<RunningPlane> {
   let gone = false;
   void exited.then(() => (gone = true));
   const url = `http://127.0.0.1:${port}`;
+  // What the plane leaves: its data directory and its Redis keys (its ledger outlives a lease for
+  // the retention, 7 days by default: the keys of every bench run added up in the machine's Redis,
+  // and each of its snapshots forked and wrote them all, a core for a second in the middle of a figure).
+  const removeState = async (): Promise<void> => {
+    rmSync(dataDir, { recursive: true, force: true });
+    const redis = connectRedis(redisOptions(config.redis));
+    await dropPrefix(redis, config.redisPrefix).finally(() => redis.disconnect());
+  };
+  const stop = async (): Promise<void> => {
+    if (!gone) {
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+      await exited;
+      clearTimeout(timer);
+    }
+    await removeState();
+  };
   const deadline = Date.now() + 60_000;
   for (;;) {
-    if (gone) throw new Error('the control plane exited during start (its stderr is above)');
+    if (gone) {
+      await removeState();
+      throw new Error('the control plane exited during start (its stderr is above)');
+    }
     const ok = await fetch(`${url}/healthz`).then(
       (r) => r.ok,
       () => false,
     );
     if (ok) break;
     if (Date.now() > deadline) {
-      child.kill('SIGKILL');
+      await stop();
       throw new Error('the control plane did not answer /healthz within 60 s');
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  return {
-    url,
-    apiKey,
-    config,
-    pid: child.pid!,
-    async stop() {
-      if (!gone) {
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
-        await exited;
-        clearTimeout(timer);
-      }
-      rmSync(dataDir, { recursive: true, force: true });
-    },
-  };
+  return { url, apiKey, config, pid: child.pid!, stop };
 }

@@ -14,7 +14,6 @@ import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { removeOwned } from './baseline.js';
-import { dropPrefix } from '../control-plane/redis/drop-prefix.js';
 import { BenchContext } from './context.js';
 import { burstCold, burstPool, burstWarm, BURST_POLICY, primeBurstPool } from './figures/burst.js';
 import { controlPlaneCpu } from './figures/cp-cpu.js';
@@ -157,15 +156,12 @@ export async function runBench(
   const failures: Array<{ id: string; message: string }> = [];
   let otherContainers = 0;
   let dockerVersion = 'unknown';
-  // Each step runs whatever the one before did: a plane that failed to stop still leaves no container.
+  // Each step runs whatever the one before did: a plane that failed to stop still leaves no container (its stop removes its Redis keys).
   const cleanUp = async (): Promise<void> => {
     const failed = (step: string) => (err: unknown) => log(`bench: ${step} failed: ${err instanceof Error ? err.message : String(err)}`);
     await ctx.close().catch(failed('closing the bench context'));
     await plane.stop().catch(failed('stopping the control plane'));
     await removeOwned(ctx.docker, plane.config.owner).catch(failed('removing the containers'));
-    const redis = ctx.redis();
-    await dropPrefix(redis, plane.config.redisPrefix).catch(failed('dropping the Redis keys'));
-    redis.disconnect();
     await egressUpstream?.close().catch(failed('stopping the egress upstream'));
   };
   // Interrupted (Ctrl-C, a timeout's TERM), the run still removes what it made before it exits:

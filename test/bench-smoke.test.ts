@@ -11,11 +11,14 @@ import { FIGURES, runBench } from '../bench/run.js';
 import { Results } from '../bench/schema.js';
 import { readSettings } from '../bench/settings.js';
 import { renderTable } from '../bench/table.js';
-import { REPO_ROOT, ownerPrefix } from './fixtures/index.js';
+import { REPO_ROOT, ownerPrefix, redisRunPrefix, useRedisPrefix } from './fixtures/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-bench-smoke-'));
-// The bench's control plane and baselines carry an owner of this test run (test/leftovers.sh finds them).
+// The bench's control planes and baselines carry an owner and a Redis prefix of this test run (test/leftovers.sh finds them).
 process.env.SBX_BENCH_OWNER_PREFIX = `${ownerPrefix()}bench-`;
+const benchPrefix = `${redisRunPrefix()}bench-`;
+process.env.SBX_BENCH_REDIS_PREFIX = benchPrefix;
+const { redis } = useRedisPrefix(benchPrefix);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe('bench smoke', () => {
@@ -55,6 +58,8 @@ describe('bench smoke', () => {
     }
     expect(renderTable(written)).toContain('| figure |');
     expect(renderTable(written)).toContain('time per figure (s): lease-cold ');
+    // A plane's ledger would otherwise stay for the retention (7 days), in every later snapshot of Redis.
+    expect(await redis().keys(`${benchPrefix}*`)).toEqual([]);
   }, 360_000);
 
   it('refuses a figure id it does not know', async () => {
