@@ -52,6 +52,7 @@ import { addProcessCommands } from './processes.js';
 import { addSessionCommands } from './sessions.js';
 import { addWatchCommands } from './watch.js';
 import { addPreviewCommands } from './preview.js';
+import { addArtifactCommand, writeCutOutput } from './artifacts.js';
 
 // A reader that stopped reading (`sbx previews ID | head -3`) has all it wanted: exit quietly (0),
 // as once the pipe is closed nothing more can be said on stdout anyway.
@@ -144,9 +145,11 @@ function commandOf(command: string[]): string | string[] {
 
 /**
  * Runs a command in `sandbox`, its output bytes written as they come to this process's stdout
- * and stderr (unless `quiet`), and returns its result.
+ * and stderr (unless `quiet`), then the rest of a stream cut at the call's kept limit from its
+ * artifact (artifacts.ts). Returns its result, and whether all its output was written (always
+ * true when `quiet`).
  */
-function runCommand(
+async function runCommand(
   sandbox: Sandbox,
   command: string[],
   opts: {
@@ -158,7 +161,7 @@ function runCommand(
     stdin?: AsyncIterable<Uint8Array>;
   },
   quiet: boolean,
-): Promise<ToolResult> {
+): Promise<{ result: ToolResult; outputWhole: boolean }> {
   const options: ExecOptions = {
     ...(opts.stdin ? { stdin: opts.stdin } : {}),
     ...(opts.cwd ? { cwd: opts.cwd } : {}),
@@ -175,7 +178,16 @@ function runCommand(
       );
     },
   };
-  return sandbox.exec(commandOf(command), options);
+  const result = await sandbox.exec(commandOf(command), options);
+  const outputWhole =
+    quiet || (await writeCutOutput(sandbox.client, sandbox.id, result, { stdout: process.stdout, stderr: process.stderr }));
+  return { result, outputWhole };
+}
+
+/** A command's exit status, or 125 when it succeeded but sbx could not deliver all of its output (a failed download, a cut stream's rest). */
+function statusWith(result: ToolResult, delivered: boolean): number {
+  const status = exitStatusOf(result);
+  return status === 0 && !delivered ? EXIT_PLATFORM_ERROR : status;
 }
 
 function printReceipt(lease: Lease, result: ToolResult): void {
@@ -290,7 +302,7 @@ leaseOptions(program.command('run'))
       }
       // The one command of `run` receives every secret the lease was given.
       const secrets = (secretRequests(opts.secret, opts.secretFile) ?? []).map((r) => r.name);
-      const result = await runCommand(
+      const { result, outputWhole } = await runCommand(
         sandbox,
         command,
         { cwd: opts.cwd, timeoutMs: opts.timeoutMs, secrets, signal: interrupted.signal },
@@ -311,9 +323,8 @@ leaseOptions(program.command('run'))
       const finalLease = await sandbox.refresh();
       if (global.json) process.stdout.write(`${JSON.stringify({ sandbox: finalLease, uploads, result, downloads }, null, 2)}\n`);
       else printReceipt(finalLease, result);
-      const status = exitStatusOf(result);
       // A download that failed is sbx's failure; it only overrides a command that succeeded.
-      process.exitCode = status === 0 && downloads.some((d) => !d.ok) ? EXIT_PLATFORM_ERROR : status;
+      process.exitCode = statusWith(result, outputWhole && downloads.every((d) => d.ok));
     } finally {
       await sandbox.release().catch((err: unknown) => process.stderr.write(`sbx: release of ${sandbox.id} failed: ${String(err)}\n`));
     }
@@ -376,7 +387,7 @@ program
     const onSignal = (): void => interrupted.abort();
     process.once('SIGINT', onSignal);
     process.once('SIGTERM', onSignal);
-    const result = await runCommand(
+    const { result, outputWhole } = await runCommand(
       sandbox,
       command,
       { ...opts, stdin, secrets: opts.secret, signal: interrupted.signal },
@@ -389,7 +400,7 @@ program
     });
     if (global.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
     else reportOutcome(result);
-    process.exitCode = exitStatusOf(result);
+    process.exitCode = statusWith(result, outputWhole);
   });
 
 program
@@ -580,6 +591,8 @@ addPreviewCommands(program, () => {
   const global = program.opts<{ url?: string; apiKey?: string; json?: boolean }>();
   return { ...connection(global), ...(global.json ? { json: true } : {}) };
 });
+
+addArtifactCommand(program, () => connection(program.opts<{ url?: string; apiKey?: string }>()));
 
 program
   .command('mcp')

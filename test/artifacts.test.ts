@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
 import { AGENT_COMMAND } from '../contract/agent-runtime.js';
-import { putPolicyVariant, useLeasedSandbox, type Harness } from './fixtures/index.js';
+import { putPolicyVariant, runCli, useLeasedSandbox, type Harness } from './fixtures/index.js';
 
 let h: Harness;
 let leaseId: string;
@@ -69,6 +69,25 @@ describe('artifacts', () => {
     expect(r.modelText.length).toBeLessThan(10_000);
   });
 
+  it('sbx exec prints a stream cut at the kept limit whole (the head from the live output, the rest from its artifact); sbx artifact prints an artifact', async () => {
+    const target = { url: h.url, apiKey: h.apiKey };
+    // 6.9 MB, past the 4 MiB the result keeps; every line distinct, so a byte out of place shows.
+    const expected = Array.from({ length: 1_000_000 }, (_, i) => `${i + 1}\n`).join('');
+    const run = await runCli(target, ['exec', leaseId, '--', 'seq 1 1000000; echo done >&2']);
+    expect(run.stderr).toBe('done\n');
+    expect(run.code).toBe(0);
+    expect(run.stdout.length).toBe(expected.length);
+    expect(run.stdout === expected).toBe(true);
+    const json = await runCli(target, ['--json', 'exec', leaseId, '--', 'seq 1 1000000']);
+    const artifactId = (JSON.parse(json.stdout) as ToolResult).truncation!.stdout!.fullArtifact!;
+    const artifact = await runCli(target, ['artifact', leaseId, artifactId]);
+    expect(artifact.code).toBe(0);
+    expect(artifact.stdout === expected).toBe(true);
+    const missing = await runCli(target, ['artifact', leaseId, 'art_0000000000000000']);
+    expect(missing.code).toBe(125);
+    expect(missing.stderr).toContain('artifact.not_found');
+  });
+
   it('output within the limit makes no artifact; an artifact outlives its sandbox (read raw and by the SDK); unknown ids are artifact.not_found', async () => {
     const small = await exec({ argv: ['echo', 'small'] });
     expect(small.artifacts).toEqual([]);
@@ -115,6 +134,13 @@ describe('artifacts', () => {
       expect(artifact.bytes.length).toBe(capBytes);
       expect(createHash('sha256').update(artifact.bytes).digest('hex')).toBe(headSha256);
       expect(r.receipt?.outputs?.stdout.sha256).not.toBe(headSha256);
+      // The CLI prints what the artifact holds, says the rest is lost, and fails (125) a command that succeeded.
+      const cli = await runCli({ url: h.url, apiKey: h.apiKey }, ['exec', lease.id, '--', 'head -c 3145728 /dev/zero']);
+      expect(cli.stdout.length).toBe(capBytes);
+      expect(cli.stderr).toMatch(
+        /^sbx: stdout was cut at 65536 of 3145728 bytes; artifact art_\w+ holds only the first 1048576 .*the rest is lost\n$/,
+      );
+      expect(cli.code).toBe(125);
     } finally {
       await h.client.releaseSandbox(lease.id);
       await h.client.raw('DELETE', `/v1/policies/${policy}`);
