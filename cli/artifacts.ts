@@ -1,28 +1,37 @@
 /**
  * Artifacts from the CLI: `sbx artifact ID ARTIFACT_ID` (its bytes to stdout), and the rest of an
- * output stream `sbx exec` and `sbx run` printed only the head of. A call's live
- * output carries the first `keptBytes` of each stream (its `maxOutputBytes`, 4 MiB by default);
- * the whole stream is the artifact its result names (`truncation.<stream>.fullArtifact`). The
- * CLI writes what follows the head from that artifact, so `sbx exec … > out` holds everything
- * the program wrote, as a local command's redirect would, and says on stderr when it cannot.
+ * output stream `sbx exec` and `sbx run` printed only the head of. A call's live output carries
+ * the first `keptBytes` of each stream (its `maxOutputBytes`, 4 MiB by default); the whole
+ * stream is the artifact its result names (`truncation.<stream>.fullArtifact`). The CLI writes
+ * what follows the head from that artifact, so `sbx exec … > out` holds everything the program
+ * wrote, as a local command's redirect would, and says on stderr when it cannot.
  */
 import { createHash } from 'node:crypto';
-import { once } from 'node:events';
 import type { Writable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
 import type { StreamTruncation, ToolResult } from '../contract/objects.js';
 import { connect, type ConnectionOptions, type SbxClient } from '../sdk/index.js';
+import { EXIT_PLATFORM_ERROR } from './exit-status.js';
+
+type ArtifactReader = Pick<SbxClient, 'artifact'>;
 
 /** Adds `sbx artifact` to `program`; `connection()` reads the global options when it runs. */
 export function addArtifactCommand(program: Command, connection: () => ConnectionOptions): void {
   program
     .command('artifact')
-    .description("write an artifact's bytes to stdout (a call's whole output past what its result kept: its truncation names it)")
+    .description(
+      "write an artifact's bytes to stdout, checked against its sha256 (a call's whole output past what its result kept: its truncation names it)",
+    )
     .argument('<id>', 'sandbox id')
     .argument('<artifactId>', 'artifact id (art_…)')
     .action(async (id: string, artifactId: string) => {
-      await pipeline(await connect(connection()).artifact(id, artifactId), process.stdout);
+      const client = connect(connection());
+      const stream = await client.artifact(id, artifactId);
+      const copied = await copyArtifact(client, id, artifactId, 0, process.stdout, stream);
+      const problem = 'error' in copied ? `reading it failed: ${copied.error}` : mismatch(copied.sha256, stream.sha256);
+      if (problem === null) return;
+      process.stderr.write(`sbx: artifact ${artifactId}: ${problem}\n`);
+      process.exitCode = EXIT_PLATFORM_ERROR;
     });
 }
 
@@ -33,68 +42,141 @@ export interface CutOutputSinks {
 }
 
 /**
- * Writes to `sinks` the bytes of each cut stream of `result` past its kept head, read from its
- * artifact of lease `leaseId` and checked against its sha256 (the receipt's digest of the
- * artifact). Returns false when a stream's rest could not be written whole (no artifact, a
- * failed read, a digest that does not match, an artifact cut at the sandbox's spool cap): each
- * such case is said on `sinks.stderr` with the artifact's id.
+ * Writes to `sinks` the bytes of each cut stream of `result` past those printed from its live
+ * output (`printed`, bytes per stream; its kept head), read from its artifact of lease `leaseId`
+ * and checked against its sha256 (the receipt's, else the one the control plane serves it
+ * with). Stops at `signal` (Ctrl-C). Returns false when a stream's rest could not be written
+ * whole (no artifact, a failed read, a digest that does not match, an artifact cut at the
+ * sandbox's spool cap, an abort): each case but the abort is said on `sinks.stderr`.
  */
 export async function writeCutOutput(
-  client: Pick<SbxClient, 'artifact'>,
+  client: ArtifactReader,
   leaseId: string,
   result: ToolResult,
+  printed: Record<'stdout' | 'stderr', number>,
   sinks: CutOutputSinks,
+  signal?: AbortSignal,
 ): Promise<boolean> {
   let whole = true;
   for (const stream of ['stdout', 'stderr'] as const) {
     const cut = result.truncation?.[stream];
-    if (!cut) continue;
-    whole = (await writeRest(client, leaseId, result, stream, cut, sinks)) && whole;
+    if (!cut || signal?.aborted) {
+      whole &&= !cut;
+      continue;
+    }
+    whole =
+      (await writeRest(client, leaseId, result, cut, printed[stream], sinks[stream], signal, (text) => {
+        sinks.stderr.write(`sbx: ${stream} was cut at ${cut.keptBytes} of ${cut.originalBytes} bytes; ${text}\n`);
+      })) && whole;
   }
   return whole;
 }
 
 async function writeRest(
-  client: Pick<SbxClient, 'artifact'>,
+  client: ArtifactReader,
   leaseId: string,
   result: ToolResult,
-  stream: 'stdout' | 'stderr',
   cut: StreamTruncation,
-  sinks: CutOutputSinks,
+  printed: number,
+  sink: Writable,
+  signal: AbortSignal | undefined,
+  say: (text: string) => void,
 ): Promise<boolean> {
-  const say = (text: string): void =>
-    void sinks.stderr.write(`sbx: ${stream} was cut at ${cut.keptBytes} of ${cut.originalBytes} bytes; ${text}\n`);
-  if (cut.fullArtifact === null) {
+  const artifactId = cut.fullArtifact;
+  if (artifactId === null) {
     say('no artifact holds the rest');
     return false;
   }
-  const expected = result.receipt?.artifacts?.find((a) => a.id === cut.fullArtifact)?.sha256;
-  const sink = sinks[stream];
-  const hash = createHash('sha256');
-  let offset = 0;
-  try {
-    for await (const chunk of await client.artifact(leaseId, cut.fullArtifact)) {
-      const bytes = chunk as Buffer;
-      hash.update(bytes);
-      // The head was printed from the live output: only what follows it is written here.
-      const rest = bytes.subarray(Math.max(0, Math.min(bytes.length, cut.keptBytes - offset)));
-      offset += bytes.length;
-      if (rest.length > 0 && !sink.write(rest)) await once(sink, 'drain');
-    }
-  } catch (err) {
-    say(`reading the rest from artifact ${cut.fullArtifact} failed: ${err instanceof Error ? err.message : String(err)}`);
+  const copied = await copyArtifact(client, leaseId, artifactId, printed, sink, undefined, signal);
+  if ('error' in copied) {
+    if (!signal?.aborted) say(`reading the rest from artifact ${artifactId} failed: ${copied.error}`);
     return false;
   }
-  const digest = hash.digest('hex');
-  if (expected !== undefined && digest !== expected) {
-    say(
-      `artifact ${cut.fullArtifact} arrived with sha256 ${digest}, not the receipt's ${expected}: what was written past the head may be wrong`,
-    );
+  const expected = result.receipt?.artifacts?.find((a) => a.id === artifactId)?.sha256 ?? copied.served;
+  const wrong = mismatch(copied.sha256, expected);
+  if (wrong !== null) {
+    say(`artifact ${artifactId}: ${wrong}: what was written past the head may be wrong`);
     return false;
   }
   if (cut.artifactTruncated) {
-    say(`artifact ${cut.fullArtifact} holds only the first ${offset} (the sandbox's spool cap): the rest is lost`);
+    say(`the sandbox kept only its first ${copied.bytes} bytes (its spool cap): bytes past ${Math.max(copied.bytes, printed)} are lost`);
     return false;
   }
   return true;
+}
+
+/** Why bytes with sha256 `got` are not artifact bytes served with `expected` (null: they are; an unknown digest cannot be checked). */
+function mismatch(got: string, expected: string | null | undefined): string | null {
+  if (expected === null || expected === undefined) return 'it came without a sha256 to check it against';
+  return got === expected ? null : `it arrived with sha256 ${got}, not ${expected}`;
+}
+
+/** How many times a read cut short is made again, when the one before moved bytes: a reader paused past the idle limit still gets everything. */
+const MAX_READS = 5;
+
+/**
+ * Copies artifact `artifactId` of lease `leaseId` from byte `from` on into `sink` (`first`: an
+ * answer already open), hashing all of it. A read that breaks after moving bytes is made again
+ * and skips what `sink` has. Never throws: a failure (or `signal`) is `{ error }`.
+ */
+async function copyArtifact(
+  client: ArtifactReader,
+  leaseId: string,
+  artifactId: string,
+  from: number,
+  sink: Writable,
+  first?: AsyncIterable<unknown> & { sha256: string | null },
+  signal?: AbortSignal,
+): Promise<{ sha256: string; bytes: number; served: string | null } | { error: string }> {
+  let written = from;
+  let opened = first;
+  for (let read = 1; ; read += 1) {
+    const hash = createHash('sha256');
+    let offset = 0;
+    const before = written;
+    // Ctrl-C stops a read waiting for bytes, and a write waiting for the reader.
+    let stop = (): void => undefined;
+    const stopped = new Promise<void>((resolve) => (stop = resolve));
+    try {
+      const stream = opened ?? (await client.artifact(leaseId, artifactId));
+      opened = undefined;
+      const onAbort = (): void => {
+        stop();
+        if ('destroy' in stream && typeof stream.destroy === 'function') stream.destroy();
+      };
+      if (signal?.aborted) onAbort();
+      signal?.addEventListener('abort', onAbort, { once: true });
+      stopped.finally(() => signal?.removeEventListener('abort', onAbort));
+      for await (const chunk of stream) {
+        if (signal?.aborted) return { error: 'interrupted' };
+        const bytes = chunk as Buffer;
+        hash.update(bytes);
+        const rest = bytes.subarray(Math.max(0, Math.min(bytes.length, written - offset)));
+        offset += bytes.length;
+        if (rest.length === 0) continue;
+        written += rest.length;
+        if (!sink.write(rest)) await Promise.race([drainedOrClosed(sink), stopped]);
+        if (sink.destroyed) return { error: 'the output was closed' };
+        if (signal?.aborted) return { error: 'interrupted' };
+      }
+      return { sha256: hash.digest('hex'), bytes: offset, served: stream.sha256 };
+    } catch (err) {
+      if (read >= MAX_READS || written === before || signal?.aborted) return { error: err instanceof Error ? err.message : String(err) };
+    } finally {
+      stop();
+    }
+  }
+}
+
+/** Resolves when `sink` drains or closes, leaving no listener behind (a paused reader makes many such waits on one stdout). */
+function drainedOrClosed(sink: Writable): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      sink.off('drain', done);
+      sink.off('close', done);
+      resolve();
+    };
+    sink.on('drain', done);
+    sink.on('close', done);
+  });
 }

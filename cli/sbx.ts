@@ -162,6 +162,8 @@ async function runCommand(
   },
   quiet: boolean,
 ): Promise<{ result: ToolResult; outputWhole: boolean }> {
+  // Bytes of each stream written from the live output: a cut stream's rest starts there.
+  const printed = { stdout: 0, stderr: 0 };
   const options: ExecOptions = {
     ...(opts.stdin ? { stdin: opts.stdin } : {}),
     ...(opts.cwd ? { cwd: opts.cwd } : {}),
@@ -169,7 +171,14 @@ async function runCommand(
     ...(opts.secrets && opts.secrets.length > 0 ? { secrets: opts.secrets } : {}),
     ...(opts.signal ? { signal: opts.signal } : {}),
     ...(opts.combined ? { combinedOutput: true } : {}),
-    ...(quiet ? {} : { onOutput: (chunk) => (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.data) }),
+    ...(quiet
+      ? {}
+      : {
+          onOutput: (chunk) => {
+            printed[chunk.stream] += chunk.data.length;
+            (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.data);
+          },
+        }),
     // A call held for an approver says so at once: without it the CLI would wait in silence.
     onEvent: (event) => {
       if (event.type !== 'call.pending_approval') return;
@@ -179,8 +188,11 @@ async function runCommand(
     },
   };
   const result = await sandbox.exec(commandOf(command), options);
+  // Not after Ctrl-C: the caller exits 130 at once.
   const outputWhole =
-    quiet || (await writeCutOutput(sandbox.client, sandbox.id, result, { stdout: process.stdout, stderr: process.stderr }));
+    quiet ||
+    opts.signal?.aborted === true ||
+    (await writeCutOutput(sandbox.client, sandbox.id, result, printed, { stdout: process.stdout, stderr: process.stderr }, opts.signal));
   return { result, outputWhole };
 }
 
@@ -400,7 +412,8 @@ program
     });
     if (global.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
     else reportOutcome(result);
-    process.exitCode = statusWith(result, outputWhole);
+    // Ctrl-C after the command ended stops the rest of its output: 130, as for the command.
+    process.exitCode = interrupted.signal.aborted ? EXIT_CANCELLED : statusWith(result, outputWhole);
   });
 
 program

@@ -530,23 +530,25 @@ export class SbxClient {
   /**
    * The bytes of artifact `artifactId` of sandbox `leaseId` (a call's whole output past what its
    * result keeps: `result.truncation.stdout.fullArtifact`) as a Node stream, read as it arrives.
-   * Their sha256 is the artifact's in the call's receipt (`receipt.artifacts`). Throws SbxError
+   * Their sha256 is the artifact's in the call's receipt (`receipt.artifacts`), and the stream's
+   * `sha256` (hex, from the answer's `x-sbx-sha256`; null when it had none). Throws SbxError
    * `artifact.not_found`, `api.unreachable`. Over `node:http` (http-body.ts), or through
    * `options.fetch` when one was given.
    */
-  async artifact(leaseId: string, artifactId: string): Promise<Readable> {
+  async artifact(leaseId: string, artifactId: string): Promise<Readable & { sha256: string | null }> {
     const url = `${this.baseUrl}/v1/sandboxes/${leaseId}/artifacts/${encodeURIComponent(artifactId)}`;
     const headers = { authorization: `Bearer ${this.apiKey}` };
     if (this.customFetch) {
       const response = await this.fetch(url, { headers });
       if (!response.ok || !response.body) throw await errorOfResponse(response);
-      return Readable.fromWeb(response.body as NodeReadableStream);
+      return Object.assign(Readable.fromWeb(response.body as NodeReadableStream), { sha256: response.headers.get('x-sbx-sha256') });
     }
     const answer = await getStreamed(url, headers).catch((err: unknown) => {
       throw unreachable(url, err);
     });
     if (answer.statusCode !== 200) throw await errorOfResponse(await responseOf(answer));
-    return answer;
+    const digest = answer.headers['x-sbx-sha256'];
+    return Object.assign(answer, { sha256: typeof digest === 'string' ? digest : null });
   }
 
   /** Fetches `remotePath` as a tar and unpacks it into local directory `dir` (which must exist). */

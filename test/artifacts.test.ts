@@ -4,6 +4,8 @@
  * size and sha256 and stored, served with its digest, kept after release. Real sandbox, real Redis.
  */
 import { createHash } from 'node:crypto';
+import { rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
 import { AGENT_COMMAND } from '../contract/agent-runtime.js';
@@ -86,6 +88,20 @@ describe('artifacts', () => {
     const missing = await runCli(target, ['artifact', leaseId, 'art_0000000000000000']);
     expect(missing.code).toBe(125);
     expect(missing.stderr).toContain('artifact.not_found');
+    // A stored file changed under the store: its bytes come, and so does the notice, and 125.
+    const file = join(h.config.artifactDir, artifactId);
+    const tampered = Buffer.from(expected);
+    tampered[5_000_000] = 0x21;
+    await writeFile(file, tampered);
+    const changed = await runCli(target, ['artifact', leaseId, artifactId]);
+    expect(changed.stdout.length).toBe(expected.length);
+    expect(changed.stderr).toMatch(new RegExp(`^sbx: artifact ${artifactId}: it arrived with sha256 [0-9a-f]{64}, not [0-9a-f]{64}\\n$`));
+    expect(changed.code).toBe(125);
+    // Its file gone while its record stays: 404 artifact.not_found, not a 500.
+    await rm(file);
+    const gone = await fetchArtifact(leaseId, artifactId);
+    expect(gone.status).toBe(404);
+    expect((JSON.parse(gone.bytes.toString()) as { error: { code: string } }).error.code).toBe('artifact.not_found');
   });
 
   it('output within the limit makes no artifact; an artifact outlives its sandbox (read raw and by the SDK); unknown ids are artifact.not_found', async () => {
@@ -137,8 +153,8 @@ describe('artifacts', () => {
       // The CLI prints what the artifact holds, says the rest is lost, and fails (125) a command that succeeded.
       const cli = await runCli({ url: h.url, apiKey: h.apiKey }, ['exec', lease.id, '--', 'head -c 3145728 /dev/zero']);
       expect(cli.stdout.length).toBe(capBytes);
-      expect(cli.stderr).toMatch(
-        /^sbx: stdout was cut at 65536 of 3145728 bytes; artifact art_\w+ holds only the first 1048576 .*the rest is lost\n$/,
+      expect(cli.stderr).toBe(
+        'sbx: stdout was cut at 65536 of 3145728 bytes; the sandbox kept only its first 1048576 bytes (its spool cap): bytes past 1048576 are lost\n',
       );
       expect(cli.code).toBe(125);
     } finally {

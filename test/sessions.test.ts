@@ -263,6 +263,10 @@ describe('sbx session (CLI)', () => {
     expect((await runCli(h, ['session', 'exec', leaseId, id, 'export', 'V=42'])).code).toBe(0);
     const shown = await runCli(h, ['session', 'exec', leaseId, id, 'pwd; echo $V; echo e >&2; exit_4() { return 4; }; exit_4']);
     expect(shown).toMatchObject({ code: 4, stdout: '/tmp\n42\n', stderr: 'e\n' });
+    // Output past the kept limit (4 MiB) is printed whole, as by `sbx exec`: the rest from its artifact.
+    const long = await runCli(h, ['session', 'exec', leaseId, id, 'seq 1 1000000']);
+    expect(long.code, long.stderr).toBe(0);
+    expect(long.stdout === Array.from({ length: 1_000_000 }, (_, i) => `${i + 1}\n`).join('')).toBe(true);
     const combined = await runCli(h, ['exec', leaseId, '--combined', '--', 'echo a; echo b >&2; echo c']);
     expect(combined.stdout).toBe('a\nb\nc\n');
     expect((await runCli(h, ['session', 'ls', leaseId])).stdout).toContain(`${id}\trunning`);

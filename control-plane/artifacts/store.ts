@@ -188,12 +188,21 @@ export class ArtifactStore {
     return artifact;
   }
 
-  /** The artifact's record and its bytes. Throws AppError `artifact.not_found`. */
+  /**
+   * The artifact's record and its bytes. Throws AppError `artifact.not_found`, also when its file
+   * is gone from the store's directory (opened here, not when the answer is sent: a stream that
+   * fails to open then is fastify's 500).
+   */
   async open(leaseId: string, id: string): Promise<{ artifact: Artifact; stream: Readable }> {
     const artifact = await this.records.get(id);
-    if (!artifact || artifact.leaseId !== leaseId)
-      throw new AppError('artifact.not_found', `no artifact ${id} in sandbox ${leaseId}`, { details: { artifactId: id } });
-    return { artifact, stream: createReadStream(this.finalPath(id), { highWaterMark: FILE_BUFFER_BYTES }) };
+    const notFound = (why: string): AppError =>
+      new AppError('artifact.not_found', `no artifact ${id} in sandbox ${leaseId}${why}`, { details: { artifactId: id } });
+    if (!artifact || artifact.leaseId !== leaseId) throw notFound('');
+    const handle = await open(this.finalPath(id), 'r').catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') throw notFound(': its record is kept but its file is gone from the store');
+      throw err;
+    });
+    return { artifact, stream: handle.createReadStream({ highWaterMark: FILE_BUFFER_BYTES }) };
   }
 
   /** Deletes files whose record has expired (retention) and parts abandoned for `staleMs`. Returns how many. */
