@@ -7,6 +7,7 @@
  * command did; the file and git methods return their tool's `data` and throw `SbxError` with the
  * result attached when the call did not succeed.
  */
+import type { OutputChunk } from './output-chunk.js';
 import { SandboxSessions } from './sessions.js';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -62,13 +63,7 @@ export function connect(options: ConnectionOptions = {}): SbxClient {
   return new SbxClient(url, apiKey, options.fetch ? { fetch: options.fetch } : {});
 }
 
-/** A chunk of a command's output, exactly as it was written (a chunk may split a UTF-8 sequence). */
-export interface OutputChunk {
-  stream: 'stdout' | 'stderr';
-  /** Position of the chunk's first byte within its stream. */
-  offset: number;
-  data: Buffer;
-}
+export type { OutputChunk } from './output-chunk.js';
 
 /** Options of `Sandbox.exec`. */
 export interface ExecOptions {

@@ -7,7 +7,7 @@
 import type { ToolResult } from '../contract/objects.js';
 import { SessionView } from '../contract/tools/session.js';
 import type { SbxClient } from './client.js';
-import type { ExecOptions } from './sandbox.js';
+import type { OutputChunk } from './output-chunk.js';
 
 /** What a session command takes of exec's options (cwd, env, stdin and secrets belong to the shell: use `cd`, `export`). */
 export interface SessionExecOptions {
@@ -19,8 +19,8 @@ export interface SessionExecOptions {
   callId?: string;
   onStdout?: (text: string) => void;
   onStderr?: (text: string) => void;
-  /** Each new run of output bytes, raw, as `ExecOptions.onOutput` (sandbox.ts). */
-  onOutput?: ExecOptions['onOutput'];
+  /** Each chunk of either stream as raw bytes (for binary output), as `ExecOptions.onOutput` (sandbox.ts). */
+  onOutput?: (chunk: OutputChunk) => void;
   /** Aborting interrupts the command (the session goes on). */
   signal?: AbortSignal;
 }

@@ -138,7 +138,18 @@ describe('remote MCP over Streamable HTTP', () => {
     expect(text).toContain('first');
     cut.abort();
 
-    const resumed = await fetch(`${h.url}/mcp`, { method: 'GET', headers: { ...headers, 'last-event-id': lastId } });
+    // The server sees the cut stream end a moment after the client: until then the stream still has
+    // its connection, and a resume is 409 "Stream already has an active connection" (MCP SDK), which a client tries again.
+    const resumed = await eventually(
+      async () => {
+        const answer = await fetch(`${h.url}/mcp`, { method: 'GET', headers: { ...headers, 'last-event-id': lastId } });
+        if (answer.status === 409) await answer.body?.cancel();
+        return answer;
+      },
+      (answer) => answer.status !== 409,
+      10_000,
+      50,
+    );
     expect(resumed.status).toBe(200);
     const rest = resumed.body!.pipeThrough(new TextDecoderStream()).getReader();
     let after = '';
