@@ -7,10 +7,10 @@
  * wrote, as a local command's redirect would, and says on stderr when it cannot.
  */
 import { createHash } from 'node:crypto';
-import type { Writable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import type { Command } from 'commander';
 import type { StreamTruncation, ToolResult } from '../contract/objects.js';
-import { connect, type ConnectionOptions, type SbxClient } from '../sdk/index.js';
+import { connect, type ConnectionOptions, type OutputChunk, type SbxClient } from '../sdk/index.js';
 import { EXIT_PLATFORM_ERROR } from './exit-status.js';
 
 type ArtifactReader = Pick<SbxClient, 'artifact'>;
@@ -33,6 +33,26 @@ export function addArtifactCommand(program: Command, connection: () => Connectio
       process.stderr.write(`sbx: artifact ${artifactId}: ${problem}\n`);
       process.exitCode = EXIT_PLATFORM_ERROR;
     });
+}
+
+/**
+ * A call's output printed as `sbx exec`, `sbx run` and `sbx session exec` print it: `onOutput`
+ * writes each live chunk's raw bytes to this process's stdout or stderr and counts them;
+ * `printRest` then writes each cut stream's rest from there (`writeCutOutput`).
+ */
+export function liveOutput(): {
+  onOutput: (chunk: OutputChunk) => void;
+  printRest: (client: ArtifactReader, leaseId: string, result: ToolResult, signal?: AbortSignal) => Promise<boolean>;
+} {
+  const printed = { stdout: 0, stderr: 0 };
+  const sinks = { stdout: process.stdout, stderr: process.stderr };
+  return {
+    onOutput: (chunk) => {
+      printed[chunk.stream] += chunk.data.length;
+      sinks[chunk.stream].write(chunk.data);
+    },
+    printRest: (client, leaseId, result, signal) => writeCutOutput(client, leaseId, result, printed, sinks, signal),
+  };
 }
 
 /** Where each stream's rest goes, and where notices go. */
@@ -125,7 +145,7 @@ async function copyArtifact(
   artifactId: string,
   from: number,
   sink: Writable,
-  first?: AsyncIterable<unknown> & { sha256: string | null },
+  first?: Readable & { sha256: string | null },
   signal?: AbortSignal,
 ): Promise<{ sha256: string; bytes: number; served: string | null } | { error: string }> {
   let written = from;
@@ -134,19 +154,13 @@ async function copyArtifact(
     const hash = createHash('sha256');
     let offset = 0;
     const before = written;
-    // Ctrl-C stops a read waiting for bytes, and a write waiting for the reader.
-    let stop = (): void => undefined;
-    const stopped = new Promise<void>((resolve) => (stop = resolve));
+    let stream: (Readable & { sha256: string | null }) | undefined;
+    // Ctrl-C stops a read waiting for bytes (the wait for the reader ends with it: drainedOrStopped).
+    const onAbort = (): void => void stream?.destroy();
     try {
-      const stream = opened ?? (await client.artifact(leaseId, artifactId));
+      stream = opened ?? (await client.artifact(leaseId, artifactId));
       opened = undefined;
-      const onAbort = (): void => {
-        stop();
-        if ('destroy' in stream && typeof stream.destroy === 'function') stream.destroy();
-      };
-      if (signal?.aborted) onAbort();
       signal?.addEventListener('abort', onAbort, { once: true });
-      stopped.finally(() => signal?.removeEventListener('abort', onAbort));
       for await (const chunk of stream) {
         if (signal?.aborted) return { error: 'interrupted' };
         const bytes = chunk as Buffer;
@@ -155,7 +169,7 @@ async function copyArtifact(
         offset += bytes.length;
         if (rest.length === 0) continue;
         written += rest.length;
-        if (!sink.write(rest)) await Promise.race([drainedOrClosed(sink), stopped]);
+        if (!sink.write(rest)) await drainedOrStopped(sink, signal);
         if (sink.destroyed) return { error: 'the output was closed' };
         if (signal?.aborted) return { error: 'interrupted' };
       }
@@ -163,20 +177,23 @@ async function copyArtifact(
     } catch (err) {
       if (read >= MAX_READS || written === before || signal?.aborted) return { error: err instanceof Error ? err.message : String(err) };
     } finally {
-      stop();
+      signal?.removeEventListener('abort', onAbort);
     }
   }
 }
 
-/** Resolves when `sink` drains or closes, leaving no listener behind (a paused reader makes many such waits on one stdout). */
-function drainedOrClosed(sink: Writable): Promise<void> {
+/** Resolves when `sink` drains or closes, or `signal` aborts, leaving no listener behind (a paused reader makes many such waits on one stdout). */
+function drainedOrStopped(sink: Writable, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve) => {
     const done = (): void => {
       sink.off('drain', done);
       sink.off('close', done);
+      signal?.removeEventListener('abort', done);
       resolve();
     };
+    if (signal?.aborted) return done();
     sink.on('drain', done);
     sink.on('close', done);
+    signal?.addEventListener('abort', done, { once: true });
   });
 }

@@ -52,3 +52,9 @@ export function exitStatusOf(result: ToolResult): number {
       return EXIT_PLATFORM_ERROR;
   }
 }
+
+/** `exitStatusOf(result)`, or 125 when the command succeeded but sbx could not deliver all it made (a failed download, a cut stream's rest). */
+export function exitStatusDelivered(result: ToolResult, delivered: boolean): number {
+  const status = exitStatusOf(result);
+  return status === 0 && !delivered ? EXIT_PLATFORM_ERROR : status;
+}

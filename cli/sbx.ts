@@ -39,7 +39,7 @@ import { join, resolve } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { TERMINAL_LEASE_STATUSES, type Lease, type ToolResult } from '../contract/objects.js';
 import { Sandbox, SbxError, connect, type ConnectionOptions, type ExecOptions } from '../sdk/index.js';
-import { EXIT_CANCELLED, EXIT_PLATFORM_ERROR, exitStatusOf, exitStatusOfErrorCode } from './exit-status.js';
+import { EXIT_CANCELLED, exitStatusDelivered, exitStatusOf, exitStatusOfErrorCode } from './exit-status.js';
 import { addImageCommands } from './image.js';
 import { addShellCommand } from './shell.js';
 import { runMcpServer } from './mcp.js';
@@ -52,7 +52,7 @@ import { addProcessCommands } from './processes.js';
 import { addSessionCommands } from './sessions.js';
 import { addWatchCommands } from './watch.js';
 import { addPreviewCommands } from './preview.js';
-import { addArtifactCommand, writeCutOutput } from './artifacts.js';
+import { addArtifactCommand, liveOutput } from './artifacts.js';
 
 // A reader that stopped reading (`sbx previews ID | head -3`) has all it wanted: exit quietly (0),
 // as once the pipe is closed nothing more can be said on stdout anyway.
@@ -162,8 +162,7 @@ async function runCommand(
   },
   quiet: boolean,
 ): Promise<{ result: ToolResult; outputWhole: boolean }> {
-  // Bytes of each stream written from the live output: a cut stream's rest starts there.
-  const printed = { stdout: 0, stderr: 0 };
+  const output = liveOutput();
   const options: ExecOptions = {
     ...(opts.stdin ? { stdin: opts.stdin } : {}),
     ...(opts.cwd ? { cwd: opts.cwd } : {}),
@@ -171,14 +170,7 @@ async function runCommand(
     ...(opts.secrets && opts.secrets.length > 0 ? { secrets: opts.secrets } : {}),
     ...(opts.signal ? { signal: opts.signal } : {}),
     ...(opts.combined ? { combinedOutput: true } : {}),
-    ...(quiet
-      ? {}
-      : {
-          onOutput: (chunk) => {
-            printed[chunk.stream] += chunk.data.length;
-            (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.data);
-          },
-        }),
+    ...(quiet ? {} : { onOutput: output.onOutput }),
     // A call held for an approver says so at once: without it the CLI would wait in silence.
     onEvent: (event) => {
       if (event.type !== 'call.pending_approval') return;
@@ -189,17 +181,8 @@ async function runCommand(
   };
   const result = await sandbox.exec(commandOf(command), options);
   // Not after Ctrl-C: the caller exits 130 at once.
-  const outputWhole =
-    quiet ||
-    opts.signal?.aborted === true ||
-    (await writeCutOutput(sandbox.client, sandbox.id, result, printed, { stdout: process.stdout, stderr: process.stderr }, opts.signal));
+  const outputWhole = quiet || opts.signal?.aborted === true || (await output.printRest(sandbox.client, sandbox.id, result, opts.signal));
   return { result, outputWhole };
-}
-
-/** A command's exit status, or 125 when it succeeded but sbx could not deliver all of its output (a failed download, a cut stream's rest). */
-function statusWith(result: ToolResult, delivered: boolean): number {
-  const status = exitStatusOf(result);
-  return status === 0 && !delivered ? EXIT_PLATFORM_ERROR : status;
 }
 
 function printReceipt(lease: Lease, result: ToolResult): void {
@@ -336,7 +319,7 @@ leaseOptions(program.command('run'))
       if (global.json) process.stdout.write(`${JSON.stringify({ sandbox: finalLease, uploads, result, downloads }, null, 2)}\n`);
       else printReceipt(finalLease, result);
       // A download that failed is sbx's failure; it only overrides a command that succeeded.
-      process.exitCode = statusWith(result, outputWhole && downloads.every((d) => d.ok));
+      process.exitCode = exitStatusDelivered(result, outputWhole && downloads.every((d) => d.ok));
     } finally {
       await sandbox.release().catch((err: unknown) => process.stderr.write(`sbx: release of ${sandbox.id} failed: ${String(err)}\n`));
     }
@@ -413,7 +396,7 @@ program
     if (global.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
     else reportOutcome(result);
     // Ctrl-C after the command ended stops the rest of its output: 130, as for the command.
-    process.exitCode = interrupted.signal.aborted ? EXIT_CANCELLED : statusWith(result, outputWhole);
+    process.exitCode = interrupted.signal.aborted ? EXIT_CANCELLED : exitStatusDelivered(result, outputWhole);
   });
 
 program

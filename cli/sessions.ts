@@ -6,8 +6,8 @@
  */
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { Sandbox, type ConnectionOptions } from '../sdk/index.js';
-import { writeCutOutput } from './artifacts.js';
-import { EXIT_PLATFORM_ERROR, exitStatusOf } from './exit-status.js';
+import { liveOutput } from './artifacts.js';
+import { exitStatusDelivered } from './exit-status.js';
 
 function positive(value: string): number {
   const n = Number(value);
@@ -54,27 +54,18 @@ export function addSessionCommands(program: Command, connection: () => Connectio
       const { json, ...conn } = connection();
       const sandbox = await Sandbox.connect(id, conn);
       const s = await sandbox.sessions.get(sessionId);
-      // Raw bytes, as `sbx exec` writes them (binary output stays binary), counted for a cut stream's rest.
-      const printed = { stdout: 0, stderr: 0 };
+      // Raw bytes, as `sbx exec` prints them (binary output stays binary), and a cut stream whole.
+      const output = liveOutput();
       const result = await s.exec(words.join(' '), {
         ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
         ...(opts.combined ? { combinedOutput: true } : {}),
-        ...(json
-          ? {}
-          : {
-              onOutput: (chunk) => {
-                printed[chunk.stream] += chunk.data.length;
-                (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.data);
-              },
-            }),
+        ...(json ? {} : { onOutput: output.onOutput }),
       });
-      const outputWhole =
-        json || (await writeCutOutput(sandbox.client, sandbox.id, result, printed, { stdout: process.stdout, stderr: process.stderr }));
+      const outputWhole = json || (await output.printRest(sandbox.client, sandbox.id, result));
       if (json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
       else if (result.status !== 'succeeded' && result.error?.code !== 'execution.nonzero_exit')
         process.stderr.write(`sbx: ${result.status}${result.error ? `: ${result.error.code}: ${result.error.message}` : ''}\n`);
-      const status = exitStatusOf(result);
-      process.exitCode = status === 0 && !outputWhole ? EXIT_PLATFORM_ERROR : status;
+      process.exitCode = exitStatusDelivered(result, outputWhole);
     });
   session
     .command('ls')
