@@ -5,6 +5,8 @@
  */
 import { connect, createServer, type Server } from 'node:net';
 import { describe, expect, it } from 'vitest';
+import { BOOTSTRAP_PRINCIPAL } from '../control-plane/http/auth.js';
+import { LeaseStore } from '../control-plane/leases/store.js';
 import {
   containersOf,
   docker,
@@ -97,6 +99,26 @@ describe('lease lifecycle', () => {
       await expect.poll(() => connections, { timeout: 5_000 }).toBe(1);
     } finally {
       server.close();
+    }
+  });
+
+  it('each record a transition wrote is read back by its writer as another process parses it from Redis, frozen', async () => {
+    // The writer keeps what it wrote as parsed (redis/parsed-texts.ts): it must be what a parse of the text gives.
+    const fresh = () => new LeaseStore(h.redis, h.config.redisPrefix);
+    const writerView = (id: string) => h.plane.leases.visible(id, BOOTSTRAP_PRINCIPAL);
+    const lease = await h.client.createSandbox({ env: { FOO: 'bar' }, labels: { team: 'infra' } });
+    const steps: Array<[string, () => Promise<unknown>]> = [
+      ['created', async () => undefined],
+      ['paused', () => h.client.pauseSandbox(lease.id)],
+      ['resumed', () => h.client.resumeSandbox(lease.id)],
+      ['renewed', () => h.client.renewSandbox(lease.id, 600)],
+      ['released', () => h.client.releaseSandbox(lease.id)],
+    ];
+    for (const [step, act] of steps) {
+      await act();
+      const written = await writerView(lease.id);
+      expect(Object.isFrozen(written) && Object.isFrozen(written.policySnapshot), step).toBe(true);
+      expect(written, step).toEqual(await fresh().getLease(lease.id));
     }
   });
 

@@ -4,9 +4,9 @@
  * container dies, left alone by reconcile, shrunk when idle.
  */
 import Docker from 'dockerode';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { docker, execIn, eventually, useHarness } from './fixtures/index.js';
+import { buildImage, docker, execIn, eventually, removeImages, startHarness, useHarness } from './fixtures/index.js';
 
 const POOLS = [
   { policy: 'default', min: 2, max: 3, idleSeconds: 4 },
@@ -23,6 +23,8 @@ const members = async (): Promise<string[]> => Object.keys(await h.redis.hgetall
 const FILL_MS = 90_000;
 
 const exec = execIn(() => h.client);
+
+afterAll(removeImages);
 
 describe('warm pools', () => {
   it(
@@ -129,6 +131,35 @@ describe('warm pools', () => {
     await h.client.releaseSandbox(lease.id);
     await eventually(readyIds, (ids) => ids.length === 2, 30_000);
   });
+
+  it(
+    'a pooled sandbox of the image its name named before a tag moved is not handed out: the lease runs the image the name names now',
+    { timeout: 180_000 },
+    async () => {
+      const first = await buildImage('pool-tag', `FROM ${h.config.image}\nLABEL sbx.test.pool=first`);
+      const second = await buildImage('pool-tag', `FROM ${h.config.image}\nLABEL sbx.test.pool=second`);
+      const idOf = async (ref: string) => (await docker('image', 'inspect', '-f', '{{.Id}}', ref)).trim();
+      const [firstId, secondId] = [await idOf(first), await idOf(second)];
+      const other = await startHarness({ SBX_WARM_POOLS: JSON.stringify([{ policy: 'default', image: first, min: 1, max: 1 }]) });
+      try {
+        const readyOfFirst = () => other.redis.lrange(`${other.config.redisPrefix}pool:default@${first}:ready`, 0, -1);
+        const [pooled] = await eventually(readyOfFirst, (ids) => ids.length >= 1, FILL_MS);
+        await docker('tag', second, first);
+        const lease = await other.client.createSandbox({ image: first });
+        expect(lease.id).not.toBe(pooled);
+        expect((await docker('inspect', '-f', '{{.Image}}', `sbx-${lease.id}`)).trim()).toBe(secondId);
+        await eventually(
+          () => docker('ps', '-a', '-q', '--filter', `label=sbx.lease=${pooled}`),
+          (ids) => ids.trim() === '',
+          30_000,
+        );
+      } finally {
+        await other.close();
+        // The name goes back to its first image, so removeImages removes both.
+        await docker('tag', firstId, first);
+      }
+    },
+  );
 
   it('a claimed sandbox receives the secrets of its lease at claim time', { timeout: 120_000 }, async () => {
     await h.client.putSecret('NPM_TOKEN', 'npm-pooled-value');

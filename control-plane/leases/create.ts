@@ -118,7 +118,7 @@ export class LeaseCreator {
       // A pooled sandbox was started without the lease's own writable roots and volumes (mounts
       // are fixed at container create): none fits such a lease.
       const own = (body.writableRoots ?? []).length > 0 || from !== undefined || plan.volumes.length > 0;
-      const warm = own ? undefined : await this.deps.pools?.claim(plan.ref, plan.image);
+      const warm = own ? undefined : await this.deps.pools?.claim(plan.ref, plan.image, plan.imageConfig.id);
       if (warm) {
         try {
           return await this.make(warm.id, plan, body, by, warm);

@@ -12,14 +12,7 @@ import { compileSandboxSpec, type CompileInput } from '../policies/compiler.js';
 import type { Policy } from '../policies/schema.js';
 import type { ImageService, ResolvedImage } from '../images/service.js';
 import type { PolicyService } from '../policies/service.js';
-import {
-  SNAPSHOT_ROOTS_PREFIX,
-  type ImageConfig,
-  type Ownership,
-  type RuntimeInfo,
-  type SandboxRuntime,
-  type SandboxSpec,
-} from '../runtime/runtime.js';
+import { SNAPSHOT_ROOTS_PREFIX, type ImageConfig, type Ownership, type SandboxRuntime, type SandboxSpec } from '../runtime/runtime.js';
 import type { SnapshotSource } from '../snapshots/schema.js';
 import { CredentialInjection } from '../egress/credentials.js';
 import { firstPhase } from '../policies/phases.js';
@@ -29,6 +22,7 @@ import type { VolumeService } from '../volumes/service.js';
 import type { CreateSandboxBody, SecretRequest } from './schema.js';
 import { DEFAULT_TOOL_USER, parseImageUser, resolveImageUser } from './tool-user.js';
 import { withLeaseRoots } from './writable-roots.js';
+import { EngineInfoCache } from './engine-info.js';
 
 /** A lease's decisions before anything is made. */
 export interface LeasePlan {
@@ -120,20 +114,18 @@ export interface PlannerOptions {
   protectedHostPaths: readonly string[];
 }
 
-/**
- * How long the engine's version and runtimes are reused between plans, ms. Docker's `/info`
- * gathers every subsystem's state (about 12 ms here, a third of a warm lease) and its answer
- * changes only when the engine is restarted or reconfigured.
- */
-const ENGINE_INFO_TTL_MS = 5000;
+/** How long the engine's version and runtimes are used without asking again, and up to when while a new answer is read (engine-info.ts), ms. */
+const ENGINE_INFO_TIMING = { freshMs: 5000, staleMs: 60_000 };
 
 export class LeasePlanner {
-  private engineInfo: { readAt: number; info: Promise<RuntimeInfo> } | null = null;
+  private readonly engineInfo: EngineInfoCache;
 
   constructor(
     private readonly deps: PlannerDeps,
     private readonly options: PlannerOptions,
-  ) {}
+  ) {
+    this.engineInfo = new EngineInfoCache(() => deps.runtime.info(), { ...ENGINE_INFO_TIMING, now: Date.now });
+  }
 
   /**
    * Plans lease `id` from `body` (with `from`: a snapshot, whose captured roots seed the lease's;
@@ -191,7 +183,7 @@ export class LeasePlanner {
     const resolved: ResolvedImage | null = this.deps.images ? await this.deps.images.resolve(image, tenant) : null;
     const engineRef = resolved?.engineRef ?? image;
     // The config of exactly the image resolve found, from its own inspect when it made one (one engine round trip per lease, not two).
-    const [info, imageConfig] = await Promise.all([this.readEngineInfo(), resolved?.config ?? runtime.inspectImage(engineRef)]);
+    const [info, imageConfig] = await Promise.all([this.engineInfo.get(), resolved?.config ?? runtime.inspectImage(engineRef)]);
     const toolUser = await this.toolUser(policy, engineRef, imageConfig);
     const dirs = leaseDirs(this.options.dataDir, id);
     const spec = compileSandboxSpec({
@@ -250,18 +242,6 @@ export class LeasePlanner {
   }
 
   /** The engine's info, read again once it is ENGINE_INFO_TTL_MS old; a failed read is not kept. */
-  private readEngineInfo(): Promise<RuntimeInfo> {
-    const now = Date.now();
-    if (this.engineInfo === null || now - this.engineInfo.readAt > ENGINE_INFO_TTL_MS) {
-      const info = this.deps.runtime.info();
-      const entry = { readAt: now, info };
-      this.engineInfo = entry;
-      info.catch(() => {
-        if (this.engineInfo === entry) this.engineInfo = null;
-      });
-    }
-    return this.engineInfo.info;
-  }
 
   /**
    * The policy's tool user; else the image's `User` unless root (read in the image's own

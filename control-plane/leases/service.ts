@@ -12,14 +12,14 @@
  */
 import type { Logger } from 'pino';
 import { AppError } from '../../contract/errors.js';
-import { TERMINAL_LEASE_STATUSES, type Lease, type LeaseEvent, type PolicyRef } from '../../contract/objects.js';
+import { TERMINAL_LEASE_STATUSES, type Lease, type LeaseEvent } from '../../contract/objects.js';
 import { actorOf, type AuditLog } from '../audit/service.js';
 import type { CredentialInjection } from '../egress/credentials.js';
 import type { EgressProxy } from '../egress/proxy.js';
 import { seesTenant, type Principal } from '../http/auth.js';
 import type { LeaseMetrics } from '../metrics/service.js';
 import type { PolicyService } from '../policies/service.js';
-import type { Launched } from '../pools/schema.js';
+import type { WarmLaunched } from '../pools/schema.js';
 import type { WarmPools } from '../pools/warm-pools.js';
 import type { QuotaService } from '../quotas/service.js';
 import type { DurableTimers, TimerOutcome } from '../redis/timers.js';
@@ -211,11 +211,11 @@ export class LeaseService {
    * and `image`, with a lease id it keeps when claimed. The pool records it; null, nothing made,
    * when no boot slot is spare; on failure everything made is torn down and the error thrown.
    */
-  async launchWarm(id: string, policy: { name: string }, image: string): Promise<(Launched & { ref: PolicyRef; image: string }) | null> {
+  async launchWarm(id: string, policy: { name: string }, image: string): Promise<WarmLaunched | null> {
     const plan = await this.planner.plan(id, { policy, image, labels: {} });
     try {
       const launched = await this.provisioner.launchPooled(id, plan);
-      return launched && { ...launched, ref: plan.ref, image: plan.image };
+      return launched && { ...launched, ref: plan.ref, image: plan.image, imageId: plan.imageConfig.id };
     } catch (err) {
       await this.teardown.run(id, null);
       throw err;

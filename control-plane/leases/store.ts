@@ -13,6 +13,7 @@ import { SecretGrant, ToolUser } from '../../contract/queue.js';
 import { EnvMap } from '../../contract/tools.js';
 import { AuditActor } from '../audit/schema.js';
 import { PolicyShape } from '../policies/schema.js';
+import { ParsedTexts } from '../redis/parsed-texts.js';
 import { TrackedKeys } from '../redis/tracked-keys.js';
 
 /** What the store keeps of a lease: the API view plus what the control plane needs to run it. */
@@ -63,15 +64,6 @@ export function leaseKeyPrefix(prefix: string): string {
   return `${prefix}leases:`;
 }
 
-/** `value` with every object in it frozen (a record shared between readers must not change under them). */
-function deepFreeze<T>(value: T): T {
-  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
-    Object.freeze(value);
-    for (const child of Object.values(value)) deepFreeze(child);
-  }
-  return value;
-}
-
 const CREATE_LEASE = `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
@@ -90,13 +82,12 @@ return seq`;
 
 export class LeaseStore {
   /**
-   * The last record read of each lease, parsed and deep-frozen, by its stored text: reading a
-   * lease is a Redis GET (or a hit of the tracked cache, which Redis keeps true), and the schema
-   * parse (~0.3 ms for a record with its policy snapshot, on every sandbox request) only when
-   * the text changed. Frozen because
-   * it is shared between readers. At most PARSED_MAX leases, the one parsed longest ago dropped first.
+   * The last record read or written of each lease, parsed and deep-frozen, by its stored text:
+   * reading a lease is a Redis GET (or a hit of the tracked cache, which Redis keeps true), and
+   * the schema parse only when the text changed. A transition's next read of the record it wrote
+   * parses nothing either.
    */
-  private readonly parsed = new Map<string, { text: string; record: LeaseRecord }>();
+  private readonly parsed = new ParsedTexts<LeaseRecord>((text) => LeaseRecord.parse(JSON.parse(text)), PARSED_MAX);
 
   /**
    * `tracked`: lease reads through a tracked cache (redis/tracked-keys.ts, over the lease
@@ -123,18 +114,6 @@ export class LeaseStore {
     this.tracked?.close();
   }
 
-  /** The record stored as `text` for lease `id`, parsed once per distinct text. */
-  private parse(id: string, text: string): LeaseRecord {
-    const hit = this.parsed.get(id);
-    if (hit?.text === text) return hit.record;
-    const record = deepFreeze(LeaseRecord.parse(JSON.parse(text)));
-    // Re-inserted: a lease whose record changed counts as the newest.
-    this.parsed.delete(id);
-    this.parsed.set(id, { text, record });
-    if (this.parsed.size > PARSED_MAX) this.parsed.delete(this.parsed.keys().next().value!);
-    return record;
-  }
-
   private k = {
     lease: (id: string) => `${leaseKeyPrefix(this.prefix)}${id}`,
     leases: () => `${this.prefix}leases`,
@@ -148,6 +127,7 @@ export class LeaseStore {
    * a lease with this id exists (nothing is written).
    */
   async createLease(lease: LeaseRecord, reason: string, at: Date): Promise<boolean> {
+    const text = JSON.stringify(lease);
     const created = (await this.redis.eval(
       CREATE_LEASE,
       4,
@@ -155,13 +135,14 @@ export class LeaseStore {
       this.k.leases(),
       this.k.leaseEvents(lease.id),
       this.k.statuses(),
-      JSON.stringify(lease),
+      text,
       Date.parse(lease.createdAt),
       lease.id,
       leaseEventJson({ from: null, to: lease.status, reason, details: {} }, at),
       lease.status,
     )) as number;
     this.tracked?.forget(this.k.lease(lease.id));
+    if (created === 1) this.parsed.remember(lease.id, text, lease);
     return created === 1;
   }
 
@@ -181,13 +162,14 @@ export class LeaseStore {
     for (;;) {
       const text = await this.redis.get(this.k.lease(id));
       if (text === null) return { applied: false, lease: null };
-      const current = this.parse(id, text);
+      const current = this.parsed.read(id, text);
       const next = decide(current);
       if (next === null) return { applied: false, lease: current };
       const event = leaseEventJson(
         { from: current.status, to: next.record.status, reason: next.reason, details: next.details ?? {} },
         at(),
       );
+      const nextText = JSON.stringify(next.record);
       // The status index (for counting leases by state without reading every record) moves with the record.
       const seq = (await this.redis.eval(
         TRANSITION_LEASE,
@@ -196,14 +178,14 @@ export class LeaseStore {
         this.k.leaseEvents(id),
         this.k.statuses(),
         text,
-        JSON.stringify(next.record),
+        nextText,
         event,
         id,
         next.record.status,
       )) as number;
       if (seq > 0) {
         this.tracked?.forget(this.k.lease(id));
-        return { applied: true, lease: next.record };
+        return { applied: true, lease: this.parsed.remember(id, nextText, next.record) };
       }
     }
   }
@@ -264,7 +246,7 @@ export class LeaseStore {
       if (err instanceof Error && err.message.startsWith('WRONGTYPE')) return null;
       throw err;
     }
-    return text === null ? null : this.parse(id, text);
+    return text === null ? null : this.parsed.read(id, text);
   }
 
   /** What a lease holds of its tenant's quota (quotas/service.ts `LeaseHold`): tenant, resources, whether it ended; null: no record. */
@@ -282,7 +264,7 @@ export class LeaseStore {
     const texts = await this.redis.mget(ids.map((id) => this.k.lease(id)));
     const gone = ids.filter((_, i) => texts[i] === null);
     if (gone.length > 0) await this.redis.zrem(this.k.leases(), ...gone);
-    return texts.flatMap((t, i) => (t === null ? [] : [this.parse(ids[i]!, t)]));
+    return texts.flatMap((t, i) => (t === null ? [] : [this.parsed.read(ids[i]!, t)]));
   }
 
   /** Starts the retention clock of an ended lease's record and lease events: they expire after `seconds`. */

@@ -6,6 +6,7 @@
  * take the same version number.
  */
 import type { Redis } from 'ioredis';
+import { ParsedTexts } from '../redis/parsed-texts.js';
 import { PolicyHead, PolicyVersion } from './schema.js';
 
 // Writes the head (and a version record) only if the head is still what the caller read.
@@ -22,7 +23,17 @@ export interface ReadHead {
   raw: string;
 }
 
+/** Policy versions whose parsed record a store keeps. */
+const PARSED_VERSIONS_MAX = 1024;
+
 export class RedisPolicyStore {
+  /**
+   * Versions parsed once per stored text (every lease create reads its policy's version, and
+   * its schema parse is most of that read's CPU): versions are never rewritten, so this is one
+   * parse per version; the text still decides, as another store's data under the prefix would.
+   */
+  private readonly parsedVersions = new ParsedTexts<PolicyVersion>((raw) => PolicyVersion.parse(JSON.parse(raw)), PARSED_VERSIONS_MAX);
+
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
@@ -43,9 +54,10 @@ export class RedisPolicyStore {
     return (await this.redis.hvals(this.k.heads())).map((raw) => PolicyHead.parse(JSON.parse(raw)));
   }
 
+  /** Version `version` of `name`, deep-frozen (shared between readers); null when there is none. */
   async version(name: string, version: number): Promise<PolicyVersion | null> {
     const raw = await this.redis.hget(this.k.versions(name), String(version));
-    return raw === null ? null : PolicyVersion.parse(JSON.parse(raw));
+    return raw === null ? null : this.parsedVersions.read(`${name}@${version}`, raw);
   }
 
   /** Every version of `name`, oldest first. */

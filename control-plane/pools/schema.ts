@@ -36,8 +36,11 @@ export interface WarmSandbox extends Launched {
   id: string;
 }
 
+/** A sandbox started for a pool: the policy version, image name and engine image id it runs. */
+export type WarmLaunched = Launched & { ref: PolicyRef; image: string; imageId: string };
+
 /** What the pools need from the lease service: start (null: no boot slot spare, nothing made) and remove unleased sandboxes. */
 export interface WarmLauncher {
-  launchWarm(id: string, policy: { name: string }, image: string): Promise<(Launched & { ref: PolicyRef; image: string }) | null>;
+  launchWarm(id: string, policy: { name: string }, image: string): Promise<WarmLaunched | null>;
   discardWarm(id: string): Promise<void>;
 }

@@ -26,6 +26,11 @@ export const Member = z.object({
       facts: SandboxFacts,
       ref: PolicyRef,
       image: z.string(),
+      /**
+       * The engine's id of the image it runs (`ImageConfig.id`): a claim whose image name now
+       * names another image (a moved tag) does not get it. Records from before this field never match.
+       */
+      imageId: z.string().optional(),
       /** Writable roots filled from the image; records from before this field read as unknown. */
       seededPaths: z.array(z.string()).optional(),
     })

@@ -11,6 +11,8 @@ import { WarmPools, type WarmPoolsDeps } from './warm-pools.js';
 const v1: PolicyRef = { name: 'default', version: 1, digest: 'sha256:v1' };
 const v2: PolicyRef = { name: 'default', version: 2, digest: 'sha256:v2' };
 const facts = {} as SandboxFacts;
+/** The engine's id of the image `img` names. */
+const IMG = 'sha256:img1';
 
 function world(
   options: { latest?: PolicyRef; lockHeld?: boolean; startsPerRound?: number; min?: number; slotsSpare?: () => boolean } = {},
@@ -66,7 +68,7 @@ function world(
           if (options.slotsSpare?.() === false) return null;
           launched.push(id);
           running.add(id);
-          return { containerId: `ctr_${id}`, facts, ref: options.latest ?? v1, image: 'img' };
+          return { containerId: `ctr_${id}`, facts, ref: options.latest ?? v1, image: 'img', imageId: IMG };
         },
         discardWarm: async (id) => {
           discarded.push(id);
@@ -95,7 +97,7 @@ describe('WarmPools', () => {
     await pools.maintain();
     expect(launched).toHaveLength(1);
     expect(sizes.at(-1)).toEqual(['default@img', { starting: 0, ready: 1 }]);
-    expect(await pools.claim(v1, 'img')).toMatchObject({ id: launched[0], containerId: `ctr_${launched[0]}` });
+    expect(await pools.claim(v1, 'img', IMG)).toMatchObject({ id: launched[0], containerId: `ctr_${launched[0]}` });
     await pools.maintain();
     await pools.maintain();
     expect(launched).toHaveLength(3);
@@ -127,8 +129,8 @@ describe('WarmPools', () => {
   it('a claim takes the oldest ready sandbox once; it stays owned (no orphan) until settled', async () => {
     const { pools, claimed } = world();
     await pools.maintain();
-    const warm = await pools.claim(v1, 'img');
-    expect(await pools.claim(v1, 'img')).toBeUndefined();
+    const warm = await pools.claim(v1, 'img', IMG);
+    expect(await pools.claim(v1, 'img', IMG)).toBeUndefined();
     expect(await pools.owns(warm!.id)).toBe(true);
     await pools.settle(warm!.id);
     expect([await pools.owns(warm!.id), claimed.size]).toEqual([false, 0]);
@@ -137,20 +139,27 @@ describe('WarmPools', () => {
   it('no pool for the policy or image: no claim, the lease starts cold', async () => {
     const { pools } = world();
     await pools.maintain();
-    expect(await pools.claim({ ...v1, name: 'other' }, 'img')).toBeUndefined();
-    expect(await pools.claim(v1, 'other-image')).toBeUndefined();
+    expect(await pools.claim({ ...v1, name: 'other' }, 'img', IMG)).toBeUndefined();
+    expect(await pools.claim(v1, 'other-image', IMG)).toBeUndefined();
   });
 
   it('a ready sandbox of an older policy version is discarded, by a claim and by a round', async () => {
     const a = world();
     await a.pools.maintain();
-    expect(await a.pools.claim(v2, 'img')).toBeUndefined();
+    expect(await a.pools.claim(v2, 'img', IMG)).toBeUndefined();
     expect(a.discarded).toEqual(a.launched);
     const b = world({ latest: v1 });
     await b.pools.maintain();
     (b.pools as unknown as { deps: WarmPoolsDeps }).deps.latestPolicy = async () => v2;
     await b.pools.maintain();
     expect(b.discarded).toEqual([b.launched[0]]);
+  });
+
+  it('a ready sandbox of the image its name named before (a tag moved since) is discarded by a claim', async () => {
+    const { pools, launched, discarded } = world();
+    await pools.maintain();
+    expect(await pools.claim(v1, 'img', 'sha256:img2')).toBeUndefined();
+    expect(discarded).toEqual(launched);
   });
 
   it('a ready sandbox whose container stopped is replaced', async () => {
@@ -165,7 +174,7 @@ describe('WarmPools', () => {
   it('past the target the pool shrinks by one ready sandbox a round; claims left unsettled for a minute are dropped', async () => {
     const w = world();
     await w.pools.maintain();
-    await w.pools.claim(v1, 'img');
+    await w.pools.claim(v1, 'img', IMG);
     await w.pools.maintain();
     await w.pools.maintain();
     w.advance(61_000);

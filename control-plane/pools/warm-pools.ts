@@ -75,16 +75,18 @@ export class WarmPools {
 
   /**
    * Takes a ready sandbox of the pool for (`ref`, `image`), or undefined when there is none (the
-   * lease then starts cold). A popped sandbox of another policy version is discarded, not used.
+   * lease then starts cold). A popped sandbox of another policy version, or of another image
+   * than `imageId` (the engine's id of what `image` names now: its tag moved since), is
+   * discarded, not used: the lease's manifest describes what the plan resolved.
    */
-  async claim(ref: PolicyRef, image: string): Promise<WarmSandbox | undefined> {
+  async claim(ref: PolicyRef, image: string, imageId: string): Promise<WarmSandbox | undefined> {
     const spec = this.specs.find((s) => s.policy === ref.name && s.image === image);
     if (!spec) return undefined;
     await this.deps.store.markClaimed(spec.name, this.deps.now());
     for (;;) {
       const member = await this.deps.store.pop(spec.name, this.deps.now());
       if (member === null) return undefined;
-      if (member.sandbox && member.sandbox.ref.digest === ref.digest)
+      if (member.sandbox && member.sandbox.ref.digest === ref.digest && member.sandbox.imageId === imageId)
         return {
           id: member.sandbox.id,
           containerId: member.sandbox.containerId,
@@ -189,6 +191,7 @@ export class WarmPools {
           facts: launched.facts,
           ref: launched.ref,
           image: launched.image,
+          imageId: launched.imageId,
           seededPaths: launched.seededPaths,
         },
       });
