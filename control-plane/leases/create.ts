@@ -186,9 +186,11 @@ export class LeaseCreator {
       }
     }
     await store.createLease(record, warm ? 'created_from_pool' : 'created', createdAt);
-    // The claimed sandbox is the lease's now, as reconcile sees it.
-    if (warm) await this.deps.pools?.settle(id);
     try {
+      // The claimed sandbox is the lease's now, as reconcile sees it. Inside the try: a failed
+      // settle tears the sandbox down and fails the lease like any failed step (it left the
+      // record pending, with its quota share, for good).
+      if (warm) await this.deps.pools?.settle(id);
       // The timer is in Redis before anything else exists: if this process dies from here on,
       // the lease still ends on time (or reconcile fails the create first).
       await this.deps.expiry.set(id, Date.parse(record.expiresAt));

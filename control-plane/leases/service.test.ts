@@ -38,7 +38,7 @@ beforeAll(async () => {
 afterAll(async () => rm(dataDir, { recursive: true, force: true }));
 
 /** Every port faked; `log` lists the effects in order. */
-function world(over: { start?: () => Promise<{ containerId: string; seededPaths: string[] }> } = {}) {
+function world(over: { start?: () => Promise<{ containerId: string; seededPaths: string[] }>; pools?: LeaseServiceDeps['pools'] } = {}) {
   const log: string[] = [];
   const records = new Map<string, string>();
   const events = new Map<string, LeaseEvent[]>();
@@ -148,6 +148,7 @@ function world(over: { start?: () => Promise<{ containerId: string; seededPaths:
     credentials: new CredentialInjection({ secretsKey: Buffer.alloc(32), secrets: { reveal: async () => new Map() } }),
     quotas: { reserve: async () => void log.push('quota.reserve'), release: async () => void log.push('quota.release') },
     metrics: { leaseCreated: () => undefined, setPoolSize: () => undefined },
+    ...(over.pools ? { pools: over.pools } : {}),
     now: () => new Date(),
     log: pino({ level: 'silent' }),
   };
@@ -201,6 +202,27 @@ describe('LeaseService.create', () => {
       'expiry.clear',
       'quota.release',
     ]);
+  });
+
+  it('a claimed pooled sandbox whose claim cannot be settled is torn down and its lease failed, quota back; the create starts cold', async () => {
+    let settles = 0;
+    const { service, log, store } = world({
+      pools: {
+        claim: async () => ({ id: 'sbx_warmunit', containerId: 'ctr_sbx_warmunit', facts }),
+        owns: async () => false,
+        settle: async () => {
+          settles += 1;
+          if (settles === 1) throw new Error('Redis refused HDEL');
+        },
+      },
+    });
+    const { lease } = await service.create({}, alice);
+    expect(lease.status).toBe('ready');
+    expect(lease.id).not.toBe('sbx_warmunit');
+    const warm = await store.getLease('sbx_warmunit');
+    expect([warm!.status, warm!.endReason]).toEqual(['failed', 'create_failed']);
+    expect(log.filter((l) => l === 'quota.reserve' || l === 'quota.release')).toEqual(['quota.reserve', 'quota.release', 'quota.reserve']);
+    expect(log).toContain('runtime.remove');
   });
 
   it('a TTL above the policy’s maximum is refused before anything is made', async () => {
