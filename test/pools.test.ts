@@ -6,7 +6,7 @@
 import Docker from 'dockerode';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { ToolResult } from '../contract/objects.js';
-import { buildImage, docker, execIn, eventually, removeImages, startHarness, useHarness } from './fixtures/index.js';
+import { buildImage, docker, execIn, eventually, removeImages, startHarness, tarBytes, useHarness } from './fixtures/index.js';
 
 const POOLS = [
   { policy: 'default', min: 2, max: 3, idleSeconds: 4 },
@@ -157,6 +157,36 @@ describe('warm pools', () => {
         await other.close();
         // The name goes back to its first image, so removeImages removes both.
         await docker('tag', firstId, first);
+      }
+    },
+  );
+
+  it(
+    "a tenant's built image named like a pool's image runs for that tenant, cold, and leaves the pool's sandboxes alone",
+    { timeout: 180_000 },
+    async () => {
+      const other = await startHarness({ SBX_WARM_POOLS: JSON.stringify([{ policy: 'default', min: 1, max: 1 }]) });
+      try {
+        const readyIds = () => other.redis.lrange(`${other.config.redisPrefix}pool:default@${other.config.image}:ready`, 0, -1);
+        const pooled = await eventually(readyIds, (ids) => ids.length >= 1, FILL_MS);
+        const dockerfile = `FROM ${other.config.image}\nLABEL sbx.test.pool=tenant\n`;
+        const { image } = await other.client.buildImage(await tarBytes([{ name: 'Dockerfile', content: dockerfile }]), {
+          name: other.config.image,
+        });
+        const built = await eventually(
+          () => other.client.getImage(image.id),
+          (i) => i.status !== 'building',
+          120_000,
+        );
+        expect(built.status).toBe('ready');
+        const lease = await other.client.createSandbox({ image: other.config.image });
+        expect(lease.id).not.toBe(pooled[0]);
+        expect(lease.manifest?.image).toMatchObject({ id: built.engineImageId });
+        expect(await readyIds()).toEqual(pooled);
+      } finally {
+        await other.close();
+        const images = (await docker('images', '-q', '--filter', `label=sbx.owner=${other.config.owner}`)).split('\n').filter(Boolean);
+        if (images.length > 0) await docker('rmi', '-f', ...new Set(images));
       }
     },
   );

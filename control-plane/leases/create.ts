@@ -118,12 +118,18 @@ export class LeaseCreator {
       // A pooled sandbox was started without the lease's own writable roots and volumes (mounts
       // are fixed at container create): none fits such a lease.
       const own = (body.writableRoots ?? []).length > 0 || from !== undefined || plan.volumes.length > 0;
-      const warm = own ? undefined : await this.deps.pools?.claim(plan.ref, plan.image, plan.imageConfig.id);
+      // Pools run engine images, as a plan without a tenant resolves their names: a tenant's
+      // built image of the same name is not theirs to serve (nor a reason to empty them).
+      const engineImage = plan.spec.image === plan.image;
+      const warm = own || !engineImage ? undefined : await this.deps.pools?.claim(plan.ref, plan.image, plan.imageConfig.id);
       if (warm) {
         try {
           return await this.make(warm.id, plan, body, by, warm);
         } catch (err) {
-          await this.deps.pools?.settle(warm.id);
+          // Best effort: a claim left unsettled is dropped by the pool's round after a minute.
+          await this.deps.pools?.settle(warm.id).catch((settleErr: unknown) => {
+            this.deps.log.warn({ sandboxId: warm.id, err: settleErr }, 'claimed pooled sandbox could not be settled');
+          });
           // The claimed sandbox is torn down (never reused). Over quota, the lease gets none;
           // otherwise the bind failed and it still gets one, cold.
           if (err instanceof AppError && err.code === 'quota.exceeded') {

@@ -2,9 +2,10 @@
  * The planner's engine info: read once while fresh; a stale answer serves at once while one new
  * read runs beside it (shared by every caller); past the stale limit callers wait for the new
  * answer; a failed read reaches those waiting for it and is tried again by the next call, the
- * stale answer still serving meanwhile.
+ * stale answer still serving meanwhile; a read that never answers fails `runtime.unavailable` at
+ * its deadline and the next call reads again.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { RuntimeInfo } from '../runtime/runtime.js';
 import { EngineInfoCache } from './engine-info.js';
 
@@ -15,13 +16,16 @@ function engine() {
   return { read, reads };
 }
 
+/** Fresh 5 s, stale up to 60 s, a read may take 10 s. */
+const TIMING = { freshMs: 5_000, staleMs: 60_000, readTimeoutMs: 10_000 };
+
 const info = (engineVersion: string): RuntimeInfo => ({ engineVersion, ociRuntimes: ['runc'] });
 
 /** A cache over a new engine whose first answer (`v1`, at t = 1 s) was read; `advance` moves its clock. */
 async function answered() {
   const e = engine();
   let now = 1_000;
-  const cache = new EngineInfoCache(e.read, { freshMs: 5_000, staleMs: 60_000, now: () => now });
+  const cache = new EngineInfoCache(e.read, { ...TIMING, now: () => now });
   const first = cache.get();
   e.reads[0]!.resolve(info('v1'));
   await first;
@@ -46,7 +50,7 @@ describe('EngineInfoCache', () => {
   it('reads once while the answer is fresh', async () => {
     const e = engine();
     let now = 1_000;
-    const cache = new EngineInfoCache(e.read, { freshMs: 5_000, staleMs: 60_000, now: () => now });
+    const cache = new EngineInfoCache(e.read, { ...TIMING, now: () => now });
     const first = cache.get();
     const second = cache.get();
     expect(e.reads).toHaveLength(1);
@@ -84,7 +88,7 @@ describe('EngineInfoCache', () => {
   it('gives a failed read to those waiting for it and reads again at the next call', async () => {
     const e = engine();
     let now = 1_000;
-    const cache = new EngineInfoCache(e.read, { freshMs: 5_000, staleMs: 60_000, now: () => now });
+    const cache = new EngineInfoCache(e.read, { ...TIMING, now: () => now });
     const first = cache.get();
     e.reads[0]!.reject(new Error('engine down'));
     await expect(first).rejects.toThrow('engine down');
@@ -99,5 +103,23 @@ describe('EngineInfoCache', () => {
     await settle();
     expect(await cache.get()).toEqual(info('v1'));
     expect(e.reads).toHaveLength(4);
+  });
+
+  it('fails a read that never answers at its deadline with runtime.unavailable, and reads again at the next call', async () => {
+    vi.useFakeTimers();
+    try {
+      const { cache, reads, advance } = await answered();
+      advance(60_001);
+      const hung = cache.get();
+      const failed = expect(hung).rejects.toMatchObject({ code: 'runtime.unavailable' });
+      await vi.advanceTimersByTimeAsync(10_000);
+      await failed;
+      const next = cache.get();
+      expect(reads).toHaveLength(3);
+      reads[2]!.resolve(info('v2'));
+      expect(await next).toEqual(info('v2'));
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -6,6 +6,7 @@
  * the new one is read beside it: the lease that finds it stale does not wait for `/info`
  * (issue 14: that wait was a warm lease's p95).
  */
+import { AppError } from '../../contract/errors.js';
 import type { RuntimeInfo } from '../runtime/runtime.js';
 
 export interface EngineInfoTiming {
@@ -13,6 +14,12 @@ export interface EngineInfoTiming {
   freshMs: number;
   /** How old an answer may be and still serve while a new one is read, ms. */
   staleMs: number;
+  /**
+   * How long a read may take before it fails with `runtime.unavailable`, ms: neither Docker's
+   * client nor Kubernetes' puts a limit on it, and one read that never answers would otherwise
+   * hold every plan after the stale limit.
+   */
+  readTimeoutMs: number;
   /** The clock, ms since the epoch. */
   now: () => number;
 }
@@ -30,14 +37,15 @@ export class EngineInfoCache {
 
   /**
    * The last answer while fresh; a stale one (up to `staleMs`) while a new one is read; else the
-   * new one, awaited (rejects with what `read` throws; the next call reads again).
+   * new one, awaited (rejects with what `read` throws, or `runtime.unavailable` past
+   * `readTimeoutMs`; the next call reads again).
    */
   get(): Promise<RuntimeInfo> {
     const askedAt = this.timing.now();
     const known = this.known;
     const age = known === null ? Infinity : askedAt - known.askedAt;
     if (age > this.timing.freshMs && this.reading === null) {
-      const reading = this.read();
+      const reading = withDeadline(this.read(), this.timing.readTimeoutMs);
       this.reading = reading;
       // In the read's own continuation, so no caller after it can find it done but still `reading`.
       reading.then(
@@ -52,4 +60,17 @@ export class EngineInfoCache {
     if (known !== null && age <= this.timing.staleMs) return Promise.resolve(known.info);
     return this.reading!;
   }
+}
+
+/** `read`, or a `runtime.unavailable` rejection once `timeoutMs` passed without its answer. */
+function withDeadline(read: Promise<RuntimeInfo>, timeoutMs: number): Promise<RuntimeInfo> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new AppError('runtime.unavailable', `the engine did not answer its info request within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+    timer.unref();
+  });
+  return Promise.race([read, deadline]).finally(() => clearTimeout(timer));
 }

@@ -114,8 +114,8 @@ export interface PlannerOptions {
   protectedHostPaths: readonly string[];
 }
 
-/** How long the engine's version and runtimes are used without asking again, and up to when while a new answer is read (engine-info.ts), ms. */
-const ENGINE_INFO_TIMING = { freshMs: 5000, staleMs: 60_000 };
+/** How long the engine's version and runtimes are used without asking again, up to when while a new answer is read, and how long a read may take (engine-info.ts), ms. */
+const ENGINE_INFO_TIMING = { freshMs: 5000, staleMs: 60_000, readTimeoutMs: 10_000 };
 
 export class LeasePlanner {
   private readonly engineInfo: EngineInfoCache;
@@ -240,8 +240,6 @@ export class LeasePlanner {
     const taken = [...policy.filesystem.writableRoots.map((r) => r.path), ...policy.filesystem.readOnlyMounts.map((m) => m.containerPath)];
     return this.deps.volumes.resolveMounts(tenant, requests, taken);
   }
-
-  /** The engine's info, read again once it is ENGINE_INFO_TTL_MS old; a failed read is not kept. */
 
   /**
    * The policy's tool user; else the image's `User` unless root (read in the image's own
