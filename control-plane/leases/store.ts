@@ -124,7 +124,8 @@ export class LeaseStore {
 
   /**
    * Records a new lease and its first lease event (`from: null`), atomically. Returns false when
-   * a lease with this id exists (nothing is written).
+   * a lease with this id exists (nothing is written). A written `lease` is deep-frozen: reads of
+   * the lease share it.
    */
   async createLease(lease: LeaseRecord, reason: string, at: Date): Promise<boolean> {
     const text = JSON.stringify(lease);
@@ -152,7 +153,8 @@ export class LeaseStore {
    * with a fresh read when another writer came first, so of two processes deciding the same
    * transition (say `ready` → `releasing`) exactly one applies it. Each applied change appends
    * one lease event `{from, to, reason, details}`. Returns whether it applied and the record
-   * as it is now (null when there is no lease). `decide` may throw; nothing is written then.
+   * as it is now, deep-frozen (null when there is no lease). `decide` may throw; nothing is
+   * written then.
    */
   async transitionLease(
     id: string,
