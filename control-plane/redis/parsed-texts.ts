@@ -7,7 +7,7 @@
  */
 
 /** `value` with every object in it frozen: a result shared between readers must not change under them. */
-export function deepFreeze<T>(value: T): T {
+function deepFreeze<T>(value: T): T {
   if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
     Object.freeze(value);
     for (const child of Object.values(value)) deepFreeze(child);
